@@ -1,0 +1,88 @@
+"""The exceptions blobtool raises: one base class, a subclass per exit code.
+
+Every error the library raises on bad input or bad use is a BlobToolError. The
+message leads with the location, so one line on stderr says where to look::
+
+    mean.binaryproto: truncated at byte 94720: field 5 (data) declares 786432 bytes, 94706 remain
+
+This module imports nothing else from blobtool.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "BlobToolError",
+    "FormatError",
+    "UsageError",
+    "DeviceError",
+    "OutputError",
+    "format_location",
+]
+
+
+def format_location(path=None, offset=None, field=None) -> str:
+    """Join the parts of a location that are known into an error-message prefix.
+
+    >>> format_location("m.pb", 18, "field 5 (data)")
+    'm.pb: at byte 18: field 5 (data): '
+    """
+    parts = []
+    if path is not None:
+        parts.append(str(path))
+    if offset is not None:
+        parts.append(f"at byte {offset}")
+    if field is not None:
+        parts.append(str(field))
+    return "".join(p + ": " for p in parts)
+
+
+class BlobToolError(Exception):
+    """Base class of everything blobtool raises on bad input or bad use.
+
+    Attributes
+    ----------
+    path, offset, field : the location, when known (file name, byte offset,
+        protobuf field description); all None for errors of use.
+    exit_code : the command-line exit code this error maps to.
+    """
+
+    exit_code = 3
+
+    def __init__(self, message: str, *, path=None, offset=None, field=None):
+        self.path = path
+        self.offset = offset
+        self.field = field
+        self.reason = message
+        super().__init__(format_location(path, offset, field) + message)
+
+    def with_path(self, path) -> "BlobToolError":
+        """Return a copy of this error that names `path` (when it named none)."""
+        if self.path is not None or path is None:
+            return self
+        err = type(self)(self.reason, path=path, offset=self.offset, field=self.field)
+        err.__cause__ = self.__cause__
+        return err
+
+
+class FormatError(BlobToolError):
+    """The input is unreadable or is not what it claims to be (exit 3)."""
+
+    exit_code = 3
+
+
+class UsageError(BlobToolError):
+    """The library or the command was asked for something it cannot do (exit 2)."""
+
+    exit_code = 2
+
+
+class DeviceError(BlobToolError):
+    """A GPU was asked for and is not available or failed (exit 4)."""
+
+    exit_code = 4
+
+
+class OutputError(BlobToolError):
+    """The output cannot be written (exit 5)."""
+
+    exit_code = 5

@@ -1,0 +1,264 @@
+"""Files: opening inputs without copying them, writing outputs atomically, load and save.
+
+Inputs are memory-mapped copy-on-write (``mmap.ACCESS_COPY``): the blob's
+arrays view the file's pages directly, writes to them (scale, update) touch a
+private copy of the touched pages only, and the file itself never changes.
+Standard input and pipes are read into memory once.
+
+Outputs are written to a temporary file in the target's folder, flushed,
+fsynced and renamed over the target, so a failed or interrupted write leaves
+any earlier file as it was, and ``-o`` may name the input: the input stays
+mapped from its old inode while the new file takes its name.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import mmap
+import os
+import stat
+import sys
+import tempfile
+from dataclasses import dataclass
+
+import numpy as np
+
+from .blob import Blob
+from .blobproto import blob_from_record, parse_blob, write_blob
+from .errors import BlobToolError, FormatError, OutputError, UsageError
+
+__all__ = ["Source", "open_source", "atomic_output", "load", "save", "STDIO"]
+
+STDIO = "-"
+
+NPY_MAGIC = b"\x93NUMPY"
+
+
+@dataclass
+class Source:
+    """An input's bytes: `buf` supports len(), indexing and the buffer protocol."""
+
+    name: str
+    buf: object
+    size: int
+
+    def close(self) -> None:
+        # The mmap closes itself when the last array viewing it is gone.
+        self.buf = None
+
+
+def _display_name(src) -> str:
+    if src == STDIO:
+        return "<stdin>"
+    if isinstance(src, (str, os.PathLike)):
+        return os.fspath(src)
+    return getattr(src, "name", None) if isinstance(getattr(src, "name", None), str) else "<stream>"
+
+
+def open_source(src) -> Source:
+    """Open a path, "-" (standard input) or a binary file object for reading.
+
+    Regular files are memory-mapped copy-on-write; anything else is read once
+    into a bytearray (writable, so adopted arrays can be scaled in place).
+    """
+    name = _display_name(src)
+    if src == STDIO:
+        return _read_stream(sys.stdin.buffer, name)
+    if isinstance(src, (str, os.PathLike)):
+        try:
+            fd = os.open(os.fspath(src), os.O_RDONLY | getattr(os, "O_BINARY", 0))
+        except OSError as exc:
+            raise FormatError(f"cannot open: {exc.strerror}", path=name) from exc
+        try:
+            return _map_fd(fd, name)
+        finally:
+            os.close(fd)
+    if hasattr(src, "read"):
+        try:
+            fd = src.fileno()
+            st = os.fstat(fd)
+        except (AttributeError, OSError, io.UnsupportedOperation):
+            fd = None
+        if fd is not None and stat.S_ISREG(st.st_mode) and src.seekable() and src.tell() == 0:
+            return _map_fd(fd, name)
+        return _read_stream(src, name)
+    raise UsageError(f"expected a path, '-' or a binary file object, got {type(src).__name__}")
+
+
+def _map_fd(fd: int, name: str) -> Source:
+    try:
+        st = os.fstat(fd)
+    except OSError as exc:
+        raise FormatError(f"cannot read: {exc.strerror}", path=name) from exc
+    if stat.S_ISDIR(st.st_mode):
+        raise FormatError("is a directory", path=name)
+    if not stat.S_ISREG(st.st_mode):
+        with os.fdopen(os.dup(fd), "rb") as stream:
+            return _read_stream(stream, name)
+    if st.st_size == 0:
+        return Source(name, bytearray(), 0)
+    try:
+        mapped = mmap.mmap(fd, st.st_size, access=mmap.ACCESS_COPY)
+    except (OSError, ValueError) as exc:
+        raise FormatError(f"cannot map the file: {exc}", path=name) from exc
+    return Source(name, mapped, st.st_size)
+
+
+def _read_stream(stream, name: str) -> Source:
+    try:
+        data = bytearray(stream.read())
+    except OSError as exc:
+        raise FormatError(f"cannot read: {exc.strerror or exc}", path=name) from exc
+    return Source(name, data, len(data))
+
+
+@contextlib.contextmanager
+def atomic_output(dest):
+    """Yield a binary file object whose contents replace `dest` only on success.
+
+    `dest` is a path, "-" (standard output) or a binary file object (written
+    directly). For paths: a temporary file beside the target, fsync, rename,
+    and fsync of the folder; on any failure the temporary file is removed and
+    the target is left as it was. OS errors become OutputError (exit 5).
+    """
+    if dest == STDIO:
+        out = sys.stdout.buffer
+        yield out
+        out.flush()
+        return
+    if not isinstance(dest, (str, os.PathLike)):
+        yield dest
+        return
+    path = os.fspath(dest)
+    folder = os.path.dirname(os.path.abspath(path))
+    try:
+        fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=folder)
+    except OSError as exc:
+        raise OutputError(f"cannot create a file in {folder}: {exc.strerror}", path=path) from exc
+    try:
+        with os.fdopen(fd, "wb") as out:
+            yield out
+            out.flush()
+            os.fsync(out.fileno())
+        _copy_mode(path, tmp)
+        os.replace(tmp, path)
+    except BaseException as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        if isinstance(exc, OSError):
+            raise OutputError(f"cannot write: {exc.strerror or exc}", path=path) from exc
+        raise
+    with contextlib.suppress(OSError):
+        dir_fd = os.open(folder, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+
+
+def _copy_mode(target: str, tmp: str) -> None:
+    # mkstemp makes 0600 files; give the new file the old one's mode, or the
+    # mode a plain open() would have given it.
+    try:
+        mode = stat.S_IMODE(os.stat(target).st_mode)
+    except OSError:
+        umask = os.umask(0)
+        os.umask(umask)
+        mode = 0o666 & ~umask
+    os.chmod(tmp, mode)
+
+
+def load(src) -> Blob:
+    """Read one blob from a BlobProto file (path, "-" or binary file object).
+
+    The payload is not copied: the blob's data views the memory-mapped file
+    (copy-on-write, so changing the blob never changes the file). Values
+    come from double_data when it is non-empty (a float64 blob), else data.
+
+    Raises
+    ------
+    BlobToolError
+        FormatError naming the file, byte offset and field on bad input.
+    """
+    source = open_source(src)
+    try:
+        return load_source(source)
+    finally:
+        source.close()
+
+
+def load_source(source: Source) -> Blob:
+    """load() for an already opened Source."""
+    buf = source.buf
+    if source.size == 0:
+        raise FormatError("empty file: a BlobProto holds at least its data", path=source.name)
+    if bytes(buf[:len(NPY_MAGIC)]) == NPY_MAGIC:
+        return load_npy(source)
+    record = parse_blob(memoryview(buf), 0, source.size, path=source.name)
+    return blob_from_record(record)
+
+
+def load_npy(source: Source) -> Blob:
+    """A Blob holding an .npy file's array (float32/float64 only; pickles never load)."""
+    from numpy.lib import format as npy_format
+
+    stream = io.BytesIO(memoryview(source.buf))
+    try:
+        version = npy_format.read_magic(stream)
+        if version == (1, 0):
+            shape, fortran, dtype = npy_format.read_array_header_1_0(stream)
+        elif version == (2, 0):
+            shape, fortran, dtype = npy_format.read_array_header_2_0(stream)
+        else:
+            raise ValueError(f"unsupported .npy version {version[0]}.{version[1]}")
+    except (ValueError, OSError) as exc:
+        raise FormatError(f"invalid .npy header: {exc}", path=source.name) from exc
+    if dtype.hasobject:
+        raise FormatError(f".npy holds {dtype} values (object arrays are never unpickled)", path=source.name)
+    if dtype.kind != "f" or dtype.itemsize not in (4, 8):
+        raise FormatError(f".npy holds {dtype} values; blobs are float32 or float64", path=source.name)
+    offset = stream.tell()
+    count = int(np.prod(shape, dtype=np.int64)) if shape else 1
+    need = count * dtype.itemsize
+    if source.size - offset < need:
+        raise FormatError(
+            f"truncated at byte {offset}: .npy array data needs {need} bytes, {source.size - offset} remain",
+            path=source.name)
+    values = np.frombuffer(source.buf, dtype=dtype, count=count, offset=offset)
+    if fortran and len(shape) > 1:
+        values = values.reshape(shape[::-1]).transpose().copy().reshape(-1)
+    native = dtype.newbyteorder("=")
+    if not dtype.isnative:
+        values = values.astype(native)
+    blob = Blob(dtype=native)
+    blob.fill_from(shape, values, None, adopt=True)
+    from .blobproto import Origin
+    blob.origin = Origin("shape", native, False)
+    return blob
+
+
+def save(blob: Blob, dest, *, double: bool | None = None, write_diff: bool | None = None,
+         layout: str | None = None) -> None:
+    """Write `blob` as a BlobProto to a path, "-" or a binary file object.
+
+    None keeps what the blob came with (its dtype, its diff if it had one,
+    its layout; "shape", no diff for a blob made in Python). Paths are written
+    atomically: a temporary file beside the target, then a rename.
+    """
+    origin = getattr(blob, "origin", None)
+    if double is None:
+        double = blob.dtype == np.float64
+    if write_diff is None:
+        write_diff = bool(origin.has_diff) if origin else False
+    if layout is None:
+        layout = origin.layout if origin else "shape"
+        if layout == "legacy" and blob.num_axes > 4:
+            layout = "shape"
+    try:
+        with atomic_output(dest) as out:
+            write_blob(out, blob, double=double, write_diff=write_diff, layout=layout)
+    except BlobToolError:
+        raise
+    except OSError as exc:
+        raise OutputError(f"cannot write: {exc.strerror or exc}", path=_display_name(dest)) from exc

@@ -1,0 +1,219 @@
+"""The protobuf wire format at the level of fields and byte spans.
+
+This module knows no message meaning; it finds fields and views payloads.
+
+Format
+------
+A message is a sequence of fields, each a *tag* followed by a value. The tag
+is a varint ``(field_number << 3) | wire_type``. Field numbers are 1 to
+2**29 - 1. Wire types:
+
+====  ==========  ====================================================
+0     VARINT      base-128 varint, least-significant group first, at
+                  most 10 bytes (a reader MUST refuse an 11th byte)
+1     I64         8 bytes little-endian (double, fixed64)
+2     LEN         varint byte length, then that many bytes (strings,
+                  nested messages, packed repeated scalars)
+3, 4  SGROUP/EGROUP  deprecated groups; Caffe's schema has none, so
+                  blobtool refuses them
+5     I32         4 bytes little-endian (float, fixed32)
+====  ==========  ====================================================
+
+Repeated scalars (Caffe's ``data``, ``diff``, ``double_data``,
+``double_diff``, ``BlobShape.dim``) come *packed* (one LEN field holding the
+values back to back) or *unpacked* (one I32/I64/VARINT field per value). A
+proto2 reader MUST accept both for the same field, in any mix, and MUST
+concatenate the values of every occurrence in file order: one packed field
+may be split over several occurrences. Fields may appear in any order; for a
+non-repeated scalar the last occurrence wins; occurrences of a non-repeated
+message field merge; unknown fields are skipped.
+
+A packed float payload is ``count * 4`` raw little-endian IEEE-754 bytes (a
+double payload ``count * 8``), so blobtool views it in place with
+``numpy.frombuffer``: no copy and no Python floats. Every length is checked
+against the bytes that remain before anything is allocated or viewed.
+"""
+
+from __future__ import annotations
+
+from typing import Iterator, NamedTuple
+
+import numpy as np
+
+from .errors import FormatError
+
+__all__ = [
+    "VARINT", "I64", "LEN", "SGROUP", "EGROUP", "I32",
+    "MAX_VARINT_BYTES", "MAX_FIELD_NUMBER",
+    "Field", "read_varint", "read_field", "iter_fields", "unpacked_values", "view_array", "unpacked_run",
+    "encode_varint", "encode_tag", "len_field_header", "field_label",
+]
+
+VARINT, I64, LEN, SGROUP, EGROUP, I32 = 0, 1, 2, 3, 4, 5
+WIRE_TYPE_NAMES = {VARINT: "varint", I64: "64-bit", LEN: "length-delimited",
+                   SGROUP: "start-group", EGROUP: "end-group", I32: "32-bit"}
+
+# A varint encodes at most 64 bits: 10 groups of 7. More is corrupt input.
+MAX_VARINT_BYTES = 10
+# Field numbers are 29 bits wide.
+MAX_FIELD_NUMBER = (1 << 29) - 1
+
+_FIXED_SIZE = {I64: 8, I32: 4}
+
+
+class Field(NamedTuple):
+    """One field as found in the bytes.
+
+    `offset` is where its tag starts; `start`/`end` delimit its value (for
+    LEN fields the payload after the length). `value` is the integer for
+    VARINT fields, else None.
+    """
+
+    number: int
+    wire_type: int
+    offset: int
+    start: int
+    end: int
+    value: int | None
+
+
+def field_label(number: int, names: dict | None = None) -> str:
+    """'field 5 (data)', or 'field 5' when the name is unknown."""
+    name = names.get(number) if names else None
+    return f"field {number} ({name})" if name else f"field {number}"
+
+
+def read_varint(buf, pos: int, end: int, *, path=None, what: str = "varint") -> tuple[int, int]:
+    """Decode the varint at `pos`; return (value, position after it).
+
+    Raises FormatError when the bytes end first or it runs past 10 bytes.
+    """
+    result = 0
+    shift = 0
+    start = pos
+    while True:
+        if pos >= end:
+            raise FormatError(f"truncated {what}: the data ends inside it", path=path, offset=start)
+        byte = buf[pos]
+        pos += 1
+        result |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            if pos - start == MAX_VARINT_BYTES and byte > 1:
+                raise FormatError(f"{what} overflows 64 bits", path=path, offset=start)
+            return result, pos
+        shift += 7
+        if pos - start >= MAX_VARINT_BYTES:
+            raise FormatError(f"{what} longer than {MAX_VARINT_BYTES} bytes", path=path, offset=start)
+
+
+def read_field(buf, pos: int, end: int, *, path=None, names: dict | None = None) -> Field:
+    """Read the field whose tag starts at `pos`, checking its length against `end`.
+
+    The returned Field's `end` is where the next field starts. `names` maps
+    field numbers to names for error messages.
+    """
+    offset = pos
+    tag, pos = read_varint(buf, pos, end, path=path, what="field tag")
+    number, wire_type = tag >> 3, tag & 7
+    if number == 0 or number > MAX_FIELD_NUMBER:
+        raise FormatError(f"invalid field number {number} (tag {tag:#x})", path=path, offset=offset)
+    label = field_label(number, names)
+    if wire_type == VARINT:
+        value, pos = read_varint(buf, pos, end, path=path, what=label)
+        return Field(number, wire_type, offset, offset, pos, value)
+    if wire_type == LEN:
+        length, value_start = read_varint(buf, pos, end, path=path, what=f"length of {label}")
+        remain = end - value_start
+        if length > remain:
+            raise _truncated(path, offset, label, length, remain)
+        return Field(number, wire_type, offset, value_start, value_start + length, None)
+    if wire_type in _FIXED_SIZE:
+        size = _FIXED_SIZE[wire_type]
+        if end - pos < size:
+            raise _truncated(path, offset, label, size, end - pos)
+        return Field(number, wire_type, offset, pos, pos + size, None)
+    if wire_type in (SGROUP, EGROUP):
+        raise FormatError(f"{label} uses the group wire type {wire_type}, which Caffe's schema never writes",
+                          path=path, offset=offset)
+    raise FormatError(f"{label} has invalid wire type {wire_type}", path=path, offset=offset)
+
+
+def iter_fields(buf, start: int, end: int, *, path=None, names: dict | None = None) -> Iterator[Field]:
+    """Yield the fields of the message in buf[start:end], checking every length."""
+    pos = start
+    while pos < end:
+        field = read_field(buf, pos, end, path=path, names=names)
+        pos = field.end
+        yield field
+
+
+def _truncated(path, offset: int, label: str, declared: int, remain: int) -> FormatError:
+    err = FormatError(f"truncated at byte {offset}: {label} declares {declared} bytes, {remain} remain",
+                      path=path)
+    err.offset = offset
+    return err
+
+
+def view_array(buf, start: int, end: int, dtype) -> np.ndarray:
+    """Zero-copy numpy view of the packed values in buf[start:end] (little-endian `dtype`)."""
+    dt = np.dtype(dtype).newbyteorder("<")
+    count = (end - start) // dt.itemsize
+    return np.frombuffer(buf, dtype=dt, count=count, offset=start)
+
+
+def unpacked_run(buf, pos: int, end: int, tag: bytes, size: int) -> int:
+    """How many unpacked values start at `pos`: consecutive `tag` + `size`-byte records.
+
+    Unpacked repeated floats are a 1-byte tag and 4 bytes each; checking the
+    tag bytes with numpy in growing blocks reads a run of millions of values
+    without a Python loop per value.
+    """
+    if len(tag) != 1:
+        return 0
+    record = 1 + size
+    tag_byte = tag[0]
+    total = 0
+    block = 256
+    while True:
+        fit = (end - pos) // record
+        if fit == 0:
+            return total
+        n = min(block, fit)
+        tags = np.frombuffer(buf, dtype=np.uint8, count=n * record, offset=pos)[::record]
+        mismatch = np.flatnonzero(tags != tag_byte)
+        if mismatch.size:
+            return total + int(mismatch[0])
+        total += n
+        pos += n * record
+        block *= 4
+
+
+def unpacked_values(buf, pos: int, count: int, size: int, dtype) -> np.ndarray:
+    """Copy `count` unpacked values (1-byte tag + `size` bytes each) starting at `pos`."""
+    record = 1 + size
+    raw = np.frombuffer(buf, dtype=np.uint8, count=count * record, offset=pos).reshape(count, record)
+    return np.ascontiguousarray(raw[:, 1:]).view(np.dtype(dtype).newbyteorder("<")).reshape(-1)
+
+
+def encode_varint(value: int) -> bytes:
+    """Base-128 varint of a non-negative integer below 2**64."""
+    if value < 0:
+        value &= (1 << 64) - 1
+    out = bytearray()
+    while True:
+        low = value & 0x7F
+        value >>= 7
+        if value:
+            out.append(low | 0x80)
+        else:
+            out.append(low)
+            return bytes(out)
+
+
+def encode_tag(number: int, wire_type: int) -> bytes:
+    return encode_varint((number << 3) | wire_type)
+
+
+def len_field_header(number: int, length: int) -> bytes:
+    """Tag and length of a LEN field whose `length` payload bytes follow."""
+    return encode_tag(number, LEN) + encode_varint(length)
