@@ -106,6 +106,7 @@ class BlobRecord:
     start: int
     end: int
     path: object = None
+    field_offsets: dict = dc_field(default_factory=dict)  # number -> first offset, for errors
 
     @property
     def shape_layout(self) -> tuple[tuple[int, ...], str]:
@@ -169,10 +170,12 @@ def parse_blob(buf, start: int = 0, end: int | None = None, *, path=None) -> Blo
     end = len(buf) if end is None else end
     payloads = {spec.name: Payload(spec.name, spec.dtype) for spec in _PAYLOADS.values()}
     header_spans = []
+    field_offsets = {}
     pos = start
     while pos < end:
         f = wire.read_field(buf, pos, end, path=path, names=BLOB_FIELD_NAMES)
         pos = f.end
+        field_offsets.setdefault(f.number, f.offset)
         spec = _PAYLOADS.get(f.number)
         if spec is None:
             header_spans.append((f.offset, f.end))
@@ -189,8 +192,13 @@ def parse_blob(buf, start: int = 0, end: int | None = None, *, path=None) -> Blo
         elif f.wire_type == spec.unpacked_wire_type:
             # A run of unpacked values: gather it at once rather than field by field.
             n = wire.unpacked_run(buf, f.offset, end, spec.unpacked_tag, spec.dtype.itemsize)
-            payload.chunks.append(wire.unpacked_values(buf, f.offset, n, spec.dtype.itemsize, spec.dtype))
-            pos = f.offset + n * (1 + spec.dtype.itemsize)
+            if n:
+                payload.chunks.append(wire.unpacked_values(buf, f.offset, n, spec.dtype.itemsize, spec.dtype))
+                pos = f.offset + n * (1 + spec.dtype.itemsize)
+            else:
+                # A tag written in more bytes than it needs (valid, if odd):
+                # the run above only matches the 1-byte tag, so take this value alone.
+                payload.chunks.append(wire.view_array(buf, f.start, f.end, spec.dtype))
         else:
             # protobuf keeps a known field with an unexpected wire type as an
             # unknown field; so does blobtool.
@@ -199,7 +207,7 @@ def parse_blob(buf, start: int = 0, end: int | None = None, *, path=None) -> Blo
         if payload.offset is None:
             payload.offset = f.offset
     header = _parse_header(buf, header_spans, path)
-    return BlobRecord(header, payloads, start, end, path)
+    return BlobRecord(header, payloads, start, end, path, field_offsets)
 
 
 def _parse_header(buf, spans, path):
@@ -225,15 +233,28 @@ def _parse_header(buf, spans, path):
 def blob_from_record(record: BlobRecord) -> Blob:
     """Build a Blob from a located BlobProto with Caffe's FromProto rules, adopting the payload views."""
     blob = Blob(dtype=record.dtype)
+    data = record.data_payload
     diff = record.diff_payload
-    shape = record.shape
+    shape, layout = record.shape_layout
     try:
-        blob.fill_from(shape, record.data_payload.array(), diff.array() if diff else None, adopt=True)
+        blob.fill_from(shape, data.array(), diff.array() if diff else None, adopt=True)
     except FormatError as exc:
-        data = record.data_payload
-        raise FormatError(
-            f"{'field ' + str(_PAYLOAD_FIELD[data.name]) + ' (' + data.name + ')' if data.count else 'no data'}: "
-            + exc.reason, path=record.path, offset=data.offset if data.count else record.start) from exc
+        # Name the field at fault: the shape when the reshape failed, else
+        # the payload whose count differs from the shape's.
+        if blob.shape != shape:
+            number = 7
+            if layout == "legacy":
+                number = 1 + next((axis for axis, d in enumerate(shape) if d < 0), 0)
+            label = wire.field_label(number, BLOB_FIELD_NAMES)
+            offset = record.field_offsets.get(number, record.start)
+        else:
+            payload = data if data.count != blob.count else diff
+            if payload.count:
+                label = wire.field_label(_PAYLOAD_FIELD[payload.name], BLOB_FIELD_NAMES)
+                offset = payload.offset
+            else:
+                label, offset = "no data", record.start
+        raise FormatError(f"{label}: {exc.reason}", path=record.path, offset=offset) from exc
     blob.origin = record.origin
     return blob
 

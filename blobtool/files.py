@@ -28,7 +28,7 @@ from .blob import Blob
 from .blobproto import blob_from_record, parse_blob, write_blob
 from .errors import BlobToolError, FormatError, OutputError, UsageError
 
-__all__ = ["Source", "open_source", "atomic_output", "load", "save", "STDIO"]
+__all__ = ["Source", "open_source", "atomic_output", "load", "save", "save_arrays", "STDIO"]
 
 STDIO = "-"
 
@@ -199,8 +199,13 @@ def load_source(source: Source) -> Blob:
     return blob_from_record(record)
 
 
-def load_npy(source: Source) -> Blob:
-    """A Blob holding an .npy file's array (float32/float64 only; pickles never load)."""
+def load_npy(source: Source, cast=None) -> Blob:
+    """A Blob holding an .npy file's array; pickles never load.
+
+    float32/float64 arrays are adopted without a copy. Other numeric arrays
+    (float16, integers) are refused unless `cast` (float32 or float64) says
+    what to convert them to.
+    """
     from numpy.lib import format as npy_format
 
     stream = io.BytesIO(memoryview(source.buf))
@@ -216,8 +221,10 @@ def load_npy(source: Source) -> Blob:
         raise FormatError(f"invalid .npy header: {exc}", path=source.name) from exc
     if dtype.hasobject:
         raise FormatError(f".npy holds {dtype} values (object arrays are never unpickled)", path=source.name)
-    if dtype.kind != "f" or dtype.itemsize not in (4, 8):
-        raise FormatError(f".npy holds {dtype} values; blobs are float32 or float64", path=source.name)
+    is_blob_dtype = dtype.kind == "f" and dtype.itemsize in (4, 8)
+    if not is_blob_dtype and (cast is None or dtype.kind not in "biuf"):
+        hint = " (convert it with --float or --double)" if dtype.kind in "biuf" else ""
+        raise FormatError(f".npy holds {dtype} values; blobs are float32 or float64{hint}", path=source.name)
     offset = stream.tell()
     count = int(np.prod(shape, dtype=np.int64)) if shape else 1
     need = count * dtype.itemsize
@@ -228,8 +235,8 @@ def load_npy(source: Source) -> Blob:
     values = np.frombuffer(source.buf, dtype=dtype, count=count, offset=offset)
     if fortran and len(shape) > 1:
         values = values.reshape(shape[::-1]).transpose().copy().reshape(-1)
-    native = dtype.newbyteorder("=")
-    if not dtype.isnative:
+    native = np.dtype(cast) if cast is not None else dtype.newbyteorder("=")
+    if values.dtype != native:
         values = values.astype(native)
     blob = Blob(dtype=native)
     blob.fill_from(shape, values, None, adopt=True)
@@ -262,3 +269,22 @@ def save(blob: Blob, dest, *, double: bool | None = None, write_diff: bool | Non
         raise
     except OSError as exc:
         raise OutputError(f"cannot write: {exc.strerror or exc}", path=_display_name(dest)) from exc
+
+
+def save_arrays(arrays: dict, dest, *, fmt: str) -> None:
+    """Write arrays as .npy (exactly one) or .npz (keyed by name), atomically.
+
+    Arrays are written with numpy's own format writer; pickles are never
+    written (allow_pickle=False).
+    """
+    if fmt == "npy":
+        if len(arrays) != 1:
+            raise UsageError(f".npy holds one array; {len(arrays)} selected (choose one with --blob, or use .npz)")
+        (array,) = arrays.values()
+        with atomic_output(dest) as out:
+            np.save(out, array, allow_pickle=False)
+    elif fmt == "npz":
+        with atomic_output(dest) as out:
+            np.savez(out, **arrays)
+    else:
+        raise UsageError(f"unknown array format {fmt!r}")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["CHUNK", "asum", "sumsq", "asum_sumsq", "scal", "axpy"]
+__all__ = ["CHUNK", "asum", "sumsq", "asum_sumsq", "scal", "axpy", "stats"]
 
 # Elements per chunk: 64K float64 values (512 KiB) stay in L2 cache while they
 # are widened, squared and summed.
@@ -59,3 +59,43 @@ def axpy(alpha: float, x: np.ndarray, y: np.ndarray) -> None:
         for start in range(0, y.size, CHUNK):
             seg = y[start:start + CHUNK]
             seg += y.dtype.type(alpha) * x[start:start + CHUNK]
+
+
+def stats(x: np.ndarray) -> dict:
+    """min, max, mean, std of the finite values, and the NaN and Inf counts, in float64.
+
+    Computed chunk by chunk (Chan's parallel update for the variance), so it
+    needs no full-size temporary. min/max/mean/std are None when no value is
+    finite.
+    """
+    x = x.reshape(-1)
+    n = 0
+    mean = 0.0
+    m2 = 0.0
+    lo = np.inf
+    hi = -np.inf
+    nans = 0
+    infs = 0
+    for start in range(0, x.size, CHUNK):
+        part = x[start:start + CHUNK].astype(np.float64)
+        finite = np.isfinite(part)
+        if not finite.all():
+            nan_here = int(np.count_nonzero(np.isnan(part)))
+            nans += nan_here
+            infs += int(part.size - np.count_nonzero(finite)) - nan_here
+            part = part[finite]
+        if part.size == 0:
+            continue
+        k = part.size
+        part_mean = float(part.mean())
+        part_m2 = float(np.dot(part - part_mean, part - part_mean))
+        delta = part_mean - mean
+        total = n + k
+        mean += delta * k / total
+        m2 += part_m2 + delta * delta * n * k / total
+        n = total
+        lo = min(lo, float(part.min()))
+        hi = max(hi, float(part.max()))
+    if n == 0:
+        return {"min": None, "max": None, "mean": None, "std": None, "nan": nans, "inf": infs}
+    return {"min": lo, "max": hi, "mean": mean, "std": (m2 / n) ** 0.5, "nan": nans, "inf": infs}

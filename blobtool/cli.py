@@ -1,0 +1,442 @@
+"""The blobtool command: parse arguments, call the library, render, map errors to exit codes.
+
+No arithmetic and no format logic live here. Exit codes (see the README):
+0 ok; 1 differences found or a check failed; 2 usage error; 3 input
+unreadable or invalid; 4 GPU asked for but not available; 5 output cannot be
+written; 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import traceback
+
+import click
+
+from . import __version__
+from .errors import BlobToolError, UsageError
+
+EXIT_OK, EXIT_DIFFERENT, EXIT_USAGE, EXIT_INPUT, EXIT_GPU, EXIT_OUTPUT = 0, 1, 2, 3, 4, 5
+EXIT_INTERRUPTED = 130
+EXIT_INTERNAL = 70
+
+CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+OUTPUT_FORMATS = ("blob", "npy", "npz")
+
+
+def _debug_enabled() -> bool:
+    ctx = click.get_current_context(silent=True)
+    root = ctx.find_root() if ctx else None
+    if root is not None and root.params.get("debug"):
+        return True
+    return os.environ.get("BLOBTOOL_DEBUG", "") not in ("", "0")
+
+
+def _say_error(message: str) -> None:
+    click.echo("blobtool: " + " ".join(str(message).split("\n")), err=True)
+
+
+def _quiet_broken_pipe() -> None:
+    # The reader went away (blobtool info *.pb | head -1): stop quietly, and
+    # keep Python's final flush of stdout from complaining.
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+
+
+class BlobtoolGroup(click.Group):
+    """Maps the library's errors to one stderr line and the documented exit code."""
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except BlobToolError as exc:
+            if _debug_enabled():
+                traceback.print_exc()
+            _say_error(str(exc))
+            ctx.exit(exc.exit_code)
+        except KeyboardInterrupt:
+            _say_error("interrupted")
+            ctx.exit(EXIT_INTERRUPTED)
+        except BrokenPipeError:
+            _quiet_broken_pipe()
+            ctx.exit(EXIT_OK)
+        except (click.exceptions.Exit, click.ClickException, click.exceptions.Abort):
+            raise
+        except Exception as exc:  # a bug: one line, traceback with --debug
+            if _debug_enabled():
+                traceback.print_exc()
+            _say_error(f"internal error: {type(exc).__name__}: {exc} (run with --debug for the traceback)")
+            ctx.exit(EXIT_INTERNAL)
+
+
+@click.group(cls=BlobtoolGroup, context_settings=CONTEXT_SETTINGS)
+@click.version_option(__version__, "-V", "--version", prog_name="blobtool")
+@click.option("--debug", is_flag=True, help="Show tracebacks for errors (also BLOBTOOL_DEBUG=1).")
+def cli(debug: bool) -> None:
+    """Inspect, compare and convert Caffe blob files.
+
+    Reads BlobProto files (the `shape` field and the legacy num/channels/height/width
+    fields) and .npy arrays; the kind is sniffed from the bytes, not the name.
+
+    \b
+    Exit codes: 0 ok, 1 differences found or a check failed, 2 usage error,
+    3 input unreadable or invalid, 4 GPU not available, 5 output not writable.
+
+    \b
+    Example:
+      blobtool info mean.binaryproto
+    """
+
+
+# -- shared options and helpers ---------------------------------------------
+
+def _json_option(f):
+    return click.option("--json", "as_json", is_flag=True, help="Print JSON Lines: one object per input file.")(f)
+
+
+def _device_option(f):
+    return click.option("--device", "device", type=click.IntRange(min=0), metavar="N", default=None,
+                        help="Run the work on CUDA GPU N (needs the CUDA extra).")(f)
+
+
+def _blob_option(f):
+    return click.option("--blob", "patterns", multiple=True, metavar="PATTERN",
+                        help="Select blobs by name, glob (conv*/0) or layer name; repeatable.")(f)
+
+
+def _kind_option(f):
+    from .containers import KINDS
+    return click.option("--kind", type=click.Choice(KINDS), default=None,
+                        help="Read the input as this kind instead of sniffing it.")(f)
+
+
+def _output_options(f):
+    f = click.option("--format", "fmt", type=click.Choice(OUTPUT_FORMATS), default=None,
+                     help="Output format (default: by extension: .npy, .npz, else a blob file).")(f)
+    f = click.option("-o", "--output", type=click.Path(dir_okay=False, allow_dash=True), default=None,
+                     metavar="PATH", help="Where to write ('-' for stdout; default stdout when it is not a terminal).")(f)
+    return f
+
+
+def _inputs(files) -> list:
+    if not files:
+        if sys.stdin is None or sys.stdin.isatty():
+            raise click.UsageError("no input file given, and standard input is a terminal")
+        return ["-"]
+    if list(files).count("-") > 1:
+        raise click.UsageError("standard input ('-') can be read only once")
+    return list(files)
+
+
+def _output(output, fmt):
+    if output is None:
+        if sys.stdout.isatty():
+            raise click.UsageError("refusing to write binary data to a terminal; use -o PATH (or -o - to insist)")
+        output = "-"
+    if fmt is None:
+        lower = output.lower()
+        fmt = "npy" if lower.endswith(".npy") else "npz" if lower.endswith(".npz") else "blob"
+    return output, fmt
+
+
+def _consoles():
+    from rich.console import Console
+    return Console(), Console(stderr=True)
+
+
+def _emit_json(obj: dict) -> None:
+    click.echo(json.dumps(obj, separators=(", ", ": ")))
+
+
+def _use_device(index):
+    """Select GPU `index` (None: stay on the host); returns the JSON "device" object or None."""
+    if index is None:
+        return None
+    from . import device
+    return device.use(index).describe()
+
+
+def _place(blob, device_info):
+    """Put a blob's data (and diff) where the work runs: on the GPU when one was selected."""
+    if device_info is not None and blob.count:
+        blob.gpu_data()
+        if blob.diff_memory is not None and blob.diff_memory.head.name != "UNINITIALIZED":
+            blob.gpu_diff()
+    return blob
+
+
+def _open(path, kind=None, npy_cast=None):
+    from .containers import open_document
+    return open_document(path, kind, npy_cast=npy_cast)
+
+
+# -- commands ------------------------------------------------------------------
+
+@cli.command(context_settings=CONTEXT_SETTINGS)
+@click.argument("files", nargs=-1, type=click.Path(dir_okay=True, allow_dash=True))
+@click.option("--stats", is_flag=True, help="Add min, max, mean, std and NaN/Inf counts (reads the values).")
+@_blob_option
+@_kind_option
+@_json_option
+def info(files, stats, patterns, kind, as_json):
+    """Show what a blob file holds: kind, size, and each blob's shape, layout, dtype, count and diff.
+
+    Reads no values unless --stats is given.
+
+    \b
+    Example:
+      blobtool info mean.binaryproto
+      blobtool info --json --stats weights.pb | jq .blobs[0].stats
+    """
+    from .containers import select
+    from .render import render_info
+    from .summary import info_record
+
+    out, _ = _consoles()
+    for path in _inputs(files):
+        doc = _open(path, kind)
+        record = info_record(doc, select(doc, patterns), stats=stats)
+        if as_json:
+            _emit_json(record)
+        else:
+            render_info(out, record)
+
+
+@cli.command(context_settings=CONTEXT_SETTINGS)
+@click.argument("files", nargs=-1, type=click.Path(dir_okay=True, allow_dash=True))
+@_device_option
+@_blob_option
+@_kind_option
+@_json_option
+def norm(files, device, patterns, kind, as_json):
+    """Report Caffe's asum (L1), sumsq (squared L2) and l2 of each blob's data and diff.
+
+    Sums accumulate in float64, also for float32 blobs.
+
+    \b
+    Example:
+      blobtool norm weights.pb
+      cat weights.pb | blobtool norm --json --device 0
+    """
+    from .containers import select
+    from .render import render_norm
+    from .summary import norm_record
+
+    out, _ = _consoles()
+    device_info = _use_device(device)
+    for path in _inputs(files):
+        doc = _open(path, kind)
+        entries = select(doc, patterns)
+        blobs = [_place(e.blob(), device_info) for e in entries]
+        record = norm_record(doc, entries, blobs, device=device_info)
+        if as_json:
+            _emit_json(record)
+        else:
+            render_norm(out, record)
+
+
+def _write(doc, entries, blobs, output, fmt, *, double=None, layout=None, write_diff=None):
+    """Write the selected blobs in `fmt`, keeping each blob's stored form unless told otherwise."""
+    import numpy as np
+
+    from .files import save, save_arrays
+
+    if fmt == "blob":
+        if len(blobs) != 1:
+            raise UsageError(f"a blob file holds one blob; {len(blobs)} selected (choose one with --blob, "
+                             "or write .npz)")
+        save(blobs[0], output, double=double, write_diff=write_diff, layout=layout)
+        return
+    target = None if double is None else np.dtype(np.float64 if double else np.float32)
+    arrays = {}
+    for entry, blob in zip(entries, blobs):
+        data = blob.cpu_data().reshape(blob.shape)
+        arrays[entry.name] = data if target is None else data.astype(target)
+        keep_diff = entry.has_diff if write_diff is None else write_diff
+        if fmt == "npz" and keep_diff:
+            diff = blob.cpu_diff().reshape(blob.shape)
+            arrays[entry.name + "/diff"] = diff if target is None else diff.astype(target)
+    save_arrays(arrays, output, fmt=fmt)
+
+
+def _load_selected(path, kind, patterns, device_info, npy_cast=None):
+    from .containers import select
+    doc = _open(path, kind, npy_cast=npy_cast)
+    entries = select(doc, patterns)
+    return doc, entries, [_place(e.blob(), device_info) for e in entries]
+
+
+@cli.command(context_settings=CONTEXT_SETTINGS)
+@click.argument("file", type=click.Path(dir_okay=False, allow_dash=True))
+@click.argument("factor", type=float)
+@click.option("--diff-factor", type=float, default=None, metavar="F",
+              help="Also scale the diff by F (default: diff unchanged).")
+@_output_options
+@_device_option
+@_blob_option
+@_kind_option
+def scale(file, factor, diff_factor, output, fmt, device, patterns, kind):
+    """Multiply a blob's data by FACTOR (Caffe's scale_data), in the blob's own dtype.
+
+    \b
+    Example:
+      blobtool scale weights.pb 0.5 -o half.pb
+      blobtool scale weights.pb 0.5 --diff-factor 0 -o - | blobtool norm
+    """
+    output, fmt = _output(output, fmt)
+    device_info = _use_device(device)
+    doc, entries, blobs = _load_selected(file, kind, patterns, device_info)
+    for blob in blobs:
+        blob.scale_data(factor)
+        if diff_factor is not None:
+            blob.scale_diff(diff_factor)
+    _write(doc, entries, blobs, output, fmt)
+
+
+@cli.command(context_settings=CONTEXT_SETTINGS)
+@click.argument("file", type=click.Path(dir_okay=False, allow_dash=True))
+@_output_options
+@_device_option
+@_blob_option
+@_kind_option
+def update(file, output, fmt, device, patterns, kind):
+    """Apply Caffe's Blob::Update, data -= diff, and write the result.
+
+    \b
+    Example:
+      blobtool update snapshot.pb -o stepped.pb
+    """
+    output, fmt = _output(output, fmt)
+    device_info = _use_device(device)
+    doc, entries, blobs = _load_selected(file, kind, patterns, device_info)
+    for entry, blob in zip(entries, blobs):
+        if not entry.has_diff:
+            from .errors import FormatError
+            raise FormatError(f"blob {entry.name!r} has no diff to apply (update computes data -= diff)",
+                              path=doc.path)
+        blob.update()
+    _write(doc, entries, blobs, output, fmt)
+
+
+@cli.command(context_settings=CONTEXT_SETTINGS)
+@click.argument("file", type=click.Path(dir_okay=False, allow_dash=True))
+@_output_options
+@click.option("--double", "precision", flag_value="double", help="Write float64 values (double_data).")
+@click.option("--float", "precision", flag_value="float", help="Write float32 values (data).")
+@click.option("--shape", "layout", flag_value="shape", help="Write the `shape` field (Caffe's ToProto).")
+@click.option("--legacy", "layout", flag_value="legacy",
+              help="Write legacy num/channels/height/width (at most 4 axes).")
+@click.option("--no-diff", is_flag=True, help="Drop the diff.")
+@_device_option
+@_blob_option
+@_kind_option
+def convert(file, output, fmt, precision, layout, no_diff, device, patterns, kind):
+    """Re-save a blob with Caffe's ToProto meaning, as a blob file, .npy or .npz.
+
+    Keeps the input's dtype, layout and diff unless told otherwise. .npy input
+    becomes a blob (float16 or integer arrays need --float or --double; pickles
+    are never loaded). .npy output holds the data array; .npz holds every blob
+    by name and its diff under "<name>/diff".
+
+    \b
+    Example:
+      blobtool convert --double mean.binaryproto -o mean64.pb
+      blobtool convert weights.pb -o weights.npy
+    """
+    import numpy as np
+
+    output, fmt = _output(output, fmt)
+    double = None if precision is None else precision == "double"
+    npy_cast = None if precision is None else (np.float64 if double else np.float32)
+    device_info = _use_device(device)
+    doc, entries, blobs = _load_selected(file, kind, patterns, device_info, npy_cast=npy_cast)
+    if layout == "legacy":
+        for blob in blobs:
+            if blob.num_axes > 4:
+                raise UsageError(f"--legacy holds at most 4 axes; blob has shape {blob.shape}")
+    _write(doc, entries, blobs, output, fmt, double=double, layout=layout,
+           write_diff=False if no_diff else None)
+
+
+@cli.command(context_settings=CONTEXT_SETTINGS)
+@click.argument("a", type=click.Path(dir_okay=False, allow_dash=True))
+@click.argument("b", type=click.Path(dir_okay=False, allow_dash=True))
+@click.option("--rtol", type=click.FloatRange(min=0), default=0.0, metavar="R",
+              help="Relative tolerance: |a-b| <= atol + rtol*|b| (default 0: exact).")
+@click.option("--atol", type=click.FloatRange(min=0), default=0.0, metavar="T",
+              help="Absolute tolerance (default 0: exact).")
+@click.option("-q", "--quiet", is_flag=True, help="Print only the verdict line.")
+@_device_option
+@_blob_option
+@_kind_option
+@_json_option
+def compare(a, b, rtol, atol, quiet, device, patterns, kind, as_json):
+    """Compare two blob files value by value; exit 1 when they differ.
+
+    Blobs match by name; shapes compare with Caffe's legacy rule ((3,2) equals
+    legacy 1x1x3x2); values compare in float64, NaN equal to NaN.
+
+    \b
+    Example:
+      blobtool compare before.pb after.pb --rtol 1e-6
+      blobtool convert --double w.pb -o - | blobtool compare - w.pb
+    """
+    from .compare import compare_documents
+    from .containers import select
+    from .render import render_compare
+    from .summary import compare_record
+
+    if a == "-" and b == "-":
+        raise click.UsageError("standard input ('-') can be read only once")
+    device_info = _use_device(device)
+    doc_a, doc_b = _open(a, kind), _open(b, kind)
+    entries_a = select(doc_a, patterns)
+    entries_b = select(doc_b, patterns)
+    result = compare_documents(doc_a, doc_b, entries_a, entries_b, rtol=rtol, atol=atol,
+                               fetch=lambda e: _place(e.blob(), device_info))
+    record = compare_record(result, device=device_info)
+    if as_json:
+        _emit_json(record)
+    else:
+        out, _ = _consoles()
+        render_compare(out, record, quiet=quiet)
+    click.get_current_context().exit(EXIT_OK if result.equal else EXIT_DIFFERENT)
+
+
+@cli.command(context_settings=CONTEXT_SETTINGS)
+@_json_option
+def devices(as_json):
+    """List the visible CUDA devices: index, name, memory and compute capability.
+
+    Prints an empty list (and exits 0) where CuPy, the driver or a GPU is missing.
+
+    \b
+    Example:
+      blobtool devices --json
+    """
+    from .device import list_devices
+    from .render import render_devices
+
+    found = list_devices()
+    if as_json:
+        _emit_json({"devices": found})
+    else:
+        out, _ = _consoles()
+        render_devices(out, found)
+
+
+def main(argv=None) -> None:
+    """Entry point of the blobtool script and of python -m blobtool."""
+    try:
+        cli.main(args=argv, prog_name="blobtool")
+    except BrokenPipeError:
+        _quiet_broken_pipe()
+        sys.exit(EXIT_OK)
+    except KeyboardInterrupt:
+        _say_error("interrupted")
+        sys.exit(EXIT_INTERRUPTED)

@@ -1,0 +1,179 @@
+"""Comparing blobs: results as data, for the renderer and for scripts.
+
+Values compare in float64, so a float file equals its double conversion.
+Exact by default: equal when the shapes match and every value is equal, NaN
+equal to NaN at the same position. With tolerances a value matches when
+``|a - b| <= atol + rtol * |b|`` (numpy.isclose's rule, B the reference).
+Shapes compare with Caffe's ShapeEquals rule: a legacy 4-D shape equals any
+shape of at most 4 axes that pads to it with leading 1s ((3, 2) equals legacy
+1 x 1 x 3 x 2).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .kernels import CHUNK
+
+__all__ = ["ValueDiff", "BlobComparison", "FileComparison", "compare_arrays", "shapes_equal",
+           "compare_documents"]
+
+
+def shapes_equal(shape_a, layout_a: str, shape_b, layout_b: str) -> bool:
+    """Caffe's ShapeEquals, applied in whichever direction a legacy shape is involved."""
+    shape_a, shape_b = tuple(shape_a), tuple(shape_b)
+    if shape_a == shape_b:
+        return True
+    if "legacy" in (layout_a, layout_b) and len(shape_a) <= 4 and len(shape_b) <= 4:
+        pad = lambda s: (1,) * (4 - len(s)) + s  # noqa: E731
+        return pad(shape_a) == pad(shape_b)
+    return False
+
+
+@dataclass
+class ValueDiff:
+    """How two arrays of the same count differ."""
+
+    equal: bool
+    max_abs: float
+    max_rel: float
+    mismatches: int
+    first_mismatch: int | None   # flat index
+    l2_a: float
+    l2_diff: float
+    l2_b: float
+
+    @property
+    def rel_l2(self) -> float:
+        """||a - b|| / ||b||: the relative L2 change (inf when b is zero and a is not)."""
+        if self.l2_diff == 0:
+            return 0.0
+        return self.l2_diff / self.l2_b if self.l2_b else math.inf
+
+
+def compare_arrays(a: np.ndarray, b: np.ndarray, *, rtol: float = 0.0, atol: float = 0.0) -> ValueDiff:
+    """Compare two flat arrays of equal size chunk by chunk in float64."""
+    a = a.reshape(-1)
+    b = b.reshape(-1)
+    max_abs = 0.0
+    max_rel = 0.0
+    mismatches = 0
+    first = None
+    sq_diff = sq_a = sq_b = 0.0
+    for start in range(0, a.size, CHUNK):
+        x = a[start:start + CHUNK].astype(np.float64)
+        y = b[start:start + CHUNK].astype(np.float64)
+        both_nan = np.isnan(x) & np.isnan(y)
+        with np.errstate(invalid="ignore", over="ignore"):
+            delta = np.abs(x - y)
+            delta[both_nan] = 0.0
+            # Equal infinities give NaN above; they are equal.
+            delta[(x == y)] = 0.0
+            bad = ~(delta <= atol + rtol * np.abs(y))
+        count = int(np.count_nonzero(bad))
+        if count:
+            mismatches += count
+            if first is None:
+                first = start + int(np.flatnonzero(bad)[0])
+        finite_delta = np.where(np.isnan(delta), np.inf, delta)
+        if finite_delta.size:
+            max_abs = max(max_abs, float(finite_delta.max()))
+            with np.errstate(divide="ignore", invalid="ignore"):
+                rel = np.where(finite_delta == 0, 0.0, finite_delta / np.abs(y))
+            rel = np.where(np.isnan(rel), np.inf, rel)
+            max_rel = max(max_rel, float(rel.max()))
+        ok = np.isfinite(delta)
+        sq_diff += float(np.dot(delta[ok], delta[ok]))
+        fx = x[np.isfinite(x)]
+        fy = y[np.isfinite(y)]
+        sq_a += float(np.dot(fx, fx))
+        sq_b += float(np.dot(fy, fy))
+    return ValueDiff(mismatches == 0, max_abs, max_rel, mismatches, first,
+                     math.sqrt(sq_a), math.sqrt(sq_diff), math.sqrt(sq_b))
+
+
+@dataclass
+class BlobComparison:
+    """One name's comparison. `data`/`diff` are None when not compared."""
+
+    name: str
+    shape_a: tuple | None
+    shape_b: tuple | None
+    shape_equal: bool
+    data: ValueDiff | None = None
+    diff: ValueDiff | None = None
+    diff_note: str | None = None   # why diff was not compared
+    layer: str | None = None
+
+    @property
+    def only_in(self) -> str | None:
+        if self.shape_a is None:
+            return "b"
+        if self.shape_b is None:
+            return "a"
+        return None
+
+    @property
+    def equal(self) -> bool:
+        if self.only_in or not self.shape_equal:
+            return False
+        return all(v is None or v.equal for v in (self.data, self.diff))
+
+    def first_mismatch_index(self, shape) -> tuple | None:
+        """The first differing data value as an index tuple into `shape`."""
+        if self.data is None or self.data.first_mismatch is None:
+            return None
+        return tuple(int(i) for i in np.unravel_index(self.data.first_mismatch, tuple(shape) or (1,)))
+
+
+@dataclass
+class FileComparison:
+    a: str
+    b: str
+    blobs: list = field(default_factory=list)
+    rtol: float = 0.0
+    atol: float = 0.0
+
+    @property
+    def equal(self) -> bool:
+        return all(c.equal for c in self.blobs)
+
+    @property
+    def differing(self) -> list:
+        return [c for c in self.blobs if not c.equal]
+
+
+def compare_documents(doc_a, doc_b, entries_a, entries_b, *, rtol: float = 0.0, atol: float = 0.0,
+                      fetch=None) -> FileComparison:
+    """Compare the selected entries of two documents, matched by name.
+
+    `fetch(entry)` returns the entry's Blob (placed where the work runs);
+    by default ``entry.blob()``.
+    """
+    fetch = fetch or (lambda e: e.blob())
+    result = FileComparison(doc_a.path, doc_b.path, rtol=rtol, atol=atol)
+    by_name_b = {e.name: e for e in entries_b}
+    seen = set()
+    for ea in entries_a:
+        eb = by_name_b.get(ea.name)
+        seen.add(ea.name)
+        if eb is None:
+            result.blobs.append(BlobComparison(ea.name, ea.shape, None, False, layer=ea.layer))
+            continue
+        same_shape = shapes_equal(ea.shape, ea.layout, eb.shape, eb.layout)
+        comp = BlobComparison(ea.name, ea.shape, eb.shape, same_shape, layer=ea.layer)
+        if same_shape:
+            blob_a, blob_b = fetch(ea), fetch(eb)
+            comp.data = compare_arrays(blob_a.cpu_data(), blob_b.cpu_data(), rtol=rtol, atol=atol)
+            if ea.has_diff and eb.has_diff:
+                comp.diff = compare_arrays(blob_a.cpu_diff(), blob_b.cpu_diff(), rtol=rtol, atol=atol)
+            elif ea.has_diff != eb.has_diff:
+                comp.diff_note = "only a has diff" if ea.has_diff else "only b has diff"
+        result.blobs.append(comp)
+    for eb in entries_b:
+        if eb.name not in seen:
+            result.blobs.append(BlobComparison(eb.name, None, eb.shape, False, layer=eb.layer))
+    return result

@@ -1,0 +1,180 @@
+"""Human-readable output: rich tables drawn from summary records. Computes nothing."""
+
+from __future__ import annotations
+
+from rich import box
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+__all__ = ["fmt_num", "fmt_bytes", "fmt_shape", "render_info", "render_norm", "render_compare",
+           "render_devices", "render_written"]
+
+
+def fmt_num(x) -> str:
+    if x is None:
+        return "-"
+    if isinstance(x, str):
+        return x
+    if isinstance(x, int):
+        return f"{x:,}"
+    return f"{x:.6g}"
+
+
+def fmt_bytes(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n} B"  # unreachable
+
+
+def fmt_shape(shape) -> str:
+    if shape is None:
+        return "-"
+    return "(" + ", ".join(str(d) for d in shape) + ")" if len(shape) != 1 else f"({shape[0]},)"
+
+
+def _title(record: dict) -> Text:
+    title = Text(record["path"], style="bold")
+    extra = [record["kind"]]
+    if "bytes" in record:
+        extra.append(fmt_bytes(record["bytes"]))
+    for key in ("name", "iter"):
+        if record.get(key) is not None:
+            extra.append(f"{key} {record[key]}")
+    if record.get("device"):
+        extra.append(f"on GPU {record['device']['index']} ({record['device']['name']})")
+    title.append("  " + ", ".join(extra), style="dim")
+    return title
+
+
+def render_info(console: Console, record: dict) -> None:
+    console.print(_title(record))
+    has_layers = any("layer" in b for b in record["blobs"])
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+    if has_layers:
+        table.add_column("layer")
+        table.add_column("type")
+    table.add_column("blob")
+    table.add_column("shape")
+    table.add_column("layout")
+    table.add_column("dtype")
+    table.add_column("count", justify="right")
+    table.add_column("bytes", justify="right")
+    table.add_column("diff")
+    with_stats = any("stats" in b for b in record["blobs"])
+    if with_stats:
+        for col in ("min", "max", "mean", "std", "nan", "inf"):
+            table.add_column(col, justify="right")
+    total_count = 0
+    total_bytes = 0
+    for b in record["blobs"]:
+        row = []
+        if has_layers:
+            row += [b.get("layer") or "", b.get("type") or ""]
+        row += [b["name"], fmt_shape(b["shape"]), b["layout"], b["dtype"], fmt_num(b["count"]),
+                fmt_bytes(b["bytes"]), "yes" if b["has_diff"] else "no"]
+        if with_stats:
+            s = b["stats"]["data"]
+            row += [fmt_num(s[k]) for k in ("min", "max", "mean", "std")]
+            row += [Text(str(s["nan"]), style="red" if s["nan"] else ""),
+                    Text(str(s["inf"]), style="red" if s["inf"] else "")]
+        table.add_row(*row)
+        if with_stats and b["stats"].get("diff"):
+            s = b["stats"]["diff"]
+            pad = [""] * (2 if has_layers else 0)
+            table.add_row(*pad, Text(f"{b['name']} diff", style="dim"), "", "", "", "", "", "",
+                          *[fmt_num(s[k]) for k in ("min", "max", "mean", "std")], str(s["nan"]), str(s["inf"]))
+        total_count += b["count"]
+        total_bytes += b["bytes"]
+    console.print(table)
+    if len(record["blobs"]) > 1:
+        console.print(f"  {len(record['blobs'])} blobs, {fmt_num(total_count)} values, {fmt_bytes(total_bytes)}")
+
+
+def render_norm(console: Console, record: dict) -> None:
+    console.print(_title(record))
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+    table.add_column("blob")
+    for col in ("data asum", "data sumsq", "data l2", "diff asum", "diff sumsq", "diff l2"):
+        table.add_column(col, justify="right")
+
+    def cells(v):
+        return [fmt_num(v[k]) for k in ("asum", "sumsq", "l2")] if v else ["-", "-", "-"]
+
+    for b in record["blobs"]:
+        table.add_row(b["name"], *cells(b["data"]), *cells(b["diff"]))
+    if len(record["blobs"]) > 1:
+        t = record["total"]
+        table.add_row(Text("total", style="bold"), *cells(t["data"]), *cells(t["diff"]))
+    console.print(table)
+
+
+def render_compare(console: Console, record: dict, *, quiet: bool = False) -> None:
+    """The answer to "what differs, and by how much": a verdict line, then the differing blobs first."""
+    blobs = record["blobs"]
+    differing = [b for b in blobs if not b["equal"]]
+    if record["equal"]:
+        verdict = Text("equal", style="bold green")
+        verdict.append(f"  {record['a']} and {record['b']}: {len(blobs)} blob(s) match", style="")
+        console.print(verdict)
+        return
+    verdict = Text("DIFFERENT", style="bold red")
+    verdict.append(f"  {record['a']} vs {record['b']}: {len(differing)} of {len(blobs)} blob(s) differ")
+    console.print(verdict)
+    if quiet:
+        return
+
+    def severity(b):
+        if b.get("only_in") or b["shape_a"] != b["shape_b"] and b["max_abs"] is None:
+            return (0, 0.0)
+        rel = b["rel_l2"]
+        rel = float("inf") if isinstance(rel, str) else (rel or 0.0)
+        return (1, -rel)
+
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+    table.add_column("blob")
+    table.add_column("what")
+    table.add_column("max_abs", justify="right")
+    table.add_column("max_rel", justify="right")
+    table.add_column("rel L2", justify="right")
+    table.add_column("mismatches", justify="right")
+    table.add_column("first at")
+    for b in sorted(differing, key=severity):
+        if b.get("only_in"):
+            what = Text(f"only in {b['only_in']}", style="yellow")
+            table.add_row(b["name"], what, "", "", "", "", "")
+            continue
+        if b["max_abs"] is None:
+            table.add_row(b["name"], Text(f"shape {fmt_shape(b['shape_a'])} vs {fmt_shape(b['shape_b'])}",
+                                          style="yellow"), "", "", "", "", "")
+            continue
+        what = "values" if b["mismatches"] else "diff"
+        total = 1
+        for d in b["shape_a"]:
+            total *= d
+        table.add_row(b["name"], what, fmt_num(b["max_abs"]), fmt_num(b["max_rel"]), fmt_num(b["rel_l2"]),
+                      f"{b['mismatches']:,} / {total:,}",
+                      fmt_shape(b["first_mismatch"]) if b["first_mismatch"] is not None else "-")
+    console.print(table)
+    same = len(blobs) - len(differing)
+    if same:
+        console.print(Text(f"  {same} other blob(s) equal", style="dim"))
+
+
+def render_devices(console: Console, devices: list) -> None:
+    if not devices:
+        console.print("no CUDA device visible")
+        return
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+    for col in ("index", "name", "total", "free", "compute"):
+        table.add_column(col)
+    for d in devices:
+        table.add_row(str(d["index"]), d["name"], fmt_bytes(d["total_memory"]), fmt_bytes(d["free_memory"]),
+                      d["compute_capability"])
+    console.print(table)
+
+
+def render_written(console: Console, path: str, fmt: str, blobs: int) -> None:
+    console.print(Text(f"wrote {path} ({fmt}, {blobs} blob{'s' if blobs != 1 else ''})", style="dim"))

@@ -1,0 +1,123 @@
+"""What info and norm report, as plain data (JSON-ready dicts).
+
+The renderer draws these; scripts get them as JSON Lines. Nothing here
+prints.
+"""
+
+from __future__ import annotations
+
+import math
+
+from . import kernels
+from .containers import Document, Entry
+
+__all__ = ["json_float", "info_record", "norm_record", "norm_values", "compare_record"]
+
+
+def json_float(x):
+    """A float as JSON can hold it: non-finite values become "nan", "inf", "-inf"."""
+    if x is None:
+        return None
+    x = float(x)
+    if math.isfinite(x):
+        return x
+    return "nan" if math.isnan(x) else ("inf" if x > 0 else "-inf")
+
+
+def _stats(values) -> dict:
+    return {k: (json_float(v) if k not in ("nan", "inf") else v) for k, v in kernels.stats(values).items()}
+
+
+def entry_info(entry: Entry, *, stats: bool = False) -> dict:
+    """One blob's line in info: name, shape, count, dtype, layout, has_diff, bytes (and stats)."""
+    out = {
+        "name": entry.name,
+        "shape": list(entry.shape),
+        "count": entry.count,
+        "dtype": entry.dtype.name,
+        "layout": entry.layout,
+        "has_diff": entry.has_diff,
+        "bytes": entry.nbytes,
+    }
+    if entry.layer is not None:
+        out["layer"] = entry.layer
+        out["type"] = entry.type
+    if stats:
+        blob = entry.blob()
+        out["stats"] = {"data": _stats(blob.cpu_data()),
+                        "diff": _stats(blob.cpu_diff()) if entry.has_diff else None}
+    return out
+
+
+def info_record(doc: Document, entries, *, stats: bool = False) -> dict:
+    """info's JSON object for one file."""
+    out = {"path": doc.path, "kind": doc.kind, "bytes": doc.size}
+    out.update(doc.meta)
+    out["blobs"] = [entry_info(e, stats=stats) for e in entries]
+    return out
+
+
+def norm_values(asum: float, sumsq: float) -> dict:
+    return {"asum": json_float(asum), "sumsq": json_float(sumsq), "l2": json_float(math.sqrt(sumsq))}
+
+
+def norm_record(doc: Document, entries, blobs, device=None) -> dict:
+    """norm's JSON object for one file; `blobs` are the entries' Blobs, placed where the work runs."""
+    rows = []
+    total_data = [0.0, 0.0]
+    total_diff = [0.0, 0.0]
+    any_diff = False
+    for entry, blob in zip(entries, blobs):
+        a, s = blob.asum_sumsq_data()
+        total_data[0] += a
+        total_data[1] += s
+        row = {"name": entry.name, "data": norm_values(a, s), "diff": None}
+        if entry.has_diff:
+            da, ds = blob.asum_sumsq_diff()
+            total_diff[0] += da
+            total_diff[1] += ds
+            any_diff = True
+            row["diff"] = norm_values(da, ds)
+        if entry.layer is not None:
+            row["layer"] = entry.layer
+        rows.append(row)
+    out = {"path": doc.path, "kind": doc.kind}
+    if device is not None:
+        out["device"] = device
+    out["blobs"] = rows
+    out["total"] = {"data": norm_values(*total_data), "diff": norm_values(*total_diff) if any_diff else None}
+    return out
+
+
+def _value_diff(v) -> dict:
+    return {"equal": v.equal, "max_abs": json_float(v.max_abs), "max_rel": json_float(v.max_rel),
+            "mismatches": v.mismatches, "rel_l2": json_float(v.rel_l2)}
+
+
+def compare_record(result, device=None) -> dict:
+    """compare's JSON object."""
+    blobs = []
+    for c in result.blobs:
+        row = {
+            "name": c.name,
+            "equal": c.equal,
+            "shape_a": list(c.shape_a) if c.shape_a is not None else None,
+            "shape_b": list(c.shape_b) if c.shape_b is not None else None,
+            "max_abs": json_float(c.data.max_abs) if c.data else None,
+            "max_rel": json_float(c.data.max_rel) if c.data else None,
+            "rel_l2": json_float(c.data.rel_l2) if c.data else None,
+            "mismatches": c.data.mismatches if c.data else None,
+            "first_mismatch": list(c.first_mismatch_index(c.shape_a)) if c.data and c.data.first_mismatch is not None
+            else None,
+            "diff": _value_diff(c.diff) if c.diff else None,
+        }
+        if c.only_in:
+            row["only_in"] = c.only_in
+        if c.layer is not None:
+            row["layer"] = c.layer
+        blobs.append(row)
+    out = {"a": result.a, "b": result.b, "equal": result.equal}
+    if device is not None:
+        out["device"] = device
+    out["blobs"] = blobs
+    return out
