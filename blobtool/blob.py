@@ -335,7 +335,17 @@ class Blob:
         mem = self._mem(which)
         if mem is None:
             return
-        mem.set_cpu_data(array)
+        nbytes = self.nbytes
+        if mem.size != nbytes:
+            # Blob::set_cpu_data / set_cpu_diff: a blob shrunk below its
+            # capacity gets memory of exactly count elements (data and diff
+            # for the data, the diff alone for the diff) so the buffer fits.
+            if which == _DATA:
+                self._data = SyncedMemory(nbytes)
+            self._diff = SyncedMemory(nbytes)
+            # Growing again must reallocate rather than read past the buffer.
+            self._capacity = self._count
+        self._mem(which).set_cpu_data(array)
 
     def share_data(self, other: "Blob") -> None:
         """Use `other`'s data memory (Blob::ShareData); the counts must match."""
@@ -472,7 +482,7 @@ class Blob:
             if self._count == 0:
                 continue
             if adopt and values.dtype == self._dtype and values.flags.c_contiguous:
-                self._mem(which).set_cpu_data(values)
+                self._adopt(which, values)
             else:
                 np.copyto(self._host_view(which, True), values.reshape(-1), casting="unsafe")
 
