@@ -48,6 +48,18 @@ def _quiet_broken_pipe() -> None:
         pass
 
 
+def _console_class():
+    from rich.console import Console
+
+    class QuietPipeConsole(Console):
+        def on_broken_pipe(self) -> None:
+            # rich would exit 1 here; BlobtoolGroup.invoke handles a broken pipe (exit 0).
+            self.quiet = True
+            raise BrokenPipeError
+
+    return QuietPipeConsole
+
+
 class BlobtoolGroup(click.Group):
     """Maps the library's errors to one stderr line and the documented exit code."""
 
@@ -145,7 +157,7 @@ def _output(output, fmt):
 
 
 def _consoles():
-    from rich.console import Console
+    Console = _console_class()
     return Console(), Console(stderr=True)
 
 
@@ -271,7 +283,7 @@ def _load_selected(path, kind, patterns, device_info, npy_cast=None):
     return doc, entries, [_place(e.blob(), device_info) for e in entries]
 
 
-@cli.command(context_settings=CONTEXT_SETTINGS)
+@cli.command(context_settings={**CONTEXT_SETTINGS, "ignore_unknown_options": True})
 @click.argument("file", type=click.Path(dir_okay=False, allow_dash=True))
 @click.argument("factor", type=float)
 @click.option("--diff-factor", type=float, default=None, metavar="F",

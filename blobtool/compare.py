@@ -72,7 +72,9 @@ def compare_arrays(a: np.ndarray, b: np.ndarray, *, rtol: float = 0.0, atol: flo
             delta[both_nan] = 0.0
             # Equal infinities give NaN above; they are equal.
             delta[(x == y)] = 0.0
-            bad = ~(delta <= atol + rtol * np.abs(y))
+            # A zero delta always matches (rtol * |inf| would be nan); a non-finite
+            # delta never does, whatever the tolerance.
+            bad = ~((delta == 0) | (np.isfinite(delta) & (delta <= atol + rtol * np.abs(y))))
         count = int(np.count_nonzero(bad))
         if count:
             mismatches += count

@@ -20,6 +20,7 @@ import os
 import stat
 import sys
 import tempfile
+import tokenize
 from dataclasses import dataclass
 
 import numpy as np
@@ -217,7 +218,8 @@ def load_npy(source: Source, cast=None) -> Blob:
             shape, fortran, dtype = npy_format.read_array_header_2_0(stream)
         else:
             raise ValueError(f"unsupported .npy version {version[0]}.{version[1]}")
-    except (ValueError, OSError) as exc:
+    except (ValueError, OSError, SyntaxError, tokenize.TokenError) as exc:
+        # numpy's header reader lets tokenize's and ast's errors through on a mangled header.
         raise FormatError(f"invalid .npy header: {exc}", path=source.name) from exc
     if dtype.hasobject:
         raise FormatError(f".npy holds {dtype} values (object arrays are never unpickled)", path=source.name)
@@ -225,8 +227,13 @@ def load_npy(source: Source, cast=None) -> Blob:
     if not is_blob_dtype and (cast is None or dtype.kind not in "biuf"):
         hint = " (convert it with --float or --double)" if dtype.kind in "biuf" else ""
         raise FormatError(f".npy holds {dtype} values; blobs are float32 or float64{hint}", path=source.name)
+    if any(d < 0 for d in shape):
+        raise FormatError(f"invalid .npy header: negative dimension in shape {shape}", path=source.name)
     offset = stream.tell()
-    count = int(np.prod(shape, dtype=np.int64)) if shape else 1
+    # Python ints: a forged shape must not wrap around int64 and pass the size check.
+    count = 1
+    for d in shape:
+        count *= d
     need = count * dtype.itemsize
     if source.size - offset < need:
         raise FormatError(
@@ -239,7 +246,10 @@ def load_npy(source: Source, cast=None) -> Blob:
     if values.dtype != native:
         values = values.astype(native)
     blob = Blob(dtype=native)
-    blob.fill_from(shape, values, None, adopt=True)
+    try:
+        blob.fill_from(shape, values, None, adopt=True)
+    except BlobToolError as exc:
+        raise exc.with_path(source.name) from exc
     from .blobproto import Origin
     blob.origin = Origin("shape", native, False)
     return blob
