@@ -6,9 +6,10 @@ write BlobProto files without copying their payloads.
 
 from .blob import Blob
 from .errors import BlobToolError
-from .files import load, save
+from .containers import load, load_all
+from .files import save
 from .syncedmem import SyncedHead, SyncedMemory
 
 __version__ = "0.1.0"
 
-__all__ = ["Blob", "BlobToolError", "SyncedHead", "SyncedMemory", "load", "save", "__version__"]
+__all__ = ["Blob", "BlobToolError", "SyncedHead", "SyncedMemory", "load", "load_all", "save", "__version__"]

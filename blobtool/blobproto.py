@@ -13,6 +13,21 @@ field  name         type              blobtool reads it as
 9      double_diff  packed double     zero-copy float64 view
 =====  ===========  ================  =====================================
 
+Caffe's forks add fields blobtool reads too (it writes them only when asked):
+
+=====  ===============  =========================================================
+10     raw_data_type    NVIDIA Caffe: enum DOUBLE 0, FLOAT 1, FLOAT16 2, INT 3,
+                        UINT 4 (varint, wire type 0)
+10     half_data        NVDLA's ditcaffe: packed uint32 each holding float16 bits
+                        (wire type 2; the wire type tells the two apart)
+11     raw_diff_type    NVIDIA Caffe (varint); ditcaffe's half_diff when packed
+12     raw_data         NVIDIA Caffe: bytes, little-endian values of raw_data_type
+13     raw_diff         NVIDIA Caffe: bytes, typed by raw_diff_type
+=====  ===============  =========================================================
+
+Values come from double_data when it is non-empty, else data, else raw_data
+(by its type), else half_data: Caffe's precedence, extended.
+
 Reading: the four payload fields are located in the bytes and viewed in
 place (a field split over several occurrences, or written unpacked, is
 gathered into one new array: the only case that copies). Every other field
@@ -37,11 +52,20 @@ from .errors import FormatError, UsageError
 
 __all__ = [
     "BLOB_FIELD_NAMES", "Payload", "BlobRecord", "Origin", "parse_blob", "blob_from_record",
-    "encode_blob_parts", "write_parts", "write_blob", "blob_encoded_size",
+    "encode_blob_parts", "resolve_form", "write_parts", "write_blob", "blob_encoded_size", "PRECISIONS", "RAW_TYPES",
 ]
 
 BLOB_FIELD_NAMES = {1: "num", 2: "channels", 3: "height", 4: "width", 5: "data", 6: "diff",
-                    7: "shape", 8: "double_data", 9: "double_diff"}
+                    7: "shape", 8: "double_data", 9: "double_diff", 10: "raw_data_type/half_data",
+                    11: "raw_diff_type/half_diff", 12: "raw_data", 13: "raw_diff"}
+
+# NVIDIA Caffe's BlobProto.Type, the element type of raw_data / raw_diff.
+RAW_TYPES = {0: np.dtype("<f8"), 1: np.dtype("<f4"), 2: np.dtype("<f2"), 3: np.dtype("<i4"), 4: np.dtype("<u4")}
+RAW_TYPE_FLOAT16 = 2
+
+# Precisions a blob can be written in: Caffe's data, double_data, or NVIDIA
+# Caffe's raw FLOAT16 (which only NVIDIA Caffe and OpenCV read).
+PRECISIONS = ("float", "double", "half")
 
 
 @dataclass(frozen=True)
@@ -59,6 +83,7 @@ _PAYLOADS = {
     9: _PayloadSpec("double_diff", np.dtype("<f8"), wire.I64, wire.encode_tag(9, wire.I64)),
 }
 _PAYLOAD_FIELD = {spec.name: number for number, spec in _PAYLOADS.items()}
+_FORK_PAYLOAD_FIELD = {"half_data": 10, "half_diff": 11, "raw_data": 12, "raw_diff": 13}
 
 # Payloads at least this large are written straight from the array; smaller
 # conversions (float32 <-> float64) go through buffers of this many elements
@@ -93,8 +118,17 @@ class Origin:
     """How a blob was stored, so that a re-save keeps it unless asked otherwise."""
 
     layout: str          # "shape" or "legacy"
-    dtype: np.dtype      # float32 (data) or float64 (double_data)
+    dtype: np.dtype      # as stored: float32 (data), float64 (double_data), float16 (raw/half) ...
     has_diff: bool
+
+    @property
+    def precision(self) -> str:
+        """The precision to write this blob back in: "double", "half" or "float"."""
+        if self.dtype == np.float64:
+            return "double"
+        if self.dtype == np.float16:
+            return "half"
+        return "float"
 
 
 @dataclass
@@ -120,26 +154,45 @@ class BlobRecord:
     def layout(self) -> str:
         return self.shape_layout[1]
 
-    def _pick(self, double_name: str, float_name: str) -> Payload | None:
-        # Caffe's FromProto: the double field wins when it is non-empty.
-        double = self.payloads[double_name]
-        if double.count > 0:
-            return double
-        single = self.payloads[float_name]
-        return single if single.count > 0 else None
+    def _pick(self, names) -> Payload | None:
+        # Caffe's FromProto order, extended with the forks' fields: the first
+        # non-empty payload wins.
+        for name in names:
+            payload = self.payloads.get(name)
+            if payload is not None and payload.count > 0:
+                return payload
+        return None
 
     @property
     def data_payload(self) -> Payload:
-        return self._pick("double_data", "data") or self.payloads["data"]
+        """Where the values come from (an empty `data` payload when there are none)."""
+        return self._pick(("double_data", "data", "raw_data", "half_data")) or self.payloads["data"]
 
     @property
     def diff_payload(self) -> Payload | None:
-        return self._pick("double_diff", "diff")
+        return self._pick(("double_diff", "diff", "raw_diff", "half_diff"))
+
+    @property
+    def stored_dtype(self) -> np.dtype:
+        """The element type in the file: float32, float64, or a fork's (float16, int32, uint32)."""
+        payload = self._pick(("double_data", "data", "raw_data", "half_data"))
+        if payload is None:
+            return np.dtype(np.float32)
+        return payload.dtype.newbyteorder("=")
 
     @property
     def dtype(self) -> np.dtype:
-        """float64 when the values come from double_data, else float32."""
-        return np.dtype(np.float64) if self.payloads["double_data"].count > 0 else np.dtype(np.float32)
+        """The Blob's dtype: float64 for double or 32-bit integer values, else float32."""
+        stored = self.stored_dtype
+        return np.dtype(np.float64) if stored.itemsize >= 4 and stored != np.float32 else np.dtype(np.float32)
+
+    @property
+    def suspicious(self) -> str | None:
+        """Why this record looks wrong though it parses, or None."""
+        if self._pick(("double_data", "data", "raw_data", "half_data")) is None and self.has_diff:
+            return ("has a diff but no data: a fork that renumbered BlobProto's fields "
+                    "(such as C3D's) may have written it")
+        return None
 
     @property
     def has_diff(self) -> bool:
@@ -154,7 +207,7 @@ class BlobRecord:
 
     @property
     def origin(self) -> Origin:
-        return Origin(self.layout, self.dtype, self.has_diff)
+        return Origin(self.layout, self.stored_dtype, self.has_diff)
 
 
 def _new_header():
@@ -169,6 +222,8 @@ def parse_blob(buf, start: int = 0, end: int | None = None, *, path=None) -> Blo
     """
     end = len(buf) if end is None else end
     payloads = {spec.name: Payload(spec.name, spec.dtype) for spec in _PAYLOADS.values()}
+    raw = {}          # raw_data / raw_diff: (Field) of the last occurrence (optional bytes: last wins)
+    raw_types = {}    # "raw_data" / "raw_diff" -> enum value
     header_spans = []
     field_offsets = {}
     pos = start
@@ -178,7 +233,18 @@ def parse_blob(buf, start: int = 0, end: int | None = None, *, path=None) -> Blo
         field_offsets.setdefault(f.number, f.offset)
         spec = _PAYLOADS.get(f.number)
         if spec is None:
-            header_spans.append((f.offset, f.end))
+            if f.number in (12, 13) and f.wire_type == wire.LEN:
+                raw["raw_data" if f.number == 12 else "raw_diff"] = f
+            elif f.number in (10, 11) and f.wire_type == wire.VARINT:
+                raw_types["raw_data" if f.number == 10 else "raw_diff"] = f.value
+            elif f.number in (10, 11) and f.wire_type == wire.LEN:
+                name = "half_data" if f.number == 10 else "half_diff"
+                payload = payloads.setdefault(name, Payload(name, np.dtype("<f2")))
+                payload.chunks.append(_packed_halves(buf, f, path))
+                if payload.offset is None:
+                    payload.offset = f.offset
+            else:
+                header_spans.append((f.offset, f.end))
             continue
         payload = payloads[spec.name]
         if f.wire_type == wire.LEN:
@@ -197,7 +263,7 @@ def parse_blob(buf, start: int = 0, end: int | None = None, *, path=None) -> Blo
                 pos = f.offset + n * (1 + spec.dtype.itemsize)
             else:
                 # A tag written in more bytes than it needs (valid, if odd):
-                # the run above only matches the 1-byte tag, so take this value alone.
+                # the run above matches 1-byte tags only, so take this value alone.
                 payload.chunks.append(wire.view_array(buf, f.start, f.end, spec.dtype))
         else:
             # protobuf keeps a known field with an unexpected wire type as an
@@ -206,8 +272,49 @@ def parse_blob(buf, start: int = 0, end: int | None = None, *, path=None) -> Blo
             continue
         if payload.offset is None:
             payload.offset = f.offset
+    for name, f in raw.items():
+        payloads[name] = _raw_payload(buf, name, f, raw_types.get(name, 0), path)
     header = _parse_header(buf, header_spans, path)
     return BlobRecord(header, payloads, start, end, path, field_offsets)
+
+
+def _raw_payload(buf, name: str, f, type_value: int, path) -> Payload:
+    number = 12 if name == "raw_data" else 13
+    dtype = RAW_TYPES.get(type_value)
+    if dtype is None:
+        raise FormatError(f"{name}_type is {type_value}; expected 0-4 (DOUBLE, FLOAT, FLOAT16, INT, UINT)",
+                          path=path, offset=f.offset)
+    nbytes = f.end - f.start
+    if nbytes % dtype.itemsize:
+        raise FormatError(f"{wire.field_label(number, BLOB_FIELD_NAMES)} holds {nbytes} bytes, "
+                          f"not a multiple of {dtype.itemsize} ({dtype.name})", path=path, offset=f.offset)
+    chunks = [wire.view_array(buf, f.start, f.end, dtype)] if nbytes else []
+    return Payload(name, dtype, chunks, f.offset)
+
+
+def _packed_halves(buf, f, path) -> np.ndarray:
+    """ditcaffe's half_data: packed uint32 varints, each holding float16 bits (so at most 3 bytes)."""
+    raw = np.frombuffer(buf, dtype=np.uint8, count=f.end - f.start, offset=f.start)
+    if raw.size == 0:
+        return np.zeros(0, dtype="<f2")
+    ends = np.flatnonzero(raw < 0x80)
+    if ends.size == 0 or ends[-1] != raw.size - 1:
+        raise FormatError(f"{wire.field_label(f.number, BLOB_FIELD_NAMES)}: packed varints end mid-value",
+                          path=path, offset=f.offset)
+    starts = np.concatenate(([0], ends[:-1] + 1))
+    lengths = ends - starts + 1
+    if lengths.max() > 3:
+        raise FormatError(f"{wire.field_label(f.number, BLOB_FIELD_NAMES)}: a half_data value exceeds 16 bits",
+                          path=path, offset=f.offset)
+    values = (raw[starts] & 0x7F).astype(np.uint32)
+    two = lengths >= 2
+    values[two] |= (raw[starts[two] + 1] & 0x7F).astype(np.uint32) << 7
+    three = lengths == 3
+    values[three] |= (raw[starts[three] + 2] & 0x7F).astype(np.uint32) << 14
+    if values.max() > 0xFFFF:
+        raise FormatError(f"{wire.field_label(f.number, BLOB_FIELD_NAMES)}: a half_data value exceeds 16 bits",
+                          path=path, offset=f.offset)
+    return values.astype("<u2").view("<f2")
 
 
 def _parse_header(buf, spans, path):
@@ -231,16 +338,22 @@ def _parse_header(buf, spans, path):
 
 
 def blob_from_record(record: BlobRecord) -> Blob:
-    """Build a Blob from a located BlobProto with Caffe's FromProto rules, adopting the payload views."""
+    """Build a Blob from a located BlobProto with Caffe's FromProto rules, adopting the payload views.
+
+    float32/float64 payloads are adopted without a copy; a fork's float16 or
+    integer payloads are converted (float32 or float64) into new memory.
+    """
     blob = Blob(dtype=record.dtype)
     data = record.data_payload
     diff = record.diff_payload
+    if record.suspicious and record.count:
+        raise FormatError(f"blob {record.suspicious}", path=record.path, offset=record.start)
     shape, layout = record.shape_layout
     try:
         blob.fill_from(shape, data.array(), diff.array() if diff else None, adopt=True)
     except FormatError as exc:
-        # Name the field at fault: the shape when the reshape failed, else
-        # the payload whose count differs from the shape's.
+        # Name the field at fault: the shape when the reshape failed, else the
+        # payload whose count differs from the shape's.
         if blob.shape != shape:
             number = 7
             if layout == "legacy":
@@ -248,10 +361,10 @@ def blob_from_record(record: BlobRecord) -> Blob:
             label = wire.field_label(number, BLOB_FIELD_NAMES)
             offset = record.field_offsets.get(number, record.start)
         else:
-            payload = data if data.count != blob.count else diff
-            if payload.count:
-                label = wire.field_label(_PAYLOAD_FIELD[payload.name], BLOB_FIELD_NAMES)
-                offset = payload.offset
+            where = data if data.count != blob.count else diff
+            if where is not None and where.count:
+                number = _PAYLOAD_FIELD.get(where.name) or _FORK_PAYLOAD_FIELD[where.name]
+                label, offset = f"field {number} ({where.name})", where.offset
             else:
                 label, offset = "no data", record.start
         raise FormatError(f"{label}: {exc.reason}", path=record.path, offset=offset) from exc
@@ -259,14 +372,19 @@ def blob_from_record(record: BlobRecord) -> Blob:
     return blob
 
 
-def encode_blob_parts(blob: Blob, *, double: bool, write_diff: bool, layout: str):
+def encode_blob_parts(blob: Blob, *, precision: str = "float", write_diff: bool = False,
+                      layout: str = "shape"):
     """The pieces of a BlobProto for `blob`, in field-number order.
 
     Returns a list whose items are bytes (headers, small fields) or
     (array, target dtype) pairs for payloads, so callers can stream them.
+    `precision` is "float" (data/diff), "double" (double_data/double_diff) or
+    "half" (NVIDIA Caffe's raw_data/raw_diff typed FLOAT16).
     """
     if layout not in ("shape", "legacy"):
         raise UsageError(f"layout must be 'shape' or 'legacy', got {layout!r}")
+    if precision not in PRECISIONS:
+        raise UsageError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
     from ._pb.blobtool_caffe_pb2 import BlobProto
 
     legacy = BlobProto()
@@ -277,37 +395,69 @@ def encode_blob_parts(blob: Blob, *, double: bool, write_diff: bool, layout: str
         for index, name in zip((-4, -3, -2, -1), LEGACY_FIELDS):
             setattr(legacy, name, blob.legacy_shape(index))
     else:
-        # As Caffe's ToProto: a scalar (0-axis) blob gets no shape field at all.
-        shape.shape.dim.extend(blob.shape)
-    target = np.dtype("<f8") if double else np.dtype("<f4")
+        # As Caffe's ToProto: a scalar (0-axis) blob gets no shape field at all
+        # (extend() with no dims would still mark `shape` present).
+        if blob.shape:
+            shape.shape.dim.extend(blob.shape)
     parts = [legacy.SerializeToString()]
 
-    def payload(number, values):
+    def payload(number, values, target):
         if values.size:
             parts.append(wire.len_field_header(number, values.size * target.itemsize))
             parts.append((values, target))
 
-    if not double:
-        payload(5, blob.cpu_data())
+    if precision == "float":
+        payload(5, blob.cpu_data(), np.dtype("<f4"))
         if write_diff:
-            payload(6, blob.cpu_diff())
+            payload(6, blob.cpu_diff(), np.dtype("<f4"))
     parts.append(shape.SerializeToString())
-    if double:
-        payload(8, blob.cpu_data())
+    if precision == "double":
+        payload(8, blob.cpu_data(), np.dtype("<f8"))
         if write_diff:
-            payload(9, blob.cpu_diff())
+            payload(9, blob.cpu_diff(), np.dtype("<f8"))
+    elif precision == "half":
+        half = np.dtype("<f2")
+        parts.append(wire.encode_tag(10, wire.VARINT) + wire.encode_varint(RAW_TYPE_FLOAT16))
+        if write_diff:
+            parts.append(wire.encode_tag(11, wire.VARINT) + wire.encode_varint(RAW_TYPE_FLOAT16))
+        # NVIDIA Caffe writes raw_data even when empty.
+        parts.append(wire.len_field_header(12, blob.count * half.itemsize))
+        parts.append((blob.cpu_data(), half))
+        if write_diff:
+            parts.append(wire.len_field_header(13, blob.count * half.itemsize))
+            parts.append((blob.cpu_diff(), half))
     return [p for p in parts if not isinstance(p, bytes) or p]
+
+
+def resolve_form(blob: Blob, *, precision: str | None = None, write_diff: bool | None = None,
+                 layout: str | None = None) -> dict:
+    """Fill the Nones in a write request from what the blob came with.
+
+    A blob made in Python writes as its dtype, in the `shape` layout, without
+    diff (Caffe's ToProto defaults). A loaded blob keeps its stored precision,
+    layout and diff; a legacy blob grown past 4 axes falls back to `shape`.
+    """
+    origin = getattr(blob, "origin", None)
+    if precision is None:
+        precision = origin.precision if origin else ("double" if blob.dtype == np.float64 else "float")
+    if write_diff is None:
+        write_diff = bool(origin.has_diff) if origin else False
+    if layout is None:
+        layout = origin.layout if origin else "shape"
+        if layout == "legacy" and blob.num_axes > 4:
+            layout = "shape"
+    return {"precision": precision, "write_diff": write_diff, "layout": layout}
 
 
 def blob_encoded_size(parts) -> int:
     """Bytes that `parts` (from encode_blob_parts) take when written."""
-    return sum(len(p) if isinstance(p, bytes) else p[0].size * p[1].itemsize for p in parts)
+    return sum(p[0].size * p[1].itemsize if isinstance(p, tuple) else len(p) for p in parts)
 
 
 def write_parts(out, parts) -> None:
     """Write encode_blob_parts' pieces to a binary file object, converting in chunks."""
     for part in parts:
-        if isinstance(part, bytes):
+        if not isinstance(part, tuple):  # bytes, or a memoryview of the input
             out.write(part)
             continue
         values, target = part
@@ -315,10 +465,14 @@ def write_parts(out, parts) -> None:
         if values.dtype == target:
             out.write(memoryview(np.ascontiguousarray(values)).cast("B"))
             continue
-        for start in range(0, values.size, _WRITE_CHUNK):
-            out.write(values[start:start + _WRITE_CHUNK].astype(target).data)
+        # Doubles past float32's range become infinities, as Caffe's cast
+        # makes them; numpy's warning about it would break the one-line stderr.
+        with np.errstate(over="ignore", invalid="ignore"):
+            for start in range(0, values.size, _WRITE_CHUNK):
+                out.write(values[start:start + _WRITE_CHUNK].astype(target).data)
 
 
-def write_blob(out, blob: Blob, *, double: bool, write_diff: bool, layout: str) -> None:
+def write_blob(out, blob: Blob, *, precision: str = "float", write_diff: bool = False,
+               layout: str = "shape") -> None:
     """Write `blob` as one BlobProto to the binary file object `out`."""
-    write_parts(out, encode_blob_parts(blob, double=double, write_diff=write_diff, layout=layout))
+    write_parts(out, encode_blob_parts(blob, precision=precision, write_diff=write_diff, layout=layout))

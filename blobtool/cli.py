@@ -23,7 +23,9 @@ EXIT_INTERRUPTED = 130
 EXIT_INTERNAL = 70
 
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
-OUTPUT_FORMATS = ("blob", "npy", "npz")
+OUTPUT_FORMATS = ("blob", "npy", "npz", "same")
+# Extensions that mean "one BlobProto" when the input is a container.
+BLOB_EXTENSIONS = (".pb", ".binaryproto", ".blob", ".protobin")
 
 
 def _debug_enabled() -> bool:
@@ -129,7 +131,8 @@ def _kind_option(f):
 
 def _output_options(f):
     f = click.option("--format", "fmt", type=click.Choice(OUTPUT_FORMATS), default=None,
-                     help="Output format (default: by extension: .npy, .npz, else a blob file).")(f)
+                     help="Output format: blob (one BlobProto), npy, npz, or same (the input's kind). "
+                          "Default by extension: .npy, .npz, .pb/.binaryproto (one blob), else same.")(f)
     f = click.option("-o", "--output", type=click.Path(dir_okay=False, allow_dash=True), default=None,
                      metavar="PATH", help="Where to write ('-' for stdout; default stdout when it is not a terminal).")(f)
     return f
@@ -145,20 +148,43 @@ def _inputs(files) -> list:
     return list(files)
 
 
-def _output(output, fmt):
+def _output(output):
     if output is None:
         if sys.stdout.isatty():
             raise click.UsageError("refusing to write binary data to a terminal; use -o PATH (or -o - to insist)")
         output = "-"
+    return output
+
+
+def _output_format(output: str, fmt, doc) -> str:
+    """The format to write: --format, else from the extension, else the input's own kind."""
+    from .containers import CONTAINER_KINDS
     if fmt is None:
         lower = output.lower()
-        fmt = "npy" if lower.endswith(".npy") else "npz" if lower.endswith(".npz") else "blob"
-    return output, fmt
+        if lower.endswith(".npy"):
+            fmt = "npy"
+        elif lower.endswith(".npz"):
+            fmt = "npz"
+        elif doc.kind in CONTAINER_KINDS and not lower.endswith(BLOB_EXTENSIONS):
+            fmt = "same"
+        else:
+            fmt = "blob"
+    if fmt == "same" and doc.kind not in CONTAINER_KINDS + ("blob",):
+        raise UsageError(f"a {doc.kind} input has no container form to write back; "
+                         "choose .npy, .npz or a blob file")
+    return fmt
 
 
 def _consoles():
     Console = _console_class()
-    return Console(), Console(stderr=True)
+    # Off a terminal rich would wrap at 80 columns; tables read better unwrapped in logs.
+    width = None if sys.stdout.isatty() else int(os.environ.get("COLUMNS", "0") or 0) or 160
+    return Console(width=width), Console(stderr=True)
+
+
+def _warn(doc) -> None:
+    for line in doc.warnings:
+        click.echo("blobtool: warning: " + line, err=True)
 
 
 def _emit_json(obj: dict) -> None:
@@ -184,7 +210,9 @@ def _place(blob, device_info):
 
 def _open(path, kind=None, npy_cast=None):
     from .containers import open_document
-    return open_document(path, kind, npy_cast=npy_cast)
+    doc = open_document(path, kind, npy_cast=npy_cast)
+    _warn(doc)
+    return doc
 
 
 # -- commands ------------------------------------------------------------------
@@ -252,19 +280,25 @@ def norm(files, device, patterns, kind, as_json):
             render_norm(out, record)
 
 
-def _write(doc, entries, blobs, output, fmt, *, double=None, layout=None, write_diff=None):
-    """Write the selected blobs in `fmt`, keeping each blob's stored form unless told otherwise."""
+def _write(doc, entries, blobs, output, fmt, *, precision=None, layout=None, write_diff=None):
+    """Write the selected blobs, keeping each blob's stored form unless told otherwise."""
     import numpy as np
 
+    from .containers import write_container
     from .files import save, save_arrays
 
+    fmt = _output_format(output, fmt, doc)
+    if fmt == "same":
+        write_container(doc, {e.name: b for e, b in zip(entries, blobs)}, output,
+                        precision=precision, write_diff=write_diff, layout=layout)
+        return
     if fmt == "blob":
         if len(blobs) != 1:
             raise UsageError(f"a blob file holds one blob; {len(blobs)} selected (choose one with --blob, "
                              "or write .npz)")
-        save(blobs[0], output, double=double, write_diff=write_diff, layout=layout)
+        save(blobs[0], output, precision=precision, write_diff=write_diff, layout=layout)
         return
-    target = None if double is None else np.dtype(np.float64 if double else np.float32)
+    target = {None: None, "float": np.float32, "double": np.float64, "half": np.float16}[precision]
     arrays = {}
     for entry, blob in zip(entries, blobs):
         data = blob.cpu_data().reshape(blob.shape)
@@ -300,7 +334,7 @@ def scale(file, factor, diff_factor, output, fmt, device, patterns, kind):
       blobtool scale weights.pb 0.5 -o half.pb
       blobtool scale weights.pb 0.5 --diff-factor 0 -o - | blobtool norm
     """
-    output, fmt = _output(output, fmt)
+    output = _output(output)
     device_info = _use_device(device)
     doc, entries, blobs = _load_selected(file, kind, patterns, device_info)
     for blob in blobs:
@@ -323,7 +357,7 @@ def update(file, output, fmt, device, patterns, kind):
     Example:
       blobtool update snapshot.pb -o stepped.pb
     """
-    output, fmt = _output(output, fmt)
+    output = _output(output)
     device_info = _use_device(device)
     doc, entries, blobs = _load_selected(file, kind, patterns, device_info)
     for entry, blob in zip(entries, blobs):
@@ -340,6 +374,8 @@ def update(file, output, fmt, device, patterns, kind):
 @_output_options
 @click.option("--double", "precision", flag_value="double", help="Write float64 values (double_data).")
 @click.option("--float", "precision", flag_value="float", help="Write float32 values (data).")
+@click.option("--half", "precision", flag_value="half",
+              help="Write NVIDIA Caffe's raw FLOAT16 form (half the size; only NVIDIA Caffe and OpenCV read it).")
 @click.option("--shape", "layout", flag_value="shape", help="Write the `shape` field (Caffe's ToProto).")
 @click.option("--legacy", "layout", flag_value="legacy",
               help="Write legacy num/channels/height/width (at most 4 axes).")
@@ -348,30 +384,32 @@ def update(file, output, fmt, device, patterns, kind):
 @_blob_option
 @_kind_option
 def convert(file, output, fmt, precision, layout, no_diff, device, patterns, kind):
-    """Re-save a blob with Caffe's ToProto meaning, as a blob file, .npy or .npz.
+    """Re-save blobs with Caffe's ToProto meaning: as the same kind, a blob file, .npy or .npz.
 
-    Keeps the input's dtype, layout and diff unless told otherwise. .npy input
-    becomes a blob (float16 or integer arrays need --float or --double; pickles
-    are never loaded). .npy output holds the data array; .npz holds every blob
-    by name and its diff under "<name>/diff".
+    Keeps each blob's dtype, layout and diff unless told otherwise. A .caffemodel,
+    .solverstate or BlobProtoVector converts to the same kind with only the selected
+    blobs re-encoded: every other byte is kept. `--blob NAME -o x.npy` (or x.pb)
+    extracts one blob. .npy input becomes a blob (float16 or integer arrays need
+    --float or --double; pickles are never loaded). .npy output holds the data
+    array; .npz holds every blob by name and its diff under "<name>/diff".
 
     \b
     Example:
       blobtool convert --double mean.binaryproto -o mean64.pb
-      blobtool convert weights.pb -o weights.npy
+      blobtool convert --float nvcaffe.caffemodel -o standard.caffemodel
+      blobtool convert net.caffemodel --blob conv1/0 -o conv1.npy
     """
     import numpy as np
 
-    output, fmt = _output(output, fmt)
-    double = None if precision is None else precision == "double"
-    npy_cast = None if precision is None else (np.float64 if double else np.float32)
+    output = _output(output)
+    npy_cast = {None: None, "double": np.float64}.get(precision, np.float32)
     device_info = _use_device(device)
     doc, entries, blobs = _load_selected(file, kind, patterns, device_info, npy_cast=npy_cast)
     if layout == "legacy":
         for blob in blobs:
             if blob.num_axes > 4:
                 raise UsageError(f"--legacy holds at most 4 axes; blob has shape {blob.shape}")
-    _write(doc, entries, blobs, output, fmt, double=double, layout=layout,
+    _write(doc, entries, blobs, output, fmt, precision=precision, layout=layout,
            write_diff=False if no_diff else None)
 
 

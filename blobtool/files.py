@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .blob import Blob
-from .blobproto import blob_from_record, parse_blob, write_blob
+from .blobproto import resolve_form, write_blob
 from .errors import BlobToolError, FormatError, OutputError, UsageError
 
 __all__ = ["Source", "open_source", "atomic_output", "load", "save", "save_arrays", "STDIO"]
@@ -171,33 +171,9 @@ def _copy_mode(target: str, tmp: str) -> None:
 
 
 def load(src) -> Blob:
-    """Read one blob from a BlobProto file (path, "-" or binary file object).
-
-    The payload is not copied: the blob's data views the memory-mapped file
-    (copy-on-write, so changing the blob never changes the file). Values
-    come from double_data when it is non-empty (a float64 blob), else data.
-
-    Raises
-    ------
-    BlobToolError
-        FormatError naming the file, byte offset and field on bad input.
-    """
-    source = open_source(src)
-    try:
-        return load_source(source)
-    finally:
-        source.close()
-
-
-def load_source(source: Source) -> Blob:
-    """load() for an already opened Source."""
-    buf = source.buf
-    if source.size == 0:
-        raise FormatError("empty file: a BlobProto holds at least its data", path=source.name)
-    if bytes(buf[:len(NPY_MAGIC)]) == NPY_MAGIC:
-        return load_npy(source)
-    record = parse_blob(memoryview(buf), 0, source.size, path=source.name)
-    return blob_from_record(record)
+    """Read the one blob of a BlobProto or .npy file; see blobtool.containers.load."""
+    from .containers import load as load_one
+    return load_one(src)
 
 
 def load_npy(source: Source, cast=None) -> Blob:
@@ -256,25 +232,27 @@ def load_npy(source: Source, cast=None) -> Blob:
 
 
 def save(blob: Blob, dest, *, double: bool | None = None, write_diff: bool | None = None,
-         layout: str | None = None) -> None:
+         layout: str | None = None, precision: str | None = None) -> None:
     """Write `blob` as a BlobProto to a path, "-" or a binary file object.
 
-    None keeps what the blob came with (its dtype, its diff if it had one,
-    its layout; "shape", no diff for a blob made in Python). Paths are written
-    atomically: a temporary file beside the target, then a rename.
+    Parameters
+    ----------
+    double : True writes double_data (float64), False data (float32).
+    write_diff : whether to write the diff.
+    layout : "shape" (Caffe's ToProto) or "legacy" (num/channels/height/width).
+    precision : "float", "double" or "half" (NVIDIA Caffe's raw FLOAT16);
+        overrides `double`.
+
+    None keeps what the blob came with (a blob made in Python: its dtype,
+    "shape", no diff). Paths are written atomically: a temporary file beside
+    the target, then a rename.
     """
-    origin = getattr(blob, "origin", None)
-    if double is None:
-        double = blob.dtype == np.float64
-    if write_diff is None:
-        write_diff = bool(origin.has_diff) if origin else False
-    if layout is None:
-        layout = origin.layout if origin else "shape"
-        if layout == "legacy" and blob.num_axes > 4:
-            layout = "shape"
+    if precision is None and double is not None:
+        precision = "double" if double else "float"
+    form = resolve_form(blob, precision=precision, write_diff=write_diff, layout=layout)
     try:
         with atomic_output(dest) as out:
-            write_blob(out, blob, double=double, write_diff=write_diff, layout=layout)
+            write_blob(out, blob, **form)
     except BlobToolError:
         raise
     except OSError as exc:
