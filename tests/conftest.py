@@ -1,0 +1,20 @@
+"""Fixtures shared by the test modules."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+# Files that Caffe itself wrote live beside the checkout, not in it
+# (../shared/realworld, see its README); a user's clone has no such folder.
+REALWORLD_DIR = Path(__file__).resolve().parents[2] / "shared" / "realworld"
+
+
+@pytest.fixture
+def realworld() -> Path:
+    """The folder of real Caffe files; skips the test when it is absent."""
+    if not REALWORLD_DIR.is_dir():
+        pytest.skip(f"real Caffe files not available: {REALWORLD_DIR} does not exist "
+                    "(it sits beside the project checkout, not in it)")
+    return REALWORLD_DIR
