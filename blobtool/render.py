@@ -50,47 +50,56 @@ def _title(record: dict) -> Text:
 
 
 def render_info(console: Console, record: dict) -> None:
+    """One table per file; for nets, one row per blob grouped by layer (layer and type shown once)."""
     console.print(_title(record))
     has_layers = any("layer" in b for b in record["blobs"])
+    with_stats = any("stats" in b for b in record["blobs"])
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
     if has_layers:
-        table.add_column("layer")
-        table.add_column("type")
-    table.add_column("blob")
+        for col in ("layer", "type", "#"):
+            table.add_column(col)
+    else:
+        table.add_column("blob")
     table.add_column("shape")
     table.add_column("layout")
     table.add_column("dtype")
     table.add_column("count", justify="right")
     table.add_column("bytes", justify="right")
     table.add_column("diff")
-    with_stats = any("stats" in b for b in record["blobs"])
     if with_stats:
         for col in ("min", "max", "mean", "std", "nan", "inf"):
             table.add_column(col, justify="right")
     total_count = 0
     total_bytes = 0
+    previous_layer = None
     for b in record["blobs"]:
-        row = []
         if has_layers:
-            row += [b.get("layer") or "", b.get("type") or ""]
-        row += [b["name"], fmt_shape(b["shape"]), b["layout"], b["dtype"], fmt_num(b["count"]),
+            layer = b.get("layer") or ""
+            first = layer != previous_layer
+            previous_layer = layer
+            row = [layer if first else "", (b.get("type") or "") if first else "", b["name"].rsplit("/", 1)[-1]]
+        else:
+            row = [b["name"]]
+        row += [fmt_shape(b["shape"]), b["layout"], b["dtype"], fmt_num(b["count"]),
                 fmt_bytes(b["bytes"]), "yes" if b["has_diff"] else "no"]
         if with_stats:
-            s = b["stats"]["data"]
-            row += [fmt_num(s[k]) for k in ("min", "max", "mean", "std")]
-            row += [Text(str(s["nan"]), style="red" if s["nan"] else ""),
-                    Text(str(s["inf"]), style="red" if s["inf"] else "")]
+            row += _stat_cells(b["stats"]["data"])
         table.add_row(*row)
         if with_stats and b["stats"].get("diff"):
-            s = b["stats"]["diff"]
-            pad = [""] * (2 if has_layers else 0)
-            table.add_row(*pad, Text(f"{b['name']} diff", style="dim"), "", "", "", "", "", "",
-                          *[fmt_num(s[k]) for k in ("min", "max", "mean", "std")], str(s["nan"]), str(s["inf"]))
+            pad = ["", "", Text("diff", style="dim")] if has_layers else [Text(f"{b['name']} diff", style="dim")]
+            table.add_row(*pad, "", "", "", "", "", "", *_stat_cells(b["stats"]["diff"]))
         total_count += b["count"]
         total_bytes += b["bytes"]
     console.print(table)
     if len(record["blobs"]) > 1:
-        console.print(f"  {len(record['blobs'])} blobs, {fmt_num(total_count)} values, {fmt_bytes(total_bytes)}")
+        console.print(f"  {len(record['blobs'])} blobs, {fmt_num(total_count)} parameters, {fmt_bytes(total_bytes)}")
+
+
+def _stat_cells(s: dict) -> list:
+    return [fmt_num(s[k]) for k in ("min", "max", "mean", "std")] + [
+        Text(str(s["nan"]), style="red" if s["nan"] else ""),
+        Text(str(s["inf"]), style="red" if s["inf"] else ""),
+    ]
 
 
 def render_norm(console: Console, record: dict) -> None:
