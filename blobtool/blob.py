@@ -484,7 +484,9 @@ class Blob:
             if adopt and values.dtype == self._dtype and values.flags.c_contiguous:
                 self._adopt(which, values)
             else:
-                np.copyto(self._host_view(which, True), values.reshape(-1), casting="unsafe")
+                # Out-of-range doubles become inf, as Caffe's cast makes them.
+                with np.errstate(over="ignore", invalid="ignore"):
+                    np.copyto(self._host_view(which, True), values.reshape(-1), casting="unsafe")
 
     def to_proto(self, write_diff: bool = False, proto=None):
         """Return a BlobProto holding this blob (Blob::ToProto).
@@ -498,7 +500,8 @@ class Blob:
             from ._pb.blobtool_caffe_pb2 import BlobProto
             proto = BlobProto()
         proto.Clear()
-        proto.shape.dim.extend(self._shape)
+        if self._shape:  # Caffe writes no shape field for a 0-axis blob
+            proto.shape.dim.extend(self._shape)
         values_field, diff_field = ("double_data", "double_diff") if self._dtype == np.float64 else ("data", "diff")
         getattr(proto, values_field).extend(self.cpu_data().tolist())
         if write_diff:
