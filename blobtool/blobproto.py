@@ -46,7 +46,7 @@ from dataclasses import dataclass, field as dc_field
 
 import numpy as np
 
-from . import wire
+from . import kernels, wire
 from .blob import LEGACY_FIELDS, Blob, proto_shape
 from .errors import FormatError, UsageError
 
@@ -464,12 +464,14 @@ def write_parts(out, parts) -> None:
         values = values.reshape(-1)
         if values.dtype == target:
             out.write(memoryview(np.ascontiguousarray(values)).cast("B"))
+            kernels.report(values.nbytes)
             continue
         # Doubles past float32's range become infinities, as Caffe's cast
         # makes them; numpy's warning about it would break the one-line stderr.
         with np.errstate(over="ignore", invalid="ignore"):
             for start in range(0, values.size, _WRITE_CHUNK):
                 out.write(values[start:start + _WRITE_CHUNK].astype(target).data)
+                kernels.report(min(_WRITE_CHUNK, values.size - start) * values.itemsize)
 
 
 def write_blob(out, blob: Blob, *, precision: str = "float", write_diff: bool = False,

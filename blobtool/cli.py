@@ -8,6 +8,7 @@ written; 130 interrupted.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -208,6 +209,28 @@ def _place(blob, device_info):
     return blob
 
 
+# Inputs larger than this get a progress bar (on a terminal only).
+PROGRESS_THRESHOLD = 64 << 20
+
+
+@contextlib.contextmanager
+def _progress(doc, what: str):
+    """A rich progress bar on stderr while working through a big input, when stderr is a terminal."""
+    if doc.size <= PROGRESS_THRESHOLD or not sys.stderr.isatty():
+        yield
+        return
+    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
+
+    from .kernels import reporting
+
+    _, err = _consoles()
+    columns = (TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TimeRemainingColumn())
+    with Progress(*columns, console=err, transient=True) as bar:
+        task = bar.add_task(f"{what} {doc.path}", total=doc.size)
+        with reporting(lambda n: bar.advance(task, n)):
+            yield
+
+
 def _open(path, kind=None, npy_cast=None):
     from .containers import open_document
     doc = open_document(path, kind, npy_cast=npy_cast)
@@ -240,7 +263,8 @@ def info(files, stats, patterns, kind, as_json):
     out, _ = _consoles()
     for path in _inputs(files):
         doc = _open(path, kind)
-        record = info_record(doc, select(doc, patterns), stats=stats)
+        with _progress(doc, "reading"):
+            record = info_record(doc, select(doc, patterns), stats=stats)
         if as_json:
             _emit_json(record)
         else:
@@ -273,7 +297,8 @@ def norm(files, device, patterns, kind, as_json):
         doc = _open(path, kind)
         entries = select(doc, patterns)
         blobs = [_place(e.blob(), device_info) for e in entries]
-        record = norm_record(doc, entries, blobs, device=device_info)
+        with _progress(doc, "summing"):
+            record = norm_record(doc, entries, blobs, device=device_info)
         if as_json:
             _emit_json(record)
         else:
@@ -282,6 +307,11 @@ def norm(files, device, patterns, kind, as_json):
 
 def _write(doc, entries, blobs, output, fmt, *, precision=None, layout=None, write_diff=None):
     """Write the selected blobs, keeping each blob's stored form unless told otherwise."""
+    with _progress(doc, "writing"):
+        _write_now(doc, entries, blobs, output, fmt, precision=precision, layout=layout, write_diff=write_diff)
+
+
+def _write_now(doc, entries, blobs, output, fmt, *, precision=None, layout=None, write_diff=None):
     import numpy as np
 
     from .containers import write_container
@@ -447,8 +477,9 @@ def compare(a, b, rtol, atol, quiet, device, patterns, kind, as_json):
     doc_a, doc_b = _open(a, kind), _open(b, kind)
     entries_a = select(doc_a, patterns)
     entries_b = select(doc_b, patterns)
-    result = compare_documents(doc_a, doc_b, entries_a, entries_b, rtol=rtol, atol=atol,
-                               fetch=lambda e: _place(e.blob(), device_info))
+    with _progress(doc_a, "comparing"):
+        result = compare_documents(doc_a, doc_b, entries_a, entries_b, rtol=rtol, atol=atol,
+                                   fetch=lambda e: _place(e.blob(), device_info))
     record = compare_record(result, device=device_info)
     if as_json:
         _emit_json(record)

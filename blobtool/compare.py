@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .kernels import CHUNK
+from .kernels import CHUNK, report
 
 __all__ = ["ValueDiff", "BlobComparison", "FileComparison", "compare_arrays", "shapes_equal",
            "compare_documents"]
@@ -66,6 +66,7 @@ def compare_arrays(a: np.ndarray, b: np.ndarray, *, rtol: float = 0.0, atol: flo
     for start in range(0, a.size, CHUNK):
         x = a[start:start + CHUNK].astype(np.float64)
         y = b[start:start + CHUNK].astype(np.float64)
+        report(x.size * (a.itemsize + b.itemsize))
         both_nan = np.isnan(x) & np.isnan(y)
         with np.errstate(invalid="ignore", over="ignore"):
             delta = np.abs(x - y)

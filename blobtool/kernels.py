@@ -8,13 +8,36 @@ for about the same time, because the chunk stays in cache while it is widened.
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 
-__all__ = ["CHUNK", "asum", "sumsq", "asum_sumsq", "scal", "axpy", "stats"]
+__all__ = ["CHUNK", "asum", "sumsq", "asum_sumsq", "scal", "axpy", "stats", "reporting", "report"]
 
 # Elements per chunk: 64K float64 values (512 KiB) stay in L2 cache while they
 # are widened, squared and summed.
 CHUNK = 1 << 16
+
+# Called with the number of bytes each chunk covered, while a progress display
+# is active (see reporting()); None otherwise, which costs one test per chunk.
+_progress = None
+
+
+@contextlib.contextmanager
+def reporting(callback):
+    """Call `callback(nbytes)` as the chunked kernels (and writers) work through data."""
+    global _progress
+    previous, _progress = _progress, callback
+    try:
+        yield
+    finally:
+        _progress = previous
+
+
+def report(nbytes: int) -> None:
+    """Tell the active progress display (if any) that `nbytes` more were processed."""
+    if _progress is not None:
+        _progress(nbytes)
 
 
 def asum_sumsq(x: np.ndarray) -> tuple[float, float]:
@@ -33,6 +56,8 @@ def asum_sumsq(x: np.ndarray) -> tuple[float, float]:
         total_sq += float(np.dot(wide, wide))
         np.abs(wide, out=wide)
         total_abs += float(wide.sum())
+        if _progress is not None:
+            _progress(part.nbytes)
     return total_abs, total_sq
 
 
@@ -78,6 +103,7 @@ def stats(x: np.ndarray) -> dict:
     infs = 0
     for start in range(0, x.size, CHUNK):
         part = x[start:start + CHUNK].astype(np.float64)
+        report(part.size * x.itemsize)
         finite = np.isfinite(part)
         if not finite.all():
             nan_here = int(np.count_nonzero(np.isnan(part)))
