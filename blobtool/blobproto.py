@@ -373,14 +373,19 @@ def blob_from_record(record: BlobRecord) -> Blob:
 
 
 def encode_blob_parts(blob: Blob, *, precision: str = "float", write_diff: bool = False,
-                      layout: str = "shape"):
+                      layout: str = "shape", transforms: dict | None = None):
     """The pieces of a BlobProto for `blob`, in field-number order.
 
     Returns a list whose items are bytes (headers, small fields) or
     (array, target dtype) pairs for payloads, so callers can stream them.
     `precision` is "float" (data/diff), "double" (double_data/double_diff) or
     "half" (NVIDIA Caffe's raw_data/raw_diff typed FLOAT16).
+
+    `transforms` may map "data"/"diff" to ``fn(chunk, start) -> array``,
+    applied chunk by chunk as the payload is written (how the command line
+    streams scale and update through files larger than memory).
     """
+    transforms = transforms or {}
     if layout not in ("shape", "legacy"):
         raise UsageError(f"layout must be 'shape' or 'legacy', got {layout!r}")
     if precision not in PRECISIONS:
@@ -401,20 +406,20 @@ def encode_blob_parts(blob: Blob, *, precision: str = "float", write_diff: bool 
             shape.shape.dim.extend(blob.shape)
     parts = [legacy.SerializeToString()]
 
-    def payload(number, values, target):
+    def payload(number, values, target, which="data"):
         if values.size:
             parts.append(wire.len_field_header(number, values.size * target.itemsize))
-            parts.append((values, target))
+            parts.append((values, target, transforms.get(which)))
 
     if precision == "float":
         payload(5, blob.cpu_data(), np.dtype("<f4"))
         if write_diff:
-            payload(6, blob.cpu_diff(), np.dtype("<f4"))
+            payload(6, blob.cpu_diff(), np.dtype("<f4"), "diff")
     parts.append(shape.SerializeToString())
     if precision == "double":
         payload(8, blob.cpu_data(), np.dtype("<f8"))
         if write_diff:
-            payload(9, blob.cpu_diff(), np.dtype("<f8"))
+            payload(9, blob.cpu_diff(), np.dtype("<f8"), "diff")
     elif precision == "half":
         half = np.dtype("<f2")
         parts.append(wire.encode_tag(10, wire.VARINT) + wire.encode_varint(RAW_TYPE_FLOAT16))
@@ -422,10 +427,10 @@ def encode_blob_parts(blob: Blob, *, precision: str = "float", write_diff: bool 
             parts.append(wire.encode_tag(11, wire.VARINT) + wire.encode_varint(RAW_TYPE_FLOAT16))
         # NVIDIA Caffe writes raw_data even when empty.
         parts.append(wire.len_field_header(12, blob.count * half.itemsize))
-        parts.append((blob.cpu_data(), half))
+        parts.append((blob.cpu_data(), half, transforms.get("data")))
         if write_diff:
             parts.append(wire.len_field_header(13, blob.count * half.itemsize))
-            parts.append((blob.cpu_diff(), half))
+            parts.append((blob.cpu_diff(), half, transforms.get("diff")))
     return [p for p in parts if not isinstance(p, bytes) or p]
 
 
@@ -455,26 +460,34 @@ def blob_encoded_size(parts) -> int:
 
 
 def write_parts(out, parts) -> None:
-    """Write encode_blob_parts' pieces to a binary file object, converting in chunks."""
+    """Write encode_blob_parts' pieces to a binary file object, chunk by chunk.
+
+    Payloads are written in chunks of _WRITE_CHUNK elements: converted to the
+    target dtype, passed through the part's transform if it has one, and the
+    input pages behind each written chunk are released (wire.release_pages),
+    so memory stays bounded whatever the file size.
+    """
     for part in parts:
         if not isinstance(part, tuple):  # bytes, or a memoryview of the input
             out.write(part)
             continue
-        values, target = part
-        values = values.reshape(-1)
-        if values.dtype == target:
-            out.write(memoryview(np.ascontiguousarray(values)).cast("B"))
-            kernels.report(values.nbytes)
-            continue
+        values, target = part[0].reshape(-1), part[1]
+        transform = part[2] if len(part) > 2 else None
         # Doubles past float32's range become infinities, as Caffe's cast
         # makes them; numpy's warning about it would break the one-line stderr.
         with np.errstate(over="ignore", invalid="ignore"):
             for start in range(0, values.size, _WRITE_CHUNK):
-                out.write(values[start:start + _WRITE_CHUNK].astype(target).data)
-                kernels.report(min(_WRITE_CHUNK, values.size - start) * values.itemsize)
+                chunk = values[start:start + _WRITE_CHUNK]
+                data = chunk if transform is None else transform(chunk, start)
+                if data.dtype != target:
+                    data = data.astype(target)
+                out.write(memoryview(np.ascontiguousarray(data)).cast("B"))
+                kernels.report(chunk.nbytes)
+                wire.release_pages(chunk)
 
 
 def write_blob(out, blob: Blob, *, precision: str = "float", write_diff: bool = False,
-               layout: str = "shape") -> None:
+               layout: str = "shape", transforms: dict | None = None) -> None:
     """Write `blob` as one BlobProto to the binary file object `out`."""
-    write_parts(out, encode_blob_parts(blob, precision=precision, write_diff=write_diff, layout=layout))
+    write_parts(out, encode_blob_parts(blob, precision=precision, write_diff=write_diff, layout=layout,
+                                       transforms=transforms))

@@ -305,13 +305,19 @@ def norm(files, device, patterns, kind, as_json):
             render_norm(out, record)
 
 
-def _write(doc, entries, blobs, output, fmt, *, precision=None, layout=None, write_diff=None):
+def _write(doc, entries, blobs, output, fmt, *, precision=None, layout=None, write_diff=None, transforms=None):
     """Write the selected blobs, keeping each blob's stored form unless told otherwise."""
-    with _progress(doc, "writing"):
-        _write_now(doc, entries, blobs, output, fmt, precision=precision, layout=layout, write_diff=write_diff)
+    from .wire import releasing
+
+    # The blobs are not used after they are written, so the input's pages
+    # can be dropped as each chunk goes out: memory stays bounded.
+    with _progress(doc, "writing"), releasing():
+        _write_now(doc, entries, blobs, output, fmt, precision=precision, layout=layout, write_diff=write_diff,
+                   transforms=transforms)
 
 
-def _write_now(doc, entries, blobs, output, fmt, *, precision=None, layout=None, write_diff=None):
+def _write_now(doc, entries, blobs, output, fmt, *, precision=None, layout=None, write_diff=None,
+               transforms=None):
     import numpy as np
 
     from .containers import write_container
@@ -320,23 +326,27 @@ def _write_now(doc, entries, blobs, output, fmt, *, precision=None, layout=None,
     fmt = _output_format(output, fmt, doc)
     if fmt == "same":
         write_container(doc, {e.name: b for e, b in zip(entries, blobs)}, output,
-                        precision=precision, write_diff=write_diff, layout=layout)
+                        precision=precision, write_diff=write_diff, layout=layout, transforms=transforms)
         return
     if fmt == "blob":
         if len(blobs) != 1:
             raise UsageError(f"a blob file holds one blob; {len(blobs)} selected (choose one with --blob, "
                              "or write .npz)")
-        save(blobs[0], output, precision=precision, write_diff=write_diff, layout=layout)
+        save(blobs[0], output, precision=precision, write_diff=write_diff, layout=layout,
+             transforms=(transforms or {}).get(entries[0].name))
         return
     target = {None: None, "float": np.float32, "double": np.float64, "half": np.float16}[precision]
     arrays = {}
     for entry, blob in zip(entries, blobs):
-        data = blob.cpu_data().reshape(blob.shape)
-        arrays[entry.name] = data if target is None else data.astype(target)
-        keep_diff = entry.has_diff if write_diff is None else write_diff
-        if fmt == "npz" and keep_diff:
-            diff = blob.cpu_diff().reshape(blob.shape)
-            arrays[entry.name + "/diff"] = diff if target is None else diff.astype(target)
+        fns = (transforms or {}).get(entry.name, {})
+        for which, key in (("data", entry.name), ("diff", entry.name + "/diff")):
+            if which == "diff" and not (fmt == "npz" and (entry.has_diff if write_diff is None else write_diff)):
+                continue
+            values = blob.cpu_data() if which == "data" else blob.cpu_diff()
+            if fns.get(which):
+                values = fns[which](values, 0)
+            values = values.reshape(blob.shape)
+            arrays[key] = values if target is None else values.astype(target)
     save_arrays(arrays, output, fmt=fmt)
 
 
@@ -367,11 +377,20 @@ def scale(file, factor, diff_factor, output, fmt, device, patterns, kind):
     output = _output(output)
     device_info = _use_device(device)
     doc, entries, blobs = _load_selected(file, kind, patterns, device_info)
-    for blob in blobs:
-        blob.scale_data(factor)
-        if diff_factor is not None:
-            blob.scale_diff(diff_factor)
-    _write(doc, entries, blobs, output, fmt)
+    if device_info is not None:
+        for blob in blobs:
+            blob.scale_data(factor)
+            if diff_factor is not None:
+                blob.scale_diff(diff_factor)
+        _write(doc, entries, blobs, output, fmt)
+        return
+    # On the host the same kernel runs chunk by chunk as the output is
+    # written, so memory stays bounded whatever the file size.
+    from .kernels import scaled
+    fns = {"data": scaled(factor)}
+    if diff_factor is not None:
+        fns["diff"] = scaled(diff_factor)
+    _write(doc, entries, blobs, output, fmt, transforms={e.name: fns for e in entries})
 
 
 @cli.command(context_settings=CONTEXT_SETTINGS)
@@ -395,8 +414,15 @@ def update(file, output, fmt, device, patterns, kind):
             from .errors import FormatError
             raise FormatError(f"blob {entry.name!r} has no diff to apply (update computes data -= diff)",
                               path=doc.path)
-        blob.update()
-    _write(doc, entries, blobs, output, fmt)
+    if device_info is not None:
+        for blob in blobs:
+            blob.update()
+        _write(doc, entries, blobs, output, fmt)
+        return
+    # On the host, data -= diff runs chunk by chunk as the output is written.
+    from .kernels import minus
+    _write(doc, entries, blobs, output, fmt,
+           transforms={e.name: {"data": minus(b.cpu_diff())} for e, b in zip(entries, blobs)})
 
 
 @cli.command(context_settings=CONTEXT_SETTINGS)

@@ -241,12 +241,25 @@ def _is_shape(buf, f) -> bool:
 
 
 def _is_layer(buf, f, name_numbers) -> bool:
-    """A LayerParameter / V1LayerParameter: fields, with a text name or type, or blobs."""
+    """A LayerParameter / V1LayerParameter: fields, with a text name or type, or blobs.
+
+    A V1 layer of Caffe's oldest format carries only a nested V0 layer (field
+    1) and its bottom/top, so for V1 (name field 4) a V0 layer counts too.
+    """
     content = _content(buf, f)
     if not content:
         return False
     return any((t == _L and n in name_numbers and _is_text(buf, g)) or (n, t) in ((7, _L), (6, _L), (5, _V))
+               or (4 in name_numbers and (n, t) == (1, _L) and _is_v0_layer(buf, g))
                for n, t, g in content)
+
+
+def _is_v0_layer(buf, f) -> bool:
+    """A V0LayerParameter: fields, with a text name (1) or type (2), or blobs (50)."""
+    content = _content(buf, f)
+    if not content:
+        return False
+    return any((t == _L and n in (1, 2) and _is_text(buf, g)) or (n, t) == (50, _L) for n, t, g in content)
 
 
 def _scores(pairs: set, first: dict, buf) -> dict:
@@ -281,6 +294,12 @@ def _scores(pairs: set, first: dict, buf) -> dict:
         if (n, t) == (1, _L) and _is_blob_message(buf, f):
             score["vector"] += 3
     known = {p for p in pairs if p[0] in _KNOWN_NUMBERS}
+    # A known field with a wire type BlobProto never uses (a net's name or
+    # input, its force_backward) rules the blob out, as the rules below do for
+    # the vector and the solver state; if nothing else fits, the fallback in
+    # _decide still reads it as a blob.
+    if {p for p in known if p[0] <= 13} - _BLOB_PAIRS:
+        score["blob"] = 0
     if known - {(1, _L)}:
         score["vector"] = 0
     if {p for p in known if p[0] <= 13} - _SOLVER_PAIRS:
@@ -524,11 +543,13 @@ def _emit(buf, start: int, end: int, tree: dict) -> list:
     return out
 
 
-def write_container(doc: Document, blobs: dict, dest, *, precision=None, write_diff=None, layout=None) -> None:
+def write_container(doc: Document, blobs: dict, dest, *, precision=None, write_diff=None, layout=None,
+                    transforms: dict | None = None) -> None:
     """Write `doc` to `dest` (atomically) with the blobs in `blobs` ({name: Blob}) re-encoded.
 
     Each blob keeps its stored precision, layout and diff unless told
-    otherwise; all other bytes are copied as they were.
+    otherwise; all other bytes are copied as they were. `transforms` maps
+    blob names to {"data"|"diff": fn(chunk, start)} applied while writing.
     """
     if doc.kind not in ("blob",) + CONTAINER_KINDS:
         raise UsageError(f"a {doc.kind} input cannot be written back as its own kind; "
@@ -536,7 +557,7 @@ def write_container(doc: Document, blobs: dict, dest, *, precision=None, write_d
     replacements = {}
     for name, blob in blobs.items():
         form = resolve_form(blob, precision=precision, write_diff=write_diff, layout=layout)
-        replacements[name] = encode_blob_parts(blob, **form)
+        replacements[name] = encode_blob_parts(blob, transforms=(transforms or {}).get(name), **form)
     if doc.kind == "blob":
         parts = next(iter(replacements.values()))
     else:

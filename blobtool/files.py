@@ -232,7 +232,7 @@ def load_npy(source: Source, cast=None) -> Blob:
 
 
 def save(blob: Blob, dest, *, double: bool | None = None, write_diff: bool | None = None,
-         layout: str | None = None, precision: str | None = None) -> None:
+         layout: str | None = None, precision: str | None = None, transforms: dict | None = None) -> None:
     """Write `blob` as a BlobProto to a path, "-" or a binary file object.
 
     Parameters
@@ -242,6 +242,8 @@ def save(blob: Blob, dest, *, double: bool | None = None, write_diff: bool | Non
     layout : "shape" (Caffe's ToProto) or "legacy" (num/channels/height/width).
     precision : "float", "double" or "half" (NVIDIA Caffe's raw FLOAT16);
         overrides `double`.
+    transforms : optional {"data"|"diff": fn(chunk, start) -> array} applied
+        chunk by chunk while writing (see encode_blob_parts).
 
     None keeps what the blob came with (a blob made in Python: its dtype,
     "shape", no diff). Paths are written atomically: a temporary file beside
@@ -252,7 +254,7 @@ def save(blob: Blob, dest, *, double: bool | None = None, write_diff: bool | Non
     form = resolve_form(blob, precision=precision, write_diff=write_diff, layout=layout)
     try:
         with atomic_output(dest) as out:
-            write_blob(out, blob, **form)
+            write_blob(out, blob, transforms=transforms, **form)
     except BlobToolError:
         raise
     except OSError as exc:

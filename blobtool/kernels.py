@@ -12,7 +12,7 @@ import contextlib
 
 import numpy as np
 
-__all__ = ["CHUNK", "asum", "sumsq", "asum_sumsq", "scal", "axpy", "stats", "reporting", "report"]
+__all__ = ["CHUNK", "asum", "sumsq", "asum_sumsq", "scal", "axpy", "stats", "reporting", "report", "scaled", "minus"]
 
 # Elements per chunk: 64K float64 values (512 KiB) stay in L2 cache while they
 # are widened, squared and summed.
@@ -84,6 +84,22 @@ def axpy(alpha: float, x: np.ndarray, y: np.ndarray) -> None:
         for start in range(0, y.size, CHUNK):
             seg = y[start:start + CHUNK]
             seg += y.dtype.type(alpha) * x[start:start + CHUNK]
+
+
+def scaled(alpha: float):
+    """A chunk transform computing scal(alpha) on a copy: Blob.scale_data, streamed while writing."""
+    def transform(chunk: np.ndarray, start: int) -> np.ndarray:
+        out = chunk.copy()
+        scal(out, alpha)
+        return out
+    return transform
+
+
+def minus(other: np.ndarray):
+    """A chunk transform computing chunk - other (Blob::Update's axpy(-1)), streamed while writing."""
+    def transform(chunk: np.ndarray, start: int) -> np.ndarray:
+        return np.subtract(chunk, other[start:start + chunk.size], dtype=chunk.dtype)
+    return transform
 
 
 def stats(x: np.ndarray) -> dict:
