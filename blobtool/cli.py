@@ -9,6 +9,7 @@ written; 130 interrupted.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import sys
@@ -139,6 +140,36 @@ def _output_options(f):
     return f
 
 
+def _jobs_option(f):
+    return click.option("-j", "--jobs", type=click.IntRange(min=1), default=None, metavar="N",
+                        help="Process up to N files at once, in worker processes (default: the number "
+                             "of CPU cores). Output stays in input order.")(f)
+
+
+def _records(paths: list, work, jobs):
+    """work(path) for each path, yielded in input order; in worker processes when several files are given.
+
+    The first failing file stops the run, as it would one file at a time.
+    """
+    jobs = jobs or os.cpu_count() or 1
+    if jobs == 1 or len(paths) < 2 or "-" in paths:
+        for path in paths:
+            yield work(path)
+        return
+    import concurrent.futures
+    import multiprocessing
+
+    methods = multiprocessing.get_all_start_methods()
+    context = multiprocessing.get_context("fork" if "fork" in methods else None)
+    pool = concurrent.futures.ProcessPoolExecutor(max_workers=min(jobs, len(paths)), mp_context=context)
+    try:
+        futures = [pool.submit(work, path, show_progress=False) for path in paths]
+        for future in futures:
+            yield future.result()
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
 def _inputs(files) -> list:
     if not files:
         if sys.stdin is None or sys.stdin.isatty():
@@ -214,9 +245,9 @@ PROGRESS_THRESHOLD = 64 << 20
 
 
 @contextlib.contextmanager
-def _progress(doc, what: str):
+def _progress(doc, what: str, enabled: bool = True):
     """A rich progress bar on stderr while working through a big input, when stderr is a terminal."""
-    if doc.size <= PROGRESS_THRESHOLD or not sys.stderr.isatty():
+    if not enabled or doc.size <= PROGRESS_THRESHOLD or not sys.stderr.isatty():
         yield
         return
     from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
@@ -246,7 +277,8 @@ def _open(path, kind=None, npy_cast=None):
 @_blob_option
 @_kind_option
 @_json_option
-def info(files, stats, patterns, kind, as_json):
+@_jobs_option
+def info(files, stats, patterns, kind, as_json, jobs):
     """Show what a blob file holds: kind, size, and each blob's shape, layout, dtype, count and diff.
 
     Reads no values unless --stats is given.
@@ -256,19 +288,25 @@ def info(files, stats, patterns, kind, as_json):
       blobtool info mean.binaryproto
       blobtool info --json --stats weights.pb | jq .blobs[0].stats
     """
-    from .containers import select
     from .render import render_info
-    from .summary import info_record
 
     out, _ = _consoles()
-    for path in _inputs(files):
-        doc = _open(path, kind)
-        with _progress(doc, "reading"):
-            record = info_record(doc, select(doc, patterns), stats=stats)
+    work = functools.partial(_info_one, kind=kind, patterns=patterns, stats=stats)
+    for record in _records(_inputs(files), work, jobs):
         if as_json:
             _emit_json(record)
         else:
             render_info(out, record)
+
+
+def _info_one(path, *, kind, patterns, stats, show_progress=True):
+    """info's record for one file (runs in a worker process when several files are given)."""
+    from .containers import select
+    from .summary import info_record
+
+    doc = _open(path, kind)
+    with _progress(doc, "reading", show_progress):
+        return info_record(doc, select(doc, patterns), stats=stats)
 
 
 @cli.command(context_settings=CONTEXT_SETTINGS)
@@ -277,7 +315,8 @@ def info(files, stats, patterns, kind, as_json):
 @_blob_option
 @_kind_option
 @_json_option
-def norm(files, device, patterns, kind, as_json):
+@_jobs_option
+def norm(files, device, patterns, kind, as_json, jobs):
     """Report Caffe's asum (L1), sumsq (squared L2) and l2 of each blob's data and diff.
 
     Sums accumulate in float64, also for float32 blobs.
@@ -287,22 +326,30 @@ def norm(files, device, patterns, kind, as_json):
       blobtool norm weights.pb
       cat weights.pb | blobtool norm --json --device 0
     """
-    from .containers import select
     from .render import render_norm
-    from .summary import norm_record
 
     out, _ = _consoles()
     device_info = _use_device(device)
-    for path in _inputs(files):
-        doc = _open(path, kind)
-        entries = select(doc, patterns)
-        blobs = [_place(e.blob(), device_info) for e in entries]
-        with _progress(doc, "summing"):
-            record = norm_record(doc, entries, blobs, device=device_info)
+    if device_info is not None:
+        jobs = 1  # one process owns the GPU
+    work = functools.partial(_norm_one, kind=kind, patterns=patterns, device_info=device_info)
+    for record in _records(_inputs(files), work, jobs):
         if as_json:
             _emit_json(record)
         else:
             render_norm(out, record)
+
+
+def _norm_one(path, *, kind, patterns, device_info, show_progress=True):
+    """norm's record for one file (runs in a worker process when several files are given)."""
+    from .containers import select
+    from .summary import norm_record
+
+    doc = _open(path, kind)
+    entries = select(doc, patterns)
+    blobs = [_place(e.blob(), device_info) for e in entries]
+    with _progress(doc, "summing", show_progress):
+        return norm_record(doc, entries, blobs, device=device_info)
 
 
 def _write(doc, entries, blobs, output, fmt, *, precision=None, layout=None, write_diff=None, transforms=None):
