@@ -146,13 +146,27 @@ def _jobs_option(f):
                              "of CPU cores). Output stays in input order.")(f)
 
 
+# Below this much input in all, starting worker processes costs more than it saves.
+PARALLEL_THRESHOLD = 32 << 20
+
+
+def _total_size(paths) -> int:
+    total = 0
+    for path in paths:
+        try:
+            total += os.stat(path).st_size
+        except OSError:
+            pass
+    return total
+
+
 def _records(paths: list, work, jobs):
     """work(path) for each path, yielded in input order; in worker processes when several files are given.
 
     The first failing file stops the run, as it would one file at a time.
     """
     jobs = jobs or os.cpu_count() or 1
-    if jobs == 1 or len(paths) < 2 or "-" in paths:
+    if jobs == 1 or len(paths) < 2 or "-" in paths or _total_size(paths) < PARALLEL_THRESHOLD:
         for path in paths:
             yield work(path)
         return
@@ -582,6 +596,77 @@ def devices(as_json):
     else:
         out, _ = _consoles()
         render_devices(out, found)
+
+
+# -- show: a blob as a picture -------------------------------------------------
+
+@cli.command(context_settings=CONTEXT_SETTINGS)
+@click.argument("file", type=click.Path(dir_okay=False, allow_dash=True))
+@click.option("--blob", "name", metavar="NAME", default=None,
+              help="The blob to show (name or glob that matches one blob); needed when the file holds several.")
+@click.option("--channel", type=click.IntRange(min=0), metavar="C", default=None,
+              help="Show channel C (from 0) as a heat map; in a filter grid, channel C of every filter.")
+@click.option("--index", type=click.IntRange(min=0), metavar="N", default=None,
+              help="Of a 4-D blob (N, C, H, W), show item N (from 0) alone instead of the filter grid.")
+@click.option("--width", type=click.IntRange(min=1), metavar="COLUMNS", default=None,
+              help="Terminal view at most COLUMNS characters wide (default: the terminal's width).")
+@click.option("-o", "--output", type=click.Path(dir_okay=False, allow_dash=True), default=None, metavar="PATH.png",
+              help="Write the picture as a PNG (full resolution, small filters enlarged) instead of drawing it; "
+                   "needs Pillow: pip install 'blobtool[image]'.")
+@_kind_option
+def show(file, name, channel, index, width, output, kind):
+    """Draw a blob as a picture in the terminal, or write it as a PNG.
+
+    (H, W): a heat map with its value range. (C, H, W) or (1, C, H, W) with
+    C == 3: a colour image (Caffe's B, G, R shown as R, G, B). (N, C, H, W):
+    a grid of the N filters, each stretched from its own min to max, with
+    one-pixel borders. The terminal view uses coloured half-block cells
+    (two pixels per character) and shrinks to the terminal's width.
+
+    \b
+    Example:
+      blobtool show imagenet_mean.binaryproto
+      blobtool show lenet.caffemodel --blob conv1/0 -o conv1.png
+      blobtool show net.caffemodel --blob conv2/0 --index 3 --channel 0
+    """
+    from .containers import select
+    from .pictures import PNG_MIN_SIZE, TERMINAL_MIN_SIZE, view
+    from .render import render_picture
+
+    image_module = None
+    if output is not None:
+        if output != "-" and not output.lower().endswith(".png"):
+            raise UsageError(f"show writes PNG only: name the output *.png (got {output!r})")
+        if output == "-" and sys.stdout.isatty():
+            raise click.UsageError("refusing to write a PNG to a terminal; use -o PATH.png")
+        image_module = _pillow_image()
+    doc = _open(file, kind)
+    entries = select(doc, [name] if name is not None else [])
+    if len(entries) != 1:
+        names = ", ".join(e.name for e in entries[:8]) + (", ..." if len(entries) > 8 else "")
+        raise UsageError(f"{doc.path}: show draws one blob; {len(entries)} match ({names}): "
+                         "choose one with --blob NAME")
+    entry = entries[0]
+    data = entry.blob().cpu_data().reshape(entry.shape)
+    if image_module is None:
+        out, _ = _consoles()
+        picture = view(data, channel=channel, index=index, width=width or out.width, min_size=TERMINAL_MIN_SIZE)
+        render_picture(out, doc.path, entry.name, entry.shape, picture)
+        return
+    from .files import atomic_output
+
+    picture = view(data, channel=channel, index=index, min_size=PNG_MIN_SIZE)
+    with atomic_output(output) as f:
+        image_module.fromarray(picture.rgb).save(f, format="PNG")
+
+
+def _pillow_image():
+    """Pillow's Image module, imported only when a PNG is asked for (the optional image extra)."""
+    try:
+        from PIL import Image
+    except ImportError as exc:
+        raise UsageError("writing PNG needs Pillow, which is not installed: pip install 'blobtool[image]'") from exc
+    return Image
 
 
 def main(argv=None) -> None:

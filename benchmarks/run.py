@@ -1,0 +1,349 @@
+"""blobtool's benchmark harness: whole processes, interleaved repetitions, medians.
+
+    python benchmarks/run.py              # the standard run (needs ~3 GiB of disk in $TMPDIR)
+    python benchmarks/run.py --huge       # adds a 2.5 GiB blob (norm and convert past 2 GiB)
+    python benchmarks/run.py --smoke      # tiny inputs, two repetitions: checks the harness runs
+
+It generates its own data, then times each command as a separate process,
+round-robin over the cases (so a slow moment of the machine hits every case
+alike), and reports the median wall time and the peak resident memory of
+each (from the kernel's rusage of the child, the figure /usr/bin/time -v
+prints). It compares:
+
+- blobtool norm against the raw floor (np.fromfile of the payload plus
+  numpy's own float32 reductions) and the pycaffe idiom
+  (BlobProto.ParseFromString(f.read()) then np.array(blob.data)), on a float
+  blob, the same as double, and a caffemodel-like net of ~30 blobs;
+- blobtool convert --double and scale (streaming: bounded memory);
+- blobtool info on the net (reads no payload) against start-up;
+- blobtool info on a small file against python -c "import numpy";
+- norm over 32 files, one at a time against --jobs (all cores).
+
+The table is printed and written to benchmarks/RESULTS.md (or --out) with
+the machine it ran on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from blobtool import wire  # noqa: E402
+from blobtool._pb import blobtool_caffe_pb2 as pb  # noqa: E402
+
+MIB = 1 << 20
+
+FLOOR_BLOB = """
+import sys, numpy as np
+path, dtype, count, offset = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+x = np.fromfile(path, dtype=dtype, count=count, offset=offset)
+print(float(np.abs(x).sum()), float(np.dot(x, x)))
+"""
+
+FLOOR_NET = """
+import sys, numpy as np
+path, dtype = sys.argv[1], sys.argv[2]
+for spec in sys.argv[3:]:
+    count, offset = map(int, spec.split(":"))
+    x = np.fromfile(path, dtype=dtype, count=count, offset=offset)
+    print(float(np.abs(x).sum()), float(np.dot(x, x)))
+"""
+
+PYCAFFE_BLOB = """
+import sys, numpy as np
+from blobtool._pb.blobtool_caffe_pb2 import BlobProto  # Caffe's field numbers, as caffe_pb2
+blob = BlobProto()
+blob.ParseFromString(open(sys.argv[1], "rb").read())
+x = np.array(blob.double_data if len(blob.double_data) else blob.data)
+print(float(np.abs(x).sum()), float(np.dot(x, x)))
+"""
+
+PYCAFFE_NET = """
+import sys, numpy as np
+from blobtool._pb.blobtool_caffe_pb2 import NetParameter
+net = NetParameter()
+net.ParseFromString(open(sys.argv[1], "rb").read())
+for layer in net.layer:
+    for blob in layer.blobs:
+        x = np.array(blob.data)
+        print(layer.name, float(np.abs(x).sum()), float(np.dot(x, x)))
+"""
+
+
+# -- data ------------------------------------------------------------------------------
+
+def write_blob_file(path: Path, count: int, dtype: str, rng) -> int:
+    """A BlobProto with `count` random values in data (float32) or double_data; returns the payload offset."""
+    field = 5 if dtype == "<f4" else 8
+    itemsize = np.dtype(dtype).itemsize
+    header = wire.len_field_header(field, count * itemsize)
+    with open(path, "wb") as out:
+        out.write(header)
+        step = 8 * MIB
+        for start in range(0, count, step):
+            n = min(step, count - start)
+            out.write(rng.standard_normal(n, dtype=np.float32).astype(dtype).tobytes())
+        shape = pb.BlobProto()
+        shape.shape.dim.append(count)
+        out.write(shape.SerializeToString())
+    return len(header)
+
+
+def write_net_file(path: Path, total_bytes: int, layers: int, rng) -> list:
+    """A caffemodel-like NetParameter: `layers` layers with a weight and a bias blob each.
+
+    Returns (count, offset) of every payload, for the floor script.
+    """
+    weight = (total_bytes // layers // 4 - 64) // 64 * 64
+    payloads = []
+    with open(path, "wb") as out:
+        out.write(pb.NetParameter(name="BenchNet").SerializeToString())
+        for k in range(layers):
+            blobs = []
+            for count in (weight, 64):
+                header = wire.len_field_header(5, count * 4)
+                shape = pb.BlobProto()
+                shape.shape.dim.extend([count // 64, 64] if count > 64 else [count])
+                blobs.append((header, count, shape.SerializeToString()))
+            layer_head = pb.LayerParameter(name=f"conv{k}", type="Convolution").SerializeToString()
+            body_len = len(layer_head)
+            for header, count, tail in blobs:
+                blob_len = len(header) + count * 4 + len(tail)
+                body_len += len(wire.len_field_header(7, blob_len)) + blob_len
+            out.write(wire.len_field_header(100, body_len))
+            out.write(layer_head)
+            for header, count, tail in blobs:
+                blob_len = len(header) + count * 4 + len(tail)
+                out.write(wire.len_field_header(7, blob_len))
+                out.write(header)
+                payloads.append((count, out.tell()))
+                out.write(rng.standard_normal(count, dtype=np.float32).tobytes())
+                out.write(tail)
+    return payloads
+
+
+# -- measuring ----------------------------------------------------------------------------
+
+def run_once(cmd: list) -> tuple[float, float]:
+    """(wall seconds, peak RSS in MiB) of one process."""
+    start = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - start
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    err = proc.stderr.read().decode(errors="replace")
+    proc.stderr.close()
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(map(str, cmd))} exited {proc.returncode}: {err.strip()}")
+    return wall, usage.ru_maxrss / 1024
+
+
+def measure(cases: dict, reps: int) -> dict:
+    """Run every case `reps` times, round-robin; {name: (median s, max of peak RSS MiB)}."""
+    walls = {name: [] for name in cases}
+    rss = {name: [] for name in cases}
+    for rep in range(reps):
+        for name, cmd in cases.items():
+            w, m = run_once(cmd)
+            walls[name].append(w)
+            rss[name].append(m)
+        print(f"  repetition {rep + 1}/{reps} done", file=sys.stderr)
+    return {name: (statistics.median(walls[name]), max(rss[name])) for name in cases}
+
+
+def machine() -> str:
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    mem = ""
+    try:
+        for line in open("/proc/meminfo"):
+            if line.startswith("MemTotal"):
+                mem = f"{int(line.split()[1]) / 2**20:.0f} GiB RAM"
+    except OSError:
+        pass
+    return (f"{os.cpu_count()} cores ({cpu}), {mem}, {platform.system()} {platform.release()}, "
+            f"Python {platform.python_version()}, numpy {np.__version__}")
+
+
+# -- the run ---------------------------------------------------------------------------------
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--smoke", action="store_true", help="tiny inputs and two repetitions")
+    parser.add_argument("--huge", action="store_true", help="also a 2.5 GiB blob (norm and convert)")
+    parser.add_argument("--reps", type=int, default=None, help="repetitions per case (default 5)")
+    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "RESULTS.md")
+    parser.add_argument("--workdir", type=Path, default=None, help="where to put the data (default: a temp dir)")
+    args = parser.parse_args()
+
+    blob_mib, net_mib, net_layers, files, file_mib = 256, 500, 15, 32, 16
+    reps = args.reps or 5
+    if args.smoke:
+        blob_mib, net_mib, net_layers, files, file_mib = 4, 8, 15, 4, 1
+        reps = args.reps or 2
+
+    work = Path(tempfile.mkdtemp(prefix="blobtool-bench-", dir=args.workdir))
+    py = sys.executable
+    bt = [py, "-m", "blobtool"]
+    rng = np.random.default_rng(2026)
+    try:
+        print(f"generating data in {work}", file=sys.stderr)
+        f32, f64 = work / "f32.pb", work / "f64.pb"
+        n32 = blob_mib * MIB // 4
+        n64 = blob_mib * MIB // 8
+        off32 = write_blob_file(f32, n32, "<f4", rng)
+        off64 = write_blob_file(f64, n64, "<f8", rng)
+        net = work / "net.caffemodel"
+        payloads = write_net_file(net, net_mib * MIB, net_layers, rng)
+        small = work / "small.pb"
+        write_blob_file(small, 16, "<f4", rng)
+        many = []
+        for i in range(files):
+            p = work / f"m{i:02d}.caffemodel"
+            write_net_file(p, file_mib * MIB, 4, rng)
+            many.append(str(p))
+        scripts = {}
+        for name, text in (("floor_blob", FLOOR_BLOB), ("floor_net", FLOOR_NET),
+                           ("pycaffe_blob", PYCAFFE_BLOB), ("pycaffe_net", PYCAFFE_NET)):
+            scripts[name] = work / f"{name}.py"
+            scripts[name].write_text(textwrap.dedent(text))
+        env_path = f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"
+        os.environ["PYTHONPATH"] = env_path
+        out = str(work / "out.pb")
+
+        cases = {
+            "norm f32: blobtool": bt + ["norm", str(f32)],
+            "norm f32: floor": [py, str(scripts["floor_blob"]), str(f32), "<f4", str(n32), str(off32)],
+            "norm f32: pycaffe idiom": [py, str(scripts["pycaffe_blob"]), str(f32)],
+            "norm f64: blobtool": bt + ["norm", str(f64)],
+            "norm f64: floor": [py, str(scripts["floor_blob"]), str(f64), "<f8", str(n64), str(off64)],
+            "norm f64: pycaffe idiom": [py, str(scripts["pycaffe_blob"]), str(f64)],
+            "norm net: blobtool": bt + ["norm", str(net)],
+            "norm net: floor": [py, str(scripts["floor_net"]), str(net), "<f4"] + [f"{c}:{o}" for c, o in payloads],
+            "norm net: pycaffe idiom": [py, str(scripts["pycaffe_net"]), str(net)],
+            "convert --double f32": bt + ["convert", "--double", str(f32), "-o", out],
+            "scale f32": bt + ["scale", str(f32), "0.5", "-o", out],
+            "info net": bt + ["info", str(net)],
+            "info small": bt + ["info", str(small)],
+            "import numpy": [py, "-c", "import numpy"],
+            f"norm {files} files --jobs 1": bt + ["norm", "--jobs", "1"] + many,
+            f"norm {files} files (all cores)": bt + ["norm"] + many,
+        }
+        print(f"measuring {len(cases)} cases x {reps} repetitions", file=sys.stderr)
+        res = measure(cases, reps)
+        huge = None
+        if args.huge:
+            huge = run_huge(work, bt, rng)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+    report = render(res, huge, blob_mib, net_mib, net_layers, files, file_mib, reps, args.smoke)
+    print(report)
+    args.out.write_text(report)
+    print(f"wrote {args.out}", file=sys.stderr)
+    return 0
+
+
+def run_huge(work: Path, bt: list, rng) -> dict:
+    """A blob whose payload is over 2 GiB: norm and convert --double, once each."""
+    path = work / "huge.pb"
+    count = (5 << 30) // 2 // 4  # 2.5 GiB of float32
+    print("generating the 2.5 GiB blob", file=sys.stderr)
+    write_blob_file(path, count, "<f4", rng)
+    results = {"bytes": path.stat().st_size}
+    results["norm"] = run_once(bt + ["norm", "--json", str(path)])
+    out = work / "huge64.pb"
+    results["convert --double"] = run_once(bt + ["convert", "--double", str(path), "-o", str(out)])
+    results["out_bytes"] = out.stat().st_size
+    check = subprocess.run(bt + ["compare", "-q", str(path), str(out)], capture_output=True, text=True)
+    results["compare_exit"] = check.returncode
+    out.unlink()
+    path.unlink()
+    return results
+
+
+def render(res: dict, huge, blob_mib, net_mib, net_layers, files, file_mib, reps, smoke) -> str:
+    def t(name):
+        return res[name][0]
+
+    def m(name):
+        return res[name][1]
+
+    lines = [
+        "# blobtool benchmark results",
+        "",
+        f"Machine: {machine()}.",
+        f"Run: `python benchmarks/run.py{' --smoke' if smoke else ''}` on {time.strftime('%Y-%m-%d')}; "
+        f"median of {reps} interleaved repetitions per case, each a separate process; peak RSS is the "
+        "largest of the repetitions (the kernel's ru_maxrss).",
+        "",
+        f"Inputs: a {blob_mib} MiB float32 blob, a {blob_mib} MiB float64 blob, a {net_mib} MiB "
+        f"caffemodel-like net ({net_layers} layers, {2 * net_layers} blobs), {files} nets of {file_mib} MiB.",
+        "",
+        "| case | median s | peak RSS MiB | ratio |",
+        "|---|---:|---:|---|",
+    ]
+    for kind, size in (("f32", blob_mib), ("f64", blob_mib), ("net", net_mib)):
+        b = f"norm {kind}: blobtool"
+        floor = f"norm {kind}: floor"
+        idiom = f"norm {kind}: pycaffe idiom"
+        lines.append(f"| {b} | {t(b):.3f} | {m(b):.0f} | {t(b) / t(floor):.2f}x floor; "
+                     f"{t(idiom) / t(b):.1f}x faster than pycaffe; RSS {m(b) / size:.2f}x file |")
+        lines.append(f"| {floor} | {t(floor):.3f} | {m(floor):.0f} | |")
+        lines.append(f"| {idiom} | {t(idiom):.3f} | {m(idiom):.0f} | RSS {m(idiom) / size:.2f}x file |")
+    for name in ("convert --double f32", "scale f32"):
+        lines.append(f"| {name} | {t(name):.3f} | {m(name):.0f} | |")
+    startup = t("info small")
+    lines.append(f"| info net | {t('info net'):.3f} | {m('info net'):.0f} | "
+                 f"{t('info net') - startup:+.3f} s beyond start-up |")
+    lines.append(f"| info small | {startup:.3f} | {m('info small'):.0f} | "
+                 f"{startup / t('import numpy'):.2f}x import numpy |")
+    lines.append(f"| import numpy | {t('import numpy'):.3f} | {m('import numpy'):.0f} | |")
+    one = f"norm {files} files --jobs 1"
+    many = f"norm {files} files (all cores)"
+    lines.append(f"| {one} | {t(one):.3f} | {m(one):.0f} | |")
+    lines.append(f"| {many} | {t(many):.3f} | {m(many):.0f} | {t(one) / t(many):.2f}x speed-up |")
+    if huge:
+        lines += ["", f"Over 2 GiB (`--huge`): a {huge['bytes'] / 2**30:.2f} GiB float32 blob.", "",
+                  "| case | s | peak RSS MiB |", "|---|---:|---:|"]
+        for name in ("norm", "convert --double"):
+            lines.append(f"| {name} | {huge[name][0]:.2f} | {huge[name][1]:.0f} |")
+        lines.append("")
+        lines.append(f"convert wrote {huge['out_bytes'] / 2**30:.2f} GiB; `compare` of input and output "
+                     f"exited {huge['compare_exit']} ({'equal' if huge['compare_exit'] == 0 else 'DIFFERENT'}).")
+    targets = [
+        ("norm f32 <= 1.2x floor", t("norm f32: blobtool") <= 1.2 * t("norm f32: floor")),
+        ("norm f32 >= 3x faster than pycaffe", t("norm f32: pycaffe idiom") >= 3 * t("norm f32: blobtool")),
+        ("norm f32 peak RSS <= 1.1x file + 120 MB", m("norm f32: blobtool") <= 1.1 * blob_mib + 120),
+        ("convert --double / scale peak RSS <= 200 MB",
+         max(m("convert --double f32"), m("scale f32")) <= 200),
+        ("info on the net <= 0.2 s beyond start-up", t("info net") - startup <= 0.2),
+        ("info small <= 2x import numpy", startup <= 2 * t("import numpy")),
+    ]
+    lines += ["", "Targets:", ""]
+    lines += [f"- {'met' if ok else 'NOT met'}: {name}" for name, ok in targets]
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    sys.exit(main())
