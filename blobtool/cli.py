@@ -361,9 +361,19 @@ def _norm_one(path, *, kind, patterns, device_info, show_progress=True):
 
     doc = _open(path, kind)
     entries = select(doc, patterns)
-    blobs = [_place(e.blob(), device_info) for e in entries]
+    blobs = [_norm_target(e, device_info) for e in entries]
     with _progress(doc, "summing", show_progress):
         return norm_record(doc, entries, blobs, device=device_info)
+
+
+def _norm_target(entry, device_info):
+    """The blob to reduce, placed where the work runs; very large ones stream through the GPU."""
+    blob = entry.blob()
+    if device_info is not None:
+        from . import device
+        if blob.nbytes > device.STREAM_THRESHOLD:
+            return device.StreamedNorms(blob, device.current(), entry.has_diff)
+    return _place(blob, device_info)
 
 
 def _write(doc, entries, blobs, output, fmt, *, precision=None, layout=None, write_diff=None, transforms=None):

@@ -15,9 +15,38 @@ import numpy as np
 from .errors import DeviceError
 from .syncedmem import get_backend, set_backend
 
-__all__ = ["use", "current", "list_devices", "CupyBackend", "INSTALL_HINT"]
+__all__ = ["use", "current", "list_devices", "CupyBackend", "StreamedNorms", "INSTALL_HINT",
+           "STREAM_CHUNK", "STREAM_THRESHOLD"]
 
 INSTALL_HINT = "install blobtool's CUDA extra: pip install 'blobtool[cuda12]' (or [cuda13])"
+
+# Staging chunk for streamed reductions: large enough that each copy runs at
+# full bus speed, small enough that two of them are nothing next to a model.
+STREAM_CHUNK = 64 << 20
+# Payloads larger than this are streamed through the device by norm --device
+# rather than placed on it whole.
+STREAM_THRESHOLD = 1 << 30
+
+
+class StreamedNorms:
+    """Stands in for a Blob in norm --device when its payload is streamed rather than placed.
+
+    Offers the two methods norm uses, computed by the backend's streamed
+    reduction over the blob's host arrays (the memory-mapped file).
+    """
+
+    def __init__(self, blob, backend, has_diff: bool):
+        self._blob = blob
+        self._backend = backend
+        self._has_diff = has_diff
+
+    def asum_sumsq_data(self) -> tuple[float, float]:
+        return self._backend.streamed_asum_sumsq(self._blob.cpu_data(), release=True)
+
+    def asum_sumsq_diff(self) -> tuple[float, float]:
+        if not self._has_diff:
+            return 0.0, 0.0
+        return self._backend.streamed_asum_sumsq(self._blob.cpu_diff(), release=True)
 
 
 def _import_cupy():
@@ -124,10 +153,9 @@ class CupyBackend:
 
     def host_zeros(self, size: int) -> np.ndarray:
         """Zeroed pinned host memory (CaffeMallocHost in GPU mode)."""
-        mem = self.cp.cuda.alloc_pinned_memory(max(size, 1))
-        arr = np.frombuffer(mem, dtype=np.uint8, count=size)
-        arr[...] = 0
-        return arr
+        import cupyx
+
+        return cupyx.zeros_pinned(size, dtype=np.uint8)
 
     def device_empty(self, size: int):
         try:
@@ -178,6 +206,59 @@ class CupyBackend:
             if x.size == 0:
                 return 0.0, 0.0
             return float(self._asum(x)), float(self._sumsq(x))
+
+    def streamed_asum_sumsq(self, host: np.ndarray, *, chunk_bytes: int = STREAM_CHUNK,
+                            release: bool = False) -> tuple[float, float]:
+        """asum and sumsq of a host array too large to keep, streamed through the device.
+
+        Two pinned staging buffers and two streams, double-buffered: while
+        chunk i is copied to the device and reduced on stream i % 2, the host
+        fills the other buffer with chunk i + 1 (reading the file). Partial
+        sums stay on the device in float64 and are added at the end. Host
+        memory stays at two chunks; with `release`, the input's pages are
+        dropped after each chunk (only for inputs nobody changed in memory).
+        """
+        from . import wire
+        import cupyx
+
+        cp = self.cp
+        host = host.reshape(-1)
+        n = host.size
+        if n == 0:
+            return 0.0, 0.0
+        per_chunk = max(1, chunk_bytes // host.itemsize)
+        chunks = -(-n // per_chunk)
+        with cp.cuda.Device(self.index):
+            streams = [cp.cuda.Stream(non_blocking=True) for _ in range(2)]
+            staging = [cupyx.empty_pinned(per_chunk, dtype=host.dtype) for _ in range(2)]
+            try:
+                device = [cp.empty(per_chunk, dtype=host.dtype) for _ in range(2)]
+            except cp.cuda.memory.OutOfMemoryError as exc:
+                raise self._oom(2 * per_chunk * host.itemsize, exc) from exc
+            partial = cp.zeros((chunks, 2), dtype=cp.float64)
+            copied = [None, None]
+            for i in range(chunks):
+                k = i % 2
+                start = i * per_chunk
+                m = min(per_chunk, n - start)
+                if copied[k] is not None:
+                    copied[k].synchronize()  # staging[k] is free once its copy is done
+                np.copyto(staging[k][:m], host[start:start + m])
+                if release:
+                    with wire.releasing():
+                        wire.release_pages(host[start:start + m])
+                stream = streams[k]
+                device[k][:m].set(staging[k][:m], stream=stream)
+                event = cp.cuda.Event()
+                event.record(stream)
+                copied[k] = event
+                with stream:
+                    partial[i, 0] = self._asum(device[k][:m])
+                    partial[i, 1] = self._sumsq(device[k][:m])
+            for stream in streams:
+                stream.synchronize()
+            totals = partial.sum(axis=0).get()
+        return float(totals[0]), float(totals[1])
 
     def scal(self, x, alpha: float) -> None:
         with self.cp.cuda.Device(self.index):
