@@ -221,6 +221,17 @@ def _output_format(output: str, fmt, doc) -> str:
     return fmt
 
 
+def _emit(record: dict, as_json: bool, renderer: str, **options) -> None:
+    """Print one file's record: a JSON line, or the named rich renderer (imported only then)."""
+    if as_json:
+        _emit_json(record)
+        return
+    from . import render
+    out, _ = _consoles()
+    getattr(render, renderer)(out, record, **options)
+
+
+@functools.lru_cache(maxsize=None)
 def _consoles():
     Console = _console_class()
     # Off a terminal rich would wrap at 80 columns; tables read better unwrapped in logs.
@@ -302,15 +313,9 @@ def info(files, stats, patterns, kind, as_json, jobs):
       blobtool info mean.binaryproto
       blobtool info --json --stats weights.pb | jq .blobs[0].stats
     """
-    from .render import render_info
-
-    out, _ = _consoles()
     work = functools.partial(_info_one, kind=kind, patterns=patterns, stats=stats)
     for record in _records(_inputs(files), work, jobs):
-        if as_json:
-            _emit_json(record)
-        else:
-            render_info(out, record)
+        _emit(record, as_json, "render_info")
 
 
 def _info_one(path, *, kind, patterns, stats, show_progress=True):
@@ -340,18 +345,12 @@ def norm(files, device, patterns, kind, as_json, jobs):
       blobtool norm weights.pb
       cat weights.pb | blobtool norm --json --device 0
     """
-    from .render import render_norm
-
-    out, _ = _consoles()
     device_info = _use_device(device)
     if device_info is not None:
         jobs = 1  # one process owns the GPU
     work = functools.partial(_norm_one, kind=kind, patterns=patterns, device_info=device_info)
     for record in _records(_inputs(files), work, jobs):
-        if as_json:
-            _emit_json(record)
-        else:
-            render_norm(out, record)
+        _emit(record, as_json, "render_norm")
 
 
 def _norm_one(path, *, kind, patterns, device_info, show_progress=True):
