@@ -287,6 +287,15 @@ def _progress(doc, what: str, enabled: bool = True):
             yield
 
 
+def _array_module(device_info):
+    """numpy, or CuPy when the work runs on a GPU."""
+    if device_info is None:
+        import numpy
+        return numpy
+    from . import device
+    return device.current().cp
+
+
 def _open(path, kind=None, npy_cast=None):
     from .containers import open_document
     doc = open_document(path, kind, npy_cast=npy_cast)
@@ -575,7 +584,7 @@ def compare(a, b, rtol, atol, quiet, device, patterns, kind, as_json):
     entries_b = select(doc_b, patterns)
     with _progress(doc_a, "comparing"):
         result = compare_documents(doc_a, doc_b, entries_a, entries_b, rtol=rtol, atol=atol,
-                                   fetch=lambda e: _place(e.blob(), device_info))
+                                   fetch=lambda e: _place(e.blob(), device_info), xp=_array_module(device_info))
     record = compare_record(result, device=device_info)
     if as_json:
         _emit_json(record)

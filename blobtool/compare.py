@@ -11,12 +11,16 @@ shape of at most 4 axes that pads to it with leading 1s ((3, 2) equals legacy
 
 from __future__ import annotations
 
+import contextlib
 import math
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from .kernels import CHUNK, report
+
+# Elements per chunk on a GPU: enough work per kernel launch to fill the device.
+DEVICE_CHUNK = 1 << 24
 
 __all__ = ["ValueDiff", "BlobComparison", "FileComparison", "compare_arrays", "shapes_equal",
            "compare_documents"]
@@ -54,8 +58,14 @@ class ValueDiff:
         return self.l2_diff / self.l2_b if self.l2_b else math.inf
 
 
-def compare_arrays(a: np.ndarray, b: np.ndarray, *, rtol: float = 0.0, atol: float = 0.0) -> ValueDiff:
-    """Compare two flat arrays of equal size chunk by chunk in float64."""
+def compare_arrays(a, b, *, rtol: float = 0.0, atol: float = 0.0, xp=np) -> ValueDiff:
+    """Compare two flat arrays of equal size chunk by chunk in float64.
+
+    `xp` is the array module the arrays live in: numpy, or CuPy for device
+    arrays (then the comparison runs on the GPU, in larger chunks).
+    """
+    chunk = CHUNK if xp is np else DEVICE_CHUNK
+    errstate = np.errstate if xp is np else (lambda **_: contextlib.nullcontext())
     a = a.reshape(-1)
     b = b.reshape(-1)
     max_abs = 0.0
@@ -63,37 +73,37 @@ def compare_arrays(a: np.ndarray, b: np.ndarray, *, rtol: float = 0.0, atol: flo
     mismatches = 0
     first = None
     sq_diff = sq_a = sq_b = 0.0
-    for start in range(0, a.size, CHUNK):
-        x = a[start:start + CHUNK].astype(np.float64)
-        y = b[start:start + CHUNK].astype(np.float64)
+    for start in range(0, a.size, chunk):
+        x = a[start:start + chunk].astype(xp.float64)
+        y = b[start:start + chunk].astype(xp.float64)
         report(x.size * (a.itemsize + b.itemsize))
-        both_nan = np.isnan(x) & np.isnan(y)
-        with np.errstate(invalid="ignore", over="ignore"):
-            delta = np.abs(x - y)
+        both_nan = xp.isnan(x) & xp.isnan(y)
+        with errstate(invalid="ignore", over="ignore"):
+            delta = xp.abs(x - y)
             delta[both_nan] = 0.0
             # Equal infinities give NaN above; they are equal.
             delta[(x == y)] = 0.0
             # A zero delta always matches (rtol * |inf| would be nan); a non-finite
             # delta never does, whatever the tolerance.
-            bad = ~((delta == 0) | (np.isfinite(delta) & (delta <= atol + rtol * np.abs(y))))
-        count = int(np.count_nonzero(bad))
+            bad = ~((delta == 0) | (xp.isfinite(delta) & (delta <= atol + rtol * xp.abs(y))))
+        count = int(xp.count_nonzero(bad))
         if count:
             mismatches += count
             if first is None:
-                first = start + int(np.flatnonzero(bad)[0])
-        finite_delta = np.where(np.isnan(delta), np.inf, delta)
+                first = start + int(xp.flatnonzero(bad)[0])
+        finite_delta = xp.where(xp.isnan(delta), xp.inf, delta)
         if finite_delta.size:
             max_abs = max(max_abs, float(finite_delta.max()))
-            with np.errstate(divide="ignore", invalid="ignore"):
-                rel = np.where(finite_delta == 0, 0.0, finite_delta / np.abs(y))
-            rel = np.where(np.isnan(rel), np.inf, rel)
+            with errstate(divide="ignore", invalid="ignore"):
+                rel = xp.where(finite_delta == 0, 0.0, finite_delta / xp.abs(y))
+            rel = xp.where(xp.isnan(rel), xp.inf, rel)
             max_rel = max(max_rel, float(rel.max()))
-        ok = np.isfinite(delta)
-        sq_diff += float(np.dot(delta[ok], delta[ok]))
-        fx = x[np.isfinite(x)]
-        fy = y[np.isfinite(y)]
-        sq_a += float(np.dot(fx, fx))
-        sq_b += float(np.dot(fy, fy))
+        ok = xp.isfinite(delta)
+        sq_diff += float(xp.dot(delta[ok], delta[ok]))
+        fx = x[xp.isfinite(x)]
+        fy = y[xp.isfinite(y)]
+        sq_a += float(xp.dot(fx, fx))
+        sq_b += float(xp.dot(fy, fy))
     return ValueDiff(mismatches == 0, max_abs, max_rel, mismatches, first,
                      math.sqrt(sq_a), math.sqrt(sq_diff), math.sqrt(sq_b))
 
@@ -150,11 +160,12 @@ class FileComparison:
 
 
 def compare_documents(doc_a, doc_b, entries_a, entries_b, *, rtol: float = 0.0, atol: float = 0.0,
-                      fetch=None) -> FileComparison:
+                      fetch=None, xp=np) -> FileComparison:
     """Compare the selected entries of two documents, matched by name.
 
     `fetch(entry)` returns the entry's Blob (placed where the work runs);
-    by default ``entry.blob()``.
+    by default ``entry.blob()``. With `xp` CuPy, values are compared on the
+    GPU (the blobs' gpu_data / gpu_diff).
     """
     fetch = fetch or (lambda e: e.blob())
     result = FileComparison(doc_a.path, doc_b.path, rtol=rtol, atol=atol)
@@ -170,9 +181,13 @@ def compare_documents(doc_a, doc_b, entries_a, entries_b, *, rtol: float = 0.0, 
         comp = BlobComparison(ea.name, ea.shape, eb.shape, same_shape, layer=ea.layer)
         if same_shape:
             blob_a, blob_b = fetch(ea), fetch(eb)
-            comp.data = compare_arrays(blob_a.cpu_data(), blob_b.cpu_data(), rtol=rtol, atol=atol)
+            on_host = xp is np or blob_a.count == 0
+            data = (lambda blob: blob.cpu_data()) if on_host else (lambda blob: blob.gpu_data())
+            diff = (lambda blob: blob.cpu_diff()) if on_host else (lambda blob: blob.gpu_diff())
+            module = np if on_host else xp
+            comp.data = compare_arrays(data(blob_a), data(blob_b), rtol=rtol, atol=atol, xp=module)
             if ea.has_diff and eb.has_diff:
-                comp.diff = compare_arrays(blob_a.cpu_diff(), blob_b.cpu_diff(), rtol=rtol, atol=atol)
+                comp.diff = compare_arrays(diff(blob_a), diff(blob_b), rtol=rtol, atol=atol, xp=module)
             elif ea.has_diff != eb.has_diff:
                 comp.diff_note = "only a has diff" if ea.has_diff else "only b has diff"
         result.blobs.append(comp)
