@@ -1,0 +1,29 @@
+"""The benchmark harness runs end to end on tiny inputs (the real run is not part of the tests)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_harness_smoke_run_writes_its_table(tmp_path):
+    out = tmp_path / "RESULTS.md"
+    res = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "run.py"), "--smoke", "--reps", "1",
+                          "--out", str(out), "--workdir", str(tmp_path)],
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr
+    text = out.read_text()
+    assert text.startswith("# blobtool benchmark results")
+    assert "Machine: " in text
+    for case in ("norm f32: blobtool", "norm f32: floor", "norm f32: pycaffe idiom", "norm f64: blobtool",
+                 "norm net: blobtool", "convert --double f32", "scale f32", "info net", "info small",
+                 "import numpy"):
+        assert f"| {case}" in text, case
+    assert "files --jobs 1 |" in text
+    # Every target is judged, met or not.
+    assert text.count("met: ") == 6
+    # Nothing is left behind in the work folder.
+    assert [p.name for p in tmp_path.iterdir()] == ["RESULTS.md"]
