@@ -67,6 +67,23 @@ def _console_class():
 class BlobtoolGroup(click.Group):
     """Maps the library's errors to one stderr line and the documented exit code."""
 
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        # Click's own usage errors print four lines (usage, hint, blank, error);
+        # blobtool's errors are one line, whoever finds them.
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        try:
+            code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except click.ClickException as exc:
+            command = exc.ctx.command_path if getattr(exc, "ctx", None) else "blobtool"
+            hint = f" (see '{command} --help')" if isinstance(exc, click.UsageError) else ""
+            click.echo(f"{command}: {exc.format_message()}{hint}", err=True)
+            sys.exit(exc.exit_code)
+        except click.exceptions.Abort:
+            _say_error("interrupted")
+            sys.exit(EXIT_INTERRUPTED)
+        sys.exit(code if isinstance(code, int) else EXIT_OK)
+
     def invoke(self, ctx):
         try:
             return super().invoke(ctx)

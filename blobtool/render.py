@@ -7,8 +7,13 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from .pictures import BAR_STEP, HIST_BINS, histogram_bars
+
 __all__ = ["fmt_num", "fmt_bytes", "fmt_shape", "render_info", "render_norm", "render_compare",
-           "render_devices", "render_written"]
+           "render_devices", "render_written", "histogram_cell", "render_picture"]
+
+# The eight bar heights of a histogram cell, lowest first.
+BLOCKS = "▁▂▃▄▅▆▇█"
 
 
 def fmt_num(x) -> str:
@@ -93,6 +98,26 @@ def render_info(console: Console, record: dict) -> None:
     console.print(table)
     if len(record["blobs"]) > 1:
         console.print(f"  {len(record['blobs'])} blobs, {fmt_num(total_count)} parameters, {fmt_bytes(total_bytes)}")
+    if with_stats:
+        _render_histograms(console, record["blobs"])
+
+
+def _render_histograms(console: Console, blobs: list) -> None:
+    """One line per blob (and diff) under the table: min, the histogram cell, max."""
+    console.print(HISTOGRAM_KEY)
+    grid = Table.grid(padding=(0, 1), pad_edge=True)
+    grid.add_column()
+    grid.add_column(justify="right")
+    grid.add_column(no_wrap=True)
+    grid.add_column()
+    for b in blobs:
+        for which in ("data", "diff"):
+            s = b["stats"].get(which)
+            if s is None:
+                continue
+            name = Text(b["name"]) if which == "data" else Text(f"{b['name']} diff", style="dim")
+            grid.add_row(name, fmt_num(s["min"]), histogram_cell(s), fmt_num(s["max"]))
+    console.print(grid)
 
 
 def _stat_cells(s: dict) -> list:
@@ -100,6 +125,28 @@ def _stat_cells(s: dict) -> list:
         Text(str(s["nan"]), style="red" if s["nan"] else ""),
         Text(str(s["inf"]), style="red" if s["inf"] else ""),
     ]
+
+
+HISTOGRAM_KEY = Text.assemble(
+    (" histograms", "bold"),
+    (f"  {HIST_BINS} bins from min to max, counts log-scaled (one step = x{BAR_STEP:g}); after ", "dim"),
+    ("│", "dim"), (": ", "dim"), ("▅", "yellow"), (" values exactly 0, ", "dim"), ("!", "bold red"),
+    (" NaN or Inf present", "dim"))
+
+
+def histogram_cell(s: dict) -> Text:
+    """A fixed-width histogram: one block per bin, then │, the zero count's block and ! for NaN/Inf."""
+    hist = s.get("histogram") or {"counts": [], "zeros": 0}
+    bars = histogram_bars(hist["counts"], hist["zeros"], s["nan"] + s["inf"])
+    cell = Text()
+    if bars["bars"]:
+        cell.append("".join(BLOCKS[h - 1] if h else " " for h in bars["bars"]), style="cyan")
+    else:
+        cell.append("no finite value".center(HIST_BINS)[:HIST_BINS], style="dim")
+    cell.append("│", style="dim")
+    cell.append(BLOCKS[bars["zeros"] - 1] if bars["zeros"] else " ", style="yellow")
+    cell.append("!" if bars["nonfinite"] else " ", style="bold red")
+    return cell
 
 
 def render_norm(console: Console, record: dict) -> None:
@@ -187,3 +234,79 @@ def render_devices(console: Console, devices: list) -> None:
 
 def render_written(console: Console, path: str, fmt: str, blobs: int) -> None:
     console.print(Text(f"wrote {path} ({fmt}, {blobs} blob{'s' if blobs != 1 else ''})", style="dim"))
+
+
+# -- pictures ------------------------------------------------------------------
+
+# Brightness ramp for a console without colour (a pipe, NO_COLOR): dark to bright.
+SHADES = " .:-=+*#%@"
+
+
+class HalfBlocks:
+    """An RGB image as rows of "▀" cells: the upper pixel is the foreground, the lower the background."""
+
+    def __init__(self, rgb):
+        self.rgb = rgb
+
+    def __rich_console__(self, console, options):
+        from rich.color import Color
+        from rich.segment import Segment
+        from rich.style import Style
+
+        rgb = self.rgb
+        height, width = rgb.shape[0], rgb.shape[1]
+        styles = {}
+
+        def style(top, bottom):
+            key = (top, bottom)
+            if key not in styles:
+                styles[key] = Style(color=Color.from_rgb(*top),
+                                    bgcolor=Color.from_rgb(*bottom) if bottom is not None else None)
+            return styles[key]
+
+        for y in range(0, height, 2):
+            upper = [tuple(int(v) for v in p) for p in rgb[y]]
+            lower = [tuple(int(v) for v in p) for p in rgb[y + 1]] if y + 1 < height else [None] * width
+            run_style, run = None, 0
+            for x in range(width):
+                cell = style(upper[x], lower[x])
+                if cell is run_style:
+                    run += 1
+                    continue
+                if run:
+                    yield Segment("▀" * run, run_style)
+                run_style, run = cell, 1
+            if run:
+                yield Segment("▀" * run, run_style)
+            yield Segment.line()
+
+
+def render_picture(console: Console, path: str, name: str, shape, picture) -> None:
+    """Draw a pictures.Picture: a title, the image, and what its colours mean.
+
+    In colour as half-block cells (two pixels per character, so pixels are
+    about square); without colour as a brightness ramp of characters.
+    """
+    title = Text(path, style="bold")
+    title.append(f"  blob {name} {fmt_shape(shape)}", style="dim")
+    console.print(title)
+    if console.color_system is None or console.no_color:
+        for row in picture.shades(len(SHADES)):
+            console.print("".join(SHADES[v] for v in row), crop=False, highlight=False)
+    else:
+        console.print(HalfBlocks(picture.rgb), crop=False)
+    console.print(Text(picture.caption, style="dim"))
+    if picture.legend is not None:
+        lo, hi = picture.value_range
+        legend = Text(f"{fmt_num(lo)} ")
+        if console.color_system is None or console.no_color:
+            legend.append("".join(SHADES[v] for v in picture.legend_shades(len(SHADES))))
+        else:
+            for r, g, b in picture.legend:
+                legend.append("█", style=f"rgb({r},{g},{b})")
+        legend.append(f" {fmt_num(hi)}")
+        console.print(legend, crop=False)
+    if picture.nonfinite:
+        console.print(Text(f"{picture.nonfinite:,} NaN/Inf value(s) drawn magenta", style="red"))
+    for note in picture.notes:
+        console.print(Text(note, style="dim"))

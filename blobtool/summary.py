@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 
-from . import kernels
+from . import kernels, pictures
 from .containers import Document, Entry
 
 __all__ = ["json_float", "info_record", "norm_record", "norm_values", "compare_record"]
@@ -25,7 +25,12 @@ def json_float(x):
 
 
 def _stats(values) -> dict:
-    return {k: (json_float(v) if k not in ("nan", "inf") else v) for k, v in kernels.stats(values).items()}
+    found = kernels.stats(values)
+    out = {k: (json_float(v) if k not in ("nan", "inf") else v) for k, v in found.items()}
+    hist = pictures.histogram(values, lo=found["min"], hi=found["max"])
+    out["histogram"] = {"edges": [json_float(e) for e in hist["edges"]], "counts": hist["counts"],
+                        "zeros": hist["zeros"]}
+    return out
 
 
 def entry_info(entry: Entry, *, stats: bool = False) -> dict:

@@ -52,7 +52,7 @@ COMMANDS = ("info", "norm", "scale", "compare", "convert", "update", "devices")
 
 INFO_KEYS = {"path", "kind", "bytes", "blobs"}
 INFO_BLOB_KEYS = {"name", "shape", "count", "dtype", "layout", "has_diff", "bytes"}
-STATS_KEYS = {"min", "max", "mean", "std", "nan", "inf"}
+STATS_KEYS = {"min", "max", "mean", "std", "nan", "inf", "histogram"}
 NORM_KEYS = {"path", "kind", "blobs", "total"}
 COMPARE_KEYS = {"a", "b", "equal", "blobs"}
 COMPARE_BLOB_KEYS = {"name", "equal", "shape_a", "shape_b", "max_abs", "max_rel", "rel_l2",

@@ -1,0 +1,463 @@
+"""Pictures of blobs: value histograms, and blobs as RGB images. Pure numpy, no I/O.
+
+What a blob's shape becomes (``view``):
+
+=================  ===========================================================
+shape              picture
+=================  ===========================================================
+(H, W)             heat map of the values, with their range
+(C, H, W)          C == 3: colour image; the channels are Caffe's B, G, R and
+(1, C, H, W)       are shown as R, G, B, all three stretched together from the
+                   blob's min..max to 0..255. Otherwise (or with ``channel``)
+                   one channel as a heat map.
+(N, C, H, W)       a grid of the N filters, each stretched from its own
+                   min..max to 0..255 (colour when C == 3, else one channel in
+                   grey), with a one-pixel blue border between tiles. ``index``
+                   shows item N alone as a (C, H, W) image.
+=================  ===========================================================
+
+Heat maps use viridis (nine stops, linear between them): dark violet for the
+minimum, yellow for the maximum. NaN and Inf are left out of every range and
+drawn magenta. A picture is built at one pixel per value; ``width`` shrinks it
+(block means of the values) and ``min_size`` enlarges small images and filter
+tiles by whole factors (nearest neighbour); borders stay one pixel wide.
+
+Large planes are read in chunks of rows, so no full-size float temporary is
+made: the values are widened, averaged and coloured a chunk at a time.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from . import kernels
+from .errors import UsageError
+
+__all__ = ["HIST_BINS", "BAR_LEVELS", "histogram", "histogram_bars", "Picture", "view", "heat_map",
+           "colour_image", "filter_grid", "colourise", "grid_columns", "block_mean", "enlarge",
+           "VIRIDIS", "NONFINITE_RGB", "BORDER_RGB", "EMPTY_RGB", "PNG_MIN_SIZE", "TERMINAL_MIN_SIZE"]
+
+# Bins of the value histogram: one terminal cell each, so a histogram fits
+# beside a table row; JSON carries the same bins.
+HIST_BINS = 16
+# Bar heights a histogram cell can show (the eight blocks ▁..█), and the
+# ratio of counts between neighbouring heights: log-scaled, so that a bin
+# with 1/1000 of the largest count still shows, and with steps of x2
+# the shape of a bell still reads (log(count)/log(max) would
+# draw nearly every bin of a large blob full height).
+BAR_LEVELS = 8
+BAR_STEP = 2.0
+# Viridis at 0, 1/8, ..., 1: perceptually even, readable in grey, and dark at
+# the minimum so that a terminal's dark background frames the picture.
+VIRIDIS = np.array([
+    (68, 1, 84), (71, 45, 123), (59, 82, 139), (44, 114, 142), (33, 144, 140),
+    (39, 173, 129), (93, 200, 99), (170, 220, 50), (253, 231, 37),
+], dtype=np.float64)
+# NaN and Inf pixels: magenta appears in neither viridis nor grey.
+NONFINITE_RGB = (255, 0, 255)
+# The border between grid tiles: a blue that no grey tile holds (Caffe's
+# vis_square pads with white, which merges with the white pixels of grey
+# tiles).
+BORDER_RGB = (48, 96, 176)
+# The grid cells after the last filter.
+EMPTY_RGB = (0, 0, 0)
+# Colours in a heat map's legend strip.
+LEGEND_STEPS = 24
+# Smallest size (pixels, longer side) of an image or filter tile in a PNG,
+# and in the terminal: smaller ones are enlarged by a whole factor.
+PNG_MIN_SIZE = 32
+TERMINAL_MIN_SIZE = 10
+# Chunk of values read, widened and coloured at a time.
+CHUNK = kernels.CHUNK
+
+
+# -- histograms ----------------------------------------------------------------
+
+def histogram(x: np.ndarray, bins: int = HIST_BINS, lo=None, hi=None) -> dict:
+    """Counts of the finite values in `bins` equal bins from `lo` to `hi`.
+
+    `lo` and `hi` default to the finite minimum and maximum (one extra pass).
+    Bins and counts are numpy.histogram's with ``range=(lo, hi)`` (the last
+    bin includes `hi`; equal `lo` and `hi` widen to lo-0.5..hi+0.5). Read in
+    chunks. Returns ``{"edges", "counts", "zeros", "nan", "inf"}``: bins+1
+    edges (float) and bins counts (int), or both empty when no value is
+    finite; ``zeros`` counts the values equal to 0 (they are in the counts
+    too), ``nan`` and ``inf`` the values left out.
+    """
+    x = x.reshape(-1)
+    if lo is None or hi is None:
+        s = kernels.stats(x)
+        lo, hi = s["min"], s["max"]
+    counts = np.zeros(bins, dtype=np.int64)
+    zeros = nans = infs = 0
+    edges = None
+    if lo is not None and hi is not None:
+        lo, hi = float(lo), float(hi)
+        if not math.isfinite(hi - lo):
+            # numpy's bin arithmetic overflows past ~1.8e308 of range; halving
+            # the values halves the edges and keeps every value's bin.
+            return _halved(histogram(x / 2.0, bins, lo / 2.0, hi / 2.0), 2.0)
+        edges = np.histogram_bin_edges(np.empty(0), bins=bins, range=(lo, hi))
+    for start in range(0, x.size, CHUNK):
+        part = x[start:start + CHUNK].astype(np.float64)
+        finite = np.isfinite(part)
+        if not finite.all():
+            nan_here = int(np.count_nonzero(np.isnan(part)))
+            nans += nan_here
+            infs += int(part.size - np.count_nonzero(finite)) - nan_here
+            part = part[finite]
+        zeros += int(part.size - np.count_nonzero(part))
+        if edges is not None and part.size:
+            counts += np.histogram(part, bins=bins, range=(edges[0], edges[-1]))[0]
+    if edges is None:
+        return {"edges": [], "counts": [], "zeros": zeros, "nan": nans, "inf": infs}
+    return {"edges": [float(e) for e in edges], "counts": [int(c) for c in counts], "zeros": zeros,
+            "nan": nans, "inf": infs}
+
+
+def _halved(hist: dict, factor: float) -> dict:
+    return {**hist, "edges": [e * factor for e in hist["edges"]]}
+
+
+def histogram_bars(counts, zeros: int = 0, nonfinite: int = 0, levels: int = BAR_LEVELS,
+                   step: float = BAR_STEP) -> dict:
+    """Bar heights 0..`levels` for a histogram cell, log-scaled against the largest count.
+
+    The largest count is `levels` high and each step down divides the count
+    by `step`; an empty bin is 0 and a non-empty one at least 1 (so a single
+    value still shows). The zero count gets a height on the same scale.
+    Returns ``{"bars": [...], "zeros": height, "nonfinite": bool}``.
+    """
+    top = max([*counts, zeros, 0])
+
+    def height(c: int) -> int:
+        if c <= 0:
+            return 0
+        # the small epsilon keeps an exact power of `step` on its own level
+        below = math.log(top / c) / math.log(step)
+        return max(1, levels - math.floor(below + 1e-9))
+
+    return {"bars": [height(c) for c in counts], "zeros": height(zeros), "nonfinite": nonfinite > 0}
+
+
+# -- the image model -----------------------------------------------------------
+
+@dataclass
+class Picture:
+    """A blob drawn as an RGB image, with what a legend needs to explain it.
+
+    rgb: (H, W, 3) uint8. kind: "heat", "colour" or "grid". value_range:
+    the (min, max) of the finite values the colours span (per-tile ranges of a
+    grid are not kept). legend: (LEGEND_STEPS, 3) uint8 colours from min to
+    max, for heat maps. caption: one line saying what is shown. nonfinite:
+    how many values were NaN or Inf (drawn magenta). scale: the whole factor
+    of enlargement, or a negative factor of shrinking (-3: 3x3 values per
+    pixel). grid: (rows, columns) of tiles, for grids.
+    """
+
+    rgb: np.ndarray
+    kind: str
+    caption: str
+    value_range: tuple | None = None
+    legend: np.ndarray | None = None
+    nonfinite: int = 0
+    scale: int = 1
+    grid: tuple | None = None
+    tile: tuple | None = None
+    notes: list = field(default_factory=list)
+
+    @property
+    def height(self) -> int:
+        return self.rgb.shape[0]
+
+    @property
+    def width(self) -> int:
+        return self.rgb.shape[1]
+
+    def shades(self, levels: int) -> np.ndarray:
+        """Brightness 0..levels-1 of each pair of pixel rows (for a character ramp without colour).
+
+        Returns (ceil(H/2), W) ints; each cell averages an upper and a lower pixel
+        (Rec. 601 luma), as a half-block cell covers two rows.
+        """
+        rgb = self.rgb.astype(np.float64)
+        if rgb.shape[0] % 2:
+            rgb = np.concatenate([rgb, rgb[-1:]], axis=0)
+        return _shade(_luma(rgb[0::2]) / 2.0 + _luma(rgb[1::2]) / 2.0, levels)
+
+    def legend_shades(self, levels: int) -> list:
+        """Brightness 0..levels-1 of each legend colour (the ramp a heat map uses without colour)."""
+        if self.legend is None:
+            return []
+        return _shade(_luma(self.legend.astype(np.float64)), levels).tolist()
+
+
+def _luma(rgb: np.ndarray) -> np.ndarray:
+    return rgb @ np.array([0.299, 0.587, 0.114])
+
+
+def _shade(luma: np.ndarray, levels: int) -> np.ndarray:
+    return np.minimum((luma / 256.0 * levels).astype(np.int64), levels - 1)
+
+
+def view(array: np.ndarray, *, channel: int | None = None, index: int | None = None,
+         width: int | None = None, min_size: int = 0) -> Picture:
+    """The picture of a blob's values (shaped as the blob) that its shape calls for; see the module doc.
+
+    width: at most this many pixels wide (None: one pixel per value; a grid
+    first puts fewer filters per row). min_size: enlarge an image, or each
+    grid tile, by the whole factor that makes its longer side at least this
+    many pixels (never past `width`). Raises UsageError for shapes that are
+    no picture (fewer than 2 axes, more than 4 that are not leading 1s) and
+    for a channel or index out of range.
+    """
+    shape = tuple(array.shape)
+    while array.ndim > 4 and array.shape[0] == 1:
+        array = array[0]
+    if array.ndim < 2 or array.ndim > 4:
+        raise UsageError(f"a blob of shape {_fmt_shape(shape)} is no picture: show needs (H, W), (C, H, W) "
+                         "or (N, C, H, W)")
+    if 0 in array.shape:
+        raise UsageError(f"a blob of shape {_fmt_shape(shape)} has no values to show")
+    if index is not None:
+        if array.ndim != 4:
+            raise UsageError(f"--index picks one item of a 4-D blob (N, C, H, W); this blob has shape "
+                             f"{_fmt_shape(shape)}")
+        _check_range("--index", index, array.shape[0], "items")
+        return _image(array[index], channel, width, min_size, f"item {index} of {array.shape[0]}")
+    if array.ndim == 4:
+        if array.shape[0] == 1:
+            return _image(array[0], channel, width, min_size, None)
+        return filter_grid(array, channel=channel, width=width, min_size=min_size)
+    if array.ndim == 3:
+        return _image(array, channel, width, min_size, None)
+    if channel is not None:
+        raise UsageError(f"--channel picks a channel of a 3-D or 4-D blob; this blob has shape {_fmt_shape(shape)}")
+    return heat_map(array, width=width, min_size=min_size)
+
+
+def _image(chw: np.ndarray, channel, width, min_size, what) -> Picture:
+    c = chw.shape[0]
+    if channel is None and c == 3:
+        picture = colour_image(chw, width=width, min_size=min_size)
+    else:
+        if channel is not None:
+            _check_range("--channel", channel, c, "channels")
+        picture = heat_map(chw[channel or 0], width=width, min_size=min_size)
+        if c > 1:
+            picture.caption = f"channel {channel or 0} of {c}, " + picture.caption
+            if channel is None:
+                picture.notes.append("choose the channel with --channel")
+    if what:
+        picture.caption = f"{what}, " + picture.caption
+    return picture
+
+
+def heat_map(plane: np.ndarray, *, width: int | None = None, min_size: int = 0) -> Picture:
+    """One (H, W) plane as viridis colours from its finite minimum to its maximum."""
+    s = kernels.stats(plane)
+    lo, hi = s["min"], s["max"]
+    factor = _factor(plane.shape[1], plane.shape[0], width, min_size)
+    values = block_mean(plane, -factor) if factor < 0 else plane
+    rgb = colourise(values, lo, hi, "heat")
+    if factor > 1:
+        rgb = enlarge(rgb, factor)
+    caption = f"{plane.shape[0]}x{plane.shape[1]} heat map" + _scale_words(factor)
+    return Picture(rgb, "heat", caption, value_range=(lo, hi), legend=_legend(), nonfinite=s["nan"] + s["inf"],
+                   scale=factor)
+
+
+def colour_image(chw: np.ndarray, *, width: int | None = None, min_size: int = 0) -> Picture:
+    """A (3, H, W) blob in Caffe's B, G, R order as an RGB image, the channels stretched together."""
+    s = kernels.stats(chw)
+    lo, hi = s["min"], s["max"]
+    factor = _factor(chw.shape[2], chw.shape[1], width, min_size)
+    # Caffe keeps OpenCV's B, G, R order; reversing the channel axis gives R, G, B.
+    planes = [block_mean(chw[c], -factor) if factor < 0 else chw[c] for c in (2, 1, 0)]
+    rgb = np.stack([colourise(p, lo, hi, "grey")[..., 0] for p in planes], axis=-1)
+    bad = np.zeros(rgb.shape[:2], dtype=bool)
+    for p in planes:
+        bad |= _nonfinite_rows(p)
+    rgb[bad] = NONFINITE_RGB
+    if factor > 1:
+        rgb = enlarge(rgb, factor)
+    caption = (f"{chw.shape[1]}x{chw.shape[2]} colour image, B,G,R shown as R,G,B, "
+               f"values {_fmt(lo)}..{_fmt(hi)} stretched to 0..255" + _scale_words(factor))
+    return Picture(rgb, "colour", caption, value_range=(lo, hi), nonfinite=s["nan"] + s["inf"], scale=factor)
+
+
+def filter_grid(nchw: np.ndarray, *, channel: int | None = None, columns: int | None = None,
+                width: int | None = None, min_size: int = 0) -> Picture:
+    """N filters (N, C, kh, kw) as tiles in a grid, each stretched from its own min..max.
+
+    Colour (B,G,R as R,G,B) when C == 3 and no channel is chosen, else one
+    channel in grey. One-pixel BORDER_RGB borders between tiles, none around the
+    grid. columns: tiles per row (default: ceil(sqrt(N)), fewer when
+    `width` needs it).
+    """
+    n, c, kh, kw = nchw.shape
+    if channel is not None:
+        _check_range("--channel", channel, c, "channels")
+    colour = c == 3 and channel is None
+    factor = _factor(kw, kh, width, min_size)
+    th, tw = _scaled(kh, factor), _scaled(kw, factor)
+    if columns is None:
+        columns = grid_columns(n, tw, width)
+    rows = -(-n // columns)
+    rgb = np.empty((rows * th + rows - 1, columns * tw + columns - 1, 3), dtype=np.uint8)
+    rgb[...] = BORDER_RGB
+    # The cells after the last filter are empty: black, as a dark terminal's background.
+    used = n - (rows - 1) * columns
+    if used < columns:
+        rgb[(rows - 1) * (th + 1):, used * (tw + 1):] = EMPTY_RGB
+    nonfinite = 0
+    for i in range(n):
+        tile = nchw[i] if colour else nchw[i, channel or 0][None]
+        s = kernels.stats(tile)
+        nonfinite += s["nan"] + s["inf"]
+        planes = [block_mean(p, -factor) if factor < 0 else p for p in (tile[::-1] if colour else tile)]
+        cells = np.stack([colourise(p, s["min"], s["max"], "grey")[..., 0] for p in planes], axis=-1)
+        if not colour:
+            cells = np.repeat(cells, 3, axis=-1)
+        bad = np.zeros(cells.shape[:2], dtype=bool)
+        for p in planes:
+            bad |= _nonfinite_rows(p)
+        cells[bad] = NONFINITE_RGB
+        if factor > 1:
+            cells = enlarge(cells, factor)
+        r, k = divmod(i, columns)
+        rgb[r * (th + 1):r * (th + 1) + th, k * (tw + 1):k * (tw + 1) + tw] = cells
+    what = "colour (B,G,R shown as R,G,B)" if colour else f"channel {channel or 0} of {c} in grey"
+    caption = (f"{n} filters of {kh}x{kw}, {what}, in {rows} rows of {columns}, "
+               f"each stretched from its own min..max" + _scale_words(factor))
+    picture = Picture(rgb, "grid", caption, nonfinite=nonfinite, scale=factor, grid=(rows, columns), tile=(th, tw))
+    if not colour and c > 1 and channel is None:
+        picture.notes.append("choose the channel with --channel")
+    return picture
+
+
+def grid_columns(n: int, tile_width: int, width: int | None) -> int:
+    """Tiles per grid row: ceil(sqrt(n)), or as many as fit in `width` pixels (at least 1)."""
+    columns = math.ceil(math.sqrt(n))
+    if width is not None:
+        columns = min(columns, max(1, (width + 1) // (tile_width + 1)))
+    return columns
+
+
+# -- pixels --------------------------------------------------------------------
+
+def colourise(values: np.ndarray, lo, hi, mode: str) -> np.ndarray:
+    """(H, W) values to (H, W, 3) uint8: lo..hi to viridis ("heat") or black..white ("grey").
+
+    Values are clipped to lo..hi; non-finite values become NONFINITE_RGB;
+    lo == hi (or no finite value) gives the middle colour. Row chunks of
+    about CHUNK values at a time.
+    """
+    h, w = values.shape
+    out = np.empty((h, w, 3), dtype=np.uint8)
+    span = (hi - lo) if lo is not None and hi is not None else 0.0
+    rows = max(1, CHUNK // max(w, 1))
+    for start in range(0, h, rows):
+        part = np.asarray(values[start:start + rows], dtype=np.float64)
+        finite = np.isfinite(part)
+        if span > 0 and math.isfinite(span):
+            t = (np.where(finite, part, lo) - lo) / span
+            np.clip(t, 0.0, 1.0, out=t)
+        elif span > 0:
+            # a range past float64 (only from double blobs near 1.8e308)
+            t = np.clip((np.where(finite, part, lo) / 2 - lo / 2) / (hi / 2 - lo / 2), 0.0, 1.0)
+        else:
+            t = np.full(part.shape, 0.5)
+        block = out[start:start + rows]
+        if mode == "heat":
+            stops = np.linspace(0.0, 1.0, len(VIRIDIS))
+            for k in range(3):
+                block[..., k] = np.rint(np.interp(t, stops, VIRIDIS[:, k]))
+        else:
+            grey = np.rint(t * 255.0)
+            block[...] = grey[..., None]
+        block[~finite] = NONFINITE_RGB
+    return out
+
+
+def block_mean(plane: np.ndarray, factor: int) -> np.ndarray:
+    """Mean of the finite values in each factor x factor block (edge blocks may be smaller).
+
+    Returns (ceil(H/factor), ceil(W/factor)) float64, NaN where a block holds
+    no finite value. Reads rows a chunk at a time.
+    """
+    h, w = plane.shape
+    if factor <= 1:
+        return np.asarray(plane, dtype=np.float64)
+    starts = np.arange(0, w, factor)
+    out = np.empty((-(-h // factor), starts.size), dtype=np.float64)
+    rows = max(1, CHUNK // max(w, 1) // factor) * factor
+    for start in range(0, h, rows):
+        part = np.asarray(plane[start:start + rows], dtype=np.float64)
+        finite = np.isfinite(part)
+        part = np.where(finite, part, 0.0)
+        blocks = np.arange(0, part.shape[0], factor)
+        sums = np.add.reduceat(np.add.reduceat(part, blocks, axis=0), starts, axis=1)
+        counts = np.add.reduceat(np.add.reduceat(finite.astype(np.int64), blocks, axis=0), starts, axis=1)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            out[start // factor:start // factor + blocks.size] = np.where(counts > 0, sums / counts, np.nan)
+    return out
+
+
+def enlarge(rgb: np.ndarray, factor: int) -> np.ndarray:
+    """Nearest-neighbour enlargement by a whole factor: each pixel becomes factor x factor."""
+    if factor <= 1:
+        return rgb
+    return np.repeat(np.repeat(rgb, factor, axis=0), factor, axis=1)
+
+
+def _nonfinite_rows(plane: np.ndarray) -> np.ndarray:
+    out = np.zeros(plane.shape, dtype=bool)
+    w = plane.shape[1]
+    rows = max(1, CHUNK // max(w, 1))
+    for start in range(0, plane.shape[0], rows):
+        out[start:start + rows] = ~np.isfinite(plane[start:start + rows])
+    return out
+
+
+def _factor(w: int, h: int, width: int | None, min_size: int) -> int:
+    """Whole scale factor for an image (or tile) w x h: >1 enlarges, <-1 shrinks, 1 keeps."""
+    if width is not None and w > width:
+        return -math.ceil(w / width)
+    factor = max(1, math.ceil(min_size / max(w, h))) if min_size else 1
+    if width is not None:
+        factor = max(1, min(factor, width // w))
+    return factor
+
+
+def _scaled(n: int, factor: int) -> int:
+    return n * factor if factor >= 1 else -(-n // -factor)
+
+
+def _legend() -> np.ndarray:
+    t = np.linspace(0.0, 1.0, LEGEND_STEPS)[None, :]
+    return colourise(t, 0.0, 1.0, "heat")[0]
+
+
+def _scale_words(factor: int) -> str:
+    if factor > 1:
+        return f", each value {factor}x{factor} pixels"
+    if factor < -1:
+        return f", each pixel the mean of {-factor}x{-factor} values"
+    return ""
+
+
+def _check_range(option: str, value: int, size: int, what: str) -> None:
+    if not 0 <= value < size:
+        raise UsageError(f"{option} {value} is out of range: the blob has {size} {what} (0..{size - 1})")
+
+
+def _fmt(x) -> str:
+    return "-" if x is None else f"{x:.6g}"
+
+
+def _fmt_shape(shape) -> str:
+    return "(" + ", ".join(str(d) for d in shape) + ("," if len(shape) == 1 else "") + ")"
