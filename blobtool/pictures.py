@@ -36,7 +36,7 @@ import numpy as np
 from . import kernels
 from .errors import UsageError
 
-__all__ = ["HIST_BINS", "BAR_LEVELS", "histogram", "histogram_bars", "Picture", "view", "heat_map",
+__all__ = ["HIST_BINS", "BAR_LEVELS", "histogram", "finite_range", "histogram_bars", "Picture", "view", "heat_map",
            "colour_image", "filter_grid", "colourise", "grid_columns", "block_mean", "enlarge",
            "VIRIDIS", "NONFINITE_RGB", "BORDER_RGB", "EMPTY_RGB", "PNG_MIN_SIZE", "TERMINAL_MIN_SIZE"]
 
@@ -89,8 +89,7 @@ def histogram(x: np.ndarray, bins: int = HIST_BINS, lo=None, hi=None) -> dict:
     """
     x = x.reshape(-1)
     if lo is None or hi is None:
-        s = kernels.stats(x)
-        lo, hi = s["min"], s["max"]
+        lo, hi, _ = finite_range(x)
     counts = np.zeros(bins, dtype=np.int64)
     zeros = nans = infs = 0
     edges = None
@@ -116,6 +115,25 @@ def histogram(x: np.ndarray, bins: int = HIST_BINS, lo=None, hi=None) -> dict:
         return {"edges": [], "counts": [], "zeros": zeros, "nan": nans, "inf": infs}
     return {"edges": [float(e) for e in edges], "counts": [int(c) for c in counts], "zeros": zeros,
             "nan": nans, "inf": infs}
+
+
+def finite_range(x: np.ndarray) -> tuple:
+    """(min, max, count of NaN and Inf) of the finite values, read in chunks; (None, None, n) if none is finite."""
+    x = x.reshape(-1)
+    lo, hi = math.inf, -math.inf
+    nonfinite = 0
+    for start in range(0, x.size, CHUNK):
+        part = x[start:start + CHUNK]
+        finite = np.isfinite(part)
+        if not finite.all():
+            nonfinite += int(part.size - np.count_nonzero(finite))
+            part = part[finite]
+        if part.size:
+            lo = min(lo, float(part.min()))
+            hi = max(hi, float(part.max()))
+    if lo > hi:
+        return None, None, nonfinite
+    return lo, hi, nonfinite
 
 
 def _halved(hist: dict, factor: float) -> dict:
@@ -155,7 +173,8 @@ class Picture:
     max, for heat maps. caption: one line saying what is shown. nonfinite:
     how many values were NaN or Inf (drawn magenta). scale: the whole factor
     of enlargement, or a negative factor of shrinking (-3: 3x3 values per
-    pixel). grid: (rows, columns) of tiles, for grids.
+    pixel). grid: (rows, columns) of tiles and tile: a tile's (height, width)
+    in pixels, for grids. notes: hints for the reader (which option to use).
     """
 
     rgb: np.ndarray
@@ -258,22 +277,19 @@ def _image(chw: np.ndarray, channel, width, min_size, what) -> Picture:
 
 def heat_map(plane: np.ndarray, *, width: int | None = None, min_size: int = 0) -> Picture:
     """One (H, W) plane as viridis colours from its finite minimum to its maximum."""
-    s = kernels.stats(plane)
-    lo, hi = s["min"], s["max"]
+    lo, hi, nonfinite = finite_range(plane)
     factor = _factor(plane.shape[1], plane.shape[0], width, min_size)
     values = block_mean(plane, -factor) if factor < 0 else plane
     rgb = colourise(values, lo, hi, "heat")
     if factor > 1:
         rgb = enlarge(rgb, factor)
     caption = f"{plane.shape[0]}x{plane.shape[1]} heat map" + _scale_words(factor)
-    return Picture(rgb, "heat", caption, value_range=(lo, hi), legend=_legend(), nonfinite=s["nan"] + s["inf"],
-                   scale=factor)
+    return Picture(rgb, "heat", caption, value_range=(lo, hi), legend=_legend(), nonfinite=nonfinite, scale=factor)
 
 
 def colour_image(chw: np.ndarray, *, width: int | None = None, min_size: int = 0) -> Picture:
     """A (3, H, W) blob in Caffe's B, G, R order as an RGB image, the channels stretched together."""
-    s = kernels.stats(chw)
-    lo, hi = s["min"], s["max"]
+    lo, hi, nonfinite = finite_range(chw)
     factor = _factor(chw.shape[2], chw.shape[1], width, min_size)
     # Caffe keeps OpenCV's B, G, R order; reversing the channel axis gives R, G, B.
     planes = [block_mean(chw[c], -factor) if factor < 0 else chw[c] for c in (2, 1, 0)]
@@ -286,7 +302,7 @@ def colour_image(chw: np.ndarray, *, width: int | None = None, min_size: int = 0
         rgb = enlarge(rgb, factor)
     caption = (f"{chw.shape[1]}x{chw.shape[2]} colour image, B,G,R shown as R,G,B, "
                f"values {_fmt(lo)}..{_fmt(hi)} stretched to 0..255" + _scale_words(factor))
-    return Picture(rgb, "colour", caption, value_range=(lo, hi), nonfinite=s["nan"] + s["inf"], scale=factor)
+    return Picture(rgb, "colour", caption, value_range=(lo, hi), nonfinite=nonfinite, scale=factor)
 
 
 def filter_grid(nchw: np.ndarray, *, channel: int | None = None, columns: int | None = None,
@@ -316,10 +332,10 @@ def filter_grid(nchw: np.ndarray, *, channel: int | None = None, columns: int | 
     nonfinite = 0
     for i in range(n):
         tile = nchw[i] if colour else nchw[i, channel or 0][None]
-        s = kernels.stats(tile)
-        nonfinite += s["nan"] + s["inf"]
+        lo, hi, bad_here = finite_range(tile)
+        nonfinite += bad_here
         planes = [block_mean(p, -factor) if factor < 0 else p for p in (tile[::-1] if colour else tile)]
-        cells = np.stack([colourise(p, s["min"], s["max"], "grey")[..., 0] for p in planes], axis=-1)
+        cells = np.stack([colourise(p, lo, hi, "grey")[..., 0] for p in planes], axis=-1)
         if not colour:
             cells = np.repeat(cells, 3, axis=-1)
         bad = np.zeros(cells.shape[:2], dtype=bool)

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -29,8 +28,8 @@ from blobtool import pictures
 from blobtool._pb.blobtool_caffe_pb2 import BlobProto, BlobProtoVector
 from blobtool.cli import cli
 from blobtool.errors import UsageError
-from blobtool.pictures import (BORDER_RGB, EMPTY_RGB, NONFINITE_RGB, PNG_MIN_SIZE, TERMINAL_MIN_SIZE, Picture,
-                               colour_image, filter_grid, heat_map, histogram, histogram_bars, view)
+from blobtool.pictures import (BORDER_RGB, EMPTY_RGB, NONFINITE_RGB, PNG_MIN_SIZE, TERMINAL_MIN_SIZE, filter_grid,
+                               heat_map, histogram, histogram_bars, view)
 from blobtool.render import SHADES, HalfBlocks, render_picture
 
 DATA = Path(__file__).resolve().parent / "data"
@@ -233,6 +232,18 @@ def test_nan_and_inf_pixels_are_magenta_and_left_out_of_the_range():
     picture = heat_map(np.array([[np.nan, 2.0], [np.inf, 10.0]]))
     assert picture.value_range == (2.0, 10.0) and picture.nonfinite == 2
     assert [tuple(p) for p in picture.rgb.reshape(-1, 3)] == [NONFINITE_RGB, VIOLET, NONFINITE_RGB, YELLOW]
+
+
+def test_a_range_past_float64_is_drawn_without_overflow():
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        picture = heat_map(np.array([[-1e308, 1e308], [0.0, np.nan]]))
+        hist = histogram(np.array([-1e308, 1e308, 0.0]), bins=4)
+    middle = tuple(int(v) for v in pictures.VIRIDIS[4])
+    assert [tuple(p) for p in picture.rgb.reshape(-1, 3).tolist()] == [VIOLET, YELLOW, middle, NONFINITE_RGB]
+    assert hist["counts"] == [1, 0, 1, 1] and hist["edges"] == [-1e308, -5e307, 0.0, 5e307, 1e308]
 
 
 def test_a_constant_blob_is_drawn_in_the_middle_colour():
