@@ -26,6 +26,8 @@ __all__ = ["Blob", "MAX_BLOB_AXES", "LEGACY_FIELDS", "proto_shape", "DTYPES"]
 
 # Caffe's kMaxBlobAxes.
 MAX_BLOB_AXES = 32
+# The largest array numpy can describe, in bytes (its index type).
+_MAX_EXTENT = int(np.iinfo(np.intp).max)
 
 # The deprecated BlobProto fields that, when any is present, define the shape.
 LEGACY_FIELDS = ("num", "channels", "height", "width")
@@ -111,10 +113,17 @@ class Blob:
         if len(shape) > MAX_BLOB_AXES:
             raise UsageError(f"a blob has at most {MAX_BLOB_AXES} axes, got {len(shape)}")
         count = 1
+        extent = self._dtype.itemsize  # bytes spanned by the non-zero dimensions
         for axis, d in enumerate(shape):
             if d < 0:
                 raise UsageError(f"dimension {axis} is negative ({d}) in shape {shape}")
             count *= d
+            extent *= max(d, 1)
+        # numpy refuses such a shape even with a zero dimension in it; Caffe
+        # caps counts at INT_MAX, blobtool at what numpy can address.
+        if extent > _MAX_EXTENT:
+            raise UsageError(f"shape {shape} spans {extent} bytes of {self._dtype.name}, "
+                             f"more than the {_MAX_EXTENT} an array can address")
         self._shape = shape
         self._count = count
         if count > self._capacity:

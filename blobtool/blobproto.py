@@ -47,7 +47,7 @@ from dataclasses import dataclass, field as dc_field
 import numpy as np
 
 from . import kernels, wire
-from .blob import LEGACY_FIELDS, Blob, proto_shape
+from .blob import LEGACY_FIELDS, MAX_BLOB_AXES, Blob, proto_shape
 from .errors import FormatError, UsageError
 
 __all__ = [
@@ -84,6 +84,13 @@ _PAYLOADS = {
 }
 _PAYLOAD_FIELD = {spec.name: number for number, spec in _PAYLOADS.items()}
 _FORK_PAYLOAD_FIELD = {"half_data": 10, "half_diff": 11, "raw_data": 12, "raw_diff": 13}
+
+# Occurrences a payload may be split over (a run of unpacked values counts once).
+_MAX_PIECES = 1 << 12
+
+# Bytes of ditcaffe's half_data decoded at a time: its index arrays take
+# about 30 bytes per byte of payload, so they are kept to a block.
+_HALF_BLOCK = 1 << 15
 
 # Payloads at least this large are written straight from the array; smaller
 # conversions (float32 <-> float64) go through buffers of this many elements
@@ -144,6 +151,11 @@ class BlobRecord:
 
     @property
     def shape_layout(self) -> tuple[tuple[int, ...], str]:
+        dims = len(self.header.shape.dim)
+        if dims > MAX_BLOB_AXES and not any(self.header.HasField(name) for name in LEGACY_FIELDS):
+            # Refused here, before a tuple of a forged million axes is built.
+            raise FormatError(f"field 7 (shape): invalid blob shape: a blob has at most {MAX_BLOB_AXES} axes, "
+                              f"got {dims}", path=self.path, offset=self.field_offsets.get(7, self.start))
         return proto_shape(self.header)
 
     @property
@@ -241,10 +253,11 @@ def parse_blob(buf, start: int = 0, end: int | None = None, *, path=None) -> Blo
                 name = "half_data" if f.number == 10 else "half_diff"
                 payload = payloads.setdefault(name, Payload(name, np.dtype("<f2")))
                 payload.chunks.append(_packed_halves(buf, f, path))
+                _check_pieces(payload, f, path)
                 if payload.offset is None:
                     payload.offset = f.offset
             else:
-                header_spans.append((f.offset, f.end))
+                _add_span(header_spans, f)
             continue
         payload = payloads[spec.name]
         if f.wire_type == wire.LEN:
@@ -257,25 +270,31 @@ def parse_blob(buf, start: int = 0, end: int | None = None, *, path=None) -> Blo
                 payload.chunks.append(wire.view_array(buf, f.start, f.end, spec.dtype))
         elif f.wire_type == spec.unpacked_wire_type:
             # A run of unpacked values: gather it at once rather than field by field.
-            n = wire.unpacked_run(buf, f.offset, end, spec.unpacked_tag, spec.dtype.itemsize)
-            if n:
-                payload.chunks.append(wire.unpacked_values(buf, f.offset, n, spec.dtype.itemsize, spec.dtype))
-                pos = f.offset + n * (1 + spec.dtype.itemsize)
-            else:
-                # A tag written in more bytes than it needs (valid, if odd):
-                # the run above matches 1-byte tags only, so take this value alone.
-                payload.chunks.append(wire.view_array(buf, f.start, f.end, spec.dtype))
+            # The tag is matched as written (a writer may pad it past one byte).
+            tag = bytes(buf[f.offset:f.start])
+            n = wire.unpacked_run(buf, f.offset, end, tag, spec.dtype.itemsize)
+            payload.chunks.append(wire.unpacked_values(buf, f.offset, n, spec.dtype.itemsize, spec.dtype, len(tag)))
+            pos = f.offset + n * (len(tag) + spec.dtype.itemsize)
         else:
             # protobuf keeps a known field with an unexpected wire type as an
             # unknown field; so does blobtool.
-            header_spans.append((f.offset, f.end))
+            _add_span(header_spans, f)
             continue
+        _check_pieces(payload, f, path)
         if payload.offset is None:
             payload.offset = f.offset
     for name, f in raw.items():
         payloads[name] = _raw_payload(buf, name, f, raw_types.get(name, 0), path)
     header = _parse_header(buf, header_spans, path)
     return BlobRecord(header, payloads, start, end, path, field_offsets)
+
+
+def _check_pieces(payload: Payload, f, path) -> None:
+    # Each piece costs an array object: a payload forged as millions of
+    # one-value pieces would cost 20 times its bytes. Writers use one piece.
+    if len(payload.chunks) > _MAX_PIECES:
+        raise FormatError(f"{wire.field_label(f.number, BLOB_FIELD_NAMES)} is split into more than {_MAX_PIECES} "
+                          "pieces (blobtool's limit)", path=path, offset=f.offset)
 
 
 def _raw_payload(buf, name: str, f, type_value: int, path) -> Payload:
@@ -293,28 +312,49 @@ def _raw_payload(buf, name: str, f, type_value: int, path) -> Payload:
 
 
 def _packed_halves(buf, f, path) -> np.ndarray:
-    """ditcaffe's half_data: packed uint32 varints, each holding float16 bits (so at most 3 bytes)."""
+    """ditcaffe's half_data: packed uint32 varints, each holding float16 bits (so at most 3 bytes).
+
+    Decoded block by block into one 2-byte array, so the index arrays that
+    decoding needs stay small whatever the payload's size.
+    """
+    label = wire.field_label(f.number, BLOB_FIELD_NAMES)
     raw = np.frombuffer(buf, dtype=np.uint8, count=f.end - f.start, offset=f.start)
     if raw.size == 0:
         return np.zeros(0, dtype="<f2")
-    ends = np.flatnonzero(raw < 0x80)
-    if ends.size == 0 or ends[-1] != raw.size - 1:
-        raise FormatError(f"{wire.field_label(f.number, BLOB_FIELD_NAMES)}: packed varints end mid-value",
-                          path=path, offset=f.offset)
-    starts = np.concatenate(([0], ends[:-1] + 1))
-    lengths = ends - starts + 1
-    if lengths.max() > 3:
-        raise FormatError(f"{wire.field_label(f.number, BLOB_FIELD_NAMES)}: a half_data value exceeds 16 bits",
-                          path=path, offset=f.offset)
-    values = (raw[starts] & 0x7F).astype(np.uint32)
-    two = lengths >= 2
-    values[two] |= (raw[starts[two] + 1] & 0x7F).astype(np.uint32) << 7
-    three = lengths == 3
-    values[three] |= (raw[starts[three] + 2] & 0x7F).astype(np.uint32) << 14
-    if values.max() > 0xFFFF:
-        raise FormatError(f"{wire.field_label(f.number, BLOB_FIELD_NAMES)}: a half_data value exceeds 16 bits",
-                          path=path, offset=f.offset)
-    return values.astype("<u2").view("<f2")
+    if raw[-1] >= 0x80:
+        raise FormatError(f"{label}: packed varints end mid-value", path=path, offset=f.offset)
+    count = sum(int(np.count_nonzero(raw[a:a + _HALF_BLOCK] < 0x80)) for a in range(0, raw.size, _HALF_BLOCK))
+    out = np.empty(count, dtype="<u2")
+    pos = filled = 0
+    while pos < raw.size:
+        block = raw[pos:pos + _HALF_BLOCK]
+        ends = np.flatnonzero(block < 0x80)
+        if ends.size == 0:  # a block without a value's last byte: a value far longer than 3 bytes
+            raise FormatError(f"{label}: a half_data value exceeds 16 bits", path=path, offset=f.offset)
+        block = block[:ends[-1] + 1]  # up to the last whole value; the next block starts after it
+        starts = np.concatenate(([0], ends[:-1] + 1))
+        lengths = ends - starts + 1
+        if lengths.max() > 3:
+            raise FormatError(f"{label}: a half_data value exceeds 16 bits", path=path, offset=f.offset)
+        values = (block[starts] & 0x7F).astype(np.uint32)
+        two = lengths >= 2
+        values[two] |= (block[starts[two] + 1] & 0x7F).astype(np.uint32) << 7
+        three = lengths == 3
+        values[three] |= (block[starts[three] + 2] & 0x7F).astype(np.uint32) << 14
+        if values.max() > 0xFFFF:
+            raise FormatError(f"{label}: a half_data value exceeds 16 bits", path=path, offset=f.offset)
+        out[filled:filled + values.size] = values
+        filled += values.size
+        pos += block.size
+    return out.view("<f2")
+
+
+def _add_span(spans: list, f) -> None:
+    # Adjacent fields share one span, so a run of small fields costs one entry, not one each.
+    if spans and spans[-1][1] == f.offset:
+        spans[-1] = (spans[-1][0], f.end)
+    else:
+        spans.append((f.offset, f.end))
 
 
 def _parse_header(buf, spans, path):
@@ -326,13 +366,12 @@ def _parse_header(buf, spans, path):
         header.ParseFromString(raw)
     except DecodeError as exc:
         # Find the field protobuf refused, to say where it is.
-        for a, b in spans:
+        for f in (f for a, b in spans for f in wire.iter_fields(buf, a, b)):
             try:
-                _new_header().ParseFromString(bytes(buf[a:b]))
+                _new_header().ParseFromString(bytes(buf[f.offset:f.end]))
             except DecodeError:
-                number = wire.read_varint(buf, a, b)[0] >> 3
-                raise FormatError(f"{wire.field_label(number, BLOB_FIELD_NAMES)}: invalid contents ({exc})",
-                                  path=path, offset=a) from exc
+                raise FormatError(f"{wire.field_label(f.number, BLOB_FIELD_NAMES)}: invalid contents ({exc})",
+                                  path=path, offset=f.offset) from exc
         raise FormatError(f"invalid BlobProto fields ({exc})", path=path, offset=spans[0][0] if spans else 0) from exc
     return header
 

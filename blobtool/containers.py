@@ -37,7 +37,9 @@ from __future__ import annotations
 
 import fnmatch
 import io
+import itertools
 import zipfile
+import zlib
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -72,6 +74,12 @@ _SOLVER_PAIRS = {(1, _V), (2, _L), (3, _L), (4, _V)}
 # Top-level fields scanned before deciding the kind; enough for any net's
 # header, and it bounds the work on a BlobProto written unpacked.
 _SNIFF_FIELDS = 4096
+
+# A file's blobs, and a net's layers, are each capped at this many. The
+# largest Caffe nets hold a few thousand; each costs about 1.5 KB (a blob) or
+# 0.3 KB (a layer) of bookkeeping, so a forged file of millions of empty ones
+# would otherwise exhaust memory.
+MAX_BLOBS = MAX_LAYERS = 1 << 16
 
 # Caffe's UpgradeV1LayerType: V1 enum values to today's type strings.
 V1_TYPE_NAMES = {
@@ -145,6 +153,11 @@ class Document:
         return [f"{self.path}: blob {e.name} {e.warning}" for e in self.entries if e.warning]
 
 
+def _check_room(doc: "Document", offset: int) -> None:
+    if len(doc.entries) == MAX_BLOBS:
+        raise FormatError(f"holds more than {MAX_BLOBS} blobs (blobtool's limit)", path=doc.path, offset=offset)
+
+
 def _entry(name: str, record: BlobRecord, **extra) -> Entry:
     shape, layout = record.shape_layout
     return Entry(name, shape, layout, record.stored_dtype, record.has_diff, record=record,
@@ -212,16 +225,22 @@ def _looks_like_text(source: Source) -> bool:
 def _is_blob_message(buf, f) -> bool:
     """Whether a LEN field's contents parse as BlobProto fields."""
     try:
-        pairs = {(g.number, g.wire_type) for g in wire.iter_fields(buf, f.start, f.end)}
+        pairs = {(g.number, g.wire_type) for g in _first_fields(buf, f)}
     except FormatError:
         return False
     return pairs <= _BLOB_PAIRS
 
 
+def _first_fields(buf, f):
+    # Sniffing looks at a bounded number of nested fields too: a forged field
+    # holding millions of tiny ones must not cost a list of millions.
+    return itertools.islice(wire.iter_fields(buf, f.start, f.end), _SNIFF_FIELDS)
+
+
 def _content(buf, f):
-    """The (number, wire type) pairs of a LEN field's contents, or None if they are not fields."""
+    """The (number, wire type) pairs of a LEN field's first fields, or None if they are not fields."""
     try:
-        return [(g.number, g.wire_type, g) for g in wire.iter_fields(buf, f.start, f.end)]
+        return [(g.number, g.wire_type, g) for g in _first_fields(buf, f)]
     except FormatError:
         return None
 
@@ -351,6 +370,7 @@ def _read_blob(doc: Document, buf, _cast) -> None:
 def _read_vector(doc: Document, buf, _cast) -> None:
     for f in wire.iter_fields(buf, 0, doc.size, path=doc.path, names=VECTOR_FIELD_NAMES):
         if f.number == 1 and f.wire_type == _L:
+            _check_room(doc, f.offset)
             record = parse_blob(buf, f.start, f.end, path=doc.path)
             doc.entries.append(_entry(str(len(doc.entries)), record, chain=(f,)))
 
@@ -358,16 +378,24 @@ def _read_vector(doc: Document, buf, _cast) -> None:
 def _split(buf, start: int, end: int, path, names: dict, keep: set, message_cls):
     """Parse a message's small fields with protobuf, returning (message, [fields numbered in `keep`]).
 
-    The fields in `keep` (blobs, nested layers) are located, not parsed.
+    The fields in `keep` (blobs, nested layers) are located, not parsed; at
+    most MAX_BLOBS (= MAX_LAYERS) of them.
     """
     from google.protobuf.message import DecodeError
 
     kept, spans = [], []
     for f in wire.iter_fields(buf, start, end, path=path, names=names):
         if f.number in keep and f.wire_type == _L:
+            if len(kept) == MAX_BLOBS:
+                raise FormatError(f"{message_cls.__name__} holds more than {MAX_BLOBS} "
+                                  f"{names.get(f.number, 'nested')} fields (blobtool's limit)",
+                                  path=path, offset=f.offset)
             kept.append(f)
         else:
-            spans.append((f.offset, f.end))
+            if spans and spans[-1][1] == f.offset:  # adjacent fields: one span
+                spans[-1] = (spans[-1][0], f.end)
+            else:
+                spans.append((f.offset, f.end))
     message = message_cls()
     try:
         message.ParseFromString(b"".join(bytes(buf[a:b]) for a, b in spans))
@@ -376,34 +404,42 @@ def _split(buf, start: int, end: int, path, names: dict, keep: set, message_cls)
     return message, kept
 
 
+def _text(value) -> str:
+    """A string field as text: protobuf hands proto2 strings that are not UTF-8 over as bytes."""
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "backslashreplace")
+    return value
+
+
 def _read_net(doc: Document, buf, _cast) -> None:
     from ._pb import blobtool_caffe_pb2 as pb
 
     net, layer_fields = _split(buf, 0, doc.size, doc.path, NET_FIELD_NAMES, {2, 100}, pb.NetParameter)
-    doc.meta["name"] = net.name if net.HasField("name") else None
+    doc.meta["name"] = _text(net.name) if net.HasField("name") else None
     seen = {}
     for k, lf in enumerate(layer_fields):
         if lf.number == 100:
             layer, blob_fields = _split(buf, lf.start, lf.end, doc.path, LAYER_FIELD_NAMES, {7},
                                         pb.LayerParameter)
-            name, type_ = layer.name, layer.type
+            name, type_ = _text(layer.name), _text(layer.type)
             chains = [(lf, bf) for bf in blob_fields]
         else:
             v1, nested = _split(buf, lf.start, lf.end, doc.path, V1_FIELD_NAMES, {1, 6}, pb.V1LayerParameter)
-            name = v1.name
+            name = _text(v1.name)
             type_ = V1_TYPE_NAMES.get(v1.type, str(v1.type)) if v1.HasField("type") else ""
             chains = [(lf, f) for f in nested if f.number == 6]
             for v0f in (f for f in nested if f.number == 1):
                 v0, v0_blobs = _split(buf, v0f.start, v0f.end, doc.path, V0_FIELD_NAMES, {50},
                                       pb.V0LayerParameter)
-                name = name or v0.name
-                type_ = type_ or v0.type
+                name = name or _text(v0.name)
+                type_ = type_ or _text(v0.type)
                 chains += [(lf, v0f, bf) for bf in v0_blobs]
         name = name or f"layer{k}"
         seen[name] = seen.get(name, 0) + 1
         if seen[name] > 1:
             name = f"{name}#{seen[name]}"
         for index, chain in enumerate(chains):
+            _check_room(doc, chain[-1].offset)
             record = parse_blob(buf, chain[-1].start, chain[-1].end, path=doc.path)
             doc.entries.append(_entry(f"{name}/{index}", record, layer=name, type=type_, chain=chain))
 
@@ -413,9 +449,10 @@ def _read_solverstate(doc: Document, buf, _cast) -> None:
 
     state, history = _split(buf, 0, doc.size, doc.path, SOLVER_FIELD_NAMES, {3}, pb.SolverState)
     doc.meta["iter"] = state.iter
-    doc.meta["learned_net"] = state.learned_net
+    doc.meta["learned_net"] = _text(state.learned_net)
     doc.meta["current_step"] = state.current_step
     for index, f in enumerate(history):
+        _check_room(doc, f.offset)
         record = parse_blob(buf, f.start, f.end, path=doc.path)
         doc.entries.append(_entry(f"history/{index}", record, chain=(f,)))
 
@@ -428,14 +465,16 @@ def _read_npy(doc: Document, _buf, cast) -> None:
 def _read_npz(doc: Document, _buf, cast) -> None:
     try:
         archive = zipfile.ZipFile(io.BytesIO(memoryview(doc.source.buf)))
-        members = [n for n in archive.namelist() if n.endswith(".npy")]
-    except (zipfile.BadZipFile, OSError, ValueError) as exc:
+        members = [info for info in archive.infolist() if info.filename.endswith(".npy")]
+    except _ZIP_ERRORS as exc:
         raise FormatError(f"not a readable .npz (zip) file: {exc}", path=doc.path) from exc
+    if len(members) > MAX_BLOBS:
+        raise FormatError(f"holds {len(members)} arrays, more than {MAX_BLOBS} (blobtool's limit)", path=doc.path)
     arrays = {}
-    for member in members:
-        data = archive.read(member)
-        sub = Source(f"{doc.path}[{member}]", bytearray(data), len(data))
-        arrays[member[:-4]] = load_npy(sub, cast=cast)
+    for info in members:
+        data = _read_member(archive, info, doc.path)
+        sub = Source(f"{doc.path}[{info.filename}]", data, len(data))
+        arrays[info.filename[:-4]] = load_npy(sub, cast=cast)
     for key, blob in arrays.items():
         if key.endswith("/diff") and key[:-5] in arrays:
             continue
@@ -444,9 +483,34 @@ def _read_npz(doc: Document, _buf, cast) -> None:
             if diff.count != blob.count:
                 raise FormatError(f"array {key + '/diff'} has {diff.count} values, {key} has {blob.count}",
                                   path=doc.path)
-            np.copyto(blob.mutable_cpu_diff(), diff.cpu_data(), casting="unsafe")
+            with np.errstate(over="ignore", invalid="ignore"):  # doubles past float32's range become inf
+                np.copyto(blob.mutable_cpu_diff(), diff.cpu_data(), casting="unsafe")
             blob.origin = Origin("shape", blob.dtype, True)
         doc.entries.append(Entry(key, blob.shape, "shape", blob.dtype, diff is not None, _blob=blob))
+
+
+# Everything zipfile raises on a damaged archive (a bad CRC, a bad local header,
+# a broken deflate stream, an unknown compression method or zip version ...).
+_ZIP_ERRORS = (zipfile.BadZipFile, zlib.error, EOFError, OSError, ValueError, NotImplementedError,
+               RuntimeError, KeyError, OverflowError, UnicodeDecodeError)
+# numpy writes .npz members stored or deflated; deflate expands at most 1032:1,
+# so a member declaring more than that is forged, and is refused before reading.
+_NPZ_MAX_EXPANSION = {zipfile.ZIP_STORED: 1, zipfile.ZIP_DEFLATED: 1032}
+
+
+def _read_member(archive: zipfile.ZipFile, info: zipfile.ZipInfo, path) -> bytearray:
+    label = f"member {info.filename!r}"
+    expansion = _NPZ_MAX_EXPANSION.get(info.compress_type)
+    if expansion is None:
+        raise FormatError(f"{label} uses zip compression method {info.compress_type}; "
+                          ".npz members are stored or deflated", path=path, offset=info.header_offset)
+    if info.file_size > expansion * info.compress_size:
+        raise FormatError(f"{label} declares {info.file_size} bytes, more than its {info.compress_size} "
+                          "stored bytes can hold", path=path, offset=info.header_offset)
+    try:
+        return bytearray(archive.read(info))
+    except _ZIP_ERRORS as exc:
+        raise FormatError(f"{label} is unreadable: {exc}", path=path, offset=info.header_offset) from exc
 
 
 _READERS = {"blob": _read_blob, "vector": _read_vector, "net": _read_net, "solverstate": _read_solverstate,

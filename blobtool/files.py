@@ -205,6 +205,7 @@ def load_npy(source: Source, cast=None) -> Blob:
         raise FormatError(f".npy holds {dtype} values; blobs are float32 or float64{hint}", path=source.name)
     if any(d < 0 for d in shape):
         raise FormatError(f"invalid .npy header: negative dimension in shape {shape}", path=source.name)
+    native = np.dtype(cast) if cast is not None else dtype.newbyteorder("=")
     offset = stream.tell()
     # Python ints: a forged shape must not wrap around int64 and pass the size check.
     count = 1
@@ -215,13 +216,16 @@ def load_npy(source: Source, cast=None) -> Blob:
         raise FormatError(
             f"truncated at byte {offset}: .npy array data needs {need} bytes, {source.size - offset} remain",
             path=source.name)
+    blob = Blob(dtype=native)
+    try:
+        blob.reshape(shape)  # more than 32 axes, or an empty array too large for numpy
+    except BlobToolError as exc:
+        raise FormatError(f"invalid .npy header: {exc.reason}", path=source.name) from exc
     values = np.frombuffer(source.buf, dtype=dtype, count=count, offset=offset)
     if fortran and len(shape) > 1:
         values = values.reshape(shape[::-1]).transpose().copy().reshape(-1)
-    native = np.dtype(cast) if cast is not None else dtype.newbyteorder("=")
     if values.dtype != native:
         values = values.astype(native)
-    blob = Blob(dtype=native)
     try:
         blob.fill_from(shape, values, None, adopt=True)
     except BlobToolError as exc:

@@ -49,15 +49,18 @@ def asum_sumsq(x: np.ndarray) -> tuple[float, float]:
     buf = np.empty(min(CHUNK, n), dtype=np.float64)
     total_abs = 0.0
     total_sq = 0.0
-    for start in range(0, n, CHUNK):
-        part = x[start:start + CHUNK]
-        wide = buf[:part.size]
-        np.copyto(wide, part, casting="unsafe")
-        total_sq += float(np.dot(wide, wide))
-        np.abs(wide, out=wide)
-        total_abs += float(wide.sum())
-        if _progress is not None:
-            _progress(part.nbytes)
+    # Huge values overflow to inf and NaNs propagate, as in Caffe; numpy's
+    # warnings about it would break the one-line stderr.
+    with np.errstate(over="ignore", invalid="ignore"):
+        for start in range(0, n, CHUNK):
+            part = x[start:start + CHUNK]
+            wide = buf[:part.size]
+            np.copyto(wide, part, casting="unsafe")
+            total_sq += float(np.dot(wide, wide))
+            np.abs(wide, out=wide)
+            total_abs += float(wide.sum())
+            if _progress is not None:
+                _progress(part.nbytes)
     return total_abs, total_sq
 
 

@@ -211,14 +211,13 @@ def release_pages(view: np.ndarray) -> None:
 def unpacked_run(buf, pos: int, end: int, tag: bytes, size: int) -> int:
     """How many unpacked values start at `pos`: consecutive `tag` + `size`-byte records.
 
-    Unpacked repeated floats are a 1-byte tag and 4 bytes each; checking the
-    tag bytes with numpy in growing blocks reads a run of millions of values
-    without a Python loop per value.
+    Unpacked repeated floats are a tag (one byte, or more when a writer pads
+    it) and 4 bytes each; checking the tag bytes with numpy in growing blocks
+    reads a run of millions of values without a Python loop per value.
     """
-    if len(tag) != 1:
-        return 0
-    record = 1 + size
-    tag_byte = tag[0]
+    width = len(tag)
+    record = width + size
+    expected = np.frombuffer(tag, dtype=np.uint8)
     total = 0
     block = 256
     while True:
@@ -226,8 +225,8 @@ def unpacked_run(buf, pos: int, end: int, tag: bytes, size: int) -> int:
         if fit == 0:
             return total
         n = min(block, fit)
-        tags = np.frombuffer(buf, dtype=np.uint8, count=n * record, offset=pos)[::record]
-        mismatch = np.flatnonzero(tags != tag_byte)
+        tags = np.frombuffer(buf, dtype=np.uint8, count=n * record, offset=pos).reshape(n, record)[:, :width]
+        mismatch = np.flatnonzero((tags != expected).any(axis=1))
         if mismatch.size:
             return total + int(mismatch[0])
         total += n
@@ -235,11 +234,11 @@ def unpacked_run(buf, pos: int, end: int, tag: bytes, size: int) -> int:
         block *= 4
 
 
-def unpacked_values(buf, pos: int, count: int, size: int, dtype) -> np.ndarray:
-    """Copy `count` unpacked values (1-byte tag + `size` bytes each) starting at `pos`."""
-    record = 1 + size
+def unpacked_values(buf, pos: int, count: int, size: int, dtype, tag_size: int = 1) -> np.ndarray:
+    """Copy `count` unpacked values (a `tag_size`-byte tag + `size` bytes each) starting at `pos`."""
+    record = tag_size + size
     raw = np.frombuffer(buf, dtype=np.uint8, count=count * record, offset=pos).reshape(count, record)
-    return np.ascontiguousarray(raw[:, 1:]).view(np.dtype(dtype).newbyteorder("<")).reshape(-1)
+    return np.ascontiguousarray(raw[:, tag_size:]).view(np.dtype(dtype).newbyteorder("<")).reshape(-1)
 
 
 def encode_varint(value: int) -> bytes:

@@ -1,0 +1,476 @@
+"""Seeds, mutations and the per-case check shared by the fuzz tests and the long fuzz run.
+
+Seeds are small valid files of every kind blobtool reads, made with the
+protobuf library (the oracle) where the schema covers them and with the wire
+helpers for the forks' fields. Mutations damage them the way real files are
+damaged or forged: cut at a field boundary or anywhere, bits flipped, a varint
+inserted, a length prefix overwritten with a huge value, a tag replaced, bytes
+replaced with random ones.
+
+`check_case` runs one input through the library as a user would (open, build
+every blob, take its norms) and raises `FuzzFailure` when anything other than
+a BlobToolError escapes (a warning included), the case takes longer than
+`TIME_LIMIT_S`, or the peak of traced allocations exceeds
+`memory_bound(len(data))`.
+"""
+
+from __future__ import annotations
+
+import io
+import time
+import tracemalloc
+import warnings
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from blobtool import wire
+from blobtool._pb import blobtool_caffe_pb2 as pb
+from blobtool.containers import open_document
+from blobtool.errors import BlobToolError
+
+# A case that takes longer than this is a hang waiting to happen on a real file.
+TIME_LIMIT_S = 1.0
+# Traced allocations may reach this multiple of the input size (plus MEMORY_SLACK).
+# The largest legitimate growth is ditcaffe's half_data: a value can take one
+# byte, passes through a 2-byte float16 array and becomes a 4-byte float32
+# blob (6x), on top of the reader's own copy of a stream (1x).
+MEMORY_FACTOR = 8
+# Fixed allowance: the norms' 512 KiB float64 chunk buffer, protobuf messages,
+# numpy's and hypothesis's bookkeeping.
+MEMORY_SLACK = 1 << 20
+
+# Lengths a forged length prefix or dimension may claim: just past the end,
+# int32 and int64 edges, and the largest varint.
+HUGE_VALUES = (2**31 - 1, 2**31, 2**32 - 1, 2**32, 2**53, 2**62, 2**63 - 1, 2**63, 2**64 - 1)
+
+
+def memory_bound(size: int) -> int:
+    return MEMORY_FACTOR * size + MEMORY_SLACK
+
+
+class FuzzFailure(AssertionError):
+    """A case broke one of the promises (wrong exception, too slow, too much memory)."""
+
+
+# -- seeds -------------------------------------------------------------------------
+
+def _values(n: int, seed: int) -> list:
+    rng = np.random.default_rng(seed)
+    return [float(v) for v in rng.standard_normal(n).astype(np.float32)]
+
+
+def _blob(shape=(2, 3, 2), *, legacy=False, double=False, diff=True, seed=0) -> pb.BlobProto:
+    count = int(np.prod(shape)) if shape else 1
+    blob = pb.BlobProto()
+    if legacy:
+        padded = (1,) * (4 - len(shape)) + tuple(shape)
+        blob.num, blob.channels, blob.height, blob.width = padded
+    else:
+        blob.shape.dim.extend(shape)
+    values, field, diff_field = _values(count, seed), "data", "diff"
+    if double:
+        field, diff_field = "double_data", "double_diff"
+    getattr(blob, field).extend(values)
+    if diff:
+        getattr(blob, diff_field).extend(_values(count, seed + 1))
+    return blob
+
+
+def _tag(number: int, wire_type: int) -> bytes:
+    return wire.encode_tag(number, wire_type)
+
+
+def _nvidia_raw() -> bytes:
+    """NVIDIA Caffe's BlobProto: shape, raw_data_type FLOAT16, raw_data; raw_diff_type FLOAT, raw_diff."""
+    shape = pb.BlobProto()
+    shape.shape.dim.extend([3, 4])
+    data = np.asarray(_values(12, 5), dtype="<f2").tobytes()
+    diff = np.asarray(_values(12, 6), dtype="<f4").tobytes()
+    return (shape.SerializeToString()
+            + _tag(10, wire.VARINT) + wire.encode_varint(2)
+            + _tag(11, wire.VARINT) + wire.encode_varint(1)
+            + wire.len_field_header(12, len(data)) + data
+            + wire.len_field_header(13, len(diff)) + diff)
+
+
+def _ditcaffe_half() -> bytes:
+    """ditcaffe's BlobProto: shape, half_data and half_diff as packed uint32 varints of float16 bits."""
+    shape = pb.BlobProto()
+    shape.shape.dim.extend([2, 5])
+    out = shape.SerializeToString()
+    for number, seed in ((10, 7), (11, 8)):
+        bits = np.asarray(_values(10, seed), dtype="<f2").view("<u2")
+        packed = b"".join(wire.encode_varint(int(b)) for b in bits)
+        out += wire.len_field_header(number, len(packed)) + packed
+    return out
+
+
+def _unpacked_blob() -> bytes:
+    """data and double_diff written unpacked (one tagged value each), as old writers did."""
+    header = pb.BlobProto()
+    header.shape.dim.extend([5])
+    out = header.SerializeToString()
+    for v in _values(5, 9):
+        out += _tag(5, wire.I32) + np.float32(v).tobytes()
+    for v in _values(5, 10):
+        out += _tag(9, wire.I64) + np.float64(v).tobytes()
+    return out
+
+
+def _net_layer() -> bytes:
+    net = pb.NetParameter(name="tiny")
+    net.input.append("data")
+    conv = net.layer.add(name="conv1", type="Convolution")
+    conv.bottom.append("data")
+    conv.top.append("conv1")
+    conv.blobs.append(_blob((2, 1, 2, 2), seed=11))
+    conv.blobs.append(_blob((2,), diff=False, seed=12))
+    net.layer.add(name="relu1", type="ReLU")
+    ip = net.layer.add(name="ip1", type="InnerProduct")
+    ip.blobs.append(_blob((3, 2), double=True, seed=13))
+    return net.SerializeToString()
+
+
+def _net_v1() -> bytes:
+    net = pb.NetParameter(name="tiny_v1")
+    conv = net.layers.add(name="conv1", type=pb.V1LayerParameter.CONVOLUTION)
+    conv.bottom.append("data")
+    conv.blobs.append(_blob((2, 1, 2, 2), legacy=True, seed=21))
+    conv.blobs.append(_blob((2,), legacy=True, diff=False, seed=22))
+    ip = net.layers.add(name="ip1", type=pb.V1LayerParameter.INNER_PRODUCT)
+    ip.blobs.append(_blob((3, 2), legacy=True, seed=23))
+    return net.SerializeToString()
+
+
+def _net_v0() -> bytes:
+    net = pb.NetParameter(name="tiny_v0")
+    for k, (name, type_) in enumerate((("conv1", "conv"), ("ip1", "innerproduct"))):
+        outer = net.layers.add()
+        outer.bottom.append("data")
+        outer.layer.name = name
+        outer.layer.type = type_
+        outer.layer.blobs.append(_blob((2, 2), legacy=True, seed=31 + k))
+        outer.layer.blobs.append(_blob((2,), legacy=True, diff=False, seed=41 + k))
+    return net.SerializeToString()
+
+
+def _solverstate() -> bytes:
+    state = pb.SolverState(iter=1000, learned_net="tiny_iter_1000.caffemodel", current_step=2)
+    state.history.append(_blob((2, 1, 2, 2), diff=False, seed=51))
+    state.history.append(_blob((2,), diff=False, seed=52))
+    state.history.append(_blob((3, 2), legacy=True, diff=False, seed=53))
+    return state.SerializeToString()
+
+
+def _vector() -> bytes:
+    vector = pb.BlobProtoVector()
+    vector.blobs.append(_blob((2, 3), seed=61))
+    vector.blobs.append(_blob((4,), double=True, seed=62))
+    vector.blobs.append(_blob((1, 2, 2, 1), legacy=True, diff=False, seed=63))
+    return vector.SerializeToString()
+
+
+def _npy(array: np.ndarray) -> bytes:
+    out = io.BytesIO()
+    np.save(out, array, allow_pickle=False)
+    return out.getvalue()
+
+
+def _npz(compressed: bool) -> bytes:
+    rng = np.random.default_rng(71)
+    arrays = {"w": rng.standard_normal((3, 4)).astype(np.float32),
+              "w/diff": rng.standard_normal((3, 4)).astype(np.float32),
+              "b": rng.standard_normal(4)}
+    out = io.BytesIO()
+    (np.savez_compressed if compressed else np.savez)(out, **arrays)
+    return out.getvalue()
+
+
+@dataclass(frozen=True)
+class Seed:
+    """A valid input: its name, the kind its reader is, and its bytes."""
+
+    name: str
+    kind: str
+    data: bytes
+
+
+def generated_seeds() -> list:
+    """One small valid file per reader and encoding."""
+    rng = np.random.default_rng(81)
+    return [
+        Seed("blob_shape", "blob", _blob((2, 3, 2)).SerializeToString()),
+        Seed("blob_legacy", "blob", _blob((3, 2, 2), legacy=True).SerializeToString()),
+        Seed("blob_double", "blob", _blob((4, 3), double=True).SerializeToString()),
+        Seed("blob_unpacked", "blob", _unpacked_blob()),
+        Seed("vector", "vector", _vector()),
+        Seed("net_layer", "net", _net_layer()),
+        Seed("net_v1", "net", _net_v1()),
+        Seed("net_v0", "net", _net_v0()),
+        Seed("solverstate", "solverstate", _solverstate()),
+        Seed("nvidia_raw", "blob", _nvidia_raw()),
+        Seed("ditcaffe_half", "blob", _ditcaffe_half()),
+        Seed("npy_f32", "npy", _npy(rng.standard_normal((3, 4)).astype(np.float32))),
+        Seed("npy_f64_fortran", "npy", _npy(np.asfortranarray(rng.standard_normal((4, 3))))),
+        Seed("npz", "npz", _npz(False)),
+        Seed("npz_compressed", "npz", _npz(True)),
+    ]
+
+
+# The real files and the kind each is.
+REALWORLD_KINDS = {"imagenet_mean.binaryproto": "blob", "lenet_iter_10000.caffemodel": "net",
+                   "lenet_iter_10000.solverstate": "solverstate"}
+
+
+def realworld_seeds(folder: Path) -> list:
+    return [Seed(name, kind, (folder / name).read_bytes()) for name, kind in REALWORLD_KINDS.items()
+            if (folder / name).is_file()]
+
+
+# -- where the fields are ---------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Layout:
+    """Byte positions in a protobuf input worth aiming at.
+
+    boundaries: where a field starts or ends, at every nesting depth.
+    lengths: (start, end) of each length prefix of a LEN field.
+    tags: (start, end) of each field's tag.
+    """
+
+    boundaries: tuple
+    lengths: tuple
+    tags: tuple
+
+
+def _walk(buf, start, end, depth, boundaries, lengths, tags, budget):
+    try:
+        for f in wire.iter_fields(buf, start, end):
+            if budget[0] <= 0:
+                return
+            budget[0] -= 1
+            tag_end = wire.read_varint(buf, f.offset, end)[1]
+            boundaries.update((f.offset, f.end))
+            tags.append((f.offset, tag_end))
+            if f.wire_type == wire.LEN:
+                lengths.append((tag_end, f.start))
+                boundaries.add(f.start)
+                # Payloads of floats are not messages; everything else may be.
+                if depth < 6 and f.end - f.start and not _is_payload(f.number):
+                    _walk(buf, f.start, f.end, depth + 1, boundaries, lengths, tags, budget)
+    except BlobToolError:
+        return
+
+
+def _is_payload(number: int) -> bool:
+    return number in (5, 6, 8, 9, 12, 13)
+
+
+def layout(data: bytes, *, max_fields: int = 20000) -> Layout:
+    """The field boundaries, length prefixes and tags of a protobuf input (best effort)."""
+    boundaries, lengths, tags = {0, len(data)}, [], []
+    _walk(memoryview(data), 0, len(data), 0, boundaries, lengths, tags, [max_fields])
+    return Layout(tuple(sorted(boundaries)), tuple(lengths), tuple(tags))
+
+
+def zip_layout(data: bytes) -> Layout:
+    """For .npz: the zip records' offsets stand in for field boundaries, sizes for lengths."""
+    boundaries = {0, len(data)}
+    lengths = []
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as archive:
+            for info in archive.infolist():
+                boundaries.add(info.header_offset)
+                # The local header's compressed and uncompressed sizes (4 bytes each).
+                lengths.append((info.header_offset + 18, info.header_offset + 22))
+                lengths.append((info.header_offset + 22, info.header_offset + 26))
+                data_start = info.header_offset + 30 + len(info.filename.encode()) + len(info.extra)
+                boundaries.update((data_start, data_start + 10, data_start + info.compress_size))
+    except zipfile.BadZipFile:
+        pass
+    return Layout(tuple(sorted(boundaries)), tuple(lengths), ())
+
+
+def npy_layout(data: bytes) -> Layout:
+    """For .npy: magic, version, header length, header, array data."""
+    header_end = 10 + int.from_bytes(data[8:10], "little") if len(data) >= 10 else len(data)
+    return Layout(tuple(sorted({0, 6, 8, 10, header_end, len(data)})), ((8, 10),), ())
+
+
+def layout_of(seed: Seed) -> Layout:
+    if seed.kind == "npz":
+        return zip_layout(seed.data)
+    if seed.kind == "npy":
+        return npy_layout(seed.data)
+    return layout(seed.data)
+
+
+# -- mutations ----------------------------------------------------------------------------
+# Each takes the input, its layout and a source of choices `pick(kind, *args)`
+# so the same code serves hypothesis (st.data()) and a plain random.Random.
+
+def truncate_at_boundary(data, lay, pick):
+    return data[:pick("index", lay.boundaries)]
+
+
+def truncate_anywhere(data, lay, pick):
+    return data[:pick("int", 0, max(len(data) - 1, 0))]
+
+
+def flip_bits(data, lay, pick):
+    out = bytearray(data)
+    for _ in range(pick("int", 1, 8)):
+        if not out:
+            break
+        out[pick("int", 0, len(out) - 1)] ^= 1 << pick("int", 0, 7)
+    return bytes(out)
+
+
+def insert_varint(data, lay, pick):
+    value = pick("choice", (0, 1, 127, 128, 300, 2**32, 2**64 - 1, pick("int", 0, 2**64 - 1)))
+    raw = wire.encode_varint(value)
+    if pick("bool"):  # an overlong varint: continuation bytes past the 10th
+        raw = b"\xff" * pick("int", 9, 12) + b"\x01"
+    where = pick("index", lay.boundaries) if pick("bool") else pick("int", 0, len(data))
+    return data[:where] + raw + data[where:]
+
+
+def overwrite_length(data, lay, pick):
+    if not lay.lengths:
+        return flip_bits(data, lay, pick)
+    start, end = pick("index", lay.lengths)
+    if end > len(data):
+        return flip_bits(data, lay, pick)
+    if end - start == 4 or (end - start == 2 and lay.tags == ()):  # zip / npy: fixed-width integers
+        value = pick("choice", (0xFFFFFFFF, 0x7FFFFFFF, 0, len(data) + 1))
+        return data[:start] + (value & ((1 << (8 * (end - start))) - 1)).to_bytes(end - start, "little") + data[end:]
+    try:
+        current = wire.read_varint(memoryview(data), start, min(end, len(data)))[0]
+    except BlobToolError:  # an earlier mutation moved or cut it
+        current = 0
+    value = pick("choice", HUGE_VALUES + (current + 1, len(data), current * 2 + 8))
+    return data[:start] + wire.encode_varint(value) + data[end:]
+
+
+def replace_tag(data, lay, pick):
+    if not lay.tags:
+        return flip_bits(data, lay, pick)
+    start, end = pick("index", lay.tags)
+    number = pick("choice", (1, 2, 3, 5, 7, 8, 10, 12, 50, 100, pick("int", 1, 2**29 - 1)))
+    wire_type = pick("int", 0, 7)  # 3/4 are groups, 6/7 invalid
+    return data[:start] + wire.encode_tag(number, wire_type) + data[end:]
+
+
+def random_bytes(data, lay, pick):
+    n = pick("int", 1, 64)
+    noise = pick("bytes", n)
+    if pick("bool") or not data:
+        return noise
+    where = pick("int", 0, len(data))
+    return data[:where] + noise + data[where + n:]
+
+
+def duplicate_span(data, lay, pick):
+    # A field repeated: merges, split payloads, a second shape.
+    if len(lay.boundaries) < 2:
+        return data
+    a = pick("index", lay.boundaries)
+    b = pick("index", lay.boundaries)
+    a, b = min(a, b), max(a, b)
+    return data[:b] + data[a:b] + data[b:]
+
+
+MUTATIONS = (truncate_at_boundary, truncate_anywhere, flip_bits, insert_varint, overwrite_length,
+             replace_tag, random_bytes, duplicate_span)
+
+
+def random_picker(rng):
+    """A `pick` over random.Random, for the long run without hypothesis."""
+
+    def pick(what, *args):
+        if what == "index":
+            return rng.choice(args[0])
+        if what == "int":
+            return rng.randint(args[0], args[1])
+        if what == "choice":
+            return rng.choice(args[0])
+        if what == "bool":
+            return rng.random() < 0.5
+        if what == "bytes":
+            return rng.randbytes(args[0])
+        raise ValueError(what)
+
+    return pick
+
+
+def mutate(seed: Seed, lay: Layout, pick, rounds: int) -> bytes:
+    data = seed.data
+    for _ in range(rounds):
+        data = pick("choice", MUTATIONS)(data, lay, pick)
+    return data
+
+
+# -- the check --------------------------------------------------------------------------------
+
+def read_everything(data: bytes, kind: str | None) -> None:
+    """What a user does: open (sniffed or forced kind), build every blob, take its norms."""
+    doc = open_document(io.BytesIO(data), kind)
+    for entry in doc.entries:
+        blob = entry.blob()
+        blob.asum_data()
+        blob.sumsq_data()
+        blob.asum_diff()
+        blob.sumsq_diff()
+
+
+@dataclass
+class Outcome:
+    error: str | None   # the BlobToolError message, or None when the input was accepted
+    seconds: float
+    peak: int           # peak traced bytes during the case
+
+
+def check_case(data: bytes, kind: str | None = None) -> Outcome:
+    """Run one input; raise FuzzFailure when a promise is broken.
+
+    Traces allocations for the case alone (tracemalloc started and stopped
+    around it, so the fuzzer's own work is neither traced nor slowed), or
+    within the caller's tracing when it is already on.
+    """
+    own = not tracemalloc.is_tracing()
+    if own:
+        tracemalloc.start()
+    try:
+        return _check_traced(data, kind)
+    finally:
+        if own:
+            tracemalloc.stop()
+
+
+def _check_traced(data: bytes, kind: str | None) -> Outcome:
+    tracemalloc.reset_peak()
+    base = tracemalloc.get_traced_memory()[0]
+    start = time.perf_counter()
+    error = None
+    try:
+        # A warning would be a second stderr line on the command line.
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            read_everything(data, kind)
+    except BlobToolError as exc:
+        error = str(exc)
+        if "\n" in error or not error.strip():
+            raise FuzzFailure(f"error message is not one non-empty line: {error!r}") from exc
+    except Exception as exc:
+        raise FuzzFailure(f"{type(exc).__name__} escaped (kind={kind}, {len(data)} bytes): {exc}") from exc
+    seconds = time.perf_counter() - start
+    peak = tracemalloc.get_traced_memory()[1] - base
+    if seconds > TIME_LIMIT_S:
+        raise FuzzFailure(f"took {seconds:.2f} s (limit {TIME_LIMIT_S} s; kind={kind}, {len(data)} bytes)")
+    if peak > memory_bound(len(data)):
+        raise FuzzFailure(f"allocated {peak} bytes at peak for a {len(data)}-byte input "
+                          f"(bound {memory_bound(len(data))}; kind={kind})")
+    return Outcome(error, seconds, peak)

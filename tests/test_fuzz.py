@@ -1,0 +1,415 @@
+"""Every reader under damaged and forged input: only BlobToolError, fast, within memory.
+
+The cases start from valid files (made with the protobuf library, and the
+real Caffe files beside the checkout) and damage them (see fuzzcases.py).
+Each case opens the input (sniffed, and forced to the seed's kind), builds
+every blob and takes its norms; it fails when anything but BlobToolError
+escapes (a numpy warning included: it would be a second stderr line), when it
+takes over fuzzcases.TIME_LIMIT_S, or when traced allocations peak above
+fuzzcases.memory_bound(input size) (8x the input plus 1 MiB; see there why).
+
+The hypothesis runs are derandomized, so CI tests the same cases every time;
+tests/fuzz_long.py explores further. BLOBTOOL_FUZZ_EXAMPLES sets the number of
+examples per reader (default 300).
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import tracemalloc
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import fuzzcases as fc
+from blobtool import BlobToolError, load, load_all, wire
+from blobtool._pb import blobtool_caffe_pb2 as pb
+from blobtool.containers import MAX_BLOBS, MAX_LAYERS, open_document
+
+EXAMPLES = int(os.environ.get("BLOBTOOL_FUZZ_EXAMPLES", "300"))
+SEEDS = fc.generated_seeds()
+SEED_IDS = [s.name for s in SEEDS]
+
+FUZZ_SETTINGS = settings(max_examples=EXAMPLES, deadline=None, derandomize=True, database=None,
+                         suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
+                                                HealthCheck.filter_too_much])
+
+
+@pytest.fixture
+def tracing():
+    tracemalloc.start()
+    yield
+    tracemalloc.stop()
+
+
+def hypothesis_picker(data):
+    """fuzzcases' `pick` over hypothesis draws, so failures shrink and print."""
+
+    def pick(what, *args):
+        if what in ("index", "choice"):
+            return data.draw(st.sampled_from(args[0]))
+        if what == "int":
+            return data.draw(st.integers(args[0], args[1]))
+        if what == "bool":
+            return data.draw(st.booleans())
+        if what == "bytes":
+            return data.draw(st.binary(min_size=args[0], max_size=args[0]))
+        raise ValueError(what)
+
+    return pick
+
+
+def fuzz_seed(seed: fc.Seed) -> None:
+    lay = fc.layout_of(seed)
+
+    @FUZZ_SETTINGS
+    @given(st.data())
+    def run(data):
+        pick = hypothesis_picker(data)
+        mutated = fc.mutate(seed, lay, pick, data.draw(st.integers(1, 3)))
+        fc.check_case(mutated, None)
+        fc.check_case(mutated, seed.kind)
+
+    run()
+
+
+# -- the harness itself --------------------------------------------------------------------
+
+def test_seeds_are_valid_and_cover_every_reader():
+    # Every seed reads cleanly as its own kind (else the mutations test nothing).
+    for seed in SEEDS:
+        doc = open_document(io.BytesIO(seed.data))
+        assert doc.kind == seed.kind, seed.name
+        assert doc.entries, seed.name
+        assert fc.check_case(seed.data).error is None, seed.name
+    kinds = {s.kind for s in SEEDS}
+    assert kinds == {"blob", "vector", "net", "solverstate", "npy", "npz"}
+    # The net seeds hold the three layer formats: layer (100), V1 layers (2), V0 inside V1.
+    numbers = {s.name: {f.number for f in wire.iter_fields(memoryview(s.data), 0, len(s.data))}
+               for s in SEEDS if s.kind == "net"}
+    assert 100 in numbers["net_layer"] and 2 not in numbers["net_layer"]
+    assert 2 in numbers["net_v1"] and 2 in numbers["net_v0"]
+    v0 = load_all(io.BytesIO(dict(zip(SEED_IDS, SEEDS))["net_v0"].data))
+    assert list(v0) == ["conv1/0", "conv1/1", "ip1/0", "ip1/1"]
+    # The forks' payloads: NVIDIA's raw FLOAT16 data, ditcaffe's half_data.
+    for name in ("nvidia_raw", "ditcaffe_half"):
+        entry = open_document(io.BytesIO(dict(zip(SEED_IDS, SEEDS))[name].data)).entries[0]
+        assert entry.dtype == np.float16 and entry.has_diff
+
+
+@pytest.mark.parametrize("failure, expected", [
+    ("exception", "ValueError escaped"),
+    ("warning", "RuntimeWarning escaped"),
+    ("slow", "took"),
+    ("memory", "allocated"),
+])
+def test_check_case_catches_each_broken_promise(monkeypatch, failure, expected):
+    import time
+    import warnings
+
+    def broken(data, kind):
+        if failure == "exception":
+            raise ValueError("not a BlobToolError")
+        if failure == "warning":
+            warnings.warn("overflow", RuntimeWarning)
+        if failure == "slow":
+            time.sleep(fc.TIME_LIMIT_S + 0.05)
+        if failure == "memory":
+            hog = np.ones(fc.memory_bound(len(data)) // 8 + 1024)
+            del hog
+
+    monkeypatch.setattr(fc, "read_everything", broken)
+    with pytest.raises(fc.FuzzFailure, match=expected):
+        fc.check_case(b"\x08\x01")
+
+
+def test_check_case_accepts_blobtoolerror_and_reports_it():
+    outcome = fc.check_case(b"\xff" * 12)
+    assert outcome.error is not None and outcome.error.startswith("<stream>: ")
+
+
+# -- the bounded fuzz run, per reader ---------------------------------------------------------
+
+@pytest.mark.parametrize("seed", SEEDS, ids=SEED_IDS)
+def test_fuzz_generated(seed):
+    fuzz_seed(seed)
+
+
+@pytest.mark.parametrize("name", sorted(fc.REALWORLD_KINDS))
+def test_fuzz_realworld(realworld, name):
+    (seed,) = [s for s in fc.realworld_seeds(realworld) if s.name == name]
+    fuzz_seed(seed)
+
+
+# -- exhaustive: every field boundary, every length prefix ------------------------------------
+
+def _every_cut_and_forged_length(seed: fc.Seed, huge_values) -> int:
+    lay = fc.layout_of(seed)
+    cases = 0
+    for cut in lay.boundaries:
+        for kind in (None, seed.kind):
+            fc.check_case(seed.data[:cut], kind)
+            cases += 1
+    for start, end in lay.lengths:
+        for value in huge_values:
+            if end - start in (2, 4) and seed.kind in ("npy", "npz"):
+                forged = (value & ((1 << 8 * (end - start)) - 1)).to_bytes(end - start, "little")
+            else:
+                forged = wire.encode_varint(value)
+            fc.check_case(seed.data[:start] + forged + seed.data[end:], seed.kind)
+            cases += 1
+    return cases
+
+
+@pytest.mark.parametrize("seed", SEEDS, ids=SEED_IDS)
+def test_truncated_at_every_field_boundary_and_every_length_forged(seed):
+    assert _every_cut_and_forged_length(seed, fc.HUGE_VALUES) > 8
+
+
+@pytest.mark.parametrize("name", sorted(fc.REALWORLD_KINDS))
+def test_real_file_truncated_at_every_field_boundary_and_every_length_forged(realworld, name):
+    (seed,) = [s for s in fc.realworld_seeds(realworld) if s.name == name]
+    # Three values per length prefix keep this to a few seconds on the 1.7 MB files.
+    assert _every_cut_and_forged_length(seed, (2**31 - 1, 2**63 - 1, 2**64 - 1)) > 8
+
+
+# -- hostile shapes and lengths: refused, with their message, before allocating ----------------
+
+def _blob(dims=None, data=None, **legacy) -> bytes:
+    msg = pb.BlobProto(**legacy)
+    if dims is not None:
+        msg.shape.dim.extend(dims)
+    if data is not None:
+        msg.data.extend(data)
+    return msg.SerializeToString()
+
+
+def _net(blob: bytes, *, extra: bytes = b"", forge_blob_length: int | None = None) -> bytes:
+    """One layer (new format) holding `blob` (if any) and then `extra` bytes."""
+    layer = pb.LayerParameter(name="conv1", type="Convolution").SerializeToString()
+    if blob:
+        layer += wire.len_field_header(7, forge_blob_length or len(blob)) + blob
+    layer += extra
+    return wire.len_field_header(100, len(layer)) + layer
+
+
+def _shape_message(dims_field: bytes) -> bytes:
+    return wire.len_field_header(7, len(dims_field)) + dims_field
+
+
+def _nested_groups(depth: int) -> bytes:
+    return wire.encode_tag(2, wire.SGROUP) * depth + wire.encode_tag(2, wire.EGROUP) * depth
+
+
+DATA4 = wire.len_field_header(5, 4) + bytes(4)
+E64 = 2**63 - 1
+
+HOSTILE = [
+    # (name, bytes, the message after "<stream>: ", or its start when it ends with "(")
+    ("payload length past the end", wire.len_field_header(5, 2**31 - 1) + bytes(4),
+     "truncated at byte 0: field 5 (data) declares 2147483647 bytes, 4 remain"),
+    ("payload length 2**64 - 1", _blob([1]) + wire.len_field_header(5, 2**64 - 1) + bytes(4),
+     "truncated at byte 5: field 5 (data) declares 18446744073709551615 bytes, 4 remain"),
+    ("layer length past the end", _net(_blob([1], [1.0]))[:-3],
+     "truncated at byte 0: field 100 declares 33 bytes, 30 remain"),
+    ("layer's blob length forged", _net(_blob([1], [1.0])) + _net(_blob([1], [1.0]), forge_blob_length=2**62),
+     "truncated at byte 59: field 7 (blobs) declares 4611686018427387904 bytes, 11 remain"),
+    ("dims whose product overflows int64", _blob([2**62, 2**62], [1.0, 2.0]),
+     "at byte 10: field 7 (shape): invalid blob shape: shape (4611686018427387904, 4611686018427387904) "
+     "spans 85070591730234615865843651857942052864 bytes of float32, more than the 9223372036854775807 "
+     "an array can address"),
+    ("overflowing dims around a zero", _blob([E64, 0, E64]),
+     "at byte 0: field 7 (shape): invalid blob shape: shape (9223372036854775807, 0, 9223372036854775807) "
+     "spans 340282366920938463389587631136930004996 bytes of float32, more than the 9223372036854775807 "
+     "an array can address"),
+    ("dims that disagree with the payload", _blob([1000, 1000], [1.0, 2.0]),
+     "at byte 0: field 5 (data): data holds 2 values, shape (1000, 1000) needs 1000000"),
+    ("a huge shape and no data", _blob([2**40, 2**20]),
+     "at byte 0: no data: data holds 0 values, shape (1099511627776, 1048576) needs 1152921504606846976"),
+    ("33 axes", _blob([1] * 33, [1.0]),
+     "at byte 6: field 7 (shape): invalid blob shape: a blob has at most 32 axes, got 33"),
+    ("a million axes", DATA4 + _shape_message(wire.len_field_header(1, 10**6) + b"\x01" * 10**6),
+     "at byte 6: field 7 (shape): invalid blob shape: a blob has at most 32 axes, got 1000000"),
+    ("negative legacy num", _blob(None, [1.0], num=-1, channels=1, height=1, width=1),
+     "at byte 0: field 1 (num): invalid blob shape: dimension 0 is negative (-1) in shape (-1, 1, 1, 1)"),
+    ("negative legacy width -2**31", _blob(None, [1.0], num=1, channels=1, height=1, width=-2**31),
+     "at byte 6: field 4 (width): invalid blob shape: dimension 3 is negative (-2147483648) "
+     "in shape (1, 1, 1, -2147483648)"),
+    ("negative shape dim", _blob([4, -1], [1.0]),
+     "at byte 6: field 7 (shape): invalid blob shape: dimension 1 is negative (-1) in shape (4, -1)"),
+    ("tag varint over 10 bytes", b"\x80" * 10 + b"\x01", "at byte 0: field tag longer than 10 bytes"),
+    ("length varint over 10 bytes", b"\x2a" + b"\xff" * 10 + b"\x01",
+     "at byte 1: length of field 5 (data) longer than 10 bytes"),
+    ("value varint over 10 bytes", b"\x08" + b"\x80" * 10 + b"\x00",
+     "at byte 1: field 1 (num) longer than 10 bytes"),
+    ("varint over 64 bits", b"\x08" + b"\xff" * 9 + b"\x7f", "at byte 1: field 1 (num) overflows 64 bits"),
+    ("start-group wire type", DATA4 + wire.encode_tag(7, wire.SGROUP),
+     "at byte 6: field 7 (shape) uses the group wire type 3, which Caffe's schema never writes"),
+    ("end-group wire type", wire.encode_tag(1, wire.EGROUP),
+     "at byte 0: field 1 (num) uses the group wire type 4, which Caffe's schema never writes"),
+    ("group inside a net's layer", _net(_blob([1], [1.0])) + _net(b"", extra=wire.encode_tag(9, wire.SGROUP)),
+     "at byte 59: field 9 uses the group wire type 3, which Caffe's schema never writes"),
+    ("group inside a solver state's history blob",
+     pb.SolverState(iter=1, learned_net="a", current_step=1).SerializeToString() + wire.len_field_header(3, 1)
+     + wire.encode_tag(5, wire.SGROUP),
+     "at byte 9: field 5 (data) uses the group wire type 3, which Caffe's schema never writes"),
+    # Inside BlobShape, protobuf parses and refuses groups nested past its recursion limit.
+    ("groups nested 100000 deep in a shape", DATA4 + wire.len_field_header(7, 200000) + _nested_groups(100000),
+     "at byte 6: field 7 (shape): invalid contents ("),
+    ("groups nested 100000 deep in a net's input_shape",
+     _net(_blob([1], [1.0])) + wire.len_field_header(8, 200000) + _nested_groups(100000),
+     "at byte 0: invalid NetParameter fields ("),
+]
+
+
+@pytest.mark.parametrize("name, data, message", HOSTILE, ids=[h[0] for h in HOSTILE])
+def test_hostile_input_is_refused_before_allocating(tracing, name, data, message):
+    tracemalloc.reset_peak()
+    base = tracemalloc.get_traced_memory()[0]
+    with pytest.raises(BlobToolError) as info:
+        load_all(io.BytesIO(data))
+    peak = tracemalloc.get_traced_memory()[1] - base
+    text = str(info.value)
+    if message.endswith("("):
+        assert text.startswith("<stream>: " + message), text
+    else:
+        assert text == "<stream>: " + message
+    assert info.value.exit_code == 3
+    # Nothing near what the forged numbers declare: the reader's own copy of
+    # the stream and its bookkeeping only.
+    assert peak <= fc.memory_bound(len(data)), (peak, len(data))
+
+
+@pytest.mark.parametrize("header, message", [
+    ("{'descr': '<f4', 'fortran_order': False, 'shape': (9223372036854775807, 0, 9223372036854775807), }",
+     "invalid .npy header: shape (9223372036854775807, 0, 9223372036854775807) spans "
+     "340282366920938463389587631136930004996 bytes of float32, more than the 9223372036854775807 "
+     "an array can address"),
+    ("{'descr': '<f4', 'fortran_order': True, 'shape': (4611686018427387904, 4, 0), }",
+     "invalid .npy header: shape (4611686018427387904, 4, 0) spans 73786976294838206464 bytes of float32, "
+     "more than the 9223372036854775807 an array can address"),
+    ("{'descr': '<f4', 'fortran_order': False, 'shape': (" + "0, " * 33 + "), }",
+     "invalid .npy header: a blob has at most 32 axes, got 33"),
+    ("{'descr': '<f8', 'fortran_order': False, 'shape': (4294967296, 4294967296), }",
+     "truncated at byte {end}: .npy array data needs 147573952589676412928 bytes, 0 remain"),
+])
+def test_hostile_npy_shapes_are_refused(header, message):
+    raw = header.encode("latin1")
+    raw += b" " * (-(10 + len(raw) + 1) % 64) + b"\n"
+    data = b"\x93NUMPY\x01\x00" + len(raw).to_bytes(2, "little") + raw  # a header and no array data
+    with pytest.raises(BlobToolError) as info:
+        load(io.BytesIO(data))
+    assert str(info.value) == "<stream>: " + message.format(end=len(data))
+
+
+def _npz_with(member: bytes, *, method=None, declared=None) -> bytes:
+    import zipfile
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w") as archive:
+        archive.writestr("w.npy", member)
+    data = bytearray(out.getvalue())
+    # Patch the local header and the central directory alike.
+    for sig, method_at, size_at in ((b"PK\x03\x04", 8, 22), (b"PK\x01\x02", 10, 24)):
+        at = bytes(data).index(sig)
+        if method is not None:
+            data[at + method_at:at + method_at + 2] = method.to_bytes(2, "little")
+        if declared is not None:
+            data[at + size_at:at + size_at + 4] = declared.to_bytes(4, "little")
+    return bytes(data)
+
+
+def test_hostile_npz_members_are_refused_before_reading():
+    member = fc._npy(np.zeros(4, np.float32))
+    with pytest.raises(BlobToolError, match=r"member 'w.npy' declares 4294967295 bytes, more than its "
+                                            rf"{len(member)} stored bytes can hold"):
+        load_all(io.BytesIO(_npz_with(member, declared=2**32 - 1)))
+    with pytest.raises(BlobToolError, match=r"member 'w.npy' uses zip compression method 12; "
+                                            r"\.npz members are stored or deflated"):
+        load_all(io.BytesIO(_npz_with(member, method=12)))
+
+
+def test_non_utf8_names_are_text():
+    # proto2 strings are bytes on the wire; protobuf hands invalid UTF-8 over as bytes.
+    layer = pb.LayerParameter(type="Convolution").SerializeToString() + wire.len_field_header(1, 2) + b"\xff\xfe"
+    blob = _blob([1], [1.0])
+    layer += wire.len_field_header(7, len(blob)) + blob
+    net = wire.len_field_header(1, 2) + b"\xc3\x28" + wire.len_field_header(100, len(layer)) + layer
+    doc = open_document(io.BytesIO(net))
+    assert doc.meta["name"] == "\\xc3("
+    assert [e.name for e in doc.entries] == ["\\xff\\xfe/0"]
+    state = pb.SolverState(iter=1).SerializeToString() + wire.len_field_header(2, 1) + b"\x80"
+    state += wire.len_field_header(3, len(blob)) + blob
+    assert open_document(io.BytesIO(state)).meta["learned_net"] == "\\x80"
+
+
+def test_overlong_tags_on_unpacked_values_read_in_one_run():
+    # A writer may pad a tag (0xad 0x00 is field 5, I32, in two bytes); 200000
+    # such values once cost a Python loop each (seconds), now one numpy pass.
+    n = 200_000
+    values = np.arange(n, dtype="<f4")
+    records = np.empty((n, 6), dtype=np.uint8)
+    records[:, 0], records[:, 1] = 0xAD, 0x00
+    records[:, 2:] = values.view(np.uint8).reshape(n, 4)
+    data = _blob([n]) + records.tobytes()
+    assert fc.check_case(data).error is None  # within TIME_LIMIT_S, else FuzzFailure
+    np.testing.assert_array_equal(load(io.BytesIO(data)).cpu_data(), values)
+
+
+def test_half_data_decodes_within_the_memory_bound():
+    # ditcaffe's half_data at one byte a value, the largest growth there is:
+    # it once took 33 times the input in index arrays.
+    n = 1_000_000
+    data = _blob([n]) + wire.len_field_header(10, n) + bytes(range(128)) * (n // 128) + bytes(n % 128)
+    outcome = fc.check_case(data)
+    assert outcome.error is None
+    assert outcome.peak <= fc.memory_bound(len(data))
+    half = load(io.BytesIO(data)).cpu_data()
+    expected = np.frombuffer(bytes(range(128)) * (n // 128) + bytes(n % 128), np.uint8).astype("<u2").view("<f2")
+    np.testing.assert_array_equal(half, expected.astype(np.float32))
+
+
+# Bookkeeping per blob entry (a record, its payload table, an Entry) and per
+# layer: the costs not proportional to bytes, which MAX_BLOBS and MAX_LAYERS cap.
+PER_BLOB = 1600
+PER_LAYER = 400
+
+
+@pytest.mark.parametrize("data, kind, blobs, layers", [
+    (b"\x0a\x00" * 5000, "vector", 5000, 0),                       # 5000 empty blobs
+    (b"\xa2\x06\x00" * 10_000, "net", 0, 10_000),                   # 10000 empty layers
+    (b"\x78\x01" * 200_000 + _blob([1], [1.0]), "blob", 1, 0),       # 400 KB of unknown fields
+    (DATA4 + _shape_message(b"\x08\x01" * 300_000), "blob", 1, 0),   # 300000 unpacked dims
+    (b"\x3a\x02\x08\x01" * 50_000 + DATA4, "blob", 1, 0),           # 50000 shape fields to merge
+], ids=["empty blobs", "empty layers", "unknown fields", "unpacked dims", "repeated shapes"])
+def test_many_tiny_fields_cost_memory_in_proportion(tracing, data, kind, blobs, layers):
+    # No Python object per tiny field (they once cost 20 to 100 times the
+    # input), beyond the bookkeeping of each blob and layer.
+    tracemalloc.reset_peak()
+    base = tracemalloc.get_traced_memory()[0]
+    try:
+        fc.read_everything(data, kind)
+    except BlobToolError:
+        pass
+    peak = tracemalloc.get_traced_memory()[1] - base
+    assert peak <= fc.memory_bound(len(data)) + PER_BLOB * blobs + PER_LAYER * layers, peak
+
+
+@pytest.mark.parametrize("data, message", [
+    (b"\x0a\x00" * (MAX_BLOBS + 1), f"at byte {2 * MAX_BLOBS}: holds more than {MAX_BLOBS} blobs (blobtool's limit)"),
+    (b"\xa2\x06\x00" * (MAX_LAYERS + 1),
+     f"at byte {3 * MAX_LAYERS}: NetParameter holds more than {MAX_LAYERS} layer fields (blobtool's limit)"),
+    (_net(b"", extra=b"\x3a\x00" * (MAX_BLOBS + 1)),
+     f"at byte {25 + 2 * MAX_BLOBS}: LayerParameter holds more than {MAX_BLOBS} blobs fields (blobtool's limit)"),
+    # Alternating unpacked data and diff values: a piece each.
+    (_blob([5000]) + (b"\x2d" + bytes(4) + b"\x35" + bytes(4)) * 5000,
+     "at byte 40966: field 5 (data) is split into more than 4096 pieces (blobtool's limit)"),
+], ids=["blobs", "layers", "blobs in a layer", "pieces of a payload"])
+def test_blob_layer_and_piece_counts_are_capped(data, message):
+    # Their bookkeeping is the one cost not proportional to bytes: capped at
+    # MAX_BLOBS * PER_BLOB (about 100 MB) for a forged file of empty blobs.
+    with pytest.raises(BlobToolError) as info:
+        fc.read_everything(data, "net" if data.startswith(b"\xa2\x06\x00") else None)
+    assert str(info.value) == "<stream>: " + message
