@@ -138,18 +138,34 @@ def write_net_file(path: Path, total_bytes: int, layers: int, rng) -> list:
 
 # -- measuring ----------------------------------------------------------------------------
 
+TIME = shutil.which("time") or ("/usr/bin/time" if os.path.exists("/usr/bin/time") else None)
+
+
 def run_once(cmd: list) -> tuple[float, float]:
-    """(wall seconds, peak RSS in MiB) of one process."""
+    """(wall seconds, peak RSS in MiB) of one process.
+
+    Peak RSS comes from /usr/bin/time (%M): the rusage a parent gets from
+    wait4 after fork and exec counts the parent's own pages copied at fork,
+    which would charge this harness's memory to every command measured.
+    """
+    report = None
+    if TIME:
+        fd, report = tempfile.mkstemp(prefix="rss-")
+        os.close(fd)
+        cmd = [TIME, "-f", "%M", "-o", report] + list(cmd)
     start = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    _, status, usage = os.wait4(proc.pid, 0)
+    proc = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     wall = time.perf_counter() - start
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    err = proc.stderr.read().decode(errors="replace")
-    proc.stderr.close()
     if proc.returncode != 0:
-        raise RuntimeError(f"{' '.join(map(str, cmd))} exited {proc.returncode}: {err.strip()}")
-    return wall, usage.ru_maxrss / 1024
+        raise RuntimeError(f"{' '.join(map(str, cmd))} exited {proc.returncode}: "
+                           f"{proc.stderr.decode(errors='replace').strip()}")
+    if report:
+        with open(report) as f:
+            rss_kib = int(f.read().split()[-1])
+        os.unlink(report)
+    else:
+        rss_kib = 0
+    return wall, rss_kib / 1024
 
 
 def measure(cases: dict, reps: int) -> dict:
@@ -295,7 +311,7 @@ def render(res: dict, huge, blob_mib, net_mib, net_layers, files, file_mib, reps
         f"Machine: {machine()}.",
         f"Run: `python benchmarks/run.py{' --smoke' if smoke else ''}` on {time.strftime('%Y-%m-%d')}; "
         f"median of {reps} interleaved repetitions per case, each a separate process; peak RSS is the "
-        "largest of the repetitions (the kernel's ru_maxrss).",
+        "largest of the repetitions (/usr/bin/time %M).",
         "",
         f"Inputs: a {blob_mib} MiB float32 blob, a {blob_mib} MiB float64 blob, a {net_mib} MiB "
         f"caffemodel-like net ({net_layers} layers, {2 * net_layers} blobs), {files} nets of {file_mib} MiB.",
