@@ -133,7 +133,8 @@ def stats(x: np.ndarray) -> dict:
             continue
         k = part.size
         part_mean = float(part.mean())
-        part_m2 = float(np.dot(part - part_mean, part - part_mean))
+        with np.errstate(over="ignore", invalid="ignore"):  # past float64's range: inf, without a stderr warning
+            part_m2 = float(np.dot(part - part_mean, part - part_mean))
         delta = part_mean - mean
         total = n + k
         mean += delta * k / total
