@@ -325,11 +325,14 @@ def _open(path, kind=None, npy_cast=None):
 @cli.command(context_settings=CONTEXT_SETTINGS)
 @click.argument("files", nargs=-1, type=click.Path(dir_okay=True, allow_dash=True))
 @click.option("--stats", is_flag=True, help="Add min, max, mean, std and NaN/Inf counts (reads the values).")
+@click.option("--check", type=click.Choice(["finite"]), default=None,
+              help="Exit 1 when a check fails; finite: no NaN or Inf in the selected blobs' data and diff "
+                   "(reads the values).")
 @_blob_option
 @_kind_option
 @_json_option
 @_jobs_option
-def info(files, stats, patterns, kind, as_json, jobs):
+def info(files, stats, check, patterns, kind, as_json, jobs):
     """Show what a blob file holds: kind, size, and each blob's shape, layout, dtype, count and diff.
 
     Reads no values unless --stats is given.
@@ -338,20 +341,30 @@ def info(files, stats, patterns, kind, as_json, jobs):
     Example:
       blobtool info mean.binaryproto
       blobtool info --json --stats weights.pb | jq .blobs[0].stats
+      blobtool info --check finite snapshot.caffemodel
     """
-    work = functools.partial(_info_one, kind=kind, patterns=patterns, stats=stats)
+    from .summary import check_message
+
+    work = functools.partial(_info_one, kind=kind, patterns=patterns, stats=stats, check=check)
+    failed = False
     for record in _records(_inputs(files), work, jobs):
         _emit(record, as_json, "render_info")
+        message = check_message(record)
+        if message:
+            _say_error(message)
+            failed = True
+    if failed:
+        click.get_current_context().exit(EXIT_DIFFERENT)
 
 
-def _info_one(path, *, kind, patterns, stats, show_progress=True):
+def _info_one(path, *, kind, patterns, stats, check=None, show_progress=True):
     """info's record for one file (runs in a worker process when several files are given)."""
     from .containers import select
     from .summary import info_record
 
     doc = _open(path, kind)
     with _progress(doc, "reading", show_progress):
-        return info_record(doc, select(doc, patterns), stats=stats)
+        return info_record(doc, select(doc, patterns), stats=stats, check=check)
 
 
 @cli.command(context_settings=CONTEXT_SETTINGS)

@@ -12,7 +12,8 @@ import contextlib
 
 import numpy as np
 
-__all__ = ["CHUNK", "asum", "sumsq", "asum_sumsq", "scal", "axpy", "stats", "reporting", "report", "scaled", "minus"]
+__all__ = ["CHUNK", "asum", "sumsq", "asum_sumsq", "scal", "axpy", "stats", "reporting", "report", "scaled", "minus",
+           "nonfinite"]
 
 # Elements per chunk: 64K float64 values (512 KiB) stay in L2 cache while they
 # are widened, squared and summed.
@@ -145,3 +146,20 @@ def stats(x: np.ndarray) -> dict:
     if n == 0:
         return {"min": None, "max": None, "mean": None, "std": None, "nan": nans, "inf": infs}
     return {"min": lo, "max": hi, "mean": mean, "std": (m2 / n) ** 0.5, "nan": nans, "inf": infs}
+
+
+def nonfinite(x: np.ndarray) -> tuple[int, int]:
+    """The NaN and Inf counts of x, chunk by chunk (no full-size temporary)."""
+    x = x.reshape(-1)
+    nans = 0
+    infs = 0
+    for start in range(0, x.size, CHUNK):
+        part = x[start:start + CHUNK]
+        report(part.nbytes)
+        finite = np.isfinite(part)
+        if finite.all():
+            continue
+        nan_here = int(np.count_nonzero(np.isnan(part)))
+        nans += nan_here
+        infs += int(part.size - np.count_nonzero(finite)) - nan_here
+    return nans, infs

@@ -11,7 +11,8 @@ import math
 from . import kernels, pictures
 from .containers import Document, Entry
 
-__all__ = ["json_float", "info_record", "norm_record", "norm_values", "compare_record"]
+__all__ = ["json_float", "info_record", "norm_record", "norm_values", "compare_record", "CHECKS",
+           "check_finite", "check_message"]
 
 
 def json_float(x):
@@ -54,12 +55,44 @@ def entry_info(entry: Entry, *, stats: bool = False) -> dict:
     return out
 
 
-def info_record(doc: Document, entries, *, stats: bool = False) -> dict:
-    """info's JSON object for one file."""
+def info_record(doc: Document, entries, *, stats: bool = False, check: str | None = None) -> dict:
+    """info's JSON object for one file; with `check` ("finite"), its result under "check"."""
     out = {"path": doc.path, "kind": doc.kind, "bytes": doc.size}
     out.update(doc.meta)
     out["blobs"] = [entry_info(e, stats=stats) for e in entries]
+    if check == "finite":
+        out["check"] = check_finite(entries)
     return out
+
+
+# What `info --check` can check.
+CHECKS = ("finite",)
+
+
+def check_finite(entries) -> dict:
+    """info's --check finite: whether the blobs' data and diff hold no NaN or Inf.
+
+    Returns {"name": "finite", "passed": bool, "failures": [...]}, a failure
+    being {"name": blob, "which": "data" or "diff", "nan": count, "inf": count}.
+    """
+    failures = []
+    for entry in entries:
+        blob = entry.blob()
+        for which in ("data", "diff") if entry.has_diff else ("data",):
+            nan, inf = kernels.nonfinite(blob.cpu_data() if which == "data" else blob.cpu_diff())
+            if nan or inf:
+                failures.append({"name": entry.name, "which": which, "nan": nan, "inf": inf})
+    return {"name": "finite", "passed": not failures, "failures": failures}
+
+
+def check_message(record: dict) -> str | None:
+    """The one line saying why a record's check failed, or None when it passed (or none ran)."""
+    check = record.get("check")
+    if not check or check["passed"]:
+        return None
+    found = "; ".join(f"blob {f['name']} {f['which']} has {f['nan']} NaN and {f['inf']} Inf"
+                      for f in check["failures"])
+    return f"{record['path']}: check {check['name']} failed: {found}"
 
 
 def norm_values(asum: float, sumsq: float) -> dict:
