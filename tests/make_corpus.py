@@ -1,0 +1,205 @@
+"""Make tests/corpus/: bad and awkward inputs, and expected.json, what blobtool must answer to each.
+
+Run from anywhere: ``python tests/make_corpus.py``. The files are small and
+committed with this script; tests/test_corpus.py runs the command line on each
+(from inside tests/corpus/, so messages name the bare file) and compares the
+exit code and the whole of stderr with expected.json.
+
+The expected answers are written out below by hand, not recorded from a run:
+when a message changes on purpose, change it here and rerun the script.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import pickle
+import sys
+import types
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import fuzzcases  # noqa: E402  (the seeds: valid files of every kind)
+from blobtool import wire  # noqa: E402
+from blobtool._pb import blobtool_caffe_pb2 as pb  # noqa: E402
+
+CORPUS = HERE / "corpus"
+SEEDS = {s.name: s.data for s in fuzzcases.generated_seeds()}
+
+
+def blob(dims, values, *, double=False) -> bytes:
+    msg = pb.BlobProto()
+    msg.shape.dim.extend(dims)
+    (msg.double_data if double else msg.data).extend(values)
+    return msg.SerializeToString()
+
+
+def object_npy() -> bytes:
+    # An object array whose pickle names a module that does not exist: loading
+    # it would fail with ModuleNotFoundError, so the expected message (refused
+    # from the header) also shows that nothing was unpickled.
+    module = types.ModuleType("blobtool_never_unpickled")
+
+    class Canary:
+        pass
+
+    Canary.__module__ = module.__name__
+    Canary.__qualname__ = "Canary"
+    module.Canary = Canary
+    sys.modules[module.__name__] = module
+    try:
+        array = np.empty(1, dtype=object)
+        array[0] = Canary()
+        out = io.BytesIO()
+        np.save(out, array, allow_pickle=True)
+    finally:
+        del sys.modules[module.__name__]
+    data = out.getvalue()
+    assert b"blobtool_never_unpickled" in data
+    return data
+
+
+def npy(array) -> bytes:
+    out = io.BytesIO()
+    np.save(out, array, allow_pickle=False)
+    return out.getvalue()
+
+
+def apple_double() -> bytes:
+    # What macOS leaves beside a copied file on a foreign file system: magic,
+    # version 2, filler, one entry (Finder info).
+    return (b"\x00\x05\x16\x07" + b"\x00\x02\x00\x00" + b"Mac OS X        " + b"\x00\x01"
+            + b"\x00\x00\x00\x09" + b"\x00\x00\x00\x32" + b"\x00\x00\x00\x20" + bytes(32))
+
+
+def hdf5() -> bytes:
+    # The HDF5 signature and the start of a version 0 superblock, as Caffe's
+    # snapshot_format: HDF5 writes.
+    return b"\x89HDF\r\n\x1a\n" + b"\x00\x00\x00\x00\x00\x08\x08\x00\x04\x00\x10\x00" + bytes(84)
+
+
+def cut(data: bytes, keep: int) -> bytes:
+    assert 0 < keep < len(data)
+    return data[:keep]
+
+
+NAN_INF = blob([2, 3], [1.0, float("nan"), float("inf"), -2.0, float("-inf"), float("nan")])
+HUGE = blob([3], [1e308, -1e308, 1e308], double=True)
+RNG = np.random.default_rng(20240607)
+
+# file name -> contents
+FILES = {
+    "empty.pb": b"",
+    "random.bin": RNG.bytes(256),
+    "net.prototxt": b'name: "LeNet"\nlayer {\n  name: "data"\n  type: "Input"\n  top: "data"\n}\n',
+    "truncated_blob.pb": cut(SEEDS["blob_shape"], 60),
+    "truncated_vector.binaryproto": cut(SEEDS["vector"], 100),
+    "truncated_layer.caffemodel": cut(SEEDS["net_layer"], 200),
+    "truncated_v1.caffemodel": cut(SEEDS["net_v1"], 150),
+    "truncated_v0.caffemodel": cut(SEEDS["net_v0"], 150),
+    "truncated.solverstate": cut(SEEDS["solverstate"], 100),
+    "truncated_nvidia_raw.pb": cut(SEEDS["nvidia_raw"], 50),
+    "truncated.npy": cut(SEEDS["npy_f32"], 150),
+    "truncated.npz": cut(SEEDS["npz"], 500),
+    "._weights.caffemodel": apple_double(),
+    "weights.pb.gz": gzip.compress(SEEDS["blob_shape"], mtime=0),
+    "snapshot.caffemodel.h5": hdf5(),
+    "int32.npy": npy(np.arange(6, dtype=np.int32)),
+    "object.npy": object_npy(),
+    "nan_inf.pb": NAN_INF,
+    "huge_values.pb": HUGE,
+    "forged_length.pb": blob([4], []) + wire.len_field_header(5, 2**62) + bytes(16),
+    "overflowing_dims.pb": blob([2**62, 2**62, 16], [1.0]),
+    "too_many_axes.pb": blob([1] * 33, [1.0]),
+    "negative_legacy.pb": pb.BlobProto(num=1, channels=-3, height=2, width=2, data=[1.0]).SerializeToString(),
+    "group.pb": blob([1], [1.0]) + wire.encode_tag(9, wire.SGROUP),
+    "overlong_varint.pb": b"\x08" + b"\xff" * 10 + b"\x01",
+}
+
+INFO = ["info"]
+# (file, command line before the file, exit code, stderr); stderr "" means nothing at all.
+EXPECTED = [
+    ("empty.pb", INFO, 3, "blobtool: empty.pb: empty file: a Caffe file holds at least one field"),
+    ("random.bin", INFO, 3, "blobtool: random.bin: at byte 9: field 2971696 uses the group wire type 3, which Caffe's "
+                              "schema never writes"),
+    ("net.prototxt", INFO, 3, "blobtool: net.prototxt: at byte 0: not a Caffe protobuf file: it looks like "
+                              "text, perhaps a .prototxt; blobtool reads binary files (field 13 has invalid "
+                              "wire type 6)"),
+    ("truncated_blob.pb", INFO, 3, "blobtool: truncated_blob.pb: truncated at byte 50: field 6 (diff) declares "
+                                   "48 bytes, 8 remain"),
+    ("truncated_vector.binaryproto", INFO, 3, "blobtool: truncated_vector.binaryproto: truncated at byte 60: "
+                                              "field 1 (blobs) declares 73 bytes, 38 remain"),
+    ("truncated_layer.caffemodel", INFO, 3, "blobtool: truncated_layer.caffemodel: truncated at byte 160: "
+                                            "field 100 (layer) declares 127 bytes, 37 remain"),
+    ("truncated_v1.caffemodel", INFO, 3, "blobtool: truncated_v1.caffemodel: truncated at byte 124: "
+                                         "field 2 (layers) declares 69 bytes, 24 remain"),
+    ("truncated_v0.caffemodel", INFO, 3, "blobtool: truncated_v0.caffemodel: truncated at byte 100: "
+                                         "field 2 (layers) declares 95 bytes, 48 remain"),
+    ("truncated.solverstate", INFO, 3, "blobtool: truncated.solverstate: truncated at byte 91: field 3 "
+                                       "(history) declares 34 bytes, 7 remain"),
+    ("truncated_nvidia_raw.pb", INFO, 3, "blobtool: truncated_nvidia_raw.pb: truncated at byte 36: field 13 "
+                                         "(raw_diff) declares 48 bytes, 12 remain"),
+    ("truncated.npy", INFO, 3, "blobtool: truncated.npy: truncated at byte 128: .npy array data needs 48 bytes, "
+                               "22 remain"),
+    ("truncated.npz", INFO, 3, "blobtool: truncated.npz: not a readable .npz (zip) file: File is not a zip file"),
+    ("._weights.caffemodel", INFO, 3, "blobtool: ._weights.caffemodel: not a Caffe file: this looks like a macOS "
+                                      "resource-fork file (AppleDouble '._' metadata), not a Caffe file; read the "
+                                      "file of the same name without the '._' prefix"),
+    ("weights.pb.gz", INFO, 3, "blobtool: weights.pb.gz: not a Caffe file: this looks like a gzip-compressed "
+                               "file; decompress it first (gunzip -k FILE) and read the result"),
+    ("snapshot.caffemodel.h5", INFO, 3, "blobtool: snapshot.caffemodel.h5: not a Caffe file: this looks like an "
+                                        "HDF5 file (Caffe's HDF5 snapshot format); blobtool reads the protobuf "
+                                        "formats (.caffemodel, .solverstate, .binaryproto)"),
+    ("int32.npy", INFO, 3, "blobtool: int32.npy: .npy holds int32 values; blobs are float32 or float64 "
+                           "(convert it with --float or --double)"),
+    ("object.npy", INFO, 3, "blobtool: object.npy: .npy holds object values (object arrays are never unpickled)"),
+    ("object.npy", ["convert", "--double", "-o", "out.pb"], 3,
+     "blobtool: object.npy: .npy holds object values (object arrays are never unpickled)"),
+    ("nan_inf.pb", ["info", "--stats"], 0, ""),
+    ("nan_inf.pb", ["norm"], 0, ""),
+    ("nan_inf.pb", ["info", "--check", "finite"], 1,
+     "blobtool: nan_inf.pb: check finite failed: blob 0 data has 2 NaN and 2 Inf"),
+    ("huge_values.pb", ["info", "--stats"], 0, ""),
+    ("huge_values.pb", ["norm"], 0, ""),
+    ("huge_values.pb", ["info", "--check", "finite"], 0, ""),
+    ("forged_length.pb", INFO, 3, "blobtool: forged_length.pb: truncated at byte 5: field 5 (data) declares "
+                                  "4611686018427387904 bytes, 16 remain"),
+    ("overflowing_dims.pb", ["norm"], 3, "blobtool: overflowing_dims.pb: at byte 6: field 7 (shape): invalid blob "
+                                         "shape: shape (4611686018427387904, 4611686018427387904, 16) spans "
+                                         "1361129467683753853853498429727072845824 bytes of float32, more than "
+                                         "the 9223372036854775807 an array can address"),
+    ("too_many_axes.pb", INFO, 3, "blobtool: too_many_axes.pb: at byte 6: field 7 (shape): invalid blob shape: a "
+                                  "blob has at most 32 axes, got 33"),
+    ("negative_legacy.pb", ["norm"], 3, "blobtool: negative_legacy.pb: at byte 2: field 2 (channels): invalid blob "
+                                        "shape: dimension 1 is negative (-3) in shape (1, -3, 2, 2)"),
+    ("group.pb", INFO, 3, "blobtool: group.pb: at byte 11: field 9 (double_diff) uses the group wire type 3, "
+                          "which Caffe's schema never writes"),
+    ("overlong_varint.pb", INFO, 3, "blobtool: overlong_varint.pb: at byte 1: field 1 (num) longer than 10 bytes"),
+]
+
+
+def write_corpus(folder: Path) -> None:
+    """Write the files and expected.json into `folder`, replacing what is there."""
+    folder.mkdir(exist_ok=True)
+    for old in folder.iterdir():
+        old.unlink()
+    for name, data in FILES.items():
+        (folder / name).write_bytes(data)
+    missing = {f for f, *_ in EXPECTED} ^ set(FILES)
+    assert not missing, f"files without an expected answer, or answers without a file: {missing}"
+    rows = [{"file": f, "args": args, "exit": code, "stderr": err} for f, args, code, err in EXPECTED]
+    (folder / "expected.json").write_text(json.dumps(rows, indent=1) + "\n")
+
+
+def main() -> None:
+    write_corpus(CORPUS)
+    print(f"wrote {len(FILES)} files and expected.json ({len(EXPECTED)} answers) to {CORPUS}")
+
+
+if __name__ == "__main__":
+    main()
