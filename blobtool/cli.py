@@ -9,6 +9,7 @@ written; 130 interrupted.
 from __future__ import annotations
 
 import contextlib
+import errno
 import functools
 import json
 import os
@@ -28,6 +29,10 @@ CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 
 OUTPUT_FORMATS = ("blob", "npy", "npz", "same")
 # Extensions that mean "one BlobProto" when the input is a container.
 BLOB_EXTENSIONS = (".pb", ".binaryproto", ".blob", ".protobin")
+
+
+# OS errors that mean "the output cannot be written" (exit 5) when they escape.
+_OUTPUT_ERRNOS = {errno.ENOSPC, errno.EFBIG, errno.EDQUOT, errno.EIO}
 
 
 def _debug_enabled() -> bool:
@@ -100,6 +105,14 @@ class BlobtoolGroup(click.Group):
             ctx.exit(EXIT_OK)
         except (click.exceptions.Exit, click.ClickException, click.exceptions.Abort):
             raise
+        except OSError as exc:
+            if exc.errno not in _OUTPUT_ERRNOS:
+                raise
+            # Results printed to a full disk (blobtool info > /dev/full): files are
+            # written through atomic_output, so this is standard output.
+            _say_error(f"<stdout>: cannot write: {exc.strerror}")
+            _quiet_broken_pipe()  # and no second complaint from the final flush
+            ctx.exit(EXIT_OUTPUT)
         except Exception as exc:  # a bug: one line, traceback with --debug
             if _debug_enabled():
                 traceback.print_exc()

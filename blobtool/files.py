@@ -125,8 +125,13 @@ def atomic_output(dest):
     """
     if dest == STDIO:
         out = sys.stdout.buffer
-        yield out
-        out.flush()
+        try:
+            yield out
+            out.flush()
+        except BrokenPipeError:
+            raise  # the reader went away: the command line stops quietly
+        except OSError as exc:
+            raise OutputError(f"cannot write: {exc.strerror or exc}", path="<stdout>") from exc
         return
     if not isinstance(dest, (str, os.PathLike)):
         yield dest
@@ -259,10 +264,21 @@ def save(blob: Blob, dest, *, double: bool | None = None, write_diff: bool | Non
     try:
         with atomic_output(dest) as out:
             write_blob(out, blob, transforms=transforms, **form)
-    except BlobToolError:
-        raise
-    except OSError as exc:
+    except (BlobToolError, BrokenPipeError):
+        raise  # a closed pipe: the command line stops quietly
+    except OSError as exc:  # a binary file object of the caller's
         raise OutputError(f"cannot write: {exc.strerror or exc}", path=_display_name(dest)) from exc
+
+
+class _Writes:
+    """Only the write() of a file: numpy then writes through it in chunks.
+
+    Given a real file, np.save uses ndarray.tofile, whose short write on a
+    full disk says "N requested and M written" and loses the reason (errno).
+    """
+
+    def __init__(self, out):
+        self.write = out.write
 
 
 def save_arrays(arrays: dict, dest, *, fmt: str) -> None:
@@ -276,7 +292,7 @@ def save_arrays(arrays: dict, dest, *, fmt: str) -> None:
             raise UsageError(f".npy holds one array; {len(arrays)} selected (choose one with --blob, or use .npz)")
         (array,) = arrays.values()
         with atomic_output(dest) as out:
-            np.save(out, array, allow_pickle=False)
+            np.save(_Writes(out), array, allow_pickle=False)
     elif fmt == "npz":
         with atomic_output(dest) as out:
             np.savez(out, **arrays)

@@ -289,7 +289,7 @@ def zip_layout(data: bytes) -> Layout:
                 lengths.append((info.header_offset + 22, info.header_offset + 26))
                 data_start = info.header_offset + 30 + len(info.filename.encode()) + len(info.extra)
                 boundaries.update((data_start, data_start + 10, data_start + info.compress_size))
-    except zipfile.BadZipFile:
+    except Exception:  # noqa: BLE001  any damage: best effort (zipfile raises a dozen kinds)
         pass
     return Layout(tuple(sorted(boundaries)), tuple(lengths), ())
 

@@ -1,0 +1,434 @@
+"""The command line never loses data: real processes, killed, interrupted, starved of disk, in pipes.
+
+- Output goes to a temporary file beside the target, is fsynced, then renamed
+  over it (the order is checked by tracing the calls in a real process).
+- After a failure no temporary file remains; after SIGKILL the earlier output
+  is byte-identical and the target is never partial (a hidden temporary file
+  may remain: nothing runs after SIGKILL to remove it).
+- A file-size limit (RLIMIT_FSIZE, as a full disk) during a write: exit 5, one
+  line, earlier output intact, no temporary file.
+- SIGINT mid-write: exit 130, one line, no traceback, no partial output.
+- A closed pipe (| head -1) is a quiet exit 0.
+- The input is never changed, including when -o names it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import resource
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import blobtool
+from blobtool import wire
+from blobtool._pb import blobtool_caffe_pb2 as pb
+
+REPO = Path(__file__).resolve().parents[1]
+EARLIER = b"the earlier output, which must survive\n"
+# A temporary output file: hidden, named after the target (see files.atomic_output).
+TEMP = re.compile(r"^\.(?P<target>.+)\.[^.]+\.tmp$")
+
+
+def env() -> dict:
+    e = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    e.pop("BLOBTOOL_DEBUG", None)
+    return e
+
+
+def blobtool_cmd(*args) -> list:
+    return [sys.executable, "-m", "blobtool", *map(str, args)]
+
+
+def run(*args, cwd=None, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run(blobtool_cmd(*args), cwd=cwd, env=env(), capture_output=True, text=True, timeout=120,
+                          **kw)
+
+
+def digest(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def temps(folder: Path) -> list:
+    return sorted(p.name for p in folder.iterdir() if TEMP.match(p.name))
+
+
+def write_float_blob(path: Path, count: int, *, diff: bool = False) -> Path:
+    """A BlobProto of `count` float32 values (a ramp), written in chunks (no full-size array in memory)."""
+    header = pb.BlobProto()
+    header.shape.dim.append(count)
+    chunk = np.arange(1 << 20, dtype="<f4")
+    with open(path, "wb") as f:
+        f.write(header.SerializeToString())
+        for number in (5, 6) if diff else (5,):
+            f.write(wire.len_field_header(number, 4 * count))
+            left = count
+            while left:
+                n = min(left, chunk.size)
+                f.write(chunk[:n].tobytes())
+                left -= n
+    return path
+
+
+def small_net() -> bytes:
+    net = pb.NetParameter(name="tiny")
+    layer = net.layer.add(name="ip", type="InnerProduct")
+    for n in (6, 3):
+        b = layer.blobs.add()
+        b.shape.dim.append(n)
+        b.data.extend(np.linspace(-1, 1, n).astype(np.float32).tolist())
+    return net.SerializeToString()
+
+
+@pytest.fixture
+def small(tmp_path) -> Path:
+    return write_float_blob(tmp_path / "small.pb", 1000, diff=True)
+
+
+@pytest.fixture(scope="module")
+def big(tmp_path_factory) -> Path:
+    """About 200 MB of float32, so that a convert --double takes long enough to be caught mid-write."""
+    path = write_float_blob(tmp_path_factory.mktemp("big") / "big.pb", 50_000_000)
+    yield path
+    path.unlink()  # pytest keeps the last runs' folders; not this much of them
+
+
+# -- temporary file, fsync, rename ----------------------------------------------------------
+
+TRACE = r"""
+import os, sys
+log = open(os.environ["TRACE_LOG"], "w")
+def traced(name, fn):
+    def call(*args, **kw):
+        shown = [os.path.basename(a) if isinstance(a, str) else ("fd" if isinstance(a, int) else type(a).__name__)
+                 for a in args]
+        log.write(name + " " + " ".join(shown) + "\n"); log.flush()
+        return fn(*args, **kw)
+    return call
+os.fsync = traced("fsync", os.fsync)
+os.replace = traced("replace", os.replace)
+os.unlink = traced("unlink", os.unlink)
+import tempfile
+tempfile.mkstemp = traced("mkstemp", tempfile.mkstemp)
+from blobtool.cli import main
+sys.argv[0] = "blobtool"
+main()
+"""
+
+
+@pytest.mark.parametrize("args, target", [
+    (["convert", "--double", "small.pb", "-o", "out.pb"], "out.pb"),
+    (["scale", "small.pb", "2", "-o", "out.pb"], "out.pb"),
+    (["convert", "net.caffemodel", "-o", "out.caffemodel"], "out.caffemodel"),
+    (["convert", "small.pb", "-o", "out.npz"], "out.npz"),
+    (["convert", "small.pb", "-o", "out.npy"], "out.npy"),
+])
+def test_output_is_a_fsynced_temporary_file_renamed_over_the_target(tmp_path, small, args, target):
+    (tmp_path / "net.caffemodel").write_bytes(small_net())
+    (tmp_path / target).write_bytes(EARLIER)
+    log = tmp_path / "trace.log"
+    result = subprocess.run([sys.executable, "-c", TRACE, *args], cwd=tmp_path, capture_output=True, text=True,
+                            env=dict(env(), TRACE_LOG=str(log)), timeout=60)
+    assert result.returncode == 0, result.stderr
+    calls = log.read_text().splitlines()
+    # mkstemp(prefix=".<target>.", suffix=".tmp", dir=the target's folder), then fsync of the file,
+    # rename over the target, fsync of the folder.
+    assert calls[0].startswith("mkstemp")
+    replace = [c for c in calls if c.startswith("replace")]
+    assert len(replace) == 1
+    _, temp, final = replace[0].split()
+    assert final == target and TEMP.match(temp).group("target") == target
+    assert calls.index(replace[0]) > calls.index("fsync fd")  # the data is on disk before the rename
+    assert calls[-1] == "fsync fd"                            # and the folder's entry after it
+    assert not any(c.startswith("unlink") for c in calls)
+    assert (tmp_path / target).read_bytes() != EARLIER
+    assert temps(tmp_path) == []
+
+
+# -- failures leave nothing behind ------------------------------------------------------------
+
+def _limit_file_size(limit: int):
+    def preexec():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # EFBIG from write() rather than death by signal
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+    return preexec
+
+
+@pytest.mark.parametrize("args, target", [
+    (["convert", "--double", "in.pb", "-o", "out.pb"], "out.pb"),
+    (["scale", "in.pb", "0.5", "-o", "out.pb"], "out.pb"),
+    (["update", "in.pb", "-o", "out.pb"], "out.pb"),
+    (["convert", "in.pb", "-o", "out.npz"], "out.npz"),
+    (["convert", "in.pb", "-o", "out.npy"], "out.npy"),
+    (["convert", "--double", "net.caffemodel", "-o", "out.caffemodel"], "out.caffemodel"),
+])
+def test_file_size_limit_is_exit_5_one_line_and_nothing_changes(tmp_path, args, target):
+    write_float_blob(tmp_path / "in.pb", 1_000_000, diff=True)   # 8 MB in, 4 to 16 MB out
+    net = pb.NetParameter()
+    net.ParseFromString(small_net())
+    net.layer[0].blobs[0].data.extend([0.5] * 300_000)
+    net.layer[0].blobs[0].shape.dim[0] = 300_006
+    (tmp_path / "net.caffemodel").write_bytes(net.SerializeToString())
+    (tmp_path / target).write_bytes(EARLIER)
+    inputs = {p: digest(p) for p in (tmp_path / "in.pb", tmp_path / "net.caffemodel")}
+    result = subprocess.run(blobtool_cmd(*args), cwd=tmp_path, env=env(), capture_output=True, text=True,
+                            timeout=60, preexec_fn=_limit_file_size(1 << 20))
+    assert result.returncode == 5, result.stderr
+    assert result.stderr == f"blobtool: {target}: cannot write: File too large\n"
+    assert result.stdout == ""
+    assert (tmp_path / target).read_bytes() == EARLIER
+    assert temps(tmp_path) == []
+    assert {p: digest(p) for p in inputs} == inputs
+
+
+FAIL = r"""
+import errno, os, sys
+where = os.environ["FAIL_AT"]
+def failing(fn):
+    def call(*args, **kw):
+        raise OSError(errno.EIO, os.strerror(errno.EIO))
+    return call
+if where == "fsync":
+    os.fsync = failing(os.fsync)
+elif where == "replace":
+    os.replace = failing(os.replace)
+from blobtool.cli import main
+sys.argv[0] = "blobtool"
+main()
+"""
+
+
+@pytest.mark.parametrize("where", ["fsync", "replace"])
+@pytest.mark.parametrize("args, target", [
+    (["convert", "--double", "small.pb", "-o", "out.pb"], "out.pb"),
+    (["convert", "net.caffemodel", "-o", "out.caffemodel"], "out.caffemodel"),
+    (["convert", "small.pb", "-o", "out.npz"], "out.npz"),
+])
+def test_failure_after_the_data_is_written_is_exit_5_and_leaves_no_temporary_file(tmp_path, small, where, args,
+                                                                                   target):
+    # An I/O error from fsync or from the rename (injected in a real process).
+    (tmp_path / "net.caffemodel").write_bytes(small_net())
+    (tmp_path / target).write_bytes(EARLIER)
+    result = subprocess.run([sys.executable, "-c", FAIL, *args], cwd=tmp_path, capture_output=True, text=True,
+                            env=dict(env(), FAIL_AT=where), timeout=60)
+    assert result.returncode == 5
+    assert result.stderr == f"blobtool: {target}: cannot write: Input/output error\n"
+    assert (tmp_path / target).read_bytes() == EARLIER
+    assert temps(tmp_path) == []
+
+
+def test_a_folder_as_the_target_is_a_usage_error_and_writes_nothing(tmp_path, small):
+    (tmp_path / "out.pb").mkdir()
+    result = run("convert", "small.pb", "-o", "out.pb", cwd=tmp_path)
+    assert result.returncode == 2 and result.stderr.count("\n") == 1
+    assert temps(tmp_path) == [] and list((tmp_path / "out.pb").iterdir()) == []
+
+
+def test_missing_output_folder_is_exit_5(tmp_path, small):
+    result = run("convert", "small.pb", "-o", "nowhere/out.pb", cwd=tmp_path)
+    assert result.returncode == 5
+    assert result.stderr == (f"blobtool: nowhere/out.pb: cannot create a file in {tmp_path / 'nowhere'}: "
+                             "No such file or directory\n")
+
+
+@pytest.mark.parametrize("args", [
+    ["convert", "small.pb", "-o", "-"],
+    ["convert", "small.pb", "--format", "npz", "-o", "-"],
+    ["convert", "net.caffemodel", "-o", "-"],
+    ["info", "small.pb"],
+    ["norm", "--json", "small.pb"],
+])
+def test_full_standard_output_is_exit_5_one_line(tmp_path, small, args):
+    (tmp_path / "net.caffemodel").write_bytes(small_net())
+    with open("/dev/full", "wb") as full:
+        result = subprocess.run(blobtool_cmd(*args), cwd=tmp_path, env=env(), stdout=full, stderr=subprocess.PIPE,
+                                text=True, timeout=60)
+    assert result.returncode == 5
+    assert result.stderr == "blobtool: <stdout>: cannot write: No space left on device\n"
+
+
+# -- SIGKILL and SIGINT in the middle of a write ------------------------------------------------
+
+def _start_convert(tmp_path: Path, big: Path) -> subprocess.Popen:
+    return subprocess.Popen(blobtool_cmd("convert", "--double", big, "-o", "out.pb"), cwd=tmp_path, env=env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _wait_for_temp(proc, folder: Path, at_least: int, timeout: float = 60.0) -> Path | None:
+    """The temporary output once it holds `at_least` bytes (None if the process ended first)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and proc.poll() is None:
+        for name in temps(folder):
+            try:
+                if (folder / name).stat().st_size >= at_least:
+                    return folder / name
+            except FileNotFoundError:
+                pass
+        time.sleep(0.001)
+    return None
+
+
+EXPECTED_SIZE = 400_000_014  # 50M doubles, with BlobProto's tags and lengths
+
+
+@pytest.fixture(scope="module")
+def converted(big, tmp_path_factory) -> str:
+    """The digest of an uninterrupted convert --double of `big`."""
+    folder = tmp_path_factory.mktemp("whole")
+    result = run("convert", "--double", big, "-o", folder / "out.pb")
+    assert result.returncode == 0, result.stderr
+    assert (folder / "out.pb").stat().st_size == EXPECTED_SIZE
+    found = digest(folder / "out.pb")
+    (folder / "out.pb").unlink()
+    return found
+
+
+@pytest.mark.parametrize("moment", [0.0, 0.25, 0.6, 1.0], ids=["at start", "a quarter written",
+                                                            "most written", "all written"])
+def test_sigkill_mid_write_leaves_the_earlier_output_intact(tmp_path, big, converted, moment):
+    (tmp_path / "out.pb").write_bytes(EARLIER)
+    before = digest(big)
+    proc = _start_convert(tmp_path, big)
+    try:
+        if moment == 0.0:
+            time.sleep(0.05)  # still starting up: nothing written yet
+            caught = True
+        else:
+            caught = _wait_for_temp(proc, tmp_path, int(moment * EXPECTED_SIZE)) is not None
+        proc.kill()
+    finally:
+        proc.wait(timeout=60)
+    target = (tmp_path / "out.pb").read_bytes() if (tmp_path / "out.pb").stat().st_size < 1000 else None
+    if moment < 1.0:
+        assert caught
+        assert target == EARLIER
+    else:
+        # Killed after the whole file was written: before the rename (the
+        # earlier output) or after it (the complete new one); never a mix.
+        assert target == EARLIER or digest(tmp_path / "out.pb") == converted
+    # A hidden temporary file may remain (nothing runs after SIGKILL); nothing else is there.
+    assert {p.name for p in tmp_path.iterdir()} - set(temps(tmp_path)) == {"out.pb"}
+    assert all(TEMP.match(t).group("target") == "out.pb" for t in temps(tmp_path))
+    assert digest(big) == before
+    for name in temps(tmp_path):
+        (tmp_path / name).unlink()
+
+
+def test_sigint_mid_write_is_exit_130_with_no_partial_output(tmp_path, big):
+    (tmp_path / "out.pb").write_bytes(EARLIER)
+    proc = _start_convert(tmp_path, big)
+    assert _wait_for_temp(proc, tmp_path, EXPECTED_SIZE // 4) is not None
+    proc.send_signal(signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130
+    assert stderr == "blobtool: interrupted\n"
+    assert stdout == ""
+    assert (tmp_path / "out.pb").read_bytes() == EARLIER
+    assert temps(tmp_path) == []
+
+
+# -- a closed pipe --------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("flags", ["", "--json", "--stats"])
+def test_info_into_head_is_quiet(tmp_path, flags):
+    # Far more than a pipe holds (64 KiB), so the writes after head exits fail.
+    vector = pb.BlobProtoVector()
+    for k in range(2000):
+        vector.blobs.add(data=[float(k)]).shape.dim.append(1)
+    for k in range(3):
+        (tmp_path / f"w{k}.pb").write_bytes(vector.SerializeToString())
+    result = subprocess.run(["bash", "-c", f"set -o pipefail; {' '.join(blobtool_cmd())} info {flags} "
+                             f"w*.pb | head -1"], cwd=tmp_path, env=env(), capture_output=True, text=True,
+                            timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == ""
+    assert len(result.stdout.splitlines()) == 1
+
+
+def test_binary_output_into_a_closed_pipe_is_quiet(tmp_path, big):
+    result = subprocess.run(["bash", "-c", f"set -o pipefail; {' '.join(blobtool_cmd())} convert --double "
+                             f"{big} -o - | head -c 100 > /dev/null"], cwd=tmp_path, env=env(),
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == ""
+
+
+# -- the input never changes ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("args", [
+    ["info", "--stats", "in.pb"],
+    ["norm", "in.pb"],
+    ["convert", "--double", "in.pb", "-o", "out.pb"],
+    ["scale", "in.pb", "3", "-o", "out.pb"],
+    ["scale", "in.pb", "3", "--diff-factor", "-1", "-o", "out.npz"],
+    ["update", "in.pb", "-o", "out.pb"],
+    ["compare", "in.pb", "in.pb"],
+])
+def test_the_input_never_changes(tmp_path, args):
+    write_float_blob(tmp_path / "in.pb", 300_000, diff=True)
+    before = digest(tmp_path / "in.pb")
+    result = run(*args, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert digest(tmp_path / "in.pb") == before
+
+
+@pytest.mark.parametrize("args, expect", [
+    (["scale", "in.pb", "3", "-o", "in.pb"], lambda v, d: (v * 3, d)),
+    (["update", "in.pb", "-o", "in.pb"], lambda v, d: (v - d, d)),
+    (["convert", "--double", "in.pb", "-o", "in.pb"], lambda v, d: (v, d)),
+])
+def test_output_naming_the_input_replaces_it_and_leaves_the_old_file_whole(tmp_path, args, expect):
+    write_float_blob(tmp_path / "in.pb", 300_000, diff=True)
+    before = digest(tmp_path / "in.pb")
+    os.link(tmp_path / "in.pb", tmp_path / "keep.pb")  # the input's inode, under another name
+    result = run(*args, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    # The old file (its inode) is unchanged; the name now holds the result,
+    # computed from the old values (not from half-written ones).
+    assert digest(tmp_path / "keep.pb") == before
+    old = blobtool.load(tmp_path / "keep.pb")
+    new = blobtool.load(tmp_path / "in.pb")
+    want_data, want_diff = expect(old.cpu_data().astype(np.float64), old.cpu_diff().astype(np.float64))
+    np.testing.assert_allclose(new.cpu_data(), want_data, rtol=1e-6)
+    np.testing.assert_allclose(new.cpu_diff(), want_diff, rtol=1e-6)
+    assert temps(tmp_path) == []
+
+
+def test_scaling_a_loaded_blob_in_memory_never_touches_the_file(tmp_path):
+    # The library's copy-on-write mapping: scale_data and update write to
+    # private pages; the file keeps its bytes, and -o may name it.
+    path = write_float_blob(tmp_path / "in.pb", 300_000, diff=True)
+    before = digest(path)
+    blob = blobtool.load(path)
+    blob.scale_data(-2.0)
+    blob.update()
+    assert digest(path) == before
+    blobtool.save(blob, path)  # -o naming the input, in the library
+    assert digest(path) != before
+    again = blobtool.load(path)
+    ramp = np.arange(300_000, dtype=np.float64)
+    np.testing.assert_allclose(again.cpu_data(), -2 * ramp - ramp, rtol=1e-6)
+    assert temps(tmp_path) == []
+
+
+def test_input_opened_read_only_can_still_be_scaled_in_memory(tmp_path):
+    # A file object opened "rb" is mapped copy-on-write: scaling the loaded
+    # blob works without write access, and the file keeps its bytes.
+    path = write_float_blob(tmp_path / "in.pb", 1000)
+    before = digest(path)
+    with open(path, "rb") as f:
+        blob = blobtool.load(f)
+        blob.scale_data(2)
+    np.testing.assert_array_equal(blob.cpu_data(), 2 * np.arange(1000, dtype=np.float32))
+    assert digest(path) == before
