@@ -80,6 +80,8 @@ _SNIFF_FIELDS = 4096
 # 0.3 KB (a layer) of bookkeeping, so a forged file of millions of empty ones
 # would otherwise exhaust memory.
 MAX_BLOBS = MAX_LAYERS = 1 << 16
+# Characters of a layer's (or net's) name and type kept; see _text.
+MAX_NAME = 256
 
 # Caffe's UpgradeV1LayerType: V1 enum values to today's type strings.
 V1_TYPE_NAMES = {
@@ -405,10 +407,18 @@ def _split(buf, start: int, end: int, path, names: dict, keep: set, message_cls)
 
 
 def _text(value) -> str:
-    """A string field as text: protobuf hands proto2 strings that are not UTF-8 over as bytes."""
+    """A name or type as text, cut to MAX_NAME characters (bytes, when not UTF-8).
+
+    protobuf hands proto2 strings that are not UTF-8 over as bytes; they are
+    decoded with \\xNN escapes. A longer name (Caffe's are a few dozen
+    characters) is damaged or forged: it is cut rather than copied into the
+    name of each of its layer's blobs.
+    """
+    cut = len(value) > MAX_NAME
+    value = value[:MAX_NAME]
     if isinstance(value, bytes):
-        return value.decode("utf-8", "backslashreplace")
-    return value
+        value = value.decode("utf-8", "backslashreplace")
+    return value + "..." if cut else value
 
 
 def _read_net(doc: Document, buf, _cast) -> None:

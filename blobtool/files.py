@@ -21,6 +21,7 @@ import stat
 import sys
 import tempfile
 import tokenize
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -34,6 +35,9 @@ __all__ = ["Source", "open_source", "atomic_output", "load", "save", "save_array
 STDIO = "-"
 
 NPY_MAGIC = b"\x93NUMPY"
+# Bytes of an .npy read to parse its header: magic, version, a length of up to
+# 4 bytes, and the most header text numpy agrees to parse (10000 bytes).
+_NPY_HEADER_READ = 12 + 10000
 
 
 @dataclass
@@ -190,15 +194,21 @@ def load_npy(source: Source, cast=None) -> Blob:
     """
     from numpy.lib import format as npy_format
 
-    stream = io.BytesIO(memoryview(source.buf))
+    # The header only (numpy refuses headers over 10000 bytes), not a copy of the whole file.
+    stream = io.BytesIO(bytes(memoryview(source.buf)[:_NPY_HEADER_READ]))
     try:
-        version = npy_format.read_magic(stream)
-        if version == (1, 0):
-            shape, fortran, dtype = npy_format.read_array_header_1_0(stream)
-        elif version == (2, 0):
-            shape, fortran, dtype = npy_format.read_array_header_2_0(stream)
-        else:
-            raise ValueError(f"unsupported .npy version {version[0]}.{version[1]}")
+        # numpy warns when a mangled header parses only with its Python 2
+        # fallback; the header is judged below, and a warning would be a
+        # second stderr line.
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            version = npy_format.read_magic(stream)
+            if version == (1, 0):
+                shape, fortran, dtype = npy_format.read_array_header_1_0(stream)
+            elif version == (2, 0):
+                shape, fortran, dtype = npy_format.read_array_header_2_0(stream)
+            else:
+                raise ValueError(f"unsupported .npy version {version[0]}.{version[1]}")
     except (ValueError, OSError, SyntaxError, tokenize.TokenError) as exc:
         # numpy's header reader lets tokenize's and ast's errors through on a mangled header.
         raise FormatError(f"invalid .npy header: {exc}", path=source.name) from exc

@@ -11,6 +11,7 @@ when a message changes on purpose, change it here and rerun the script.
 
 from __future__ import annotations
 
+import base64
 import gzip
 import io
 import json
@@ -119,6 +120,11 @@ FILES = {
     "negative_legacy.pb": pb.BlobProto(num=1, channels=-3, height=2, width=2, data=[1.0]).SerializeToString(),
     "group.pb": blob([1], [1.0]) + wire.encode_tag(9, wire.SGROUP),
     "overlong_varint.pb": b"\x08" + b"\xff" * 10 + b"\x01",
+    # Found by tests/fuzz_long.py: a header numpy parses only with its Python 2 fallback (and warned).
+    "python2_header.npy": base64.b64decode(
+        "k05VTVBZAQB2AHsnZGVzY3InOiAnPGY0JywgJ2ZvcnRyYW5fb3JkZXInOiBGYWxzZSwgJ3NoYXBlJzogKDMsIDQpLCB9ICAgICAgICAg"
+        "ICAgICAgICAgICAgICAgICAgICAgICAgICAgIAogICAgICAgICAgICAgICAgICAgICAgICAgICAgICAgICAgICAgICAgICAgICAOICAg"
+        "ICAgICAgICAgICAgICAgICAgICAgICAgICAgCg=="),
 }
 
 INFO = ["info"]
@@ -180,6 +186,7 @@ EXPECTED = [
     ("group.pb", INFO, 3, "blobtool: group.pb: at byte 11: field 9 (double_diff) uses the group wire type 3, "
                           "which Caffe's schema never writes"),
     ("overlong_varint.pb", INFO, 3, "blobtool: overlong_varint.pb: at byte 1: field 1 (num) longer than 10 bytes"),
+    ("python2_header.npy", ["info", "--stats"], 0, ""),
 ]
 
 

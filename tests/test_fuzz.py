@@ -176,6 +176,25 @@ def test_real_file_truncated_at_every_field_boundary_and_every_length_forged(rea
     assert _every_cut_and_forged_length(seed, (2**31 - 1, 2**63 - 1, 2**64 - 1)) > 8
 
 
+# -- inputs the long run (tests/fuzz_long.py) found -----------------------------------------------
+
+FOUND = {
+    # An .npy header that parses only through numpy's Python 2 fallback, which warned.
+    "npy header needing numpy's Python 2 fallback":
+        "k05VTVBZAQB2AHsnZGVzY3InOiAnPGY0JywgJ2ZvcnRyYW5fb3JkZXInOiBGYWxzZSwgJ3NoYXBlJzogKDMsIDQpLCB9ICAgICAgICAg"
+        "ICAgICAgICAgICAgICAgICAgICAgICAgICAgIAogICAgICAgICAgICAgICAgICAgICAgICAgICAgICAgICAgICAgICAgICAgICAOICAg"
+        "ICAgICAgICAgICAgICAgICAgICAgICAgICAgCg==",
+}
+
+
+@pytest.mark.parametrize("name", FOUND)
+def test_inputs_found_by_the_long_run(name):
+    import base64
+    data = base64.b64decode(FOUND[name])
+    for kind in (None, "npy", "blob", "net"):
+        fc.check_case(data, kind)
+
+
 # -- hostile shapes and lengths: refused, with their message, before allocating ----------------
 
 def _blob(dims=None, data=None, **legacy) -> bytes:
@@ -343,6 +362,22 @@ def test_non_utf8_names_are_text():
     state = pb.SolverState(iter=1).SerializeToString() + wire.len_field_header(2, 1) + b"\x80"
     state += wire.len_field_header(3, len(blob)) + blob
     assert open_document(io.BytesIO(state)).meta["learned_net"] == "\\x80"
+
+
+@pytest.mark.parametrize("name", [b"\xff" * 2_000_000, b"a" * 2_000_000], ids=["not UTF-8", "UTF-8"])
+def test_a_huge_layer_name_is_cut_not_copied_into_each_blob_name(name):
+    # Found by the long run: a damaged .caffemodel whose layer name swallowed
+    # a payload; its escaped text, copied into each blob's name, took 6 times
+    # the file's size and over a second.
+    layer = wire.len_field_header(1, len(name)) + name
+    for _ in range(5):
+        layer += wire.len_field_header(7, len(_blob([1], [1.0]))) + _blob([1], [1.0])
+    net = wire.len_field_header(1, len(name)) + name + wire.len_field_header(100, len(layer)) + layer
+    assert fc.check_case(net).error is None  # within time and memory
+    doc = open_document(io.BytesIO(net))
+    shown = "\\xff" * 256 if name[0] == 0xFF else "a" * 256
+    assert doc.meta["name"] == shown + "..."
+    assert [e.name for e in doc.entries] == [f"{shown}.../{k}" for k in range(5)]
 
 
 def test_overlong_tags_on_unpacked_values_read_in_one_run():

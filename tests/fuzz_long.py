@@ -1,0 +1,178 @@
+"""A long fuzz run over every reader, from one command.
+
+    python tests/fuzz_long.py --seconds 600             # atheris if installed, else random mutations
+    python tests/fuzz_long.py --seconds 600 --engine random
+
+With atheris (pip install atheris) the run is coverage-guided: libFuzzer's own
+byte mutations, half the time replaced by fuzzcases' protobuf-aware ones
+(cuts at field boundaries, forged lengths, replaced tags ...), starting from
+the generated seeds and the first 64 KiB of each real Caffe file in
+../shared/realworld (when present). Without it, fuzzcases' mutations are
+applied at random to the seeds and the whole real files.
+
+Every input goes through fuzzcases.check_case, sniffed and forced to one kind:
+anything but BlobToolError, a warning, over 1 s, or allocations over 8x the
+input + 1 MiB is a failure. The random engine saves failing inputs in
+WORKDIR/failures and goes on; atheris stops at the first and saves it as
+crash-*. Both print a summary line every 30 s and at the end, and keep it in
+WORKDIR/stats.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+REALWORLD = HERE.parents[1] / "shared" / "realworld"
+# Kinds an input may be forced to (one per input, chosen from its last byte).
+FORCED = ("blob", "vector", "net", "solverstate", "npy", "npz")
+
+
+class Stats:
+    """Counts kept while fuzzing, written to stats.json and printed."""
+
+    def __init__(self, path: Path, engine: str, bound):
+        self.path = path
+        self.bound = bound
+        self.data = {"engine": engine, "started": time.strftime("%Y-%m-%d %H:%M:%S"), "seconds": 0.0,
+                     "inputs": 0, "cases": 0, "accepted": 0, "refused": 0, "failures": 0,
+                     "max_case_seconds": 0.0, "max_memory_bound_used": 0.0, "bytes_max": 0}
+        self.t0 = time.monotonic()
+        self.last_print = self.t0
+
+    def add(self, data: bytes, outcomes, failed: bool = False) -> None:
+        d = self.data
+        d["inputs"] += 1
+        d["bytes_max"] = max(d["bytes_max"], len(data))
+        d["failures"] += failed
+        for o in outcomes:
+            d["cases"] += 1
+            d["accepted" if o.error is None else "refused"] += 1
+            d["max_case_seconds"] = max(d["max_case_seconds"], round(o.seconds, 4))
+            # The peak as a fraction of fuzzcases.memory_bound (over 1 fails).
+            d["max_memory_bound_used"] = max(d["max_memory_bound_used"],
+                                             round(o.peak / self.bound(len(data)), 3))
+        now = time.monotonic()
+        if now - self.last_print >= 30:
+            self.flush()
+            self.last_print = now
+
+    def flush(self) -> None:
+        self.data["seconds"] = round(time.monotonic() - self.t0, 1)
+        self.path.write_text(json.dumps(self.data, indent=1) + "\n")
+        print("fuzz_long:", json.dumps(self.data), flush=True)
+
+
+def run_one(fc, data: bytes):
+    """The sniffed read and one forced kind; returns the outcomes or raises FuzzFailure."""
+    forced = FORCED[data[-1] % len(FORCED)] if data else "blob"
+    return [fc.check_case(data, None), fc.check_case(data, forced)]
+
+
+def seeds(fc, *, head: int | None):
+    found = fc.generated_seeds()
+    if REALWORLD.is_dir():
+        found += [fc.Seed(s.name, s.kind, s.data[:head] if head else s.data)
+                  for s in fc.realworld_seeds(REALWORLD)]
+    return found
+
+
+def run_random(fc, args, stats: Stats) -> int:
+    rng = random.Random(args.seed)
+    pick = fc.random_picker(rng)
+    pool = seeds(fc, head=None)
+    layouts = {s.name: fc.layout_of(s) for s in pool}
+    failures = args.workdir / "failures"
+    deadline = time.monotonic() + args.seconds
+    while time.monotonic() < deadline:
+        seed = rng.choice(pool)
+        data = fc.mutate(seed, layouts[seed.name], pick, rng.randint(1, 4))
+        try:
+            outcomes = run_one(fc, data)
+        except fc.FuzzFailure as exc:
+            failures.mkdir(exist_ok=True)
+            name = failures / f"{seed.name}-{stats.data['inputs']}.bin"
+            name.write_bytes(data)
+            (name.with_suffix(".txt")).write_text(f"{exc}\n")
+            print(f"fuzz_long: FAILURE saved to {name}: {exc}", flush=True)
+            stats.add(data, [], failed=True)
+            continue
+        stats.add(data, outcomes)
+    stats.flush()
+    return 1 if stats.data["failures"] else 0
+
+
+def run_atheris(fc, args, stats: Stats) -> int:
+    import atheris
+
+    corpus = args.workdir / "corpus"
+    corpus.mkdir(parents=True, exist_ok=True)
+    for seed in seeds(fc, head=64 * 1024):
+        (corpus / f"seed-{seed.name}").write_bytes(seed.data)
+    mutations_rng = random.Random(args.seed)
+
+    def test_one_input(data: bytes) -> None:
+        stats.add(data, run_one(fc, data))
+
+    def custom_mutator(data: bytes, max_size: int, seed: int) -> bytes:
+        # Half libFuzzer's byte mutations, half fuzzcases' protobuf-aware ones.
+        if seed % 2:
+            return atheris.Mutate(data, max_size)
+        mutations_rng.seed(seed)
+        kind = "npz" if data.startswith(b"PK") else "npy" if data.startswith(b"\x93NUMPY") else "blob"
+        base = fc.Seed("input", kind, data)
+        out = fc.mutate(base, fc.layout_of(base), fc.random_picker(mutations_rng), 1)
+        return out[:max_size]
+
+    libfuzzer_args = [sys.argv[0], str(corpus), f"-max_total_time={args.seconds}", "-timeout=10",
+                      f"-max_len={args.max_len}", "-rss_limit_mb=4096", "-print_final_stats=1",
+                      f"-seed={args.seed}", f"-artifact_prefix={args.workdir}/"]
+    atheris.Setup(libfuzzer_args, test_one_input, custom_mutator=custom_mutator)
+    import atexit
+    atexit.register(stats.flush)
+    atheris.Fuzz()
+    return 0
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seconds", type=int, default=600, help="how long to run (default 600)")
+    parser.add_argument("--engine", choices=("auto", "atheris", "random"), default="auto")
+    parser.add_argument("--workdir", type=Path, default=Path("/tmp/blobtool-fuzz"),
+                        help="where the corpus, failures and stats.json go")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--max-len", type=int, default=65536 + 4096, help="atheris: largest input in bytes")
+    args = parser.parse_args(argv)
+    args.workdir.mkdir(parents=True, exist_ok=True)
+    engine = args.engine
+    if engine == "auto":
+        try:
+            import atheris  # noqa: F401
+            engine = "atheris"
+        except ImportError:
+            engine = "random"
+    if engine == "atheris":
+        import atheris
+        with atheris.instrument_imports(include=["blobtool"]):
+            import blobtool.blob  # noqa: F401
+            import blobtool.blobproto  # noqa: F401
+            import blobtool.containers  # noqa: F401
+            import blobtool.files  # noqa: F401
+            import blobtool.kernels  # noqa: F401
+            import blobtool.wire  # noqa: F401
+    import fuzzcases as fc
+
+    stats = Stats(args.workdir / "stats.json", engine, fc.memory_bound)
+    print(f"fuzz_long: {engine} for {args.seconds} s, working in {args.workdir}", flush=True)
+    return (run_atheris if engine == "atheris" else run_random)(fc, args, stats)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
