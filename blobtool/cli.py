@@ -412,6 +412,7 @@ def _norm_one(path, *, kind, patterns, device_info, show_progress=True):
 
     doc = _open(path, kind)
     entries = select(doc, patterns)
+    doc.source.will_read_through()
     blobs = [_norm_target(e, device_info) for e in entries]
     with _progress(doc, "summing", show_progress):
         return norm_record(doc, entries, blobs, device=device_info)
@@ -476,6 +477,7 @@ def _load_selected(path, kind, patterns, device_info, npy_cast=None):
     from .containers import select
     doc = _open(path, kind, npy_cast=npy_cast)
     entries = select(doc, patterns)
+    doc.source.will_read_through()
     return doc, entries, [_place(e.blob(), device_info) for e in entries]
 
 
@@ -625,6 +627,8 @@ def compare(a, b, rtol, atol, quiet, device, patterns, kind, as_json):
     doc_a, doc_b = _open(a, kind), _open(b, kind)
     entries_a = select(doc_a, patterns)
     entries_b = select(doc_b, patterns)
+    doc_a.source.will_read_through()
+    doc_b.source.will_read_through()
     with _progress(doc_a, "comparing"):
         result = compare_documents(doc_a, doc_b, entries_a, entries_b, rtol=rtol, atol=atol,
                                    fetch=lambda e: _place(e.blob(), device_info), xp=_array_module(device_info))
