@@ -53,6 +53,7 @@ from .errors import FormatError, UsageError
 __all__ = [
     "BLOB_FIELD_NAMES", "Payload", "BlobRecord", "Origin", "parse_blob", "blob_from_record",
     "encode_blob_parts", "resolve_form", "write_parts", "write_blob", "blob_encoded_size", "PRECISIONS", "RAW_TYPES",
+    "parse_errors",
 ]
 
 BLOB_FIELD_NAMES = {1: "num", 2: "channels", 3: "height", 4: "width", 5: "data", 6: "diff",
@@ -242,7 +243,8 @@ def parse_blob(buf, start: int = 0, end: int | None = None, *, path=None) -> Blo
     while pos < end:
         f = wire.read_field(buf, pos, end, path=path, names=BLOB_FIELD_NAMES)
         pos = f.end
-        field_offsets.setdefault(f.number, f.offset)
+        if f.number in BLOB_FIELD_NAMES:
+            field_offsets.setdefault(f.number, f.offset)
         spec = _PAYLOADS.get(f.number)
         if spec is None:
             if f.number in (12, 13) and f.wire_type == wire.LEN:
@@ -285,8 +287,31 @@ def parse_blob(buf, start: int = 0, end: int | None = None, *, path=None) -> Blo
             payload.offset = f.offset
     for name, f in raw.items():
         payloads[name] = _raw_payload(buf, name, f, raw_types.get(name, 0), path)
+    if not any(n in field_offsets for n in (1, 2, 3, 4)):  # the shape comes from `shape`
+        _check_axes(buf, header_spans, path)
     header = _parse_header(buf, header_spans, path)
     return BlobRecord(header, payloads, start, end, path, field_offsets)
+
+
+def _check_axes(buf, spans, path) -> None:
+    """Refuse a `shape` of more than MAX_BLOB_AXES dims before protobuf builds their list."""
+    axes = 0
+    first = None
+    for f in (f for a, b in spans for f in wire.iter_fields(buf, a, b)):
+        if f.number != 7:
+            continue
+        first = f.offset if first is None else first
+        try:
+            for g in wire.iter_fields(buf, f.start, f.end):
+                if g.number == 1 and g.wire_type == wire.LEN:  # packed: a value ends at each byte < 0x80
+                    axes += int(np.count_nonzero(np.frombuffer(buf, np.uint8, g.end - g.start, g.start) < 0x80))
+                elif g.number == 1 and g.wire_type == wire.VARINT:
+                    axes += 1
+        except FormatError:
+            return  # protobuf will say what is wrong with it
+    if axes > MAX_BLOB_AXES:
+        raise FormatError(f"field 7 (shape): invalid blob shape: a blob has at most {MAX_BLOB_AXES} axes, "
+                          f"got {axes}", path=path, offset=first)
 
 
 def _check_pieces(payload: Payload, f, path) -> None:
@@ -357,19 +382,28 @@ def _add_span(spans: list, f) -> None:
         spans.append((f.offset, f.end))
 
 
-def _parse_header(buf, spans, path):
-    from google.protobuf.message import DecodeError
+def parse_errors() -> tuple:
+    """What protobuf's ParseFromString raises on bad bytes.
 
+    DecodeError; and the pure-Python runtime (protobuf 3.20 where no compiled
+    one exists) raises UnicodeDecodeError for a string that is not UTF-8 and
+    RecursionError for groups nested past Python's recursion limit.
+    """
+    from google.protobuf.message import DecodeError
+    return (DecodeError, UnicodeDecodeError, RecursionError)
+
+
+def _parse_header(buf, spans, path):
     header = _new_header()
     raw = b"".join(bytes(buf[a:b]) for a, b in spans)
     try:
         header.ParseFromString(raw)
-    except DecodeError as exc:
+    except parse_errors() as exc:
         # Find the field protobuf refused, to say where it is.
         for f in (f for a, b in spans for f in wire.iter_fields(buf, a, b)):
             try:
                 _new_header().ParseFromString(bytes(buf[f.offset:f.end]))
-            except DecodeError:
+            except parse_errors():
                 raise FormatError(f"{wire.field_label(f.number, BLOB_FIELD_NAMES)}: invalid contents ({exc})",
                                   path=path, offset=f.offset) from exc
         raise FormatError(f"invalid BlobProto fields ({exc})", path=path, offset=spans[0][0] if spans else 0) from exc

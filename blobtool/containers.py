@@ -47,7 +47,7 @@ import numpy as np
 from . import wire
 from .blob import Blob
 from .blobproto import (BlobRecord, Origin, blob_encoded_size, blob_from_record, encode_blob_parts,
-                        parse_blob, resolve_form, write_parts)
+                        parse_blob, parse_errors, resolve_form, write_parts)
 from .errors import FormatError, UsageError
 from .files import NPY_MAGIC, Source, atomic_output, load_npy, open_source
 
@@ -383,8 +383,6 @@ def _split(buf, start: int, end: int, path, names: dict, keep: set, message_cls)
     The fields in `keep` (blobs, nested layers) are located, not parsed; at
     most MAX_BLOBS (= MAX_LAYERS) of them.
     """
-    from google.protobuf.message import DecodeError
-
     kept, spans = [], []
     for f in wire.iter_fields(buf, start, end, path=path, names=names):
         if f.number in keep and f.wire_type == _L:
@@ -401,7 +399,7 @@ def _split(buf, start: int, end: int, path, names: dict, keep: set, message_cls)
     message = message_cls()
     try:
         message.ParseFromString(b"".join(bytes(buf[a:b]) for a, b in spans))
-    except DecodeError as exc:
+    except parse_errors() as exc:
         raise FormatError(f"invalid {message_cls.__name__} fields ({exc})", path=path, offset=start) from exc
     return message, kept
 
