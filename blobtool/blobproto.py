@@ -42,6 +42,7 @@ equal what protobuf's SerializeToString gives for the same message.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field as dc_field
 
 import numpy as np
@@ -213,10 +214,7 @@ class BlobRecord:
 
     @property
     def count(self) -> int:
-        n = 1
-        for d in self.shape:
-            n *= d
-        return n
+        return math.prod(self.shape)
 
     @property
     def origin(self) -> Origin:
@@ -393,9 +391,13 @@ def parse_errors() -> tuple:
     return (DecodeError, UnicodeDecodeError, RecursionError)
 
 
+# BlobProto.shape: a nested message whose tags minimal_tags rewrites too.
+_SHAPE_FIELD = frozenset({7})
+
+
 def _parse_header(buf, spans, path):
     header = _new_header()
-    raw = b"".join(bytes(buf[a:b]) for a, b in spans)
+    raw = b"".join(wire.minimal_tags(buf, a, b, _SHAPE_FIELD) for a, b in spans)
     try:
         header.ParseFromString(raw)
     except parse_errors() as exc:

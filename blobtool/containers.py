@@ -38,6 +38,7 @@ from __future__ import annotations
 import fnmatch
 import io
 import itertools
+import math
 import zipfile
 import zlib
 from dataclasses import dataclass, field
@@ -117,10 +118,7 @@ class Entry:
 
     @property
     def count(self) -> int:
-        n = 1
-        for d in self.shape:
-            n *= d
-        return n
+        return math.prod(self.shape)
 
     @property
     def nbytes(self) -> int:
@@ -398,7 +396,7 @@ def _split(buf, start: int, end: int, path, names: dict, keep: set, message_cls)
                 spans.append((f.offset, f.end))
     message = message_cls()
     try:
-        message.ParseFromString(b"".join(bytes(buf[a:b]) for a, b in spans))
+        message.ParseFromString(b"".join(wire.minimal_tags(buf, a, b) for a, b in spans))
     except parse_errors() as exc:
         raise FormatError(f"invalid {message_cls.__name__} fields ({exc})", path=path, offset=start) from exc
     return message, kept

@@ -49,7 +49,7 @@ __all__ = [
     "VARINT", "I64", "LEN", "SGROUP", "EGROUP", "I32",
     "MAX_VARINT_BYTES", "MAX_FIELD_NUMBER",
     "Field", "read_varint", "read_field", "iter_fields", "unpacked_values", "view_array", "unpacked_run",
-    "encode_varint", "encode_tag", "len_field_header", "field_label", "release_pages", "releasing",
+    "encode_varint", "encode_tag", "len_field_header", "field_label", "release_pages", "releasing", "minimal_tags",
 ]
 
 VARINT, I64, LEN, SGROUP, EGROUP, I32 = 0, 1, 2, 3, 4, 5
@@ -58,6 +58,8 @@ WIRE_TYPE_NAMES = {VARINT: "varint", I64: "64-bit", LEN: "length-delimited",
 
 # A varint encodes at most 64 bits: 10 groups of 7. More is corrupt input.
 MAX_VARINT_BYTES = 10
+# A tag is a 32-bit varint: at most 5 bytes (protobuf's parsers refuse longer ones).
+MAX_TAG_BYTES = 5
 # Field numbers are 29 bits wide.
 MAX_FIELD_NUMBER = (1 << 29) - 1
 
@@ -117,6 +119,9 @@ def read_field(buf, pos: int, end: int, *, path=None, names: dict | None = None)
     """
     offset = pos
     tag, pos = read_varint(buf, pos, end, path=path, what="field tag")
+    if pos - offset > MAX_TAG_BYTES:
+        raise FormatError(f"field tag takes {pos - offset} bytes; a tag is a 32-bit varint of at most "
+                          f"{MAX_TAG_BYTES}", path=path, offset=offset)
     number, wire_type = tag >> 3, tag & 7
     if number == 0 or number > MAX_FIELD_NUMBER:
         raise FormatError(f"invalid field number {number} (tag {tag:#x})", path=path, offset=offset)
@@ -179,6 +184,35 @@ def releasing():
         yield
     finally:
         _release = previous
+
+
+def minimal_tags(buf, start: int, end: int, nested: frozenset = frozenset()) -> bytes:
+    """The fields in buf[start:end] as bytes, each tag re-encoded in its shortest form.
+
+    A tag written in more bytes than it needs is valid, and upb reads it, but
+    protobuf 3.x's pure-Python parser keeps such a field as an unknown one;
+    handing it minimal tags makes every runtime read the same fields. LEN
+    fields numbered in `nested` are messages whose own tags are rewritten too.
+    """
+    out = bytearray()
+    pos = start
+    while pos < end:
+        field = read_field(buf, pos, end)
+        tag_end = read_varint(buf, field.offset, end)[1]
+        tag = encode_tag(field.number, field.wire_type)
+        if field.wire_type == LEN and field.number in nested:
+            try:
+                content = minimal_tags(buf, field.start, field.end)
+            except FormatError:  # not fields: leave it for the parser to refuse
+                content = bytes(buf[field.start:field.end])
+            out += tag + encode_varint(len(content)) + content
+        elif tag_end - field.offset == len(tag):
+            out += buf[field.offset:field.end]
+        else:
+            out += tag
+            out += buf[tag_end:field.end]
+        pos = field.end
+    return bytes(out)
 
 
 def release_pages(view: np.ndarray) -> None:

@@ -99,6 +99,27 @@ def oracle(buf: bytes) -> Expected | None:
         return None
 
 
+def _overlong_tags_parse() -> bool:
+    """Whether this protobuf runtime accepts a tag written in more bytes than it needs.
+
+    The wire format allows it and upb (protobuf 4+) reads it; the pure-Python
+    parser of protobuf 3.x refuses it or keeps it as an unknown field. On such a runtime the oracle cannot
+    judge encodings with padded tags, so they are checked against their stated
+    values instead (named cases) or not generated (hypothesis).
+    """
+    padded_tag = bytes([0x08 | 0x80, 0x00])  # field 1 (num), varint, in two bytes
+    try:
+        msg = BlobProto.FromString(padded_tag + b"\x01")
+    except DecodeError:
+        return False
+    # protobuf 3.x's pure-Python parser keeps such a field as an unknown one.
+    return msg.HasField("num") and msg.num == 1
+
+
+OVERLONG_TAGS_PARSE = _overlong_tags_parse()
+TAG_PADS = [0, 0, 0, 1, 1, 3] if OVERLONG_TAGS_PARSE else [0]
+
+
 def assert_same_bits(actual: np.ndarray, expected: np.ndarray, *, nan_payloads: bool = False) -> None:
     """Equal bit for bit (so -0.0 differs from 0.0); NaNs match NaNs, payloads too if asked."""
     actual = np.asarray(actual).reshape(-1)
@@ -278,6 +299,13 @@ ENCODINGS = [
 @pytest.mark.parametrize("case", ENCODINGS, ids=[c.name for c in ENCODINGS])
 def test_named_encoding(case):
     expected = oracle(case.buf)
+    if expected is None and not OVERLONG_TAGS_PARSE and "over-long tag" in case.name:
+        # This runtime's parser refuses padded tags (see _overlong_tags_parse):
+        # judge blobtool by the values the case states.
+        blob = load(io.BytesIO(case.buf))
+        assert blob.shape == case.shape
+        assert_same_bits(blob.cpu_data(), case.data, nan_payloads=True)
+        return
     assert expected is not None, "the protobuf library or Caffe refuses this encoding"
     assert expected.shape == case.shape
     assert_same_bits(expected.data, case.data)
@@ -349,12 +377,12 @@ def payload_chunks(draw, name: str, values: np.ndarray) -> list:
         piece = values[pos:pos + n]
         pos += n
         if draw(st.booleans()):
-            chunks.append(Chunk(len_field(number, piece.tobytes(), draw(st.sampled_from([0, 0, 0, 1]))),
+            chunks.append(Chunk(len_field(number, piece.tobytes(), draw(st.sampled_from(TAG_PADS[:4]))),
                                 ((name, piece),)))
         else:
             # Unpacked: one field per value, each free to move on its own.
             for v in piece:
-                pad = draw(st.sampled_from([0, 0, 0, 0, 1, 3]))
+                pad = draw(st.sampled_from(TAG_PADS))
                 chunks.append(Chunk(tag(number, wire_type, pad) + v.tobytes(), ((name, v.reshape(1)),)))
     if draw(st.integers(0, 4)) == 0:
         # A packed occurrence holding nothing, which adds nothing.
@@ -384,7 +412,7 @@ def dims_message(draw, dims) -> bytes:
 def unknown_field(draw) -> bytes:
     number = draw(st.sampled_from(UNKNOWN_NUMBERS))
     wire_type = draw(st.sampled_from([VARINT, I64, LEN, I32]))
-    pad = draw(st.sampled_from([0, 0, 1]))
+    pad = draw(st.sampled_from(TAG_PADS[-3:] if OVERLONG_TAGS_PARSE else TAG_PADS))
     if wire_type == VARINT:
         return varint_field(number, draw(st.integers(0, 2**64 - 1)), pad)
     if wire_type == LEN:
@@ -439,7 +467,7 @@ def encoded_blobs(draw) -> Encoded:
             # Earlier occurrences with other values: the last one wins.
             for _ in range(draw(st.integers(0, 2))):
                 chunks.append(Chunk(varint_field(LEGACY_NUMBER[name], draw(st.integers(-3, 100)))))
-            chunks.append(Chunk(varint_field(LEGACY_NUMBER[name], legacy[name], draw(st.sampled_from([0, 0, 1])))))
+            chunks.append(Chunk(varint_field(LEGACY_NUMBER[name], legacy[name], draw(st.sampled_from(TAG_PADS[-3:])))))
     shape = tuple(legacy.get(name, 0) for name in LEGACY) if legacy else tuple(dims)
     count = 1
     for d in shape:
