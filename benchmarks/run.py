@@ -212,7 +212,7 @@ def main() -> int:
     parser.add_argument("--workdir", type=Path, default=None, help="where to put the data (default: a temp dir)")
     args = parser.parse_args()
 
-    blob_mib, net_mib, net_layers, files, file_mib = 256, 500, 15, 32, 16
+    blob_mib, net_mib, net_layers, files, file_mib = 256, 500, 15, 32, 64
     reps = args.reps or 5
     if args.smoke:
         blob_mib, net_mib, net_layers, files, file_mib = 4, 8, 15, 4, 1

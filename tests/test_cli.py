@@ -1193,3 +1193,36 @@ def test_subprocess_devices_json():
     proc = run_blobtool("devices", "--json")
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout) == {"devices": []}
+
+
+def test_jobs_runs_files_in_worker_processes_in_input_order(tmp_path):
+    # Below BLOBTOOL_PARALLEL_MIN_BYTES files run one by one; set it to 0 so
+    # that these small files go through the worker processes.
+    import numpy as np
+    from blobtool import Blob, save
+
+    paths = []
+    for i in range(5):
+        blob = Blob(3, 4)
+        blob.mutable_cpu_data()[:] = np.arange(12) * (i + 1)
+        path = tmp_path / f"b{i}.pb"
+        save(blob, path)
+        paths.append(str(path))
+    env = {**os.environ, "BLOBTOOL_PARALLEL_MIN_BYTES": "0"}
+    one = subprocess.run([sys.executable, "-m", "blobtool", "norm", "--json", "--jobs", "1", *paths],
+                         capture_output=True, text=True, env=env)
+    many = subprocess.run([sys.executable, "-m", "blobtool", "norm", "--json", "--jobs", "3", *paths],
+                          capture_output=True, text=True, env=env)
+    assert one.returncode == many.returncode == 0, many.stderr
+    assert many.stdout == one.stdout
+    assert [json.loads(line)["path"] for line in many.stdout.splitlines()] == paths
+    asums = [json.loads(line)["blobs"][0]["data"]["asum"] for line in many.stdout.splitlines()]
+    assert asums == [66.0 * (i + 1) for i in range(5)]
+    # The first bad file stops the run with its own exit code and message.
+    bad = tmp_path / "bad.pb"
+    bad.write_bytes(b"\x2a\x10\x00")
+    res = subprocess.run([sys.executable, "-m", "blobtool", "norm", "--json", "--jobs", "2",
+                          paths[0], str(bad), paths[1]], capture_output=True, text=True, env=env)
+    assert res.returncode == 3
+    assert len(res.stdout.splitlines()) == 1
+    assert "bad.pb" in res.stderr and len(res.stderr.strip().splitlines()) == 1
