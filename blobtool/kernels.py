@@ -106,6 +106,21 @@ def minus(other: np.ndarray):
     return transform
 
 
+def finite_chunks(x: np.ndarray, *, progress: bool = False):
+    """Yield (finite values as float64, NaN count, Inf count) for each chunk of `x`."""
+    x = x.reshape(-1)
+    for start in range(0, x.size, CHUNK):
+        part = x[start:start + CHUNK].astype(np.float64)
+        if progress:
+            report(part.size * x.itemsize)
+        finite = np.isfinite(part)
+        if finite.all():
+            yield part, 0, 0
+            continue
+        nans = int(np.count_nonzero(np.isnan(part)))
+        yield part[finite], nans, int(part.size - np.count_nonzero(finite)) - nans
+
+
 def stats(x: np.ndarray) -> dict:
     """min, max, mean, std of the finite values, and the NaN and Inf counts, in float64.
 
@@ -113,7 +128,6 @@ def stats(x: np.ndarray) -> dict:
     needs no full-size temporary. min/max/mean/std are None when no value is
     finite.
     """
-    x = x.reshape(-1)
     n = 0
     mean = 0.0
     m2 = 0.0
@@ -121,15 +135,9 @@ def stats(x: np.ndarray) -> dict:
     hi = -np.inf
     nans = 0
     infs = 0
-    for start in range(0, x.size, CHUNK):
-        part = x[start:start + CHUNK].astype(np.float64)
-        report(part.size * x.itemsize)
-        finite = np.isfinite(part)
-        if not finite.all():
-            nan_here = int(np.count_nonzero(np.isnan(part)))
-            nans += nan_here
-            infs += int(part.size - np.count_nonzero(finite)) - nan_here
-            part = part[finite]
+    for part, nan_here, inf_here in finite_chunks(x, progress=True):
+        nans += nan_here
+        infs += inf_here
         if part.size == 0:
             continue
         k = part.size

@@ -100,14 +100,9 @@ def histogram(x: np.ndarray, bins: int = HIST_BINS, lo=None, hi=None) -> dict:
             # the values halves the edges and keeps every value's bin.
             return _halved(histogram(x / 2.0, bins, lo / 2.0, hi / 2.0), 2.0)
         edges = np.histogram_bin_edges(np.empty(0), bins=bins, range=(lo, hi))
-    for start in range(0, x.size, CHUNK):
-        part = x[start:start + CHUNK].astype(np.float64)
-        finite = np.isfinite(part)
-        if not finite.all():
-            nan_here = int(np.count_nonzero(np.isnan(part)))
-            nans += nan_here
-            infs += int(part.size - np.count_nonzero(finite)) - nan_here
-            part = part[finite]
+    for part, nan_here, inf_here in kernels.finite_chunks(x):
+        nans += nan_here
+        infs += inf_here
         zeros += int(part.size - np.count_nonzero(part))
         if edges is not None and part.size:
             counts += np.histogram(part, bins=bins, range=(edges[0], edges[-1]))[0]

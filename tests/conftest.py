@@ -18,3 +18,21 @@ def realworld() -> Path:
         pytest.skip(f"real Caffe files not available: {REALWORLD_DIR} does not exist "
                     "(it sits beside the project checkout, not in it)")
     return REALWORLD_DIR
+
+
+@pytest.fixture
+def host_only():
+    """No device backend for the test; whatever was set is restored after."""
+    import fakegpu
+
+    with fakegpu.no_backend():
+        yield
+
+
+@pytest.fixture
+def fake():
+    """A host-only FakeBackend (tests/fakegpu.py) installed as SyncedMemory's device side."""
+    import fakegpu
+
+    with fakegpu.installed() as backend:
+        yield backend

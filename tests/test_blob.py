@@ -34,17 +34,8 @@ DTYPE_IDS = ["float32", "float64"]
 EPSILON = 1e-6
 
 
-@pytest.fixture(autouse=True)
-def host_only():
-    """Every test starts with no device backend; whatever was set is restored after."""
-    with fakegpu.no_backend():
-        yield
-
-
-@pytest.fixture
-def fake():
-    with fakegpu.installed() as backend:
-        yield backend
+# Every test here starts with no device backend (conftest's host_only).
+pytestmark = pytest.mark.usefixtures("host_only")
 
 
 @pytest.fixture

@@ -25,18 +25,8 @@ HEAD_AT_GPU = SyncedHead.HEAD_AT_GPU
 SYNCED = SyncedHead.SYNCED
 
 
-@pytest.fixture(autouse=True)
-def host_only():
-    """Every test starts with no device backend; whatever was set is restored after."""
-    with fakegpu.no_backend():
-        yield
-
-
-@pytest.fixture
-def fake():
-    """A FakeBackend installed as SyncedMemory's device side for the test."""
-    with fakegpu.installed() as backend:
-        yield backend
+# Every test here starts with no device backend (conftest's host_only).
+pytestmark = pytest.mark.usefixtures("host_only")
 
 
 # -- set_backend ---------------------------------------------------------------
