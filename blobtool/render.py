@@ -7,7 +7,6 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from .pictures import BAR_STEP, HIST_BINS, histogram_bars
 
 __all__ = ["fmt_num", "fmt_bytes", "fmt_shape", "render_info", "render_norm", "render_compare",
            "render_devices", "render_written", "histogram_cell", "render_picture"]
@@ -104,7 +103,7 @@ def render_info(console: Console, record: dict) -> None:
 
 def _render_histograms(console: Console, blobs: list) -> None:
     """One line per blob (and diff) under the table: min, the histogram cell, max."""
-    console.print(HISTOGRAM_KEY)
+    console.print(histogram_key())
     grid = Table.grid(padding=(0, 1), pad_edge=True)
     grid.add_column()
     grid.add_column(justify="right")
@@ -127,15 +126,22 @@ def _stat_cells(s: dict) -> list:
     ]
 
 
-HISTOGRAM_KEY = Text.assemble(
-    (" histograms", "bold"),
-    (f"  {HIST_BINS} bins from min to max, counts log-scaled (one step = x{BAR_STEP:g}); after ", "dim"),
-    ("│", "dim"), (": ", "dim"), ("▅", "yellow"), (" values exactly 0, ", "dim"), ("!", "bold red"),
-    (" NaN or Inf present", "dim"))
+def histogram_key() -> Text:
+    """The line that explains the histogram cells."""
+    # pictures is imported here, not at the top: only --stats output needs it.
+    from .pictures import BAR_STEP, HIST_BINS
+
+    return Text.assemble(
+        (" histograms", "bold"),
+        (f"  {HIST_BINS} bins from min to max, counts log-scaled (one step = x{BAR_STEP:g}); after ", "dim"),
+        ("│", "dim"), (": ", "dim"), ("▅", "yellow"), (" values exactly 0, ", "dim"), ("!", "bold red"),
+        (" NaN or Inf present", "dim"))
 
 
 def histogram_cell(s: dict) -> Text:
     """A fixed-width histogram: one block per bin, then │, the zero count's block and ! for NaN/Inf."""
+    from .pictures import HIST_BINS, histogram_bars
+
     hist = s.get("histogram") or {"counts": [], "zeros": 0}
     bars = histogram_bars(hist["counts"], hist["zeros"], s["nan"] + s["inf"])
     cell = Text()

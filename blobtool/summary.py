@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 
-from . import kernels, pictures
+from . import kernels
 from .containers import Document, Entry
 
 __all__ = ["json_float", "info_record", "norm_record", "norm_values", "compare_record", "CHECKS",
@@ -28,7 +28,9 @@ def json_float(x):
 def _stats(values) -> dict:
     found = kernels.stats(values)
     out = {k: (json_float(v) if k not in ("nan", "inf") else v) for k, v in found.items()}
-    hist = pictures.histogram(values, lo=found["min"], hi=found["max"])
+    from .pictures import histogram  # only --stats needs it; keeps start-up short
+
+    hist = histogram(values, lo=found["min"], hi=found["max"])
     out["histogram"] = {"edges": [json_float(e) for e in hist["edges"]], "counts": hist["counts"],
                         "zeros": hist["zeros"]}
     return out
