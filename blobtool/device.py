@@ -41,12 +41,12 @@ class StreamedNorms:
         self._has_diff = has_diff
 
     def asum_sumsq_data(self) -> tuple[float, float]:
-        return self._backend.streamed_asum_sumsq(self._blob.cpu_data(), release=True)
+        return self._backend.streamed_asum_sumsq(self._blob.cpu_data(), chunk_bytes=STREAM_CHUNK, release=True)
 
     def asum_sumsq_diff(self) -> tuple[float, float]:
         if not self._has_diff:
             return 0.0, 0.0
-        return self._backend.streamed_asum_sumsq(self._blob.cpu_diff(), release=True)
+        return self._backend.streamed_asum_sumsq(self._blob.cpu_diff(), chunk_bytes=STREAM_CHUNK, release=True)
 
 
 def _import_cupy():

@@ -1,0 +1,215 @@
+"""blobtool/device.py's own code, run against a host-only stand-in for CuPy (tests/fakecupy.py).
+
+These run everywhere and exercise the CuPy backend's logic: device selection
+and its errors, pinned host memory, copies, check_device, out-of-memory
+messages, the double-buffered streamed norm, and the CLI's --device paths.
+They do not replace tests/test_gpu.py, which runs the same paths on a real
+GPU.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+import fakecupy
+from blobtool import Blob, SyncedHead, SyncedMemory, device, save
+from blobtool.cli import cli
+from blobtool.errors import DeviceError
+from blobtool.kernels import asum_sumsq
+from blobtool.syncedmem import get_backend, set_backend
+
+
+@pytest.fixture
+def cupy_state():
+    previous = get_backend()
+    with fakecupy.installed(count=2) as state:
+        yield state
+    set_backend(previous)
+
+
+@pytest.fixture
+def backend(cupy_state):
+    return device.use(0)
+
+
+def test_use_selects_the_device_and_describes_it(backend, cupy_state):
+    assert backend.describe() == {"index": 0, "name": "Fake GPU"}
+    assert get_backend() is backend
+    assert cupy_state["current"] == 0
+
+
+@pytest.mark.parametrize("count, index, message", [
+    (2, 5, "GPU 5 requested; 2 visible: 0 Fake GPU, 1 Fake GPU"),
+    (0, 0, "GPU 0 requested, but no CUDA device is visible"),
+])
+def test_use_refuses_missing_devices(count, index, message):
+    previous = get_backend()
+    with fakecupy.installed(count=count):
+        with pytest.raises(DeviceError) as info:
+            device.use(index)
+    set_backend(previous)
+    assert str(info.value) == message
+    assert info.value.exit_code == 4
+
+
+def test_list_devices(cupy_state):
+    found = device.list_devices()
+    assert [d["index"] for d in found] == [0, 1]
+    assert found[0]["name"] == "Fake GPU" and found[0]["compute_capability"] == "9.0"
+    assert found[0]["total_memory"] >= found[0]["free_memory"]
+
+
+def test_synced_memory_moves_through_the_backend(backend, cupy_state):
+    mem = SyncedMemory(16)
+    mem.mutable_cpu_data()[:] = 7
+    assert mem.head is SyncedHead.HEAD_AT_CPU
+    gpu = mem.gpu_data()
+    assert isinstance(gpu, fakecupy.ndarray)
+    assert mem.head is SyncedHead.SYNCED
+    assert [c[0] for c in cupy_state["copies"]] == ["h2d"]
+    mem.mutable_gpu_data()[:] = 9
+    assert mem.head is SyncedHead.HEAD_AT_GPU
+    assert mem.cpu_data().tolist() == [9] * 16
+    assert mem.head is SyncedHead.SYNCED
+    assert [c[0] for c in cupy_state["copies"]] == ["h2d", "d2h"]
+
+
+def test_first_device_use_gives_zeros_not_garbage(backend):
+    mem = SyncedMemory(8)
+    assert np.asarray(mem.gpu_data()).tolist() == [0] * 8
+    assert mem.head is SyncedHead.HEAD_AT_GPU
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_blob_math_on_the_device_matches_the_host(backend, dtype):
+    rng = np.random.default_rng(4)
+    values = rng.standard_normal(1000).astype(dtype)
+    diff = rng.standard_normal(1000).astype(dtype)
+    host = Blob(10, 100, dtype=dtype)
+    dev = Blob(10, 100, dtype=dtype)
+    for blob in (host, dev):
+        blob.mutable_cpu_data()[:] = values
+        blob.mutable_cpu_diff()[:] = diff
+    dev.gpu_data()
+    dev.gpu_diff()
+    assert math.isclose(dev.asum_data(), host.asum_data(), rel_tol=1e-12)
+    assert math.isclose(dev.sumsq_diff(), host.sumsq_diff(), rel_tol=1e-12)
+    dev.scale_data(0.5)
+    host.scale_data(0.5)
+    assert dev.data_memory.head is SyncedHead.HEAD_AT_GPU
+    dev.update()
+    host.update()
+    np.testing.assert_array_equal(dev.cpu_data(), host.cpu_data())
+
+
+def test_device_memory_used_from_another_device_names_both(backend, cupy_state):
+    mem = SyncedMemory(8)
+    mem.gpu_data()
+    cupy_state["current"] = 1
+    with pytest.raises(DeviceError, match="array device = 0 while current = 1"):
+        mem.gpu_data()
+
+
+def test_set_gpu_data_refuses_another_devices_array(backend, cupy_state):
+    cupy_state["current"] = 1
+    other = fakecupy.zeros(8, dtype=np.uint8)
+    cupy_state["current"] = 0
+    with pytest.raises(DeviceError, match="set_gpu_data: array device = 1 while current = 0"):
+        SyncedMemory(8).set_gpu_data(other)
+
+
+def test_out_of_device_memory_names_the_sizes(backend, cupy_state):
+    cupy_state["free"] = 1 << 20
+    blob = Blob(1 << 20)  # 4 MiB of float32
+    blob.mutable_cpu_data()
+    with pytest.raises(DeviceError) as info:
+        blob.gpu_data()
+    assert str(info.value) == "out of memory on GPU 0 (Fake GPU): 4.0 MiB needed, 1.0 MiB free"
+
+
+def test_streamed_norm_double_buffers_and_matches(backend, cupy_state):
+    values = np.random.default_rng(5).standard_normal(3_000_001).astype(np.float32)
+    got = backend.streamed_asum_sumsq(values, chunk_bytes=1 << 20)
+    want = asum_sumsq(values)
+    assert math.isclose(got[0], want[0], rel_tol=1e-12)
+    assert math.isclose(got[1], want[1], rel_tol=1e-12)
+    copies = [c for c in cupy_state["copies"] if c[0] == "h2d"]
+    chunks = -(-values.nbytes // (1 << 20))
+    assert len(copies) == chunks
+    streams = [c[2] for c in copies]
+    # Two streams, used in turn.
+    assert streams[0] is not streams[1] and streams[0] is streams[2] and streams[1] is streams[3]
+
+
+# -- the command line on the stand-in ------------------------------------------------------
+
+def _blob_file(tmp_path):
+    rng = np.random.default_rng(6)
+    blob = Blob(4, 3, 5, 5)
+    blob.mutable_cpu_data()[:] = rng.standard_normal(blob.count)
+    blob.mutable_cpu_diff()[:] = rng.standard_normal(blob.count)
+    path = tmp_path / "w.pb"
+    save(blob, path, write_diff=True)
+    return path
+
+
+def _invoke(*args):
+    result = CliRunner().invoke(cli, list(map(str, args)))
+    set_backend(None)
+    return result
+
+
+def test_cli_norm_on_device_reports_it_and_matches(cupy_state, tmp_path):
+    path = _blob_file(tmp_path)
+    cpu = json.loads(_invoke("norm", "--json", path).output)
+    res = _invoke("norm", "--json", "--device", "0", path)
+    assert res.exit_code == 0, res.output
+    gpu = json.loads(res.output)
+    assert gpu["device"] == {"index": 0, "name": "Fake GPU"}
+    assert gpu["blobs"][0]["data"] == pytest.approx(cpu["blobs"][0]["data"], rel=1e-12)
+    assert gpu["blobs"][0]["diff"] == pytest.approx(cpu["blobs"][0]["diff"], rel=1e-12)
+    assert any(c[0] == "h2d" for c in cupy_state["copies"])
+
+
+def test_cli_norm_streams_large_blobs(cupy_state, tmp_path, monkeypatch):
+    path = _blob_file(tmp_path)
+    monkeypatch.setattr(device, "STREAM_THRESHOLD", 16)
+    monkeypatch.setattr(device, "STREAM_CHUNK", 64)
+    cpu = json.loads(_invoke("norm", "--json", path).output)
+    gpu = json.loads(_invoke("norm", "--json", "--device", "0", path).output)
+    # 300 float32 values in 64-byte chunks: 19 copies each for data and diff.
+    assert len([c for c in cupy_state["copies"] if c[0] == "h2d"]) == 2 * 19
+    assert gpu["blobs"][0]["data"] == pytest.approx(cpu["blobs"][0]["data"], rel=1e-12)
+    assert gpu["blobs"][0]["diff"] == pytest.approx(cpu["blobs"][0]["diff"], rel=1e-12)
+
+
+def test_cli_writes_and_compare_on_device(cupy_state, tmp_path):
+    path = _blob_file(tmp_path)
+    for name, extra in (("scale", ["0.5"]), ("update", []), ("convert", ["--double"])):
+        cpu_out, gpu_out = tmp_path / f"{name}-cpu.pb", tmp_path / f"{name}-gpu.pb"
+        assert _invoke(name, path, *extra, "-o", cpu_out).exit_code == 0
+        res = _invoke(name, path, *extra, "--device", "0", "-o", gpu_out)
+        assert res.exit_code == 0, res.output
+        same = _invoke("compare", "--json", "--device", "0", gpu_out, cpu_out)
+        assert same.exit_code == 0, same.output
+        assert json.loads(same.output)["device"]["name"] == "Fake GPU"
+
+
+def test_cli_device_index_out_of_range_writes_nothing(cupy_state, tmp_path):
+    path = _blob_file(tmp_path)
+    out = tmp_path / "never.pb"
+    res = _invoke("scale", path, "2", "--device", "7", "-o", out)
+    assert res.exit_code == 4
+    assert "GPU 7 requested; 2 visible: 0 Fake GPU, 1 Fake GPU" in res.output
+    assert not out.exists()
+
+
+def test_cli_devices_lists_them(cupy_state):
+    res = _invoke("devices", "--json")
+    assert res.exit_code == 0
+    assert [d["name"] for d in json.loads(res.output)["devices"]] == ["Fake GPU", "Fake GPU"]
