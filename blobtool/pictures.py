@@ -282,19 +282,31 @@ def heat_map(plane: np.ndarray, *, width: int | None = None, min_size: int = 0) 
     return Picture(rgb, "heat", caption, value_range=(lo, hi), legend=_legend(), nonfinite=nonfinite, scale=factor)
 
 
-def colour_image(chw: np.ndarray, *, width: int | None = None, min_size: int = 0) -> Picture:
-    """A (3, H, W) blob in Caffe's B, G, R order as an RGB image, the channels stretched together."""
-    lo, hi, nonfinite = finite_range(chw)
-    factor = _factor(chw.shape[2], chw.shape[1], width, min_size)
-    # Caffe keeps OpenCV's B, G, R order; reversing the channel axis gives R, G, B.
-    planes = [block_mean(chw[c], -factor) if factor < 0 else chw[c] for c in (2, 1, 0)]
+def _grey_planes_rgb(planes: list, lo, hi, factor: int) -> np.ndarray:
+    """Planes stretched lo..hi to grey levels, as RGB: three planes give R, G, B; one gives grey.
+
+    Shrunk (factor < 0, block means) or enlarged (factor > 1) by the scale
+    factor; pixels from non-finite values are NONFINITE_RGB.
+    """
+    planes = [block_mean(p, -factor) if factor < 0 else p for p in planes]
     rgb = np.stack([colourise(p, lo, hi, "grey")[..., 0] for p in planes], axis=-1)
+    if rgb.shape[-1] == 1:
+        rgb = np.repeat(rgb, 3, axis=-1)
     bad = np.zeros(rgb.shape[:2], dtype=bool)
     for p in planes:
         bad |= _nonfinite_rows(p)
     rgb[bad] = NONFINITE_RGB
     if factor > 1:
         rgb = enlarge(rgb, factor)
+    return rgb
+
+
+def colour_image(chw: np.ndarray, *, width: int | None = None, min_size: int = 0) -> Picture:
+    """A (3, H, W) blob in Caffe's B, G, R order as an RGB image, the channels stretched together."""
+    lo, hi, nonfinite = finite_range(chw)
+    factor = _factor(chw.shape[2], chw.shape[1], width, min_size)
+    # Caffe keeps OpenCV's B, G, R order; reversing the channel axis gives R, G, B.
+    rgb = _grey_planes_rgb([chw[c] for c in (2, 1, 0)], lo, hi, factor)
     caption = (f"{chw.shape[1]}x{chw.shape[2]} colour image, B,G,R shown as R,G,B, "
                f"values {_fmt(lo)}..{_fmt(hi)} stretched to 0..255" + _scale_words(factor))
     return Picture(rgb, "colour", caption, value_range=(lo, hi), nonfinite=nonfinite, scale=factor)
@@ -329,16 +341,7 @@ def filter_grid(nchw: np.ndarray, *, channel: int | None = None, columns: int | 
         tile = nchw[i] if colour else nchw[i, channel or 0][None]
         lo, hi, bad_here = finite_range(tile)
         nonfinite += bad_here
-        planes = [block_mean(p, -factor) if factor < 0 else p for p in (tile[::-1] if colour else tile)]
-        cells = np.stack([colourise(p, lo, hi, "grey")[..., 0] for p in planes], axis=-1)
-        if not colour:
-            cells = np.repeat(cells, 3, axis=-1)
-        bad = np.zeros(cells.shape[:2], dtype=bool)
-        for p in planes:
-            bad |= _nonfinite_rows(p)
-        cells[bad] = NONFINITE_RGB
-        if factor > 1:
-            cells = enlarge(cells, factor)
+        cells = _grey_planes_rgb(list(tile[::-1] if colour else tile), lo, hi, factor)
         r, k = divmod(i, columns)
         rgb[r * (th + 1):r * (th + 1) + th, k * (tw + 1):k * (tw + 1) + tw] = cells
     what = "colour (B,G,R shown as R,G,B)" if colour else f"channel {channel or 0} of {c} in grey"
