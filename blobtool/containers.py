@@ -51,12 +51,11 @@ from .blobproto import (BlobRecord, Origin, blob_encoded_size, blob_from_record,
                         parse_blob, parse_errors, resolve_form, write_parts)
 from .errors import FormatError, UsageError
 from .files import NPY_MAGIC, Source, atomic_output, load_npy, open_source
+from .kinds import CONTAINER_KINDS, KINDS
 
 __all__ = ["Entry", "Document", "open_document", "select", "sniff", "KINDS", "CONTAINER_KINDS",
            "load", "load_all", "write_container"]
 
-KINDS = ("blob", "vector", "net", "solverstate", "npy", "npz")
-CONTAINER_KINDS = ("vector", "net", "solverstate")
 
 NET_FIELD_NAMES = {1: "name", 2: "layers", 3: "input", 4: "input_dim", 5: "force_backward", 6: "state",
                    7: "debug_info", 8: "input_shape", 100: "layer"}

@@ -7,6 +7,9 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from .layout import (fmt_bytes, fmt_num, fmt_shape, info_columns, info_footer, info_rows, norm_columns, norm_rows,
+                     title_parts)
+
 
 __all__ = ["fmt_num", "fmt_bytes", "fmt_shape", "render_info", "render_norm", "render_compare",
            "render_devices", "render_written", "histogram_cell", "render_picture"]
@@ -15,88 +18,35 @@ __all__ = ["fmt_num", "fmt_bytes", "fmt_shape", "render_info", "render_norm", "r
 BLOCKS = "▁▂▃▄▅▆▇█"
 
 
-def fmt_num(x) -> str:
-    if x is None:
-        return "-"
-    if isinstance(x, str):
-        return x
-    if isinstance(x, int):
-        return f"{x:,}"
-    return f"{x:.6g}"
-
-
-def fmt_bytes(n: int) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n} B"  # unreachable
-
-
-def fmt_shape(shape) -> str:
-    if shape is None:
-        return "-"
-    return "(" + ", ".join(str(d) for d in shape) + ")" if len(shape) != 1 else f"({shape[0]},)"
-
-
 def _title(record: dict) -> Text:
-    title = Text(record["path"], style="bold")
-    extra = [record["kind"]]
-    if "bytes" in record:
-        extra.append(fmt_bytes(record["bytes"]))
-    for key in ("name", "iter"):
-        if record.get(key) is not None:
-            extra.append(f"{key} {record[key]}")
-    if record.get("device"):
-        extra.append(f"on GPU {record['device']['index']} ({record['device']['name']})")
-    title.append("  " + ", ".join(extra), style="dim")
+    path, extra = title_parts(record)
+    title = Text(path, style="bold")
+    title.append(extra, style="dim")
     return title
 
 
 def render_info(console: Console, record: dict) -> None:
     """One table per file; for nets, one row per blob grouped by layer (layer and type shown once)."""
     console.print(_title(record))
-    has_layers = any("layer" in b for b in record["blobs"])
     with_stats = any("stats" in b for b in record["blobs"])
+    has_layers = any("layer" in b for b in record["blobs"])
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
-    if has_layers:
-        for col in ("layer", "type", "#"):
-            table.add_column(col)
-    else:
-        table.add_column("blob")
-    table.add_column("shape")
-    table.add_column("layout")
-    table.add_column("dtype")
-    table.add_column("count", justify="right")
-    table.add_column("bytes", justify="right")
-    table.add_column("diff")
+    for header, justify in info_columns(record):
+        table.add_column(header, justify=justify)
     if with_stats:
         for col in ("min", "max", "mean", "std", "nan", "inf"):
             table.add_column(col, justify="right")
-    total_count = 0
-    total_bytes = 0
-    previous_layer = None
-    for b in record["blobs"]:
-        if has_layers:
-            layer = b.get("layer") or ""
-            first = layer != previous_layer
-            previous_layer = layer
-            row = [layer if first else "", (b.get("type") or "") if first else "", b["name"].rsplit("/", 1)[-1]]
-        else:
-            row = [b["name"]]
-        row += [fmt_shape(b["shape"]), b["layout"], b["dtype"], fmt_num(b["count"]),
-                fmt_bytes(b["bytes"]), "yes" if b["has_diff"] else "no"]
+    for row, b in info_rows(record):
         if with_stats:
             row += _stat_cells(b["stats"]["data"])
         table.add_row(*row)
         if with_stats and b["stats"].get("diff"):
             pad = ["", "", Text("diff", style="dim")] if has_layers else [Text(f"{b['name']} diff", style="dim")]
             table.add_row(*pad, "", "", "", "", "", "", *_stat_cells(b["stats"]["diff"]))
-        total_count += b["count"]
-        total_bytes += b["bytes"]
     console.print(table)
-    if len(record["blobs"]) > 1:
-        console.print(f"  {len(record['blobs'])} blobs, {fmt_num(total_count)} parameters, {fmt_bytes(total_bytes)}")
+    footer = info_footer(record)
+    if footer is not None:
+        console.print(footer)
     if with_stats:
         _render_histograms(console, record["blobs"])
 
@@ -158,18 +108,12 @@ def histogram_cell(s: dict) -> Text:
 def render_norm(console: Console, record: dict) -> None:
     console.print(_title(record))
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
-    table.add_column("blob")
-    for col in ("data asum", "data sumsq", "data l2", "diff asum", "diff sumsq", "diff l2"):
-        table.add_column(col, justify="right")
-
-    def cells(v):
-        return [fmt_num(v[k]) for k in ("asum", "sumsq", "l2")] if v else ["-", "-", "-"]
-
-    for b in record["blobs"]:
-        table.add_row(b["name"], *cells(b["data"]), *cells(b["diff"]))
-    if len(record["blobs"]) > 1:
-        t = record["total"]
-        table.add_row(Text("total", style="bold"), *cells(t["data"]), *cells(t["diff"]))
+    for header, justify in norm_columns():
+        table.add_column(header, justify=justify)
+    for cells, is_total in norm_rows(record):
+        if is_total:
+            cells = [Text(cells[0], style="bold"), *cells[1:]]
+        table.add_row(*cells)
     console.print(table)
 
 

@@ -9,6 +9,7 @@ head of the data and diff memory is asserted after every accessor.
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -1276,3 +1277,80 @@ def test_to_proto_into_a_foreign_message_is_wire_compatible(ForeignBlobProto):
     assert list(foreign.data) == [1, 2, 3]
     ours = blob.to_proto(write_diff=True)
     assert foreign.SerializeToString() == ours.SerializeToString()
+
+
+# -- reductions split over threads ---------------------------------------------------------------
+
+
+@pytest.fixture
+def threaded(monkeypatch):
+    """Let arrays of any size be split over threads; restore the thread count afterwards."""
+    monkeypatch.setattr(kernels, "PARALLEL_MIN_BYTES", 0)
+    previous = kernels.get_threads()
+    yield kernels.set_threads
+    kernels.set_threads(previous)
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64, np.dtype(">f4")], ids=str)
+@pytest.mark.parametrize("count", [1, kernels.CHUNK - 1, 3 * kernels.CHUNK + 17, 8 * kernels.CHUNK])
+def test_asum_sumsq_is_the_same_for_any_thread_count(threaded, dtype, count):
+    rng = np.random.default_rng(count)
+    x = (rng.standard_normal(count) * 1e3).astype(dtype)
+    threaded(1)
+    serial = kernels.asum_sumsq(x)
+    wide = x.astype(np.float64)
+    assert serial[0] == pytest.approx(math.fsum(np.abs(wide)), rel=1e-12)
+    assert serial[1] == pytest.approx(math.fsum(wide * wide), rel=1e-12)
+    for threads in (2, 3, 7, 64):
+        threaded(threads)
+        assert kernels.asum_sumsq(x) == serial, threads  # bit for bit: chunk sums added in order
+
+
+def test_threaded_asum_sumsq_propagates_nan_and_inf_without_warnings(threaded):
+    threaded(3)
+    x = np.ones(5 * kernels.CHUNK, dtype=np.float32)
+    x[7] = np.inf
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert kernels.asum_sumsq(x) == (np.inf, np.inf)
+        x[4 * kernels.CHUNK + 3] = np.nan
+        asum, sumsq = kernels.asum_sumsq(x)
+        assert math.isnan(asum) and math.isnan(sumsq)
+        big = np.full(4 * kernels.CHUNK, 1e200)
+        assert kernels.asum_sumsq(big) == (4 * kernels.CHUNK * 1e200, np.inf)  # squares overflow: inf, no warning
+
+
+def test_threaded_asum_sumsq_reports_every_byte_once(threaded):
+    threaded(4)
+    x = np.ones(6 * kernels.CHUNK + 5, dtype=np.float32)
+    seen = []
+    with kernels.reporting(seen.append):
+        kernels.asum_sumsq(x)
+    assert sum(seen) == x.nbytes
+
+
+def test_threaded_asum_sumsq_raises_a_worker_error(threaded, monkeypatch):
+    threaded(2)
+    x = np.ones(4 * kernels.CHUNK, dtype=np.float32)
+    real = kernels._chunk_sums
+
+    def failing(x, first, stop, abs_parts, sq_parts):
+        if first:
+            raise MemoryError("worker failed")
+        real(x, first, stop, abs_parts, sq_parts)
+
+    monkeypatch.setattr(kernels, "_chunk_sums", failing)
+    with pytest.raises(MemoryError, match="worker failed"):
+        kernels.asum_sumsq(x)
+
+
+def test_small_arrays_stay_in_the_calling_thread(monkeypatch):
+    started = []
+    monkeypatch.setattr(kernels.threading.Thread, "start", lambda self: started.append(self))
+    previous = kernels.get_threads()
+    kernels.set_threads(8)
+    try:
+        kernels.asum_sumsq(np.ones(kernels.PARALLEL_MIN_BYTES // 4 - 1, dtype=np.float32))
+    finally:
+        kernels.set_threads(previous)
+    assert started == []

@@ -1226,3 +1226,64 @@ def test_jobs_runs_files_in_worker_processes_in_input_order(tmp_path):
     assert res.returncode == 3
     assert len(res.stdout.splitlines()) == 1
     assert "bad.pb" in res.stderr and len(res.stderr.strip().splitlines()) == 1
+
+
+def test_human_output_prints_names_literally(tmp_path):
+    # Layer names and paths come from users' files: brackets and colons are
+    # text, not rich markup or emoji codes.
+    from blobtool._pb.blobtool_caffe_pb2 import NetParameter
+
+    name = "res2a[branch]:smile:[/]"
+    net = NetParameter(name="n")
+    layer = net.layer.add(name=name, type="Convolution")
+    layer.blobs.add().CopyFrom(make_proto(DATA_23))
+    path = tmp_path / "w[bold].caffemodel"
+    path.write_bytes(net.SerializeToString())
+    for command in ("info", "norm"):
+        result = invoke(command, path)
+        assert result.exit_code == 0, result.stderr
+        assert name in result.stdout, result.stdout
+        assert str(path) in result.stdout
+
+
+@pytest.mark.parametrize("preset", [None, "3"])
+def test_the_command_runs_blas_single_threaded_unless_told_otherwise(preset):
+    # blobtool's kernels split big reductions over the cores themselves; BLAS
+    # threads on cache-sized dot products only cost time.
+    code = ("import os, sys\n"
+            "from blobtool import cli\n"
+            "cli._single_threaded_blas()\n"
+            "import numpy\n"
+            "print(os.environ['OPENBLAS_NUM_THREADS'], os.environ['MKL_NUM_THREADS'])\n")
+    env = subprocess_env()
+    for name in ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "OMP_NUM_THREADS"):
+        env.pop(name, None)
+    if preset:
+        env["OPENBLAS_NUM_THREADS"] = preset
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True).stdout
+    assert out.split() == [preset or "1", "1"]
+
+
+def test_blas_setting_is_left_alone_once_numpy_is_loaded(monkeypatch):
+    import blobtool.cli as cli_module
+
+    monkeypatch.delenv("OPENBLAS_NUM_THREADS", raising=False)
+    assert "numpy" in sys.modules
+    cli_module._single_threaded_blas()
+    assert "OPENBLAS_NUM_THREADS" not in os.environ
+
+
+def test_norm_gives_the_same_sums_with_one_job_or_all_cores(tmp_path, monkeypatch):
+    from blobtool import kernels
+
+    monkeypatch.setattr(kernels, "PARALLEL_MIN_BYTES", 0)
+    values = np.random.default_rng(5).standard_normal(5 * kernels.CHUNK + 3).astype(np.float32)
+    path = write_blob(tmp_path / "big.pb", values)
+    previous = kernels.get_threads()
+    try:
+        one = one_json(invoke("norm", "--json", "--jobs", "1", path))
+        many = one_json(invoke("norm", "--json", "--jobs", "4", path))
+    finally:
+        kernels.set_threads(previous)
+    assert one == many
+    assert one["blobs"][0]["data"]["asum"] == pytest.approx(math.fsum(np.abs(values.astype(np.float64))), rel=1e-12)

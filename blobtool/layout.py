@@ -1,0 +1,208 @@
+"""What the info and norm tables say, and those tables as plain text, without rich.
+
+render.py draws the tables with rich from the rows built here. Off a
+terminal, rich draws them without colour, and blobtool writes that same text
+itself (plain_info, plain_norm) instead of importing rich: loading rich costs
+about 19 ms on the 2-core reference machine, a tenth of a whole
+`blobtool norm` of a 256 MiB blob (benchmarks/RESULTS.md). The plain text is
+rich's own layout for these tables (box.SIMPLE_HEAD, pad_edge=False), and
+tests/test_layout.py checks it against rich character for character. Where
+rich would have to wrap, or a cell holds anything but printable ASCII, the
+plain functions return None and rich draws the table.
+"""
+
+from __future__ import annotations
+
+import os
+
+__all__ = ["fmt_num", "fmt_bytes", "fmt_shape", "title_parts", "info_columns", "info_rows", "info_footer",
+           "norm_columns", "norm_rows", "plain_info", "plain_norm", "plain_stdout", "plain_width",
+           "stdout_is_terminal"]
+
+NORM_COLUMNS = [("blob", "left")] + [(c, "right") for c in ("data asum", "data sumsq", "data l2", "diff asum",
+                                                             "diff sumsq", "diff l2")]
+
+# Width of the output off a terminal, where rich would otherwise wrap at 80
+# columns; tables read better unwrapped in logs.
+DEFAULT_PLAIN_WIDTH = 160
+
+
+def fmt_num(x) -> str:
+    if x is None:
+        return "-"
+    if isinstance(x, str):
+        return x
+    if isinstance(x, int):
+        return f"{x:,}"
+    return f"{x:.6g}"
+
+
+def fmt_bytes(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n} B"  # unreachable
+
+
+def fmt_shape(shape) -> str:
+    if shape is None:
+        return "-"
+    return "(" + ", ".join(str(d) for d in shape) + ")" if len(shape) != 1 else f"({shape[0]},)"
+
+
+def title_parts(record: dict) -> tuple[str, str]:
+    """The title line of a file's table: its path, and what follows it ("  net, 1.6 MiB, name LeNet")."""
+    extra = [record["kind"]]
+    if "bytes" in record:
+        extra.append(fmt_bytes(record["bytes"]))
+    for key in ("name", "iter"):
+        if record.get(key) is not None:
+            extra.append(f"{key} {record[key]}")
+    if record.get("device"):
+        extra.append(f"on GPU {record['device']['index']} ({record['device']['name']})")
+    return record["path"], "  " + ", ".join(extra)
+
+
+def _has_layers(record: dict) -> bool:
+    return any("layer" in b for b in record["blobs"])
+
+
+def info_columns(record: dict) -> list:
+    """(header, justify) of info's columns, without the --stats ones."""
+    head = [("layer", "left"), ("type", "left"), ("#", "left")] if _has_layers(record) else [("blob", "left")]
+    return head + [("shape", "left"), ("layout", "left"), ("dtype", "left"), ("count", "right"),
+                   ("bytes", "right"), ("diff", "left")]
+
+
+def info_rows(record: dict):
+    """Yield (cells, blob) for each blob of info's table; a net's layer and type are shown once per layer."""
+    has_layers = _has_layers(record)
+    previous_layer = None
+    for b in record["blobs"]:
+        if has_layers:
+            layer = b.get("layer") or ""
+            first = layer != previous_layer
+            previous_layer = layer
+            row = [layer if first else "", (b.get("type") or "") if first else "", b["name"].rsplit("/", 1)[-1]]
+        else:
+            row = [b["name"]]
+        row += [fmt_shape(b["shape"]), b["layout"], b["dtype"], fmt_num(b["count"]),
+                fmt_bytes(b["bytes"]), "yes" if b["has_diff"] else "no"]
+        yield row, b
+
+
+def info_footer(record: dict) -> str | None:
+    """The totals line under info's table, when the file holds more than one blob."""
+    blobs = record["blobs"]
+    if len(blobs) <= 1:
+        return None
+    count = sum(b["count"] for b in blobs)
+    nbytes = sum(b["bytes"] for b in blobs)
+    return f"  {len(blobs)} blobs, {fmt_num(count)} parameters, {fmt_bytes(nbytes)}"
+
+
+def norm_columns() -> list:
+    return list(NORM_COLUMNS)
+
+
+def norm_rows(record: dict) -> list:
+    """(cells, is_total) for each row of norm's table: one per blob, then the total when there are several."""
+    def cells(v):
+        return [fmt_num(v[k]) for k in ("asum", "sumsq", "l2")] if v else ["-", "-", "-"]
+
+    rows = [([b["name"], *cells(b["data"]), *cells(b["diff"])], False) for b in record["blobs"]]
+    if len(record["blobs"]) > 1:
+        t = record["total"]
+        rows.append((["total", *cells(t["data"]), *cells(t["diff"])], True))
+    return rows
+
+
+# -- plain text -------------------------------------------------------------------
+
+def stdout_is_terminal() -> bool:
+    """Whether rich would treat stdout as a terminal (its rule: TTY_COMPATIBLE, then FORCE_COLOR, then isatty)."""
+    tty_compatible = os.environ.get("TTY_COMPATIBLE", "")
+    if tty_compatible in ("0", "1"):
+        return tty_compatible == "1"
+    force_color = os.environ.get("FORCE_COLOR")
+    if force_color is not None:
+        return force_color != ""
+    import sys
+
+    try:
+        return bool(sys.stdout.isatty())
+    except (AttributeError, ValueError):
+        return False
+
+
+def plain_stdout() -> bool:
+    """Whether rich would draw on stdout in plain text with Unicode rules: the case plain_info/plain_norm copy."""
+    import sys
+
+    encoding = (getattr(sys.stdout, "encoding", None) or "").lower()
+    return encoding.startswith("utf") and not stdout_is_terminal()
+
+
+def plain_width() -> int:
+    """The output width off a terminal: $COLUMNS, else DEFAULT_PLAIN_WIDTH."""
+    try:
+        return int(os.environ.get("COLUMNS", "0") or 0) or DEFAULT_PLAIN_WIDTH
+    except ValueError:
+        return DEFAULT_PLAIN_WIDTH
+
+
+def _simple(text: str) -> bool:
+    """Printable ASCII without leading or trailing blanks: one character per column, as rich lays it out."""
+    return text.isascii() and text.isprintable() and text == text.strip(" ")
+
+
+def plain_table(columns: list, rows: list, width: int) -> list | None:
+    """rich's SIMPLE_HEAD table with pad_edge=False, off a terminal: its lines, or None when it would not fit.
+
+    Each row is edge, cells separated by three blanks (padding, divider,
+    padding), edge; blank lines above and below, a rule under the header.
+    """
+    if any(not _simple(cell) for row in rows for cell in row) or any(not _simple(h) for h, _ in columns):
+        return None
+    widths = [len(h) for h, _ in columns]
+    for row in rows:
+        widths = [max(w, len(cell)) for w, cell in zip(widths, row)]
+    total = 2 + sum(widths) + 3 * (len(widths) - 1)
+    if total > width:
+        return None
+
+    def line(cells):
+        parts = [cell.rjust(w) if justify == "right" else cell.ljust(w)
+                 for cell, w, (_, justify) in zip(cells, widths, columns)]
+        return " " + "   ".join(parts) + " "
+
+    blank = " " * total
+    return [blank, line([h for h, _ in columns]), " " + "─" * (total - 2) + " ",
+            *(line(row) for row in rows), blank]
+
+
+def _plain_title(record: dict, width: int) -> str | None:
+    text = "".join(title_parts(record))
+    return text if _simple(text) and len(text) <= width else None
+
+
+def plain_info(record: dict, width: int) -> str | None:
+    """info's table as rich prints it off a terminal, or None where rich must draw it (--stats, wrapping)."""
+    if any("stats" in b for b in record["blobs"]):
+        return None
+    title = _plain_title(record, width)
+    table = plain_table(info_columns(record), [cells for cells, _ in info_rows(record)], width)
+    footer = info_footer(record)
+    if title is None or table is None or (footer is not None and len(footer) > width):
+        return None
+    return "\n".join([title, *table, *([footer] if footer is not None else [])]) + "\n"
+
+
+def plain_norm(record: dict, width: int) -> str | None:
+    """norm's table as rich prints it off a terminal, or None where rich must draw it."""
+    title = _plain_title(record, width)
+    table = plain_table(norm_columns(), [cells for cells, _ in norm_rows(record)], width)
+    if title is None or table is None:
+        return None
+    return "\n".join([title, *table]) + "\n"

@@ -1,0 +1,211 @@
+"""The plain-text tables (layout.py) against rich, which draws the same tables: rich is the oracle.
+
+Off a terminal, blobtool writes info's and norm's tables itself rather than
+loading rich; the text must be what rich would have printed, character for
+character, and where blobtool cannot promise that it must hand over to rich.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from rich.console import Console
+
+from blobtool import layout, render
+from blobtool._pb.blobtool_caffe_pb2 import BlobProto, NetParameter
+
+# Printable ASCII, with the characters rich markup and emoji codes would eat.
+ASCII = st.from_regex(r"([!-~]([ -~]{0,28}[!-~])?)?", fullmatch=True)
+# Now and then a character the plain writer must refuse: wide, combining, control.
+AWKWARD = st.sampled_from(["名前", "é", "e\u0301", "\t", "\n", " lead", "trail ", "\x1b[1m"])
+PATH = st.from_regex(r"[!-~]([ -~]{0,40}[!-~])?", fullmatch=True)
+WIDTHS = st.one_of(st.integers(20, 220), st.integers(120, 220), st.just(160))
+NUMBERS = st.one_of(st.none(), st.floats(allow_nan=True, allow_infinity=True), st.integers(0, 10 ** 12))
+SHAPES = st.lists(st.integers(0, 10 ** 6), max_size=5)
+
+
+def rich_text(renderer, record: dict, width: int) -> str:
+    """What blobtool's rich console prints off a terminal (markup, emoji and highlighting off)."""
+    out = io.StringIO()
+    console = Console(file=out, width=width, markup=False, emoji=False, highlight=False, force_terminal=False,
+                      color_system=None)
+    renderer(console, record)
+    return out.getvalue()
+
+
+def natural_width(renderer, record: dict) -> int:
+    return max(len(line) for line in rich_text(renderer, record, 100_000).splitlines())
+
+
+def all_simple(texts) -> bool:
+    return all(t.isascii() and t.isprintable() and t == t.strip(" ") for t in texts)
+
+
+def name_strategies(draw):
+    """Names and paths for one record: printable ASCII in most records, now and then awkward ones."""
+    if draw(st.integers(0, 4)) == 0:
+        return st.one_of(ASCII, AWKWARD), st.one_of(PATH, AWKWARD)
+    return ASCII, PATH
+
+
+@st.composite
+def info_records(draw):
+    names, paths = name_strategies(draw)
+    net = draw(st.booleans())
+    blobs = []
+    for i in range(draw(st.integers(1, 6))):
+        shape = draw(SHAPES)
+        blob = {"name": f"{draw(names)}/{i}" if net else str(i), "shape": shape,
+                "layout": draw(st.sampled_from(["shape", "legacy"])),
+                "dtype": draw(st.sampled_from(["float32", "float64", "float16"])),
+                "count": int(np.prod(shape, dtype=object)) if shape else 1,
+                "bytes": draw(st.integers(0, 1 << 42)), "has_diff": draw(st.booleans())}
+        if net:
+            blob["layer"] = draw(st.one_of(names, st.none()))
+            blob["type"] = draw(st.one_of(ASCII, st.none()))
+        blobs.append(blob)
+    record = {"path": draw(paths), "kind": "net" if net else "blob", "bytes": draw(st.integers(0, 1 << 40)),
+              "blobs": blobs}
+    if net and draw(st.booleans()):
+        record["name"] = draw(names)
+    return record
+
+
+@st.composite
+def norm_records(draw):
+    names, paths = name_strategies(draw)
+
+    def norms():
+        return draw(st.one_of(st.none(), st.fixed_dictionaries({"asum": NUMBERS, "sumsq": NUMBERS, "l2": NUMBERS})))
+
+    blobs = [{"name": draw(names), "data": norms(), "diff": norms()} for _ in range(draw(st.integers(1, 5)))]
+    return {"path": draw(paths), "kind": draw(st.sampled_from(["blob", "net", "vector", "solverstate"])),
+            "blobs": blobs, "total": {"data": norms(), "diff": norms()}}
+
+
+def info_texts(record: dict) -> list:
+    texts = ["".join(layout.title_parts(record))]
+    texts += [cell for cells, _ in layout.info_rows(record) for cell in cells]
+    return texts
+
+
+def norm_texts(record: dict) -> list:
+    return ["".join(layout.title_parts(record))] + [cell for cells, _ in layout.norm_rows(record) for cell in cells]
+
+
+def check(plain, renderer, texts, record, width):
+    text = plain(record, width)
+    if text is not None:
+        assert text == rich_text(renderer, record, width)
+    else:
+        # Handing over to rich is allowed only where the plain writer cannot promise rich's text.
+        assert not all_simple(texts) or natural_width(renderer, record) > width
+
+
+@settings(max_examples=300, deadline=None)
+@given(record=info_records(), width=WIDTHS)
+def test_plain_info_is_richs_text(record, width):
+    check(layout.plain_info, render.render_info, info_texts(record), record, width)
+
+
+@settings(max_examples=300, deadline=None)
+@given(record=norm_records(), width=WIDTHS)
+def test_plain_norm_is_richs_text(record, width):
+    check(layout.plain_norm, render.render_norm, norm_texts(record), record, width)
+
+
+def test_plain_table_at_exactly_the_width():
+    record = {"path": "w.pb", "kind": "blob", "blobs": [{"name": "0", "data": {"asum": 1.5, "sumsq": 2.25, "l2": 1.5},
+                                                          "diff": None}]}
+    width = natural_width(render.render_norm, record)
+    assert layout.plain_norm(record, width) == rich_text(render.render_norm, record, width)
+    assert layout.plain_norm(record, width - 1) is None
+
+
+def test_info_with_stats_is_left_to_rich():
+    record = {"path": "w.pb", "kind": "blob", "bytes": 10,
+              "blobs": [{"name": "0", "shape": [2], "layout": "shape", "dtype": "float32", "count": 2, "bytes": 8,
+                         "has_diff": False, "stats": {}}]}
+    assert layout.plain_info(record, 160) is None
+
+
+ENVIRONMENTS = [{}, {"FORCE_COLOR": "1"}, {"FORCE_COLOR": ""}, {"TTY_COMPATIBLE": "1"}, {"TTY_COMPATIBLE": "0"},
+                {"TTY_COMPATIBLE": "0", "FORCE_COLOR": "1"}, {"TTY_COMPATIBLE": "x", "FORCE_COLOR": "1"},
+                {"NO_COLOR": "1"}]
+
+
+@pytest.mark.parametrize("env", ENVIRONMENTS, ids=lambda e: ",".join(f"{k}={v}" for k, v in e.items()) or "none")
+@pytest.mark.parametrize("tty", [False, True])
+def test_terminal_rule_is_richs(monkeypatch, env, tty):
+    for name in ("FORCE_COLOR", "TTY_COMPATIBLE", "NO_COLOR", "TTY_INTERACTIVE"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+
+    class Stream(io.StringIO):
+        def isatty(self):
+            return tty
+
+    monkeypatch.setattr(sys, "stdout", Stream())
+    assert layout.stdout_is_terminal() == Console().is_terminal
+
+
+def test_plain_width_follows_columns(monkeypatch):
+    monkeypatch.setenv("COLUMNS", "97")
+    assert layout.plain_width() == 97
+    monkeypatch.setenv("COLUMNS", "wide")
+    assert layout.plain_width() == layout.DEFAULT_PLAIN_WIDTH
+    monkeypatch.delenv("COLUMNS")
+    assert layout.plain_width() == layout.DEFAULT_PLAIN_WIDTH
+
+
+def _run(args, tmp_path, **env):
+    root = Path(__file__).resolve().parents[1]
+    environ = dict(os.environ, PYTHONPATH=f"{root}{os.pathsep}{os.environ.get('PYTHONPATH', '')}", **env)
+    for name in ("FORCE_COLOR", "TTY_COMPATIBLE"):
+        if name not in env:
+            environ.pop(name, None)
+    return subprocess.run([sys.executable, "-X", "importtime", "-m", "blobtool", *args], capture_output=True,
+                          text=True, env=environ, cwd=tmp_path)
+
+
+@pytest.fixture
+def small_net(tmp_path) -> Path:
+    net = NetParameter(name="tiny")
+    layer = net.layer.add(name="conv1", type="Convolution")
+    blob = layer.blobs.add()
+    blob.shape.dim.extend([2, 3])
+    blob.data.extend([1, -2, 3, -4, 5, -6])
+    layer.blobs.add(data=[0.5], shape=BlobProto().shape)
+    layer.blobs[1].shape.dim.append(1)
+    path = tmp_path / "tiny.caffemodel"
+    path.write_bytes(net.SerializeToString())
+    return path
+
+
+@pytest.mark.parametrize("command", ["info", "norm"])
+def test_command_off_a_terminal_prints_richs_text_without_loading_rich(tmp_path, small_net, command):
+    plain = _run([command, str(small_net)], tmp_path)
+    assert plain.returncode == 0, plain.stderr
+    assert " rich" not in plain.stderr, "rich was imported"
+    as_json = _run([command, "--json", str(small_net)], tmp_path)
+    assert as_json.returncode == 0, as_json.stderr
+    renderer = render.render_info if command == "info" else render.render_norm
+    assert plain.stdout == rich_text(renderer, json.loads(as_json.stdout), layout.DEFAULT_PLAIN_WIDTH)
+    assert "conv1" in plain.stdout
+
+
+def test_forced_terminal_output_still_uses_rich(tmp_path, small_net):
+    forced = _run(["norm", str(small_net)], tmp_path, FORCE_COLOR="1")
+    assert forced.returncode == 0, forced.stderr
+    assert " rich.console" in forced.stderr
+    assert "\x1b[" in forced.stdout
