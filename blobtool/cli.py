@@ -176,8 +176,9 @@ def _output_options(f):
 
 def _jobs_option(f):
     return click.option("-j", "--jobs", type=click.IntRange(min=1), default=None, metavar="N",
-                        help="Process up to N files at once, in worker processes (default: the number "
-                             "of CPU cores). Output stays in input order.")(f)
+                        help="Use N CPU cores (default: all): several files at once in worker "
+                             "processes, or one large blob's sums split over N threads. Output stays in "
+                             "input order.")(f)
 
 
 # Below this much input in all, starting worker processes (about 0.25 s each
