@@ -208,13 +208,13 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--smoke", action="store_true", help="tiny inputs and two repetitions")
     parser.add_argument("--huge", action="store_true", help="also a 2.5 GiB blob (norm and convert)")
-    parser.add_argument("--reps", type=int, default=None, help="repetitions per case (default 5)")
+    parser.add_argument("--reps", type=int, default=None, help="repetitions per case (default 7)")
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "RESULTS.md")
     parser.add_argument("--workdir", type=Path, default=None, help="where to put the data (default: a temp dir)")
     args = parser.parse_args()
 
     blob_mib, net_mib, net_layers, files, file_mib = 256, 500, 15, 32, 64
-    reps = args.reps or 5
+    reps = args.reps or 7
     if args.smoke:
         blob_mib, net_mib, net_layers, files, file_mib = 4, 8, 15, 4, 1
         reps = args.reps or 2
@@ -321,7 +321,8 @@ def render(res: dict, huge, blob_mib, net_mib, net_layers, files, file_mib, reps
         f"Machine: {machine()}.",
         f"Run: `python benchmarks/run.py{' --smoke' if smoke else ''}` on {time.strftime('%Y-%m-%d')}; "
         f"median of {reps} interleaved repetitions per case, each a separate process; peak RSS is the "
-        "largest of the repetitions (/usr/bin/time %M).",
+        "largest of the repetitions (/usr/bin/time %M). blobtool is byte-compiled first, as `pip install` "
+        "does, and the generated data is flushed to disk before the timings start.",
         "",
         f"Inputs: a {blob_mib} MiB float32 blob, a {blob_mib} MiB float64 blob, a {net_mib} MiB "
         f"caffemodel-like net ({net_layers} layers, {2 * net_layers} blobs), {files} nets of {file_mib} MiB.",
