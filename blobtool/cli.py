@@ -219,12 +219,16 @@ def _records(paths: list, work, jobs):
     jobs = jobs or os.cpu_count() or 1
     threshold = int(os.environ.get("BLOBTOOL_PARALLEL_MIN_BYTES", PARALLEL_THRESHOLD))
     if jobs == 1 or len(paths) < 2 or "-" in paths or _total_size(paths) < threshold:
-        from .kernels import set_threads
+        from .kernels import get_threads, set_threads
 
         # One file at a time here: its big reductions use the cores instead.
+        previous = get_threads()
         set_threads(jobs)
-        for path in paths:
-            yield work(path)
+        try:
+            for path in paths:
+                yield work(path)
+        finally:
+            set_threads(previous)
         return
     import concurrent.futures
     import multiprocessing

@@ -1279,11 +1279,15 @@ def test_norm_gives_the_same_sums_with_one_job_or_all_cores(tmp_path, monkeypatc
     monkeypatch.setattr(kernels, "PARALLEL_MIN_BYTES", 0)
     values = np.random.default_rng(5).standard_normal(5 * kernels.CHUNK + 3).astype(np.float32)
     path = write_blob(tmp_path / "big.pb", values)
+    split = []
+    real = kernels._in_threads
+    monkeypatch.setattr(kernels, "_in_threads", lambda fn, arg_lists: (split.append(len(arg_lists)),
+                                                                       real(fn, arg_lists)))
     previous = kernels.get_threads()
-    try:
-        one = one_json(invoke("norm", "--json", "--jobs", "1", path))
-        many = one_json(invoke("norm", "--json", "--jobs", "4", path))
-    finally:
-        kernels.set_threads(previous)
+    one = one_json(invoke("norm", "--json", "--jobs", "1", path))
+    assert split == []
+    many = one_json(invoke("norm", "--json", "--jobs", "4", path))
+    assert split == [4]
+    assert kernels.get_threads() == previous, "the command restores the library's thread count"
     assert one == many
     assert one["blobs"][0]["data"]["asum"] == pytest.approx(math.fsum(np.abs(values.astype(np.float64))), rel=1e-12)

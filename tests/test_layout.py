@@ -62,7 +62,7 @@ def info_records(draw):
     names, paths = name_strategies(draw)
     net = draw(st.booleans())
     blobs = []
-    for i in range(draw(st.integers(1, 6))):
+    for i in range(draw(st.integers(0, 6))):
         shape = draw(SHAPES)
         blob = {"name": f"{draw(names)}/{i}" if net else str(i), "shape": shape,
                 "layout": draw(st.sampled_from(["shape", "legacy"])),
@@ -87,7 +87,7 @@ def norm_records(draw):
     def norms():
         return draw(st.one_of(st.none(), st.fixed_dictionaries({"asum": NUMBERS, "sumsq": NUMBERS, "l2": NUMBERS})))
 
-    blobs = [{"name": draw(names), "data": norms(), "diff": norms()} for _ in range(draw(st.integers(1, 5)))]
+    blobs = [{"name": draw(names), "data": norms(), "diff": norms()} for _ in range(draw(st.integers(0, 5)))]
     return {"path": draw(paths), "kind": draw(st.sampled_from(["blob", "net", "vector", "solverstate"])),
             "blobs": blobs, "total": {"data": norms(), "diff": norms()}}
 
