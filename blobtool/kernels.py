@@ -13,14 +13,14 @@ import threading
 
 import numpy as np
 
-__all__ = ["CHUNK", "set_threads", "get_threads", "asum", "sumsq", "asum_sumsq", "scal", "axpy", "stats",
-           "reporting", "report", "scaled", "minus", "nonfinite"]
+__all__ = ["CHUNK", "set_threads", "get_threads", "map_chunks", "asum", "sumsq", "asum_sumsq", "scal", "axpy",
+           "stats", "finite_values", "reporting", "report", "scaled", "minus", "nonfinite"]
 
 # Elements per chunk: 64K float64 values (512 KiB) stay in L2 cache while they
 # are widened, squared and summed.
 CHUNK = 1 << 16
 
-# Threads the reductions may use; 1 in the library unless set_threads() says
+# Threads the reductions (asum_sumsq, stats, nonfinite, map_chunks) may use; 1 in the library unless set_threads() says
 # otherwise, the core count (or --jobs) in the blobtool command. Arrays
 # smaller than PARALLEL_MIN_BYTES are reduced in the calling thread.
 # Measured on 2 cores, 256 MiB of float32 with BLAS single-threaded: 56 ms
@@ -55,7 +55,7 @@ def report(nbytes: int) -> None:
 
 
 def set_threads(n: int) -> None:
-    """Let the reductions (asum_sumsq) split large arrays over `n` threads (1: none)."""
+    """Let the reductions (asum_sumsq, stats, nonfinite, map_chunks) split large arrays over `n` threads (1: none)."""
     global _threads
     _threads = max(1, int(n))
 
@@ -77,12 +77,7 @@ def asum_sumsq(x: np.ndarray) -> tuple[float, float]:
     chunks = -(-n // CHUNK)
     abs_parts = np.empty(chunks, dtype=np.float64)
     sq_parts = np.empty(chunks, dtype=np.float64)
-    workers = min(_threads, chunks) if x.nbytes >= PARALLEL_MIN_BYTES else 1
-    bounds = [chunks * i // workers for i in range(workers + 1)]
-    if workers == 1:
-        _chunk_sums(x, 0, chunks, abs_parts, sq_parts)
-    else:
-        _in_threads(_chunk_sums, [(x, bounds[i], bounds[i + 1], abs_parts, sq_parts) for i in range(workers)])
+    _run_ranges(_chunk_sums, x, abs_parts, sq_parts)
     total_abs = 0.0
     total_sq = 0.0
     for a, q in zip(abs_parts.tolist(), sq_parts.tolist()):
@@ -106,9 +101,7 @@ def _chunk_sums(x: np.ndarray, first: int, stop: int, abs_parts: np.ndarray, sq_
             np.absolute(part, out=wide)
             sq_parts[k] = np.dot(wide, wide)
             abs_parts[k] = wide.sum()
-            if _progress is not None:
-                with _progress_lock:
-                    _progress(part.nbytes)
+            _report_locked(part.nbytes)
 
 
 def _in_threads(fn, arg_lists) -> None:
@@ -129,6 +122,49 @@ def _in_threads(fn, arg_lists) -> None:
         t.join()
     if errors:
         raise errors[0]
+
+
+def _ranges(x: np.ndarray) -> list:
+    """The chunk ranges (first, stop) the threads reduce: one range unless x is large and threads are allowed."""
+    chunks = -(-x.size // CHUNK)
+    workers = max(1, min(_threads, chunks)) if x.nbytes >= PARALLEL_MIN_BYTES else 1
+    return [(chunks * i // workers, chunks * (i + 1) // workers) for i in range(workers)]
+
+
+def _run_ranges(fn, x: np.ndarray, *extra) -> None:
+    """fn(x, first, stop, *extra) over x's chunk ranges, in threads when there are several."""
+    ranges = _ranges(x)
+    if len(ranges) == 1:
+        fn(x, *ranges[0], *extra)
+    else:
+        _in_threads(fn, [(x, first, stop, *extra) for first, stop in ranges])
+
+
+def _report_locked(nbytes: int) -> None:
+    if _progress is not None:
+        with _progress_lock:
+            _progress(nbytes)
+
+
+def map_chunks(fn, x: np.ndarray, *, progress: bool = False) -> list:
+    """[fn(chunk) for each CHUNK-element chunk of x], in order; a large x is split over the threads.
+
+    fn runs in worker threads: it must not depend on the caller's numpy
+    errstate (errstate is per thread) and must not write shared state.
+    Combining the results in order gives the same answer for any thread count.
+    """
+    x = x.reshape(-1)
+    results = [None] * -(-x.size // CHUNK)
+
+    def work(x, first, stop):
+        for k in range(first, stop):
+            part = x[k * CHUNK:(k + 1) * CHUNK]
+            results[k] = fn(part)
+            if progress:
+                _report_locked(part.nbytes)
+
+    _run_ranges(work, x)
+    return results
 
 
 def asum(x: np.ndarray) -> float:
@@ -172,27 +208,34 @@ def minus(other: np.ndarray):
     return transform
 
 
-def finite_chunks(x: np.ndarray, *, progress: bool = False):
-    """Yield (finite values as float64, NaN count, Inf count) for each chunk of `x`."""
-    x = x.reshape(-1)
-    for start in range(0, x.size, CHUNK):
-        part = x[start:start + CHUNK].astype(np.float64)
-        if progress:
-            report(part.size * x.itemsize)
-        finite = np.isfinite(part)
-        if finite.all():
-            yield part, 0, 0
-            continue
-        nans = int(np.count_nonzero(np.isnan(part)))
-        yield part[finite], nans, int(part.size - np.count_nonzero(finite)) - nans
+def finite_values(part: np.ndarray) -> tuple[np.ndarray, int, int]:
+    """(the finite values of `part` as float64, NaN count, Inf count)."""
+    part = part.astype(np.float64)
+    finite = np.isfinite(part)
+    if finite.all():
+        return part, 0, 0
+    nans = int(np.count_nonzero(np.isnan(part)))
+    return part[finite], nans, int(part.size - np.count_nonzero(finite)) - nans
+
+
+def _moments(part: np.ndarray) -> tuple:
+    """(count, mean, sum of squared deviations, min, max, NaNs, Infs) of one chunk's finite values."""
+    values, nans, infs = finite_values(part)
+    if values.size == 0:
+        return 0, 0.0, 0.0, np.inf, -np.inf, nans, infs
+    mean = float(values.mean())
+    with np.errstate(over="ignore", invalid="ignore"):  # past float64's range: inf, without a stderr warning
+        m2 = float(np.dot(values - mean, values - mean))
+    return values.size, mean, m2, float(values.min()), float(values.max()), nans, infs
 
 
 def stats(x: np.ndarray) -> dict:
     """min, max, mean, std of the finite values, and the NaN and Inf counts, in float64.
 
-    Computed chunk by chunk (Chan's parallel update for the variance), so it
-    needs no full-size temporary. min/max/mean/std are None when no value is
-    finite.
+    Computed chunk by chunk (Chan's parallel update for the variance, the
+    chunks combined in order), so it needs no full-size temporary and gives
+    the same result for any thread count. min/max/mean/std are None when no
+    value is finite.
     """
     n = 0
     mean = 0.0
@@ -201,39 +244,32 @@ def stats(x: np.ndarray) -> dict:
     hi = -np.inf
     nans = 0
     infs = 0
-    for part, nan_here, inf_here in finite_chunks(x, progress=True):
+    for k, part_mean, part_m2, part_lo, part_hi, nan_here, inf_here in map_chunks(_moments, x, progress=True):
         nans += nan_here
         infs += inf_here
-        if part.size == 0:
+        if k == 0:
             continue
-        k = part.size
-        part_mean = float(part.mean())
-        with np.errstate(over="ignore", invalid="ignore"):  # past float64's range: inf, without a stderr warning
-            part_m2 = float(np.dot(part - part_mean, part - part_mean))
         delta = part_mean - mean
         total = n + k
         mean += delta * k / total
         m2 += part_m2 + delta * delta * n * k / total
         n = total
-        lo = min(lo, float(part.min()))
-        hi = max(hi, float(part.max()))
+        lo = min(lo, part_lo)
+        hi = max(hi, part_hi)
     if n == 0:
         return {"min": None, "max": None, "mean": None, "std": None, "nan": nans, "inf": infs}
     return {"min": lo, "max": hi, "mean": mean, "std": (m2 / n) ** 0.5, "nan": nans, "inf": infs}
 
 
+def _nonfinite_counts(part: np.ndarray) -> tuple[int, int]:
+    finite = np.isfinite(part)
+    if finite.all():
+        return 0, 0
+    nans = int(np.count_nonzero(np.isnan(part)))
+    return nans, int(part.size - np.count_nonzero(finite)) - nans
+
+
 def nonfinite(x: np.ndarray) -> tuple[int, int]:
     """The NaN and Inf counts of x, chunk by chunk (no full-size temporary)."""
-    x = x.reshape(-1)
-    nans = 0
-    infs = 0
-    for start in range(0, x.size, CHUNK):
-        part = x[start:start + CHUNK]
-        report(part.nbytes)
-        finite = np.isfinite(part)
-        if finite.all():
-            continue
-        nan_here = int(np.count_nonzero(np.isnan(part)))
-        nans += nan_here
-        infs += int(part.size - np.count_nonzero(finite)) - nan_here
-    return nans, infs
+    counts = map_chunks(_nonfinite_counts, x, progress=True)
+    return sum(c[0] for c in counts), sum(c[1] for c in counts)

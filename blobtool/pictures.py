@@ -100,12 +100,20 @@ def histogram(x: np.ndarray, bins: int = HIST_BINS, lo=None, hi=None) -> dict:
             # the values halves the edges and keeps every value's bin.
             return _halved(histogram(x / 2.0, bins, lo / 2.0, hi / 2.0), 2.0)
         edges = np.histogram_bin_edges(np.empty(0), bins=bins, range=(lo, hi))
-    for part, nan_here, inf_here in kernels.finite_chunks(x):
+
+    def count(part):
+        values, nan_here, inf_here = kernels.finite_values(part)
+        zeros = int(values.size - np.count_nonzero(values))
+        if edges is None or not values.size:
+            return None, zeros, nan_here, inf_here
+        return np.histogram(values, bins=bins, range=(edges[0], edges[-1]))[0], zeros, nan_here, inf_here
+
+    for part_counts, zeros_here, nan_here, inf_here in kernels.map_chunks(count, x):
         nans += nan_here
         infs += inf_here
-        zeros += int(part.size - np.count_nonzero(part))
-        if edges is not None and part.size:
-            counts += np.histogram(part, bins=bins, range=(edges[0], edges[-1]))[0]
+        zeros += zeros_here
+        if part_counts is not None:
+            counts += part_counts
     if edges is None:
         return {"edges": [], "counts": [], "zeros": zeros, "nan": nans, "inf": infs}
     return {"edges": [float(e) for e in edges], "counts": [int(c) for c in counts], "zeros": zeros,
@@ -114,18 +122,20 @@ def histogram(x: np.ndarray, bins: int = HIST_BINS, lo=None, hi=None) -> dict:
 
 def finite_range(x: np.ndarray) -> tuple:
     """(min, max, count of NaN and Inf) of the finite values, read in chunks; (None, None, n) if none is finite."""
-    x = x.reshape(-1)
-    lo, hi = math.inf, -math.inf
-    nonfinite = 0
-    for start in range(0, x.size, CHUNK):
-        part = x[start:start + CHUNK]
+    def extremes(part):
         finite = np.isfinite(part)
+        bad = 0
         if not finite.all():
-            nonfinite += int(part.size - np.count_nonzero(finite))
+            bad = int(part.size - np.count_nonzero(finite))
             part = part[finite]
-        if part.size:
-            lo = min(lo, float(part.min()))
-            hi = max(hi, float(part.max()))
+        if not part.size:
+            return math.inf, -math.inf, bad
+        return float(part.min()), float(part.max()), bad
+
+    found = kernels.map_chunks(extremes, x)
+    lo = min((f[0] for f in found), default=math.inf)
+    hi = max((f[1] for f in found), default=-math.inf)
+    nonfinite = sum(f[2] for f in found)
     if lo > hi:
         return None, None, nonfinite
     return lo, hi, nonfinite

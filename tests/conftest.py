@@ -36,3 +36,14 @@ def fake():
 
     with fakegpu.installed() as backend:
         yield backend
+
+
+@pytest.fixture
+def threaded(monkeypatch):
+    """Let arrays of any size be split over threads (kernels.set_threads); restore the thread count afterwards."""
+    from blobtool import kernels
+
+    monkeypatch.setattr(kernels, "PARALLEL_MIN_BYTES", 0)
+    previous = kernels.get_threads()
+    yield kernels.set_threads
+    kernels.set_threads(previous)

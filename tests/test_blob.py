@@ -1282,15 +1282,6 @@ def test_to_proto_into_a_foreign_message_is_wire_compatible(ForeignBlobProto):
 # -- reductions split over threads ---------------------------------------------------------------
 
 
-@pytest.fixture
-def threaded(monkeypatch):
-    """Let arrays of any size be split over threads; restore the thread count afterwards."""
-    monkeypatch.setattr(kernels, "PARALLEL_MIN_BYTES", 0)
-    previous = kernels.get_threads()
-    yield kernels.set_threads
-    kernels.set_threads(previous)
-
-
 @pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64, np.dtype(">f4")], ids=str)
 @pytest.mark.parametrize("count", [1, kernels.CHUNK - 1, 3 * kernels.CHUNK + 17, 8 * kernels.CHUNK])
 def test_asum_sumsq_is_the_same_for_any_thread_count(threaded, dtype, count):
@@ -1354,3 +1345,38 @@ def test_small_arrays_stay_in_the_calling_thread(monkeypatch):
     finally:
         kernels.set_threads(previous)
     assert started == []
+
+
+def _awkward_values(count: int, dtype) -> np.ndarray:
+    rng = np.random.default_rng(count)
+    x = (rng.standard_normal(count) * 1e3).astype(dtype)
+    x[::9973] = 0
+    x[5::70001] = np.nan
+    x[9::123457] = -np.inf
+    return x
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64], ids=str)
+def test_stats_and_nonfinite_are_the_same_for_any_thread_count(threaded, dtype):
+    x = _awkward_values(9 * kernels.CHUNK + 11, dtype)
+    threaded(1)
+    serial = (kernels.stats(x), kernels.nonfinite(x))
+    finite = x[np.isfinite(x)].astype(np.float64)
+    assert serial[1] == (int(np.isnan(x).sum()), int(np.isinf(x).sum()))
+    assert serial[0]["mean"] == pytest.approx(math.fsum(finite) / finite.size, rel=1e-9)
+    assert serial[0]["std"] == pytest.approx(float(np.std(finite)), rel=1e-9)
+    assert (serial[0]["min"], serial[0]["max"]) == (finite.min(), finite.max())
+    for threads in (2, 5):
+        threaded(threads)
+        assert (kernels.stats(x), kernels.nonfinite(x)) == serial, threads
+
+
+def test_map_chunks_keeps_order_and_reports_progress(threaded):
+    threaded(3)
+    x = np.arange(7 * kernels.CHUNK + 1, dtype=np.float32)
+    seen = []
+    with kernels.reporting(seen.append):
+        firsts = kernels.map_chunks(lambda part: float(part[0]), x, progress=True)
+    assert firsts == [float(k * kernels.CHUNK) for k in range(8)]
+    assert sum(seen) == x.nbytes
+    assert kernels.map_chunks(len, np.zeros(0)) == []

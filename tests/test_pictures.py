@@ -647,3 +647,20 @@ if __name__ == "__main__":
     DATA.mkdir(exist_ok=True)
     SHOW_EXPECTED.write_text(show_expected_text(), encoding="utf-8")
     print(f"wrote {SHOW_EXPECTED}")
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_histogram_and_finite_range_are_the_same_for_any_thread_count(threaded, dtype):
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal(6 * pictures.CHUNK + 3).astype(dtype)
+    x[::5000] = 0
+    x[3::77777] = np.nan
+    x[4::99999] = np.inf
+    threaded(1)
+    serial = (pictures.histogram(x), pictures.finite_range(x))
+    finite = x[np.isfinite(x)]
+    assert serial[0]["counts"] == np.histogram(finite, bins=pictures.HIST_BINS)[0].tolist()
+    assert serial[1] == (float(finite.min()), float(finite.max()), int((~np.isfinite(x)).sum()))
+    for threads in (2, 4):
+        threaded(threads)
+        assert (pictures.histogram(x), pictures.finite_range(x)) == serial, threads
