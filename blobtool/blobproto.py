@@ -144,7 +144,7 @@ class Origin:
 class BlobRecord:
     """A BlobProto located in a buffer: its small fields parsed, its payloads viewed."""
 
-    header: object               # a BlobProto message without payload fields
+    header: object               # the small fields: a BlobProto message without payloads, or a SimpleHeader
     payloads: dict               # name -> Payload
     start: int
     end: int
@@ -226,6 +226,76 @@ def _new_header():
     return BlobProto()
 
 
+class _Dims:
+    __slots__ = ("dim",)
+
+    def __init__(self, dims: list):
+        self.dim = dims
+
+
+class SimpleHeader:
+    """A BlobProto's shape fields decoded without protobuf, for the forms writers use.
+
+    Holds what proto_shape reads: ``shape.dim`` and num/channels/height/width
+    with HasField. parse_blob builds one when the small fields are only
+    `shape` (dims packed or not) and the legacy four as varints; anything
+    else (other fields, other wire types, damage) goes to protobuf. Loading
+    protobuf costs about 11 ms here, which a `blobtool norm` of a plain blob
+    file then does without (benchmarks/RESULTS.md); tests/test_codec.py
+    checks that both read the same shape.
+    """
+
+    __slots__ = ("shape", "_legacy")
+
+    def __init__(self, dims: list, legacy: dict):
+        self.shape = _Dims(dims)
+        self._legacy = legacy
+
+    def HasField(self, name: str) -> bool:  # noqa: N802 (protobuf's name)
+        return name in self._legacy
+
+    def __getattr__(self, name: str) -> int:
+        if name in LEGACY_FIELDS:
+            return self._legacy.get(name, 0)
+        raise AttributeError(name)
+
+
+# Packed dims longer than this are left to protobuf (32 axes of 10-byte varints).
+_MAX_SIMPLE_DIMS_BYTES = MAX_BLOB_AXES * wire.MAX_VARINT_BYTES
+
+
+def _signed(value: int, bits: int) -> int:
+    """A varint's value as protobuf reads it into an int32/int64 field (low bits, two's complement)."""
+    value &= (1 << bits) - 1
+    return value - (1 << bits) if value >> (bits - 1) else value
+
+
+def _simple_header(buf, spans) -> SimpleHeader | None:
+    """The header's shape fields when they take the common forms, else None (protobuf decides)."""
+    dims = []
+    legacy = {}
+    try:
+        for f in (f for a, b in spans for f in wire.iter_fields(buf, a, b)):
+            if 1 <= f.number <= 4 and f.wire_type == wire.VARINT:
+                legacy[LEGACY_FIELDS[f.number - 1]] = _signed(f.value, 32)  # the last one wins
+            elif f.number == 7 and f.wire_type == wire.LEN:
+                for g in wire.iter_fields(buf, f.start, f.end):  # occurrences merge: dims append
+                    if g.number == 1 and g.wire_type == wire.VARINT:
+                        dims.append(_signed(g.value, 64))
+                    elif g.number == 1 and g.wire_type == wire.LEN and g.end - g.start <= _MAX_SIMPLE_DIMS_BYTES:
+                        pos = g.start
+                        while pos < g.end:
+                            value, pos = wire.read_varint(buf, pos, g.end)
+                            dims.append(_signed(value, 64))
+                    else:
+                        return None
+            else:
+                return None
+    except FormatError:
+        return None
+    return SimpleHeader(dims, legacy)
+
+
 def parse_blob(buf, start: int = 0, end: int | None = None, *, path=None) -> BlobRecord:
     """Locate the BlobProto in buf[start:end]; no payload is copied or converted.
 
@@ -287,7 +357,9 @@ def parse_blob(buf, start: int = 0, end: int | None = None, *, path=None) -> Blo
         payloads[name] = _raw_payload(buf, name, f, raw_types.get(name, 0), path)
     if not any(n in field_offsets for n in (1, 2, 3, 4)):  # the shape comes from `shape`
         _check_axes(buf, header_spans, path)
-    header = _parse_header(buf, header_spans, path)
+    header = _simple_header(buf, header_spans)
+    if header is None:
+        header = _parse_header(buf, header_spans, path)
     return BlobRecord(header, payloads, start, end, path, field_offsets)
 
 

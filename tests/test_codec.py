@@ -873,3 +873,80 @@ def test_imagenet_mean(realworld):
     out = io.BytesIO()
     save(from_path, out)
     assert out.getvalue() == original
+
+
+# -- the shape fields read without protobuf ---------------------------------------------------
+
+from blobtool.blob import proto_shape  # noqa: E402
+from blobtool.blobproto import SimpleHeader, parse_blob  # noqa: E402
+
+VARINT_VALUES = st.one_of(st.integers(0, 40), st.integers(0, 2 ** 64 - 1), st.sampled_from([2 ** 31, 2 ** 32 - 1,
+                                                                                            2 ** 63, 2 ** 64 - 1]))
+
+
+def _tag(number: int, wire_type: int, pad: int) -> bytes:
+    """A tag, optionally written in more bytes than it needs (still at most 5)."""
+    tag = bytearray(encode_tag(number, wire_type))
+    for _ in range(pad):
+        tag[-1] |= 0x80
+        tag.append(0)
+    return bytes(tag)
+
+
+@st.composite
+def shape_headers(draw):
+    """Bytes of a BlobProto's small fields in the forms SimpleHeader reads: legacy varints, shape dims."""
+    out = b""
+    for _ in range(draw(st.integers(0, 6))):
+        pad = draw(st.integers(0, 2))
+        if draw(st.booleans()):
+            number = draw(st.integers(1, 4))
+            out += _tag(number, VARINT, pad) + encode_varint(draw(VARINT_VALUES))
+            continue
+        body = b""
+        for _ in range(draw(st.integers(0, 3))):
+            dims = draw(st.lists(VARINT_VALUES, max_size=5))
+            if draw(st.booleans()):
+                packed = b"".join(encode_varint(d) for d in dims)
+                body += _tag(1, LEN, draw(st.integers(0, 2))) + encode_varint(len(packed)) + packed
+            else:
+                body += b"".join(_tag(1, VARINT, draw(st.integers(0, 2))) + encode_varint(d) for d in dims)
+        out += _tag(7, LEN, pad) + encode_varint(len(body)) + body
+    return out
+
+
+@settings(max_examples=400, deadline=None)
+@given(raw=shape_headers())
+def test_shape_fields_read_without_protobuf_match_protobuf(raw):
+    record = parse_blob(raw)
+    assert isinstance(record.header, SimpleHeader)
+    oracle = BlobProto()
+    oracle.ParseFromString(raw)
+    assert proto_shape(record.header) == proto_shape(oracle)
+    for name in ("num", "channels", "height", "width"):
+        assert record.header.HasField(name) == oracle.HasField(name)
+        assert getattr(record.header, name) == getattr(oracle, name)
+    assert list(record.header.shape.dim) == list(oracle.shape.dim)
+
+
+def _shape_field(body: bytes) -> bytes:
+    return encode_tag(7, LEN) + encode_varint(len(body)) + body
+
+
+@pytest.mark.parametrize("raw", [
+    BlobProto(num=2).SerializeToString() + encode_tag(99, VARINT) + b"\x01",
+    encode_tag(1, I32) + b"\x01\x00\x00\x00",
+    _shape_field(encode_tag(2, VARINT) + b"\x05"),
+    _shape_field(encode_tag(1, I64) + bytes(8)),
+], ids=["unknown-field", "legacy-as-i32", "unknown-shape-field", "dim-as-i64"])
+def test_other_small_fields_go_to_protobuf(raw):
+    record = parse_blob(raw)
+    assert not isinstance(record.header, SimpleHeader)
+    oracle = BlobProto()
+    oracle.ParseFromString(raw)
+    assert proto_shape(record.header) == proto_shape(oracle)
+
+
+def test_damaged_shape_fields_are_refused_as_before():
+    with pytest.raises(BlobToolError, match="field 7"):
+        parse_blob(_shape_field(b"\x08"))  # a dim whose varint never ends
