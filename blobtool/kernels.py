@@ -20,9 +20,10 @@ __all__ = ["CHUNK", "set_threads", "get_threads", "map_chunks", "asum", "sumsq",
 # are widened, squared and summed.
 CHUNK = 1 << 16
 
-# Threads the reductions (asum_sumsq, stats, nonfinite, map_chunks) may use; 1 in the library unless set_threads() says
-# otherwise, the core count (or --jobs) in the blobtool command. Arrays
-# smaller than PARALLEL_MIN_BYTES are reduced in the calling thread.
+# Threads the reductions (asum_sumsq, stats, nonfinite, map_chunks) may use:
+# 1 in the library unless set_threads() says otherwise, the core count (or
+# --jobs) in the blobtool command. Arrays smaller than PARALLEL_MIN_BYTES are
+# reduced in the calling thread.
 # Measured on 2 cores, 256 MiB of float32 with BLAS single-threaded: 56 ms
 # in one thread, 31 ms in two.
 _threads = 1
@@ -55,7 +56,7 @@ def report(nbytes: int) -> None:
 
 
 def set_threads(n: int) -> None:
-    """Let the reductions (asum_sumsq, stats, nonfinite, map_chunks) split large arrays over `n` threads (1: none)."""
+    """Let the reductions split arrays over PARALLEL_MIN_BYTES across `n` threads (1: none)."""
     global _threads
     _threads = max(1, int(n))
 
@@ -214,8 +215,13 @@ def finite_values(part: np.ndarray) -> tuple[np.ndarray, int, int]:
     finite = np.isfinite(part)
     if finite.all():
         return part, 0, 0
+    return part[finite], *_nan_inf(part, finite)
+
+
+def _nan_inf(part: np.ndarray, finite: np.ndarray) -> tuple[int, int]:
+    """The NaN and Inf counts of `part`, given its isfinite mask."""
     nans = int(np.count_nonzero(np.isnan(part)))
-    return part[finite], nans, int(part.size - np.count_nonzero(finite)) - nans
+    return nans, int(part.size - np.count_nonzero(finite)) - nans
 
 
 def _moments(part: np.ndarray) -> tuple:
@@ -263,10 +269,7 @@ def stats(x: np.ndarray) -> dict:
 
 def _nonfinite_counts(part: np.ndarray) -> tuple[int, int]:
     finite = np.isfinite(part)
-    if finite.all():
-        return 0, 0
-    nans = int(np.count_nonzero(np.isnan(part)))
-    return nans, int(part.size - np.count_nonzero(finite)) - nans
+    return (0, 0) if finite.all() else _nan_inf(part, finite)
 
 
 def nonfinite(x: np.ndarray) -> tuple[int, int]:

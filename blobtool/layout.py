@@ -14,6 +14,7 @@ plain functions return None and rich draws the table.
 from __future__ import annotations
 
 import os
+import sys
 
 __all__ = ["fmt_num", "fmt_bytes", "fmt_shape", "title_parts", "info_columns", "info_rows", "info_footer",
            "norm_columns", "norm_rows", "plain_info", "plain_norm", "plain_stdout", "plain_width",
@@ -128,8 +129,6 @@ def stdout_is_terminal() -> bool:
     force_color = os.environ.get("FORCE_COLOR")
     if force_color is not None:
         return force_color != ""
-    import sys
-
     try:
         return bool(sys.stdout.isatty())
     except (AttributeError, ValueError):
@@ -138,8 +137,6 @@ def stdout_is_terminal() -> bool:
 
 def plain_stdout() -> bool:
     """Whether rich would draw on stdout in plain text with Unicode rules: the case plain_info/plain_norm copy."""
-    import sys
-
     encoding = (getattr(sys.stdout, "encoding", None) or "").lower()
     return encoding.startswith("utf") and not stdout_is_terminal()
 
