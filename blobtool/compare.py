@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .kernels import CHUNK, report
+from .kernels import CHUNK, map_chunk_indices, report_locked
 
 # Elements per chunk on a GPU: enough work per kernel launch to fill the device.
 DEVICE_CHUNK = 1 << 24
@@ -62,51 +62,72 @@ def compare_arrays(a, b, *, rtol: float = 0.0, atol: float = 0.0, xp=np) -> Valu
     """Compare two flat arrays of equal size chunk by chunk in float64.
 
     `xp` is the array module the arrays live in: numpy, or CuPy for device
-    arrays (then the comparison runs on the GPU, in larger chunks).
+    arrays (then the comparison runs on the GPU, in larger chunks). On the
+    host, large arrays are split over kernels' threads; the chunk results are
+    combined in order, so the answer does not depend on the thread count.
     """
-    chunk = CHUNK if xp is np else DEVICE_CHUNK
-    errstate = np.errstate if xp is np else (lambda **_: contextlib.nullcontext())
     a = a.reshape(-1)
     b = b.reshape(-1)
+    chunk = CHUNK if xp is np else DEVICE_CHUNK
+    chunks = -(-a.size // chunk)
+
+    def one(k):
+        return _compare_chunk(a[k * chunk:(k + 1) * chunk], b[k * chunk:(k + 1) * chunk], rtol, atol, xp)
+
+    if xp is np:
+        parts = map_chunk_indices(one, chunks, a.nbytes + b.nbytes)
+    else:
+        parts = [one(k) for k in range(chunks)]  # one device, one stream: in order
     max_abs = 0.0
     max_rel = 0.0
     mismatches = 0
     first = None
     sq_diff = sq_a = sq_b = 0.0
-    for start in range(0, a.size, chunk):
-        x = a[start:start + chunk].astype(xp.float64)
-        y = b[start:start + chunk].astype(xp.float64)
-        report(x.size * (a.itemsize + b.itemsize))
-        both_nan = xp.isnan(x) & xp.isnan(y)
-        with errstate(invalid="ignore", over="ignore"):
-            delta = xp.abs(x - y)
-            delta[both_nan] = 0.0
-            # Equal infinities give NaN above; they are equal.
-            delta[(x == y)] = 0.0
-            # A zero delta always matches (rtol * |inf| would be nan); a non-finite
-            # delta never does, whatever the tolerance.
-            bad = ~((delta == 0) | (xp.isfinite(delta) & (delta <= atol + rtol * xp.abs(y))))
-        count = int(xp.count_nonzero(bad))
+    for k, (count, first_here, abs_here, rel_here, sq_diff_here, sq_a_here, sq_b_here) in enumerate(parts):
         if count:
             mismatches += count
             if first is None:
-                first = start + int(xp.flatnonzero(bad)[0])
-        finite_delta = xp.where(xp.isnan(delta), xp.inf, delta)
-        if finite_delta.size:
-            max_abs = max(max_abs, float(finite_delta.max()))
-            with errstate(divide="ignore", invalid="ignore"):
-                rel = xp.where(finite_delta == 0, 0.0, finite_delta / xp.abs(y))
-            rel = xp.where(xp.isnan(rel), xp.inf, rel)
-            max_rel = max(max_rel, float(rel.max()))
-        ok = xp.isfinite(delta)
-        fx = x[xp.isfinite(x)]
-        fy = y[xp.isfinite(y)]
-        with errstate(over="ignore"):  # sums past float64's range are inf; a warning would be a stderr line
-            sq_diff += float(xp.dot(delta[ok], delta[ok]))
-            sq_a += float(xp.dot(fx, fx))
-            sq_b += float(xp.dot(fy, fy))
+                first = k * chunk + first_here
+        max_abs = max(max_abs, abs_here)
+        max_rel = max(max_rel, rel_here)
+        sq_diff += sq_diff_here
+        sq_a += sq_a_here
+        sq_b += sq_b_here
     return ValueDiff(mismatches == 0, max_abs, max_rel, mismatches, first,
                      math.sqrt(sq_a), math.sqrt(sq_diff), math.sqrt(sq_b))
+
+
+def _compare_chunk(a, b, rtol: float, atol: float, xp) -> tuple:
+    """(mismatches, first mismatch in the chunk, max |a-b|, max relative, sum (a-b)^2, sum a^2, sum b^2)."""
+    errstate = np.errstate if xp is np else (lambda **_: contextlib.nullcontext())
+    x = a.astype(xp.float64)
+    y = b.astype(xp.float64)
+    report_locked(x.size * (a.itemsize + b.itemsize))
+    both_nan = xp.isnan(x) & xp.isnan(y)
+    with errstate(invalid="ignore", over="ignore"):
+        delta = xp.abs(x - y)
+        delta[both_nan] = 0.0
+        # Equal infinities give NaN above; they are equal.
+        delta[(x == y)] = 0.0
+        # A zero delta always matches (rtol * |inf| would be nan); a non-finite
+        # delta never does, whatever the tolerance.
+        bad = ~((delta == 0) | (xp.isfinite(delta) & (delta <= atol + rtol * xp.abs(y))))
+    count = int(xp.count_nonzero(bad))
+    first = int(xp.flatnonzero(bad)[0]) if count else None
+    max_abs = max_rel = 0.0
+    finite_delta = xp.where(xp.isnan(delta), xp.inf, delta)
+    if finite_delta.size:
+        max_abs = float(finite_delta.max())
+        with errstate(divide="ignore", invalid="ignore"):
+            rel = xp.where(finite_delta == 0, 0.0, finite_delta / xp.abs(y))
+        rel = xp.where(xp.isnan(rel), xp.inf, rel)
+        max_rel = float(rel.max())
+    ok = xp.isfinite(delta)
+    fx = x[xp.isfinite(x)]
+    fy = y[xp.isfinite(y)]
+    with errstate(over="ignore"):  # sums past float64's range are inf; a warning would be a stderr line
+        return (count, first, max_abs, max_rel, float(xp.dot(delta[ok], delta[ok])), float(xp.dot(fx, fx)),
+                float(xp.dot(fy, fy)))
 
 
 @dataclass

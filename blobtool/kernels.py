@@ -9,12 +9,14 @@ for about the same time, because the chunk stays in cache while it is widened.
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 
 import numpy as np
 
-__all__ = ["CHUNK", "set_threads", "get_threads", "map_chunks", "asum", "sumsq", "asum_sumsq", "scal", "axpy",
-           "stats", "finite_values", "reporting", "report", "scaled", "minus", "nonfinite"]
+__all__ = ["CHUNK", "set_threads", "get_threads", "using_threads", "map_chunks", "map_chunk_indices", "asum", "sumsq", "asum_sumsq",
+           "scal", "axpy", "stats", "finite_values", "reporting", "report", "report_locked", "scaled", "minus",
+           "nonfinite"]
 
 # Elements per chunk: 64K float64 values (512 KiB) stay in L2 cache while they
 # are widened, squared and summed.
@@ -65,6 +67,17 @@ def get_threads() -> int:
     return _threads
 
 
+@contextlib.contextmanager
+def using_threads(n: int | None):
+    """set_threads(n) for the duration of a with block (None: the CPU count)."""
+    previous = _threads
+    set_threads(n or os.cpu_count() or 1)
+    try:
+        yield
+    finally:
+        set_threads(previous)
+
+
 def asum_sumsq(x: np.ndarray) -> tuple[float, float]:
     """Sum of |x| and sum of x*x in one pass, accumulated in float64.
 
@@ -78,7 +91,7 @@ def asum_sumsq(x: np.ndarray) -> tuple[float, float]:
     chunks = -(-n // CHUNK)
     abs_parts = np.empty(chunks, dtype=np.float64)
     sq_parts = np.empty(chunks, dtype=np.float64)
-    _run_ranges(_chunk_sums, x, abs_parts, sq_parts)
+    _run_ranges(_chunk_sums, x, chunks, x.nbytes, abs_parts, sq_parts)
     total_abs = 0.0
     total_sq = 0.0
     for a, q in zip(abs_parts.tolist(), sq_parts.tolist()):
@@ -102,7 +115,7 @@ def _chunk_sums(x: np.ndarray, first: int, stop: int, abs_parts: np.ndarray, sq_
             np.absolute(part, out=wide)
             sq_parts[k] = np.dot(wide, wide)
             abs_parts[k] = wide.sum()
-            _report_locked(part.nbytes)
+            report_locked(part.nbytes)
 
 
 def _in_threads(fn, arg_lists) -> None:
@@ -125,23 +138,23 @@ def _in_threads(fn, arg_lists) -> None:
         raise errors[0]
 
 
-def _ranges(x: np.ndarray) -> list:
-    """The chunk ranges (first, stop) the threads reduce: one range unless x is large and threads are allowed."""
-    chunks = -(-x.size // CHUNK)
-    workers = max(1, min(_threads, chunks)) if x.nbytes >= PARALLEL_MIN_BYTES else 1
+def _ranges(chunks: int, nbytes: int) -> list:
+    """The chunk ranges (first, stop) the threads take: one range unless the data is large and threads are allowed."""
+    workers = max(1, min(_threads, chunks)) if nbytes >= PARALLEL_MIN_BYTES else 1
     return [(chunks * i // workers, chunks * (i + 1) // workers) for i in range(workers)]
 
 
-def _run_ranges(fn, x: np.ndarray, *extra) -> None:
-    """fn(x, first, stop, *extra) over x's chunk ranges, in threads when there are several."""
-    ranges = _ranges(x)
+def _run_ranges(fn, x, chunks: int, nbytes: int, *extra) -> None:
+    """fn(x, first, stop, *extra) over the chunk ranges, in threads when there are several."""
+    ranges = _ranges(chunks, nbytes)
     if len(ranges) == 1:
         fn(x, *ranges[0], *extra)
     else:
         _in_threads(fn, [(x, first, stop, *extra) for first, stop in ranges])
 
 
-def _report_locked(nbytes: int) -> None:
+def report_locked(nbytes: int) -> None:
+    """report(), callable from several threads at once."""
     if _progress is not None:
         with _progress_lock:
             _progress(nbytes)
@@ -155,16 +168,29 @@ def map_chunks(fn, x: np.ndarray, *, progress: bool = False) -> list:
     Combining the results in order gives the same answer for any thread count.
     """
     x = x.reshape(-1)
-    results = [None] * -(-x.size // CHUNK)
 
-    def work(x, first, stop):
+    def one(k):
+        part = x[k * CHUNK:(k + 1) * CHUNK]
+        result = fn(part)
+        if progress:
+            report_locked(part.nbytes)
+        return result
+
+    return map_chunk_indices(one, -(-x.size // CHUNK), x.nbytes)
+
+
+def map_chunk_indices(fn, chunks: int, nbytes: int) -> list:
+    """[fn(k) for k in range(chunks)], in order, split over the threads when the `nbytes` behind them are many.
+
+    For work over several arrays at once (compare); map_chunks is the one-array case.
+    """
+    results = [None] * chunks
+
+    def work(_, first, stop):
         for k in range(first, stop):
-            part = x[k * CHUNK:(k + 1) * CHUNK]
-            results[k] = fn(part)
-            if progress:
-                _report_locked(part.nbytes)
+            results[k] = fn(k)
 
-    _run_ranges(work, x)
+    _run_ranges(work, None, chunks, nbytes)
     return results
 
 

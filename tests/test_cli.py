@@ -14,6 +14,7 @@ import io
 import json
 import math
 import os
+import platform
 import pty
 import shlex
 import subprocess
@@ -1291,3 +1292,59 @@ def test_norm_gives_the_same_sums_with_one_job_or_all_cores(tmp_path, monkeypatc
     assert kernels.get_threads() == previous, "the command restores the library's thread count"
     assert one == many
     assert one["blobs"][0]["data"]["asum"] == pytest.approx(math.fsum(np.abs(values.astype(np.float64))), rel=1e-12)
+
+
+@pytest.mark.parametrize("tolerances", [{}, {"rtol": 1e-3, "atol": 1e-6}])
+def test_compare_arrays_is_the_same_for_any_thread_count(threaded, tolerances):
+    from blobtool import kernels
+    from blobtool.compare import compare_arrays
+
+    rng = np.random.default_rng(11)
+    a = rng.standard_normal(7 * kernels.CHUNK + 5).astype(np.float32)
+    b = a.astype(np.float64)
+    b[3 * kernels.CHUNK + 2::50_000] += 1e-2   # first difference in the fourth chunk
+    b[::33_333] *= 1 + 1e-4
+    a[5::70_001] = np.nan
+    b[5::70_001] = np.nan
+    a[9] = b[9] = np.inf
+    b[kernels.CHUNK * 6] = -np.inf
+    threaded(1)
+    serial = compare_arrays(a, b, **tolerances)
+    assert not serial.equal
+    assert serial.first_mismatch == (0 if not tolerances else 3 * kernels.CHUNK + 2)
+    wide = a.astype(np.float64)
+    with np.errstate(invalid="ignore"):
+        bad = ~((wide == b) | (np.isnan(wide) & np.isnan(b)) |
+                (np.isfinite(wide - b) & (np.abs(wide - b) <= tolerances.get("atol", 0) +
+                                          tolerances.get("rtol", 0) * np.abs(b))))
+    assert serial.mismatches == int(np.count_nonzero(bad))
+    for threads in (2, 3, 8):
+        threaded(threads)
+        assert compare_arrays(a, b, **tolerances) == serial, threads
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux") or platform.libc_ver()[0] != "glibc",
+                    reason="mallopt settings are glibc's")
+def test_the_command_keeps_freed_chunk_buffers_with_glibc():
+    import blobtool.cli as cli_module
+
+    assert cli_module._keep_freed_memory() is True
+
+
+def test_compare_splits_large_blobs_over_the_cores_and_restores_the_setting(tmp_path, monkeypatch):
+    from blobtool import kernels
+
+    monkeypatch.setattr(kernels, "PARALLEL_MIN_BYTES", 0)
+    monkeypatch.setattr(os, "cpu_count", lambda: 3)
+    split = []
+    real = kernels._in_threads
+    monkeypatch.setattr(kernels, "_in_threads", lambda fn, arg_lists: (split.append(len(arg_lists)),
+                                                                       real(fn, arg_lists)))
+    values = np.random.default_rng(2).standard_normal(4 * kernels.CHUNK).astype(np.float32)
+    a = write_blob(tmp_path / "a.pb", values)
+    b = write_blob(tmp_path / "b.pb", values.astype(np.float64), double=True)
+    previous = kernels.get_threads()
+    result = invoke("compare", a, b)
+    assert result.exit_code == 0, result.stderr
+    assert split and set(split) == {3}
+    assert kernels.get_threads() == previous
