@@ -878,7 +878,7 @@ def test_imagenet_mean(realworld):
 # -- the shape fields read without protobuf ---------------------------------------------------
 
 from blobtool.blob import proto_shape  # noqa: E402
-from blobtool.blobproto import SimpleHeader, parse_blob  # noqa: E402
+from blobtool.blobproto import MAX_BLOB_AXES, SimpleHeader, parse_blob  # noqa: E402
 from blobtool.wire import minimal_tags  # noqa: E402
 
 VARINT_VALUES = st.one_of(st.integers(0, 40), st.integers(0, 2 ** 64 - 1), st.sampled_from([2 ** 31, 2 ** 32 - 1,
@@ -919,8 +919,6 @@ def shape_headers(draw):
 @settings(max_examples=400, deadline=None)
 @given(raw=shape_headers())
 def test_shape_fields_read_without_protobuf_match_protobuf(raw):
-    record = parse_blob(raw)
-    assert isinstance(record.header, SimpleHeader)
     # What blobtool's protobuf path reads (tags made minimal first, so that
     # protobuf 3.x's pure-Python parser reads padded tags as upb does) ...
     oracle = BlobProto()
@@ -929,6 +927,13 @@ def test_shape_fields_read_without_protobuf_match_protobuf(raw):
         direct = BlobProto()
         direct.ParseFromString(raw)
         assert direct == oracle
+    legacy = any(oracle.HasField(name) for name in ("num", "channels", "height", "width"))
+    if len(oracle.shape.dim) > MAX_BLOB_AXES and not legacy:  # Caffe's CHECK_LE(shape.size(), kMaxBlobAxes)
+        with pytest.raises(BlobToolError, match=f"at most {MAX_BLOB_AXES} axes, got {len(oracle.shape.dim)}"):
+            parse_blob(raw)
+        return
+    record = parse_blob(raw)
+    assert isinstance(record.header, SimpleHeader)
     assert proto_shape(record.header) == proto_shape(oracle)
     for name in ("num", "channels", "height", "width"):
         assert record.header.HasField(name) == oracle.HasField(name)
@@ -957,3 +962,12 @@ def test_other_small_fields_go_to_protobuf(raw):
 def test_damaged_shape_fields_are_refused_as_before():
     with pytest.raises(BlobToolError, match="field 7"):
         parse_blob(_shape_field(b"\x08"))  # a dim whose varint never ends
+
+
+def test_shape_fields_past_the_axis_limit_are_refused_without_legacy_fields():
+    body = b"".join(encode_tag(1, VARINT) + b"\x01" for _ in range(MAX_BLOB_AXES + 1))
+    with pytest.raises(BlobToolError, match=f"at most {MAX_BLOB_AXES} axes, got {MAX_BLOB_AXES + 1}"):
+        parse_blob(_shape_field(body))
+    # With a legacy field present Caffe ignores `shape`, so its length does not matter.
+    record = parse_blob(BlobProto(num=3).SerializeToString() + _shape_field(body))
+    assert record.shape == (3, 0, 0, 0)  # the legacy fields default to 0 in caffe.proto
