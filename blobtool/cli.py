@@ -316,13 +316,13 @@ def _emit(record: dict, as_json: bool, renderer: str, **options) -> None:
         _emit_json(record)
         return
     plain = _PLAIN.get(renderer)
-    if plain is not None and not options:
+    if plain is not None:
         from . import layout
 
         if layout.plain_stdout():
             # rich's own text for these tables, written without loading rich
             # (see layout.py); None where only rich can draw it.
-            text = getattr(layout, plain)(record, layout.plain_width())
+            text = getattr(layout, plain)(record, layout.plain_width(), **options)
             if text is not None:
                 sys.stdout.write(text)
                 sys.stdout.flush()
@@ -333,7 +333,7 @@ def _emit(record: dict, as_json: bool, renderer: str, **options) -> None:
 
 
 # Renderers whose output off a terminal layout.py writes without rich.
-_PLAIN = {"render_info": "plain_info", "render_norm": "plain_norm"}
+_PLAIN = {"render_info": "plain_info", "render_norm": "plain_norm", "render_compare": "plain_compare"}
 
 
 @functools.lru_cache(maxsize=None)
@@ -701,7 +701,6 @@ def compare(a, b, rtol, atol, quiet, device, patterns, kind, as_json):
     from .compare import compare_documents
     from .kernels import using_threads
     from .containers import select
-    from .render import render_compare
     from .summary import compare_record
 
     if a == "-" and b == "-":
@@ -716,11 +715,7 @@ def compare(a, b, rtol, atol, quiet, device, patterns, kind, as_json):
         result = compare_documents(doc_a, doc_b, entries_a, entries_b, rtol=rtol, atol=atol,
                                    fetch=lambda e: _place(e.blob(), device_info), xp=_array_module(device_info))
     record = compare_record(result, device=device_info)
-    if as_json:
-        _emit_json(record)
-    else:
-        out, _ = _consoles()
-        render_compare(out, record, quiet=quiet)
+    _emit(record, as_json, "render_compare", quiet=quiet)
     click.get_current_context().exit(EXIT_OK if result.equal else EXIT_DIFFERENT)
 
 

@@ -1,8 +1,8 @@
-"""What the info and norm tables say, and those tables as plain text, without rich.
+"""What the info, norm and compare tables say, and those tables as plain text, without rich.
 
 render.py draws the tables with rich from the rows built here. Off a
 terminal, rich draws them without colour, and blobtool writes that same text
-itself (plain_info, plain_norm) instead of importing rich: loading rich costs
+itself (plain_info, plain_norm, plain_compare) instead of importing rich: loading rich costs
 about 19 ms on the 2-core reference machine, a tenth of a whole
 `blobtool norm` of a 256 MiB blob (benchmarks/RESULTS.md). The plain text is
 rich's own layout for these tables (box.SIMPLE_HEAD, pad_edge=False), and
@@ -17,11 +17,13 @@ import os
 import sys
 
 __all__ = ["fmt_num", "fmt_bytes", "fmt_shape", "title_parts", "info_columns", "info_rows", "info_footer",
-           "norm_columns", "norm_rows", "plain_info", "plain_norm", "plain_stdout", "plain_width",
-           "stdout_is_terminal"]
+           "norm_columns", "norm_rows", "compare_verdict", "compare_rows", "compare_footer", "COMPARE_COLUMNS",
+           "plain_info", "plain_norm", "plain_compare", "plain_stdout", "plain_width", "stdout_is_terminal"]
 
 NORM_COLUMNS = [("blob", "left")] + [(c, "right") for c in ("data asum", "data sumsq", "data l2", "diff asum",
                                                              "diff sumsq", "diff l2")]
+COMPARE_COLUMNS = [("blob", "left"), ("what", "left"), ("max_abs", "right"), ("max_rel", "right"),
+                   ("rel L2", "right"), ("mismatches", "right"), ("first at", "left")]
 
 # Width of the output off a terminal, where rich would otherwise wrap at 80
 # columns; tables read better unwrapped in logs.
@@ -119,6 +121,49 @@ def norm_rows(record: dict) -> list:
     return rows
 
 
+def compare_verdict(record: dict) -> tuple[str, str]:
+    """compare's first line: the verdict word ("equal" or "DIFFERENT") and the rest of the line."""
+    blobs = record["blobs"]
+    if record["equal"]:
+        return "equal", f"  {record['a']} and {record['b']}: {len(blobs)} blob(s) match"
+    differing = sum(1 for b in blobs if not b["equal"])
+    return "DIFFERENT", f"  {record['a']} vs {record['b']}: {differing} of {len(blobs)} blob(s) differ"
+
+
+def compare_rows(record: dict) -> list:
+    """(cells, is_warning) for each differing blob: blobs in one file only and shape mismatches first,
+    then by relative L2 error, largest first. is_warning marks a "what" cell that is not a value difference."""
+    def severity(b):
+        if b.get("only_in") or b["shape_a"] != b["shape_b"] and b["max_abs"] is None:
+            return (0, 0.0)
+        rel = b["rel_l2"]
+        rel = float("inf") if isinstance(rel, str) else (rel or 0.0)
+        return (1, -rel)
+
+    rows = []
+    for b in sorted((b for b in record["blobs"] if not b["equal"]), key=severity):
+        if b.get("only_in"):
+            rows.append(([b["name"], f"only in {b['only_in']}", "", "", "", "", ""], True))
+        elif b["max_abs"] is None:
+            what = f"shape {fmt_shape(b['shape_a'])} vs {fmt_shape(b['shape_b'])}"
+            rows.append(([b["name"], what, "", "", "", "", ""], True))
+        else:
+            total = 1
+            for d in b["shape_a"]:
+                total *= d
+            first = fmt_shape(b["first_mismatch"]) if b["first_mismatch"] is not None else "-"
+            rows.append(([b["name"], "values" if b["mismatches"] else "diff", fmt_num(b["max_abs"]),
+                          fmt_num(b["max_rel"]), fmt_num(b["rel_l2"]), f"{b['mismatches']:,} / {total:,}", first],
+                         False))
+    return rows
+
+
+def compare_footer(record: dict) -> str | None:
+    """The line under compare's table that counts the blobs that matched, when some did."""
+    same = sum(1 for b in record["blobs"] if b["equal"])
+    return f"  {same} other blob(s) equal" if same else None
+
+
 # -- plain text -------------------------------------------------------------------
 
 def stdout_is_terminal() -> bool:
@@ -203,3 +248,17 @@ def plain_norm(record: dict, width: int) -> str | None:
     if title is None or table is None:
         return None
     return "\n".join([title, *table]) + "\n"
+
+
+def plain_compare(record: dict, width: int, quiet: bool = False) -> str | None:
+    """compare's verdict (and table of differences) as rich prints it off a terminal, or None where rich must."""
+    verdict = "".join(compare_verdict(record))
+    if not (verdict.isascii() and verdict.isprintable()) or len(verdict) > width:
+        return None
+    if record["equal"] or quiet:
+        return verdict + "\n"
+    table = plain_table(COMPARE_COLUMNS, [cells for cells, _ in compare_rows(record)], width)
+    footer = compare_footer(record)
+    if table is None or (footer is not None and len(footer) > width):
+        return None
+    return "\n".join([verdict, *table, *([footer] if footer is not None else [])]) + "\n"

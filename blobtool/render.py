@@ -7,8 +7,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from .layout import (fmt_bytes, fmt_num, fmt_shape, info_columns, info_footer, info_rows, norm_columns, norm_rows,
-                     title_parts)
+from .layout import (COMPARE_COLUMNS, compare_footer, compare_rows, compare_verdict, fmt_bytes, fmt_num, fmt_shape,
+                     info_columns, info_footer, info_rows, norm_columns, norm_rows, title_parts)
 
 
 __all__ = ["fmt_num", "fmt_bytes", "fmt_shape", "render_info", "render_norm", "render_compare",
@@ -119,54 +119,23 @@ def render_norm(console: Console, record: dict) -> None:
 
 def render_compare(console: Console, record: dict, *, quiet: bool = False) -> None:
     """The answer to "what differs, and by how much": a verdict line, then the differing blobs first."""
-    blobs = record["blobs"]
-    differing = [b for b in blobs if not b["equal"]]
-    if record["equal"]:
-        verdict = Text("equal", style="bold green")
-        verdict.append(f"  {record['a']} and {record['b']}: {len(blobs)} blob(s) match", style="")
-        console.print(verdict)
-        return
-    verdict = Text("DIFFERENT", style="bold red")
-    verdict.append(f"  {record['a']} vs {record['b']}: {len(differing)} of {len(blobs)} blob(s) differ")
+    word, rest = compare_verdict(record)
+    verdict = Text(word, style="bold green" if record["equal"] else "bold red")
+    verdict.append(rest)
     console.print(verdict)
-    if quiet:
+    if record["equal"] or quiet:
         return
-
-    def severity(b):
-        if b.get("only_in") or b["shape_a"] != b["shape_b"] and b["max_abs"] is None:
-            return (0, 0.0)
-        rel = b["rel_l2"]
-        rel = float("inf") if isinstance(rel, str) else (rel or 0.0)
-        return (1, -rel)
-
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
-    table.add_column("blob")
-    table.add_column("what")
-    table.add_column("max_abs", justify="right")
-    table.add_column("max_rel", justify="right")
-    table.add_column("rel L2", justify="right")
-    table.add_column("mismatches", justify="right")
-    table.add_column("first at")
-    for b in sorted(differing, key=severity):
-        if b.get("only_in"):
-            what = Text(f"only in {b['only_in']}", style="yellow")
-            table.add_row(b["name"], what, "", "", "", "", "")
-            continue
-        if b["max_abs"] is None:
-            table.add_row(b["name"], Text(f"shape {fmt_shape(b['shape_a'])} vs {fmt_shape(b['shape_b'])}",
-                                          style="yellow"), "", "", "", "", "")
-            continue
-        what = "values" if b["mismatches"] else "diff"
-        total = 1
-        for d in b["shape_a"]:
-            total *= d
-        table.add_row(b["name"], what, fmt_num(b["max_abs"]), fmt_num(b["max_rel"]), fmt_num(b["rel_l2"]),
-                      f"{b['mismatches']:,} / {total:,}",
-                      fmt_shape(b["first_mismatch"]) if b["first_mismatch"] is not None else "-")
+    for header, justify in COMPARE_COLUMNS:
+        table.add_column(header, justify=justify)
+    for cells, warning in compare_rows(record):
+        if warning:
+            cells = [cells[0], Text(cells[1], style="yellow"), *cells[2:]]
+        table.add_row(*cells)
     console.print(table)
-    same = len(blobs) - len(differing)
-    if same:
-        console.print(Text(f"  {same} other blob(s) equal", style="dim"))
+    footer = compare_footer(record)
+    if footer is not None:
+        console.print(Text(footer, style="dim"))
 
 
 def render_devices(console: Console, devices: list) -> None:

@@ -7,6 +7,7 @@ character, and where blobtool cannot promise that it must hand over to rich.
 
 from __future__ import annotations
 
+import functools
 import io
 import json
 import os
@@ -92,6 +93,41 @@ def norm_records(draw):
             "blobs": blobs, "total": {"data": norms(), "diff": norms()}}
 
 
+JSON_NUMBERS = st.one_of(st.floats(allow_nan=False, allow_infinity=False), st.sampled_from(["nan", "inf", "-inf"]))
+
+
+@st.composite
+def compare_records(draw):
+    names, paths = name_strategies(draw)
+    blobs = []
+    for _ in range(draw(st.integers(0, 6))):
+        shape = draw(SHAPES)
+        blob = {"name": draw(names), "equal": False, "shape_a": shape, "shape_b": shape, "max_abs": None,
+                "max_rel": None, "rel_l2": None, "mismatches": None, "first_mismatch": None, "diff": None}
+        what = draw(st.sampled_from(["equal", "only_in", "shape", "values", "diff"]))
+        if what == "only_in":
+            side = draw(st.sampled_from(["a", "b"]))
+            blob["only_in"] = side
+            blob["shape_b" if side == "a" else "shape_a"] = None
+        elif what == "shape":
+            blob["shape_b"] = draw(SHAPES.filter(lambda other: other != shape))
+        else:
+            blob.update(max_abs=draw(JSON_NUMBERS), max_rel=draw(JSON_NUMBERS), rel_l2=draw(JSON_NUMBERS),
+                        mismatches=0 if what != "values" else draw(st.integers(1, 10 ** 9)), equal=what == "equal")
+            if what == "values":
+                blob["first_mismatch"] = draw(st.lists(st.integers(0, 10 ** 5), min_size=len(shape),
+                                                       max_size=len(shape)))
+            if what == "equal":
+                blob["mismatches"] = 0
+        blobs.append(blob)
+    return {"a": draw(paths), "b": draw(paths), "equal": all(b["equal"] for b in blobs), "blobs": blobs}
+
+
+def compare_texts(record: dict) -> list:
+    return ["".join(layout.compare_verdict(record))] + [cell for cells, _ in layout.compare_rows(record)
+                                                        for cell in cells]
+
+
 def info_texts(record: dict) -> list:
     texts = ["".join(layout.title_parts(record))]
     texts += [cell for cells, _ in layout.info_rows(record) for cell in cells]
@@ -121,6 +157,13 @@ def test_plain_info_is_richs_text(record, width):
 @given(record=norm_records(), width=WIDTHS)
 def test_plain_norm_is_richs_text(record, width):
     check(layout.plain_norm, render.render_norm, norm_texts(record), record, width)
+
+
+@settings(max_examples=300, deadline=None)
+@given(record=compare_records(), width=WIDTHS, quiet=st.booleans())
+def test_plain_compare_is_richs_text(record, width, quiet):
+    renderer = functools.partial(render.render_compare, quiet=quiet)
+    check(functools.partial(layout.plain_compare, quiet=quiet), renderer, compare_texts(record), record, width)
 
 
 def test_plain_table_at_exactly_the_width():
@@ -202,6 +245,25 @@ def test_command_off_a_terminal_prints_richs_text_without_loading_rich(tmp_path,
     renderer = render.render_info if command == "info" else render.render_norm
     assert plain.stdout == rich_text(renderer, json.loads(as_json.stdout), layout.DEFAULT_PLAIN_WIDTH)
     assert "conv1" in plain.stdout
+
+
+@pytest.mark.parametrize("quiet", [False, True])
+def test_compare_off_a_terminal_prints_richs_text_without_loading_rich(tmp_path, small_net, quiet):
+    net = NetParameter.FromString(small_net.read_bytes())
+    net.layer[0].blobs[0].data[4] = 5.5
+    net.layer.add(name="extra").blobs.add(data=[1.0]).shape.dim.append(1)
+    other = tmp_path / "other.caffemodel"
+    other.write_bytes(net.SerializeToString())
+    flags = ["--quiet"] if quiet else []
+    for b, code in ((small_net, 0), (other, 1)):  # names relative to tmp_path: the verdict line fits
+        plain = _run(["compare", *flags, small_net.name, b.name], tmp_path)
+        assert plain.returncode == code, plain.stderr
+        assert " rich" not in plain.stderr, "rich was imported"
+        as_json = _run(["compare", "--json", small_net.name, b.name], tmp_path)
+        assert as_json.returncode == code, as_json.stderr
+        renderer = functools.partial(render.render_compare, quiet=quiet)
+        assert plain.stdout == rich_text(renderer, json.loads(as_json.stdout), layout.DEFAULT_PLAIN_WIDTH)
+    assert ("conv1" in plain.stdout) != quiet and "DIFFERENT" in plain.stdout
 
 
 def test_forced_terminal_output_still_uses_rich(tmp_path, small_net):
