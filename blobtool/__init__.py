@@ -1,7 +1,8 @@
 """blobtool: inspect, compare and convert Caffe blob files.
 
-The engine mirrors Caffe's SyncedMemory and Blob; load and save read and
-write BlobProto files without copying their payloads.
+The engine mirrors Caffe's SyncedMemory and Blob; load, load_all and
+open_document read every kind of file blobtool knows without copying the
+payloads, and save and write write them (see blobtool.api).
 
 The names below are imported on first use, so that the blobtool command
 can set up the process (BLAS threads) before numpy is loaded.
@@ -15,14 +16,19 @@ __version__ = "0.1.0"
 _EXPORTS = {
     "Blob": "blob",
     "BlobToolError": "errors",
-    "load": "containers",
-    "load_all": "containers",
-    "save": "files",
+    "ExitCode": "errors",
+    "load": "api",
+    "load_all": "api",
+    "save": "api",
+    "write": "api",
+    "open_document": "formats",
+    "select": "formats",
     "SyncedHead": "syncedmem",
     "SyncedMemory": "syncedmem",
 }
 
-__all__ = ["Blob", "BlobToolError", "SyncedHead", "SyncedMemory", "load", "load_all", "save", "__version__"]
+__all__ = ["Blob", "BlobToolError", "ExitCode", "SyncedHead", "SyncedMemory", "load", "load_all", "open_document",
+           "save", "select", "write", "__version__"]
 
 
 def __getattr__(name):

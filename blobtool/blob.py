@@ -15,6 +15,7 @@ Where blobtool differs from Caffe, on purpose:
 from __future__ import annotations
 
 import operator
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -22,7 +23,7 @@ from . import kernels
 from .errors import FormatError, UsageError
 from .syncedmem import SyncedHead, SyncedMemory
 
-__all__ = ["Blob", "MAX_BLOB_AXES", "LEGACY_FIELDS", "proto_shape", "DTYPES"]
+__all__ = ["Blob", "Origin", "MAX_BLOB_AXES", "LEGACY_FIELDS", "proto_shape", "legacy_shapes_equal", "DTYPES"]
 
 # Caffe's kMaxBlobAxes.
 MAX_BLOB_AXES = 32
@@ -75,6 +76,37 @@ def proto_shape(proto) -> tuple[tuple[int, ...], str]:
     return tuple(int(d) for d in proto.shape.dim), "shape"
 
 
+def legacy_shapes_equal(shape_a, shape_b) -> bool:
+    """Caffe's ShapeEquals rule where a legacy 4-D shape is involved.
+
+    Legacy dims compare from the end: a shape of at most 4 axes equals the
+    4-D shape it pads to with leading 1s ((3, 2) equals 1 x 1 x 3 x 2); a
+    shape of more than 4 axes equals no legacy shape.
+    """
+    shape_a, shape_b = tuple(shape_a), tuple(shape_b)
+    if len(shape_a) > 4 or len(shape_b) > 4:
+        return False
+    return (1,) * (4 - len(shape_a)) + shape_a == (1,) * (4 - len(shape_b)) + shape_b
+
+
+@dataclass(frozen=True)
+class Origin:
+    """How a blob was stored in the file it came from, so that a re-save keeps it unless asked otherwise."""
+
+    layout: str          # "shape" or "legacy"
+    dtype: np.dtype      # as stored: float32 (data), float64 (double_data), float16 (raw/half) ...
+    has_diff: bool
+
+    @property
+    def precision(self) -> str:
+        """The precision to write this blob back in: "double", "half" or "float"."""
+        if self.dtype == np.float64:
+            return "double"
+        if self.dtype == np.float16:
+            return "half"
+        return "float"
+
+
 class Blob:
     """An N-D float32/float64 array with data and diff (mirrors caffe::Blob).
 
@@ -84,6 +116,13 @@ class Blob:
         ``Blob()`` is empty (0 axes, count 0); ``Blob(2, 3, 4, 5)``;
         ``Blob([3, 2])``.
     dtype : numpy.float32 or numpy.float64
+
+    Attributes
+    ----------
+    origin : Origin or None
+        How the blob was stored, for a blob read from a file (its layout,
+        stored dtype and whether it had a diff); None for a blob made in
+        Python. Writers keep the stored form unless told otherwise.
 
     Notes
     -----
@@ -98,6 +137,7 @@ class Blob:
         self._capacity = 0
         self._data: SyncedMemory | None = None
         self._diff: SyncedMemory | None = None
+        self.origin: Origin | None = None
         if dims:
             self.reshape(*dims)
 
@@ -234,14 +274,10 @@ class Blob:
         Legacy dims compare from the end, so shape (3, 2) equals legacy
         1 x 1 x 3 x 2.
         """
-        if any(proto.HasField(name) for name in LEGACY_FIELDS):
-            if self.num_axes > 4:
-                return False
-            return all(
-                self.legacy_shape(i) == int(getattr(proto, name))
-                for i, name in zip((-4, -3, -2, -1), LEGACY_FIELDS)
-            )
-        return self._shape == tuple(int(d) for d in proto.shape.dim)
+        shape, layout = proto_shape(proto)
+        if layout == "legacy":
+            return legacy_shapes_equal(self._shape, shape)
+        return self._shape == shape
 
     # -- memory ------------------------------------------------------------
 

@@ -47,45 +47,95 @@ from dataclasses import dataclass, field as dc_field
 
 import numpy as np
 
-from . import kernels, wire
-from .blob import LEGACY_FIELDS, MAX_BLOB_AXES, Blob, proto_shape
+from . import wire
+from .blob import LEGACY_FIELDS, MAX_BLOB_AXES, Blob, Origin, proto_shape
 from .errors import FormatError, UsageError
+from .progress import report
+from .source import release_pages
 
 __all__ = [
-    "BLOB_FIELD_NAMES", "Payload", "BlobRecord", "Origin", "parse_blob", "blob_from_record",
-    "encode_blob_parts", "resolve_form", "write_parts", "write_blob", "blob_encoded_size", "PRECISIONS", "RAW_TYPES",
-    "parse_errors",
+    "BLOB_FIELD_NAMES", "PAYLOAD_FIELDS", "TYPE_FIELDS", "BLOB_WIRE_PAIRS", "Payload", "BlobRecord", "Origin",
+    "parse_blob", "blob_from_record", "encode_blob_parts", "resolve_form", "write_parts", "write_blob",
+    "blob_encoded_size", "PRECISIONS", "RAW_TYPES", "parse_errors",
 ]
 
 BLOB_FIELD_NAMES = {1: "num", 2: "channels", 3: "height", 4: "width", 5: "data", 6: "diff",
                     7: "shape", 8: "double_data", 9: "double_diff", 10: "raw_data_type/half_data",
                     11: "raw_diff_type/half_diff", 12: "raw_data", 13: "raw_diff"}
+SHAPE_FIELD = 7
 
 # NVIDIA Caffe's BlobProto.Type, the element type of raw_data / raw_diff.
 RAW_TYPES = {0: np.dtype("<f8"), 1: np.dtype("<f4"), 2: np.dtype("<f2"), 3: np.dtype("<i4"), 4: np.dtype("<u4")}
 RAW_TYPE_FLOAT16 = 2
 
-# Precisions a blob can be written in: Caffe's data, double_data, or NVIDIA
-# Caffe's raw FLOAT16 (which only NVIDIA Caffe and OpenCV read).
-PRECISIONS = ("float", "double", "half")
-
 
 @dataclass(frozen=True)
-class _PayloadSpec:
+class PayloadField:
+    """One field that can hold a blob's values.
+
+    `encoding` says how its bytes hold them:
+
+    - "packed": little-endian values of `dtype`, packed in one LEN field or
+      unpacked as one `unpacked_wire_type` field per value (Caffe's own);
+    - "raw": a bytes field of little-endian values whose type is the enum in
+      field `type_field` (NVIDIA Caffe);
+    - "half": packed uint32 varints each holding float16 bits (ditcaffe).
+    """
+
+    number: int
     name: str
-    dtype: np.dtype
-    unpacked_wire_type: int
-    unpacked_tag: bytes
+    which: str                  # "data" or "diff"
+    encoding: str
+    dtype: np.dtype | None = None
+    unpacked_wire_type: int | None = None
+    type_field: int | None = None
+
+    @property
+    def label(self) -> str:
+        return f"field {self.number} ({self.name})"
 
 
-_PAYLOADS = {
-    5: _PayloadSpec("data", np.dtype("<f4"), wire.I32, wire.encode_tag(5, wire.I32)),
-    6: _PayloadSpec("diff", np.dtype("<f4"), wire.I32, wire.encode_tag(6, wire.I32)),
-    8: _PayloadSpec("double_data", np.dtype("<f8"), wire.I64, wire.encode_tag(8, wire.I64)),
-    9: _PayloadSpec("double_diff", np.dtype("<f8"), wire.I64, wire.encode_tag(9, wire.I64)),
-}
-_PAYLOAD_FIELD = {spec.name: number for number, spec in _PAYLOADS.items()}
-_FORK_PAYLOAD_FIELD = {"half_data": 10, "half_diff": 11, "raw_data": 12, "raw_diff": 13}
+# Every payload field, in the order FromProto takes values from (the first
+# non-empty one of a side wins): Caffe's double_data, then data, then the
+# forks' raw_data (by its type) and half_data. Adding a fork's encoding is a
+# line here (and, if it is a new kind of bytes, a case in parse_blob).
+PAYLOAD_FIELDS = (
+    PayloadField(8, "double_data", "data", "packed", np.dtype("<f8"), wire.I64),
+    PayloadField(5, "data", "data", "packed", np.dtype("<f4"), wire.I32),
+    PayloadField(12, "raw_data", "data", "raw", type_field=10),
+    PayloadField(10, "half_data", "data", "half", np.dtype("<f2")),
+    PayloadField(9, "double_diff", "diff", "packed", np.dtype("<f8"), wire.I64),
+    PayloadField(6, "diff", "diff", "packed", np.dtype("<f4"), wire.I32),
+    PayloadField(13, "raw_diff", "diff", "raw", type_field=11),
+    PayloadField(11, "half_diff", "diff", "half", np.dtype("<f2")),
+)
+_BY_NAME = {p.name: p for p in PAYLOAD_FIELDS}
+_DATA_ORDER = tuple(p.name for p in PAYLOAD_FIELDS if p.which == "data")
+_DIFF_ORDER = tuple(p.name for p in PAYLOAD_FIELDS if p.which == "diff")
+# Payloads by (field number, wire type); fields 10 and 11 are ditcaffe's
+# half payloads when length-delimited and NVIDIA's type enums when varints.
+_PAYLOAD_BY_WIRE = {}
+for _p in PAYLOAD_FIELDS:
+    _PAYLOAD_BY_WIRE[(_p.number, wire.LEN)] = _p
+    if _p.unpacked_wire_type is not None:
+        _PAYLOAD_BY_WIRE[(_p.number, _p.unpacked_wire_type)] = _p
+# The enum fields typing the raw payloads: number -> the payload they type.
+TYPE_FIELDS = {p.type_field: p.name for p in PAYLOAD_FIELDS if p.type_field is not None}
+
+# Every (field number, wire type) a BlobProto's top level may hold (for
+# telling a BlobProto from other messages by its fields).
+BLOB_WIRE_PAIRS = frozenset({(n, wire.VARINT) for n in range(1, len(LEGACY_FIELDS) + 1)}
+                            | {(SHAPE_FIELD, wire.LEN)} | set(_PAYLOAD_BY_WIRE)
+                            | {(n, wire.VARINT) for n in TYPE_FIELDS})
+
+# The fields each precision writes, data then diff: Caffe's data or
+# double_data, or NVIDIA Caffe's raw FLOAT16 (which only NVIDIA Caffe and
+# OpenCV read).
+_PRECISION_FIELDS = {"float": ("data", "diff"), "double": ("double_data", "double_diff"),
+                     "half": ("raw_data", "raw_diff")}
+PRECISIONS = tuple(_PRECISION_FIELDS)
+# The raw type each precision writes in raw_data/raw_diff.
+_RAW_TYPE_OF = {"half": RAW_TYPE_FLOAT16}
 
 # Occurrences a payload may be split over (a run of unpacked values counts once).
 _MAX_PIECES = 1 << 12
@@ -122,24 +172,6 @@ class Payload:
         return np.concatenate(self.chunks)
 
 
-@dataclass(frozen=True)
-class Origin:
-    """How a blob was stored, so that a re-save keeps it unless asked otherwise."""
-
-    layout: str          # "shape" or "legacy"
-    dtype: np.dtype      # as stored: float32 (data), float64 (double_data), float16 (raw/half) ...
-    has_diff: bool
-
-    @property
-    def precision(self) -> str:
-        """The precision to write this blob back in: "double", "half" or "float"."""
-        if self.dtype == np.float64:
-            return "double"
-        if self.dtype == np.float16:
-            return "half"
-        return "float"
-
-
 @dataclass
 class BlobRecord:
     """A BlobProto located in a buffer: its small fields parsed, its payloads viewed."""
@@ -157,7 +189,7 @@ class BlobRecord:
         if dims > MAX_BLOB_AXES and not any(self.header.HasField(name) for name in LEGACY_FIELDS):
             # Refused here, before a tuple of a forged million axes is built.
             raise FormatError(f"field 7 (shape): invalid blob shape: a blob has at most {MAX_BLOB_AXES} axes, "
-                              f"got {dims}", path=self.path, offset=self.field_offsets.get(7, self.start))
+                              f"got {dims}", path=self.path, offset=self.field_offsets.get(SHAPE_FIELD, self.start))
         return proto_shape(self.header)
 
     @property
@@ -169,8 +201,8 @@ class BlobRecord:
         return self.shape_layout[1]
 
     def _pick(self, names) -> Payload | None:
-        # Caffe's FromProto order, extended with the forks' fields: the first
-        # non-empty payload wins.
+        # Caffe's FromProto order, extended with the forks' fields
+        # (PAYLOAD_FIELDS): the first non-empty payload wins.
         for name in names:
             payload = self.payloads.get(name)
             if payload is not None and payload.count > 0:
@@ -180,16 +212,16 @@ class BlobRecord:
     @property
     def data_payload(self) -> Payload:
         """Where the values come from (an empty `data` payload when there are none)."""
-        return self._pick(("double_data", "data", "raw_data", "half_data")) or self.payloads["data"]
+        return self._pick(_DATA_ORDER) or self.payloads["data"]
 
     @property
     def diff_payload(self) -> Payload | None:
-        return self._pick(("double_diff", "diff", "raw_diff", "half_diff"))
+        return self._pick(_DIFF_ORDER)
 
     @property
     def stored_dtype(self) -> np.dtype:
         """The element type in the file: float32, float64, or a fork's (float16, int32, uint32)."""
-        payload = self._pick(("double_data", "data", "raw_data", "half_data"))
+        payload = self._pick(_DATA_ORDER)
         if payload is None:
             return np.dtype(np.float32)
         return payload.dtype.newbyteorder("=")
@@ -203,7 +235,7 @@ class BlobRecord:
     @property
     def suspicious(self) -> str | None:
         """Why this record looks wrong though it parses, or None."""
-        if self._pick(("double_data", "data", "raw_data", "half_data")) is None and self.has_diff:
+        if self._pick(_DATA_ORDER) is None and self.has_diff:
             return ("has a diff but no data: a fork that renumbered BlobProto's fields "
                     "(such as C3D's) may have written it")
         return None
@@ -278,7 +310,7 @@ def _simple_header(buf, spans) -> SimpleHeader | None:
         for f in (f for a, b in spans for f in wire.iter_fields(buf, a, b)):
             if 1 <= f.number <= 4 and f.wire_type == wire.VARINT:
                 legacy[LEGACY_FIELDS[f.number - 1]] = _signed(f.value, 32)  # the last one wins
-            elif f.number == 7 and f.wire_type == wire.LEN:
+            elif f.number == SHAPE_FIELD and f.wire_type == wire.LEN:
                 for g in wire.iter_fields(buf, f.start, f.end):  # occurrences merge: dims append
                     if g.number == 1 and g.wire_type == wire.VARINT:
                         dims.append(_signed(g.value, 64))
@@ -302,9 +334,9 @@ def parse_blob(buf, start: int = 0, end: int | None = None, *, path=None) -> Blo
     Raises FormatError naming the byte offset and field on malformed input.
     """
     end = len(buf) if end is None else end
-    payloads = {spec.name: Payload(spec.name, spec.dtype) for spec in _PAYLOADS.values()}
-    raw = {}          # raw_data / raw_diff: (Field) of the last occurrence (optional bytes: last wins)
-    raw_types = {}    # "raw_data" / "raw_diff" -> enum value
+    payloads = {p.name: Payload(p.name, p.dtype) for p in PAYLOAD_FIELDS if p.encoding == "packed"}
+    raw = {}          # raw payload name -> Field of its last occurrence (optional bytes: last wins)
+    raw_types = {}    # raw payload name -> enum value of its type field
     header_spans = []
     field_offsets = {}
     pos = start
@@ -313,49 +345,42 @@ def parse_blob(buf, start: int = 0, end: int | None = None, *, path=None) -> Blo
         pos = f.end
         if f.number in BLOB_FIELD_NAMES:
             field_offsets.setdefault(f.number, f.offset)
-        spec = _PAYLOADS.get(f.number)
+        spec = _PAYLOAD_BY_WIRE.get((f.number, f.wire_type))
         if spec is None:
-            if f.number in (12, 13) and f.wire_type == wire.LEN:
-                raw["raw_data" if f.number == 12 else "raw_diff"] = f
-            elif f.number in (10, 11) and f.wire_type == wire.VARINT:
-                raw_types["raw_data" if f.number == 10 else "raw_diff"] = f.value
-            elif f.number in (10, 11) and f.wire_type == wire.LEN:
-                name = "half_data" if f.number == 10 else "half_diff"
-                payload = payloads.setdefault(name, Payload(name, np.dtype("<f2")))
-                payload.chunks.append(_packed_halves(buf, f, path))
-                _check_pieces(payload, f, path)
-                if payload.offset is None:
-                    payload.offset = f.offset
+            if f.number in TYPE_FIELDS and f.wire_type == wire.VARINT:
+                raw_types[TYPE_FIELDS[f.number]] = f.value
             else:
-                _add_span(header_spans, f)
+                # The shape and legacy dims, anything unknown, and known
+                # fields with an unexpected wire type (protobuf keeps those
+                # as unknown fields; so does blobtool).
+                wire.add_span(header_spans, f)
             continue
-        payload = payloads[spec.name]
-        if f.wire_type == wire.LEN:
+        if spec.encoding == "raw":
+            raw[spec.name] = f
+            continue
+        payload = payloads.setdefault(spec.name, Payload(spec.name, spec.dtype))
+        if spec.encoding == "half":
+            payload.chunks.append(_packed_halves(buf, f, path))
+        elif f.wire_type == wire.LEN:
             nbytes = f.end - f.start
             if nbytes % spec.dtype.itemsize:
-                raise FormatError(
-                    f"packed {wire.field_label(f.number, BLOB_FIELD_NAMES)} holds {nbytes} bytes, "
-                    f"not a multiple of {spec.dtype.itemsize}", path=path, offset=f.offset)
+                raise FormatError(f"packed {spec.label} holds {nbytes} bytes, not a multiple of "
+                                  f"{spec.dtype.itemsize}", path=path, offset=f.offset)
             if nbytes:
                 payload.chunks.append(wire.view_array(buf, f.start, f.end, spec.dtype))
-        elif f.wire_type == spec.unpacked_wire_type:
+        else:
             # A run of unpacked values: gather it at once rather than field by field.
             # The tag is matched as written (a writer may pad it past one byte).
             tag = bytes(buf[f.offset:f.start])
             n = wire.unpacked_run(buf, f.offset, end, tag, spec.dtype.itemsize)
             payload.chunks.append(wire.unpacked_values(buf, f.offset, n, spec.dtype.itemsize, spec.dtype, len(tag)))
             pos = f.offset + n * (len(tag) + spec.dtype.itemsize)
-        else:
-            # protobuf keeps a known field with an unexpected wire type as an
-            # unknown field; so does blobtool.
-            _add_span(header_spans, f)
-            continue
         _check_pieces(payload, f, path)
         if payload.offset is None:
             payload.offset = f.offset
     for name, f in raw.items():
-        payloads[name] = _raw_payload(buf, name, f, raw_types.get(name, 0), path)
-    if not any(n in field_offsets for n in (1, 2, 3, 4)):  # the shape comes from `shape`
+        payloads[name] = _raw_payload(buf, _BY_NAME[name], f, raw_types.get(name, 0), path)
+    if not any(n in field_offsets for n in range(1, len(LEGACY_FIELDS) + 1)):  # the shape comes from `shape`
         _check_axes(buf, header_spans, path)
     header = _simple_header(buf, header_spans)
     if header is None:
@@ -368,7 +393,7 @@ def _check_axes(buf, spans, path) -> None:
     axes = 0
     first = None
     for f in (f for a, b in spans for f in wire.iter_fields(buf, a, b)):
-        if f.number != 7:
+        if f.number != SHAPE_FIELD:
             continue
         first = f.offset if first is None else first
         try:
@@ -392,18 +417,17 @@ def _check_pieces(payload: Payload, f, path) -> None:
                           "pieces (blobtool's limit)", path=path, offset=f.offset)
 
 
-def _raw_payload(buf, name: str, f, type_value: int, path) -> Payload:
-    number = 12 if name == "raw_data" else 13
+def _raw_payload(buf, spec: PayloadField, f, type_value: int, path) -> Payload:
     dtype = RAW_TYPES.get(type_value)
     if dtype is None:
-        raise FormatError(f"{name}_type is {type_value}; expected 0-4 (DOUBLE, FLOAT, FLOAT16, INT, UINT)",
+        raise FormatError(f"{spec.name}_type is {type_value}; expected 0-4 (DOUBLE, FLOAT, FLOAT16, INT, UINT)",
                           path=path, offset=f.offset)
     nbytes = f.end - f.start
     if nbytes % dtype.itemsize:
-        raise FormatError(f"{wire.field_label(number, BLOB_FIELD_NAMES)} holds {nbytes} bytes, "
-                          f"not a multiple of {dtype.itemsize} ({dtype.name})", path=path, offset=f.offset)
+        raise FormatError(f"{spec.label} holds {nbytes} bytes, not a multiple of {dtype.itemsize} ({dtype.name})",
+                          path=path, offset=f.offset)
     chunks = [wire.view_array(buf, f.start, f.end, dtype)] if nbytes else []
-    return Payload(name, dtype, chunks, f.offset)
+    return Payload(spec.name, dtype, chunks, f.offset)
 
 
 def _packed_halves(buf, f, path) -> np.ndarray:
@@ -444,14 +468,6 @@ def _packed_halves(buf, f, path) -> np.ndarray:
     return out.view("<f2")
 
 
-def _add_span(spans: list, f) -> None:
-    # Adjacent fields share one span, so a run of small fields costs one entry, not one each.
-    if spans and spans[-1][1] == f.offset:
-        spans[-1] = (spans[-1][0], f.end)
-    else:
-        spans.append((f.offset, f.end))
-
-
 def parse_errors() -> tuple:
     """What protobuf's ParseFromString raises on bad bytes.
 
@@ -464,12 +480,12 @@ def parse_errors() -> tuple:
 
 
 # BlobProto.shape: a nested message whose tags minimal_tags rewrites too.
-_SHAPE_FIELD = frozenset({7})
+_NESTED_FIELDS = frozenset({SHAPE_FIELD})
 
 
 def _parse_header(buf, spans, path):
     header = _new_header()
-    raw = b"".join(wire.minimal_tags(buf, a, b, _SHAPE_FIELD) for a, b in spans)
+    raw = b"".join(wire.minimal_tags(buf, a, b, _NESTED_FIELDS) for a, b in spans)
     try:
         header.ParseFromString(raw)
     except parse_errors() as exc:
@@ -502,7 +518,7 @@ def blob_from_record(record: BlobRecord) -> Blob:
         # Name the field at fault: the shape when the reshape failed, else the
         # payload whose count differs from the shape's.
         if blob.shape != shape:
-            number = 7
+            number = SHAPE_FIELD
             if layout == "legacy":
                 number = 1 + next((axis for axis, d in enumerate(shape) if d < 0), 0)
             label = wire.field_label(number, BLOB_FIELD_NAMES)
@@ -510,8 +526,7 @@ def blob_from_record(record: BlobRecord) -> Blob:
         else:
             where = data if data.count != blob.count else diff
             if where is not None and where.count:
-                number = _PAYLOAD_FIELD.get(where.name) or _FORK_PAYLOAD_FIELD[where.name]
-                label, offset = f"field {number} ({where.name})", where.offset
+                label, offset = _BY_NAME[where.name].label, where.offset
             else:
                 label, offset = "no data", record.start
         raise FormatError(f"{label}: {exc.reason}", path=record.path, offset=offset) from exc
@@ -539,46 +554,38 @@ def encode_blob_parts(blob: Blob, *, precision: str = "float", write_diff: bool 
         raise UsageError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
     from ._pb.blobtool_caffe_pb2 import BlobProto
 
+    # (field number, piece) pairs, sorted by number at the end: protobuf's
+    # SerializeToString writes fields in that order, and so does blobtool.
+    fields = []
     legacy = BlobProto()
-    shape = BlobProto()
     if layout == "legacy":
         if blob.num_axes > 4:
             raise UsageError(f"the legacy layout holds at most 4 axes; this blob has {blob.num_axes}")
         for index, name in zip((-4, -3, -2, -1), LEGACY_FIELDS):
             setattr(legacy, name, blob.legacy_shape(index))
-    else:
+        fields.append((1, legacy.SerializeToString()))
+    elif blob.shape:
         # As Caffe's ToProto: a scalar (0-axis) blob gets no shape field at all
         # (extend() with no dims would still mark `shape` present).
-        if blob.shape:
-            shape.shape.dim.extend(blob.shape)
-    parts = [legacy.SerializeToString()]
-
-    def payload(number, values, target, which="data"):
-        if values.size:
-            parts.append(wire.len_field_header(number, values.size * target.itemsize))
-            parts.append((values, target, transforms.get(which)))
-
-    if precision == "float":
-        payload(5, blob.cpu_data(), np.dtype("<f4"))
-        if write_diff:
-            payload(6, blob.cpu_diff(), np.dtype("<f4"), "diff")
-    parts.append(shape.SerializeToString())
-    if precision == "double":
-        payload(8, blob.cpu_data(), np.dtype("<f8"))
-        if write_diff:
-            payload(9, blob.cpu_diff(), np.dtype("<f8"), "diff")
-    elif precision == "half":
-        half = np.dtype("<f2")
-        parts.append(wire.encode_tag(10, wire.VARINT) + wire.encode_varint(RAW_TYPE_FLOAT16))
-        if write_diff:
-            parts.append(wire.encode_tag(11, wire.VARINT) + wire.encode_varint(RAW_TYPE_FLOAT16))
-        # NVIDIA Caffe writes raw_data even when empty.
-        parts.append(wire.len_field_header(12, blob.count * half.itemsize))
-        parts.append((blob.cpu_data(), half, transforms.get("data")))
-        if write_diff:
-            parts.append(wire.len_field_header(13, blob.count * half.itemsize))
-            parts.append((blob.cpu_diff(), half, transforms.get("diff")))
-    return [p for p in parts if not isinstance(p, bytes) or p]
+        shape = BlobProto()
+        shape.shape.dim.extend(blob.shape)
+        fields.append((SHAPE_FIELD, shape.SerializeToString()))
+    sides = (("data", blob.cpu_data), ("diff", blob.cpu_diff)) if write_diff else (("data", blob.cpu_data),)
+    for which, values in sides:
+        spec = _BY_NAME[_PRECISION_FIELDS[precision][which == "diff"]]
+        values = values()
+        if spec.encoding == "raw":
+            target = RAW_TYPES[_RAW_TYPE_OF[precision]]
+            fields.append((spec.type_field, wire.encode_tag(spec.type_field, wire.VARINT)
+                           + wire.encode_varint(_RAW_TYPE_OF[precision])))
+        elif not values.size:
+            continue  # an empty repeated field is not written; NVIDIA Caffe writes raw_data even when empty
+        else:
+            target = spec.dtype
+        fields.append((spec.number, wire.len_field_header(spec.number, values.size * target.itemsize)))
+        fields.append((spec.number, (values, target, transforms.get(which))))
+    fields.sort(key=lambda item: item[0])  # stable: each payload's header stays before its values
+    return [piece for _, piece in fields]
 
 
 def resolve_form(blob: Blob, *, precision: str | None = None, write_diff: bool | None = None,
@@ -589,7 +596,7 @@ def resolve_form(blob: Blob, *, precision: str | None = None, write_diff: bool |
     diff (Caffe's ToProto defaults). A loaded blob keeps its stored precision,
     layout and diff; a legacy blob grown past 4 axes falls back to `shape`.
     """
-    origin = getattr(blob, "origin", None)
+    origin = blob.origin
     if precision is None:
         precision = origin.precision if origin else ("double" if blob.dtype == np.float64 else "float")
     if write_diff is None:
@@ -611,7 +618,7 @@ def write_parts(out, parts) -> None:
 
     Payloads are written in chunks of _WRITE_CHUNK elements: converted to the
     target dtype, passed through the part's transform if it has one, and the
-    input pages behind each written chunk are released (wire.release_pages),
+    input pages behind each written chunk are released (source.release_pages),
     so memory stays bounded whatever the file size.
     """
     for part in parts:
@@ -629,8 +636,8 @@ def write_parts(out, parts) -> None:
                 if data.dtype != target:
                     data = data.astype(target)
                 out.write(memoryview(np.ascontiguousarray(data)).cast("B"))
-                kernels.report(chunk.nbytes)
-                wire.release_pages(chunk)
+                report(chunk.nbytes)
+                release_pages(chunk)
 
 
 def write_blob(out, blob: Blob, *, precision: str = "float", write_diff: bool = False,

@@ -17,7 +17,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .kernels import CHUNK, map_chunk_indices, report_locked
+from .blob import legacy_shapes_equal
+from .kernels import CHUNK, map_chunk_indices
+from .progress import report_locked
 
 # Elements per chunk on a GPU: enough work per kernel launch to fill the device.
 DEVICE_CHUNK = 1 << 24
@@ -28,13 +30,9 @@ __all__ = ["ValueDiff", "BlobComparison", "FileComparison", "compare_arrays", "s
 
 def shapes_equal(shape_a, layout_a: str, shape_b, layout_b: str) -> bool:
     """Caffe's ShapeEquals, applied in whichever direction a legacy shape is involved."""
-    shape_a, shape_b = tuple(shape_a), tuple(shape_b)
-    if shape_a == shape_b:
+    if tuple(shape_a) == tuple(shape_b):
         return True
-    if "legacy" in (layout_a, layout_b) and len(shape_a) <= 4 and len(shape_b) <= 4:
-        pad = lambda s: (1,) * (4 - len(s)) + s  # noqa: E731
-        return pad(shape_a) == pad(shape_b)
-    return False
+    return "legacy" in (layout_a, layout_b) and legacy_shapes_equal(shape_a, shape_b)
 
 
 @dataclass

@@ -93,7 +93,16 @@ def list_devices() -> list:
 
 
 def use(index: int) -> "CupyBackend":
-    """Select GPU `index` for all later device work; returns the backend.
+    """Select GPU `index` for device work; returns the backend.
+
+    Called plainly, the choice lasts (as ``cupy.cuda.Device(n).use()``): new
+    blobs allocate pinned host memory and the math of blobs whose head is on
+    the device runs there. Used as a context manager, it lasts for the block
+    only: on exit the caller's CUDA device and SyncedMemory backend (None:
+    host only) are restored::
+
+        with blobtool.device.use(1) as gpu:
+            blob.gpu_data()
 
     Raises DeviceError when CuPy, the driver or the device is missing, naming
     the visible devices when the index is out of range.
@@ -106,11 +115,12 @@ def use(index: int) -> "CupyBackend":
         names = ", ".join(f"{d['index']} {d['name']}" for d in list_devices())
         raise DeviceError(f"GPU {index} requested; {count} visible: {names}")
     try:
+        previous_device = cupy.cuda.runtime.getDevice()
         cupy.cuda.Device(index).use()
     except Exception as exc:
         raise DeviceError(f"cannot use GPU {index}: {exc}") from exc
     backend = CupyBackend(cupy, index)
-    set_backend(backend)
+    backend._restore = (previous_device, set_backend(backend))
     return backend
 
 
@@ -139,6 +149,20 @@ class CupyBackend:
 
     def describe(self) -> dict:
         return {"index": self.index, "name": self.name}
+
+    # use() as a context manager: what it changed is put back on exit.
+    _restore = None
+
+    def __enter__(self) -> "CupyBackend":
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        if self._restore is None:
+            return
+        previous_device, previous_backend = self._restore
+        self._restore = None
+        set_backend(previous_backend)
+        self.cp.cuda.Device(previous_device).use()
 
     def _oom(self, size: int, exc) -> DeviceError:
         try:
@@ -218,8 +242,9 @@ class CupyBackend:
         memory stays at two chunks; with `release`, the input's pages are
         dropped after each chunk (only for inputs nobody changed in memory).
         """
-        from . import wire
         import cupyx
+
+        from .source import release_pages, releasing
 
         cp = self.cp
         host = host.reshape(-1)
@@ -245,8 +270,8 @@ class CupyBackend:
                     copied[k].synchronize()  # staging[k] is free once its copy is done
                 np.copyto(staging[k][:m], host[start:start + m])
                 if release:
-                    with wire.releasing():
-                        wire.release_pages(host[start:start + m])
+                    with releasing():
+                        release_pages(host[start:start + m])
                 stream = streams[k]
                 device[k][:m].set(staging[k][:m], stream=stream)
                 event = cp.cuda.Event()

@@ -5,12 +5,16 @@ message leads with the location, so one line on stderr says where to look::
 
     mean.binaryproto: truncated at byte 94720: field 5 (data) declares 786432 bytes, 94706 remain
 
+The exit codes are one enum, ExitCode; each error class names its own.
 This module imports nothing else from blobtool.
 """
 
 from __future__ import annotations
 
+import enum
+
 __all__ = [
+    "ExitCode",
     "BlobToolError",
     "FormatError",
     "UsageError",
@@ -18,6 +22,19 @@ __all__ = [
     "OutputError",
     "format_location",
 ]
+
+
+class ExitCode(enum.IntEnum):
+    """The blobtool command's exit codes (an interface: scripts test them)."""
+
+    OK = 0
+    DIFFERENT = 1      # compare found differences, or a --check failed
+    USAGE = 2          # bad option, or a request that cannot be met
+    INPUT = 3          # input unreadable or invalid
+    DEVICE = 4         # a GPU was asked for and is not available
+    OUTPUT = 5         # the output cannot be written
+    INTERNAL = 70      # a bug (EX_SOFTWARE); --debug shows the traceback
+    INTERRUPTED = 130  # SIGINT (128 + 2), as shells report it
 
 
 def format_location(path=None, offset=None, field=None) -> str:
@@ -46,7 +63,7 @@ class BlobToolError(Exception):
     exit_code : the command-line exit code this error maps to.
     """
 
-    exit_code = 3
+    exit_code = ExitCode.INPUT
 
     def __init__(self, message: str, *, path=None, offset=None, field=None):
         self.path = path
@@ -67,22 +84,22 @@ class BlobToolError(Exception):
 class FormatError(BlobToolError):
     """The input is unreadable or is not what it claims to be (exit 3)."""
 
-    exit_code = 3
+    exit_code = ExitCode.INPUT
 
 
 class UsageError(BlobToolError):
     """The library or the command was asked for something it cannot do (exit 2)."""
 
-    exit_code = 2
+    exit_code = ExitCode.USAGE
 
 
 class DeviceError(BlobToolError):
     """A GPU was asked for and is not available or failed (exit 4)."""
 
-    exit_code = 4
+    exit_code = ExitCode.DEVICE
 
 
 class OutputError(BlobToolError):
     """The output cannot be written (exit 5)."""
 
-    exit_code = 5
+    exit_code = ExitCode.OUTPUT

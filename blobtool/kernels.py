@@ -9,14 +9,17 @@ for about the same time, because the chunk stays in cache while it is widened.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import threading
 
 import numpy as np
 
-__all__ = ["CHUNK", "set_threads", "get_threads", "using_threads", "map_chunks", "map_chunk_indices", "asum", "sumsq", "asum_sumsq",
-           "scal", "axpy", "stats", "finite_values", "reporting", "report", "report_locked", "scaled", "minus",
-           "nonfinite"]
+from .progress import report_locked
+
+__all__ = ["CHUNK", "set_threads", "get_threads", "using_threads", "map_chunks", "map_chunk_indices", "asum",
+           "sumsq", "asum_sumsq", "scal", "axpy", "stats", "finite_values", "scaled", "minus", "nonfinite",
+           "HIST_BINS", "histogram", "finite_range"]
 
 # Elements per chunk: 64K float64 values (512 KiB) stay in L2 cache while they
 # are widened, squared and summed.
@@ -30,32 +33,6 @@ CHUNK = 1 << 16
 # in one thread, 31 ms in two.
 _threads = 1
 PARALLEL_MIN_BYTES = 16 << 20
-
-# Called with the number of bytes each chunk covered, while a progress display
-# is active (see reporting()); None otherwise, which costs one test per chunk.
-_progress = None
-
-
-@contextlib.contextmanager
-def reporting(callback):
-    """Call `callback(nbytes)` as the chunked kernels (and writers) work through data."""
-    global _progress
-    previous, _progress = _progress, callback
-    try:
-        yield
-    finally:
-        _progress = previous
-
-
-# Chunk reductions in several threads report through this lock.
-_progress_lock = threading.Lock()
-
-
-def report(nbytes: int) -> None:
-    """Tell the active progress display (if any) that `nbytes` more were processed."""
-    if _progress is not None:
-        _progress(nbytes)
-
 
 def set_threads(n: int) -> None:
     """Let the reductions split arrays over PARALLEL_MIN_BYTES across `n` threads (1: none)."""
@@ -151,13 +128,6 @@ def _run_ranges(fn, x, chunks: int, nbytes: int, *extra) -> None:
         fn(x, *ranges[0], *extra)
     else:
         _in_threads(fn, [(x, first, stop, *extra) for first, stop in ranges])
-
-
-def report_locked(nbytes: int) -> None:
-    """report(), callable from several threads at once."""
-    if _progress is not None:
-        with _progress_lock:
-            _progress(nbytes)
 
 
 def map_chunks(fn, x: np.ndarray, *, progress: bool = False) -> list:
@@ -302,3 +272,77 @@ def nonfinite(x: np.ndarray) -> tuple[int, int]:
     """The NaN and Inf counts of x, chunk by chunk (no full-size temporary)."""
     counts = map_chunks(_nonfinite_counts, x, progress=True)
     return sum(c[0] for c in counts), sum(c[1] for c in counts)
+
+
+# Bins of the value histogram (info --stats): one terminal cell each, so a
+# histogram fits beside a table row; JSON carries the same bins.
+HIST_BINS = 16
+
+
+def histogram(x: np.ndarray, bins: int = HIST_BINS, lo=None, hi=None) -> dict:
+    """Counts of the finite values in `bins` equal bins from `lo` to `hi`.
+
+    `lo` and `hi` default to the finite minimum and maximum (one extra pass).
+    Bins and counts are numpy.histogram's with ``range=(lo, hi)`` (the last
+    bin includes `hi`; equal `lo` and `hi` widen to lo-0.5..hi+0.5). Read in
+    chunks. Returns ``{"edges", "counts", "zeros", "nan", "inf"}``: bins+1
+    edges (float) and bins counts (int), or both empty when no value is
+    finite; ``zeros`` counts the values equal to 0 (they are in the counts
+    too), ``nan`` and ``inf`` the values left out.
+    """
+    x = x.reshape(-1)
+    if lo is None or hi is None:
+        lo, hi, _ = finite_range(x)
+    counts = np.zeros(bins, dtype=np.int64)
+    zeros = nans = infs = 0
+    edges = None
+    if lo is not None and hi is not None:
+        lo, hi = float(lo), float(hi)
+        if not math.isfinite(hi - lo):
+            # numpy's bin arithmetic overflows past ~1.8e308 of range; halving
+            # the values halves the edges and keeps every value's bin.
+            return _halved(histogram(x / 2.0, bins, lo / 2.0, hi / 2.0), 2.0)
+        edges = np.histogram_bin_edges(np.empty(0), bins=bins, range=(lo, hi))
+
+    def count(part):
+        values, nan_here, inf_here = finite_values(part)
+        zeros = int(values.size - np.count_nonzero(values))
+        if edges is None or not values.size:
+            return None, zeros, nan_here, inf_here
+        return np.histogram(values, bins=bins, range=(edges[0], edges[-1]))[0], zeros, nan_here, inf_here
+
+    for part_counts, zeros_here, nan_here, inf_here in map_chunks(count, x):
+        nans += nan_here
+        infs += inf_here
+        zeros += zeros_here
+        if part_counts is not None:
+            counts += part_counts
+    if edges is None:
+        return {"edges": [], "counts": [], "zeros": zeros, "nan": nans, "inf": infs}
+    return {"edges": [float(e) for e in edges], "counts": [int(c) for c in counts], "zeros": zeros,
+            "nan": nans, "inf": infs}
+
+
+def finite_range(x: np.ndarray) -> tuple:
+    """(min, max, count of NaN and Inf) of the finite values, read in chunks; (None, None, n) if none is finite."""
+    def extremes(part):
+        finite = np.isfinite(part)
+        bad = 0
+        if not finite.all():
+            bad = int(part.size - np.count_nonzero(finite))
+            part = part[finite]
+        if not part.size:
+            return math.inf, -math.inf, bad
+        return float(part.min()), float(part.max()), bad
+
+    found = map_chunks(extremes, x)
+    lo = min((f[0] for f in found), default=math.inf)
+    hi = max((f[1] for f in found), default=-math.inf)
+    nonfinite = sum(f[2] for f in found)
+    if lo > hi:
+        return None, None, nonfinite
+    return lo, hi, nonfinite
+
+
+def _halved(hist: dict, factor: float) -> dict:
+    return {**hist, "edges": [e * factor for e in hist["edges"]]}

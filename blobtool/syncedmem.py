@@ -20,12 +20,13 @@ Without a backend every GPU accessor raises DeviceError.
 from __future__ import annotations
 
 import enum
+from typing import Any, Protocol
 
 import numpy as np
 
 from .errors import DeviceError, UsageError
 
-__all__ = ["SyncedHead", "SyncedMemory", "get_backend", "set_backend"]
+__all__ = ["SyncedHead", "SyncedMemory", "DeviceBackend", "get_backend", "set_backend"]
 
 
 class SyncedHead(enum.Enum):
@@ -37,12 +38,54 @@ class SyncedHead(enum.Enum):
     SYNCED = 3
 
 
+class DeviceBackend(Protocol):
+    """What SyncedMemory and Blob need from a device: memory, copies, and Blob's math.
+
+    ``blobtool.device.CupyBackend`` is the real one (CUDA through CuPy); the
+    tests use a host-only stand-in. Device buffers are 1-D uint8 arrays of
+    the backend's kind, which Blob views with ``.view(dtype)``.
+    """
+
+    def host_zeros(self, size: int) -> np.ndarray:
+        """Zeroed host memory of `size` bytes (pinned in the real backend: Caffe's CaffeMallocHost)."""
+
+    def device_empty(self, size: int) -> Any:
+        """An uninitialised device buffer of `size` bytes."""
+
+    def device_zeros(self, size: int) -> Any:
+        """A zeroed device buffer of `size` bytes."""
+
+    def copy_to_host(self, gpu: Any, cpu: np.ndarray) -> None:
+        """Copy the device buffer's bytes into the host array."""
+
+    def copy_to_device(self, cpu: np.ndarray, gpu: Any) -> None:
+        """Copy the host array's bytes into the device buffer."""
+
+    def copy_to_device_async(self, cpu: np.ndarray, gpu: Any, stream: Any) -> None:
+        """The same, queued on `stream` (SyncedMemory::async_gpu_push)."""
+
+    def adopt_device(self, array: Any, size: int) -> Any:
+        """A 1-D uint8 view of the first `size` bytes of a caller's device array (set_gpu_data)."""
+
+    def check_device(self, gpu: Any) -> None:
+        """Caffe's check_device: refuse a buffer of another device than the current one (DeviceError)."""
+
+    def asum_sumsq(self, x: Any) -> tuple[float, float]:
+        """Sum of |x| and of x*x over a device array, accumulated in float64."""
+
+    def scal(self, x: Any, alpha: float) -> None:
+        """x *= alpha in place, on the device."""
+
+    def axpy(self, alpha: float, x: Any, y: Any) -> None:
+        """y += alpha * x in place, on the device."""
+
+
 # The backend used for new device allocations, set when a GPU is selected
 # (Caffe keeps the same thing in Caffe::mode() and the current device).
 _backend = None
 
 
-def set_backend(backend):
+def set_backend(backend: DeviceBackend | None):
     """Make `backend` the device side of SyncedMemory (None: host only).
 
     Returns the previous backend, so that callers can restore it.

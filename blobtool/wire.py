@@ -38,9 +38,6 @@ from __future__ import annotations
 
 from typing import Iterator, NamedTuple
 
-import contextlib
-import mmap
-
 import numpy as np
 
 from .errors import FormatError
@@ -49,7 +46,7 @@ __all__ = [
     "VARINT", "I64", "LEN", "SGROUP", "EGROUP", "I32",
     "MAX_VARINT_BYTES", "MAX_FIELD_NUMBER",
     "Field", "read_varint", "read_field", "iter_fields", "unpacked_values", "view_array", "unpacked_run",
-    "encode_varint", "encode_tag", "len_field_header", "field_label", "release_pages", "releasing", "minimal_tags",
+    "encode_varint", "encode_tag", "len_field_header", "field_label", "minimal_tags", "add_span",
 ]
 
 VARINT, I64, LEN, SGROUP, EGROUP, I32 = 0, 1, 2, 3, 4, 5
@@ -169,23 +166,6 @@ def view_array(buf, start: int, end: int, dtype) -> np.ndarray:
     return np.frombuffer(buf, dtype=dt, count=count, offset=start)
 
 
-# Off unless a caller that will not use its blobs again turns it on (see
-# releasing()): dropping a copy-on-write page that was changed in memory
-# would bring back the file's bytes.
-_release = False
-
-
-@contextlib.contextmanager
-def releasing():
-    """Within this block, release_pages() really drops pages (the command line's writers use it)."""
-    global _release
-    previous, _release = _release, True
-    try:
-        yield
-    finally:
-        _release = previous
-
-
 def minimal_tags(buf, start: int, end: int, nested: frozenset = frozenset()) -> bytes:
     """The fields in buf[start:end] as bytes, each tag re-encoded in its shortest form.
 
@@ -213,33 +193,6 @@ def minimal_tags(buf, start: int, end: int, nested: frozenset = frozenset()) -> 
             out += buf[tag_end:field.end]
         pos = field.end
     return bytes(out)
-
-
-def release_pages(view: np.ndarray) -> None:
-    """Let the kernel drop the memory-mapped pages wholly inside `view` (after they were written out).
-
-    Only inside releasing(), and only for views of a private (copy-on-write)
-    file mapping, where dropped pages read back from the file if touched
-    again; pages shared with bytes outside the view are kept. Anything else
-    (bytes in memory, other arrays) is left alone.
-    """
-    if not _release:
-        return
-    base = view
-    while isinstance(base, np.ndarray):
-        base = base.base
-    if isinstance(base, memoryview):
-        base = base.obj
-    if not isinstance(base, mmap.mmap) or view.size == 0 or not hasattr(mmap, "MADV_DONTNEED"):
-        return
-    origin = np.frombuffer(base, dtype=np.uint8, count=1).ctypes.data
-    first = view.ctypes.data - origin
-    last = first + view.nbytes
-    page = mmap.PAGESIZE
-    start = -(-first // page) * page
-    stop = last // page * page
-    if stop > start:
-        base.madvise(mmap.MADV_DONTNEED, start, stop - start)
 
 
 def unpacked_run(buf, pos: int, end: int, tag: bytes, size: int) -> int:
@@ -297,3 +250,14 @@ def encode_tag(number: int, wire_type: int) -> bytes:
 def len_field_header(number: int, length: int) -> bytes:
     """Tag and length of a LEN field whose `length` payload bytes follow."""
     return encode_tag(number, LEN) + encode_varint(length)
+
+
+def add_span(spans: list, f: Field) -> None:
+    """Append field `f`'s bytes to a list of (start, end) spans; adjacent fields share one span.
+
+    A run of small fields then costs one entry, not one each.
+    """
+    if spans and spans[-1][1] == f.offset:
+        spans[-1] = (spans[-1][0], f.end)
+    else:
+        spans.append((f.offset, f.end))

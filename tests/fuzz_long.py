@@ -163,8 +163,10 @@ def main(argv=None) -> int:
         with atheris.instrument_imports(include=["blobtool"]):
             import blobtool.blob  # noqa: F401
             import blobtool.blobproto  # noqa: F401
-            import blobtool.containers  # noqa: F401
-            import blobtool.files  # noqa: F401
+            import blobtool.formats.caffe  # noqa: F401
+            import blobtool.formats.numpy  # noqa: F401
+            import blobtool.formats.sniff  # noqa: F401
+            import blobtool.source  # noqa: F401
             import blobtool.kernels  # noqa: F401
             import blobtool.wire  # noqa: F401
     import fuzzcases as fc

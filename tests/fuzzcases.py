@@ -28,7 +28,7 @@ import numpy as np
 
 from blobtool import wire
 from blobtool._pb import blobtool_caffe_pb2 as pb
-from blobtool.containers import open_document
+from blobtool.formats import open_document
 from blobtool.errors import BlobToolError
 
 # A case that takes longer than this is a hang waiting to happen on a real file.

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 import fakegpu
-from blobtool import Blob, BlobToolError, SyncedHead, kernels
+from blobtool import Blob, BlobToolError, SyncedHead, kernels, progress
 from blobtool._pb.blobtool_caffe_pb2 import BlobProto, BlobShape
 from blobtool.errors import DeviceError, FormatError
 
@@ -1315,7 +1315,7 @@ def test_threaded_asum_sumsq_reports_every_byte_once(threaded):
     threaded(4)
     x = np.ones(6 * kernels.CHUNK + 5, dtype=np.float32)
     seen = []
-    with kernels.reporting(seen.append):
+    with progress.reporting(seen.append):
         kernels.asum_sumsq(x)
     assert sum(seen) == x.nbytes
 
@@ -1375,7 +1375,7 @@ def test_map_chunks_keeps_order_and_reports_progress(threaded):
     threaded(3)
     x = np.arange(7 * kernels.CHUNK + 1, dtype=np.float32)
     seen = []
-    with kernels.reporting(seen.append):
+    with progress.reporting(seen.append):
         firsts = kernels.map_chunks(lambda part: float(part[0]), x, progress=True)
     assert firsts == [float(k * kernels.CHUNK) for k in range(8)]
     assert sum(seen) == x.nbytes

@@ -26,8 +26,8 @@ import pytest
 from click.testing import CliRunner
 
 import blobtool
-from blobtool import files as blobtool_files
-from blobtool import summary as blobtool_summary
+from blobtool.formats import caffe as caffe_format
+from blobtool.report import records as report_records
 from blobtool._pb.blobtool_caffe_pb2 import BlobProto
 from blobtool.cli import cli
 
@@ -917,7 +917,7 @@ def test_failing_write_keeps_the_earlier_output(f32, tmp_path, earlier_output, m
         out.write(b"\x0a\x02partial")
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-    monkeypatch.setattr(blobtool_files, "write_blob", disk_full)
+    monkeypatch.setattr(caffe_format, "write_blob", disk_full)
     result = invoke("scale", f32, "3", "-o", earlier_output)
     assert_one_line_error(result, 5, earlier_output, os.strerror(errno.ENOSPC))
     assert earlier_output.read_bytes() == before
@@ -932,7 +932,7 @@ def test_interrupted_write_keeps_the_earlier_output(f32, tmp_path, earlier_outpu
         out.write(b"\x0a\x02partial")
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(blobtool_files, "write_blob", interrupted)
+    monkeypatch.setattr(caffe_format, "write_blob", interrupted)
     result = invoke("convert", f32, "-o", earlier_output)
     assert result.exit_code == 130
     assert result.stderr.strip() == "blobtool: interrupted"
@@ -1056,7 +1056,7 @@ def test_internal_error_is_one_line_and_exit_70(f32, monkeypatch):
     def broken(*args, **kwargs):
         raise RuntimeError("boom")
 
-    monkeypatch.setattr(blobtool_summary, "norm_record", broken)
+    monkeypatch.setattr(report_records, "norm_record", broken)
     result = invoke("norm", f32)
     assert_one_line_error(result, 70, "internal error", "RuntimeError", "boom", "--debug")
     debug = invoke("--debug", "norm", f32)
@@ -1252,8 +1252,8 @@ def test_the_command_runs_blas_single_threaded_unless_told_otherwise(preset):
     # blobtool's kernels split big reductions over the cores themselves; BLAS
     # threads on cache-sized dot products only cost time.
     code = ("import os, sys\n"
-            "from blobtool import cli\n"
-            "cli._single_threaded_blas()\n"
+            "from blobtool.cli import process\n"
+            "process.single_threaded_blas()\n"
             "import numpy\n"
             "print(os.environ['OPENBLAS_NUM_THREADS'], os.environ['MKL_NUM_THREADS'])\n")
     env = subprocess_env()
@@ -1266,11 +1266,11 @@ def test_the_command_runs_blas_single_threaded_unless_told_otherwise(preset):
 
 
 def test_blas_setting_is_left_alone_once_numpy_is_loaded(monkeypatch):
-    import blobtool.cli as cli_module
+    from blobtool.cli import process as cli_module
 
     monkeypatch.delenv("OPENBLAS_NUM_THREADS", raising=False)
     assert "numpy" in sys.modules
-    cli_module._single_threaded_blas()
+    cli_module.single_threaded_blas()
     assert "OPENBLAS_NUM_THREADS" not in os.environ
 
 
@@ -1326,9 +1326,9 @@ def test_compare_arrays_is_the_same_for_any_thread_count(threaded, tolerances):
 @pytest.mark.skipif(not sys.platform.startswith("linux") or platform.libc_ver()[0] != "glibc",
                     reason="mallopt settings are glibc's")
 def test_the_command_keeps_freed_chunk_buffers_with_glibc():
-    import blobtool.cli as cli_module
+    from blobtool.cli import process as cli_module
 
-    assert cli_module._keep_freed_memory() is True
+    assert cli_module.keep_freed_memory() is True
 
 
 def test_compare_splits_large_blobs_over_the_cores_and_restores_the_setting(tmp_path, monkeypatch):

@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import blobtool
-import blobtool.files
+import blobtool.formats.caffe
 from blobtool import Blob, BlobToolError, load, save
 from blobtool._pb.blobtool_caffe_pb2 import BlobProto
 from blobtool.errors import OutputError
@@ -662,7 +662,7 @@ def test_failed_save_leaves_earlier_file_intact(tmp_path, monkeypatch, error, ra
         out.write(b"\x3a\x02\x08")  # a partial write, then the failure
         raise error
 
-    monkeypatch.setattr(blobtool.files, "write_blob", failing_write_blob)
+    monkeypatch.setattr(blobtool.formats.caffe, "write_blob", failing_write_blob)
     with pytest.raises(raised) as info:
         write_example(target, [5.0, 6.0, 7.0])
     if raised is OutputError:

@@ -26,7 +26,7 @@ import blobtool
 from blobtool import wire
 from blobtool._pb import blobtool_caffe_pb2 as pb
 from blobtool.cli import cli
-from blobtool.containers import open_document
+from blobtool.formats import open_document
 from blobtool.errors import BlobToolError, FormatError
 
 FORMATS = ("new", "v1", "v0")

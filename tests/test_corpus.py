@@ -22,8 +22,8 @@ import pytest
 import make_corpus
 from blobtool import wire
 from blobtool._pb import blobtool_caffe_pb2 as pb
-from blobtool.containers import open_document
-from blobtool.summary import check_finite, check_message
+from blobtool.formats import open_document
+from blobtool.report.records import check_finite, check_message
 
 HERE = Path(__file__).resolve().parent
 CORPUS = HERE / "corpus"

@@ -27,7 +27,8 @@ from hypothesis import strategies as st
 import fuzzcases as fc
 from blobtool import BlobToolError, load, load_all, wire
 from blobtool._pb import blobtool_caffe_pb2 as pb
-from blobtool.containers import MAX_BLOBS, MAX_LAYERS, open_document
+from blobtool.formats import MAX_BLOBS, open_document
+from blobtool.formats.caffe import MAX_LAYERS
 
 EXAMPLES = int(os.environ.get("BLOBTOOL_FUZZ_EXAMPLES", "300"))
 SEEDS = fc.generated_seeds()

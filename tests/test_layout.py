@@ -21,7 +21,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from rich.console import Console
 
-from blobtool import layout, render
+from blobtool.report import tables as render
+from blobtool.report import text as layout
 from blobtool._pb.blobtool_caffe_pb2 import BlobProto, NetParameter
 
 # Printable ASCII, with the characters rich markup and emoji codes would eat.

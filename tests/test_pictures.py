@@ -24,13 +24,15 @@ from rich.console import Console
 
 from PIL import Image
 
-from blobtool import pictures
+from blobtool import kernels
 from blobtool._pb.blobtool_caffe_pb2 import BlobProto, BlobProtoVector
 from blobtool.cli import cli
 from blobtool.errors import UsageError
-from blobtool.pictures import (BORDER_RGB, EMPTY_RGB, NONFINITE_RGB, PNG_MIN_SIZE, TERMINAL_MIN_SIZE, filter_grid,
-                               heat_map, histogram, histogram_bars, view)
-from blobtool.render import SHADES, HalfBlocks, render_picture
+from blobtool.kernels import histogram
+from blobtool.report import pictures
+from blobtool.report.pictures import (BORDER_RGB, EMPTY_RGB, NONFINITE_RGB, PNG_MIN_SIZE, TERMINAL_MIN_SIZE, filter_grid,
+                                      heat_map, histogram_bars, view)
+from blobtool.report.tables import SHADES, HalfBlocks, render_picture
 
 DATA = Path(__file__).resolve().parent / "data"
 SHOW_EXPECTED = DATA / "show_expected.txt"
@@ -122,7 +124,7 @@ def test_histogram_counts_match_numpy_over_many_chunks():
     x[5], x[70000], x[-1] = np.nan, np.inf, -np.inf
     hist = histogram(x)
     finite = x[np.isfinite(x)].astype(np.float64)
-    counts, edges = np.histogram(finite, bins=pictures.HIST_BINS)
+    counts, edges = np.histogram(finite, bins=kernels.HIST_BINS)
     assert hist["counts"] == counts.tolist()
     assert hist["edges"] == edges.tolist()
     assert hist["edges"][0] == finite.min() and hist["edges"][-1] == finite.max()
@@ -186,9 +188,9 @@ def test_info_stats_json_has_the_histogram_of_data_and_diff(tmp_path):
     assert result.exit_code == 0, result.stderr
     stats = json.loads(result.stdout)["blobs"][0]["stats"]
     finite = data[np.isfinite(data)].astype(np.float64)
-    counts, edges = np.histogram(finite, bins=pictures.HIST_BINS)
+    counts, edges = np.histogram(finite, bins=kernels.HIST_BINS)
     assert stats["data"]["histogram"] == {"edges": edges.tolist(), "counts": counts.tolist(), "zeros": 2}
-    counts, edges = np.histogram(np.arange(8.0), bins=pictures.HIST_BINS)
+    counts, edges = np.histogram(np.arange(8.0), bins=kernels.HIST_BINS)
     assert stats["diff"]["histogram"] == {"edges": edges.tolist(), "counts": counts.tolist(), "zeros": 1}
 
 
@@ -557,7 +559,7 @@ def test_show_help_names_the_options():
 # -- the real files Caffe wrote ------------------------------------------------
 
 def test_show_png_of_the_real_imagenet_mean(realworld, tmp_path):
-    from blobtool.containers import open_document
+    from blobtool.formats import open_document
 
     source = realworld / "imagenet_mean.binaryproto"
     out = tmp_path / "mean.png"
@@ -586,7 +588,7 @@ def test_show_terminal_view_of_the_real_imagenet_mean(realworld):
 
 
 def test_show_png_of_the_real_lenet_conv1_filters(realworld, tmp_path):
-    from blobtool.containers import open_document, select
+    from blobtool.formats import open_document, select
 
     source = realworld / "lenet_iter_10000.caffemodel"
     out = tmp_path / "conv1.png"
@@ -624,7 +626,7 @@ def test_show_terminal_view_of_the_real_lenet_conv1_filters(realworld):
 
 
 def test_info_stats_histograms_of_the_real_caffemodel(realworld):
-    from blobtool.containers import open_document
+    from blobtool.formats import open_document
 
     source = realworld / "lenet_iter_10000.caffemodel"
     result = invoke("info", "--json", "--stats", source)
@@ -634,7 +636,7 @@ def test_info_stats_histograms_of_the_real_caffemodel(realworld):
     assert [b["name"] for b in blobs] == doc.names()
     for b, entry in zip(blobs, doc.entries):
         values = entry.blob().cpu_data().astype(np.float64)
-        counts, edges = np.histogram(values, bins=pictures.HIST_BINS)
+        counts, edges = np.histogram(values, bins=kernels.HIST_BINS)
         assert b["stats"]["data"]["histogram"] == {"edges": edges.tolist(), "counts": counts.tolist(),
                                                    "zeros": int(np.count_nonzero(values == 0))}
     human = invoke("info", "--stats", source)
@@ -657,10 +659,10 @@ def test_histogram_and_finite_range_are_the_same_for_any_thread_count(threaded, 
     x[3::77777] = np.nan
     x[4::99999] = np.inf
     threaded(1)
-    serial = (pictures.histogram(x), pictures.finite_range(x))
+    serial = (kernels.histogram(x), kernels.finite_range(x))
     finite = x[np.isfinite(x)]
-    assert serial[0]["counts"] == np.histogram(finite, bins=pictures.HIST_BINS)[0].tolist()
+    assert serial[0]["counts"] == np.histogram(finite, bins=kernels.HIST_BINS)[0].tolist()
     assert serial[1] == (float(finite.min()), float(finite.max()), int((~np.isfinite(x)).sum()))
     for threads in (2, 4):
         threaded(threads)
-        assert (pictures.histogram(x), pictures.finite_range(x)) == serial, threads
+        assert (kernels.histogram(x), kernels.finite_range(x)) == serial, threads

@@ -1,4 +1,4 @@
-"""Human-readable output: rich tables drawn from summary records. Computes nothing."""
+"""Human-readable output: rich tables drawn from report records. Computes nothing."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from .layout import (COMPARE_COLUMNS, compare_footer, compare_rows, compare_verdict, fmt_bytes, fmt_num, fmt_shape,
+from .text import (COMPARE_COLUMNS, compare_footer, compare_rows, compare_verdict, fmt_bytes, fmt_num, fmt_shape,
                      info_columns, info_footer, info_rows, norm_columns, norm_rows, title_parts)
 
 
@@ -79,7 +79,8 @@ def _stat_cells(s: dict) -> list:
 def histogram_key() -> Text:
     """The line that explains the histogram cells."""
     # pictures is imported here, not at the top: only --stats output needs it.
-    from .pictures import BAR_STEP, HIST_BINS
+    from ..kernels import HIST_BINS
+    from .pictures import BAR_STEP
 
     return Text.assemble(
         (" histograms", "bold"),
@@ -90,7 +91,8 @@ def histogram_key() -> Text:
 
 def histogram_cell(s: dict) -> Text:
     """A fixed-width histogram: one block per bin, then │, the zero count's block and ! for NaN/Inf."""
-    from .pictures import HIST_BINS, histogram_bars
+    from ..kernels import HIST_BINS
+    from .pictures import histogram_bars
 
     hist = s.get("histogram") or {"counts": [], "zeros": 0}
     bars = histogram_bars(hist["counts"], hist["zeros"], s["nan"] + s["inf"])

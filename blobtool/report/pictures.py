@@ -33,16 +33,15 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import kernels
-from .errors import UsageError
+from .. import kernels
+from ..errors import UsageError
+from ..kernels import HIST_BINS, finite_range
+from .text import fmt_num, fmt_shape
 
-__all__ = ["HIST_BINS", "BAR_LEVELS", "histogram", "finite_range", "histogram_bars", "Picture", "view", "heat_map",
+__all__ = ["BAR_LEVELS", "histogram_bars", "Picture", "view", "heat_map",
            "colour_image", "filter_grid", "colourise", "grid_columns", "block_mean", "enlarge",
            "VIRIDIS", "NONFINITE_RGB", "BORDER_RGB", "EMPTY_RGB", "PNG_MIN_SIZE", "TERMINAL_MIN_SIZE"]
 
-# Bins of the value histogram: one terminal cell each, so a histogram fits
-# beside a table row; JSON carries the same bins.
-HIST_BINS = 16
 # Bar heights a histogram cell can show (the eight blocks ▁..█), and the
 # ratio of counts between neighbouring heights: log-scaled, so that a bin
 # with 1/1000 of the largest count still shows, and with steps of x2
@@ -74,76 +73,7 @@ TERMINAL_MIN_SIZE = 10
 CHUNK = kernels.CHUNK
 
 
-# -- histograms ----------------------------------------------------------------
-
-def histogram(x: np.ndarray, bins: int = HIST_BINS, lo=None, hi=None) -> dict:
-    """Counts of the finite values in `bins` equal bins from `lo` to `hi`.
-
-    `lo` and `hi` default to the finite minimum and maximum (one extra pass).
-    Bins and counts are numpy.histogram's with ``range=(lo, hi)`` (the last
-    bin includes `hi`; equal `lo` and `hi` widen to lo-0.5..hi+0.5). Read in
-    chunks. Returns ``{"edges", "counts", "zeros", "nan", "inf"}``: bins+1
-    edges (float) and bins counts (int), or both empty when no value is
-    finite; ``zeros`` counts the values equal to 0 (they are in the counts
-    too), ``nan`` and ``inf`` the values left out.
-    """
-    x = x.reshape(-1)
-    if lo is None or hi is None:
-        lo, hi, _ = finite_range(x)
-    counts = np.zeros(bins, dtype=np.int64)
-    zeros = nans = infs = 0
-    edges = None
-    if lo is not None and hi is not None:
-        lo, hi = float(lo), float(hi)
-        if not math.isfinite(hi - lo):
-            # numpy's bin arithmetic overflows past ~1.8e308 of range; halving
-            # the values halves the edges and keeps every value's bin.
-            return _halved(histogram(x / 2.0, bins, lo / 2.0, hi / 2.0), 2.0)
-        edges = np.histogram_bin_edges(np.empty(0), bins=bins, range=(lo, hi))
-
-    def count(part):
-        values, nan_here, inf_here = kernels.finite_values(part)
-        zeros = int(values.size - np.count_nonzero(values))
-        if edges is None or not values.size:
-            return None, zeros, nan_here, inf_here
-        return np.histogram(values, bins=bins, range=(edges[0], edges[-1]))[0], zeros, nan_here, inf_here
-
-    for part_counts, zeros_here, nan_here, inf_here in kernels.map_chunks(count, x):
-        nans += nan_here
-        infs += inf_here
-        zeros += zeros_here
-        if part_counts is not None:
-            counts += part_counts
-    if edges is None:
-        return {"edges": [], "counts": [], "zeros": zeros, "nan": nans, "inf": infs}
-    return {"edges": [float(e) for e in edges], "counts": [int(c) for c in counts], "zeros": zeros,
-            "nan": nans, "inf": infs}
-
-
-def finite_range(x: np.ndarray) -> tuple:
-    """(min, max, count of NaN and Inf) of the finite values, read in chunks; (None, None, n) if none is finite."""
-    def extremes(part):
-        finite = np.isfinite(part)
-        bad = 0
-        if not finite.all():
-            bad = int(part.size - np.count_nonzero(finite))
-            part = part[finite]
-        if not part.size:
-            return math.inf, -math.inf, bad
-        return float(part.min()), float(part.max()), bad
-
-    found = kernels.map_chunks(extremes, x)
-    lo = min((f[0] for f in found), default=math.inf)
-    hi = max((f[1] for f in found), default=-math.inf)
-    nonfinite = sum(f[2] for f in found)
-    if lo > hi:
-        return None, None, nonfinite
-    return lo, hi, nonfinite
-
-
-def _halved(hist: dict, factor: float) -> dict:
-    return {**hist, "edges": [e * factor for e in hist["edges"]]}
-
+# -- histogram cells ---------------------------------------------------------
 
 def histogram_bars(counts, zeros: int = 0, nonfinite: int = 0, levels: int = BAR_LEVELS,
                    step: float = BAR_STEP) -> dict:
@@ -242,14 +172,14 @@ def view(array: np.ndarray, *, channel: int | None = None, index: int | None = N
     while array.ndim > 4 and array.shape[0] == 1:
         array = array[0]
     if array.ndim < 2 or array.ndim > 4:
-        raise UsageError(f"a blob of shape {_fmt_shape(shape)} is no picture: show needs (H, W), (C, H, W) "
+        raise UsageError(f"a blob of shape {fmt_shape(shape)} is no picture: show needs (H, W), (C, H, W) "
                          "or (N, C, H, W)")
     if 0 in array.shape:
-        raise UsageError(f"a blob of shape {_fmt_shape(shape)} has no values to show")
+        raise UsageError(f"a blob of shape {fmt_shape(shape)} has no values to show")
     if index is not None:
         if array.ndim != 4:
             raise UsageError(f"--index picks one item of a 4-D blob (N, C, H, W); this blob has shape "
-                             f"{_fmt_shape(shape)}")
+                             f"{fmt_shape(shape)}")
         _check_range("--index", index, array.shape[0], "items")
         return _image(array[index], channel, width, min_size, f"item {index} of {array.shape[0]}")
     if array.ndim == 4:
@@ -259,7 +189,7 @@ def view(array: np.ndarray, *, channel: int | None = None, index: int | None = N
     if array.ndim == 3:
         return _image(array, channel, width, min_size, None)
     if channel is not None:
-        raise UsageError(f"--channel picks a channel of a 3-D or 4-D blob; this blob has shape {_fmt_shape(shape)}")
+        raise UsageError(f"--channel picks a channel of a 3-D or 4-D blob; this blob has shape {fmt_shape(shape)}")
     return heat_map(array, width=width, min_size=min_size)
 
 
@@ -318,7 +248,7 @@ def colour_image(chw: np.ndarray, *, width: int | None = None, min_size: int = 0
     # Caffe keeps OpenCV's B, G, R order; reversing the channel axis gives R, G, B.
     rgb = _grey_planes_rgb([chw[c] for c in (2, 1, 0)], lo, hi, factor)
     caption = (f"{chw.shape[1]}x{chw.shape[2]} colour image, B,G,R shown as R,G,B, "
-               f"values {_fmt(lo)}..{_fmt(hi)} stretched to 0..255" + _scale_words(factor))
+               f"values {fmt_num(lo)}..{fmt_num(hi)} stretched to 0..255" + _scale_words(factor))
     return Picture(rgb, "colour", caption, value_range=(lo, hi), nonfinite=nonfinite, scale=factor)
 
 
@@ -478,10 +408,3 @@ def _check_range(option: str, value: int, size: int, what: str) -> None:
     if not 0 <= value < size:
         raise UsageError(f"{option} {value} is out of range: the blob has {size} {what} (0..{size - 1})")
 
-
-def _fmt(x) -> str:
-    return "-" if x is None else f"{x:.6g}"
-
-
-def _fmt_shape(shape) -> str:
-    return "(" + ", ".join(str(d) for d in shape) + ("," if len(shape) == 1 else "") + ")"

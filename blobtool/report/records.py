@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import math
 
-from . import kernels
-from .containers import Document, Entry
+from .. import kernels
+from ..formats import Document, Entry
 
 __all__ = ["json_float", "info_record", "norm_record", "norm_values", "compare_record", "CHECKS",
            "check_finite", "check_message"]
@@ -28,9 +28,7 @@ def json_float(x):
 def _stats(values) -> dict:
     found = kernels.stats(values)
     out = {k: (json_float(v) if k not in ("nan", "inf") else v) for k, v in found.items()}
-    from .pictures import histogram  # only --stats needs it; keeps start-up short
-
-    hist = histogram(values, lo=found["min"], hi=found["max"])
+    hist = kernels.histogram(values, lo=found["min"], hi=found["max"])
     out["histogram"] = {"edges": [json_float(e) for e in hist["edges"]], "counts": hist["counts"],
                         "zeros": hist["zeros"]}
     return out

@@ -1,12 +1,12 @@
 """What the info, norm and compare tables say, and those tables as plain text, without rich.
 
-render.py draws the tables with rich from the rows built here. Off a
+tables.py draws the tables with rich from the rows built here. Off a
 terminal, rich draws them without colour, and blobtool writes that same text
 itself (plain_info, plain_norm, plain_compare) instead of importing rich: loading rich costs
 about 19 ms on the 2-core reference machine, a tenth of a whole
 `blobtool norm` of a 256 MiB blob (benchmarks/RESULTS.md). The plain text is
 rich's own layout for these tables (box.SIMPLE_HEAD, pad_edge=False), and
-tests/test_layout.py checks it against rich character for character. Where
+tests/test_report_text.py checks it against rich character for character. Where
 rich would have to wrap, or a cell holds anything but printable ASCII, the
 plain functions return None and rich draws the table.
 """

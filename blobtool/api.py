@@ -1,0 +1,123 @@
+"""The library's entry points: load, load_all, save, write, and open_document.
+
+Everything the command line does to files, a Python user can do here in one
+call: read any kind of file (the kind sniffed from its bytes), and write a
+selection of blobs in any format blobtool writes, with the same options.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+from .blob import Blob
+from .errors import FormatError, UsageError
+from .formats import Document, module_for, open_document, output_kind
+from .source import releasing
+
+__all__ = ["load", "load_all", "save", "write", "open_document"]
+
+
+def load(src) -> Blob:
+    """Read the one blob of a BlobProto or .npy file (path, "-" or binary file object).
+
+    The payload is not copied: the blob's data views the memory-mapped file
+    (copy-on-write, so changing the blob never changes the file). Values come
+    from double_data when it is non-empty (a float64 blob), else data.
+
+    Raises
+    ------
+    BlobToolError
+        FormatError naming the file, byte offset and field on bad input; for
+        a container (net, solverstate, vector, npz), pointing to load_all.
+    """
+    doc = open_document(src)
+    if doc.kind in ("blob", "npy"):
+        return doc.entries[0].blob()
+    raise FormatError(f"this is a {doc.kind} file holding {len(doc.entries)} blobs; "
+                      "use blobtool.load_all() to read them", path=doc.path)
+
+
+def load_all(src, kind: str | None = None) -> dict:
+    """Every blob of any kind of file, as an ordered {name: Blob} dict (names as in blobtool.formats)."""
+    doc = open_document(src, kind)
+    return {e.name: e.blob() for e in doc.entries}
+
+
+def save(blob: Blob, dest, *, double: bool | None = None, write_diff: bool | None = None,
+         layout: str | None = None, precision: str | None = None, transforms: dict | None = None) -> None:
+    """Write `blob` as a BlobProto to a path, "-" or a binary file object.
+
+    Parameters
+    ----------
+    double : True writes double_data (float64), False data (float32).
+    write_diff : whether to write the diff.
+    layout : "shape" (Caffe's ToProto) or "legacy" (num/channels/height/width).
+    precision : "float", "double" or "half" (NVIDIA Caffe's raw FLOAT16);
+        overrides `double`.
+    transforms : optional {"data"|"diff": fn(chunk, start) -> array} applied
+        chunk by chunk while writing (see blobproto.encode_blob_parts).
+
+    None keeps what the blob came with (a blob made in Python: its dtype,
+    "shape", no diff). Paths are written atomically: a temporary file beside
+    the target, then a rename.
+    """
+    from .formats.caffe import save_blob
+
+    if precision is None and double is not None:
+        precision = "double" if double else "float"
+    save_blob(blob, dest, precision=precision, write_diff=write_diff, layout=layout, transforms=transforms)
+
+
+def write(doc: Document | None, blobs, dest, *, format: str | None = None, precision: str | None = None,
+          layout: str | None = None, write_diff: bool | None = None, transforms: dict | None = None,
+          release: bool = False) -> str:
+    """Write blobs to `dest` (a path, "-" or a binary file object) in any format blobtool writes.
+
+    Parameters
+    ----------
+    doc : the Document the blobs came from (open_document), or None for
+        blobs made in Python (then only "blob", "npy" and "npz" can be written).
+    blobs : {name: Blob} to write, in order; None writes every blob of `doc`.
+        Names not in `doc` are new blobs (without a layer).
+    format : "blob" (one BlobProto), "npy", "npz", or "same" (the input's own
+        kind, every other byte of it kept); None chooses from dest's
+        extension (.npy, .npz, .pb/.binaryproto/.blob/.protobin), else
+        "same" for a container input and "blob" otherwise.
+    precision : "float", "double" or "half"; layout : "shape" or "legacy";
+    write_diff : None keeps each blob's stored form.
+    transforms : {name: {"data"|"diff": fn(chunk, start) -> array}} applied
+        chunk by chunk while writing (how scale and update stream).
+    release : hand the input's mapped pages back to the kernel as they are
+        written out, so that memory stays bounded whatever the file size.
+        Only for blobs that are not used afterwards: a page changed in
+        memory (scale_data on the host) reads back as the file's bytes.
+
+    Returns the kind written. Paths are written atomically.
+    """
+    if doc is None and blobs is None:
+        raise UsageError("write: nothing to write (no document and no blobs)")
+    if blobs is None:
+        entries = list(doc.entries)
+        blob_list = [e.blob() for e in entries]
+    else:
+        known = {e.name: e for e in doc.entries} if doc is not None else {}
+        entries = [known.get(name) or _new_entry(name, blob) for name, blob in blobs.items()]
+        blob_list = list(blobs.values())
+    if layout == "legacy":
+        for blob in blob_list:
+            if blob.num_axes > 4:
+                raise UsageError(f"the legacy layout holds at most 4 axes; blob has shape {blob.shape}")
+    kind = output_kind(dest, format, doc.kind if doc is not None else None)
+    with releasing() if release else contextlib.nullcontext():
+        module_for(kind).write(doc, entries, blob_list, dest, kind=kind, precision=precision,
+                               write_diff=write_diff, layout=layout, transforms=transforms)
+    return kind
+
+
+def _new_entry(name: str, blob: Blob):
+    from .formats import Entry
+
+    origin = blob.origin
+    return Entry(name, blob.shape, origin.layout if origin else "shape", blob.dtype,
+                 bool(origin and origin.has_diff), _blob=blob)
+

@@ -1,0 +1,49 @@
+"""The blobtool command: parse arguments, call the library, render, map errors to exit codes.
+
+No arithmetic and no format logic live here: the commands call blobtool's
+library (formats, api, compare, report) and print what it returns.
+
+- group.py: the blobtool group, its options, and the mapping of errors to
+  one stderr line and an exit code (errors.ExitCode);
+- options.py: the options commands share;
+- process.py: process set-up (BLAS threads, memory settings, worker pool);
+- output.py: JSON Lines, tables, warnings, progress bars;
+- work.py: opening inputs, selecting blobs, placing them on a GPU;
+- inspect.py (info, norm, compare, devices), write.py (scale, update,
+  convert), show.py (show): one module per group of commands.
+
+A new command is a function in one of those modules (or a new one) and a
+line in COMMANDS below.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from ..errors import ExitCode
+from .group import cli, quiet_broken_pipe, say_error
+from .inspect import compare, devices, info, norm
+from .process import keep_freed_memory, single_threaded_blas
+from .show import show
+from .write import convert, scale, update
+
+__all__ = ["cli", "main"]
+
+# The commands, in the order `blobtool --help` lists them.
+COMMANDS = (info, norm, scale, update, convert, compare, devices, show)
+for _command in COMMANDS:
+    cli.add_command(_command)
+
+
+def main(argv=None) -> None:
+    """Entry point of the blobtool script and of python -m blobtool."""
+    single_threaded_blas()
+    keep_freed_memory()
+    try:
+        cli.main(args=argv, prog_name="blobtool")
+    except BrokenPipeError:
+        quiet_broken_pipe()
+        sys.exit(ExitCode.OK)
+    except KeyboardInterrupt:
+        say_error("interrupted")
+        sys.exit(ExitCode.INTERRUPTED)

@@ -1,0 +1,126 @@
+"""The blobtool group: its options, and the one place where errors become a stderr line and an exit code.
+
+Exit codes are errors.ExitCode (see the README): 0 ok; 1 differences found or
+a check failed; 2 usage error; 3 input unreadable or invalid; 4 GPU asked
+for but not available; 5 output cannot be written; 70 internal error; 130
+interrupted.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import sys
+
+import click
+
+from .. import __version__
+from ..errors import BlobToolError, ExitCode
+
+__all__ = ["BlobtoolGroup", "cli", "CONTEXT_SETTINGS", "say_error", "quiet_broken_pipe"]
+
+CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+
+# OS errors that mean "the output cannot be written" (exit 5) when they escape.
+_OUTPUT_ERRNOS = {errno.ENOSPC, errno.EFBIG, errno.EDQUOT, errno.EIO}
+
+
+def _debug_enabled() -> bool:
+    ctx = click.get_current_context(silent=True)
+    root = ctx.find_root() if ctx else None
+    if root is not None and root.params.get("debug"):
+        return True
+    return os.environ.get("BLOBTOOL_DEBUG", "") not in ("", "0")
+
+
+def _print_traceback() -> None:
+    import traceback  # only with --debug: not worth loading on every start
+
+    traceback.print_exc()
+
+
+def say_error(message: str) -> None:
+    """One line on stderr: "blobtool: " and the message, its line breaks turned into blanks."""
+    click.echo("blobtool: " + " ".join(str(message).split("\n")), err=True)
+
+
+def quiet_broken_pipe() -> None:
+    """Point stdout at /dev/null: the reader went away (blobtool info *.pb | head -1).
+
+    Stops quietly, and keeps Python's final flush of stdout from complaining.
+    """
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+
+
+class BlobtoolGroup(click.Group):
+    """Maps the library's errors to one stderr line and the documented exit code."""
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        # Click's own usage errors print four lines (usage, hint, blank, error);
+        # blobtool's errors are one line, whoever finds them.
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        try:
+            code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except click.ClickException as exc:
+            command = exc.ctx.command_path if getattr(exc, "ctx", None) else "blobtool"
+            hint = f" (see '{command} --help')" if isinstance(exc, click.UsageError) else ""
+            click.echo(f"{command}: {exc.format_message()}{hint}", err=True)
+            sys.exit(exc.exit_code)
+        except click.exceptions.Abort:
+            say_error("interrupted")
+            sys.exit(ExitCode.INTERRUPTED)
+        sys.exit(code if isinstance(code, int) else ExitCode.OK)
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except BlobToolError as exc:
+            if _debug_enabled():
+                _print_traceback()
+            say_error(str(exc))
+            ctx.exit(exc.exit_code)
+        except KeyboardInterrupt:
+            say_error("interrupted")
+            ctx.exit(ExitCode.INTERRUPTED)
+        except BrokenPipeError:
+            quiet_broken_pipe()
+            ctx.exit(ExitCode.OK)
+        except (click.exceptions.Exit, click.ClickException, click.exceptions.Abort):
+            raise
+        except OSError as exc:
+            if exc.errno not in _OUTPUT_ERRNOS:
+                raise
+            # Results printed to a full disk (blobtool info > /dev/full): files are
+            # written through atomic_output, so this is standard output.
+            say_error(f"<stdout>: cannot write: {exc.strerror}")
+            quiet_broken_pipe()  # and no second complaint from the final flush
+            ctx.exit(ExitCode.OUTPUT)
+        except Exception as exc:  # a bug: one line, traceback with --debug
+            if _debug_enabled():
+                _print_traceback()
+            say_error(f"internal error: {type(exc).__name__}: {exc} (run with --debug for the traceback)")
+            ctx.exit(ExitCode.INTERNAL)
+
+
+@click.group(cls=BlobtoolGroup, context_settings=CONTEXT_SETTINGS)
+@click.version_option(__version__, "-V", "--version", prog_name="blobtool")
+@click.option("--debug", is_flag=True, help="Show tracebacks for errors (also BLOBTOOL_DEBUG=1).")
+def cli(debug: bool) -> None:
+    """Inspect, compare and convert Caffe blob files.
+
+    Reads BlobProto files (the `shape` field and the legacy num/channels/height/width
+    fields) and .npy arrays; the kind is sniffed from the bytes, not the name.
+
+    \b
+    Exit codes: 0 ok, 1 differences found or a check failed, 2 usage error,
+    3 input unreadable or invalid, 4 GPU not available, 5 output not writable.
+
+    \b
+    Example:
+      blobtool info mean.binaryproto
+    """

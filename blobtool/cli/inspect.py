@@ -1,0 +1,194 @@
+"""The reading commands: info, norm, compare, devices."""
+
+from __future__ import annotations
+
+import functools
+
+import click
+
+from ..errors import ExitCode
+from ..report import text
+from .group import CONTEXT_SETTINGS, say_error
+from .options import blob_option, device_option, inputs, jobs_option, json_option, kind_option
+from .output import consoles, emit, emit_json, progress
+from .process import records
+from .work import array_module, open_input, place, use_device
+
+__all__ = ["info", "norm", "compare", "devices"]
+
+
+def _tables():
+    from ..report import tables  # rich: only where a table is drawn with it
+    return tables
+
+
+def _emit_info(record: dict, as_json: bool) -> None:
+    emit(record, as_json, plain=text.plain_info, draw=lambda out: _tables().render_info(out, record))
+
+
+def _emit_norm(record: dict, as_json: bool) -> None:
+    emit(record, as_json, plain=text.plain_norm, draw=lambda out: _tables().render_norm(out, record))
+
+
+def _emit_compare(record: dict, as_json: bool, quiet: bool) -> None:
+    emit(record, as_json, plain=functools.partial(text.plain_compare, quiet=quiet),
+         draw=lambda out: _tables().render_compare(out, record, quiet=quiet))
+
+
+@click.command(context_settings=CONTEXT_SETTINGS)
+@click.argument("files", nargs=-1, type=click.Path(dir_okay=True, allow_dash=True))
+@click.option("--stats", is_flag=True, help="Add min, max, mean, std and NaN/Inf counts (reads the values).")
+@click.option("--check", type=click.Choice(["finite"]), default=None,
+              help="Exit 1 when a check fails; finite: no NaN or Inf in the selected blobs' data and diff "
+                   "(reads the values).")
+@blob_option
+@kind_option
+@json_option
+@jobs_option
+def info(files, stats, check, patterns, kind, as_json, jobs):
+    """Show what a blob file holds: kind, size, and each blob's shape, layout, dtype, count and diff.
+
+    Reads no values unless --stats is given.
+
+    \b
+    Example:
+      blobtool info mean.binaryproto
+      blobtool info --json --stats weights.pb | jq .blobs[0].stats
+      blobtool info --check finite snapshot.caffemodel
+    """
+    from ..report.records import check_message
+
+    work = functools.partial(_info_one, kind=kind, patterns=patterns, stats=stats, check=check)
+    failed = False
+    for record in records(inputs(files), work, jobs):
+        _emit_info(record, as_json)
+        message = check_message(record)
+        if message:
+            say_error(message)
+            failed = True
+    if failed:
+        click.get_current_context().exit(ExitCode.DIFFERENT)
+
+
+def _info_one(path, *, kind, patterns, stats, check=None, show_progress=True):
+    """info's record for one file (runs in a worker process when several files are given)."""
+    from ..formats import select
+    from ..report.records import info_record
+
+    doc = open_input(path, kind)
+    with progress(doc, "reading", show_progress):
+        return info_record(doc, select(doc, patterns), stats=stats, check=check)
+
+
+@click.command(context_settings=CONTEXT_SETTINGS)
+@click.argument("files", nargs=-1, type=click.Path(dir_okay=True, allow_dash=True))
+@device_option
+@blob_option
+@kind_option
+@json_option
+@jobs_option
+def norm(files, device, patterns, kind, as_json, jobs):
+    """Report Caffe's asum (L1), sumsq (squared L2) and l2 of each blob's data and diff.
+
+    Sums accumulate in float64, also for float32 blobs.
+
+    \b
+    Example:
+      blobtool norm weights.pb
+      cat weights.pb | blobtool norm --json --device 0
+    """
+    device_info = use_device(device)
+    if device_info is not None:
+        jobs = 1  # one process owns the GPU
+    work = functools.partial(_norm_one, kind=kind, patterns=patterns, device_info=device_info)
+    for record in records(inputs(files), work, jobs):
+        _emit_norm(record, as_json)
+
+
+def _norm_one(path, *, kind, patterns, device_info, show_progress=True):
+    """norm's record for one file (runs in a worker process when several files are given)."""
+    from ..formats import select
+    from ..report.records import norm_record
+
+    doc = open_input(path, kind)
+    entries = select(doc, patterns)
+    doc.source.will_read_through()
+    blobs = [_norm_target(e, device_info) for e in entries]
+    with progress(doc, "summing", show_progress):
+        return norm_record(doc, entries, blobs, device=device_info)
+
+
+def _norm_target(entry, device_info):
+    """The blob to reduce, placed where the work runs; very large ones stream through the GPU."""
+    blob = entry.blob()
+    if device_info is not None:
+        from .. import device
+        if blob.nbytes > device.STREAM_THRESHOLD:
+            return device.StreamedNorms(blob, device.current(), entry.has_diff)
+    return place(blob, device_info)
+
+
+@click.command(context_settings=CONTEXT_SETTINGS)
+@click.argument("a", type=click.Path(dir_okay=False, allow_dash=True))
+@click.argument("b", type=click.Path(dir_okay=False, allow_dash=True))
+@click.option("--rtol", type=click.FloatRange(min=0), default=0.0, metavar="R",
+              help="Relative tolerance: |a-b| <= atol + rtol*|b| (default 0: exact).")
+@click.option("--atol", type=click.FloatRange(min=0), default=0.0, metavar="T",
+              help="Absolute tolerance (default 0: exact).")
+@click.option("-q", "--quiet", is_flag=True, help="Print only the verdict line.")
+@device_option
+@blob_option
+@kind_option
+@json_option
+def compare(a, b, rtol, atol, quiet, device, patterns, kind, as_json):
+    """Compare two blob files value by value; exit 1 when they differ.
+
+    Blobs match by name; shapes compare with Caffe's legacy rule ((3,2) equals
+    legacy 1x1x3x2); values compare in float64, NaN equal to NaN.
+
+    \b
+    Example:
+      blobtool compare before.pb after.pb --rtol 1e-6
+      blobtool convert --double w.pb -o - | blobtool compare - w.pb
+    """
+    from ..compare import compare_documents
+    from ..formats import select
+    from ..kernels import using_threads
+    from ..report.records import compare_record
+
+    if a == "-" and b == "-":
+        raise click.UsageError("standard input ('-') can be read only once")
+    device_info = use_device(device)
+    doc_a, doc_b = open_input(a, kind), open_input(b, kind)
+    entries_a = select(doc_a, patterns)
+    entries_b = select(doc_b, patterns)
+    doc_a.source.will_read_through()
+    doc_b.source.will_read_through()
+    with progress(doc_a, "comparing"), using_threads(None):
+        result = compare_documents(doc_a, doc_b, entries_a, entries_b, rtol=rtol, atol=atol,
+                                   fetch=lambda e: place(e.blob(), device_info), xp=array_module(device_info))
+    record = compare_record(result, device=device_info)
+    _emit_compare(record, as_json, quiet)
+    click.get_current_context().exit(ExitCode.OK if result.equal else ExitCode.DIFFERENT)
+
+
+@click.command(context_settings=CONTEXT_SETTINGS)
+@json_option
+def devices(as_json):
+    """List the visible CUDA devices: index, name, memory and compute capability.
+
+    Prints an empty list (and exits 0) where CuPy, the driver or a GPU is missing.
+
+    \b
+    Example:
+      blobtool devices --json
+    """
+    from ..device import list_devices
+    from ..report.tables import render_devices
+
+    found = list_devices()
+    if as_json:
+        emit_json({"devices": found})
+    else:
+        out, _ = consoles()
+        render_devices(out, found)

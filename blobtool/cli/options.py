@@ -1,0 +1,67 @@
+"""Options the commands share, and what they resolve to (input list, output target)."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from ..formats import KINDS, OUTPUT_FORMATS
+
+__all__ = ["json_option", "device_option", "blob_option", "kind_option", "output_options", "jobs_option",
+           "inputs", "output_target"]
+
+
+def json_option(f):
+    return click.option("--json", "as_json", is_flag=True, help="Print JSON Lines: one object per input file.")(f)
+
+
+def device_option(f):
+    return click.option("--device", "device", type=click.IntRange(min=0), metavar="N", default=None,
+                        help="Run the work on CUDA GPU N (needs the CUDA extra).")(f)
+
+
+def blob_option(f):
+    return click.option("--blob", "patterns", multiple=True, metavar="PATTERN",
+                        help="Select blobs by name, glob (conv*/0) or layer name; repeatable.")(f)
+
+
+def kind_option(f):
+    return click.option("--kind", type=click.Choice(KINDS), default=None,
+                        help="Read the input as this kind instead of sniffing it.")(f)
+
+
+def output_options(f):
+    f = click.option("--format", "fmt", type=click.Choice(OUTPUT_FORMATS), default=None,
+                     help="Output format: blob (one BlobProto), npy, npz, or same (the input's kind). "
+                          "Default by extension: .npy, .npz, .pb/.binaryproto (one blob), else same.")(f)
+    f = click.option("-o", "--output", type=click.Path(dir_okay=False, allow_dash=True), default=None,
+                     metavar="PATH", help="Where to write ('-' for stdout; default stdout when it is not a terminal).")(f)
+    return f
+
+
+def jobs_option(f):
+    return click.option("-j", "--jobs", type=click.IntRange(min=1), default=None, metavar="N",
+                        help="Use N CPU cores (default: all): several files at once in worker "
+                             "processes, or one large blob's sums split over N threads. Output stays in "
+                             "input order.")(f)
+
+
+def inputs(files) -> list:
+    """The input paths: the files given, or "-" (standard input) when none is and stdin is not a terminal."""
+    if not files:
+        if sys.stdin is None or sys.stdin.isatty():
+            raise click.UsageError("no input file given, and standard input is a terminal")
+        return ["-"]
+    if list(files).count("-") > 1:
+        raise click.UsageError("standard input ('-') can be read only once")
+    return list(files)
+
+
+def output_target(output):
+    """Where a writing command writes: -o PATH, else stdout when it is not a terminal."""
+    if output is None:
+        if sys.stdout.isatty():
+            raise click.UsageError("refusing to write binary data to a terminal; use -o PATH (or -o - to insist)")
+        output = "-"
+    return output

@@ -1,0 +1,93 @@
+"""What the commands print: JSON Lines, tables (plain text off a terminal, rich on one), warnings, progress."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import sys
+
+import click
+
+__all__ = ["emit", "emit_json", "consoles", "warn", "progress", "PROGRESS_THRESHOLD"]
+
+# Inputs larger than this get a progress bar (on a terminal only).
+PROGRESS_THRESHOLD = 64 << 20
+
+
+def emit(record: dict, as_json: bool, *, plain, draw) -> None:
+    """Print one file's record: a JSON line, or a table.
+
+    `plain(record, width)` is the table as plain text (report.text), or None
+    where only rich can draw it; it is used off a terminal, where it equals
+    what rich would print without loading rich. `draw(console)` draws the
+    table with rich otherwise.
+    """
+    if as_json:
+        emit_json(record)
+        return
+    from ..report import text
+
+    if text.plain_stdout():
+        written = plain(record, text.plain_width())
+        if written is not None:
+            sys.stdout.write(written)
+            sys.stdout.flush()
+            return
+    out, _ = consoles()
+    draw(out)
+
+
+def emit_json(obj: dict) -> None:
+    import json
+
+    click.echo(json.dumps(obj, separators=(", ", ": ")))
+
+
+def _console_class():
+    from rich.console import Console
+
+    class QuietPipeConsole(Console):
+        def on_broken_pipe(self) -> None:
+            # rich would exit 1 here; the group handles a broken pipe (exit 0).
+            self.quiet = True
+            raise BrokenPipeError
+
+    return QuietPipeConsole
+
+
+@functools.lru_cache(maxsize=None)
+def consoles():
+    """(stdout console, stderr console), made on first use (rich is imported then)."""
+    Console = _console_class()
+    # Off a terminal rich would wrap at 80 columns; tables read better unwrapped in logs.
+    from ..report.text import plain_width
+
+    width = None if sys.stdout.isatty() else plain_width()
+    # Names come from the files: print them as they are, never as rich markup
+    # ("fc[relu]") or emoji codes (":x:").
+    literal = {"markup": False, "emoji": False, "highlight": False}
+    return Console(width=width, **literal), Console(stderr=True, **literal)
+
+
+def warn(doc) -> None:
+    """One stderr line per warning about a document's blobs."""
+    for line in doc.warnings:
+        click.echo("blobtool: warning: " + line, err=True)
+
+
+@contextlib.contextmanager
+def progress(doc, what: str, enabled: bool = True):
+    """A rich progress bar on stderr while working through a big input, when stderr is a terminal."""
+    if not enabled or doc.size <= PROGRESS_THRESHOLD or not sys.stderr.isatty():
+        yield
+        return
+    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
+
+    from ..progress import reporting
+
+    _, err = consoles()
+    columns = (TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TimeRemainingColumn())
+    with Progress(*columns, console=err, transient=True) as bar:
+        task = bar.add_task(f"{what} {doc.path}", total=doc.size)
+        with reporting(lambda n: bar.advance(task, n)):
+            yield

@@ -1,0 +1,84 @@
+"""The show command: a blob as a picture in the terminal, or as a PNG."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from ..errors import UsageError
+from .group import CONTEXT_SETTINGS
+from .options import kind_option
+from .output import consoles
+from .work import open_input
+
+__all__ = ["show"]
+
+
+@click.command(context_settings=CONTEXT_SETTINGS)
+@click.argument("file", type=click.Path(dir_okay=False, allow_dash=True))
+@click.option("--blob", "name", metavar="NAME", default=None,
+              help="The blob to show (name or glob that matches one blob); needed when the file holds several.")
+@click.option("--channel", type=click.IntRange(min=0), metavar="C", default=None,
+              help="Show channel C (from 0) as a heat map; in a filter grid, channel C of every filter.")
+@click.option("--index", type=click.IntRange(min=0), metavar="N", default=None,
+              help="Of a 4-D blob (N, C, H, W), show item N (from 0) alone instead of the filter grid.")
+@click.option("--width", type=click.IntRange(min=1), metavar="COLUMNS", default=None,
+              help="Terminal view at most COLUMNS characters wide (default: the terminal's width).")
+@click.option("-o", "--output", type=click.Path(dir_okay=False, allow_dash=True), default=None, metavar="PATH.png",
+              help="Write the picture as a PNG (full resolution, small filters enlarged) instead of drawing it; "
+                   "needs Pillow: pip install 'blobtool[image]'.")
+@kind_option
+def show(file, name, channel, index, width, output, kind):
+    """Draw a blob as a picture in the terminal, or write it as a PNG.
+
+    (H, W): a heat map with its value range. (C, H, W) or (1, C, H, W) with
+    C == 3: a colour image (Caffe's B, G, R shown as R, G, B). (N, C, H, W):
+    a grid of the N filters, each stretched from its own min to max, with
+    one-pixel borders. The terminal view uses coloured half-block cells
+    (two pixels per character) and shrinks to the terminal's width.
+
+    \b
+    Example:
+      blobtool show imagenet_mean.binaryproto
+      blobtool show lenet.caffemodel --blob conv1/0 -o conv1.png
+      blobtool show net.caffemodel --blob conv2/0 --index 3 --channel 0
+    """
+    from ..formats import select
+    from ..report.pictures import PNG_MIN_SIZE, TERMINAL_MIN_SIZE, view
+    from ..report.tables import render_picture
+
+    image_module = None
+    if output is not None:
+        if output != "-" and not output.lower().endswith(".png"):
+            raise UsageError(f"show writes PNG only: name the output *.png (got {output!r})")
+        if output == "-" and sys.stdout.isatty():
+            raise click.UsageError("refusing to write a PNG to a terminal; use -o PATH.png")
+        image_module = _pillow_image()
+    doc = open_input(file, kind)
+    entries = select(doc, [name] if name is not None else [])
+    if len(entries) != 1:
+        names = ", ".join(e.name for e in entries[:8]) + (", ..." if len(entries) > 8 else "")
+        raise UsageError(f"{doc.path}: show draws one blob; {len(entries)} match ({names}): "
+                         "choose one with --blob NAME")
+    entry = entries[0]
+    data = entry.blob().cpu_data().reshape(entry.shape)
+    if image_module is None:
+        out, _ = consoles()
+        picture = view(data, channel=channel, index=index, width=width or out.width, min_size=TERMINAL_MIN_SIZE)
+        render_picture(out, doc.path, entry.name, entry.shape, picture)
+        return
+    from ..source import atomic_output
+
+    picture = view(data, channel=channel, index=index, min_size=PNG_MIN_SIZE)
+    with atomic_output(output) as f:
+        image_module.fromarray(picture.rgb).save(f, format="PNG")
+
+
+def _pillow_image():
+    """Pillow's Image module, imported only when a PNG is asked for (the optional image extra)."""
+    try:
+        from PIL import Image
+    except ImportError as exc:
+        raise UsageError("writing PNG needs Pillow, which is not installed: pip install 'blobtool[image]'") from exc
+    return Image
