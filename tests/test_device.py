@@ -43,6 +43,21 @@ def test_use_selects_the_device_and_describes_it(backend, cupy_state):
     assert cupy_state["current"] == 0
 
 
+def test_use_as_a_context_manager_restores_the_callers_device_and_backend(cupy_state):
+    before = get_backend()
+    assert cupy_state["current"] == 0
+    with device.use(1) as gpu:
+        assert get_backend() is gpu and gpu.index == 1
+        assert cupy_state["current"] == 1
+        assert SyncedMemory(8).gpu_data() is not None  # device work inside the block runs on GPU 1
+    assert get_backend() is before
+    assert cupy_state["current"] == 0
+    outer = device.use(0)
+    with device.use(1):
+        assert get_backend() is not outer
+    assert get_backend() is outer and cupy_state["current"] == 0
+
+
 @pytest.mark.parametrize("count, index, message", [
     (2, 5, "GPU 5 requested; 2 visible: 0 Fake GPU, 1 Fake GPU"),
     (0, 0, "GPU 0 requested, but no CUDA device is visible"),

@@ -45,6 +45,7 @@ from __future__ import annotations
 import fnmatch
 import importlib
 import math
+import os
 from dataclasses import dataclass, field
 
 from ..errors import FormatError, UsageError
@@ -214,7 +215,7 @@ def output_kind(dest, fmt: str | None, input_kind: str | None) -> str:
     Raises UsageError when the input's kind cannot be written back as itself.
     """
     if fmt is None:
-        lower = dest.lower() if isinstance(dest, str) else ""
+        lower = os.fspath(dest).lower() if isinstance(dest, (str, os.PathLike)) else ""
         fmt = next((kind for f in FORMATS for ext, kind in f.extensions if lower.endswith(ext)), None)
         if fmt is None:
             fmt = "same" if input_kind in CONTAINER_KINDS else "blob"

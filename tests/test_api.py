@@ -1,0 +1,93 @@
+"""The library's write API: everything the command line writes, from Python, with the formats' own oracles."""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import pytest
+
+import blobtool
+from blobtool import Blob, BlobToolError, ExitCode, load, load_all, open_document, save, select, write
+from blobtool._pb import blobtool_caffe_pb2 as pb
+
+
+def _net_file(path):
+    net = pb.NetParameter(name="tiny")
+    rng = np.random.default_rng(3)
+    for name, shapes in (("conv1", [(4, 1, 3, 3), (4,)]), ("relu1", []), ("fc", [(2, 36), (2,)])):
+        layer = net.layer.add(name=name, type="Convolution" if name == "conv1" else "Other")
+        for shape in shapes:
+            blob = layer.blobs.add()
+            blob.shape.dim.extend(shape)
+            blob.data.extend(rng.standard_normal(int(np.prod(shape))).astype(np.float32).tolist())
+            blob.diff.extend(rng.standard_normal(int(np.prod(shape))).astype(np.float32).tolist())
+    path.write_bytes(net.SerializeToString())
+    return path, net
+
+
+def test_exit_codes_are_one_enum():
+    assert [int(c) for c in ExitCode] == [0, 1, 2, 3, 4, 5, 70, 130]
+    assert blobtool.errors.FormatError.exit_code is ExitCode.INPUT
+    assert blobtool.errors.OutputError.exit_code == 5
+
+
+def test_write_npz_from_a_document_keys_blobs_and_diffs(tmp_path):
+    path, net = _net_file(tmp_path / "net.caffemodel")
+    doc = open_document(path)
+    kind = write(doc, None, tmp_path / "all.npz")
+    assert kind == "npz"
+    with np.load(tmp_path / "all.npz") as arrays:  # numpy is the oracle
+        assert sorted(arrays.files) == sorted(["conv1/0", "conv1/0/diff", "conv1/1", "conv1/1/diff",
+                                               "fc/0", "fc/0/diff", "fc/1", "fc/1/diff"])
+        assert np.array_equal(arrays["fc/0"], np.asarray(net.layer[2].blobs[0].data, np.float32).reshape(2, 36))
+        assert np.array_equal(arrays["conv1/1/diff"], np.asarray(net.layer[0].blobs[1].diff, np.float32))
+
+
+def test_write_selection_same_kind_keeps_every_other_byte(tmp_path):
+    path, net = _net_file(tmp_path / "net.caffemodel")
+    doc = open_document(path)
+    entries = select(doc, ["fc"])
+    blobs = {e.name: e.blob() for e in entries}
+    assert write(doc, blobs, tmp_path / "same.caffemodel", precision="double") == "net"
+    back = pb.NetParameter.FromString((tmp_path / "same.caffemodel").read_bytes())  # protobuf is the oracle
+    assert back.layer[0] == net.layer[0] and back.name == "tiny"
+    assert list(back.layer[2].blobs[0].double_data) == pytest.approx(list(net.layer[2].blobs[0].data))
+    assert len(back.layer[2].blobs[0].data) == 0
+
+
+def test_write_blobs_made_in_python_as_npy_blob_and_npz(tmp_path):
+    blob = Blob(2, 3, dtype=np.float64)
+    blob.mutable_cpu_data()[:] = np.arange(6.0)
+    assert write(None, {"w": blob}, tmp_path / "w.npy") == "npy"
+    assert np.array_equal(np.load(tmp_path / "w.npy"), np.arange(6.0).reshape(2, 3))
+    assert write(None, {"w": blob}, tmp_path / "w.pb", precision="float") == "blob"
+    proto = pb.BlobProto.FromString((tmp_path / "w.pb").read_bytes())
+    assert list(proto.shape.dim) == [2, 3] and list(proto.data) == list(range(6))
+    out = io.BytesIO()
+    write(None, {"w": blob}, out, format="npz", precision="half")
+    out.seek(0)
+    with np.load(out) as arrays:
+        assert arrays["w"].dtype == np.float16 and arrays.files == ["w"]
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"format": "same"}, "has no container form to write back"),
+    ({"format": "tiff"}, "unknown output format 'tiff'"),
+    ({"layout": "legacy", "format": "blob"}, "the legacy layout holds at most 4 axes"),
+])
+def test_write_refuses_what_it_cannot_write(tmp_path, kwargs, message):
+    blob = Blob(1, 1, 1, 1, 2)
+    with pytest.raises(BlobToolError, match=message) as info:
+        write(None, {"x": blob}, tmp_path / "x.out", **kwargs)
+    assert info.value.exit_code == ExitCode.USAGE
+    assert not (tmp_path / "x.out").exists()
+
+
+def test_load_save_load_all_round_trip(tmp_path):
+    blob = Blob(3, 2)
+    blob.mutable_cpu_data()[:] = [1, 2, 3, 4, 5, 6]
+    save(blob, tmp_path / "b.pb", layout="legacy")
+    again = load(tmp_path / "b.pb")
+    assert again.shape == (1, 1, 3, 2) and again.origin.layout == "legacy"
+    assert list(load_all(tmp_path / "b.pb")) == ["0"]

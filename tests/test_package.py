@@ -1,0 +1,70 @@
+"""The package's shape: no import cycles, and the command's start-up loads only what it needs."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[1] / "blobtool"
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _modules() -> dict:
+    return {_module_name(p): p for p in PACKAGE.rglob("*.py") if "_pb" not in p.parts}
+
+
+def _top_level_imports(name: str, path: Path, known: set) -> set:
+    """The blobtool modules `name` imports when it is imported (not those imported inside functions)."""
+    tree = ast.parse(path.read_text(), str(path))
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = set()
+    for node in tree.body:
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names if a.name in known)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")
+                anchor = anchor[:len(anchor) - node.level + 1]
+                base = ".".join(anchor + ([node.module] if node.module else []))
+            if base in known:
+                found.add(base)
+            found.update(f"{base}.{a.name}" for a in node.names if f"{base}.{a.name}" in known)
+    found.discard(name)
+    return found
+
+
+def test_no_import_cycles():
+    modules = _modules()
+    graph = {name: _top_level_imports(name, path, set(modules)) for name, path in modules.items()}
+    assert graph["blobtool.cli"] >= {"blobtool.cli.group", "blobtool.cli.inspect"}  # the parser sees imports
+    state = {}
+
+    def visit(name, trail):
+        if state.get(name) == "done":
+            return
+        assert state.get(name) != "open", "import cycle: " + " -> ".join(trail + [name])
+        state[name] = "open"
+        for other in sorted(graph[name]):
+            visit(other, trail + [name])
+        state[name] = "done"
+
+    for name in sorted(graph):
+        visit(name, [])
+
+
+def test_the_command_imports_no_format_module_and_no_heavy_library_at_start_up():
+    # The registry names the format modules without importing them; numpy,
+    # rich and protobuf load only when a command needs them.
+    code = ("import sys, blobtool.cli\n"
+            "print(' '.join(sorted(m for m in sys.modules if m.split('.')[0] in "
+            "('numpy', 'rich', 'google') or m.startswith('blobtool.formats.') or m == 'blobtool.report.tables')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         cwd=PACKAGE.parent).stdout.split()
+    assert out == []
