@@ -10,8 +10,9 @@ from __future__ import annotations
 import contextlib
 
 from .blob import Blob
+from .blobproto import check_layout
 from .errors import FormatError, UsageError
-from .formats import Document, module_for, open_document, output_kind
+from .formats import Document, module, open_document, output_target
 from .source import releasing
 
 __all__ = ["load", "load_all", "save", "write", "open_document"]
@@ -103,13 +104,11 @@ def write(doc: Document | None, blobs, dest, *, format: str | None = None, preci
         known = {e.name: e for e in doc.entries} if doc is not None else {}
         entries = [known.get(name) or _new_entry(name, blob) for name, blob in blobs.items()]
         blob_list = list(blobs.values())
-    if layout == "legacy":
-        for blob in blob_list:
-            if blob.num_axes > 4:
-                raise UsageError(f"the legacy layout holds at most 4 axes; blob has shape {blob.shape}")
-    kind = output_kind(dest, format, doc.kind if doc is not None else None)
+    for blob in blob_list:  # before anything is written, whatever the format
+        check_layout(blob, layout)
+    fmt, kind = output_target(dest, format, doc)
     with releasing() if release else contextlib.nullcontext():
-        module_for(kind).write(doc, entries, blob_list, dest, kind=kind, precision=precision,
+        module(fmt).write(doc, entries, blob_list, dest, kind=kind, precision=precision,
                                write_diff=write_diff, layout=layout, transforms=transforms)
     return kind
 

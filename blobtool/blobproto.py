@@ -55,7 +55,7 @@ from .source import release_pages
 
 __all__ = [
     "BLOB_FIELD_NAMES", "PAYLOAD_FIELDS", "TYPE_FIELDS", "BLOB_WIRE_PAIRS", "Payload", "BlobRecord", "Origin",
-    "parse_blob", "blob_from_record", "encode_blob_parts", "resolve_form", "write_parts", "write_blob",
+    "parse_blob", "blob_from_record", "encode_blob_parts", "check_layout", "resolve_form", "write_parts", "write_blob",
     "blob_encoded_size", "PRECISIONS", "RAW_TYPES", "parse_errors",
 ]
 
@@ -558,9 +558,8 @@ def encode_blob_parts(blob: Blob, *, precision: str = "float", write_diff: bool 
     # SerializeToString writes fields in that order, and so does blobtool.
     fields = []
     legacy = BlobProto()
+    check_layout(blob, layout)
     if layout == "legacy":
-        if blob.num_axes > 4:
-            raise UsageError(f"the legacy layout holds at most 4 axes; this blob has {blob.num_axes}")
         for index, name in zip((-4, -3, -2, -1), LEGACY_FIELDS):
             setattr(legacy, name, blob.legacy_shape(index))
         fields.append((1, legacy.SerializeToString()))
@@ -586,6 +585,12 @@ def encode_blob_parts(blob: Blob, *, precision: str = "float", write_diff: bool 
         fields.append((spec.number, (values, target, transforms.get(which))))
     fields.sort(key=lambda item: item[0])  # stable: each payload's header stays before its values
     return [piece for _, piece in fields]
+
+
+def check_layout(blob: Blob, layout: str | None) -> None:
+    """Refuse the legacy layout (num/channels/height/width) for a blob of more than 4 axes."""
+    if layout == "legacy" and blob.num_axes > 4:
+        raise UsageError(f"the legacy layout holds at most 4 axes; this blob has {blob.num_axes}")
 
 
 def resolve_form(blob: Blob, *, precision: str | None = None, write_diff: bool | None = None,

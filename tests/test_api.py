@@ -72,7 +72,7 @@ def test_write_blobs_made_in_python_as_npy_blob_and_npz(tmp_path):
 
 
 @pytest.mark.parametrize("kwargs, message", [
-    ({"format": "same"}, "has no container form to write back"),
+    ({"format": "same"}, "no container form to write back"),
     ({"format": "tiff"}, "unknown output format 'tiff'"),
     ({"layout": "legacy", "format": "blob"}, "the legacy layout holds at most 4 axes"),
 ])

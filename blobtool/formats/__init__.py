@@ -8,6 +8,9 @@ sniff.py), never from the file name.
 The registry (FORMATS) is the one place that lists the format modules. Each
 module reads and writes the kinds it owns and offers the same functions:
 
+``sniff(source)``
+    the kind of a file of this format (after its signature matched, or for
+    the format without a signature, protobuf); FormatError if none;
 ``read(doc, cast=None)``
     fill ``doc.entries`` (and ``doc.meta``) for ``doc.kind``; payloads are
     located, not copied.
@@ -16,8 +19,10 @@ module reads and writes the kinds it owns and offers the same functions:
 
 A module is imported the first time a file of its format is met, so the
 command line's start-up pays only for this file. To add a format: write
-``formats/<name>.py`` with those two functions, and add one Format line
-below (its kinds, magic bytes and output extensions).
+``formats/<name>.py`` with those three functions, and add one Format line
+below (its kinds, signature, and the --format choices and extensions it
+writes). A Document records its format, so two formats may hold the same
+kind (a net as protobuf or as another container).
 
 Kinds and blob names (stable, in file order):
 
@@ -50,35 +55,43 @@ from dataclasses import dataclass, field
 
 from ..errors import FormatError, UsageError
 
-__all__ = ["Format", "FORMATS", "KINDS", "CONTAINER_KINDS", "OUTPUT_FORMATS", "Entry", "Document",
-           "format_of", "module_for", "open_document", "select", "output_kind", "MAX_BLOBS"]
+__all__ = ["Format", "Output", "FORMATS", "KINDS", "CONTAINER_KINDS", "OUTPUT_FORMATS", "Entry", "Document",
+           "get_format", "module", "open_document", "select", "output_target", "MAX_BLOBS"]
+
+
+@dataclass(frozen=True)
+class Output:
+    """A choice of --format: its name, the output extensions that choose it, the kind it writes (None: the input's)."""
+
+    name: str
+    extensions: tuple
+    kind: str | None
 
 
 @dataclass(frozen=True)
 class Format:
-    """One file format: the kinds it holds, how its files start, the extensions that ask for it."""
+    """One file format: the kinds it reads, how its files start, what it writes."""
 
-    name: str            # the module under blobtool.formats that reads and writes it
-    kinds: tuple         # the kinds it reads (and writes); the first is what a single blob is written as
-    magic: tuple = ()    # (leading bytes, kind) pairs; none for protobuf, which sniff.py tells by its fields
-    extensions: tuple = ()   # (output extension, kind) pairs that choose this format for writing
-    containers: tuple = ()   # kinds that hold several blobs and are written back as themselves
+    name: str              # its module under blobtool.formats
+    kinds: tuple           # the kinds it reads
+    magic: tuple = ()      # leading bytes that mark its files; () for the format without a signature (protobuf)
+    outputs: tuple = ()    # the Output choices it writes
+    containers: tuple = ()  # kinds that hold several blobs and are written back as themselves (--format same)
 
 
 FORMATS = (
     Format("caffe", ("blob", "vector", "net", "solverstate"),
-           extensions=((".pb", "blob"), (".binaryproto", "blob"), (".blob", "blob"), (".protobin", "blob")),
+           outputs=(Output("blob", (".pb", ".binaryproto", ".blob", ".protobin"), "blob"),),
            containers=("vector", "net", "solverstate")),
-    Format("numpy", ("npy", "npz"),
-           magic=((b"\x93NUMPY", "npy"), (b"PK\x03\x04", "npz"), (b"PK\x05\x06", "npz")),
-           extensions=((".npy", "npy"), (".npz", "npz"))),
+    Format("numpy", ("npy", "npz"), magic=(b"\x93NUMPY", b"PK\x03\x04", b"PK\x05\x06"),
+           outputs=(Output("npy", (".npy",), "npy"), Output("npz", (".npz",), "npz"))),
 )
 
 # Every kind --kind accepts, and the ones that hold several named blobs.
-KINDS = tuple(kind for fmt in FORMATS for kind in fmt.kinds)
-CONTAINER_KINDS = tuple(kind for fmt in FORMATS for kind in fmt.containers)
-# What --format accepts: one blob file, the array formats, or the input's own kind.
-OUTPUT_FORMATS = ("blob", "npy", "npz", "same")
+KINDS = tuple(dict.fromkeys(kind for fmt in FORMATS for kind in fmt.kinds))
+CONTAINER_KINDS = tuple(dict.fromkeys(kind for fmt in FORMATS for kind in fmt.containers))
+# What --format accepts: each format's outputs, or "same" (the input's own format and kind).
+OUTPUT_FORMATS = tuple(out.name for fmt in FORMATS for out in fmt.outputs) + ("same",)
 
 # A file's blobs, and a net's layers, are each capped at this many. The
 # largest Caffe nets hold a few thousand; each costs about 1.5 KB (a blob) or
@@ -87,17 +100,30 @@ OUTPUT_FORMATS = ("blob", "npy", "npz", "same")
 MAX_BLOBS = 1 << 16
 
 
-def format_of(kind: str) -> Format:
-    """The Format that reads `kind`."""
+def get_format(name: str) -> Format:
+    """The Format called `name` ("caffe", "numpy", ...)."""
     for fmt in FORMATS:
-        if kind in fmt.kinds:
+        if fmt.name == name:
             return fmt
-    raise UsageError(f"unknown kind {kind!r}; expected one of {', '.join(KINDS)}")
+    raise UsageError(f"unknown format {name!r}; expected one of {', '.join(f.name for f in FORMATS)}")
 
 
-def module_for(kind: str):
-    """The module that reads and writes `kind`, imported on first use."""
-    return importlib.import_module(f"{__name__}.{format_of(kind).name}")
+def module(fmt: Format):
+    """The module that reads and writes `fmt`, imported on first use."""
+    return importlib.import_module(f"{__name__}.{fmt.name}")
+
+
+def _format_by_magic(head: bytes) -> Format | None:
+    return next((fmt for fmt in FORMATS if any(head.startswith(m) for m in fmt.magic)), None)
+
+
+def _format_for_kind(kind: str, head: bytes) -> Format:
+    """The format to read a file as `kind` (--kind): the one holding that kind whose signature the file has, if any."""
+    holders = [fmt for fmt in FORMATS if kind in fmt.kinds]
+    if not holders:
+        raise UsageError(f"unknown kind {kind!r}; expected one of {', '.join(KINDS)}")
+    marked = _format_by_magic(head)
+    return marked if marked in holders else next((f for f in holders if not f.magic), holders[0])
 
 
 @dataclass
@@ -147,6 +173,7 @@ class Document:
     source: object           # source.Source
     entries: list = field(default_factory=list)
     meta: dict = field(default_factory=dict)
+    format: str = "caffe"    # the Format's name: which module reads and writes it
 
     @property
     def size(self) -> int:
@@ -177,9 +204,12 @@ def open_document(src, kind: str | None = None, *, npy_cast=None) -> Document:
     from .sniff import sniff
 
     source = open_source(src)
-    kind = kind or sniff(source)
-    doc = Document(source.name, kind, source)
-    module_for(kind).read(doc, cast=npy_cast)
+    if kind is None:
+        fmt, kind = sniff(source)
+    else:
+        fmt = _format_for_kind(kind, bytes(source.buf[:16]))
+    doc = Document(source.name, kind, source, format=fmt.name)
+    module(fmt).read(doc, cast=npy_cast)
     return doc
 
 
@@ -207,23 +237,32 @@ def _matches(entry: Entry, pattern: str) -> bool:
     return entry.layer is not None and entry.layer == pattern
 
 
-def output_kind(dest, fmt: str | None, input_kind: str | None) -> str:
-    """The kind to write: `fmt` ("blob", "npy", "npz", "same"), else from dest's extension, else the input's own.
+def output_target(dest, choice: str | None, doc: Document | None) -> tuple:
+    """(Format, kind) to write: the --format `choice`, else by dest's extension, else the input's own.
 
-    "same" (and an extension that names no format) means the input's own
-    kind when that is a container; otherwise one BlobProto ("blob").
-    Raises UsageError when the input's kind cannot be written back as itself.
+    With no choice and no known extension, a container input is written as
+    itself ("same") and anything else as one BlobProto ("blob"). Raises
+    UsageError when the input cannot be written back as its own kind.
     """
-    if fmt is None:
+    if choice is None:
         lower = os.fspath(dest).lower() if isinstance(dest, (str, os.PathLike)) else ""
-        fmt = next((kind for f in FORMATS for ext, kind in f.extensions if lower.endswith(ext)), None)
-        if fmt is None:
-            fmt = "same" if input_kind in CONTAINER_KINDS else "blob"
-    elif fmt not in OUTPUT_FORMATS:
-        raise UsageError(f"unknown output format {fmt!r}; expected one of {', '.join(OUTPUT_FORMATS)}")
-    if fmt == "same":
-        if input_kind not in CONTAINER_KINDS + ("blob",):
-            raise UsageError(f"a {input_kind} input has no container form to write back; "
+        choice = next((out.name for fmt in FORMATS for out in fmt.outputs
+                       if lower.endswith(out.extensions)), None)
+        if choice is None:
+            choice = "same" if doc is not None and doc.kind in CONTAINER_KINDS else "blob"
+    if choice == "same":
+        if doc is None:
+            raise UsageError("blobs made in Python have no container form to write back; "
                              "choose .npy, .npz or a blob file")
-        fmt = input_kind
-    return fmt
+        fmt = get_format(doc.format)
+        if doc.kind not in fmt.containers + ("blob",):
+            raise UsageError(f"a {doc.kind} input has no container form to write back; "
+                             "choose .npy, .npz or a blob file")
+        return fmt, doc.kind
+    for fmt in FORMATS:
+        for out in fmt.outputs:
+            if out.name == choice:
+                if out.kind is None and doc is None:
+                    raise UsageError(f"--format {choice} writes the input's own kind, and there is no input file")
+                return fmt, out.kind or doc.kind
+    raise UsageError(f"unknown output format {choice!r}; expected one of {', '.join(OUTPUT_FORMATS)}")

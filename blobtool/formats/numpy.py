@@ -28,7 +28,7 @@ from ..errors import BlobToolError, FormatError, UsageError
 from ..source import Source, atomic_output
 from . import MAX_BLOBS, Document, Entry
 
-__all__ = ["read", "write", "cast_for", "load_npy", "save_arrays", "blob_arrays", "DIFF_SUFFIX", "PRECISION_DTYPES"]
+__all__ = ["sniff", "read", "write", "cast_for", "load_npy", "save_arrays", "blob_arrays", "DIFF_SUFFIX", "PRECISION_DTYPES"]
 
 # Bytes of an .npy read to parse its header: magic, version, a length of up to
 # 4 bytes, and the most header text numpy agrees to parse (10000 bytes).
@@ -39,6 +39,14 @@ DIFF_SUFFIX = "/diff"
 # The array dtype each write precision asks for (None: as the blob holds it).
 PRECISION_DTYPES = {None: None, "float": np.dtype(np.float32), "double": np.dtype(np.float64),
                     "half": np.dtype(np.float16)}
+
+
+_NPY_MAGIC = b"\x93NUMPY"
+
+
+def sniff(source) -> str:
+    """"npy" for numpy's .npy magic, else "npz" (the registry matched a zip signature)."""
+    return "npy" if bytes(source.buf[:len(_NPY_MAGIC)]) == _NPY_MAGIC else "npz"
 
 
 def cast_for(precision):
