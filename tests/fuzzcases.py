@@ -1,11 +1,11 @@
 """Seeds, mutations and the per-case check shared by the fuzz tests and the long fuzz run.
 
-Seeds are small valid files of every kind blobtool reads, made with the
-protobuf library (the oracle) where the schema covers them and with the wire
-helpers for the forks' fields. Mutations damage them the way real files are
-damaged or forged: cut at a field boundary or anywhere, bits flipped, a varint
-inserted, a length prefix overwritten with a huge value, a tag replaced, bytes
-replaced with random ones.
+Seeds are small valid files of every kind blobtool reads, made with
+tests/builders.py: with the protobuf library (the oracle) where the schema
+covers them, by hand for the forks' fields. Mutations damage them the way real
+files are damaged or forged: cut at a field boundary or anywhere, bits flipped,
+a varint inserted, a length prefix overwritten with a huge value, a tag
+replaced, bytes replaced with random ones.
 
 `check_case` runs one input through the library as a user would (open, build
 every blob, take its norms) and raises `FuzzFailure` when anything other than
@@ -30,6 +30,8 @@ from blobtool import wire
 from blobtool._pb import blobtool_caffe_pb2 as pb
 from blobtool.formats import open_document
 from blobtool.errors import BlobToolError
+from builders import (I32, I64, Layer, blob_bytes, blob_proto, half_blob_bytes, net_bytes, npy_bytes, npz_bytes,
+                      raw_blob_bytes, solverstate_bytes, tag, vector_bytes)
 
 # A case that takes longer than this is a hang waiting to happen on a real file.
 TIME_LIMIT_S = 1.0
@@ -63,120 +65,69 @@ def _values(n: int, seed: int) -> list:
 
 
 def _blob(shape=(2, 3, 2), *, legacy=False, double=False, diff=True, seed=0) -> pb.BlobProto:
+    """A blob of random values drawn from `seed` (the diff from seed + 1)."""
     count = int(np.prod(shape)) if shape else 1
-    blob = pb.BlobProto()
-    if legacy:
-        padded = (1,) * (4 - len(shape)) + tuple(shape)
-        blob.num, blob.channels, blob.height, blob.width = padded
-    else:
-        blob.shape.dim.extend(shape)
-    values, field, diff_field = _values(count, seed), "data", "diff"
-    if double:
-        field, diff_field = "double_data", "double_diff"
-    getattr(blob, field).extend(values)
-    if diff:
-        getattr(blob, diff_field).extend(_values(count, seed + 1))
-    return blob
-
-
-def _tag(number: int, wire_type: int) -> bytes:
-    return wire.encode_tag(number, wire_type)
+    values = np.array(_values(count, seed), np.float32).reshape(shape)
+    return blob_proto(values, np.array(_values(count, seed + 1), np.float32).reshape(shape) if diff else None,
+                      layout="legacy" if legacy else "shape", double=double)
 
 
 def _nvidia_raw() -> bytes:
     """NVIDIA Caffe's BlobProto: shape, raw_data_type FLOAT16, raw_data; raw_diff_type FLOAT, raw_diff."""
-    shape = pb.BlobProto()
-    shape.shape.dim.extend([3, 4])
-    data = np.asarray(_values(12, 5), dtype="<f2").tobytes()
-    diff = np.asarray(_values(12, 6), dtype="<f4").tobytes()
-    return (shape.SerializeToString()
-            + _tag(10, wire.VARINT) + wire.encode_varint(2)
-            + _tag(11, wire.VARINT) + wire.encode_varint(1)
-            + wire.len_field_header(12, len(data)) + data
-            + wire.len_field_header(13, len(diff)) + diff)
+    return raw_blob_bytes(np.asarray(_values(12, 5), dtype="<f2").reshape(3, 4),
+                          np.asarray(_values(12, 6), dtype="<f4").reshape(3, 4))
 
 
 def _ditcaffe_half() -> bytes:
     """ditcaffe's BlobProto: shape, half_data and half_diff as packed uint32 varints of float16 bits."""
-    shape = pb.BlobProto()
-    shape.shape.dim.extend([2, 5])
-    out = shape.SerializeToString()
-    for number, seed in ((10, 7), (11, 8)):
-        bits = np.asarray(_values(10, seed), dtype="<f2").view("<u2")
-        packed = b"".join(wire.encode_varint(int(b)) for b in bits)
-        out += wire.len_field_header(number, len(packed)) + packed
-    return out
+    return half_blob_bytes(np.asarray(_values(10, 7), dtype="<f2").reshape(2, 5),
+                           np.asarray(_values(10, 8), dtype="<f2").reshape(2, 5))
 
 
 def _unpacked_blob() -> bytes:
     """data and double_diff written unpacked (one tagged value each), as old writers did."""
-    header = pb.BlobProto()
-    header.shape.dim.extend([5])
-    out = header.SerializeToString()
+    out = blob_bytes(shape=[5])
     for v in _values(5, 9):
-        out += _tag(5, wire.I32) + np.float32(v).tobytes()
+        out += tag(5, I32) + np.float32(v).tobytes()
     for v in _values(5, 10):
-        out += _tag(9, wire.I64) + np.float64(v).tobytes()
+        out += tag(9, I64) + np.float64(v).tobytes()
     return out
 
 
 def _net_layer() -> bytes:
-    net = pb.NetParameter(name="tiny")
-    net.input.append("data")
-    conv = net.layer.add(name="conv1", type="Convolution")
-    conv.bottom.append("data")
-    conv.top.append("conv1")
-    conv.blobs.append(_blob((2, 1, 2, 2), seed=11))
-    conv.blobs.append(_blob((2,), diff=False, seed=12))
-    net.layer.add(name="relu1", type="ReLU")
-    ip = net.layer.add(name="ip1", type="InnerProduct")
-    ip.blobs.append(_blob((3, 2), double=True, seed=13))
-    return net.SerializeToString()
+    return net_bytes("new", [
+        Layer("conv1", "Convolution", [_blob((2, 1, 2, 2), seed=11), _blob((2,), diff=False, seed=12)],
+              bottom=["data"], top=["conv1"]),
+        Layer("relu1", "ReLU", bottom=[], top=[]),
+        Layer("ip1", "InnerProduct", [_blob((3, 2), double=True, seed=13)], bottom=[], top=[]),
+    ], name="tiny", inputs=["data"])
 
 
 def _net_v1() -> bytes:
-    net = pb.NetParameter(name="tiny_v1")
-    conv = net.layers.add(name="conv1", type=pb.V1LayerParameter.CONVOLUTION)
-    conv.bottom.append("data")
-    conv.blobs.append(_blob((2, 1, 2, 2), legacy=True, seed=21))
-    conv.blobs.append(_blob((2,), legacy=True, diff=False, seed=22))
-    ip = net.layers.add(name="ip1", type=pb.V1LayerParameter.INNER_PRODUCT)
-    ip.blobs.append(_blob((3, 2), legacy=True, seed=23))
-    return net.SerializeToString()
+    return net_bytes("v1", [
+        Layer("conv1", "Convolution", [_blob((2, 1, 2, 2), legacy=True, seed=21),
+                                       _blob((2,), legacy=True, diff=False, seed=22)], bottom=["data"]),
+        Layer("ip1", "InnerProduct", [_blob((3, 2), legacy=True, seed=23)], bottom=[]),
+    ], name="tiny_v1")
 
 
 def _net_v0() -> bytes:
-    net = pb.NetParameter(name="tiny_v0")
-    for k, (name, type_) in enumerate((("conv1", "conv"), ("ip1", "innerproduct"))):
-        outer = net.layers.add()
-        outer.bottom.append("data")
-        outer.layer.name = name
-        outer.layer.type = type_
-        outer.layer.blobs.append(_blob((2, 2), legacy=True, seed=31 + k))
-        outer.layer.blobs.append(_blob((2,), legacy=True, diff=False, seed=41 + k))
-    return net.SerializeToString()
+    return net_bytes("v0", [
+        Layer(name, type_, [_blob((2, 2), legacy=True, seed=31 + k), _blob((2,), legacy=True, diff=False, seed=41 + k)],
+              bottom=["data"], top=[])
+        for k, (name, type_) in enumerate((("conv1", "conv"), ("ip1", "innerproduct")))
+    ], name="tiny_v0")
 
 
 def _solverstate() -> bytes:
-    state = pb.SolverState(iter=1000, learned_net="tiny_iter_1000.caffemodel", current_step=2)
-    state.history.append(_blob((2, 1, 2, 2), diff=False, seed=51))
-    state.history.append(_blob((2,), diff=False, seed=52))
-    state.history.append(_blob((3, 2), legacy=True, diff=False, seed=53))
-    return state.SerializeToString()
+    return solverstate_bytes([_blob((2, 1, 2, 2), diff=False, seed=51), _blob((2,), diff=False, seed=52),
+                              _blob((3, 2), legacy=True, diff=False, seed=53)],
+                             iter_=1000, learned_net="tiny_iter_1000.caffemodel", current_step=2)
 
 
 def _vector() -> bytes:
-    vector = pb.BlobProtoVector()
-    vector.blobs.append(_blob((2, 3), seed=61))
-    vector.blobs.append(_blob((4,), double=True, seed=62))
-    vector.blobs.append(_blob((1, 2, 2, 1), legacy=True, diff=False, seed=63))
-    return vector.SerializeToString()
-
-
-def _npy(array: np.ndarray) -> bytes:
-    out = io.BytesIO()
-    np.save(out, array, allow_pickle=False)
-    return out.getvalue()
+    return vector_bytes([_blob((2, 3), seed=61), _blob((4,), double=True, seed=62),
+                         _blob((1, 2, 2, 1), legacy=True, diff=False, seed=63)])
 
 
 def _npz(compressed: bool) -> bytes:
@@ -184,9 +135,7 @@ def _npz(compressed: bool) -> bytes:
     arrays = {"w": rng.standard_normal((3, 4)).astype(np.float32),
               "w/diff": rng.standard_normal((3, 4)).astype(np.float32),
               "b": rng.standard_normal(4)}
-    out = io.BytesIO()
-    (np.savez_compressed if compressed else np.savez)(out, **arrays)
-    return out.getvalue()
+    return npz_bytes(arrays, compressed=compressed)
 
 
 @dataclass(frozen=True)
@@ -213,8 +162,8 @@ def generated_seeds() -> list:
         Seed("solverstate", "solverstate", _solverstate()),
         Seed("nvidia_raw", "blob", _nvidia_raw()),
         Seed("ditcaffe_half", "blob", _ditcaffe_half()),
-        Seed("npy_f32", "npy", _npy(rng.standard_normal((3, 4)).astype(np.float32))),
-        Seed("npy_f64_fortran", "npy", _npy(np.asfortranarray(rng.standard_normal((4, 3))))),
+        Seed("npy_f32", "npy", npy_bytes(rng.standard_normal((3, 4)).astype(np.float32))),
+        Seed("npy_f64_fortran", "npy", npy_bytes(np.asfortranarray(rng.standard_normal((4, 3))))),
         Seed("npz", "npz", _npz(False)),
         Seed("npz_compressed", "npz", _npz(True)),
     ]

@@ -13,9 +13,7 @@ from __future__ import annotations
 
 import base64
 import gzip
-import io
 import json
-import pickle
 import sys
 import types
 from pathlib import Path
@@ -27,17 +25,10 @@ sys.path.insert(0, str(HERE))
 
 import fuzzcases  # noqa: E402  (the seeds: valid files of every kind)
 from blobtool import wire  # noqa: E402
-from blobtool._pb import blobtool_caffe_pb2 as pb  # noqa: E402
+from builders import blob_bytes, npy_bytes  # noqa: E402
 
 CORPUS = HERE / "corpus"
 SEEDS = {s.name: s.data for s in fuzzcases.generated_seeds()}
-
-
-def blob(dims, values, *, double=False) -> bytes:
-    msg = pb.BlobProto()
-    msg.shape.dim.extend(dims)
-    (msg.double_data if double else msg.data).extend(values)
-    return msg.SerializeToString()
 
 
 def object_npy() -> bytes:
@@ -56,19 +47,11 @@ def object_npy() -> bytes:
     try:
         array = np.empty(1, dtype=object)
         array[0] = Canary()
-        out = io.BytesIO()
-        np.save(out, array, allow_pickle=True)
+        data = npy_bytes(array, allow_pickle=True)
     finally:
         del sys.modules[module.__name__]
-    data = out.getvalue()
     assert b"blobtool_never_unpickled" in data
     return data
-
-
-def npy(array) -> bytes:
-    out = io.BytesIO()
-    np.save(out, array, allow_pickle=False)
-    return out.getvalue()
 
 
 def apple_double() -> bytes:
@@ -89,8 +72,8 @@ def cut(data: bytes, keep: int) -> bytes:
     return data[:keep]
 
 
-NAN_INF = blob([2, 3], [1.0, float("nan"), float("inf"), -2.0, float("-inf"), float("nan")])
-HUGE = blob([3], [1e308, -1e308, 1e308], double=True)
+NAN_INF = blob_bytes([1.0, float("nan"), float("inf"), -2.0, float("-inf"), float("nan")], shape=[2, 3])
+HUGE = blob_bytes([1e308, -1e308, 1e308], double=True)
 RNG = np.random.default_rng(20240607)
 
 # file name -> contents
@@ -110,15 +93,15 @@ FILES = {
     "._weights.caffemodel": apple_double(),
     "weights.pb.gz": gzip.compress(SEEDS["blob_shape"], mtime=0),
     "snapshot.caffemodel.h5": hdf5(),
-    "int32.npy": npy(np.arange(6, dtype=np.int32)),
+    "int32.npy": npy_bytes(np.arange(6, dtype=np.int32)),
     "object.npy": object_npy(),
     "nan_inf.pb": NAN_INF,
     "huge_values.pb": HUGE,
-    "forged_length.pb": blob([4], []) + wire.len_field_header(5, 2**62) + bytes(16),
-    "overflowing_dims.pb": blob([2**62, 2**62, 16], [1.0]),
-    "too_many_axes.pb": blob([1] * 33, [1.0]),
-    "negative_legacy.pb": pb.BlobProto(num=1, channels=-3, height=2, width=2, data=[1.0]).SerializeToString(),
-    "group.pb": blob([1], [1.0]) + wire.encode_tag(9, wire.SGROUP),
+    "forged_length.pb": blob_bytes([], shape=[4]) + wire.len_field_header(5, 2**62) + bytes(16),
+    "overflowing_dims.pb": blob_bytes([1.0], shape=[2**62, 2**62, 16]),
+    "too_many_axes.pb": blob_bytes([1.0], shape=[1] * 33),
+    "negative_legacy.pb": blob_bytes([1.0], shape=(1, -3, 2, 2), layout="legacy"),
+    "group.pb": blob_bytes([1.0]) + wire.encode_tag(9, wire.SGROUP),
     "overlong_varint.pb": b"\x08" + b"\xff" * 10 + b"\x01",
     # Found by tests/fuzz_long.py: a header numpy parses only with its Python 2 fallback (and warned).
     "python2_header.npy": base64.b64decode(

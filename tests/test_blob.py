@@ -22,6 +22,7 @@ import fakegpu
 from blobtool import Blob, BlobToolError, SyncedHead, kernels, progress
 from blobtool._pb.blobtool_caffe_pb2 import BlobProto, BlobShape
 from blobtool.errors import DeviceError, FormatError
+from builders import blob_proto
 
 UNINITIALIZED = SyncedHead.UNINITIALIZED
 HEAD_AT_CPU = SyncedHead.HEAD_AT_CPU
@@ -973,29 +974,25 @@ def test_scale_and_update_match_numpy_in_dtype(dtype, data, factor):
 # -- shape_equals ------------------------------------------------------------------------------------
 
 
-def legacy_proto(num, channels, height, width):
-    return BlobProto(num=num, channels=channels, height=height, width=width)
-
-
 def test_legacy_blob_proto_shape_equals():
     # Caffe: BlobSimpleTest.TestLegacyBlobProtoShapeEquals
     blob = Blob()
     # Reshape to (3 x 2).
     blob.reshape([3, 2])
     # (3 x 2) blob == (1 x 1 x 3 x 2) legacy blob
-    assert blob.shape_equals(legacy_proto(1, 1, 3, 2))
+    assert blob.shape_equals(blob_proto(shape=(1, 1, 3, 2), layout="legacy"))
     # (3 x 2) blob != (0 x 1 x 3 x 2) legacy blob
-    assert not blob.shape_equals(legacy_proto(0, 1, 3, 2))
+    assert not blob.shape_equals(blob_proto(shape=(0, 1, 3, 2), layout="legacy"))
     # (3 x 2) blob != (3 x 1 x 3 x 2) legacy blob
-    assert not blob.shape_equals(legacy_proto(3, 1, 3, 2))
+    assert not blob.shape_equals(blob_proto(shape=(3, 1, 3, 2), layout="legacy"))
     # Reshape to (1 x 3 x 2).
     blob.reshape([1, 3, 2])
     # (1 x 3 x 2) blob == (1 x 1 x 3 x 2) legacy blob
-    assert blob.shape_equals(legacy_proto(1, 1, 3, 2))
+    assert blob.shape_equals(blob_proto(shape=(1, 1, 3, 2), layout="legacy"))
     # Reshape to (2 x 3 x 2).
     blob.reshape([2, 3, 2])
     # (2 x 3 x 2) blob != (1 x 1 x 3 x 2) legacy blob
-    assert not blob.shape_equals(legacy_proto(1, 1, 3, 2))
+    assert not blob.shape_equals(blob_proto(shape=(1, 1, 3, 2), layout="legacy"))
 
 
 def test_shape_equals_with_shape_field():
@@ -1009,7 +1006,7 @@ def test_shape_equals_with_shape_field():
 
 def test_shape_equals_legacy_fields_win_over_shape():
     blob = Blob(3, 2)
-    proto = legacy_proto(1, 1, 3, 2)
+    proto = blob_proto(shape=(1, 1, 3, 2), layout="legacy")
     proto.shape.dim.extend([7])
     assert blob.shape_equals(proto)
     # One legacy field present is enough; the others are 0.
@@ -1019,7 +1016,7 @@ def test_shape_equals_legacy_fields_win_over_shape():
 
 def test_shape_equals_five_axes_vs_legacy_is_false():
     blob = Blob(1, 1, 1, 3, 2)
-    assert not blob.shape_equals(legacy_proto(1, 1, 3, 2))
+    assert not blob.shape_equals(blob_proto(shape=(1, 1, 3, 2), layout="legacy"))
     assert blob.shape_equals(BlobProto(shape=BlobShape(dim=[1, 1, 1, 3, 2])))
 
 
@@ -1119,7 +1116,7 @@ def test_from_proto_without_reshape():
     with pytest.raises(BlobToolError, match="shape mismatch"):
         blob.from_proto(BlobProto(shape=BlobShape(dim=[2, 3]), data=range(6)), reshape=False)
     with pytest.raises(BlobToolError, match="shape mismatch"):
-        blob.from_proto(legacy_proto(2, 1, 3, 2), reshape=False)
+        blob.from_proto(blob_proto(shape=(2, 1, 3, 2), layout="legacy"), reshape=False)
     assert blob.shape == (3, 2)
     assert blob.cpu_data().tolist() == [0, 1, 2, 3, 4, 5]
 

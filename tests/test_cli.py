@@ -7,7 +7,6 @@ for the numbers. Exit codes and JSON schemas are the documented interface
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import importlib.util
 import io
@@ -23,13 +22,15 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from click.testing import CliRunner
 
 import blobtool
 from blobtool.formats import caffe as caffe_format
 from blobtool.report import records as report_records
 from blobtool._pb.blobtool_caffe_pb2 import BlobProto
 from blobtool.cli import cli
+from builders import Layer, blob_bytes, npy_bytes, npy_header_bytes, write_blob, write_net, write_npy
+from runner import (BLOBTOOL, TerminalRunner, invoke, json_lines, one_json, run_blobtool, run_pipeline,
+                    subprocess_env)
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -65,29 +66,7 @@ DATA_23 = np.array([[0.5, -1.25, 2.0], [3.1, -0.7, 4.4]], dtype=np.float32)
 DIFF_23 = np.array([[0.1, 0.2, -0.3], [0.05, -1.5, 0.25]], dtype=np.float32)
 
 
-# -- making input files ----------------------------------------------------------
-
-def make_proto(data, *, diff=None, layout="shape", double=False) -> BlobProto:
-    """A BlobProto holding `data` (and `diff`) the way Caffe would write it."""
-    data = np.asarray(data)
-    proto = BlobProto()
-    if layout == "legacy":
-        dims = (1,) * (4 - data.ndim) + data.shape
-        proto.num, proto.channels, proto.height, proto.width = dims
-    else:
-        proto.shape.dim.extend(data.shape)
-    values = proto.double_data if double else proto.data
-    values.extend(np.asarray(data, np.float64 if double else np.float32).ravel().tolist())
-    if diff is not None:
-        target = proto.double_diff if double else proto.diff
-        target.extend(np.asarray(diff, np.float64 if double else np.float32).ravel().tolist())
-    return proto
-
-
-def write_blob(path: Path, data, **kw) -> Path:
-    path.write_bytes(make_proto(data, **kw).SerializeToString())
-    return path
-
+# -- reading what was written; the error shape ----------------------------------
 
 def parse(source) -> BlobProto:
     raw = source.read_bytes() if isinstance(source, Path) else source
@@ -107,44 +86,6 @@ def folder_listing(folder: Path) -> set:
     return {p.name for p in folder.iterdir()}
 
 
-# -- running the command ---------------------------------------------------------
-
-def invoke(*args, input=None, env=None):
-    """Run blobtool in-process; stdout and stderr are kept apart (click 8.2+).
-
-    COLUMNS is set wide so that rich does not wrap table cells across lines.
-    """
-    env = {"COLUMNS": "200", **(env or {})}
-    return CliRunner().invoke(cli, [str(a) for a in args], input=input, env=env, prog_name="blobtool")
-
-
-class TerminalRunner(CliRunner):
-    """A CliRunner whose standard input and/or output claim to be a terminal."""
-
-    def __init__(self, *, stdin_tty=False, stdout_tty=False):
-        super().__init__()
-        self.stdin_tty = stdin_tty
-        self.stdout_tty = stdout_tty
-
-    @contextlib.contextmanager
-    def isolation(self, *args, **kwargs):
-        with super().isolation(*args, **kwargs) as streams:
-            if self.stdin_tty:
-                sys.stdin.isatty = lambda: True
-            if self.stdout_tty:
-                sys.stdout.isatty = lambda: True
-            yield streams
-
-
-def json_lines(result) -> list:
-    return [json.loads(line) for line in result.stdout.splitlines()]
-
-
-def one_json(result) -> dict:
-    (record,) = json_lines(result)
-    return record
-
-
 def assert_one_line_error(result, code: int, *fragments) -> str:
     """The documented error shape: exit `code`, one line on stderr, no traceback."""
     assert result.exit_code == code, (result.exit_code, result.stdout, result.stderr)
@@ -155,27 +96,6 @@ def assert_one_line_error(result, code: int, *fragments) -> str:
     for fragment in fragments:
         assert str(fragment) in err, (fragment, err)
     return err
-
-
-def subprocess_env(**extra) -> dict:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
-    env.pop("BLOBTOOL_DEBUG", None)
-    env.update(extra)
-    return env
-
-
-BLOBTOOL = f"{shlex.quote(sys.executable)} -m blobtool"
-
-
-def run_blobtool(*args, **kw):
-    return subprocess.run([sys.executable, "-m", "blobtool", *map(str, args)], capture_output=True,
-                          env=kw.pop("env", None) or subprocess_env(), timeout=60, **kw)
-
-
-def run_pipeline(command: str, cwd: Path):
-    return subprocess.run(["bash", "-c", "set -o pipefail; " + command], capture_output=True,
-                          cwd=cwd, env=subprocess_env(), timeout=60)
 
 
 # -- fixtures --------------------------------------------------------------------
@@ -348,7 +268,7 @@ def test_info_reads_stdin(f32, args):
 
 
 def test_no_file_and_a_terminal_on_stdin_is_a_usage_error():
-    result = TerminalRunner(stdin_tty=True).invoke(cli, ["info"], prog_name="blobtool")
+    result = invoke("info", runner=TerminalRunner(stdin_tty=True), columns=None)
     assert result.exit_code == 2
     assert "standard input is a terminal" in result.stderr
     assert result.stdout == ""
@@ -622,7 +542,7 @@ def test_convert_format_overrides_the_extension(f32, tmp_path):
 ], ids=["float32", "float64", "fortran", "big-endian"])
 def test_npy_input_becomes_a_blob(tmp_path, array):
     src = tmp_path / "a.npy"
-    np.save(src, array)
+    write_npy(src, array)
     proto = convert(src, tmp_path / "a.pb")
     assert list(proto.shape.dim) == list(array.shape)
     double = array.dtype.itemsize == 8
@@ -638,7 +558,7 @@ def test_npy_input_becomes_a_blob(tmp_path, array):
 def test_npy_of_other_dtypes_needs_float_or_double(tmp_path, dtype):
     array = np.arange(6).reshape(2, 3).astype(dtype)
     src = tmp_path / "a.npy"
-    np.save(src, array)
+    write_npy(src, array)
     out = tmp_path / "a.pb"
     refused = invoke("convert", src, "-o", out)
     assert_one_line_error(refused, 3, src, dtype, "--float")
@@ -665,7 +585,7 @@ class _Trap:
 def test_object_npy_is_refused_without_unpickling(tmp_path):
     marker = tmp_path / "unpickled"
     src = tmp_path / "obj.npy"
-    np.save(src, np.array([_Trap(str(marker))], dtype=object), allow_pickle=True)
+    write_npy(src, np.array([_Trap(str(marker))], dtype=object), allow_pickle=True)
     np.load(src, allow_pickle=True)  # the trap works ...
     assert marker.exists()
     marker.unlink()
@@ -834,7 +754,7 @@ def test_compare_diffs_when_both_have_one(tmp_path):
 def test_refuses_binary_output_to_a_terminal(f32, tmp_path):
     runner = TerminalRunner(stdout_tty=True)
     for args in (["scale", f32, "2"], ["convert", f32], ["update", f32]):
-        result = runner.invoke(cli, [str(a) for a in args], prog_name="blobtool")
+        result = invoke(*args, runner=runner, columns=None)
         assert result.exit_code == 2, (args, result.stderr)
         assert "refusing to write binary data to a terminal" in result.stderr
         assert result.stdout == ""
@@ -844,8 +764,7 @@ def test_refuses_binary_output_to_a_terminal(f32, tmp_path):
 def test_refuses_binary_output_to_a_real_terminal(f32):
     leader, follower = pty.openpty()
     try:
-        proc = subprocess.run([sys.executable, "-m", "blobtool", "scale", str(f32), "2"], stdin=subprocess.DEVNULL,
-                              stdout=follower, stderr=subprocess.PIPE, env=subprocess_env(), timeout=60)
+        proc = run_blobtool("scale", f32, "2", stdin=subprocess.DEVNULL, stdout=follower, stderr=subprocess.PIPE)
     finally:
         os.close(follower)
         os.close(leader)
@@ -1064,15 +983,13 @@ def test_internal_error_is_one_line_and_exit_70(f32, monkeypatch):
 
 
 def _truncated(path: Path) -> bytes:
-    raw = make_proto(np.arange(100, dtype=np.float32)).SerializeToString()
+    raw = blob_bytes(np.arange(100, dtype=np.float32))
     return raw[:len(raw) // 2]
 
 
 def _npy_with_header(header: str) -> bytes:
     """A version 1.0 .npy file with this header text and 64 bytes of payload."""
-    raw = header.encode("latin1")
-    raw += b" " * (64 - (10 + len(raw) + 1) % 64) + b"\n"
-    return b"\x93NUMPY\x01\x00" + len(raw).to_bytes(2, "little") + raw + bytes(64)
+    return npy_header_bytes(header, bytes(64))
 
 
 BAD_INPUTS = [
@@ -1083,7 +1000,7 @@ BAD_INPUTS = [
     ("empty", lambda p: b"", "empty"),
     ("missing", None, "cannot open"),
     ("npy-header-cut-short", lambda p: b"\x93NUMPY\x01\x00\x10\x00{'descr': garbage", "invalid .npy header"),
-    ("truncated-npy", lambda p: _npy_bytes(np.zeros(100, np.float32))[:-40], "truncated"),
+    ("truncated-npy", lambda p: npy_bytes(np.zeros(100, np.float32))[:-40], "truncated"),
     ("npy-negative-dim", lambda p: _npy_with_header(
         "{'descr': '<f4', 'fortran_order': False, 'shape': (-5,), }"), "negative"),
     ("npy-negative-dims", lambda p: _npy_with_header(
@@ -1093,14 +1010,8 @@ BAD_INPUTS = [
     ("npy-count-beyond-int64", lambda p: _npy_with_header(
         "{'descr': '<f8', 'fortran_order': False, 'shape': (100000000000000000000000,), }"), "truncated"),
     ("npy-header-not-a-dict", lambda p: _npy_with_header("[1, 2]"), "invalid .npy header"),
-    ("npy-complex", lambda p: _npy_bytes(np.zeros(3, np.complex64)), "complex64"),
+    ("npy-complex", lambda p: npy_bytes(np.zeros(3, np.complex64)), "complex64"),
 ]
-
-
-def _npy_bytes(array) -> bytes:
-    buf = io.BytesIO()
-    np.save(buf, array)
-    return buf.getvalue()
 
 
 @pytest.mark.parametrize("name, contents, text", BAD_INPUTS, ids=[b[0] for b in BAD_INPUTS])
@@ -1209,11 +1120,9 @@ def test_jobs_runs_files_in_worker_processes_in_input_order(tmp_path):
         path = tmp_path / f"b{i}.pb"
         save(blob, path)
         paths.append(str(path))
-    env = {**os.environ, "BLOBTOOL_PARALLEL_MIN_BYTES": "0"}
-    one = subprocess.run([sys.executable, "-m", "blobtool", "norm", "--json", "--jobs", "1", *paths],
-                         capture_output=True, text=True, env=env)
-    many = subprocess.run([sys.executable, "-m", "blobtool", "norm", "--json", "--jobs", "3", *paths],
-                          capture_output=True, text=True, env=env)
+    env = subprocess_env(BLOBTOOL_PARALLEL_MIN_BYTES="0")
+    one = run_blobtool("norm", "--json", "--jobs", "1", *paths, text=True, env=env, timeout=None)
+    many = run_blobtool("norm", "--json", "--jobs", "3", *paths, text=True, env=env, timeout=None)
     assert one.returncode == many.returncode == 0, many.stderr
     assert many.stdout == one.stdout
     assert [json.loads(line)["path"] for line in many.stdout.splitlines()] == paths
@@ -1222,8 +1131,7 @@ def test_jobs_runs_files_in_worker_processes_in_input_order(tmp_path):
     # The first bad file stops the run with its own exit code and message.
     bad = tmp_path / "bad.pb"
     bad.write_bytes(b"\x2a\x10\x00")
-    res = subprocess.run([sys.executable, "-m", "blobtool", "norm", "--json", "--jobs", "2",
-                          paths[0], str(bad), paths[1]], capture_output=True, text=True, env=env)
+    res = run_blobtool("norm", "--json", "--jobs", "2", paths[0], bad, paths[1], text=True, env=env, timeout=None)
     assert res.returncode == 3
     assert len(res.stdout.splitlines()) == 1
     assert "bad.pb" in res.stderr and len(res.stderr.strip().splitlines()) == 1
@@ -1232,14 +1140,9 @@ def test_jobs_runs_files_in_worker_processes_in_input_order(tmp_path):
 def test_human_output_prints_names_literally(tmp_path):
     # Layer names and paths come from users' files: brackets and colons are
     # text, not rich markup or emoji codes.
-    from blobtool._pb.blobtool_caffe_pb2 import NetParameter
-
     name = "res2a[branch]:smile:[/]"
-    net = NetParameter(name="n")
-    layer = net.layer.add(name=name, type="Convolution")
-    layer.blobs.add().CopyFrom(make_proto(DATA_23))
-    path = tmp_path / "w[bold].caffemodel"
-    path.write_bytes(net.SerializeToString())
+    path = write_net(tmp_path / "w[bold].caffemodel", "new", [Layer(name, "Convolution", [DATA_23], bottom=[], top=[])],
+                     name="n")
     for command in ("info", "norm"):
         result = invoke(command, path)
         assert result.exit_code == 0, result.stderr

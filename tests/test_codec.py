@@ -25,6 +25,7 @@ from blobtool import Blob, BlobToolError, load, save
 from blobtool._pb.blobtool_caffe_pb2 import BlobProto
 from blobtool.errors import OutputError
 from blobtool.wire import I32, I64, LEN, VARINT, encode_tag, encode_varint
+from builders import blob_bytes
 
 LEGACY = ("num", "channels", "height", "width")
 LEGACY_NUMBER = {"num": 1, "channels": 2, "height": 3, "width": 4}
@@ -209,18 +210,6 @@ def f64(*values) -> np.ndarray:
     return np.array(values, dtype=F8)
 
 
-def proto_bytes(**fields) -> bytes:
-    msg = BlobProto()
-    for name, value in fields.items():
-        if name == "dims":
-            msg.shape.dim.extend(value)
-        elif name in LEGACY:
-            setattr(msg, name, value)
-        else:
-            getattr(msg, name).extend(np.asarray(value).tolist())
-    return msg.SerializeToString()
-
-
 # -- named encodings: each feature a reader must accept, checked on its own ---
 
 @dataclass
@@ -233,10 +222,10 @@ class Case:
 
 
 ENCODINGS = [
-    Case("SerializeToString, shape", proto_bytes(dims=[2, 3], data=np.arange(6)),
+    Case("SerializeToString, shape", blob_bytes(np.arange(6), shape=[2, 3]),
          (2, 3), np.arange(6, dtype=F4)),
     Case("SerializeToString, legacy double with diff",
-         proto_bytes(num=1, channels=2, height=1, width=2, double_data=[1, 2, 3, 4], double_diff=[-1, -2, -3, -4]),
+         blob_bytes([1, 2, 3, 4], [-1, -2, -3, -4], shape=(1, 2, 1, 2), layout="legacy", double=True),
          (1, 2, 1, 2), f64(1, 2, 3, 4), f64(-1, -2, -3, -4)),
     Case("unpacked data", shape_field([3]) + unpacked("data", [1.5, -2, 3]), (3,), f32(1.5, -2, 3)),
     Case("unpacked double_data and double_diff",
@@ -621,10 +610,10 @@ def test_save_legacy_refuses_more_than_four_axes():
 
 
 def test_save_defaults_fall_back_to_shape_layout_past_four_axes():
-    legacy = load(io.BytesIO(proto_bytes(num=1, channels=1, height=1, width=2, data=[1, 2])))
+    legacy = load(io.BytesIO(blob_bytes([1, 2], shape=(1, 1, 1, 2), layout="legacy")))
     assert legacy.origin.layout == "legacy"
     legacy.reshape([1, 1, 1, 1, 2])
-    assert saved(legacy) == proto_bytes(dims=[1, 1, 1, 1, 2], data=[1, 2])
+    assert saved(legacy) == blob_bytes([1, 2], shape=[1, 1, 1, 1, 2])
 
 
 # -- files: atomic writes, -o naming the input, zero-copy loading ----------------
@@ -640,7 +629,7 @@ def test_save_to_path_leaves_no_temporary_file(tmp_path):
     target = tmp_path / "out.pb"
     buf = write_example(target, [1.0, 2.0, 3.0])
     assert sorted(os.listdir(tmp_path)) == ["out.pb"]
-    assert buf == proto_bytes(dims=[3], data=[1, 2, 3])
+    assert buf == blob_bytes([1, 2, 3])
 
 
 def test_save_keeps_the_mode_of_the_file_it_replaces(tmp_path):

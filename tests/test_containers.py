@@ -2,7 +2,7 @@
 
 Every input here is made in the test: the containers with the protobuf
 library (plus hand-written unknown fields), the fork encodings (NVIDIA Caffe's
-raw_data, ditcaffe's half_data) byte by byte with blobtool.wire. The protobuf
+raw_data, ditcaffe's half_data) byte by byte, all with tests/builders.py. The protobuf
 library is the oracle for what a written file holds, numpy for the numbers.
 The real caffemodel and solverstate that Caffe wrote are read from
 ../shared/realworld (skipped with a reason where that folder is absent).
@@ -11,30 +11,26 @@ The real caffemodel and solverstate that Caffe wrote are read from
 from __future__ import annotations
 
 import gzip
-import json
 import math
 import tempfile
 from pathlib import Path
 
 import numpy as np
 import pytest
-from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import blobtool
 from blobtool import wire
 from blobtool._pb import blobtool_caffe_pb2 as pb
-from blobtool.cli import cli
 from blobtool.formats import open_document
 from blobtool.errors import BlobToolError, FormatError
+from builders import (LAYER_UNKNOWN_HEAD, LAYER_UNKNOWN_TAIL, NET_UNKNOWN, Layer, blob_bytes, blob_proto,
+                      half_blob_bytes, layer_bytes, len_field, net_bytes, raw_blob_bytes, varint_field, write_net,
+                      write_npy, write_npz, write_solverstate, write_vector)
+from runner import invoke, one_json
 
 FORMATS = ("new", "v1", "v0")
-
-# V1 enum names and the type string Caffe's UpgradeV1LayerType gives them.
-V1_TYPES = {"CONVOLUTION": "Convolution", "INNER_PRODUCT": "InnerProduct", "SOFTMAX_LOSS": "SoftmaxWithLoss",
-            "RELU": "ReLU", "POOLING": "Pooling", "DATA": "Data"}
-NEW_TYPE_OF_V1 = {v: k for k, v in V1_TYPES.items()}
 
 RNG = np.random.default_rng(20240611)
 
@@ -48,21 +44,10 @@ def _fresh_rng():
 
 # -- running the command ---------------------------------------------------------
 
-def invoke(*args, input=None):
-    """Run blobtool in-process; stdout and stderr apart; wide columns so rich does not wrap."""
-    return CliRunner().invoke(cli, [str(a) for a in args], input=input, env={"COLUMNS": "200"},
-                              prog_name="blobtool")
-
-
 def ok(*args):
     result = invoke(*args)
     assert result.exit_code == 0, (args, result.exit_code, result.stdout, result.stderr)
     return result
-
-
-def one_json(result) -> dict:
-    (line,) = result.stdout.splitlines()
-    return json.loads(line)
 
 
 def assert_error(result, code: int, *fragments) -> str:
@@ -84,21 +69,6 @@ def values(shape, dtype=np.float32) -> np.ndarray:
     return (RNG.standard_normal(n) * 3 + 0.1).astype(dtype).reshape(shape)
 
 
-def blob_proto(data, *, diff=None, double=False, legacy=False) -> pb.BlobProto:
-    """A BlobProto as Caffe's ToProto (or, with legacy, pre-2015 Caffe) writes it."""
-    data = np.asarray(data)
-    proto = pb.BlobProto()
-    if legacy:
-        proto.num, proto.channels, proto.height, proto.width = (1,) * (4 - data.ndim) + data.shape
-    else:
-        proto.shape.dim.extend(data.shape)
-    dtype = np.float64 if double else np.float32
-    (proto.double_data if double else proto.data).extend(np.asarray(data, dtype).ravel().tolist())
-    if diff is not None:
-        (proto.double_diff if double else proto.diff).extend(np.asarray(diff, dtype).ravel().tolist())
-    return proto
-
-
 def proto_arrays(proto: pb.BlobProto):
     """(shape, data, diff) of a BlobProto by Caffe's FromProto rules, via the protobuf library."""
     if any(proto.HasField(f) for f in ("num", "channels", "height", "width")):
@@ -110,105 +80,7 @@ def proto_arrays(proto: pb.BlobProto):
     return shape, data.reshape(shape), (diff.reshape(shape) if diff.size else None)
 
 
-def unknown_varint(number: int, value: int) -> bytes:
-    return wire.encode_tag(number, wire.VARINT) + wire.encode_varint(value)
-
-
-def unknown_len(number: int, payload: bytes) -> bytes:
-    return wire.len_field_header(number, len(payload)) + payload
-
-
-# Fields of real Caffe messages that blobtool's schema does not list, so the
-# protobuf library keeps them as unknown fields: LayerParameter.phase (10),
-# .param (6, ParamSpec lr_mult = 3), .convolution_param (106, num_output = 1);
-# NetParameter.debug_info (7), and a field no Caffe version has (4242).
-LAYER_UNKNOWN_HEAD = unknown_varint(10, 1) + unknown_len(6, b"\x1d\x00\x00\x80\x3f")
-LAYER_UNKNOWN_TAIL = unknown_len(106, unknown_varint(1, 20) + unknown_varint(4, 5))
-NET_UNKNOWN = unknown_varint(7, 1) + unknown_len(4242, b"kept as it was")
-
-
 # -- making containers ---------------------------------------------------------------
-
-class Layer:
-    """A layer to write: its name ('' for none), type (new-style string), and blob arrays."""
-
-    def __init__(self, name, type_, blobs=(), diffs=None, double=False, legacy=False):
-        self.name = name
-        self.type = type_
-        self.blobs = [np.asarray(b) for b in blobs]
-        self.diffs = diffs or [None] * len(self.blobs)
-        self.double = double
-        self.legacy = legacy
-
-    def protos(self):
-        return [blob_proto(b, diff=d, double=self.double, legacy=self.legacy) for b, d in zip(self.blobs, self.diffs)]
-
-
-def layer_bytes(fmt: str, layer: Layer, *, unknown: bool) -> tuple[int, bytes]:
-    """(NetParameter field number, serialized layer) in format `fmt`, unknown fields inside when asked."""
-    blobs = [p.SerializeToString() for p in layer.protos()]
-    if fmt == "new":
-        head = pb.LayerParameter()
-        if layer.name:
-            head.name = layer.name
-        head.type = layer.type
-        head.bottom.append("in")
-        head.top.append(layer.name or "out")
-        body = head.SerializeToString()
-        if unknown:
-            body += LAYER_UNKNOWN_HEAD
-        for i, b in enumerate(blobs):
-            body += unknown_len(7, b)
-            if unknown and i == 0:
-                body += unknown_varint(4243, 7)  # between two blobs of one layer
-        if unknown:
-            body += LAYER_UNKNOWN_TAIL
-        return 100, body
-    if fmt == "v1":
-        head = pb.V1LayerParameter()
-        if layer.name:
-            head.name = layer.name
-        head.type = pb.V1LayerParameter.LayerType.Value(NEW_TYPE_OF_V1[layer.type])
-        head.bottom.append("in")
-        body = head.SerializeToString()
-        if unknown:
-            body += unknown_len(100, b"\x08\x01")  # V1's include (NetStateRule)
-        for b in blobs:
-            body += unknown_len(6, b)
-        if unknown:
-            body += unknown_len(1001, b"V1 blobs_lr")
-        return 2, body
-    assert fmt == "v0"
-    v0 = pb.V0LayerParameter()
-    if layer.name:
-        v0.name = layer.name
-    v0.type = layer.type.lower()
-    inner = v0.SerializeToString()
-    if unknown:
-        inner += unknown_varint(3, 20)  # V0's num_output
-    for b in blobs:
-        inner += unknown_len(50, b)
-    if unknown:
-        inner += unknown_varint(51, 1)  # V0's blobs_lr
-    body = unknown_len(1, inner) + unknown_len(2, b"data") + unknown_len(3, (layer.name or "out").encode())
-    return 2, body
-
-
-def net_bytes(fmt: str, layers, *, name="testnet", unknown=False, extra_top=b"") -> bytes:
-    """A NetParameter holding `layers` in format `fmt`, as Caffe (plus unknown fields) would write it."""
-    head = pb.NetParameter()
-    if name is not None:
-        head.name = name
-    out = head.SerializeToString() + extra_top
-    if unknown:
-        out += NET_UNKNOWN
-    for i, layer in enumerate(layers):
-        number, body = layer_bytes(fmt, layer, unknown=unknown)
-        out += unknown_len(number, body)
-        if unknown and i == 0:
-            out += unknown_varint(4244, 3)  # between two layers
-    return out
-
 
 def lenet_layers(legacy=False, double=False, diff=False) -> list:
     def blobs(*shapes):
@@ -228,29 +100,10 @@ def lenet_layers(legacy=False, double=False, diff=False) -> list:
 LENET_NAMES = ["conv1/0", "conv1/1", "ip1/0", "ip1/1", "ip2/0", "ip2/1"]
 
 
-def write_net(path: Path, fmt: str = "new", layers=None, **kw) -> tuple[Path, list]:
+def net_file(path: Path, fmt: str = "new", layers=None, **kw) -> tuple[Path, list]:
+    """A net file of `layers` (LeNet-like ones by default) in format `fmt`; the path and the layers."""
     layers = lenet_layers() if layers is None else layers
-    path.write_bytes(net_bytes(fmt, layers, **kw))
-    return path, layers
-
-
-def write_vector(path: Path, arrays, diffs=None) -> Path:
-    vec = pb.BlobProtoVector()
-    for a, d in zip(arrays, diffs or [None] * len(arrays)):
-        vec.blobs.append(blob_proto(a, diff=d))
-    path.write_bytes(vec.SerializeToString())
-    return path
-
-
-def write_solverstate(path: Path, arrays, *, iter_=1234, unknown=False) -> Path:
-    state = pb.SolverState(iter=iter_, learned_net="snapshots/net_iter_1234.caffemodel", current_step=2)
-    for a in arrays:
-        state.history.append(blob_proto(a))
-    raw = state.SerializeToString()
-    if unknown:
-        raw += unknown_varint(99, 42) + unknown_len(777, b"\x01\x02\x03")  # fields a fork might add
-    path.write_bytes(raw)
-    return path
+    return write_net(path, fmt, layers, **kw), layers
 
 
 def parse_net(raw: bytes) -> pb.NetParameter:
@@ -316,34 +169,6 @@ def fields_of(raw: bytes) -> list:
 
 # -- fork encodings, by hand ------------------------------------------------------------
 
-RAW_TYPE = {"float64": 0, "float32": 1, "float16": 2, "int32": 3, "uint32": 4}
-
-
-def shape_field(shape) -> bytes:
-    proto = pb.BlobProto()
-    proto.shape.dim.extend(shape)
-    return proto.SerializeToString()
-
-
-def raw_blob_bytes(data: np.ndarray, diff: np.ndarray | None = None) -> bytes:
-    """NVIDIA Caffe's encoding: shape (7), raw_data_type (10), raw_diff_type (11), raw_data (12), raw_diff (13)."""
-    le = data.dtype.newbyteorder("<")
-    out = shape_field(data.shape) + unknown_varint(10, RAW_TYPE[data.dtype.name])
-    if diff is not None:
-        out += unknown_varint(11, RAW_TYPE[diff.dtype.name])
-    out += unknown_len(12, data.astype(le).tobytes())
-    if diff is not None:
-        out += unknown_len(13, diff.astype(diff.dtype.newbyteorder("<")).tobytes())
-    return out
-
-
-def half_data_bytes(data: np.ndarray) -> bytes:
-    """ditcaffe's half_data: field 10, packed uint32 varints each holding float16 bits."""
-    bits = np.asarray(data, np.float16).view(np.uint16).ravel()
-    packed = b"".join(wire.encode_varint(int(b)) for b in bits)
-    return shape_field(data.shape) + unknown_len(10, packed)
-
-
 # =====================================================================================
 # Kinds, sniffed from the bytes
 # =====================================================================================
@@ -353,30 +178,24 @@ def _kind_cases(tmp: Path) -> dict:
     arr = values((2, 3))
     cases = {}
     p = tmp / "blob.caffemodel"
-    p.write_bytes(blob_proto(arr).SerializeToString())
+    p.write_bytes(blob_bytes(arr))
     cases[p] = "blob"
     p = tmp / "legacy_blob.solverstate"
-    p.write_bytes(blob_proto(arr, legacy=True, diff=arr).SerializeToString())
+    p.write_bytes(blob_bytes(arr, arr, layout="legacy"))
     cases[p] = "blob"
     p = tmp / "double_blob.npy"
-    p.write_bytes(blob_proto(arr, double=True).SerializeToString())
+    p.write_bytes(blob_bytes(arr, double=True))
     cases[p] = "blob"
     cases[write_vector(tmp / "vector.caffemodel", [arr, values((4,))])] = "vector"
     cases[write_vector(tmp / "vector1.binaryproto", [arr])] = "vector"
     for fmt in FORMATS:
-        cases[write_net(tmp / f"net_{fmt}.binaryproto", fmt)[0]] = "net"
-        cases[write_net(tmp / f"net_{fmt}_unknown.pb", fmt, unknown=True)[0]] = "net"
-        cases[write_net(tmp / f"net_{fmt}_noname.pb", fmt, name=None)[0]] = "net"
+        cases[net_file(tmp / f"net_{fmt}.binaryproto", fmt)[0]] = "net"
+        cases[net_file(tmp / f"net_{fmt}_unknown.pb", fmt, unknown=True)[0]] = "net"
+        cases[net_file(tmp / f"net_{fmt}_noname.pb", fmt, name=None)[0]] = "net"
     cases[write_solverstate(tmp / "state.caffemodel", [arr, values((3,))])] = "solverstate"
     cases[write_solverstate(tmp / "state_unknown.pb", [arr], unknown=True)] = "solverstate"
-    p = tmp / "array.pb"
-    np.save(tmp / "array_tmp.npy", arr)
-    p.write_bytes((tmp / "array_tmp.npy").read_bytes())
-    cases[p] = "npy"
-    p = tmp / "arrays.caffemodel"
-    np.savez(tmp / "arrays_tmp.npz", a=arr, b=values((5,)))
-    p.write_bytes((tmp / "arrays_tmp.npz").read_bytes())
-    cases[p] = "npz"
+    cases[write_npy(tmp / "array.pb", arr)] = "npy"
+    cases[write_npz(tmp / "arrays.caffemodel", {"a": arr, "b": values((5,))})] = "npz"
     return cases
 
 
@@ -394,14 +213,14 @@ def _net_header_fields() -> bytes:
     head.input_shape.add().dim.extend([1, 3, 224, 224])
     head.input_dim.extend([1, 3, 224, 224])
     head.force_backward = True
-    state = unknown_varint(1, 1) + unknown_varint(2, 0) + unknown_len(3, b"deploy")  # NetState phase/level/stage
-    return head.SerializeToString() + unknown_len(6, state)
+    state = varint_field(1, 1) + varint_field(2, 0) + len_field(3, b"deploy")  # NetState phase/level/stage
+    return head.SerializeToString() + len_field(6, state)
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_net_with_state_input_shape_input_force_backward_is_a_net(tmp_path, fmt):
     header = _net_header_fields()
-    path, _ = write_net(tmp_path / "deploy.caffemodel", fmt, name=None, extra_top=header)
+    path, _ = net_file(tmp_path / "deploy.caffemodel", fmt, name=None, extra_top=header)
     doc = open_document(path)
     assert doc.kind == "net"
     assert doc.names() == LENET_NAMES
@@ -424,7 +243,7 @@ def test_net_without_layers_is_still_a_net(tmp_path):
 def test_v0_net_without_a_name_is_a_net(tmp_path):
     # Caffe's oldest format: `layers { layer { name type blobs } bottom top }`,
     # the V1 message holding nothing but the nested V0 layer and connections.
-    path, layers = write_net(tmp_path / "v0.caffemodel", "v0", name=None)
+    path, layers = net_file(tmp_path / "v0.caffemodel", "v0", name=None)
     doc = open_document(path)
     assert doc.kind == "net"
     assert doc.names() == LENET_NAMES
@@ -443,11 +262,11 @@ def test_kind_override(tmp_path):
     # (5: a varint) reads as a solver state when told so, history and all.
     state = pb.SolverState(iter=9, learned_net="x.caffemodel")
     state.history.append(blob_proto(values((2, 2))))
-    (tmp_path / "fork.solverstate").write_bytes(state.SerializeToString() + unknown_varint(5, 3))
+    (tmp_path / "fork.solverstate").write_bytes(state.SerializeToString() + varint_field(5, 3))
     record = one_json(ok("info", "--json", "--kind", "solverstate", tmp_path / "fork.solverstate"))
     assert record["iter"] == 9 and [b["name"] for b in record["blobs"]] == ["history/0"]
     # The override applies to every command, not just info.
-    net, _ = write_net(tmp_path / "n.bin")
+    net, _ = net_file(tmp_path / "n.bin")
     record = one_json(ok("norm", "--json", "--kind", "net", net))
     assert [b["name"] for b in record["blobs"]] == LENET_NAMES
     # And the library takes it too.
@@ -487,7 +306,7 @@ def test_not_a_caffe_file_says_what_it_looks_like(tmp_path, name, make, fragment
 
 def test_names_of_blob_vector_and_solverstate(tmp_path):
     a, b, c = values((2, 3)), values((4,)), values((1, 2, 2))
-    (tmp_path / "b.pb").write_bytes(blob_proto(a).SerializeToString())
+    (tmp_path / "b.pb").write_bytes(blob_bytes(a))
     assert open_document(tmp_path / "b.pb").names() == ["0"]
     assert open_document(write_vector(tmp_path / "v.pb", [a, b, c])).names() == ["0", "1", "2"]
     doc = open_document(write_solverstate(tmp_path / "s.solverstate", [a, b, c], iter_=777))
@@ -499,7 +318,7 @@ def test_names_of_blob_vector_and_solverstate(tmp_path):
 
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_net_names_types_and_order(tmp_path, fmt):
-    path, layers = write_net(tmp_path / "net.caffemodel", fmt, name="LeNetish", unknown=True)
+    path, layers = net_file(tmp_path / "net.caffemodel", fmt, name="LeNetish", unknown=True)
     record = one_json(ok("info", "--json", path))
     assert record["kind"] == "net" and record["name"] == "LeNetish"
     assert [b["name"] for b in record["blobs"]] == LENET_NAMES
@@ -519,7 +338,7 @@ def test_v1_enum_types_become_caffe_type_strings(tmp_path):
     layers = [Layer(name, type_, [values((2,))]) for name, type_ in
               (("c", "Convolution"), ("i", "InnerProduct"), ("s", "SoftmaxWithLoss"), ("r", "ReLU"),
                ("p", "Pooling"), ("d", "Data"))]
-    path, _ = write_net(tmp_path / "v1.caffemodel", "v1", layers)
+    path, _ = net_file(tmp_path / "v1.caffemodel", "v1", layers)
     record = one_json(ok("info", "--json", path))
     assert {b["layer"]: b["type"] for b in record["blobs"]} == {l.name: l.type for l in layers}
 
@@ -532,7 +351,7 @@ def test_unnamed_and_duplicate_layers(tmp_path, fmt):
               Layer("conv", "Convolution", [values((1, 2))]),
               Layer("conv", "Convolution", [values((5,))]),
               Layer("", "InnerProduct", [values((4,))])]
-    path, _ = write_net(tmp_path / "net.caffemodel", fmt, layers)
+    path, _ = net_file(tmp_path / "net.caffemodel", fmt, layers)
     doc = open_document(path)
     expected = ["conv/0", "conv/1", "layer2/0", "conv#2/0", "conv#3/0", "layer5/0"]
     assert doc.names() == expected
@@ -574,7 +393,7 @@ def test_names_match_the_protobuf_oracle(fmt, names, counts, unknown):
 
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_blob_patterns(tmp_path, fmt):
-    path, _ = write_net(tmp_path / "net.caffemodel", fmt)
+    path, _ = net_file(tmp_path / "net.caffemodel", fmt)
 
     def selected(*patterns):
         args = [a for p in patterns for a in ("--blob", p)]
@@ -593,7 +412,7 @@ def test_blob_patterns(tmp_path, fmt):
 
 
 def test_blob_pattern_that_selects_nothing_lists_the_names(tmp_path):
-    path, _ = write_net(tmp_path / "net.caffemodel")
+    path, _ = net_file(tmp_path / "net.caffemodel")
     for command in (("info",), ("norm",), ("convert", "-o", tmp_path / "o.caffemodel"),
                     ("scale", "2", "-o", tmp_path / "o.caffemodel")):
         result = invoke(command[0], path, "--blob", "conv3", *command[1:])
@@ -616,23 +435,21 @@ def test_blob_pattern_that_selects_nothing_lists_the_names(tmp_path):
 def test_info_reads_no_payload(tmp_path, fmt):
     # A blob whose shape says 12 values but whose data holds 3: info reports
     # the shape (it never counts the payload); reading the values fails.
-    bad = pb.BlobProto()
-    bad.shape.dim.extend([3, 4])
-    bad.data.extend([1.0, 2.0, 3.0])
+    bad = blob_proto([1.0, 2.0, 3.0], shape=[3, 4])
     layers = lenet_layers()
     path = tmp_path / "bad.caffemodel"
     raw = net_bytes(fmt, layers)
     # Put the damaged blob in a layer of its own at the end.
     number, body = layer_bytes(fmt, Layer("broken", "InnerProduct", []), unknown=False)
     if fmt == "new":
-        body += unknown_len(7, bad.SerializeToString())
+        body += len_field(7, bad.SerializeToString())
     elif fmt == "v1":
-        body += unknown_len(6, bad.SerializeToString())
+        body += len_field(6, bad.SerializeToString())
     else:
         v0 = pb.V0LayerParameter(name="broken", type="innerproduct")
         v0.blobs.append(bad)
-        body = unknown_len(1, v0.SerializeToString())
-    path.write_bytes(raw + unknown_len(number, body))
+        body = len_field(1, v0.SerializeToString())
+    path.write_bytes(raw + len_field(number, body))
     record = one_json(ok("info", "--json", path))
     assert record["blobs"][-1]["name"] == "broken/0"
     assert record["blobs"][-1]["shape"] == [3, 4] and record["blobs"][-1]["count"] == 12
@@ -649,7 +466,7 @@ def _norms(arr) -> tuple[float, float]:
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_norm_per_blob_and_total(tmp_path, fmt):
     layers = lenet_layers(diff=True)
-    path, _ = write_net(tmp_path / "net.caffemodel", fmt, layers)
+    path, _ = net_file(tmp_path / "net.caffemodel", fmt, layers)
     record = one_json(ok("norm", "--json", path))
     arrays = [b for l in layers for b in l.blobs]
     diffs = [d for l in layers for d in l.diffs]
@@ -688,10 +505,10 @@ def test_norm_of_solverstate_and_vector(tmp_path):
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_compare_matches_blobs_by_name(tmp_path, fmt):
     layers_a = lenet_layers()
-    a, _ = write_net(tmp_path / "a.caffemodel", fmt, layers_a)
+    a, _ = net_file(tmp_path / "a.caffemodel", fmt, layers_a)
     # Same blobs, another order of layers: still equal (matched by name).
     same = [layers_a[0], layers_a[3], layers_a[1], layers_a[5]]
-    b, _ = write_net(tmp_path / "b.caffemodel", fmt, same)
+    b, _ = net_file(tmp_path / "b.caffemodel", fmt, same)
     result = invoke("compare", "--json", a, b)
     assert result.exit_code == 0, result.stderr
     assert one_json(result)["equal"] is True
@@ -701,7 +518,7 @@ def test_compare_matches_blobs_by_name(tmp_path, fmt):
     changed[4, 0] -= 0.25
     layers_b = [layers_a[1], Layer("ip1", "InnerProduct", [changed, layers_a[3].blobs[1]]),
                 Layer("fc9", "InnerProduct", [values((2,))])]
-    b, _ = write_net(tmp_path / "b.caffemodel", fmt, layers_b)
+    b, _ = net_file(tmp_path / "b.caffemodel", fmt, layers_b)
     result = invoke("compare", "--json", a, b)
     assert result.exit_code == 1, result.stderr
     record = one_json(result)
@@ -735,8 +552,8 @@ def test_compare_solverstates_and_across_layer_formats(tmp_path):
     assert [r["equal"] for r in record["blobs"]] == [True, False]
     # A V1 model and its upgrade to the new format hold the same blobs.
     layers = lenet_layers()
-    v1, _ = write_net(tmp_path / "v1.caffemodel", "v1", layers)
-    new, _ = write_net(tmp_path / "new.caffemodel", "new", layers, unknown=True)
+    v1, _ = net_file(tmp_path / "v1.caffemodel", "v1", layers)
+    new, _ = net_file(tmp_path / "new.caffemodel", "new", layers, unknown=True)
     assert invoke("compare", v1, new).exit_code == 0
 
 
@@ -750,9 +567,9 @@ def _container_cases(tmp: Path) -> list:
     """(path, kind) for a generated file of every kind and layer format, unknown fields included."""
     cases = []
     for fmt in FORMATS:
-        cases.append((write_net(tmp / f"{fmt}.caffemodel", fmt, lenet_layers(diff=True), unknown=True)[0], "net"))
-        cases.append((write_net(tmp / f"{fmt}_legacy.caffemodel", fmt, lenet_layers(legacy=True))[0], "net"))
-        cases.append((write_net(tmp / f"{fmt}_double.caffemodel", fmt, lenet_layers(double=True))[0], "net"))
+        cases.append((net_file(tmp / f"{fmt}.caffemodel", fmt, lenet_layers(diff=True), unknown=True)[0], "net"))
+        cases.append((net_file(tmp / f"{fmt}_legacy.caffemodel", fmt, lenet_layers(legacy=True))[0], "net"))
+        cases.append((net_file(tmp / f"{fmt}_double.caffemodel", fmt, lenet_layers(double=True))[0], "net"))
     state = write_solverstate(tmp / "s.solverstate", [values((2, 3)), values((4,))], unknown=True)
     cases.append((state, "solverstate"))
     cases.append((write_vector(tmp / "v.vec", [values((2, 3)), values((4,))], [values((2, 3)), None]),
@@ -775,8 +592,8 @@ def test_convert_without_changes_is_byte_identical(tmp_path):
     # And with nothing to change, the NVIDIA half form round-trips too.
     raw = net_bytes("new", [Layer("h", "InnerProduct", [])])
     number, body = layer_bytes("new", Layer("h", "InnerProduct", []), unknown=True)
-    body += unknown_len(7, raw_blob_bytes(values((3, 2), np.float16), values((3, 2), np.float16)))
-    (tmp_path / "half.caffemodel").write_bytes(raw + unknown_len(number, body))
+    body += len_field(7, raw_blob_bytes(values((3, 2), np.float16), values((3, 2), np.float16)))
+    (tmp_path / "half.caffemodel").write_bytes(raw + len_field(number, body))
     ok("convert", tmp_path / "half.caffemodel", "-o", tmp_path / "half2.caffemodel")
     assert (tmp_path / "half2.caffemodel").read_bytes() == (tmp_path / "half.caffemodel").read_bytes()
 
@@ -827,13 +644,13 @@ def test_convert_selected_blobs_leaves_every_other_byte(tmp_path, options, check
 
 
 def test_convert_keeps_unknown_fields_and_their_order(tmp_path):
-    path, _ = write_net(tmp_path / "net.caffemodel", "new", unknown=True)
+    path, _ = net_file(tmp_path / "net.caffemodel", "new", unknown=True)
     out = tmp_path / "out.caffemodel"
     ok("convert", path, "--blob", "ip1", "--double", "-o", out)
     in_raw, out_raw = path.read_bytes(), out.read_bytes()
     # Top level: the same fields in the same order, the unknown ones byte for byte.
     assert fields_of(in_raw) == fields_of(out_raw)
-    assert NET_UNKNOWN in out_raw and unknown_varint(4244, 3) in out_raw
+    assert NET_UNKNOWN in out_raw and varint_field(4244, 3) in out_raw
     # Inside each layer: the same fields in the same order; ip1's blobs grew.
     in_layers = [f for f in wire.iter_fields(in_raw, 0, len(in_raw)) if f.number == 100]
     out_layers = [f for f in wire.iter_fields(out_raw, 0, len(out_raw)) if f.number == 100]
@@ -851,7 +668,7 @@ def test_convert_keeps_unknown_fields_and_their_order(tmp_path):
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_scale_and_update_only_touch_selected_blobs(tmp_path, fmt):
     layers = lenet_layers(diff=True)
-    path, _ = write_net(tmp_path / "net.caffemodel", fmt, layers, unknown=True)
+    path, _ = net_file(tmp_path / "net.caffemodel", fmt, layers, unknown=True)
     in_raw = path.read_bytes()
     before = dict(oracle_blobs(in_raw, "net"))
 
@@ -923,7 +740,7 @@ def test_scaling_any_selection_keeps_the_rest(fmt, picks, factor, unknown):
 def test_convert_to_npz(tmp_path, fmt):
     layers = lenet_layers()
     layers[1].diffs = [values((4, 1, 3, 3)), values((4,))]  # conv1 carries a diff
-    path, _ = write_net(tmp_path / "net.caffemodel", fmt, layers)
+    path, _ = net_file(tmp_path / "net.caffemodel", fmt, layers)
     out = tmp_path / "net.npz"
     ok("convert", path, "-o", out)
     with np.load(out) as z:
@@ -947,7 +764,7 @@ def test_convert_to_npz(tmp_path, fmt):
 
 def test_extract_one_blob_as_npy_and_as_blobproto(tmp_path):
     layers = lenet_layers(diff=True)
-    path, _ = write_net(tmp_path / "net.caffemodel", "v1", layers)
+    path, _ = net_file(tmp_path / "net.caffemodel", "v1", layers)
     ok("convert", path, "--blob", "ip1/0", "-o", tmp_path / "ip1.npy")
     np.testing.assert_array_equal(np.load(tmp_path / "ip1.npy"), layers[3].blobs[0])
     ok("convert", path, "--blob", "conv1/1", "-o", tmp_path / "conv1_bias.pb")
@@ -973,9 +790,9 @@ def test_extract_one_blob_as_npy_and_as_blobproto(tmp_path):
 
 def test_load_all_every_kind(tmp_path):
     arrays = [values((2, 3)), values((4,))]
-    (tmp_path / "b.pb").write_bytes(blob_proto(arrays[0]).SerializeToString())
-    np.save(tmp_path / "a.npy", arrays[0])
-    np.savez(tmp_path / "z.npz", first=arrays[0], second=arrays[1])
+    (tmp_path / "b.pb").write_bytes(blob_bytes(arrays[0]))
+    write_npy(tmp_path / "a.npy", arrays[0])
+    write_npz(tmp_path / "z.npz", {"first": arrays[0], "second": arrays[1]})
     cases = {
         tmp_path / "b.pb": {"0": arrays[0]},
         tmp_path / "a.npy": {"0": arrays[0]},
@@ -984,7 +801,7 @@ def test_load_all_every_kind(tmp_path):
         write_solverstate(tmp_path / "s.solverstate", arrays): {"history/0": arrays[0], "history/1": arrays[1]},
     }
     for fmt in FORMATS:
-        path, layers = write_net(tmp_path / f"{fmt}.caffemodel", fmt, unknown=True)
+        path, layers = net_file(tmp_path / f"{fmt}.caffemodel", fmt, unknown=True)
         cases[path] = dict(zip(LENET_NAMES, [b for l in layers for b in l.blobs]))
     for path, expected in cases.items():
         blobs = blobtool.load_all(path)
@@ -1000,14 +817,14 @@ def test_load_all_every_kind(tmp_path):
 
 def test_load_refuses_containers_naming_load_all(tmp_path):
     arrays = [values((2, 3)), values((4,))]
-    np.savez(tmp_path / "z.npz", a=arrays[0])
+    write_npz(tmp_path / "z.npz", {"a": arrays[0]})
     paths = [write_vector(tmp_path / "v.pb", arrays), write_solverstate(tmp_path / "s.solverstate", arrays),
-             tmp_path / "z.npz"] + [write_net(tmp_path / f"{fmt}.caffemodel", fmt)[0] for fmt in FORMATS]
+             tmp_path / "z.npz"] + [net_file(tmp_path / f"{fmt}.caffemodel", fmt)[0] for fmt in FORMATS]
     for path in paths:
         with pytest.raises(BlobToolError, match="load_all") as info:
             blobtool.load(path)
         assert str(path) in str(info.value)
-    (tmp_path / "b.pb").write_bytes(blob_proto(arrays[0]).SerializeToString())
+    (tmp_path / "b.pb").write_bytes(blob_bytes(arrays[0]))
     np.testing.assert_array_equal(blobtool.load(tmp_path / "b.pb").cpu_data().reshape(2, 3), arrays[0])
 
 
@@ -1078,8 +895,8 @@ def _nvcaffe_net(tmp_path: Path, dtype="float16") -> tuple[Path, dict]:
             data = _fork_values(dtype, shape)
             diff = _fork_values(dtype, shape) if i == 0 else None
             arrays[f"{lname}/{i}"] = (data, diff)
-            head += unknown_len(7, raw_blob_bytes(data, diff))
-        raw += unknown_len(100, head + LAYER_UNKNOWN_TAIL)
+            head += len_field(7, raw_blob_bytes(data, diff))
+        raw += len_field(100, head + LAYER_UNKNOWN_TAIL)
     path = tmp_path / "nvcaffe.caffemodel"
     path.write_bytes(raw)
     return path, arrays
@@ -1119,7 +936,7 @@ def test_convert_half_writes_nvcaffe_float16_and_round_trips(tmp_path):
     data = values((3, 5))
     diff = values((3, 5))
     std = tmp_path / "std.pb"
-    std.write_bytes(blob_proto(data, diff=diff).SerializeToString())
+    std.write_bytes(blob_bytes(data, diff=diff))
     half = tmp_path / "half.pb"
     ok("convert", "--half", std, "-o", half)
     raw = half.read_bytes()
@@ -1149,7 +966,7 @@ def test_convert_half_writes_nvcaffe_float16_and_round_trips(tmp_path):
 
 
 def test_convert_half_inside_a_container_keeps_the_rest(tmp_path):
-    path, layers = write_net(tmp_path / "net.caffemodel", "new", lenet_layers(), unknown=True)
+    path, layers = net_file(tmp_path / "net.caffemodel", "new", lenet_layers(), unknown=True)
     out = tmp_path / "half.caffemodel"
     ok("convert", "--half", "--blob", "ip1", path, "-o", out)
     in_raw, out_raw = path.read_bytes(), out.read_bytes()
@@ -1169,7 +986,7 @@ def test_ditcaffe_half_data_dispatches_on_wire_type(tmp_path):
     data = values((2, 7), np.float16)
     data.flat[:4] = [0.0, -0.0, 65504.0, 6e-8]  # 0, the sign bit (3-byte varint), max, subnormal
     path = tmp_path / "dit.pb"
-    path.write_bytes(half_data_bytes(data))
+    path.write_bytes(half_blob_bytes(data))
     # Field 10 is packed (wire type 2) here, a varint (raw_data_type) in NVIDIA's form.
     assert (10, wire.LEN) in fields_of(path.read_bytes())
     record = one_json(ok("info", "--json", path))
@@ -1182,7 +999,7 @@ def test_ditcaffe_half_data_dispatches_on_wire_type(tmp_path):
     assert norm["blobs"][0]["data"]["sumsq"] == pytest.approx(_norms(data)[1], rel=1e-12)
     # In a vector beside an NVIDIA raw FLOAT16 blob: each by its wire type.
     nv = values((2, 7), np.float16)
-    vec = unknown_len(1, half_data_bytes(data)) + unknown_len(1, raw_blob_bytes(nv))
+    vec = len_field(1, half_blob_bytes(data)) + len_field(1, raw_blob_bytes(nv))
     (tmp_path / "mixed.vec").write_bytes(vec)
     blobs = blobtool.load_all(tmp_path / "mixed.vec")
     np.testing.assert_array_equal(blobs["0"].cpu_data().reshape(2, 7), data.astype(np.float32))
@@ -1199,7 +1016,7 @@ def test_diff_without_data_is_reported_not_silent(tmp_path):
     # As a fork that renumbered BlobProto's fields might leave it: the values
     # sit in field 6 (diff) and there is no data of any kind.
     diff = values((2, 3))
-    raw = shape_field((2, 3)) + unknown_len(6, diff.astype("<f4").tobytes())
+    raw = blob_bytes(shape=(2, 3)) + len_field(6, diff.astype("<f4").tobytes())
     path = tmp_path / "c3d.pb"
     path.write_bytes(raw)
     result = ok("info", path)
@@ -1214,7 +1031,7 @@ def test_diff_without_data_is_reported_not_silent(tmp_path):
         blobtool.load(path)
     # Inside a net: the warning names the blob; the other blobs still read.
     number, body = layer_bytes("new", Layer("odd", "InnerProduct", []), unknown=False)
-    net = net_bytes("new", lenet_layers()) + unknown_len(number, body + unknown_len(7, raw))
+    net = net_bytes("new", lenet_layers()) + len_field(number, body + len_field(7, raw))
     (tmp_path / "net.caffemodel").write_bytes(net)
     result = ok("info", tmp_path / "net.caffemodel")
     assert "odd/0" in result.stderr and "has a diff but no data" in result.stderr
@@ -1223,7 +1040,7 @@ def test_diff_without_data_is_reported_not_silent(tmp_path):
     with pytest.raises(FormatError, match="has a diff but no data"):
         blobtool.load_all(tmp_path / "net.caffemodel")
     # A blob with data and diff gets no warning.
-    (tmp_path / "fine.pb").write_bytes(blob_proto(diff, diff=diff).SerializeToString())
+    (tmp_path / "fine.pb").write_bytes(blob_bytes(diff, diff=diff))
     assert ok("info", tmp_path / "fine.pb").stderr == ""
 
 

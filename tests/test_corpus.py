@@ -10,10 +10,7 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -21,21 +18,14 @@ import pytest
 
 import make_corpus
 from blobtool import wire
-from blobtool._pb import blobtool_caffe_pb2 as pb
 from blobtool.formats import open_document
 from blobtool.report.records import check_finite, check_message
+from builders import blob_bytes, vector_bytes
+from runner import run_blobtool
 
 HERE = Path(__file__).resolve().parent
 CORPUS = HERE / "corpus"
-REPO = HERE.parent
 EXPECTED = json.loads((CORPUS / "expected.json").read_text())
-
-
-def run(args, cwd: Path) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    env.pop("BLOBTOOL_DEBUG", None)
-    return subprocess.run([sys.executable, "-m", "blobtool", *map(str, args)], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=60)
 
 
 def snapshot(folder: Path) -> dict:
@@ -74,7 +64,7 @@ def test_corpus_covers_what_it_promises():
 @pytest.mark.parametrize("row", EXPECTED, ids=[f"{r['file']} {' '.join(r['args'])}" for r in EXPECTED])
 def test_corpus_file_gets_its_exit_code_and_message(corpus, row):
     before = snapshot(corpus)
-    result = run([*row["args"], row["file"]], corpus)
+    result = run_blobtool(*row["args"], row["file"], cwd=corpus, text=True)
     assert result.returncode == row["exit"], result.stderr
     assert result.stderr == (row["stderr"] + "\n" if row["stderr"] else "")
     if row["exit"] == 3:
@@ -93,14 +83,14 @@ def test_convert_of_a_bad_file_writes_nothing(corpus, name):
     # The same answer as the expected.json one (the read fails before any write).
     (row,) = [r for r in EXPECTED if r["file"] == name][:1]
     before = snapshot(corpus)
-    result = run(["convert", name, "-o", "out.pb"], corpus)
+    result = run_blobtool("convert", name, "-o", "out.pb", cwd=corpus, text=True)
     assert result.returncode == 3
     assert result.stderr == row["stderr"] + "\n"
     assert snapshot(corpus) == before
 
 
 def test_info_stats_counts_nan_and_inf(corpus):
-    result = run(["info", "--json", "--stats", "nan_inf.pb"], corpus)
+    result = run_blobtool("info", "--json", "--stats", "nan_inf.pb", cwd=corpus, text=True)
     assert result.returncode == 0 and result.stderr == ""
     stats = json.loads(result.stdout)["blobs"][0]["stats"]["data"]
     assert (stats["nan"], stats["inf"]) == (2, 2)
@@ -109,29 +99,16 @@ def test_info_stats_counts_nan_and_inf(corpus):
 
 # -- info --check finite ------------------------------------------------------------------------
 
-def _blob(data, diff=None, *, double=False) -> bytes:
-    msg = pb.BlobProto()
-    msg.shape.dim.append(len(data))
-    (msg.double_data if double else msg.data).extend(data)
-    if diff is not None:
-        (msg.double_diff if double else msg.diff).extend(diff)
-    return msg.SerializeToString()
-
-
-def _vector(*blobs: bytes) -> bytes:
-    return b"".join(wire.len_field_header(1, len(b)) + b for b in blobs)
-
-
 NAN, INF = float("nan"), float("inf")
 
 
 @pytest.mark.parametrize("raw, failures", [
-    (_blob([1.0, 2.0], [0.0, 0.0]), []),
-    (_blob([1.0, NAN]), [("0", "data", 1, 0)]),
-    (_blob([1.0, 2.0], [-INF, 0.0]), [("0", "diff", 0, 1)]),          # the diff counts too
-    (_blob([NAN, INF, -INF], [NAN, NAN, 1.0], double=True), [("0", "data", 1, 2), ("0", "diff", 2, 0)]),
-    (_blob([1e308, -1e308], double=True), []),                        # huge is finite
-    (_vector(_blob([1.0]), _blob([INF]), _blob([2.0])), [("1", "data", 0, 1)]),
+    (blob_bytes([1.0, 2.0], [0.0, 0.0]), []),
+    (blob_bytes([1.0, NAN]), [("0", "data", 1, 0)]),
+    (blob_bytes([1.0, 2.0], [-INF, 0.0]), [("0", "diff", 0, 1)]),          # the diff counts too
+    (blob_bytes([NAN, INF, -INF], [NAN, NAN, 1.0], double=True), [("0", "data", 1, 2), ("0", "diff", 2, 0)]),
+    (blob_bytes([1e308, -1e308], double=True), []),                        # huge is finite
+    (vector_bytes([blob_bytes([1.0]), blob_bytes([INF]), blob_bytes([2.0])]), [("1", "data", 0, 1)]),
 ])
 def test_check_finite_in_the_library(raw, failures):
     doc = open_document(io.BytesIO(raw))
@@ -144,9 +121,7 @@ def test_check_finite_counts_chunk_by_chunk():
     # More values than one chunk, NaN and Inf in different chunks.
     values = np.zeros(300_000, dtype=np.float32)
     values[[5, 70_000, 299_999]] = [np.nan, np.inf, np.nan]
-    msg = pb.BlobProto()
-    msg.shape.dim.append(values.size)
-    raw = msg.SerializeToString() + wire.len_field_header(5, values.nbytes) + values.tobytes()
+    raw = blob_bytes(shape=[values.size]) + wire.len_field_header(5, values.nbytes) + values.tobytes()
     result = check_finite(open_document(io.BytesIO(raw)).entries)
     assert result["failures"] == [{"name": "0", "which": "data", "nan": 2, "inf": 1}]
 
@@ -162,14 +137,14 @@ def test_check_message_is_one_line_or_none():
 
 
 def test_check_finite_on_the_command_line(tmp_path):
-    (tmp_path / "ok.pb").write_bytes(_blob([1.0, 2.0], [3.0, 4.0]))
-    (tmp_path / "bad.pb").write_bytes(_blob([1.0, 2.0], [NAN, 4.0]))
-    (tmp_path / "vec.pb").write_bytes(_vector(_blob([1.0]), _blob([INF])))
+    (tmp_path / "ok.pb").write_bytes(blob_bytes([1.0, 2.0], [3.0, 4.0]))
+    (tmp_path / "bad.pb").write_bytes(blob_bytes([1.0, 2.0], [NAN, 4.0]))
+    (tmp_path / "vec.pb").write_bytes(vector_bytes([blob_bytes([1.0]), blob_bytes([INF])]))
     # Passing: exit 0, quiet.
-    result = run(["info", "--check", "finite", "ok.pb"], tmp_path)
+    result = run_blobtool("info", "--check", "finite", "ok.pb", cwd=tmp_path, text=True)
     assert (result.returncode, result.stderr) == (0, "")
     # Every file is still reported; each failing file gets its line; then exit 1.
-    result = run(["info", "--json", "--check", "finite", "bad.pb", "ok.pb", "vec.pb"], tmp_path)
+    result = run_blobtool("info", "--json", "--check", "finite", "bad.pb", "ok.pb", "vec.pb", cwd=tmp_path, text=True)
     assert result.returncode == 1
     assert result.stderr.splitlines() == [
         "blobtool: bad.pb: check finite failed: blob 0 diff has 1 NaN and 0 Inf",
@@ -180,10 +155,10 @@ def test_check_finite_on_the_command_line(tmp_path):
     assert records[0]["check"] == {"name": "finite", "passed": False,
                                    "failures": [{"name": "0", "which": "diff", "nan": 1, "inf": 0}]}
     # Only the selected blobs are checked.
-    result = run(["info", "--check", "finite", "--blob", "0", "vec.pb"], tmp_path)
+    result = run_blobtool("info", "--check", "finite", "--blob", "0", "vec.pb", cwd=tmp_path, text=True)
     assert (result.returncode, result.stderr) == (0, "")
     # Without --check, no "check" key and exit 0 whatever the values.
-    result = run(["info", "--json", "bad.pb"], tmp_path)
+    result = run_blobtool("info", "--json", "bad.pb", cwd=tmp_path, text=True)
     assert result.returncode == 0 and "check" not in json.loads(result.stdout)
     # An unknown check is a usage error.
-    assert run(["info", "--check", "sorted", "ok.pb"], tmp_path).returncode == 2
+    assert run_blobtool("info", "--check", "sorted", "ok.pb", cwd=tmp_path, text=True).returncode == 2

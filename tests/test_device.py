@@ -14,14 +14,14 @@ import math
 
 import numpy as np
 import pytest
-from click.testing import CliRunner
 
 import fakecupy
-from blobtool import Blob, SyncedHead, SyncedMemory, device, save
-from blobtool.cli import cli
+from blobtool import Blob, SyncedHead, SyncedMemory, device
 from blobtool.errors import DeviceError
 from blobtool.kernels import asum_sumsq
 from blobtool.syncedmem import get_backend, set_backend
+from builders import write_blob
+from runner import invoke
 
 
 @pytest.fixture
@@ -165,16 +165,14 @@ def test_streamed_norm_double_buffers_and_matches(backend, cupy_state):
 
 def _blob_file(tmp_path):
     rng = np.random.default_rng(6)
-    blob = Blob(4, 3, 5, 5)
-    blob.mutable_cpu_data()[:] = rng.standard_normal(blob.count)
-    blob.mutable_cpu_diff()[:] = rng.standard_normal(blob.count)
-    path = tmp_path / "w.pb"
-    save(blob, path, write_diff=True)
-    return path
+    data = rng.standard_normal((4, 3, 5, 5)).astype(np.float32)
+    diff = rng.standard_normal((4, 3, 5, 5)).astype(np.float32)
+    return write_blob(tmp_path / "w.pb", data, diff)
 
 
 def _invoke(*args):
-    result = CliRunner().invoke(cli, list(map(str, args)))
+    """blobtool in-process (COLUMNS as it is); then no device backend, as a new process would start."""
+    result = invoke(*args, columns=None)
     set_backend(None)
     return result
 

@@ -29,6 +29,7 @@ from blobtool import BlobToolError, load, load_all, wire
 from blobtool._pb import blobtool_caffe_pb2 as pb
 from blobtool.formats import MAX_BLOBS, open_document
 from blobtool.formats.caffe import MAX_LAYERS
+from builders import blob_bytes, npy_bytes, npy_header_bytes
 
 EXAMPLES = int(os.environ.get("BLOBTOOL_FUZZ_EXAMPLES", "300"))
 SEEDS = fc.generated_seeds()
@@ -198,15 +199,6 @@ def test_inputs_found_by_the_long_run(name):
 
 # -- hostile shapes and lengths: refused, with their message, before allocating ----------------
 
-def _blob(dims=None, data=None, **legacy) -> bytes:
-    msg = pb.BlobProto(**legacy)
-    if dims is not None:
-        msg.shape.dim.extend(dims)
-    if data is not None:
-        msg.data.extend(data)
-    return msg.SerializeToString()
-
-
 def _net(blob: bytes, *, extra: bytes = b"", forge_blob_length: int | None = None) -> bytes:
     """One layer (new format) holding `blob` (if any) and then `extra` bytes."""
     layer = pb.LayerParameter(name="conv1", type="Convolution").SerializeToString()
@@ -231,34 +223,34 @@ HOSTILE = [
     # (name, bytes, the message after "<stream>: ", or its start when it ends with "(")
     ("payload length past the end", wire.len_field_header(5, 2**31 - 1) + bytes(4),
      "truncated at byte 0: field 5 (data) declares 2147483647 bytes, 4 remain"),
-    ("payload length 2**64 - 1", _blob([1]) + wire.len_field_header(5, 2**64 - 1) + bytes(4),
+    ("payload length 2**64 - 1", blob_bytes(shape=[1]) + wire.len_field_header(5, 2**64 - 1) + bytes(4),
      "truncated at byte 5: field 5 (data) declares 18446744073709551615 bytes, 4 remain"),
-    ("layer length past the end", _net(_blob([1], [1.0]))[:-3],
+    ("layer length past the end", _net(blob_bytes([1.0]))[:-3],
      "truncated at byte 0: field 100 declares 33 bytes, 30 remain"),
-    ("layer's blob length forged", _net(_blob([1], [1.0])) + _net(_blob([1], [1.0]), forge_blob_length=2**62),
+    ("layer's blob length forged", _net(blob_bytes([1.0])) + _net(blob_bytes([1.0]), forge_blob_length=2**62),
      "truncated at byte 59: field 7 (blobs) declares 4611686018427387904 bytes, 11 remain"),
-    ("dims whose product overflows int64", _blob([2**62, 2**62], [1.0, 2.0]),
+    ("dims whose product overflows int64", blob_bytes([1.0, 2.0], shape=[2**62, 2**62]),
      "at byte 10: field 7 (shape): invalid blob shape: shape (4611686018427387904, 4611686018427387904) "
      "spans 85070591730234615865843651857942052864 bytes of float32, more than the 9223372036854775807 "
      "an array can address"),
-    ("overflowing dims around a zero", _blob([E64, 0, E64]),
+    ("overflowing dims around a zero", blob_bytes(shape=[E64, 0, E64]),
      "at byte 0: field 7 (shape): invalid blob shape: shape (9223372036854775807, 0, 9223372036854775807) "
      "spans 340282366920938463389587631136930004996 bytes of float32, more than the 9223372036854775807 "
      "an array can address"),
-    ("dims that disagree with the payload", _blob([1000, 1000], [1.0, 2.0]),
+    ("dims that disagree with the payload", blob_bytes([1.0, 2.0], shape=[1000, 1000]),
      "at byte 0: field 5 (data): data holds 2 values, shape (1000, 1000) needs 1000000"),
-    ("a huge shape and no data", _blob([2**40, 2**20]),
+    ("a huge shape and no data", blob_bytes(shape=[2**40, 2**20]),
      "at byte 0: no data: data holds 0 values, shape (1099511627776, 1048576) needs 1152921504606846976"),
-    ("33 axes", _blob([1] * 33, [1.0]),
+    ("33 axes", blob_bytes([1.0], shape=[1] * 33),
      "at byte 6: field 7 (shape): invalid blob shape: a blob has at most 32 axes, got 33"),
     ("a million axes", DATA4 + _shape_message(wire.len_field_header(1, 10**6) + b"\x01" * 10**6),
      "at byte 6: field 7 (shape): invalid blob shape: a blob has at most 32 axes, got 1000000"),
-    ("negative legacy num", _blob(None, [1.0], num=-1, channels=1, height=1, width=1),
+    ("negative legacy num", blob_bytes([1.0], shape=(-1, 1, 1, 1), layout="legacy"),
      "at byte 0: field 1 (num): invalid blob shape: dimension 0 is negative (-1) in shape (-1, 1, 1, 1)"),
-    ("negative legacy width -2**31", _blob(None, [1.0], num=1, channels=1, height=1, width=-2**31),
+    ("negative legacy width -2**31", blob_bytes([1.0], shape=(1, 1, 1, -2**31), layout="legacy"),
      "at byte 6: field 4 (width): invalid blob shape: dimension 3 is negative (-2147483648) "
      "in shape (1, 1, 1, -2147483648)"),
-    ("negative shape dim", _blob([4, -1], [1.0]),
+    ("negative shape dim", blob_bytes([1.0], shape=[4, -1]),
      "at byte 6: field 7 (shape): invalid blob shape: dimension 1 is negative (-1) in shape (4, -1)"),
     ("tag varint over 10 bytes", b"\x80" * 10 + b"\x01", "at byte 0: field tag longer than 10 bytes"),
     ("length varint over 10 bytes", b"\x2a" + b"\xff" * 10 + b"\x01",
@@ -270,7 +262,7 @@ HOSTILE = [
      "at byte 6: field 7 (shape) uses the group wire type 3, which Caffe's schema never writes"),
     ("end-group wire type", wire.encode_tag(1, wire.EGROUP),
      "at byte 0: field 1 (num) uses the group wire type 4, which Caffe's schema never writes"),
-    ("group inside a net's layer", _net(_blob([1], [1.0])) + _net(b"", extra=wire.encode_tag(9, wire.SGROUP)),
+    ("group inside a net's layer", _net(blob_bytes([1.0])) + _net(b"", extra=wire.encode_tag(9, wire.SGROUP)),
      "at byte 59: field 9 uses the group wire type 3, which Caffe's schema never writes"),
     ("group inside a solver state's history blob",
      pb.SolverState(iter=1, learned_net="a", current_step=1).SerializeToString() + wire.len_field_header(3, 1)
@@ -280,7 +272,7 @@ HOSTILE = [
     ("groups nested 100000 deep in a shape", DATA4 + wire.len_field_header(7, 200000) + _nested_groups(100000),
      "at byte 6: field 7 (shape): invalid contents ("),
     ("groups nested 100000 deep in a net's input_shape",
-     _net(_blob([1], [1.0])) + wire.len_field_header(8, 200000) + _nested_groups(100000),
+     _net(blob_bytes([1.0])) + wire.len_field_header(8, 200000) + _nested_groups(100000),
      "at byte 0: invalid NetParameter fields ("),
 ]
 
@@ -317,9 +309,7 @@ def test_hostile_input_is_refused_before_allocating(tracing, name, data, message
      "truncated at byte {end}: .npy array data needs 147573952589676412928 bytes, 0 remain"),
 ])
 def test_hostile_npy_shapes_are_refused(header, message):
-    raw = header.encode("latin1")
-    raw += b" " * (-(10 + len(raw) + 1) % 64) + b"\n"
-    data = b"\x93NUMPY\x01\x00" + len(raw).to_bytes(2, "little") + raw  # a header and no array data
+    data = npy_header_bytes(header)  # a header and no array data
     with pytest.raises(BlobToolError) as info:
         load(io.BytesIO(data))
     assert str(info.value) == "<stream>: " + message.format(end=len(data))
@@ -342,7 +332,7 @@ def _npz_with(member: bytes, *, method=None, declared=None) -> bytes:
 
 
 def test_hostile_npz_members_are_refused_before_reading():
-    member = fc._npy(np.zeros(4, np.float32))
+    member = npy_bytes(np.zeros(4, np.float32))
     with pytest.raises(BlobToolError, match=r"member 'w.npy' declares 4294967295 bytes, more than its "
                                             rf"{len(member)} stored bytes can hold"):
         load_all(io.BytesIO(_npz_with(member, declared=2**32 - 1)))
@@ -368,7 +358,7 @@ def test_non_utf8_names_are_text():
     # proto2 strings are bytes on the wire; protobuf hands invalid UTF-8 over as
     # bytes (or, the pure-Python runtime, refuses it: then so does blobtool).
     layer = pb.LayerParameter(type="Convolution").SerializeToString() + wire.len_field_header(1, 2) + b"\xff\xfe"
-    blob = _blob([1], [1.0])
+    blob = blob_bytes([1.0])
     layer += wire.len_field_header(7, len(blob)) + blob
     net = wire.len_field_header(1, 2) + b"\xc3\x28" + wire.len_field_header(100, len(layer)) + layer
     if REFUSES_BAD_UTF8:
@@ -390,7 +380,7 @@ def test_a_huge_layer_name_is_cut_not_copied_into_each_blob_name(name):
     # the file's size and over a second.
     layer = wire.len_field_header(1, len(name)) + name
     for _ in range(5):
-        layer += wire.len_field_header(7, len(_blob([1], [1.0]))) + _blob([1], [1.0])
+        layer += wire.len_field_header(7, len(blob_bytes([1.0]))) + blob_bytes([1.0])
     net = wire.len_field_header(1, len(name)) + name + wire.len_field_header(100, len(layer)) + layer
     outcome = fc.check_case(net)  # within time and memory
     if name[0] == 0xFF and REFUSES_BAD_UTF8:
@@ -411,7 +401,7 @@ def test_overlong_tags_on_unpacked_values_read_in_one_run():
     records = np.empty((n, 6), dtype=np.uint8)
     records[:, 0], records[:, 1] = 0xAD, 0x00
     records[:, 2:] = values.view(np.uint8).reshape(n, 4)
-    data = _blob([n]) + records.tobytes()
+    data = blob_bytes(shape=[n]) + records.tobytes()
     assert fc.check_case(data).error is None  # within TIME_LIMIT_S, else FuzzFailure
     np.testing.assert_array_equal(load(io.BytesIO(data)).cpu_data(), values)
 
@@ -420,7 +410,7 @@ def test_half_data_decodes_within_the_memory_bound():
     # ditcaffe's half_data at one byte a value, the largest growth there is:
     # it once took 33 times the input in index arrays.
     n = 1_000_000
-    data = _blob([n]) + wire.len_field_header(10, n) + bytes(range(128)) * (n // 128) + bytes(n % 128)
+    data = blob_bytes(shape=[n]) + wire.len_field_header(10, n) + bytes(range(128)) * (n // 128) + bytes(n % 128)
     outcome = fc.check_case(data)
     assert outcome.error is None
     assert outcome.peak <= fc.memory_bound(len(data))
@@ -450,7 +440,7 @@ PER_UNKNOWN_FIELD = 250 if PURE_PYTHON_PROTOBUF else 0
 @pytest.mark.parametrize("data, kind, blobs, layers, unknown", [
     (b"\x0a\x00" * 5000, "vector", 5000, 0, 0),                       # 5000 empty blobs
     (b"\xa2\x06\x00" * 10_000, "net", 0, 10_000, 0),                   # 10000 empty layers
-    (b"\x78\x01" * 200_000 + _blob([1], [1.0]), "blob", 1, 0, 200_000),  # 400 KB of unknown fields
+    (b"\x78\x01" * 200_000 + blob_bytes([1.0]), "blob", 1, 0, 200_000),  # 400 KB of unknown fields
     (DATA4 + _shape_message(b"\x08\x01" * 300_000), "blob", 1, 0, 0),   # 300000 unpacked dims
     (b"\x3a\x02\x08\x01" * 50_000 + DATA4, "blob", 1, 0, 0),           # 50000 shape fields to merge
 ], ids=["empty blobs", "empty layers", "unknown fields", "unpacked dims", "repeated shapes"])
@@ -475,7 +465,7 @@ def test_many_tiny_fields_cost_memory_in_proportion(tracing, data, kind, blobs, 
     (_net(b"", extra=b"\x3a\x00" * (MAX_BLOBS + 1)),
      f"at byte {25 + 2 * MAX_BLOBS}: LayerParameter holds more than {MAX_BLOBS} blobs fields (blobtool's limit)"),
     # Alternating unpacked data and diff values: a piece each.
-    (_blob([5000]) + (b"\x2d" + bytes(4) + b"\x35" + bytes(4)) * 5000,
+    (blob_bytes(shape=[5000]) + (b"\x2d" + bytes(4) + b"\x35" + bytes(4)) * 5000,
      "at byte 40966: field 5 (data) is split into more than 4096 pieces (blobtool's limit)"),
 ], ids=["blobs", "layers", "blobs in a layer", "pieces of a payload"])
 def test_blob_layer_and_piece_counts_are_capped(data, message):

@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
-from blobtool import Blob, SyncedHead, SyncedMemory, save
+from blobtool import Blob, SyncedHead, SyncedMemory
 from blobtool.syncedmem import get_backend, set_backend
+from builders import write_blob
+from runner import run_blobtool
 
 
 def _cupy_and_device():
@@ -166,16 +166,13 @@ def test_device_index_out_of_range_names_visible_devices():
 
 def _blob_file(tmp_path, dtype=np.float32, with_diff=True):
     rng = np.random.default_rng(3)
-    blob = Blob(4, 3, 8, 8, dtype=dtype)
-    blob.mutable_cpu_data()[:] = rng.standard_normal(blob.count)
-    blob.mutable_cpu_diff()[:] = rng.standard_normal(blob.count)
-    path = tmp_path / "w.pb"
-    save(blob, path, write_diff=with_diff)
-    return path
+    data = rng.standard_normal((4, 3, 8, 8)).astype(dtype)
+    diff = rng.standard_normal((4, 3, 8, 8)).astype(dtype)
+    return write_blob(tmp_path / "w.pb", data, diff if with_diff else None, double=dtype == np.float64)
 
 
 def _run(*args):
-    return subprocess.run([sys.executable, "-m", "blobtool", *args], capture_output=True, text=True)
+    return run_blobtool(*args, text=True, timeout=None)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])

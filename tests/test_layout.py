@@ -10,8 +10,6 @@ from __future__ import annotations
 import functools
 import io
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -21,9 +19,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from rich.console import Console
 
+from blobtool._pb.blobtool_caffe_pb2 import NetParameter
 from blobtool.report import tables as render
 from blobtool.report import text as layout
-from blobtool._pb.blobtool_caffe_pb2 import BlobProto, NetParameter
+from builders import Layer, write_net
+from runner import run_blobtool, subprocess_env
 
 # Printable ASCII, with the characters rich markup and emoji codes would eat.
 ASCII = st.from_regex(r"([!-~]([ -~]{0,28}[!-~])?)?", fullmatch=True)
@@ -213,27 +213,20 @@ def test_plain_width_follows_columns(monkeypatch):
 
 
 def _run(args, tmp_path, **env):
-    root = Path(__file__).resolve().parents[1]
-    environ = dict(os.environ, PYTHONPATH=f"{root}{os.pathsep}{os.environ.get('PYTHONPATH', '')}", **env)
+    """blobtool in a process that reports its imports on stderr; FORCE_COLOR and TTY_COMPATIBLE only from `env`."""
+    environ = subprocess_env(**env)
     for name in ("FORCE_COLOR", "TTY_COMPATIBLE"):
         if name not in env:
             environ.pop(name, None)
-    return subprocess.run([sys.executable, "-X", "importtime", "-m", "blobtool", *args], capture_output=True,
-                          text=True, env=environ, cwd=tmp_path)
+    return run_blobtool(*args, python_flags=("-X", "importtime"), text=True, env=environ, cwd=tmp_path,
+                        timeout=None)
 
 
 @pytest.fixture
 def small_net(tmp_path) -> Path:
-    net = NetParameter(name="tiny")
-    layer = net.layer.add(name="conv1", type="Convolution")
-    blob = layer.blobs.add()
-    blob.shape.dim.extend([2, 3])
-    blob.data.extend([1, -2, 3, -4, 5, -6])
-    layer.blobs.add(data=[0.5], shape=BlobProto().shape)
-    layer.blobs[1].shape.dim.append(1)
-    path = tmp_path / "tiny.caffemodel"
-    path.write_bytes(net.SerializeToString())
-    return path
+    blobs = [np.array([[1, -2, 3], [-4, 5, -6]]), np.array([0.5])]
+    return write_net(tmp_path / "tiny.caffemodel", "new", [Layer("conv1", "Convolution", blobs, bottom=[], top=[])],
+                     name="tiny")
 
 
 @pytest.mark.parametrize("command", ["info", "norm"])

@@ -19,20 +19,19 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from click.testing import CliRunner
 from rich.console import Console
 
 from PIL import Image
 
+import runner
 from blobtool import kernels
-from blobtool._pb.blobtool_caffe_pb2 import BlobProto, BlobProtoVector
-from blobtool.cli import cli
 from blobtool.errors import UsageError
 from blobtool.kernels import histogram
 from blobtool.report import pictures
 from blobtool.report.pictures import (BORDER_RGB, EMPTY_RGB, NONFINITE_RGB, PNG_MIN_SIZE, TERMINAL_MIN_SIZE, filter_grid,
                                       heat_map, histogram_bars, view)
 from blobtool.report.tables import SHADES, HalfBlocks, render_picture
+from builders import write_blob, write_vector
 
 DATA = Path(__file__).resolve().parent / "data"
 SHOW_EXPECTED = DATA / "show_expected.txt"
@@ -44,31 +43,9 @@ VIOLET, BLUE, GREEN, YELLOW = (68, 1, 84), (59, 82, 139), (93, 200, 99), (253, 2
 
 # -- helpers ---------------------------------------------------------------------
 
-def write_blob(path: Path, data, legacy: bool = False) -> Path:
-    data = np.asarray(data, dtype=np.float32)
-    proto = BlobProto()
-    if legacy:
-        proto.num, proto.channels, proto.height, proto.width = (1,) * (4 - data.ndim) + data.shape
-    else:
-        proto.shape.dim.extend(data.shape)
-    proto.data.extend(data.ravel().tolist())
-    path.write_bytes(proto.SerializeToString())
-    return path
-
-
-def write_vector(path: Path, *arrays) -> Path:
-    vector = BlobProtoVector()
-    for a in arrays:
-        b = vector.blobs.add()
-        b.shape.dim.extend(a.shape)
-        b.data.extend(np.asarray(a, np.float32).ravel().tolist())
-    path.write_bytes(vector.SerializeToString())
-    return path
-
-
 def invoke(*args, env=None):
-    env = {"COLUMNS": "200", "NO_COLOR": None, "FORCE_COLOR": None, **(env or {})}
-    return CliRunner().invoke(cli, [str(a) for a in args], env=env, prog_name="blobtool")
+    """blobtool in-process with NO_COLOR and FORCE_COLOR unset (and then `env`)."""
+    return runner.invoke(*args, env={"NO_COLOR": None, "FORCE_COLOR": None, **(env or {})})
 
 
 def grey(t: float) -> tuple:
@@ -178,12 +155,7 @@ def test_histogram_bars_are_log_scaled_with_a_floor_of_one():
 
 def test_info_stats_json_has_the_histogram_of_data_and_diff(tmp_path):
     data = np.array([0.0, 0.0, 1.0, -2.0, np.nan, 4.0, 0.5, np.inf], dtype=np.float32)
-    proto = BlobProto()
-    proto.shape.dim.append(data.size)
-    proto.data.extend(data.tolist())
-    proto.diff.extend(np.arange(8, dtype=np.float32).tolist())
-    path = tmp_path / "h.pb"
-    path.write_bytes(proto.SerializeToString())
+    path = write_blob(tmp_path / "h.pb", data, np.arange(8, dtype=np.float32))
     result = invoke("info", "--json", "--stats", path)
     assert result.exit_code == 0, result.stderr
     stats = json.loads(result.stdout)["blobs"][0]["stats"]
@@ -196,12 +168,7 @@ def test_info_stats_json_has_the_histogram_of_data_and_diff(tmp_path):
 
 def test_info_stats_human_output_draws_a_histogram_line_per_blob_and_diff(tmp_path):
     data = np.array([0.0, 0.0, 1.0, -2.0, np.nan, 4.0, 0.5, 3.0], dtype=np.float32)
-    proto = BlobProto()
-    proto.shape.dim.append(data.size)
-    proto.data.extend(data.tolist())
-    proto.diff.extend([1.0] * 8)
-    path = tmp_path / "h.pb"
-    path.write_bytes(proto.SerializeToString())
+    path = write_blob(tmp_path / "h.pb", data, [1.0] * 8)
     result = invoke("info", "--stats", path)
     assert result.exit_code == 0, result.stderr
     lines = result.stdout.splitlines()
@@ -456,7 +423,7 @@ def test_show_width_limits_the_terminal_view(tmp_path):
 
 def test_show_writes_a_png_at_full_resolution(tmp_path):
     path = write_blob(tmp_path / "mean.pb", [[[[0, 0], [10, 5]], [[0, 10], [0, 5]], [[10, 0], [0, 5]]]],
-                      legacy=True)
+                      layout="legacy")
     out = tmp_path / "view.png"
     result = invoke("show", path, "-o", out)
     assert result.exit_code == 0, result.stderr
@@ -474,7 +441,7 @@ def test_show_writes_a_png_at_full_resolution(tmp_path):
 
 def test_show_png_of_a_filter_grid(tmp_path):
     filters = np.random.default_rng(6).normal(size=(4, 1, 3, 3)).astype(np.float32)
-    path = write_vector(tmp_path / "v.pb", filters, np.zeros(4, np.float32))
+    path = write_vector(tmp_path / "v.pb", [filters, np.zeros(4, np.float32)])
     out = tmp_path / "grid.png"
     result = invoke("show", path, "--blob", "0", "-o", out)
     assert result.exit_code == 0, result.stderr
@@ -522,7 +489,7 @@ def test_show_png_write_is_atomic(tmp_path, monkeypatch):
 
 def test_show_png_to_stdout_in_a_pipe(tmp_path):
     path = write_blob(tmp_path / "w.pb", [[0.0, 1.0], [2.0, 3.0]])
-    result = CliRunner().invoke(cli, ["show", str(path), "-o", "-"], prog_name="blobtool")
+    result = runner.invoke("show", path, "-o", "-", columns=None)
     assert result.exit_code == 0, result.stderr
     with Image.open(io.BytesIO(result.stdout_bytes)) as im:
         assert im.size == (32, 32)
@@ -542,7 +509,7 @@ SHOW_ERRORS = {
 @pytest.mark.parametrize("name", SHOW_ERRORS)
 def test_show_errors(tmp_path, name):
     args, code, text = SHOW_ERRORS[name]
-    path = write_vector(tmp_path / "v.pb", np.zeros((4, 1, 3, 3), np.float32), np.zeros(4, np.float32))
+    path = write_vector(tmp_path / "v.pb", [np.zeros((4, 1, 3, 3), np.float32), np.zeros(4, np.float32)])
     result = invoke("show", path, *args)
     assert result.exit_code == code, (result.stdout, result.stderr)
     assert text in result.stderr

@@ -30,26 +30,12 @@ import pytest
 import blobtool
 from blobtool import wire
 from blobtool._pb import blobtool_caffe_pb2 as pb
+from builders import Layer, blob_bytes, net_bytes, vector_bytes
+from runner import BLOBTOOL, blobtool_cmd, run_blobtool, run_pipeline, subprocess_env
 
-REPO = Path(__file__).resolve().parents[1]
 EARLIER = b"the earlier output, which must survive\n"
 # A temporary output file: hidden, named after the target (see files.atomic_output).
 TEMP = re.compile(r"^\.(?P<target>.+)\.[^.]+\.tmp$")
-
-
-def env() -> dict:
-    e = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    e.pop("BLOBTOOL_DEBUG", None)
-    return e
-
-
-def blobtool_cmd(*args) -> list:
-    return [sys.executable, "-m", "blobtool", *map(str, args)]
-
-
-def run(*args, cwd=None, **kw) -> subprocess.CompletedProcess:
-    return subprocess.run(blobtool_cmd(*args), cwd=cwd, env=env(), capture_output=True, text=True, timeout=120,
-                          **kw)
 
 
 def digest(path: Path) -> str:
@@ -66,11 +52,9 @@ def temps(folder: Path) -> list:
 
 def write_float_blob(path: Path, count: int, *, diff: bool = False) -> Path:
     """A BlobProto of `count` float32 values (a ramp), written in chunks (no full-size array in memory)."""
-    header = pb.BlobProto()
-    header.shape.dim.append(count)
     chunk = np.arange(1 << 20, dtype="<f4")
     with open(path, "wb") as f:
-        f.write(header.SerializeToString())
+        f.write(blob_bytes(shape=[count]))
         for number in (5, 6) if diff else (5,):
             f.write(wire.len_field_header(number, 4 * count))
             left = count
@@ -82,13 +66,8 @@ def write_float_blob(path: Path, count: int, *, diff: bool = False) -> Path:
 
 
 def small_net() -> bytes:
-    net = pb.NetParameter(name="tiny")
-    layer = net.layer.add(name="ip", type="InnerProduct")
-    for n in (6, 3):
-        b = layer.blobs.add()
-        b.shape.dim.append(n)
-        b.data.extend(np.linspace(-1, 1, n).astype(np.float32).tolist())
-    return net.SerializeToString()
+    blobs = [np.linspace(-1, 1, n).astype(np.float32) for n in (6, 3)]
+    return net_bytes("new", [Layer("ip", "InnerProduct", blobs, bottom=[], top=[])], name="tiny")
 
 
 @pytest.fixture
@@ -139,7 +118,7 @@ def test_output_is_a_fsynced_temporary_file_renamed_over_the_target(tmp_path, sm
     (tmp_path / target).write_bytes(EARLIER)
     log = tmp_path / "trace.log"
     result = subprocess.run([sys.executable, "-c", TRACE, *args], cwd=tmp_path, capture_output=True, text=True,
-                            env=dict(env(), TRACE_LOG=str(log)), timeout=60)
+                            env=subprocess_env(TRACE_LOG=str(log)), timeout=60)
     assert result.returncode == 0, result.stderr
     calls = log.read_text().splitlines()
     # mkstemp(prefix=".<target>.", suffix=".tmp", dir=the target's folder), then fsync of the file,
@@ -182,8 +161,7 @@ def test_file_size_limit_is_exit_5_one_line_and_nothing_changes(tmp_path, args, 
     (tmp_path / "net.caffemodel").write_bytes(net.SerializeToString())
     (tmp_path / target).write_bytes(EARLIER)
     inputs = {p: digest(p) for p in (tmp_path / "in.pb", tmp_path / "net.caffemodel")}
-    result = subprocess.run(blobtool_cmd(*args), cwd=tmp_path, env=env(), capture_output=True, text=True,
-                            timeout=60, preexec_fn=_limit_file_size(1 << 20))
+    result = run_blobtool(*args, cwd=tmp_path, text=True, preexec_fn=_limit_file_size(1 << 20))
     assert result.returncode == 5, result.stderr
     assert result.stderr == f"blobtool: {target}: cannot write: File too large\n"
     assert result.stdout == ""
@@ -221,7 +199,7 @@ def test_failure_after_the_data_is_written_is_exit_5_and_leaves_no_temporary_fil
     (tmp_path / "net.caffemodel").write_bytes(small_net())
     (tmp_path / target).write_bytes(EARLIER)
     result = subprocess.run([sys.executable, "-c", FAIL, *args], cwd=tmp_path, capture_output=True, text=True,
-                            env=dict(env(), FAIL_AT=where), timeout=60)
+                            env=subprocess_env(FAIL_AT=where), timeout=60)
     assert result.returncode == 5
     assert result.stderr == f"blobtool: {target}: cannot write: Input/output error\n"
     assert (tmp_path / target).read_bytes() == EARLIER
@@ -230,13 +208,13 @@ def test_failure_after_the_data_is_written_is_exit_5_and_leaves_no_temporary_fil
 
 def test_a_folder_as_the_target_is_a_usage_error_and_writes_nothing(tmp_path, small):
     (tmp_path / "out.pb").mkdir()
-    result = run("convert", "small.pb", "-o", "out.pb", cwd=tmp_path)
+    result = run_blobtool("convert", "small.pb", "-o", "out.pb", cwd=tmp_path, text=True, timeout=120)
     assert result.returncode == 2 and result.stderr.count("\n") == 1
     assert temps(tmp_path) == [] and list((tmp_path / "out.pb").iterdir()) == []
 
 
 def test_missing_output_folder_is_exit_5(tmp_path, small):
-    result = run("convert", "small.pb", "-o", "nowhere/out.pb", cwd=tmp_path)
+    result = run_blobtool("convert", "small.pb", "-o", "nowhere/out.pb", cwd=tmp_path, text=True, timeout=120)
     assert result.returncode == 5
     assert result.stderr == (f"blobtool: nowhere/out.pb: cannot create a file in {tmp_path / 'nowhere'}: "
                              "No such file or directory\n")
@@ -252,8 +230,7 @@ def test_missing_output_folder_is_exit_5(tmp_path, small):
 def test_full_standard_output_is_exit_5_one_line(tmp_path, small, args):
     (tmp_path / "net.caffemodel").write_bytes(small_net())
     with open("/dev/full", "wb") as full:
-        result = subprocess.run(blobtool_cmd(*args), cwd=tmp_path, env=env(), stdout=full, stderr=subprocess.PIPE,
-                                text=True, timeout=60)
+        result = run_blobtool(*args, cwd=tmp_path, stdout=full, stderr=subprocess.PIPE, text=True)
     assert result.returncode == 5
     assert result.stderr == "blobtool: <stdout>: cannot write: No space left on device\n"
 
@@ -261,8 +238,8 @@ def test_full_standard_output_is_exit_5_one_line(tmp_path, small, args):
 # -- SIGKILL and SIGINT in the middle of a write ------------------------------------------------
 
 def _start_convert(tmp_path: Path, big: Path) -> subprocess.Popen:
-    return subprocess.Popen(blobtool_cmd("convert", "--double", big, "-o", "out.pb"), cwd=tmp_path, env=env(),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(blobtool_cmd("convert", "--double", big, "-o", "out.pb"), cwd=tmp_path,
+                            env=subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
 def _wait_for_temp(proc, folder: Path, at_least: int, timeout: float = 60.0) -> Path | None:
@@ -286,7 +263,7 @@ EXPECTED_SIZE = 400_000_014  # 50M doubles, with BlobProto's tags and lengths
 def converted(big, tmp_path_factory) -> str:
     """The digest of an uninterrupted convert --double of `big`."""
     folder = tmp_path_factory.mktemp("whole")
-    result = run("convert", "--double", big, "-o", folder / "out.pb")
+    result = run_blobtool("convert", "--double", big, "-o", folder / "out.pb", text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert (folder / "out.pb").stat().st_size == EXPECTED_SIZE
     found = digest(folder / "out.pb")
@@ -343,23 +320,17 @@ def test_sigint_mid_write_is_exit_130_with_no_partial_output(tmp_path, big):
 @pytest.mark.parametrize("flags", ["", "--json", "--stats"])
 def test_info_into_head_is_quiet(tmp_path, flags):
     # Far more than a pipe holds (64 KiB), so the writes after head exits fail.
-    vector = pb.BlobProtoVector()
-    for k in range(2000):
-        vector.blobs.add(data=[float(k)]).shape.dim.append(1)
+    vector = vector_bytes([[float(k)] for k in range(2000)])
     for k in range(3):
-        (tmp_path / f"w{k}.pb").write_bytes(vector.SerializeToString())
-    result = subprocess.run(["bash", "-c", f"set -o pipefail; {' '.join(blobtool_cmd())} info {flags} "
-                             f"w*.pb | head -1"], cwd=tmp_path, env=env(), capture_output=True, text=True,
-                            timeout=60)
+        (tmp_path / f"w{k}.pb").write_bytes(vector)
+    result = run_pipeline(f"{BLOBTOOL} info {flags} w*.pb | head -1", tmp_path, text=True)
     assert result.returncode == 0, result.stderr
     assert result.stderr == ""
     assert len(result.stdout.splitlines()) == 1
 
 
 def test_binary_output_into_a_closed_pipe_is_quiet(tmp_path, big):
-    result = subprocess.run(["bash", "-c", f"set -o pipefail; {' '.join(blobtool_cmd())} convert --double "
-                             f"{big} -o - | head -c 100 > /dev/null"], cwd=tmp_path, env=env(),
-                            capture_output=True, text=True, timeout=60)
+    result = run_pipeline(f"{BLOBTOOL} convert --double {big} -o - | head -c 100 > /dev/null", tmp_path, text=True)
     assert result.returncode == 0, result.stderr
     assert result.stderr == ""
 
@@ -378,7 +349,7 @@ def test_binary_output_into_a_closed_pipe_is_quiet(tmp_path, big):
 def test_the_input_never_changes(tmp_path, args):
     write_float_blob(tmp_path / "in.pb", 300_000, diff=True)
     before = digest(tmp_path / "in.pb")
-    result = run(*args, cwd=tmp_path)
+    result = run_blobtool(*args, cwd=tmp_path, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert digest(tmp_path / "in.pb") == before
 
@@ -392,7 +363,7 @@ def test_output_naming_the_input_replaces_it_and_leaves_the_old_file_whole(tmp_p
     write_float_blob(tmp_path / "in.pb", 300_000, diff=True)
     before = digest(tmp_path / "in.pb")
     os.link(tmp_path / "in.pb", tmp_path / "keep.pb")  # the input's inode, under another name
-    result = run(*args, cwd=tmp_path)
+    result = run_blobtool(*args, cwd=tmp_path, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     # The old file (its inode) is unchanged; the name now holds the result,
     # computed from the old values (not from half-written ones).

@@ -35,7 +35,7 @@ import numpy as np
 
 from .. import kernels
 from ..errors import UsageError
-from ..kernels import HIST_BINS, finite_range
+from ..kernels import finite_range
 from .text import fmt_num, fmt_shape
 
 __all__ = ["BAR_LEVELS", "histogram_bars", "Picture", "view", "heat_map",

@@ -1,0 +1,101 @@
+"""Running the blobtool command in tests: in-process with click's CliRunner, or as a real process.
+
+- ``invoke``: in-process; stdout and stderr kept apart (click 8.2+); ``TerminalRunner``
+  when standard input or output must claim to be a terminal.
+- ``run_blobtool``: ``python -m blobtool`` in a subprocess, importing this checkout's
+  blobtool (``subprocess_env``: PYTHONPATH set to the repository root, BLOBTOOL_DEBUG
+  removed); ``blobtool_cmd`` and ``BLOBTOOL`` are its command line as a list and as shell text.
+- ``run_pipeline``: a bash pipeline (``set -o pipefail``) in that environment.
+- ``json_lines``, ``one_json``: the JSON records an in-process run printed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from blobtool.cli import cli
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+# -- in-process ---------------------------------------------------------------------------
+
+class TerminalRunner(CliRunner):
+    """A CliRunner whose standard input and/or output claim to be a terminal."""
+
+    def __init__(self, *, stdin_tty=False, stdout_tty=False):
+        super().__init__()
+        self.stdin_tty = stdin_tty
+        self.stdout_tty = stdout_tty
+
+    @contextlib.contextmanager
+    def isolation(self, *args, **kwargs):
+        with super().isolation(*args, **kwargs) as streams:
+            if self.stdin_tty:
+                sys.stdin.isatty = lambda: True
+            if self.stdout_tty:
+                sys.stdout.isatty = lambda: True
+            yield streams
+
+
+def invoke(*args, input=None, env=None, columns: int | None = 200, runner: CliRunner | None = None):
+    """Run blobtool in-process with these arguments (each made a string); the click Result.
+
+    COLUMNS is set wide (`columns`; None leaves it as it is) so that rich does not
+    wrap table cells across lines; `env` is set on top (a None value unsets a variable).
+    """
+    env = {**({"COLUMNS": str(columns)} if columns is not None else {}), **(env or {})}
+    return (runner or CliRunner()).invoke(cli, [str(a) for a in args], input=input, env=env or None,
+                                          prog_name="blobtool")
+
+
+def json_lines(result) -> list:
+    return [json.loads(line) for line in result.stdout.splitlines()]
+
+
+def one_json(result) -> dict:
+    (record,) = json_lines(result)
+    return record
+
+
+# -- real processes -----------------------------------------------------------------------
+
+def subprocess_env(**extra) -> dict:
+    """The environment for a blobtool process: this checkout first on PYTHONPATH, no BLOBTOOL_DEBUG; then `extra`."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
+    env.pop("BLOBTOOL_DEBUG", None)
+    env.update(extra)
+    return env
+
+
+def blobtool_cmd(*args, python_flags=()) -> list:
+    return [sys.executable, *python_flags, "-m", "blobtool", *map(str, args)]
+
+
+BLOBTOOL = " ".join(map(shlex.quote, blobtool_cmd()))
+
+
+def run_blobtool(*args, env=None, timeout=60, python_flags=(), **kw) -> subprocess.CompletedProcess:
+    """``python -m blobtool ARGS`` to its end; stdout and stderr captured unless `kw` directs them.
+
+    `env` defaults to ``subprocess_env()``; `kw` goes to subprocess.run (cwd, text, stdin, ...).
+    """
+    if "stdout" not in kw and "stderr" not in kw:
+        kw["capture_output"] = True
+    return subprocess.run(blobtool_cmd(*args, python_flags=python_flags), env=env or subprocess_env(),
+                          timeout=timeout, **kw)
+
+
+def run_pipeline(command: str, cwd: Path, *, timeout=60, **kw) -> subprocess.CompletedProcess:
+    """A bash command line (``BLOBTOOL`` in it runs blobtool) with pipefail, in ``subprocess_env()``."""
+    return subprocess.run(["bash", "-c", "set -o pipefail; " + command], capture_output=True, cwd=cwd,
+                          env=subprocess_env(), timeout=timeout, **kw)
