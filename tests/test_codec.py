@@ -1,4 +1,4 @@
-"""The BlobProto codec (wire.py, blobproto.py, files.py) against the protobuf library.
+"""The BlobProto codec (wire.py, blobproto.py, formats/caffe.py save, api load/save) against the protobuf library.
 
 The protobuf library is the oracle: every encoding is parsed by it
 (BlobProto.FromString), Caffe's Blob::FromProto is applied to the message in

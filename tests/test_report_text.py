@@ -1,4 +1,4 @@
-"""The plain-text tables (layout.py) against rich, which draws the same tables: rich is the oracle.
+"""The plain-text tables (report/text.py) against rich, which draws the same tables: rich is the oracle.
 
 Off a terminal, blobtool writes info's and norm's tables itself rather than
 loading rich; the text must be what rich would have printed, character for
