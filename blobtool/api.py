@@ -12,7 +12,7 @@ import contextlib
 from .blob import Blob
 from .blobproto import check_layout
 from .errors import FormatError, UsageError
-from .formats import Document, module, open_document, output_target
+from .formats import Document, Entry, module, open_document, output_target
 from .source import releasing
 
 __all__ = ["load", "load_all", "save", "write", "open_document"]
@@ -108,14 +108,12 @@ def write(doc: Document | None, blobs, dest, *, format: str | None = None, preci
         check_layout(blob, layout)
     fmt, kind = output_target(dest, format, doc)
     with releasing() if release else contextlib.nullcontext():
-        module(fmt).write(doc, entries, blob_list, dest, kind=kind, precision=precision,
-                               write_diff=write_diff, layout=layout, transforms=transforms)
+        module(fmt).write(doc, entries, blob_list, dest, kind=kind, precision=precision, write_diff=write_diff,
+                          layout=layout, transforms=transforms)
     return kind
 
 
-def _new_entry(name: str, blob: Blob):
-    from .formats import Entry
-
+def _new_entry(name: str, blob: Blob) -> Entry:
     origin = blob.origin
     return Entry(name, blob.shape, origin.layout if origin else "shape", blob.dtype,
                  bool(origin and origin.has_diff), _blob=blob)

@@ -91,3 +91,12 @@ def test_load_save_load_all_round_trip(tmp_path):
     again = load(tmp_path / "b.pb")
     assert again.shape == (1, 1, 3, 2) and again.origin.layout == "legacy"
     assert list(load_all(tmp_path / "b.pb")) == ["0"]
+
+
+def test_write_back_a_container_only_with_its_own_blobs(tmp_path):
+    path, _ = _net_file(tmp_path / "net.caffemodel")
+    doc = open_document(path)
+    with pytest.raises(BlobToolError, match="blob 'extra' is not in .*only its own blobs") as info:
+        write(doc, {"extra": Blob(2)}, tmp_path / "out.caffemodel")
+    assert info.value.exit_code == ExitCode.USAGE
+    assert not (tmp_path / "out.caffemodel").exists()

@@ -453,6 +453,11 @@ def write(doc: Document | None, entries: list, blobs: list, dest, *, kind: str, 
         return
     if doc is None or doc.kind != kind:
         raise UsageError(f"a {kind} file is written only from a {kind} input (its other fields come from it)")
+    stored = {id(e) for e in doc.entries}
+    for entry in entries:
+        if id(entry) not in stored:
+            raise UsageError(f"blob {entry.name!r} is not in {doc.path}: a {kind} is rewritten blob by blob, "
+                             "so only its own blobs can be written back")
     write_container(doc, {e.name: b for e, b in zip(entries, blobs)}, dest, precision=precision,
                     write_diff=write_diff, layout=layout, transforms=transforms)
 
