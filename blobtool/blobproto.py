@@ -140,10 +140,6 @@ _RAW_TYPE_OF = {"half": RAW_TYPE_FLOAT16}
 # Occurrences a payload may be split over (a run of unpacked values counts once).
 _MAX_PIECES = 1 << 12
 
-# Bytes of ditcaffe's half_data decoded at a time: its index arrays take
-# about 30 bytes per byte of payload, so they are kept to a block.
-_HALF_BLOCK = 1 << 15
-
 # Payloads at least this large are written straight from the array; smaller
 # conversions (float32 <-> float64) go through buffers of this many elements
 # so that converting never doubles the memory of a large blob.
@@ -360,7 +356,10 @@ def parse_blob(buf, start: int = 0, end: int | None = None, *, path=None) -> Blo
             continue
         payload = payloads.setdefault(spec.name, Payload(spec.name, spec.dtype))
         if spec.encoding == "half":
-            payload.chunks.append(_packed_halves(buf, f, path))
+            # ditcaffe's half_data: packed uint32 varints, each holding float16 bits.
+            label = wire.field_label(f.number, BLOB_FIELD_NAMES)
+            payload.chunks.append(wire.packed_uint16(buf, f, path=path, label=label,
+                                                     value_name="half_data value").view("<f2"))
         elif f.wire_type == wire.LEN:
             nbytes = f.end - f.start
             if nbytes % spec.dtype.itemsize:
@@ -428,44 +427,6 @@ def _raw_payload(buf, spec: PayloadField, f, type_value: int, path) -> Payload:
                           path=path, offset=f.offset)
     chunks = [wire.view_array(buf, f.start, f.end, dtype)] if nbytes else []
     return Payload(spec.name, dtype, chunks, f.offset)
-
-
-def _packed_halves(buf, f, path) -> np.ndarray:
-    """ditcaffe's half_data: packed uint32 varints, each holding float16 bits (so at most 3 bytes).
-
-    Decoded block by block into one 2-byte array, so the index arrays that
-    decoding needs stay small whatever the payload's size.
-    """
-    label = wire.field_label(f.number, BLOB_FIELD_NAMES)
-    raw = np.frombuffer(buf, dtype=np.uint8, count=f.end - f.start, offset=f.start)
-    if raw.size == 0:
-        return np.zeros(0, dtype="<f2")
-    if raw[-1] >= 0x80:
-        raise FormatError(f"{label}: packed varints end mid-value", path=path, offset=f.offset)
-    count = sum(int(np.count_nonzero(raw[a:a + _HALF_BLOCK] < 0x80)) for a in range(0, raw.size, _HALF_BLOCK))
-    out = np.empty(count, dtype="<u2")
-    pos = filled = 0
-    while pos < raw.size:
-        block = raw[pos:pos + _HALF_BLOCK]
-        ends = np.flatnonzero(block < 0x80)
-        if ends.size == 0:  # a block without a value's last byte: a value far longer than 3 bytes
-            raise FormatError(f"{label}: a half_data value exceeds 16 bits", path=path, offset=f.offset)
-        block = block[:ends[-1] + 1]  # up to the last whole value; the next block starts after it
-        starts = np.concatenate(([0], ends[:-1] + 1))
-        lengths = ends - starts + 1
-        if lengths.max() > 3:
-            raise FormatError(f"{label}: a half_data value exceeds 16 bits", path=path, offset=f.offset)
-        values = (block[starts] & 0x7F).astype(np.uint32)
-        two = lengths >= 2
-        values[two] |= (block[starts[two] + 1] & 0x7F).astype(np.uint32) << 7
-        three = lengths == 3
-        values[three] |= (block[starts[three] + 2] & 0x7F).astype(np.uint32) << 14
-        if values.max() > 0xFFFF:
-            raise FormatError(f"{label}: a half_data value exceeds 16 bits", path=path, offset=f.offset)
-        out[filled:filled + values.size] = values
-        filled += values.size
-        pos += block.size
-    return out.view("<f2")
 
 
 def parse_errors() -> tuple:

@@ -46,7 +46,7 @@ __all__ = [
     "VARINT", "I64", "LEN", "SGROUP", "EGROUP", "I32",
     "MAX_VARINT_BYTES", "MAX_FIELD_NUMBER",
     "Field", "read_varint", "read_field", "iter_fields", "unpacked_values", "view_array", "unpacked_run",
-    "encode_varint", "encode_tag", "len_field_header", "field_label", "minimal_tags", "add_span",
+    "packed_uint16", "encode_varint", "encode_tag", "len_field_header", "field_label", "minimal_tags", "add_span",
 ]
 
 VARINT, I64, LEN, SGROUP, EGROUP, I32 = 0, 1, 2, 3, 4, 5
@@ -61,6 +61,9 @@ MAX_TAG_BYTES = 5
 MAX_FIELD_NUMBER = (1 << 29) - 1
 
 _FIXED_SIZE = {I64: 8, I32: 4}
+# Bytes of packed varints decoded at a time by packed_uint16: its index
+# arrays take about 30 bytes per byte of payload, so they are kept to a block.
+_VARINT_BLOCK = 1 << 15
 
 
 class Field(NamedTuple):
@@ -226,6 +229,44 @@ def unpacked_values(buf, pos: int, count: int, size: int, dtype, tag_size: int =
     record = tag_size + size
     raw = np.frombuffer(buf, dtype=np.uint8, count=count * record, offset=pos).reshape(count, record)
     return np.ascontiguousarray(raw[:, tag_size:]).view(np.dtype(dtype).newbyteorder("<")).reshape(-1)
+
+
+def packed_uint16(buf, f: Field, *, path=None, label: str, value_name: str = "value") -> np.ndarray:
+    """The packed varints of LEN field `f` as uint16 values (each at most 3 bytes); FormatError past 16 bits.
+
+    Decoded block by block into one 2-byte array, so the index arrays that
+    decoding needs stay small whatever the payload's size. (ditcaffe's
+    half_data holds float16 bits this way.)
+    """
+    raw = np.frombuffer(buf, dtype=np.uint8, count=f.end - f.start, offset=f.start)
+    if raw.size == 0:
+        return np.zeros(0, dtype="<u2")
+    if raw[-1] >= 0x80:
+        raise FormatError(f"{label}: packed varints end mid-value", path=path, offset=f.offset)
+    count = sum(int(np.count_nonzero(raw[a:a + _VARINT_BLOCK] < 0x80)) for a in range(0, raw.size, _VARINT_BLOCK))
+    out = np.empty(count, dtype="<u2")
+    pos = filled = 0
+    while pos < raw.size:
+        block = raw[pos:pos + _VARINT_BLOCK]
+        ends = np.flatnonzero(block < 0x80)
+        if ends.size == 0:  # a block without a value's last byte: a value far longer than 3 bytes
+            raise FormatError(f"{label}: a {value_name} exceeds 16 bits", path=path, offset=f.offset)
+        block = block[:ends[-1] + 1]  # up to the last whole value; the next block starts after it
+        starts = np.concatenate(([0], ends[:-1] + 1))
+        lengths = ends - starts + 1
+        if lengths.max() > 3:
+            raise FormatError(f"{label}: a {value_name} exceeds 16 bits", path=path, offset=f.offset)
+        values = (block[starts] & 0x7F).astype(np.uint32)
+        two = lengths >= 2
+        values[two] |= (block[starts[two] + 1] & 0x7F).astype(np.uint32) << 7
+        three = lengths == 3
+        values[three] |= (block[starts[three] + 2] & 0x7F).astype(np.uint32) << 14
+        if values.max() > 0xFFFF:
+            raise FormatError(f"{label}: a {value_name} exceeds 16 bits", path=path, offset=f.offset)
+        out[filled:filled + values.size] = values
+        filled += values.size
+        pos += block.size
+    return out
 
 
 def encode_varint(value: int) -> bytes:
