@@ -56,7 +56,7 @@ from dataclasses import dataclass, field
 from ..errors import FormatError, UsageError
 
 __all__ = ["Format", "Output", "FORMATS", "KINDS", "CONTAINER_KINDS", "OUTPUT_FORMATS", "Entry", "Document",
-           "get_format", "module", "open_document", "select", "output_target", "MAX_BLOBS"]
+           "get_format", "format_by_signature", "module", "open_document", "select", "output_target", "MAX_BLOBS"]
 
 
 @dataclass(frozen=True)
@@ -113,7 +113,8 @@ def module(fmt: Format):
     return importlib.import_module(f"{__name__}.{fmt.name}")
 
 
-def _format_by_magic(head: bytes) -> Format | None:
+def format_by_signature(head: bytes) -> Format | None:
+    """The format whose signature `head` (a file's first bytes) starts with, or None."""
     return next((fmt for fmt in FORMATS if any(head.startswith(m) for m in fmt.magic)), None)
 
 
@@ -122,7 +123,7 @@ def _format_for_kind(kind: str, head: bytes) -> Format:
     holders = [fmt for fmt in FORMATS if kind in fmt.kinds]
     if not holders:
         raise UsageError(f"unknown kind {kind!r}; expected one of {', '.join(KINDS)}")
-    marked = _format_by_magic(head)
+    marked = format_by_signature(head)
     return marked if marked in holders else next((f for f in holders if not f.magic), holders[0])
 
 

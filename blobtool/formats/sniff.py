@@ -12,7 +12,7 @@ formats/caffe.py).
 from __future__ import annotations
 
 from ..errors import FormatError
-from . import FORMATS, Format, module
+from . import FORMATS, Format, format_by_signature, module
 
 __all__ = ["sniff"]
 
@@ -35,9 +35,9 @@ def sniff(source) -> tuple[Format, str]:
     Raises FormatError saying what the file looks like when it is none that blobtool reads.
     """
     head = bytes(source.buf[:16])
-    for fmt in FORMATS:
-        if any(head.startswith(magic) for magic in fmt.magic):
-            return fmt, module(fmt).sniff(source)
+    fmt = format_by_signature(head)
+    if fmt is not None:
+        return fmt, module(fmt).sniff(source)
     for magic, what in _MAGICS:
         if head.startswith(magic):
             raise FormatError(f"not a Caffe file: this looks like {what}", path=source.name)
