@@ -114,11 +114,8 @@ _DATA_ORDER = tuple(p.name for p in PAYLOAD_FIELDS if p.which == "data")
 _DIFF_ORDER = tuple(p.name for p in PAYLOAD_FIELDS if p.which == "diff")
 # Payloads by (field number, wire type); fields 10 and 11 are ditcaffe's
 # half payloads when length-delimited and NVIDIA's type enums when varints.
-_PAYLOAD_BY_WIRE = {}
-for _p in PAYLOAD_FIELDS:
-    _PAYLOAD_BY_WIRE[(_p.number, wire.LEN)] = _p
-    if _p.unpacked_wire_type is not None:
-        _PAYLOAD_BY_WIRE[(_p.number, _p.unpacked_wire_type)] = _p
+_PAYLOAD_BY_WIRE = {(p.number, wire_type): p for p in PAYLOAD_FIELDS
+                    for wire_type in (wire.LEN, p.unpacked_wire_type) if wire_type is not None}
 # The enum fields typing the raw payloads: number -> the payload they type.
 TYPE_FIELDS = {p.type_field: p.name for p in PAYLOAD_FIELDS if p.type_field is not None}
 
