@@ -45,6 +45,7 @@ import zlib
 from dataclasses import dataclass
 
 import numpy as np
+from numpy.lib import format as npy_format
 
 from ..blob import Blob, Origin
 from ..errors import BlobToolError, FormatError, UsageError
@@ -168,8 +169,6 @@ def _header_dict(text: str, raw: bytes, version: tuple):
         raise ValueError(f"not a literal dictionary ({type(exc).__name__}: {_short(str(exc))})") from exc
     # Headers written by numpy on Python 2 (3L, odd line breaks) parse only
     # after numpy's own filter; its results are checked below like any other.
-    from numpy.lib import format as npy_format
-
     reader = npy_format.read_array_header_1_0 if version == (1, 0) else npy_format.read_array_header_2_0
     try:
         with warnings.catch_warnings():
@@ -182,8 +181,6 @@ def _header_dict(text: str, raw: bytes, version: tuple):
 
 def _check_header_dict(header) -> tuple:
     """(shape, fortran_order, dtype) of a header dictionary, each of its type; ValueError otherwise."""
-    from numpy.lib import format as npy_format
-
     if type(header) is not dict:
         raise ValueError(f"not a dictionary: {_short(repr(header))}")
     if len(header) != len(_HEADER_KEYS) or any(type(k) is not str for k in header) or set(header) != set(_HEADER_KEYS):
@@ -542,8 +539,6 @@ def save_arrays(arrays, dest, *, fmt: str) -> None:
     pickles are never written (allow_pickle=False). .npz names are checked
     first (check_member_names): every one reads back as written.
     """
-    from numpy.lib import format as npy_format
-
     pairs = arrays.items() if isinstance(arrays, dict) else arrays
     if fmt == "npy":
         pairs = list(pairs)
