@@ -307,7 +307,7 @@ class _BufferFile(io.RawIOBase):
     def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
         base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: len(self._view)}[whence]
         if base + offset < 0:
-            raise ValueError("negative seek position")
+            raise OSError(22, "Invalid argument")  # what a file says, and what zipfile expects
         self._pos = base + offset
         return self._pos
 
