@@ -230,10 +230,17 @@ def _check_shape(header: NpyHeader, native: np.dtype, path) -> None:
         raise FormatError(f"invalid .npy header: {exc.reason}", path=path) from exc
 
 
-def _blob_from_values(header: NpyHeader, values: np.ndarray, native: np.dtype, diff=None, path=None) -> Blob:
-    """A Blob of `values` (flat, in the header's dtype and order); float32/float64 adopted without a copy."""
+def _c_order(header: NpyHeader, values: np.ndarray) -> np.ndarray:
+    """Flat values in C order (a Fortran-order array's are copied into it)."""
     if header.fortran and len(header.shape) > 1:
-        values = values.reshape(header.shape[::-1]).transpose().copy().reshape(-1)
+        return values.reshape(header.shape[::-1]).transpose().copy().reshape(-1)
+    return values
+
+
+def _blob_from_values(header: NpyHeader, values: np.ndarray, native: np.dtype, diff=None, path=None) -> Blob:
+    """A Blob of `values` (flat, in the header's dtype and order) and `diff` (flat, C order);
+    float32/float64 values adopted without a copy."""
+    values = _c_order(header, values)
     if values.dtype != native:
         values = values.astype(native)
     blob = Blob(dtype=native)
@@ -350,9 +357,7 @@ class _MemberEntry(Entry):
             values = _inflate(archive, member, doc_path)
             diff_values = None
             if diff is not None:
-                diff_values = _inflate(archive, diff, doc_path)
-                if diff.header.fortran and len(diff.header.shape) > 1:
-                    diff_values = diff_values.reshape(diff.header.shape[::-1]).transpose().reshape(-1)
+                diff_values = _c_order(diff.header, _inflate(archive, diff, doc_path))
             self._blob = _blob_from_values(member.header, values, member.native, diff_values, member.path)
         return self._blob
 
