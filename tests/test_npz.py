@@ -343,3 +343,24 @@ def test_open_document_lists_npz_members_without_inflating_them():
     assert doc.names() == ["w"] and doc.entries[0].shape == (4096,)
     with pytest.raises(BlobToolError, match="member 'w.npy' is unreadable"):
         doc.entries[0].blob()
+
+
+def test_headers_numpy_writes_parse_as_numpy_parses_them():
+    # numpy's own header reader is the oracle (blobtool reads numpy's layout without ast).
+    from blobtool.formats.numpy import parse_npy_header
+
+    dtypes = ["<f4", ">f4", "<f8", ">f8", "<f2", "|u1", "<i4", ">i8", "|b1", "<c8", "<U3", "|S2", "<M8[s]"]
+    shapes = [(), (0,), (1,), (7,), (2, 3), (1, 0, 5), (10 ** 6, 3), (2,) * 32]
+    for descr in dtypes:
+        for shape in shapes:
+            for fortran in (False, True):
+                out = io.BytesIO()
+                header = {"descr": descr, "fortran_order": fortran, "shape": shape}
+                np.lib.format.write_array_header_1_0(out, header)
+                data = out.getvalue()
+                stream = io.BytesIO(data)
+                np.lib.format.read_magic(stream)
+                expected = np.lib.format.read_array_header_1_0(stream)
+                got = parse_npy_header(data)
+                assert (got.shape, got.fortran, got.dtype) == expected, (header, got)
+                assert got.offset == len(data)

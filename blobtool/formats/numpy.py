@@ -38,7 +38,9 @@ is refused before anything is written.
 from __future__ import annotations
 
 import ast
+import functools
 import io
+import re
 import warnings
 import zipfile
 import zlib
@@ -157,8 +159,21 @@ def parse_npy_header(head, path=None) -> NpyHeader:
     return NpyHeader(shape, fortran, dtype, start + length)
 
 
+# The dictionary exactly as numpy writes it for a float, integer or bool
+# array: read without ast (a fifth of its cost a header, which counts in an
+# .npz of thousands of small members). Any other text goes through ast.
+_DIM = r"(?:0|[1-9][0-9]*)"
+_NUMPY_HEADER = re.compile(r"\{'descr': '([<>|=]?[fiub][0-9]{1,2})', 'fortran_order': (False|True), "
+                           rf"'shape': (\(\)|\({_DIM},\)|\({_DIM}(?:, {_DIM})+\)), \}}[ \n]*\Z")
+
+
 def _header_dict(text: str, raw: bytes, version: tuple):
     """The header text as a Python literal (numpy's own parser only for Python 2's headers)."""
+    plain = _NUMPY_HEADER.match(text)
+    if plain is not None:
+        descr, fortran, shape = plain.groups()
+        return {"descr": descr, "fortran_order": fortran == "True",
+                "shape": tuple(int(d) for d in shape[1:-1].split(",") if d.strip())}
     try:
         return ast.literal_eval(text)
     except SyntaxError as exc:
@@ -198,12 +213,20 @@ def _check_header_dict(header) -> tuple:
     if isinstance(descr, np.dtype):
         return shape, fortran, descr
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("error")  # numpy's deprecation warnings on odd descriptors: refused
-            dtype = npy_format.descr_to_dtype(descr)
+        dtype = _dtype_of_text(descr) if type(descr) is str else _dtype_of(descr)
     except Exception as exc:  # noqa: BLE001  numpy raises TypeError, ValueError, KeyError ... on a forged descr
         raise ValueError(f"descr {_short(repr(descr))} is not a dtype ({type(exc).__name__})") from exc
     return shape, fortran, dtype
+
+
+def _dtype_of(descr) -> np.dtype:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # numpy's deprecation warnings on odd descriptors: refused
+        return npy_format.descr_to_dtype(descr)
+
+
+# An .npz of thousands of members repeats a few descriptors: each is looked up once.
+_dtype_of_text = functools.lru_cache(maxsize=256)(_dtype_of)
 
 
 def _short(text: str, limit: int = 80) -> str:
@@ -225,9 +248,15 @@ def _native_dtype(header: NpyHeader, cast, path) -> np.dtype:
 def _check_shape(header: NpyHeader, native: np.dtype, path) -> None:
     """Refuse a shape a blob cannot take (more than 32 axes, more bytes than numpy addresses)."""
     try:
-        Blob(dtype=native).reshape(header.shape)
+        _blob_shape_ok(header.shape, native)
     except BlobToolError as exc:
         raise FormatError(f"invalid .npy header: {exc.reason}", path=path) from exc
+
+
+@functools.lru_cache(maxsize=1024)  # an .npz's members repeat a few shapes
+def _blob_shape_ok(shape: tuple, native: np.dtype) -> bool:
+    Blob(dtype=native).reshape(shape)
+    return True
 
 
 def _c_order(header: NpyHeader, values: np.ndarray) -> np.ndarray:
