@@ -1,10 +1,9 @@
 """numpy's .npy and .npz files, both directions, and the "<name>/diff" convention.
 
-Reading .npy: one blob, named "0". The header dictionary is checked in full
-before anything else is read: exactly the keys 'descr', 'fortran_order' and
-'shape' (as text), a tuple of non-negative integers (not bools) for the
-shape, a bool for the order, a dtype numpy knows for descr, at most 10000
-characters (numpy's own limit). float32/float64 arrays are adopted without a
+Reading .npy: one blob, named "0". The header is checked in full before
+anything else is read (npyheader.py: exactly the keys 'descr',
+'fortran_order' and 'shape', each of its type; at most 10000 characters,
+numpy's own limit). float32/float64 arrays are adopted without a
 copy (the memory-mapped file's bytes); other numeric dtypes are refused unless
 a cast (float32 or float64) is given. Object arrays are never unpickled.
 
@@ -37,11 +36,8 @@ is refused before anything is written.
 
 from __future__ import annotations
 
-import ast
 import functools
 import io
-import re
-import warnings
 import zipfile
 import zlib
 from dataclasses import dataclass
@@ -53,20 +49,12 @@ from ..blob import Blob, Origin
 from ..errors import BlobToolError, FormatError, UsageError
 from ..source import Source, atomic_output
 from . import MAX_BLOBS, Document, Entry
+from .npyheader import NPY_HEADER_READ, NPY_MAGIC, NPY_VERSIONS, NpyHeader, parse_npy_header
 
-__all__ = ["sniff", "read", "write", "cast_for", "load_npy", "save_arrays", "blob_arrays", "pair_diffs",
-           "parse_npy_header", "NpyHeader", "DIFF_SUFFIX", "PRECISION_DTYPES"]
+__all__ = ["sniff", "read", "write", "cast_for", "load_npy", "save_arrays", "blob_arrays", "iter_blob_arrays",
+           "member_names", "check_member_names", "pair_diffs", "parse_npy_header", "NpyHeader", "DIFF_SUFFIX",
+           "PRECISION_DTYPES"]
 
-_NPY_MAGIC = b"\x93NUMPY"
-# numpy refuses header text longer than this (its max_header_size), as a
-# guard against costly literal parsing; blobtool holds to the same limit.
-_MAX_HEADER_TEXT = 10000
-# Bytes of an .npy read to parse its header: magic, version, a length of up to
-# 4 bytes, and the longest header text accepted.
-_NPY_HEADER_READ = 12 + _MAX_HEADER_TEXT
-# version -> (bytes of the header length, the header text's encoding)
-_NPY_VERSIONS = {(1, 0): (2, "latin1"), (2, 0): (4, "latin1"), (3, 0): (4, "utf8")}
-_HEADER_KEYS = ("descr", "fortran_order", "shape")
 # The name suffix of a blob's diff in an .npz (and in other formats that hold
 # arrays by name).
 DIFF_SUFFIX = "/diff"
@@ -79,7 +67,7 @@ _INFLATE_CHUNK = 1 << 22
 
 def sniff(source) -> str:
     """"npy" for numpy's .npy magic, else "npz" (the registry matched a zip signature)."""
-    return "npy" if bytes(source.buf[:len(_NPY_MAGIC)]) == _NPY_MAGIC else "npz"
+    return "npy" if bytes(source.buf[:len(NPY_MAGIC)]) == NPY_MAGIC else "npz"
 
 
 def cast_for(precision):
@@ -96,141 +84,6 @@ def cast_for(precision):
 def read(doc: Document, cast=None) -> None:
     """Read an .npy or .npz document's arrays as blobs (`cast`: float32/float64 for other numeric dtypes)."""
     (_read_npy if doc.kind == "npy" else _read_npz)(doc, cast)
-
-
-# -- .npy headers ---------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class NpyHeader:
-    """An .npy header, checked: the array's shape, order and dtype, and where its data starts."""
-
-    shape: tuple
-    fortran: bool
-    dtype: np.dtype
-    offset: int      # bytes of magic, version, length and header text
-
-    @property
-    def count(self) -> int:
-        count = 1  # Python ints: a forged shape must not wrap around int64
-        for d in self.shape:
-            count *= d
-        return count
-
-    @property
-    def nbytes(self) -> int:
-        return self.count * self.dtype.itemsize
-
-
-def parse_npy_header(head, path=None) -> NpyHeader:
-    """The checked header at the start of `head` (at least the header's bytes; more is ignored).
-
-    Raises FormatError ("invalid .npy header: ...") for anything numpy would
-    not write: a bad magic or version, a cut header, text that is not a
-    literal dictionary of exactly 'descr', 'fortran_order' and 'shape' with
-    values of their types, a negative dimension.
-    """
-    head = bytes(head[:_NPY_HEADER_READ])
-    if not head.startswith(_NPY_MAGIC) or len(head) < 8:
-        raise FormatError("invalid .npy header: no .npy magic (\\x93NUMPY and a version)", path=path)
-    version = (head[6], head[7])
-    if version not in _NPY_VERSIONS:
-        raise FormatError(f"invalid .npy header: unsupported .npy version {version[0]}.{version[1]}", path=path)
-    width, encoding = _NPY_VERSIONS[version]
-    start = 8 + width
-    if len(head) < start:
-        raise FormatError(f"invalid .npy header: truncated at byte 8: the header length needs {width} bytes, "
-                          f"{len(head) - 8} remain", path=path)
-    length = int.from_bytes(head[8:start], "little")
-    if length > _MAX_HEADER_TEXT:
-        raise FormatError(f"invalid .npy header: {length} bytes of header text, more than the "
-                          f"{_MAX_HEADER_TEXT} numpy reads", path=path)
-    if len(head) < start + length:
-        raise FormatError(f"invalid .npy header: truncated at byte {start}: the header declares {length} bytes, "
-                          f"{len(head) - start} remain", path=path)
-    try:
-        text = head[start:start + length].decode(encoding)
-    except UnicodeDecodeError as exc:
-        raise FormatError(f"invalid .npy header: not {encoding} text ({exc.reason} at byte "
-                          f"{start + exc.start})", path=path) from exc
-    try:
-        shape, fortran, dtype = _check_header_dict(_header_dict(text, head[:start + length], version))
-    except ValueError as exc:
-        raise FormatError(f"invalid .npy header: {exc}", path=path) from exc
-    return NpyHeader(shape, fortran, dtype, start + length)
-
-
-# The dictionary exactly as numpy writes it for a float, integer or bool
-# array: read without ast (a fifth of its cost a header, which counts in an
-# .npz of thousands of small members). Any other text goes through ast.
-_DIM = r"(?:0|[1-9][0-9]*)"
-_NUMPY_HEADER = re.compile(r"\{'descr': '([<>|=]?[fiub][0-9]{1,2})', 'fortran_order': (False|True), "
-                           rf"'shape': (\(\)|\({_DIM},\)|\({_DIM}(?:, {_DIM})+\)), \}}[ \n]*\Z")
-
-
-def _header_dict(text: str, raw: bytes, version: tuple):
-    """The header text as a Python literal (numpy's own parser only for Python 2's headers)."""
-    plain = _NUMPY_HEADER.match(text)
-    if plain is not None:
-        descr, fortran, shape = plain.groups()
-        return {"descr": descr, "fortran_order": fortran == "True",
-                "shape": tuple(int(d) for d in shape[1:-1].split(",") if d.strip())}
-    try:
-        return ast.literal_eval(text)
-    except SyntaxError as exc:
-        if version > (2, 0):
-            raise ValueError(f"not a Python literal ({exc.msg})") from exc
-        error = exc
-    except (ValueError, TypeError, RecursionError, MemoryError) as exc:  # a non-literal, an unhashable key ...
-        raise ValueError(f"not a literal dictionary ({type(exc).__name__}: {_short(str(exc))})") from exc
-    # Headers written by numpy on Python 2 (3L, odd line breaks) parse only
-    # after numpy's own filter; its results are checked below like any other.
-    reader = npy_format.read_array_header_1_0 if version == (1, 0) else npy_format.read_array_header_2_0
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # the warning that the fallback was needed: a second stderr line
-            shape, fortran, dtype = reader(io.BytesIO(raw[8:]))
-    except Exception as exc:  # noqa: BLE001  numpy lets tokenize's, ast's and sorting's errors through
-        raise ValueError(f"not a Python literal ({error.msg})") from exc
-    return {"descr": dtype, "fortran_order": fortran, "shape": shape}
-
-
-def _check_header_dict(header) -> tuple:
-    """(shape, fortran_order, dtype) of a header dictionary, each of its type; ValueError otherwise."""
-    if type(header) is not dict:
-        raise ValueError(f"not a dictionary: {_short(repr(header))}")
-    if len(header) != len(_HEADER_KEYS) or any(type(k) is not str for k in header) or set(header) != set(_HEADER_KEYS):
-        got = ", ".join(_short(repr(k), 40) for k in list(header)[:8]) + (", ..." if len(header) > 8 else "")
-        raise ValueError(f"keys {got or 'none'}; expected 'descr', 'fortran_order' and 'shape'")
-    shape = header["shape"]
-    if type(shape) is not tuple or any(type(d) is not int for d in shape):
-        raise ValueError(f"shape must be a tuple of integers, got {_short(repr(shape))}")
-    if any(d < 0 for d in shape):
-        raise ValueError(f"negative dimension in shape {_short(repr(shape))}")
-    fortran = header["fortran_order"]
-    if type(fortran) is not bool:
-        raise ValueError(f"fortran_order must be True or False, got {_short(repr(fortran))}")
-    descr = header["descr"]
-    if isinstance(descr, np.dtype):
-        return shape, fortran, descr
-    try:
-        dtype = _dtype_of_text(descr) if type(descr) is str else _dtype_of(descr)
-    except Exception as exc:  # noqa: BLE001  numpy raises TypeError, ValueError, KeyError ... on a forged descr
-        raise ValueError(f"descr {_short(repr(descr))} is not a dtype ({type(exc).__name__})") from exc
-    return shape, fortran, dtype
-
-
-def _dtype_of(descr) -> np.dtype:
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")  # numpy's deprecation warnings on odd descriptors: refused
-        return npy_format.descr_to_dtype(descr)
-
-
-# An .npz of thousands of members repeats a few descriptors: each is looked up once.
-_dtype_of_text = functools.lru_cache(maxsize=256)(_dtype_of)
-
-
-def _short(text: str, limit: int = 80) -> str:
-    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 def _native_dtype(header: NpyHeader, cast, path) -> np.dtype:
@@ -288,7 +141,7 @@ def load_npy(source: Source, cast=None) -> Blob:
     (float16, integers) are refused unless `cast` (float32 or float64) says
     what to convert them to.
     """
-    header = parse_npy_header(memoryview(source.buf)[:_NPY_HEADER_READ], source.name)
+    header = parse_npy_header(memoryview(source.buf)[:NPY_HEADER_READ], source.name)
     native = _native_dtype(header, cast, source.name)
     remain = source.size - header.offset
     if remain < header.nbytes:
@@ -429,7 +282,7 @@ def _open_member(archive: zipfile.ZipFile, info: zipfile.ZipInfo, path, cast) ->
                           "stored bytes can hold", path=path, offset=info.header_offset)
     try:
         with archive.open(info) as stream:
-            head = _read_head(stream, min(info.file_size, _NPY_HEADER_READ))
+            head = _read_head(stream, min(info.file_size, NPY_HEADER_READ))
     except _ZIP_ERRORS as exc:
         raise FormatError(f"{label} is unreadable: {exc}", path=path, offset=info.header_offset) from exc
     where = f"{path}[{info.filename}]"
@@ -449,8 +302,8 @@ def _open_member(archive: zipfile.ZipFile, info: zipfile.ZipInfo, path, cast) ->
 def _read_head(stream, size: int) -> bytes:
     """The member's first bytes up to its .npy header's end (at most `size`): the length first, then the text."""
     head = stream.read(min(size, 12))
-    if len(head) >= 10 and head.startswith(_NPY_MAGIC):
-        width = _NPY_VERSIONS.get((head[6], head[7]), (4, None))[0]
+    if len(head) >= 10 and head.startswith(NPY_MAGIC):
+        width = NPY_VERSIONS.get((head[6], head[7]), (4, None))[0]
         end = 8 + width + int.from_bytes(head[8:8 + width], "little")
         head += stream.read(max(0, min(size, end) - len(head)))
     return head
@@ -524,13 +377,21 @@ def _check_zip_name(key: str) -> None:
 
 
 def blob_arrays(entries: list, blobs: list, *, with_diff: bool, precision=None, write_diff=None,
-                transforms: dict | None = None):
-    """(name, array) for the blobs, each in its shape, made one at a time: the data, and "<name>/diff" per diff.
+                transforms: dict | None = None) -> dict:
+    """{name: array} for the blobs, each in its shape: the data, and "<name>/diff" for each diff written.
 
-    Diffs are written when `with_diff` (the format holds several arrays) and
-    `write_diff` (None: each blob that has one). `precision` converts
-    ("float", "double", "half"); `transforms` are applied to the values first.
+    All at once (see iter_blob_arrays for one at a time). Diffs are written
+    when `with_diff` (the format holds several arrays) and `write_diff`
+    (None: each blob that has one). `precision` converts ("float", "double",
+    "half"); `transforms` are applied to the values first.
     """
+    return dict(iter_blob_arrays(entries, blobs, with_diff=with_diff, precision=precision, write_diff=write_diff,
+                                 transforms=transforms))
+
+
+def iter_blob_arrays(entries: list, blobs: list, *, with_diff: bool, precision=None, write_diff=None,
+                     transforms: dict | None = None):
+    """blob_arrays' (name, array) pairs, each made when it is asked for (so one converted copy at a time)."""
     target = PRECISION_DTYPES[precision]
     for key, k, which in member_names(entries, with_diff=with_diff, write_diff=write_diff):
         entry, blob = entries[k], blobs[k]
@@ -550,8 +411,8 @@ def write(doc, entries: list, blobs: list, dest, *, kind: str, precision=None, w
         check_member_names(names)
     elif len(names) != 1:
         raise UsageError(f".npy holds one array; {len(names)} selected (choose one with --blob, or use .npz)")
-    arrays = blob_arrays(entries, blobs, with_diff=kind == "npz", precision=precision, write_diff=write_diff,
-                         transforms=transforms)
+    arrays = iter_blob_arrays(entries, blobs, with_diff=kind == "npz", precision=precision, write_diff=write_diff,
+                              transforms=transforms)
     save_arrays(arrays, dest, fmt=kind)
 
 
@@ -570,8 +431,9 @@ def save_arrays(arrays, dest, *, fmt: str) -> None:
     """Write arrays (a {name: array} dict or (name, array) pairs) as .npy (exactly one) or .npz, atomically.
 
     Arrays are written with numpy's own format writer, one at a time;
-    pickles are never written (allow_pickle=False). .npz names are checked
-    first (check_member_names): every one reads back as written.
+    pickles are never written (allow_pickle=False). A name a zip member
+    cannot hold is refused; whether the names read back as meant (a diff
+    as "<name>/diff") is for the caller to check (check_member_names).
     """
     pairs = arrays.items() if isinstance(arrays, dict) else arrays
     if fmt == "npy":
@@ -589,7 +451,7 @@ def save_arrays(arrays, dest, *, fmt: str) -> None:
                 for key, array in pairs:
                     _check_zip_name(key)
                     with archive.open(key + ".npy", mode="w", force_zip64=True) as member:
-                        npy_format.write_array(member, np.asanyarray(array), allow_pickle=False)
+                        npy_format.write_array(member, np.asarray(array), allow_pickle=False)
                     written += 1
             if not written:
                 raise UsageError("an .npz holds at least one array; nothing was selected")
