@@ -138,7 +138,7 @@ class BlobComparison:
     shape_equal: bool
     data: ValueDiff | None = None
     diff: ValueDiff | None = None
-    diff_note: str | None = None   # why diff was not compared
+    diff_only_in: str | None = None   # "a" or "b": only that file has a diff (then the blobs differ)
     layer: str | None = None
 
     @property
@@ -151,7 +151,7 @@ class BlobComparison:
 
     @property
     def equal(self) -> bool:
-        if self.only_in or not self.shape_equal:
+        if self.only_in or not self.shape_equal or self.diff_only_in:
             return False
         return all(v is None or v.equal for v in (self.data, self.diff))
 
@@ -209,7 +209,7 @@ def compare_documents(doc_a, doc_b, entries_a, entries_b, *, rtol: float = 0.0, 
             if ea.has_diff and eb.has_diff:
                 comp.diff = compare_arrays(diff(blob_a), diff(blob_b), rtol=rtol, atol=atol, xp=module)
             elif ea.has_diff != eb.has_diff:
-                comp.diff_note = "only a has diff" if ea.has_diff else "only b has diff"
+                comp.diff_only_in = "a" if ea.has_diff else "b"
         result.blobs.append(comp)
     for eb in entries_b:
         if eb.name not in seen:

@@ -9,7 +9,8 @@
   when asked, placed where protobuf itself would never put them.
 - SolverState: ``solverstate_proto``, ``solverstate_bytes``, ``write_solverstate``.
 - .npy and .npz: ``npy_bytes``, ``npy_header_bytes`` (a hand-made header), ``npz_bytes``,
-  ``write_npy``, ``write_npz``.
+  ``write_npy``, ``write_npz``; ``zip_bytes`` (members of any name and contents, as given),
+  ``npz_named`` (arrays under names numpy's savez cannot take: ``file``, ``allow_pickle`` ...).
 - Hand encoding: ``varint``, ``tag``, ``varint_field``, ``len_field``.
 
 A blob, wherever one is asked for (a vector's, a layer's, a solver state's history),
@@ -310,6 +311,23 @@ def npz_bytes(arrays: dict, *, compressed: bool = False) -> bytes:
     out = io.BytesIO()
     (np.savez_compressed if compressed else np.savez)(out, **arrays)
     return out.getvalue()
+
+
+def zip_bytes(members: dict, *, compressed: bool = False) -> bytes:
+    """A zip file of these {name: bytes} members, in order (fixed timestamps: the same bytes every run)."""
+    import zipfile
+
+    out = io.BytesIO()
+    method = zipfile.ZIP_DEFLATED if compressed else zipfile.ZIP_STORED
+    with zipfile.ZipFile(out, "w", compression=method) as archive:
+        for name, data in members.items():
+            archive.writestr(zipfile.ZipInfo(name), data, compress_type=method)
+    return out.getvalue()
+
+
+def npz_named(arrays: dict, *, compressed: bool = False) -> bytes:
+    """An .npz whose members are the arrays under exactly these names (plus ".npy"), written with np.save."""
+    return zip_bytes({name + ".npy": npy_bytes(np.asarray(a)) for name, a in arrays.items()}, compressed=compressed)
 
 
 def write_npy(path: Path, array, **kw) -> Path:

@@ -164,6 +164,7 @@ def main(argv=None) -> int:
             import blobtool.blob  # noqa: F401
             import blobtool.blobproto  # noqa: F401
             import blobtool.formats.caffe  # noqa: F401
+            import blobtool.formats.npyheader  # noqa: F401
             import blobtool.formats.numpy  # noqa: F401
             import blobtool.formats.sniff  # noqa: F401
             import blobtool.source  # noqa: F401

@@ -16,6 +16,7 @@ a BlobToolError escapes (a warning included), the case takes longer than
 
 from __future__ import annotations
 
+import importlib
 import io
 import time
 import tracemalloc
@@ -30,8 +31,13 @@ from blobtool import wire
 from blobtool._pb import blobtool_caffe_pb2 as pb
 from blobtool.formats import open_document
 from blobtool.errors import BlobToolError
-from builders import (I32, I64, Layer, blob_bytes, blob_proto, half_blob_bytes, net_bytes, npy_bytes, npz_bytes,
-                      raw_blob_bytes, solverstate_bytes, tag, vector_bytes)
+from builders import (I32, I64, Layer, blob_bytes, blob_proto, half_blob_bytes, net_bytes, npy_bytes, npy_header_bytes,
+                      npz_bytes, raw_blob_bytes, solverstate_bytes, tag, vector_bytes, zip_bytes)
+
+# The format modules are imported here, not inside the first traced case
+# (the registry imports each when a file of its format is first met).
+for _module in ("caffe", "numpy"):
+    importlib.import_module(f"blobtool.formats.{_module}")
 
 # A case that takes longer than this is a hang waiting to happen on a real file.
 TIME_LIMIT_S = 1.0
@@ -332,8 +338,108 @@ def duplicate_span(data, lay, pick):
     return data[:b] + data[a:b] + data[b:]
 
 
+# -- .npy header dictionaries and .npz member names --------------------------------------------
+
+# Keys a header dictionary may hold: the three numpy writes, as bytes, in
+# another case, extra ones, ones of other types.
+HEADER_KEYS = ("descr", "fortran_order", "shape", b"descr", b"shape", "Shape", "extra", 0, True, None, ("shape",), 1.5)
+# descr values: blob dtypes in both byte orders, dtypes blobs refuse, strings
+# numpy refuses, structured and sub-array descriptors, other types.
+DESCRS = ("<f4", ">f4", "<f8", ">f8", "f4", "float64", "<f2", "<i4", "|u1", "|b1", "O", "|O", "<U4", "|S3", "V8",
+          "<c8", "(2,)<f4", "<M8[s]", "", "<f3", "<f4f", "\x00", [("a", "<f4")], [("a", "<f4"), ("a", "<f4")],
+          [("", "<f4")], [("a", "<f4", (2,))], [("a",)], [], [[]], ("<f4", (2,)), 4, None, b"<f4", True, 1.5)
+# shape values: ordinary, empty, bools, negative, past int32/int64, too many
+# axes, overflowing products, other types.
+SHAPES = ((), (0,), (3,), (2, 3), (3, 2, 1), (True, 2), (False,), (True,), (-1,), (2, -3), (2**31,), (2**63,),
+          (2**64,), (1,) * 33, (0,) * 40, (2**62, 2**62), (0, 2**63), (10**30,), [2, 3], (2.0,), ("2",), (b"2",),
+          None, 3, (1, (2,)), (None,), ())
+FORTRAN_ORDERS = (False, True, 0, 1, None, "False", b"", 0.0)
+ODD_LITERALS = ("{}", "[]", "()", "None", "{1, 2}", "{'descr': '<f4', 'fortran_order': False, 'shape': (2,), "
+                "'shape': (3,)}", "{[1]: 2}", "{'shape': {}}", "-" * 200 + "1", "(" * 150 + ")" * 150, "",
+                "{'descr': '<f4', 'fortran_order': False, 'shape': (2L,)}", "b'x'", "1e999")
+
+
+def header_dict_text(pick) -> str:
+    """The text of an .npy header dictionary: numpy's, with keys or values changed, or an odd literal."""
+    how = pick("int", 0, 9)
+    if how == 0:
+        return pick("choice", ODD_LITERALS)
+    header = {"descr": pick("choice", ("<f4", ">f8", "<f8")), "fortran_order": pick("bool"),
+              "shape": pick("choice", ((), (3,), (2, 3), (3, 2, 1)))}
+    for _ in range(pick("int", 0, 2)):
+        field = pick("int", 0, 5)
+        if field == 0:
+            header["descr"] = pick("choice", DESCRS)
+        elif field == 1:
+            header["fortran_order"] = pick("choice", FORTRAN_ORDERS)
+        elif field in (2, 3):
+            header["shape"] = pick("choice", SHAPES)
+        elif field == 4:
+            header[pick("choice", HEADER_KEYS)] = pick("choice", ("<f4", (2,), False, None, b"x"))
+        else:
+            header.pop(pick("choice", ("descr", "fortran_order", "shape")), None)
+    text = repr(header)
+    if pick("bool"):  # numpy's own layout: a trailing comma and space before the brace
+        text = text[:-1] + ", }"
+    return text
+
+
+def npy_with_header(pick) -> bytes:
+    """An .npy of a drawn header dictionary, then a drawn amount of array data (often the right amount)."""
+    text = header_dict_text(pick)
+    size = pick("choice", (0, 4, 8, 12, 24, 48, 96))
+    return npy_header_bytes(text, bytes(np.arange(size // 4 + 1, dtype="<f4").tobytes()[:size]))
+
+
+# Parts of member names: numpy's savez keyword names, slashes, the diff
+# suffix, non-ASCII letters, bidi controls, dots.
+NAME_PARTS = ("file", "allow_pickle", "args", "kwds", "compress", "x", "w", "diff", "/diff", "/", "//", "..", ".npy",
+              " ", "ß", "名", "é", "\u202e", "\\", "0", "")
+
+
+def member_names(pick) -> list:
+    """Distinct .npz member names (without ".npy"), from NAME_PARTS, with "/diff" suffixes repeated."""
+    names = []
+    for _ in range(pick("int", 1, 6)):
+        name = "".join(pick("choice", NAME_PARTS) for _ in range(pick("int", 1, 3)))
+        name += "/diff" * pick("int", 0, 3)
+        if name not in names:
+            names.append(name)
+    return names
+
+
+def npz_with_names(pick) -> tuple:
+    """(an .npz of float32 arrays of 3 values under drawn names, {name: array}); sometimes compressed."""
+    names = member_names(pick)
+    arrays = {name: np.arange(3, dtype=np.float32) + 10 * k for k, name in enumerate(names)}
+    data = zip_bytes({name + ".npy": npy_bytes(a) for name, a in arrays.items()}, compressed=pick("bool"))
+    return data, arrays
+
+
+def forge_npy_header(data, lay, pick):
+    """An .npy seed's header replaced by a drawn dictionary (other inputs: bits flipped)."""
+    if not data.startswith(b"\x93NUMPY") or len(data) < 10:
+        return flip_bits(data, lay, pick)
+    payload = data[10 + int.from_bytes(data[8:10], "little"):]
+    return npy_header_bytes(header_dict_text(pick), payload)
+
+
+def rename_npz_members(data, lay, pick):
+    """A readable .npz's members renamed with drawn names (other inputs: bits flipped)."""
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as archive:
+            contents = [archive.read(info) for info in archive.infolist()]
+    except Exception:  # noqa: BLE001  any damage: leave it to the byte mutations
+        return flip_bits(data, lay, pick)
+    names = member_names(pick)
+    members = {}
+    for k, content in enumerate(contents):
+        members[(names[k] if k < len(names) else f"extra{k}") + ".npy"] = content
+    return zip_bytes(members, compressed=pick("bool"))
+
+
 MUTATIONS = (truncate_at_boundary, truncate_anywhere, flip_bits, insert_varint, overwrite_length,
-             replace_tag, random_bytes, duplicate_span)
+             replace_tag, random_bytes, duplicate_span, forge_npy_header, rename_npz_members)
 
 
 def random_picker(rng):

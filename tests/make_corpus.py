@@ -25,7 +25,7 @@ sys.path.insert(0, str(HERE))
 
 import fuzzcases  # noqa: E402  (the seeds: valid files of every kind)
 from blobtool import wire  # noqa: E402
-from builders import blob_bytes, npy_bytes  # noqa: E402
+from builders import blob_bytes, npy_bytes, npy_header_bytes, npz_named, zip_bytes  # noqa: E402
 
 CORPUS = HERE / "corpus"
 SEEDS = {s.name: s.data for s in fuzzcases.generated_seeds()}
@@ -110,6 +110,42 @@ FILES = {
         "ICAgICAgICAgICAgICAgICAgICAgICAgICAgCg=="),
 }
 
+# .npy headers and .npz archives: header dictionaries of the wrong types, a
+# zip without arrays, member sizes that disagree with their headers, member
+# names numpy's own savez cannot write, a diff in one file only.
+_F4 = "{'descr': '<f4', 'fortran_order': False, 'shape': %s}"
+_MEMBER = npy_bytes(np.arange(4, dtype=np.float32))
+# Longer than zipfile inflates at once (4 KiB), so that the header is read before the member's end (and CRC).
+_LONG_MEMBER = npy_bytes(np.arange(2048, dtype=np.float32))
+_MEMBER_SIZE_AT = 22  # the uncompressed size in a zip's local header (and 24 in its central directory)
+
+
+def forged_member_size(data: bytes, size: int) -> bytes:
+    """A one-member zip whose member declares `size` uncompressed bytes, in both headers."""
+    out = bytearray(data)
+    for sig, at in ((b"PK\x03\x04", _MEMBER_SIZE_AT), (b"PK\x01\x02", 24)):
+        start = out.index(sig) + at
+        out[start:start + 4] = size.to_bytes(4, "little")
+    return bytes(out)
+
+
+FILES.update({
+    "npy_bytes_key.npy": npy_header_bytes("{'descr': '<f4', 'fortran_order': False, 'shape': (2,), b'x': 1}",
+                                          bytes(8)),
+    "npy_bool_dim.npy": npy_header_bytes(_F4 % "(True, 2)", bytes(8)),
+    "npy_int_descr.npy": npy_header_bytes("{'descr': 4, 'fortran_order': False, 'shape': (2,)}", bytes(8)),
+    "no_npy_member.npz": zip_bytes({"README.txt": b"not an array"}),
+    "npz_member_bad_header.npz": zip_bytes({"w.npy": npy_header_bytes(_F4 % "(2, True)", bytes(8))}),
+    "npz_member_short.npz": forged_member_size(zip_bytes({"w.npy": _LONG_MEMBER}, compressed=True),
+                                               len(_LONG_MEMBER) - 8),
+    "npz_member_long.npz": forged_member_size(zip_bytes({"w.npy": _MEMBER}, compressed=True), len(_MEMBER) + 8),
+    "npz_keyword_names.npz": npz_named({"file": np.ones(2, np.float32), "allow_pickle": np.zeros(2, np.float32),
+                                        "x": np.ones(2, np.float32), "x/diff": np.ones(2, np.float32),
+                                        "x/diff/diff": np.full(2, 3, np.float32)}),
+    "npz_with_diff.npz": npz_named({"w": np.ones(3, np.float32), "w/diff": np.ones(3, np.float32)}),
+    "npz_without_diff.npz": npz_named({"w": np.ones(3, np.float32)}),
+})
+
 INFO = ["info"]
 # (file, command line before the file, exit code, stderr); stderr "" means nothing at all.
 EXPECTED = [
@@ -170,6 +206,24 @@ EXPECTED = [
                           "which Caffe's schema never writes"),
     ("overlong_varint.pb", INFO, 3, "blobtool: overlong_varint.pb: at byte 1: field 1 (num) longer than 10 bytes"),
     ("python2_header.npy", ["info", "--stats"], 0, ""),
+    ("npy_bytes_key.npy", ["norm"], 3, "blobtool: npy_bytes_key.npy: invalid .npy header: keys 'descr', "
+                                       "'fortran_order', 'shape', b'x'; expected 'descr', 'fortran_order' and "
+                                       "'shape'"),
+    ("npy_bool_dim.npy", INFO, 3, "blobtool: npy_bool_dim.npy: invalid .npy header: shape must be a tuple of "
+                                  "integers, got (True, 2)"),
+    ("npy_int_descr.npy", INFO, 3, "blobtool: npy_int_descr.npy: invalid .npy header: descr 4 is not a dtype "
+                                   "(TypeError)"),
+    ("no_npy_member.npz", ["compare", "no_npy_member.npz"], 3,
+     "blobtool: no_npy_member.npz: not an .npz: the zip file holds no .npy member"),
+    ("npz_member_bad_header.npz", INFO, 3, "blobtool: npz_member_bad_header.npz[w.npy]: invalid .npy header: shape "
+                                           "must be a tuple of integers, got (2, True)"),
+    ("npz_member_short.npz", INFO, 3, "blobtool: npz_member_short.npz[w.npy]: truncated at byte 128: .npy array "
+                                      "data needs 8192 bytes, 8184 remain"),
+    ("npz_member_long.npz", INFO, 3, "blobtool: npz_member_long.npz: at byte 0: member 'w.npy' holds 152 bytes; "
+                                     "its .npy header declares 144"),
+    ("npz_keyword_names.npz", INFO, 0, ""),
+    ("npz_with_diff.npz", ["compare", "npz_without_diff.npz"], 1, ""),
+    ("npz_without_diff.npz", ["compare", "npz_with_diff.npz"], 1, ""),
 ]
 
 

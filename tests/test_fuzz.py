@@ -18,6 +18,7 @@ from __future__ import annotations
 import io
 import os
 import tracemalloc
+import warnings
 
 import numpy as np
 import pytest
@@ -474,3 +475,73 @@ def test_blob_layer_and_piece_counts_are_capped(data, message):
     with pytest.raises(BlobToolError) as info:
         fc.read_everything(data, "net" if data.startswith(b"\xa2\x06\x00") else None)
     assert str(info.value) == "<stream>: " + message
+
+
+# -- .npy header dictionaries and .npz member names ---------------------------------------------
+
+def test_npy_header_dictionaries():
+    # Keys of other types and values of other types (bytes keys, bool dimensions,
+    # structured descriptors ...): only BlobToolError; what blobtool accepts,
+    # numpy (the oracle) reads as the same array.
+    @FUZZ_SETTINGS
+    @given(st.data())
+    def run(data):
+        npy = fc.npy_with_header(hypothesis_picker(data))
+        for kind in (None, "npy"):
+            outcome = fc.check_case(npy, kind)
+        member = fc.check_case(fc.zip_bytes({"w.npy": npy}), "npz")
+        if outcome.error is not None:
+            assert member.error is not None
+        else:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # numpy's note on a header written by Python 2
+                expected = np.load(io.BytesIO(npy), allow_pickle=False)
+            # An .npz member holds exactly its header and array data; an .npy may run on.
+            if len(npy) == 10 + int.from_bytes(npy[8:10], "little") + expected.nbytes:
+                assert member.error is None, member.error
+            else:
+                assert "its .npy header declares" in member.error, member.error
+            blob = load(io.BytesIO(npy))
+            assert blob.shape == expected.shape
+            np.testing.assert_array_equal(blob.cpu_data().reshape(expected.shape), expected)
+
+    run()
+
+
+def test_npz_member_names():
+    # numpy's keyword names, slashes, "/diff" suffixes, Unicode: every member
+    # is a blob or the diff of one, and a rewrite gives numpy every name back.
+    from blobtool import write
+
+    @FUZZ_SETTINGS
+    @given(st.data())
+    def run(data):
+        npz, arrays = fc.npz_with_names(hypothesis_picker(data))
+        assert fc.check_case(npz).error is None
+        doc = open_document(io.BytesIO(npz))
+        seen = {}
+        for entry in doc.entries:
+            seen[entry.name] = entry.blob().cpu_data()
+            if entry.has_diff:
+                seen[entry.name + "/diff"] = entry.blob().cpu_diff()
+        assert sorted(seen) == sorted(arrays)
+        for name, values in seen.items():
+            np.testing.assert_array_equal(values, arrays[name])
+        out = io.BytesIO()
+        write(doc, None, out, format="npz")
+        with np.load(io.BytesIO(out.getvalue()), allow_pickle=False) as back:
+            assert sorted(back.files) == sorted(arrays)
+            for name, values in arrays.items():
+                np.testing.assert_array_equal(back[name], values)
+
+    run()
+
+
+@pytest.mark.parametrize("mutation", [fc.forge_npy_header, fc.rename_npz_members], ids=lambda m: m.__name__)
+def test_npy_and_npz_mutations_change_what_they_aim_at(mutation):
+    # The mutations reach their target (else the fuzz runs test nothing new).
+    seed = {s.name: s for s in SEEDS}["npy_f32" if mutation is fc.forge_npy_header else "npz"]
+    import random
+    pick = fc.random_picker(random.Random(3))
+    changed = {mutation(seed.data, fc.layout_of(seed), pick) != seed.data for _ in range(20)}
+    assert changed == {True}

@@ -120,6 +120,8 @@ def compare_records(draw):
                                                        max_size=len(shape)))
             if what == "equal":
                 blob["mismatches"] = 0
+            elif draw(st.booleans()):  # a diff in one file only
+                blob["diff_only_in"] = draw(st.sampled_from(["a", "b"]))
         blobs.append(blob)
     return {"a": draw(paths), "b": draw(paths), "equal": all(b["equal"] for b in blobs), "blobs": blobs}
 

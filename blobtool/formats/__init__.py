@@ -39,7 +39,8 @@ npy / npz    numpy's formats                             "0" / the array names
 
 An unnamed layer is "layer<k>" (k its position among all layers); a repeated
 layer name gets "#2", "#3", ... from its second occurrence on. In .npz files
-an array named "<name>/diff" is the diff of "<name>".
+an array named "<name>/diff" is the diff of "<name>", unless "<name>" is
+itself a diff (formats/numpy.py, pair_diffs).
 
 This module imports no format module and nothing heavy (the command line
 builds its options from it).
@@ -134,7 +135,8 @@ class Entry:
     `record` locates a BlobProto in the bytes (protobuf kinds); `chain` holds
     the fields from the top-level message down to the blob's own field, so a
     writer can replace it in place. Formats that build the Blob at once
-    (numpy's) set `_blob`.
+    (.npy) set `_blob`; others may override blob() (.npz members inflate
+    their values there).
     """
 
     name: str

@@ -1,52 +1,73 @@
 """numpy's .npy and .npz files, both directions, and the "<name>/diff" convention.
 
-Reading: an .npy holds one blob, named "0"; an .npz holds one blob per
-member, named by the member (without ".npy"), and a member "<name>/diff" is
-the diff of blob "<name>". float32/float64 arrays are adopted without a copy
-(the memory-mapped file's bytes); other numeric dtypes are refused unless a
-cast (float32 or float64) is given. Object arrays are never unpickled, and
-.npz members must be stored or deflated (what numpy writes).
+Reading .npy: one blob, named "0". The header is checked in full before
+anything else is read (npyheader.py: exactly the keys 'descr',
+'fortran_order' and 'shape', each of its type; at most 10000 characters,
+numpy's own limit). float32/float64 arrays are adopted without a
+copy (the memory-mapped file's bytes); other numeric dtypes are refused unless
+a cast (float32 or float64) is given. Object arrays are never unpickled.
 
-Writing: numpy's own writer (``numpy.save``/``numpy.savez``), never with
-pickles. An .npy holds the data of exactly one blob in its dtype; an .npz
-holds each blob under its name and, when its diff is written, the diff under
-"<name>/diff".
+Reading .npz: one blob per ".npy" member, named by the member without
+".npy", in the archive's order. Opening reads only each member's .npy header
+(the first bytes of the member, inflated up to the header's end), so listing
+a deflate bomb costs what its headers cost. A member's values are inflated
+when its blob is first used, to exactly the size its header declares: a
+member whose zip entry declares another size is refused when the file is
+opened, and one whose deflate stream disagrees with its zip entry fails its
+CRC. Members must be stored or deflated (what numpy writes). A zip file with
+no ".npy" member is not an .npz.
+
+Diffs (DIFF_SUFFIX): a member "<name>/diff" is the diff of the blob "<name>"
+when a member "<name>" exists and is not itself a diff. So every member is
+either a blob or the diff of exactly one blob, and none is dropped: with
+members "x", "x/diff" and "x/diff/diff", "x/diff" is the diff of "x" and
+"x/diff/diff" is a blob of its own (its base is a diff). Names are decided
+shortest first, so the answer never depends on the members' order.
+
+Writing: the zip is written here (stored, ZIP64 where needed, as numpy's
+savez does) and each array streamed into its member by numpy's own
+``numpy.lib.format.write_array``, never with pickles, so any name survives
+(numpy's savez takes the names as keyword arguments). An .npy holds the data
+of exactly one blob in its dtype; an .npz holds each blob under its name and,
+when its diff is written, the diff under "<name>/diff". A set of names that
+would read back otherwise (a blob "x" without diff beside a blob "x/diff")
+is refused before anything is written.
 """
 
 from __future__ import annotations
 
+import functools
 import io
-import tokenize
-import warnings
 import zipfile
 import zlib
+from dataclasses import dataclass
 
 import numpy as np
+from numpy.lib import format as npy_format
 
 from ..blob import Blob, Origin
 from ..errors import BlobToolError, FormatError, UsageError
 from ..source import Source, atomic_output
 from . import MAX_BLOBS, Document, Entry
+from .npyheader import NPY_HEADER_READ, NPY_MAGIC, NPY_VERSIONS, NpyHeader, parse_npy_header
 
-__all__ = ["sniff", "read", "write", "cast_for", "load_npy", "save_arrays", "blob_arrays", "DIFF_SUFFIX", "PRECISION_DTYPES"]
+__all__ = ["sniff", "read", "write", "cast_for", "load_npy", "save_arrays", "blob_arrays", "iter_blob_arrays",
+           "member_names", "check_member_names", "pair_diffs", "parse_npy_header", "NpyHeader", "DIFF_SUFFIX",
+           "PRECISION_DTYPES"]
 
-# Bytes of an .npy read to parse its header: magic, version, a length of up to
-# 4 bytes, and the most header text numpy agrees to parse (10000 bytes).
-_NPY_HEADER_READ = 12 + 10000
 # The name suffix of a blob's diff in an .npz (and in other formats that hold
 # arrays by name).
 DIFF_SUFFIX = "/diff"
 # The array dtype each write precision asks for (None: as the blob holds it).
 PRECISION_DTYPES = {None: None, "float": np.dtype(np.float32), "double": np.dtype(np.float64),
                     "half": np.dtype(np.float16)}
-
-
-_NPY_MAGIC = b"\x93NUMPY"
+# Inflated bytes copied at a time from an .npz member into its array.
+_INFLATE_CHUNK = 1 << 22
 
 
 def sniff(source) -> str:
     """"npy" for numpy's .npy magic, else "npz" (the registry matched a zip signature)."""
-    return "npy" if bytes(source.buf[:len(_NPY_MAGIC)]) == _NPY_MAGIC else "npz"
+    return "npy" if bytes(source.buf[:len(NPY_MAGIC)]) == NPY_MAGIC else "npz"
 
 
 def cast_for(precision):
@@ -65,6 +86,54 @@ def read(doc: Document, cast=None) -> None:
     (_read_npy if doc.kind == "npy" else _read_npz)(doc, cast)
 
 
+def _native_dtype(header: NpyHeader, cast, path) -> np.dtype:
+    """The dtype the blob holds: float32/float64 as stored (native order), else `cast`; FormatError if neither."""
+    dtype = header.dtype
+    if dtype.hasobject:
+        raise FormatError(f".npy holds {dtype} values (object arrays are never unpickled)", path=path)
+    is_blob_dtype = dtype.kind == "f" and dtype.itemsize in (4, 8)
+    if not is_blob_dtype and (cast is None or dtype.kind not in "biuf"):
+        hint = " (convert it with --float or --double)" if dtype.kind in "biuf" else ""
+        raise FormatError(f".npy holds {dtype} values; blobs are float32 or float64{hint}", path=path)
+    return np.dtype(cast) if cast is not None else dtype.newbyteorder("=")
+
+
+def _check_shape(header: NpyHeader, native: np.dtype, path) -> None:
+    """Refuse a shape a blob cannot take (more than 32 axes, more bytes than numpy addresses)."""
+    try:
+        _blob_shape_ok(header.shape, native)
+    except BlobToolError as exc:
+        raise FormatError(f"invalid .npy header: {exc.reason}", path=path) from exc
+
+
+@functools.lru_cache(maxsize=1024)  # an .npz's members repeat a few shapes
+def _blob_shape_ok(shape: tuple, native: np.dtype) -> bool:
+    Blob(dtype=native).reshape(shape)
+    return True
+
+
+def _c_order(header: NpyHeader, values: np.ndarray) -> np.ndarray:
+    """Flat values in C order (a Fortran-order array's are copied into it)."""
+    if header.fortran and len(header.shape) > 1:
+        return values.reshape(header.shape[::-1]).transpose().copy().reshape(-1)
+    return values
+
+
+def _blob_from_values(header: NpyHeader, values: np.ndarray, native: np.dtype, diff=None, path=None) -> Blob:
+    """A Blob of `values` (flat, in the header's dtype and order) and `diff` (flat, C order);
+    float32/float64 values adopted without a copy."""
+    values = _c_order(header, values)
+    if values.dtype != native:
+        values = values.astype(native)
+    blob = Blob(dtype=native)
+    try:
+        blob.fill_from(header.shape, values, diff, adopt=True)
+    except BlobToolError as exc:
+        raise exc.with_path(path) from exc
+    blob.origin = Origin("shape", native, diff is not None)
+    return blob
+
+
 def load_npy(source: Source, cast=None) -> Blob:
     """A Blob holding an .npy file's array; pickles never load.
 
@@ -72,61 +141,15 @@ def load_npy(source: Source, cast=None) -> Blob:
     (float16, integers) are refused unless `cast` (float32 or float64) says
     what to convert them to.
     """
-    from numpy.lib import format as npy_format
-
-    # The header only (numpy refuses headers over 10000 bytes), not a copy of the whole file.
-    stream = io.BytesIO(bytes(memoryview(source.buf)[:_NPY_HEADER_READ]))
-    try:
-        # numpy warns when a mangled header parses only with its Python 2
-        # fallback; the header is judged below, and a warning would be a
-        # second stderr line.
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            version = npy_format.read_magic(stream)
-            if version == (1, 0):
-                shape, fortran, dtype = npy_format.read_array_header_1_0(stream)
-            elif version == (2, 0):
-                shape, fortran, dtype = npy_format.read_array_header_2_0(stream)
-            else:
-                raise ValueError(f"unsupported .npy version {version[0]}.{version[1]}")
-    except (ValueError, OSError, SyntaxError, tokenize.TokenError) as exc:
-        # numpy's header reader lets tokenize's and ast's errors through on a mangled header.
-        raise FormatError(f"invalid .npy header: {exc}", path=source.name) from exc
-    if dtype.hasobject:
-        raise FormatError(f".npy holds {dtype} values (object arrays are never unpickled)", path=source.name)
-    is_blob_dtype = dtype.kind == "f" and dtype.itemsize in (4, 8)
-    if not is_blob_dtype and (cast is None or dtype.kind not in "biuf"):
-        hint = " (convert it with --float or --double)" if dtype.kind in "biuf" else ""
-        raise FormatError(f".npy holds {dtype} values; blobs are float32 or float64{hint}", path=source.name)
-    if any(d < 0 for d in shape):
-        raise FormatError(f"invalid .npy header: negative dimension in shape {shape}", path=source.name)
-    native = np.dtype(cast) if cast is not None else dtype.newbyteorder("=")
-    offset = stream.tell()
-    # Python ints: a forged shape must not wrap around int64 and pass the size check.
-    count = 1
-    for d in shape:
-        count *= d
-    need = count * dtype.itemsize
-    if source.size - offset < need:
-        raise FormatError(
-            f"truncated at byte {offset}: .npy array data needs {need} bytes, {source.size - offset} remain",
-            path=source.name)
-    blob = Blob(dtype=native)
-    try:
-        blob.reshape(shape)  # more than 32 axes, or an empty array too large for numpy
-    except BlobToolError as exc:
-        raise FormatError(f"invalid .npy header: {exc.reason}", path=source.name) from exc
-    values = np.frombuffer(source.buf, dtype=dtype, count=count, offset=offset)
-    if fortran and len(shape) > 1:
-        values = values.reshape(shape[::-1]).transpose().copy().reshape(-1)
-    if values.dtype != native:
-        values = values.astype(native)
-    try:
-        blob.fill_from(shape, values, None, adopt=True)
-    except BlobToolError as exc:
-        raise exc.with_path(source.name) from exc
-    blob.origin = Origin("shape", native, False)
-    return blob
+    header = parse_npy_header(memoryview(source.buf)[:NPY_HEADER_READ], source.name)
+    native = _native_dtype(header, cast, source.name)
+    remain = source.size - header.offset
+    if remain < header.nbytes:
+        raise FormatError(f"truncated at byte {header.offset}: .npy array data needs {header.nbytes} bytes, "
+                          f"{remain} remain", path=source.name)
+    _check_shape(header, native, source.name)
+    values = np.frombuffer(source.buf, dtype=header.dtype, count=header.count, offset=header.offset)
+    return _blob_from_values(header, values, native, path=source.name)
 
 
 def _read_npy(doc: Document, cast) -> None:
@@ -134,31 +157,54 @@ def _read_npy(doc: Document, cast) -> None:
     doc.entries.append(Entry("0", blob.shape, "shape", blob.dtype, False, _blob=blob))
 
 
-def _read_npz(doc: Document, cast) -> None:
-    try:
-        archive = zipfile.ZipFile(io.BytesIO(memoryview(doc.source.buf)))
-        members = [info for info in archive.infolist() if info.filename.endswith(".npy")]
-    except _ZIP_ERRORS as exc:
-        raise FormatError(f"not a readable .npz (zip) file: {exc}", path=doc.path) from exc
-    if len(members) > MAX_BLOBS:
-        raise FormatError(f"holds {len(members)} arrays, more than {MAX_BLOBS} (blobtool's limit)", path=doc.path)
-    arrays = {}
-    for info in members:
-        data = _read_member(archive, info, doc.path)
-        sub = Source(f"{doc.path}[{info.filename}]", data, len(data))
-        arrays[info.filename[:-4]] = load_npy(sub, cast=cast)
-    for key, blob in arrays.items():
-        if key.endswith(DIFF_SUFFIX) and key[:-len(DIFF_SUFFIX)] in arrays:
-            continue
-        diff = arrays.get(key + DIFF_SUFFIX)
-        if diff is not None:
-            if diff.count != blob.count:
-                raise FormatError(f"array {key + DIFF_SUFFIX} has {diff.count} values, {key} has {blob.count}",
-                                  path=doc.path)
-            with np.errstate(over="ignore", invalid="ignore"):  # doubles past float32's range become inf
-                np.copyto(blob.mutable_cpu_diff(), diff.cpu_data(), casting="unsafe")
-            blob.origin = Origin("shape", blob.dtype, True)
-        doc.entries.append(Entry(key, blob.shape, "shape", blob.dtype, diff is not None, _blob=blob))
+# -- .npz -----------------------------------------------------------------------------------
+
+def pair_diffs(names) -> tuple:
+    """(blob names in order, {blob name: its diff's name}) for arrays named `names` (see DIFF_SUFFIX).
+
+    "<name>/diff" is the diff of "<name>" when "<name>" is among the names
+    and is not itself a diff; decided shortest name first, so every name is
+    exactly one blob or one diff, whatever the order.
+    """
+    present = set(names)
+    is_diff = {}
+    for name in sorted(present, key=len):
+        base = name[:-len(DIFF_SUFFIX)] if name.endswith(DIFF_SUFFIX) else None
+        is_diff[name] = base is not None and base in present and not is_diff[base]
+    blobs = [n for n in names if not is_diff[n]]
+    diffs = {n[:-len(DIFF_SUFFIX)]: n for n in names if is_diff[n]}
+    return blobs, diffs
+
+
+class _BufferFile(io.RawIOBase):
+    """A read-only, seekable file over a buffer (an mmap, a bytearray), so zipfile reads it without a copy."""
+
+    def __init__(self, buf):
+        super().__init__()
+        self._view = memoryview(buf)
+        self._pos = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: len(self._view)}[whence]
+        if base + offset < 0:
+            raise OSError(22, "Invalid argument")  # what a file says, and what zipfile expects
+        self._pos = base + offset
+        return self._pos
+
+    def readinto(self, out) -> int:
+        chunk = self._view[self._pos:self._pos + len(out)]
+        out[:len(chunk)] = chunk
+        self._pos += len(chunk)
+        return len(chunk)
 
 
 # Everything zipfile raises on a damaged archive (a bad CRC, a bad local header,
@@ -170,7 +216,62 @@ _ZIP_ERRORS = (zipfile.BadZipFile, zlib.error, EOFError, OSError, ValueError, No
 _NPZ_MAX_EXPANSION = {zipfile.ZIP_STORED: 1, zipfile.ZIP_DEFLATED: 1032}
 
 
-def _read_member(archive: zipfile.ZipFile, info: zipfile.ZipInfo, path) -> bytearray:
+@dataclass
+class _Member:
+    """An .npz member whose header has been read: where it is, and its checked header."""
+
+    info: zipfile.ZipInfo
+    header: NpyHeader
+    native: np.dtype
+    path: str        # "<file>[<member>]", for messages about its contents
+
+
+class _MemberEntry(Entry):
+    """An .npz blob: its values (and its diff's) are inflated when the blob is first used."""
+
+    def __init__(self, name, member: _Member, diff: _Member | None, archive, doc_path):
+        super().__init__(name, member.header.shape, "shape", member.native, diff is not None)
+        self._parts = (member, diff, archive, doc_path)
+
+    def blob(self):
+        if self._blob is None:
+            member, diff, archive, doc_path = self._parts
+            values = _inflate(archive, member, doc_path)
+            diff_values = None
+            if diff is not None:
+                diff_values = _c_order(diff.header, _inflate(archive, diff, doc_path))
+            self._blob = _blob_from_values(member.header, values, member.native, diff_values, member.path)
+        return self._blob
+
+
+def _read_npz(doc: Document, cast) -> None:
+    try:
+        archive = zipfile.ZipFile(_BufferFile(doc.source.buf))
+        infos = archive.infolist()
+    except _ZIP_ERRORS as exc:
+        raise FormatError(f"not a readable .npz (zip) file: {exc}", path=doc.path) from exc
+    infos = [info for info in infos if info.filename.endswith(".npy")]
+    if not infos:
+        raise FormatError("not an .npz: the zip file holds no .npy member", path=doc.path)
+    if len(infos) > MAX_BLOBS:
+        raise FormatError(f"holds {len(infos)} arrays, more than {MAX_BLOBS} (blobtool's limit)", path=doc.path)
+    members = {}
+    for info in infos:
+        name = info.filename[:-len(".npy")]
+        if name in members:
+            raise FormatError(f"holds two members named {info.filename!r}", path=doc.path, offset=info.header_offset)
+        members[name] = _open_member(archive, info, doc.path, cast)
+    blobs, diffs = pair_diffs(list(members))
+    for name in blobs:
+        member, diff = members[name], members.get(diffs.get(name))
+        if diff is not None and diff.header.count != member.header.count:
+            raise FormatError(f"array {diff.info.filename[:-4]} has {diff.header.count} values, {name} has "
+                              f"{member.header.count}", path=doc.path)
+        doc.entries.append(_MemberEntry(name, member, diff, archive, doc.path))
+
+
+def _open_member(archive: zipfile.ZipFile, info: zipfile.ZipInfo, path, cast) -> _Member:
+    """Read and check a member's .npy header, inflating no more of it than the header."""
     label = f"member {info.filename!r}"
     expansion = _NPZ_MAX_EXPANSION.get(info.compress_type)
     if expansion is None:
@@ -180,42 +281,138 @@ def _read_member(archive: zipfile.ZipFile, info: zipfile.ZipInfo, path) -> bytea
         raise FormatError(f"{label} declares {info.file_size} bytes, more than its {info.compress_size} "
                           "stored bytes can hold", path=path, offset=info.header_offset)
     try:
-        return bytearray(archive.read(info))
+        with archive.open(info) as stream:
+            head = _read_head(stream, min(info.file_size, NPY_HEADER_READ))
     except _ZIP_ERRORS as exc:
         raise FormatError(f"{label} is unreadable: {exc}", path=path, offset=info.header_offset) from exc
+    where = f"{path}[{info.filename}]"
+    header = parse_npy_header(head, where)
+    native = _native_dtype(header, cast, where)
+    if info.file_size != header.offset + header.nbytes:
+        remain = info.file_size - header.offset
+        if remain < header.nbytes:
+            raise FormatError(f"truncated at byte {header.offset}: .npy array data needs {header.nbytes} bytes, "
+                              f"{remain} remain", path=where)
+        raise FormatError(f"{label} holds {info.file_size} bytes; its .npy header declares "
+                          f"{header.offset + header.nbytes}", path=path, offset=info.header_offset)
+    _check_shape(header, native, where)
+    return _Member(info, header, native, where)
+
+
+def _read_head(stream, size: int) -> bytes:
+    """The member's first bytes up to its .npy header's end (at most `size`): the length first, then the text."""
+    head = stream.read(min(size, 12))
+    if len(head) >= 10 and head.startswith(NPY_MAGIC):
+        width = NPY_VERSIONS.get((head[6], head[7]), (4, None))[0]
+        end = 8 + width + int.from_bytes(head[8:8 + width], "little")
+        head += stream.read(max(0, min(size, end) - len(head)))
+    return head
+
+
+def _inflate(archive: zipfile.ZipFile, member: _Member, doc_path) -> np.ndarray:
+    """The member's array data, flat in its stored dtype: exactly the bytes its header declares."""
+    header = member.header
+    out = np.empty(header.nbytes, np.uint8)
+    label = f"member {member.info.filename!r}"
+    try:
+        with archive.open(member.info) as stream:
+            stream.read(header.offset)
+            done = 0
+            while done < header.nbytes:
+                chunk = stream.read(min(_INFLATE_CHUNK, header.nbytes - done))
+                if not chunk:
+                    raise EOFError(f"ends after {done} of {header.nbytes} bytes of array data")
+                out[done:done + len(chunk)] = np.frombuffer(chunk, np.uint8)
+                done += len(chunk)
+            stream.read(1)  # the end of the member: zipfile checks its CRC there
+    except _ZIP_ERRORS as exc:
+        raise FormatError(f"{label} is unreadable: {exc}", path=doc_path,
+                          offset=member.info.header_offset) from exc
+    return out.view(header.dtype)
 
 
 # -- writing ----------------------------------------------------------------------------
+
+def member_names(entries: list, *, with_diff: bool, write_diff=None) -> list:
+    """[(array name, entry index, "data" or "diff")] in the order they are written.
+
+    Diffs are written when `with_diff` (the format holds several arrays) and
+    `write_diff` (None: each blob that has one).
+    """
+    names = []
+    for k, entry in enumerate(entries):
+        names.append((entry.name, k, "data"))
+        if with_diff and (entry.has_diff if write_diff is None else write_diff):
+            names.append((entry.name + DIFF_SUFFIX, k, "diff"))
+    return names
+
+
+def check_member_names(names: list) -> None:
+    """Refuse array names an .npz cannot hold or would read back otherwise (UsageError, before writing)."""
+    keys = [key for key, _, _ in names]
+    seen = set()
+    for key in keys:
+        if key in seen:
+            raise UsageError(f"two arrays would be named {key!r} in the .npz (a blob's diff is \"<name>/diff\")")
+        seen.add(key)
+        _check_zip_name(key)
+    read_as_diff = set(pair_diffs(keys)[1].values())
+    for key, _, which in names:  # a blob's data comes before its diff: the first mismatch is a data array
+        if (which == "diff") != (key in read_as_diff):
+            base = key[:-len(DIFF_SUFFIX)]
+            raise UsageError(f"blob {key!r} would read back as the diff of blob {base!r} (an .npz keeps a diff as "
+                             "\"<name>/diff\"); select the blobs to write with --blob, or write another format")
+
+
+def _check_zip_name(key: str) -> None:
+    """Refuse a name that a zip member cannot hold as it is (zipfile would cut it at a NUL)."""
+    if "\x00" in key:
+        raise UsageError(f"blob name {key!r} holds a NUL character, which a zip member name cannot")
+    try:
+        size = len((key + ".npy").encode("utf-8"))
+    except UnicodeEncodeError as exc:
+        raise UsageError(f"blob name {key!r} is not valid Unicode text ({exc.reason})") from exc
+    if size > 0xFFFF:
+        raise UsageError(f"blob name of {size} bytes; a zip member name holds at most 65535")
+
 
 def blob_arrays(entries: list, blobs: list, *, with_diff: bool, precision=None, write_diff=None,
                 transforms: dict | None = None) -> dict:
     """{name: array} for the blobs, each in its shape: the data, and "<name>/diff" for each diff written.
 
-    Diffs are written when `with_diff` (the format holds several arrays) and
-    `write_diff` (None: each blob that has one). `precision` converts
-    ("float", "double", "half"); `transforms` are applied to the values first.
+    All at once (see iter_blob_arrays for one at a time). Diffs are written
+    when `with_diff` (the format holds several arrays) and `write_diff`
+    (None: each blob that has one). `precision` converts ("float", "double",
+    "half"); `transforms` are applied to the values first.
     """
+    return dict(iter_blob_arrays(entries, blobs, with_diff=with_diff, precision=precision, write_diff=write_diff,
+                                 transforms=transforms))
+
+
+def iter_blob_arrays(entries: list, blobs: list, *, with_diff: bool, precision=None, write_diff=None,
+                     transforms: dict | None = None):
+    """blob_arrays' (name, array) pairs, each made when it is asked for (so one converted copy at a time)."""
     target = PRECISION_DTYPES[precision]
-    arrays = {}
-    for entry, blob in zip(entries, blobs):
+    for key, k, which in member_names(entries, with_diff=with_diff, write_diff=write_diff):
+        entry, blob = entries[k], blobs[k]
         fns = (transforms or {}).get(entry.name, {})
-        keep_diff = with_diff and (entry.has_diff if write_diff is None else write_diff)
-        for which, key in (("data", entry.name), ("diff", entry.name + DIFF_SUFFIX)):
-            if which == "diff" and not keep_diff:
-                continue
-            values = blob.cpu_data() if which == "data" else blob.cpu_diff()
-            if fns.get(which):
-                values = fns[which](values, 0)
-            values = values.reshape(blob.shape)
-            arrays[key] = values if target is None else values.astype(target)
-    return arrays
+        values = blob.cpu_data() if which == "data" else blob.cpu_diff()
+        if fns.get(which):
+            values = fns[which](values, 0)
+        values = values.reshape(blob.shape)
+        yield key, (values if target is None else values.astype(target))
 
 
 def write(doc, entries: list, blobs: list, dest, *, kind: str, precision=None, write_diff=None, layout=None,
           transforms: dict | None = None) -> None:
     """Write the selected blobs as an .npy (`kind` "npy": one blob's data) or .npz ("npz": every blob and diff)."""
-    arrays = blob_arrays(entries, blobs, with_diff=kind == "npz", precision=precision, write_diff=write_diff,
-                         transforms=transforms)
+    names = member_names(entries, with_diff=kind == "npz", write_diff=write_diff)
+    if kind == "npz":
+        check_member_names(names)
+    elif len(names) != 1:
+        raise UsageError(f".npy holds one array; {len(names)} selected (choose one with --blob, or use .npz)")
+    arrays = iter_blob_arrays(entries, blobs, with_diff=kind == "npz", precision=precision, write_diff=write_diff,
+                              transforms=transforms)
     save_arrays(arrays, dest, fmt=kind)
 
 
@@ -230,20 +427,33 @@ class _Writes:
         self.write = out.write
 
 
-def save_arrays(arrays: dict, dest, *, fmt: str) -> None:
-    """Write arrays as .npy (exactly one) or .npz (keyed by name), atomically.
+def save_arrays(arrays, dest, *, fmt: str) -> None:
+    """Write arrays (a {name: array} dict or (name, array) pairs) as .npy (exactly one) or .npz, atomically.
 
-    Arrays are written with numpy's own format writer; pickles are never
-    written (allow_pickle=False).
+    Arrays are written with numpy's own format writer, one at a time;
+    pickles are never written (allow_pickle=False). A name a zip member
+    cannot hold is refused; whether the names read back as meant (a diff
+    as "<name>/diff") is for the caller to check (check_member_names).
     """
+    pairs = arrays.items() if isinstance(arrays, dict) else arrays
     if fmt == "npy":
-        if len(arrays) != 1:
-            raise UsageError(f".npy holds one array; {len(arrays)} selected (choose one with --blob, or use .npz)")
-        (array,) = arrays.values()
+        pairs = list(pairs)
+        if len(pairs) != 1:
+            raise UsageError(f".npy holds one array; {len(pairs)} selected (choose one with --blob, or use .npz)")
         with atomic_output(dest) as out:
-            np.save(_Writes(out), array, allow_pickle=False)
+            np.save(_Writes(out), pairs[0][1], allow_pickle=False)
     elif fmt == "npz":
         with atomic_output(dest) as out:
-            np.savez(out, **arrays)
+            written = 0
+            # What numpy's savez does, without its keyword arguments: stored
+            # members, ZIP64 where needed, each array streamed by write_array.
+            with zipfile.ZipFile(out, mode="w", compression=zipfile.ZIP_STORED, allowZip64=True) as archive:
+                for key, array in pairs:
+                    _check_zip_name(key)
+                    with archive.open(key + ".npy", mode="w", force_zip64=True) as member:
+                        npy_format.write_array(member, np.asarray(array), allow_pickle=False)
+                    written += 1
+            if not written:
+                raise UsageError("an .npz holds at least one array; nothing was selected")
     else:
         raise UsageError(f"unknown array format {fmt!r}")

@@ -151,6 +151,8 @@ def compare_record(result, device=None) -> dict:
         }
         if c.only_in:
             row["only_in"] = c.only_in
+        if c.diff_only_in:
+            row["diff_only_in"] = c.diff_only_in
         if c.layer is not None:
             row["layer"] = c.layer
         blobs.append(row)

@@ -152,9 +152,12 @@ def compare_rows(record: dict) -> list:
             for d in b["shape_a"]:
                 total *= d
             first = fmt_shape(b["first_mismatch"]) if b["first_mismatch"] is not None else "-"
-            rows.append(([b["name"], "values" if b["mismatches"] else "diff", fmt_num(b["max_abs"]),
+            what = "values" if b["mismatches"] else "diff"
+            if b.get("diff_only_in"):
+                what = ("values, " if b["mismatches"] else "") + f"diff only in {b['diff_only_in']}"
+            rows.append(([b["name"], what, fmt_num(b["max_abs"]),
                           fmt_num(b["max_rel"]), fmt_num(b["rel_l2"]), f"{b['mismatches']:,} / {total:,}", first],
-                         False))
+                         bool(b.get("diff_only_in"))))
     return rows
 
 
