@@ -290,9 +290,9 @@ def _batchnorm(doc: Document, layer: str, blobs: list, warnings: list) -> list:
                           "of the mean and variance, and a factor of shape (1,)", path=doc.path)
     factor = float(blobs[2].blob().cpu_data().reshape(-1)[0].astype(np.float64))
     if factor == 0:
-        done = "set to 0: the BatchNorm factor is 0 (Caffe then uses 0)"
+        done = f"set to 0: the factor ({blobs[2].name}) is 0, as Caffe then does"
     else:
-        done = f"divided by the BatchNorm factor {factor:.9g} (in float64)"
+        done = f"divided by the factor {factor:.9g} ({blobs[2].name}) in float64"
     rows = []
     for index in (0, 1):
         entry = blobs[index]
@@ -313,8 +313,8 @@ def _batchnorm(doc: Document, layer: str, blobs: list, warnings: list) -> list:
         shape = (entry.count,)
         renamed = _Renamed(name, shape, "shape", entry.dtype, False, layer=entry.layer, type=entry.type, _blob=blob)
         rows.append(_Row(Mapped(entry, name, shape, done + _reshaped(entry.shape, shape, "; "), layer), renamed))
-    rows.append(_Row(Mapped(blobs[2], None, None, f"the BatchNorm factor {factor:.9g}: divided into "
-                                                  f"{layer}.running_mean and .running_var", layer), None))
+    rows.append(_Row(Mapped(blobs[2], None, None, "not written: the factor of running_mean and running_var",
+                            layer), None))
     return rows
 
 
