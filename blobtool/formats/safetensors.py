@@ -314,8 +314,19 @@ def _plan(entries: list, blobs: list, precision, write_diff, transforms) -> list
         fns = (transforms or {}).get(entry.name, {})
         plan.append((entry.name, blob.shape, blob.cpu_data(), target, fns.get("data")))
         if form["write_diff"]:
-            plan.append((entry.name + DIFF_SUFFIX, blob.shape, blob.cpu_diff(), target, fns.get("diff")))
+            diff_target = target if precision is not None else _stored_diff_dtype(entry) or target
+            plan.append((entry.name + DIFF_SUFFIX, blob.shape, blob.cpu_diff(), diff_target, fns.get("diff")))
     return plan
+
+
+def _stored_diff_dtype(entry):
+    """The float dtype a blob's diff is stored in, where it may differ from its data's (NVIDIA Caffe's raw_diff)."""
+    if isinstance(entry, TensorEntry):
+        stored = DTYPES[entry.diff_tensor.code] if entry.diff_tensor is not None else None
+    else:
+        payload = entry.record.diff_payload if entry.record is not None else None
+        stored = payload.dtype if payload is not None else None
+    return stored.newbyteorder("<") if stored is not None and np.dtype(stored).newbyteorder("=") in _CODES else None
 
 
 def metadata(doc: Document | None) -> dict:
