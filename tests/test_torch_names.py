@@ -126,7 +126,7 @@ def test_info_lists_the_mapping(tmp_path):
     # The plain table: one line per Caffe blob.
     table = run_blobtool("info", "--names", "torch", "--blob", "bn1", net, text=True).stdout.splitlines()
     assert table[0] == f"{net}  net, {net.stat().st_size / 1024:.1f} KiB, name testnet"
-    assert [line.split()[:3] for line in table[3:6]] == [["bn1/0", "BatchNorm", "bn1.running_mean"],
+    assert [line.split()[:3] for line in table[4:7]] == [["bn1/0", "BatchNorm", "bn1.running_mean"],
                                                        ["bn1/1", "BatchNorm", "bn1.running_var"],
                                                        ["bn1/2", "BatchNorm", "-"]]
     assert table[-1] == "  3 Caffe blobs, 2 PyTorch tensors"
@@ -258,7 +258,6 @@ def test_the_real_resnet(realworld, tmp_path):
     out = tmp_path / "resnet.safetensors"
     result = run_blobtool("convert", "--names", "torch", src, "-o", out, text=True)
     assert (result.returncode, result.stderr) == (0, "")
-    got = load_file(out)
     layers = real_layers(src)
     expected = {}
     previous_bn = None
