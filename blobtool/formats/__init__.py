@@ -95,7 +95,7 @@ FORMATS = (
     Format("numpy", ("npy", "npz"), magic=(b"\x93NUMPY", b"PK\x03\x04", b"PK\x05\x06"),
            outputs=(Output("npy", (".npy",), "npy"), Output("npz", (".npz",), "npz"))),
     Format("safetensors", ("safetensors",), probe=_safetensors_head,
-           outputs=(Output("safetensors", (".safetensors",), "safetensors"),)),
+           outputs=(Output("safetensors", (".safetensors",), "safetensors"),), containers=("safetensors",)),
 )
 
 # Every kind --kind accepts, and the ones that hold several named blobs.

@@ -337,7 +337,11 @@ def metadata(doc: Document | None) -> dict:
     if doc is not None:
         meta["source"] = os.path.basename(doc.path) if doc.path not in ("<stdin>", "<stream>") else doc.path
         meta["source_kind"] = doc.kind
-    meta["names"] = doc.naming if doc is not None else "blobtool"
+    naming = doc.naming if doc is not None else "blobtool"
+    if naming == "blobtool" and doc is not None and doc.kind == "safetensors":
+        # A safetensors input keeps the names it was written with.
+        naming = doc.meta.get("metadata", {}).get("names", naming)
+    meta["names"] = naming
     meta["blobtool_version"] = __version__
     return meta
 
