@@ -147,11 +147,11 @@ def torch_names(doc: Document, entries: list | None = None, *, fold: bool = True
     rows, warnings, unruled, batchnorms = [], [], {}, []
     for layer in doc.layers:
         blobs = groups.get(layer.name, [])
-        if not blobs:
-            continue
         kind = layer_type(layer.type)
         if kind == "BatchNorm":
             batchnorms.append(layer.name)
+        if not any(id(e) in chosen for e in blobs):
+            continue
         for row in _map_layer(doc, layer.name, kind, blobs, folded.get(layer.name), warnings):
             if id(row.mapped.entry) not in chosen:
                 continue
@@ -234,7 +234,8 @@ def _map_layer(doc: Document, layer: str, kind: str, blobs: list, fold_into: str
         elif kind == "PReLU" and index == 0:
             rows.append(_view(entry, f"{layer}.weight", entry.shape, layer))
         else:
-            row = _view(entry, f"{layer}.{index}", entry.shape, layer, done=f"kept (no rule for {kind or 'no type'})")
+            row = _view(entry, f"{layer}.{index}", entry.shape, layer,
+                        done=f"kept (no rule for {kind or 'no type'})")
             row.unruled = True
             rows.append(row)
     return rows
