@@ -381,3 +381,24 @@ def test_net_with_diffs_and_npz_metadata(tmp_path):
     with safe_open(tmp_path / "z.safetensors", "np") as f:
         assert f.metadata()["source_kind"] == "npz"
     assert os.path.getsize(tmp_path / "z.safetensors") > 8
+
+
+def test_written_back_as_itself_keeping_its_naming(tmp_path):
+    net = write_net(tmp_path / "n.caffemodel", "new", [Layer("ip", "InnerProduct", [np.ones((2, 3)), np.ones(2)],
+                                                             diffs=[np.full((2, 3), 0.25), None])])
+    torch_named = tmp_path / "t.safetensors"
+    assert run_blobtool("convert", "--names", "torch", net, "-o", torch_named).returncode == 0
+    # scale, with no extension to go by: the input's own format (same), its naming scheme kept.
+    scaled = tmp_path / "scaled"
+    assert run_blobtool("scale", torch_named, "2", "-o", scaled).returncode == 0
+    with safe_open(scaled, "np") as f:
+        assert f.metadata()["names"] == "torch" and f.metadata()["source_kind"] == "safetensors"
+        assert np.array_equal(f.get_tensor("ip.weight"), np.full((2, 3), 2.0, np.float32))
+    # update: data -= diff, on a safetensors file with "<name>/diff".
+    plain = tmp_path / "p.safetensors"
+    assert run_blobtool("convert", net, "-o", plain).returncode == 0
+    stepped = tmp_path / "u.safetensors"
+    assert run_blobtool("update", "--blob", "ip/0", plain, "-o", stepped).returncode == 0
+    got = load_file(stepped)
+    assert sorted(got) == ["ip/0", "ip/0/diff"]
+    assert np.array_equal(got["ip/0"], np.full((2, 3), 0.75, np.float32))
