@@ -315,3 +315,16 @@ def test_resnet_batchnorm_pairs_load_into_pytorch(realworld, tmp_path):
         var = (sums_var.astype(np.float64) / factor[0])[:, None, None]
         want = (x - mean) / np.sqrt(var + 1e-5) * gamma[:, None, None] + beta[:, None, None]
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+def test_the_plain_mapping_table_is_what_rich_prints(tmp_path):
+    from test_report_text import rich_text
+
+    from blobtool.report.mapping import mapping_record, plain_mapping, render_mapping
+
+    net = write_net(tmp_path / "rules.caffemodel", "new", every_rule_layers())
+    doc = open_document(net)
+    record = mapping_record(doc, torch_names(doc), fold=True)
+    for width in (160, 200):
+        assert plain_mapping(record, width) == rich_text(render_mapping, record, width)
+    assert plain_mapping(record, 60) is None  # too narrow: rich wraps it
