@@ -328,3 +328,21 @@ def test_the_plain_mapping_table_is_what_rich_prints(tmp_path):
     for width in (160, 200):
         assert plain_mapping(record, width) == rich_text(render_mapping, record, width)
     assert plain_mapping(record, 60) is None  # too narrow: rich wraps it
+
+
+def test_the_real_mtcnn_keeps_float16_and_names_prelu(realworld, tmp_path):
+    src = realworld / "mtcnn_det1_half.caffemodel"
+    out = tmp_path / "pnet.safetensors"
+    result = run_blobtool("convert", "--names", "torch", src, "-o", out, text=True)
+    assert (result.returncode, result.stderr) == (0, "")
+    got = load_file(out)
+    doc = open_document(src)
+    stored = {e.name: e for e in doc.entries}
+    assert sorted(got) == sorted(f"{e.layer}.{'weight' if e.name.endswith('/0') else 'bias'}" for e in doc.entries)
+    for name, array in got.items():
+        layer, param = name.rsplit(".", 1)
+        entry = stored[f"{layer}/{0 if param == 'weight' else 1}"]
+        assert array.dtype == entry.dtype   # float16 convolutions stay float16, PReLU float32
+        assert array.tobytes() == entry.blob().cpu_data().astype(entry.dtype).tobytes()
+    assert {a.dtype for a in got.values()} == {np.dtype(np.float16), np.dtype(np.float32)}
+    assert run_blobtool("compare", "--names", "torch", src, out).returncode == 0
