@@ -80,10 +80,11 @@ def write(doc: Document | None, blobs, dest, *, format: str | None = None, preci
         blobs made in Python (then only "blob", "npy" and "npz" can be written).
     blobs : {name: Blob} to write, in order; None writes every blob of `doc`.
         Names not in `doc` are new blobs (without a layer).
-    format : "blob" (one BlobProto), "npy", "npz", or "same" (the input's own
-        kind, every other byte of it kept); None chooses from dest's
-        extension (.npy, .npz, .pb/.binaryproto/.blob/.protobin), else
-        "same" for a container input and "blob" otherwise.
+    format : "blob" (one BlobProto), "npy", "npz", "safetensors", or "same"
+        (the input's own kind, every other byte of it kept); None chooses
+        from dest's extension (.npy, .npz, .safetensors,
+        .pb/.binaryproto/.blob/.protobin), else "same" for a container input
+        and "blob" otherwise.
     precision : "float", "double" or "half"; layout : "shape" or "legacy";
     write_diff : None keeps each blob's stored form.
     transforms : {name: {"data"|"diff": fn(chunk, start) -> array}} applied
@@ -107,6 +108,9 @@ def write(doc: Document | None, blobs, dest, *, format: str | None = None, preci
     for blob in blob_list:  # before anything is written, whatever the format
         check_layout(blob, layout)
     fmt, kind = output_target(dest, format, doc)
+    if doc is not None and doc.naming != "blobtool" and fmt.name == doc.format and kind == doc.kind:
+        raise UsageError(f"blobs renamed with --names {doc.naming} cannot be written back into the {kind} they "
+                         "came from; write .safetensors, .npz or .npy")
     with releasing() if release else contextlib.nullcontext():
         module(fmt).write(doc, entries, blob_list, dest, kind=kind, precision=precision, write_diff=write_diff,
                           layout=layout, transforms=transforms)

@@ -227,6 +227,39 @@ EXPECTED = [
 ]
 
 
+# safetensors: a length field past the file, a header that is not JSON,
+# offsets outside the file or overlapping, an unknown dtype.
+def safetensors_file(header, data: bytes = b"", *, length: int | None = None) -> bytes:
+    raw = header if isinstance(header, bytes) else json.dumps(header).encode()
+    return (len(raw) if length is None else length).to_bytes(8, "little") + raw + data
+
+
+_F32 = {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}
+FILES.update({
+    "forged_header_length.safetensors": safetensors_file({"w": _F32}, bytes(8), length=2**40),
+    "header_not_json.safetensors": safetensors_file(b'{"w": {"dtype": "F32", "shape": [2],, }}', bytes(8)),
+    "offsets_outside.safetensors": safetensors_file(
+        {"w": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]}}, bytes(8)),
+    "overlapping.safetensors": safetensors_file(
+        {"w": _F32, "b": {"dtype": "F32", "shape": [2], "data_offsets": [4, 12]}}, bytes(12)),
+    "unknown_dtype.safetensors": safetensors_file({"w": {"dtype": "F128", "shape": [1], "data_offsets": [0, 16]}},
+                                                  bytes(16)),
+})
+EXPECTED += [
+    ("forged_header_length.safetensors", INFO, 3, "blobtool: forged_header_length.safetensors: truncated at byte 0: "
+                                                  "the header length declares 1099511627776 bytes, 69 remain"),
+    ("header_not_json.safetensors", INFO, 3, "blobtool: header_not_json.safetensors: at byte 44: the header is not "
+                                             "JSON: Expecting property name enclosed in double quotes"),
+    ("offsets_outside.safetensors", INFO, 3, "blobtool: offsets_outside.safetensors: at byte 70: tensor 'w': "
+                                             "data_offsets [0, 16] end past the file: the data holds 8 bytes"),
+    ("overlapping.safetensors", INFO, 3, "blobtool: overlapping.safetensors: at byte 135: tensor 'b' data_offsets "
+                                         "[4, 12] overlaps the tensor before it (expected it to begin at 8)"),
+    ("unknown_dtype.safetensors", INFO, 3, "blobtool: unknown_dtype.safetensors: at byte 8: tensor 'w': unknown "
+                                           "dtype 'F128'; blobtool reads F64, F32, F16, I64, I32, I16, I8, U64, "
+                                           "U32, U16, U8, BOOL, BF16"),
+]
+
+
 def write_corpus(folder: Path) -> None:
     """Write the files and expected.json into `folder`, replacing what is there."""
     folder.mkdir(exist_ok=True)

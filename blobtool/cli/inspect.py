@@ -9,6 +9,7 @@ import click
 from ..errors import ExitCode
 from ..report import text
 from .group import CONTEXT_SETTINGS, say_error
+from .names import names_options, renamed, warn_all
 from .options import blob_option, device_option, inputs, jobs_option, json_option, kind_option
 from .output import consoles, emit, emit_json, progress
 from .process import records
@@ -45,7 +46,8 @@ def _emit_compare(record: dict, as_json: bool, quiet: bool) -> None:
 @kind_option
 @json_option
 @jobs_option
-def info(files, stats, check, patterns, kind, as_json, jobs):
+@names_options
+def info(files, stats, check, patterns, kind, as_json, jobs, names, no_fold):
     """Show what a blob file holds: kind, size, and each blob's shape, layout, dtype, count and diff.
 
     Reads no values unless --stats is given.
@@ -55,9 +57,17 @@ def info(files, stats, check, patterns, kind, as_json, jobs):
       blobtool info mean.binaryproto
       blobtool info --json --stats weights.pb | jq .blobs[0].stats
       blobtool info --check finite snapshot.caffemodel
+      blobtool info --names torch model.caffemodel    # the PyTorch names convert would give
     """
     from ..report.records import check_message
 
+    if names != "blobtool":
+        if stats or check:
+            raise click.UsageError("--names torch lists the renaming; --stats and --check apply to blobs as stored")
+        for record in records(inputs(files), functools.partial(_mapping_one, kind=kind, patterns=patterns,
+                                                               fold=not no_fold), jobs):
+            _emit_mapping(record, as_json)
+        return
     work = functools.partial(_info_one, kind=kind, patterns=patterns, stats=stats, check=check)
     failed = False
     for record in records(inputs(files), work, jobs):
@@ -78,6 +88,21 @@ def _info_one(path, *, kind, patterns, stats, check=None, show_progress=True):
     doc = open_input(path, kind)
     with progress(doc, "reading", show_progress):
         return info_record(doc, select(doc, patterns), stats=stats, check=check)
+
+
+def _mapping_one(path, *, kind, patterns, fold, show_progress=True):
+    """info --names torch's record for one file: the renaming that convert would apply."""
+    from ..formats import select
+    from ..report.mapping import mapping_record
+
+    doc = open_input(path, kind)
+    return mapping_record(doc, renamed(doc, select(doc, patterns), fold), fold=fold)
+
+
+def _emit_mapping(record: dict, as_json: bool) -> None:
+    from ..report import mapping
+
+    emit(record, as_json, plain=mapping.plain_mapping, draw=lambda out: mapping.render_mapping(out, record))
 
 
 @click.command(context_settings=CONTEXT_SETTINGS)
@@ -140,7 +165,8 @@ def _norm_target(entry, device_info):
 @blob_option
 @kind_option
 @json_option
-def compare(a, b, rtol, atol, quiet, device, patterns, kind, as_json):
+@names_options
+def compare(a, b, rtol, atol, quiet, device, patterns, kind, as_json, names, no_fold):
     """Compare two blob files value by value; exit 1 when they differ.
 
     Blobs match by name; shapes compare with Caffe's legacy rule ((3,2) equals
@@ -150,6 +176,7 @@ def compare(a, b, rtol, atol, quiet, device, patterns, kind, as_json):
     Example:
       blobtool compare before.pb after.pb --rtol 1e-6
       blobtool convert --double w.pb -o - | blobtool compare - w.pb
+      blobtool compare --names torch model.caffemodel ported.safetensors
     """
     from ..compare import compare_documents
     from ..formats import select
@@ -160,8 +187,14 @@ def compare(a, b, rtol, atol, quiet, device, patterns, kind, as_json):
         raise click.UsageError("standard input ('-') can be read only once")
     device_info = use_device(device)
     doc_a, doc_b = open_input(a, kind), open_input(b, kind)
-    entries_a = select(doc_a, patterns)
-    entries_b = select(doc_b, patterns)
+    if names == "torch":
+        from ..naming import torch_pair
+
+        (doc_a, entries_a), (doc_b, entries_b), warnings = torch_pair(doc_a, doc_b, patterns, fold=not no_fold)
+        warn_all(warnings)
+    else:
+        entries_a = select(doc_a, patterns)
+        entries_b = select(doc_b, patterns)
     doc_a.source.will_read_through()
     doc_b.source.will_read_through()
     with progress(doc_a, "comparing"), using_threads(None):

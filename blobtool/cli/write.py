@@ -6,6 +6,7 @@ import click
 
 from ..errors import FormatError
 from .group import CONTEXT_SETTINGS
+from .names import names_options, renamed, warn_all
 from .options import blob_option, device_option, kind_option, output_options, output_target
 from .output import progress
 from .work import load_selected, use_device
@@ -105,21 +106,24 @@ def update(file, output, fmt, device, patterns, kind):
 @device_option
 @blob_option
 @kind_option
-def convert(file, output, fmt, precision, layout, no_diff, device, patterns, kind):
-    """Re-save blobs with Caffe's ToProto meaning: as the same kind, a blob file, .npy or .npz.
+@names_options
+def convert(file, output, fmt, precision, layout, no_diff, device, patterns, kind, names, no_fold):
+    """Re-save blobs with Caffe's ToProto meaning: as the same kind, a blob file, .npy, .npz or .safetensors.
 
     Keeps each blob's dtype, layout and diff unless told otherwise. A .caffemodel,
     .solverstate or BlobProtoVector converts to the same kind with only the selected
     blobs re-encoded: every other byte is kept. `--blob NAME -o x.npy` (or x.pb)
     extracts one blob. .npy input becomes a blob (float16 or integer arrays need
     --float or --double; pickles are never loaded). .npy output holds the data
-    array; .npz holds every blob by name and its diff under "<name>/diff".
+    array; .npz and .safetensors hold every blob by name and its diff under "<name>/diff".
+    --names torch names a .caffemodel's blobs as PyTorch does (see info --names torch).
 
     \b
     Example:
       blobtool convert --double mean.binaryproto -o mean64.pb
       blobtool convert --float nvcaffe.caffemodel -o standard.caffemodel
       blobtool convert net.caffemodel --blob conv1/0 -o conv1.npy
+      blobtool convert --names torch net.caffemodel -o net.safetensors
     """
     from ..formats.numpy import cast_for
 
@@ -127,5 +131,12 @@ def convert(file, output, fmt, precision, layout, no_diff, device, patterns, kin
     npy_cast = cast_for(precision)
     device_info = use_device(device)
     doc, entries, blobs = load_selected(file, kind, patterns, device_info, npy_cast=npy_cast)
+    if names == "torch":
+        result = renamed(doc, entries, not no_fold)
+        if result.dropped_diffs and not no_diff:
+            warn_all([f"{doc.path}: --names torch writes no diffs (a PyTorch state_dict holds none): "
+                      f"{result.dropped_diffs} blobs' diffs left out"])
+        doc, entries = result.document, result.document.entries
+        blobs = [e.blob() for e in entries]
     _write(doc, entries, blobs, output, fmt, precision=precision, layout=layout,
            write_diff=False if no_diff else None)

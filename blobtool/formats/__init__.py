@@ -35,12 +35,14 @@ net          NetParameter (.caffemodel), three layer     "<layer>/<index>"
              formats
 solverstate  SolverState (.solverstate)                  "history/<index>"
 npy / npz    numpy's formats                             "0" / the array names
+safetensors  safetensors (8-byte header length, JSON     the tensor names
+             header, raw little-endian tensors)
 ===========  ==========================================  =======================
 
 An unnamed layer is "layer<k>" (k its position among all layers); a repeated
-layer name gets "#2", "#3", ... from its second occurrence on. In .npz files
-an array named "<name>/diff" is the diff of "<name>", unless "<name>" is
-itself a diff (formats/numpy.py, pair_diffs).
+layer name gets "#2", "#3", ... from its second occurrence on. In .npz and
+.safetensors files an array named "<name>/diff" is the diff of "<name>",
+unless "<name>" is itself a diff (formats/numpy.py, pair_diffs).
 
 This module imports no format module and nothing heavy (the command line
 builds its options from it).
@@ -78,6 +80,13 @@ class Format:
     magic: tuple = ()      # leading bytes that mark its files; () for the format without a signature (protobuf)
     outputs: tuple = ()    # the Output choices it writes
     containers: tuple = ()  # kinds that hold several blobs and are written back as themselves (--format same)
+    probe: object = None   # head -> bool, for a signature that is not a prefix (light: runs at sniffing)
+
+
+def _safetensors_head(head: bytes) -> bool:
+    # An 8-byte little-endian header length (under 2**48: a protobuf file
+    # rarely has zero bytes 6 and 7) and the JSON header's opening brace.
+    return len(head) > 8 and head[6:8] == b"\0\0" and head[8:9] == b"{"
 
 
 FORMATS = (
@@ -86,6 +95,8 @@ FORMATS = (
            containers=("vector", "net", "solverstate")),
     Format("numpy", ("npy", "npz"), magic=(b"\x93NUMPY", b"PK\x03\x04", b"PK\x05\x06"),
            outputs=(Output("npy", (".npy",), "npy"), Output("npz", (".npz",), "npz"))),
+    Format("safetensors", ("safetensors",), probe=_safetensors_head,
+           outputs=(Output("safetensors", (".safetensors",), "safetensors"),), containers=("safetensors",)),
 )
 
 # Every kind --kind accepts, and the ones that hold several named blobs.
@@ -116,7 +127,8 @@ def module(fmt: Format):
 
 def format_by_signature(head: bytes) -> Format | None:
     """The format whose signature `head` (a file's first bytes) starts with, or None."""
-    return next((fmt for fmt in FORMATS if any(head.startswith(m) for m in fmt.magic)), None)
+    return next((fmt for fmt in FORMATS if any(head.startswith(m) for m in fmt.magic)
+                 or (fmt.probe is not None and fmt.probe(head))), None)
 
 
 def _format_for_kind(kind: str, head: bytes) -> Format:
@@ -177,6 +189,8 @@ class Document:
     entries: list = field(default_factory=list)
     meta: dict = field(default_factory=dict)
     format: str = "caffe"    # the Format's name: which module reads and writes it
+    layers: list = field(default_factory=list)  # a net's layers in file order, blobs or not (caffe.NetLayer)
+    naming: str = "blobtool"  # how its entries are named: "blobtool", or a scheme of blobtool.naming ("torch")
 
     @property
     def size(self) -> int:

@@ -50,6 +50,7 @@ written on its own is one BlobProto.
 from __future__ import annotations
 
 import itertools
+from dataclasses import dataclass
 
 from .. import wire
 from ..blobproto import (BLOB_FIELD_NAMES, BLOB_WIRE_PAIRS, PAYLOAD_FIELDS, SHAPE_FIELD, TYPE_FIELDS, BlobRecord,
@@ -59,7 +60,8 @@ from ..errors import BlobToolError, FormatError, OutputError, UsageError
 from ..source import atomic_output, display_name
 from . import MAX_BLOBS, Document, Entry
 
-__all__ = ["sniff", "read", "write", "save_blob", "container_parts", "MAX_LAYERS", "V1_TYPE_NAMES"]
+__all__ = ["sniff", "read", "write", "save_blob", "container_parts", "MAX_LAYERS", "V1_TYPE_NAMES", "NetLayer",
+           "layer_links"]
 
 
 NET_FIELD_NAMES = {1: "name", 2: "layers", 3: "input", 4: "input_dim", 5: "force_backward", 6: "state",
@@ -359,6 +361,34 @@ def _read_net(doc: Document, buf) -> None:
             doc.check_room(chain[-1].offset)
             record = parse_blob(buf, chain[-1].start, chain[-1].end, path=doc.path)
             doc.entries.append(_entry(f"{name}/{index}", record, layer=name, type=type_, chain=chain))
+        doc.layers.append(NetLayer(name, type_, lf))
+
+
+@dataclass(frozen=True, slots=True)
+class NetLayer:
+    """One layer of a net, in file order, with or without blobs: its name (as its blobs' names use it), type, field."""
+
+    name: str
+    type: str
+    field: wire.Field   # the layer (100) or V1 layers (2) field
+
+
+def layer_links(doc: Document, layer: NetLayer) -> tuple[tuple, tuple]:
+    """(bottoms, tops): the blob names a layer of `doc` reads and writes.
+
+    Read from the file when asked rather than kept for every layer at open:
+    a forged layer of millions of one-byte names would cost far more as
+    Python strings than its bytes.
+    """
+    from .._pb import blobtool_caffe_pb2 as pb
+
+    f = layer.field
+    buf = memoryview(doc.source.buf)
+    if f.number == 100:
+        message, _ = _split(buf, f.start, f.end, doc.path, LAYER_FIELD_NAMES, {7}, pb.LayerParameter)
+    else:
+        message, _ = _split(buf, f.start, f.end, doc.path, V1_FIELD_NAMES, {1, 6}, pb.V1LayerParameter)
+    return tuple(_text(b) for b in message.bottom), tuple(_text(t) for t in message.top)
 
 
 def _read_solverstate(doc: Document, buf) -> None:

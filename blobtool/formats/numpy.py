@@ -347,20 +347,24 @@ def member_names(entries: list, *, with_diff: bool, write_diff=None) -> list:
     return names
 
 
-def check_member_names(names: list) -> None:
-    """Refuse array names an .npz cannot hold or would read back otherwise (UsageError, before writing)."""
+def check_member_names(names: list, what: str = ".npz") -> None:
+    """Refuse array names a `what` file (.npz, .safetensors) cannot hold or would read back otherwise.
+
+    A UsageError, raised before anything is written.
+    """
     keys = [key for key, _, _ in names]
     seen = set()
     for key in keys:
         if key in seen:
-            raise UsageError(f"two arrays would be named {key!r} in the .npz (a blob's diff is \"<name>/diff\")")
+            raise UsageError(f"two arrays would be named {key!r} in the {what} (a blob's diff is \"<name>/diff\")")
         seen.add(key)
-        _check_zip_name(key)
+        if what == ".npz":
+            _check_zip_name(key)
     read_as_diff = set(pair_diffs(keys)[1].values())
     for key, _, which in names:  # a blob's data comes before its diff: the first mismatch is a data array
         if (which == "diff") != (key in read_as_diff):
             base = key[:-len(DIFF_SUFFIX)]
-            raise UsageError(f"blob {key!r} would read back as the diff of blob {base!r} (an .npz keeps a diff as "
+            raise UsageError(f"blob {key!r} would read back as the diff of blob {base!r} (a {what} keeps a diff as "
                              "\"<name>/diff\"); select the blobs to write with --blob, or write another format")
 
 

@@ -41,5 +41,5 @@ def sniff(source) -> tuple[Format, str]:
     for magic, what in _MAGICS:
         if head.startswith(magic):
             raise FormatError(f"not a Caffe file: this looks like {what}", path=source.name)
-    fmt = next(fmt for fmt in FORMATS if not fmt.magic)
+    fmt = next(fmt for fmt in FORMATS if not fmt.magic and fmt.probe is None)
     return fmt, module(fmt).sniff(source)

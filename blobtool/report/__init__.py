@@ -7,6 +7,7 @@
 - tables.py: the same tables drawn with rich, histogram cells, pictures in
   the terminal;
 - pictures.py: a blob as an RGB picture (heat map, colour image, filter grid).
+- mapping.py: info --names torch's renaming, as a record and a table.
 
 Nothing is imported here, so that the command line loads only what a
 command draws.

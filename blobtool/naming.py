@@ -1,0 +1,352 @@
+"""Naming schemes: blobtool's own names ("conv1/0") and PyTorch's ("conv1.weight"), by layer type.
+
+``--names torch`` renames a net's blobs as a PyTorch port of the same net
+names its parameters, from the layer types in the .caffemodel:
+
+=============================  ===========================================================
+Caffe layer type               blobs under PyTorch names
+=============================  ===========================================================
+Convolution, Deconvolution,    0 -> ``<layer>.weight``, 1 -> ``<layer>.bias`` (1-D); an
+InnerProduct, Embed            InnerProduct weight in the legacy 4-D layout (1, 1, N, K)
+                               becomes (N, K)
+BatchNorm                      0 -> ``<layer>.running_mean`` = blob 0 / s, 1 ->
+                               ``<layer>.running_var`` = blob 1 / s, s = blob 2's value
+                               (the moving-average factor; 0 when s is 0, as Caffe's
+                               BatchNormLayer does), computed in float64 and stored in the
+                               blob's dtype; blob 2 is not written, and neither is
+                               ``num_batches_tracked`` (PyTorch fills it in)
+Scale                          0 -> ``<layer>.weight``, 1 -> ``<layer>.bias``; a Scale
+                               whose bottom is the top of a BatchNorm (the last layer to
+                               write that blob) is folded into it: ``<bn>.weight``,
+                               ``<bn>.bias``, so the pair loads into one BatchNorm2d
+                               (unless fold is off: ``--no-fold``)
+PReLU                          0 -> ``<layer>.weight``
+any other                      ``<layer>.<index>``, and a warning listing those layers
+=============================  ===========================================================
+
+V1 nets carry enum types (formats/caffe.py turns them into today's type
+strings); V0 layers carry the lower-case strings of Caffe's first format
+("conv", "innerproduct"), which V0_TYPE_NAMES turns into today's. Files
+without layer types (a solverstate, a blob, .npy/.npz, safetensors, Caffe's
+HDF5 snapshots) cannot be renamed: UsageError (exit 2).
+
+PyTorch's state_dict holds no gradients, so diffs are not carried over.
+Renamed blobs share the Caffe blob's memory (no copy), but for the
+BatchNorm statistics, which are computed.
+
+This module imports nothing heavy at import time (the command line builds
+its options from SCHEMES).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .errors import FormatError, UsageError
+from .formats import Document, Entry, select
+
+__all__ = ["SCHEMES", "V0_TYPE_NAMES", "Mapped", "TorchNames", "torch_names", "torch_pair", "TORCH_ONLY_BUFFERS"]
+
+# The --names choices: blobtool's own names, or PyTorch's.
+SCHEMES = ("blobtool", "torch")
+
+# Caffe's UpgradeV0LayerType: V0's type strings, as today's type names.
+V0_TYPE_NAMES = {
+    "accuracy": "Accuracy", "bnll": "BNLL", "concat": "Concat", "conv": "Convolution", "data": "Data",
+    "dropout": "Dropout", "euclidean_loss": "EuclideanLoss", "flatten": "Flatten", "hdf5_data": "HDF5Data",
+    "hdf5_output": "HDF5Output", "im2col": "Im2col", "images": "ImageData", "infogain_loss": "InfogainLoss",
+    "innerproduct": "InnerProduct", "lrn": "LRN", "multinomial_logistic_loss": "MultinomialLogisticLoss",
+    "pool": "Pooling", "relu": "ReLU", "sigmoid": "Sigmoid", "softmax": "Softmax",
+    "softmax_loss": "SoftmaxWithLoss", "split": "Split", "tanh": "TanH", "window_data": "WindowData",
+}
+
+# Layer types whose blobs 0 and 1 are a weight and a bias.
+_WEIGHT_BIAS = ("Convolution", "Deconvolution", "InnerProduct", "Embed")
+_PARAMS = ("weight", "bias")
+_BN_STATS = ("running_mean", "running_var")
+# Buffers a PyTorch BatchNorm module saves that Caffe has no blob for.
+TORCH_ONLY_BUFFERS = ("num_batches_tracked",)
+# Layers named in the warning about types without a rule, at most.
+_WARN_LAYERS = 8
+
+
+@dataclass
+class Mapped:
+    """One Caffe blob and what a naming scheme makes of it.
+
+    `name` is None for a blob that is not written under a name of its own
+    (BatchNorm's factor, divided into the statistics); `done` says what was
+    done ("renamed", "reshaped ...", "divided by ...", "folded into ...").
+    """
+
+    entry: Entry
+    name: str | None
+    shape: tuple | None
+    done: str
+    module: str | None = None   # the PyTorch module the name belongs to
+
+
+@dataclass
+class _Renamed(Entry):
+    """An Entry under a PyTorch name whose Blob is made on first use (a view of the Caffe blob, or computed)."""
+
+    make: object = None
+
+    def blob(self):
+        if self._blob is None:
+            self._blob = self.make()
+        return self._blob
+
+
+@dataclass
+class TorchNames:
+    """The result of torch_names: the renamed document, a row per Caffe blob, the warnings to print."""
+
+    document: Document
+    rows: list
+    warnings: list = field(default_factory=list)
+    batchnorms: tuple = ()      # the BatchNorm modules (for their PyTorch-only buffers)
+
+    @property
+    def dropped_diffs(self) -> int:
+        """How many of the selected Caffe blobs had a diff, which PyTorch names do not carry."""
+        return sum(1 for row in self.rows if row.entry.has_diff)
+
+
+def has_layer_types(doc: Document) -> bool:
+    """Whether `doc` carries the layer types --names torch renames by (a protobuf net)."""
+    return doc.kind == "net" and bool(doc.layers)
+
+
+def layer_type(stored: str | None) -> str:
+    """Today's type name of a layer's stored type (V0's lower-case strings included)."""
+    return V0_TYPE_NAMES.get(stored or "", stored or "")
+
+
+def _refuse(doc: Document) -> UsageError:
+    what = f"a {doc.kind} file" if doc.kind != "net" else "a net without layer types (not a .caffemodel)"
+    return UsageError(f"{doc.path}: --names torch renames a .caffemodel's blobs by layer type; {what} has none")
+
+
+def torch_names(doc: Document, entries: list | None = None, *, fold: bool = True) -> TorchNames:
+    """PyTorch names for the `entries` of a net (default: all), by the rules in this module's docstring.
+
+    Returns the renamed Document (naming "torch"; its entries in file order,
+    each blob made on first use), a Mapped row per selected Caffe blob, and
+    the warnings (layer types without a rule, values made infinite).
+    Raises UsageError for a file without layer types, FormatError for a
+    BatchNorm without its three blobs.
+    """
+    if not has_layer_types(doc):
+        raise _refuse(doc)
+    chosen = {id(e) for e in (doc.entries if entries is None else entries)}
+    groups: dict = {}
+    for e in doc.entries:
+        groups.setdefault(e.layer, []).append(e)
+    folded = _fold_targets(doc) if fold else {}
+    rows, warnings, unruled, batchnorms = [], [], {}, []
+    for layer in doc.layers:
+        blobs = groups.get(layer.name, [])
+        kind = layer_type(layer.type)
+        if kind == "BatchNorm":
+            batchnorms.append(layer.name)
+        if not any(id(e) in chosen for e in blobs):
+            continue
+        for row in _map_layer(doc, layer.name, kind, blobs, folded.get(layer.name), warnings):
+            if id(row.mapped.entry) not in chosen:
+                continue
+            rows.append(row)
+            if row.unruled and layer.name not in unruled.setdefault(kind or "(no type)", []):
+                unruled[kind or "(no type)"].append(layer.name)
+    if unruled:
+        listed = "; ".join(f"{kind}: {_some(names)}" for kind, names in unruled.items())
+        warnings.insert(0, f"{doc.path}: --names torch has no rule for these layers, whose blobs are named "
+                           f"<layer>.<index>: {listed}")
+    _check_unique(doc, [row.mapped for row in rows])
+    out = Document(doc.path, doc.kind, doc.source, entries=[row.out for row in rows if row.out is not None],
+                   meta=doc.meta, format=doc.format, layers=doc.layers, naming="torch")
+    return TorchNames(out, [row.mapped for row in rows], warnings, tuple(batchnorms))
+
+
+def _some(names: list) -> str:
+    shown = ", ".join(names[:_WARN_LAYERS])
+    return shown + (f" and {len(names) - _WARN_LAYERS} more" if len(names) > _WARN_LAYERS else "")
+
+
+def _check_unique(doc: Document, rows: list) -> None:
+    seen = {}
+    for row in rows:
+        if row.name is None:
+            continue
+        if row.name in seen:
+            raise UsageError(f"{doc.path}: --names torch names two blobs {row.name!r} "
+                             f"({seen[row.name]} and {row.entry.name})")
+        seen[row.name] = row.entry.name
+
+
+def _fold_targets(doc: Document) -> dict:
+    """{Scale layer: BatchNorm layer} for each Scale whose bottom was last written by a BatchNorm.
+
+    Each BatchNorm takes at most one Scale (the first); in-place chains
+    (Convolution, BatchNorm, Scale, ReLU all writing "conv1") follow the
+    last writer of the blob.
+    """
+    from .formats.caffe import layer_links
+
+    writer: dict = {}
+    taken = set()
+    targets = {}
+    for layer in doc.layers:
+        bottoms, tops = layer_links(doc, layer)
+        if layer_type(layer.type) == "Scale" and bottoms:
+            source = writer.get(bottoms[0])
+            if source is not None and layer_type(source.type) == "BatchNorm" and source.name not in taken:
+                targets[layer.name] = source.name
+                taken.add(source.name)
+        for top in tops:
+            writer[top] = layer
+    return targets
+
+
+@dataclass
+class _Row:
+    mapped: Mapped
+    out: Entry | None        # the blob under its new name, or None when it is not written
+    unruled: bool = False    # named <layer>.<index>: no rule for it
+
+
+def _map_layer(doc: Document, layer: str, kind: str, blobs: list, fold_into: str | None, warnings: list) -> list:
+    """The rows of one layer's blobs (in blob order)."""
+    if kind == "BatchNorm":
+        return _batchnorm(doc, layer, blobs, warnings)
+    rows = []
+    for index, entry in enumerate(blobs):
+        if kind in _WEIGHT_BIAS and index < 2:
+            shape = _weight_shape(kind, entry.shape) if index == 0 else (entry.count,)
+            rows.append(_view(entry, f"{layer}.{_PARAMS[index]}", shape, layer))
+        elif kind == "Scale" and index < 2:
+            module = fold_into or layer
+            shape = (entry.count,) if fold_into or index == 1 else entry.shape
+            row = _view(entry, f"{module}.{_PARAMS[index]}", shape, module)
+            if fold_into:
+                row.mapped.done = f"folded into {fold_into}" + _reshaped(entry.shape, shape, "; ")
+            rows.append(row)
+        elif kind == "PReLU" and index == 0:
+            rows.append(_view(entry, f"{layer}.weight", entry.shape, layer))
+        else:
+            row = _view(entry, f"{layer}.{index}", entry.shape, layer,
+                        done=f"kept (no rule for {kind or 'no type'})")
+            row.unruled = True
+            rows.append(row)
+    return rows
+
+
+def _weight_shape(kind: str, shape: tuple) -> tuple:
+    # InnerProduct weights written before the shape field: (1, 1, N, K).
+    if kind == "InnerProduct" and len(shape) == 4 and shape[:2] == (1, 1):
+        return shape[2:]
+    return shape
+
+
+def _reshaped(before: tuple, after: tuple, lead: str = "") -> str:
+    if tuple(before) == tuple(after):
+        return ""
+    fmt = (lambda s: "(" + ", ".join(map(str, s)) + ("," if len(s) == 1 else "") + ")")
+    return f"{lead}reshaped {fmt(before)} -> {fmt(after)}"
+
+
+def _origin(src):
+    from .blob import Origin
+
+    stored = src.origin.dtype if src.origin is not None else src.dtype
+    return Origin("shape", stored, False)
+
+
+def _view(entry: Entry, name: str, shape: tuple, module: str, done: str | None = None) -> _Row:
+    """A row whose blob shares the Caffe blob's data under a new name and shape."""
+    def make():
+        from .blob import Blob
+
+        src = entry.blob()
+        blob = Blob(shape, dtype=src.dtype)
+        blob.share_data(src)
+        blob.origin = _origin(src)
+        return blob
+
+    renamed = _Renamed(name, tuple(shape), "shape", entry.dtype, False, layer=entry.layer, type=entry.type,
+                       make=make)
+    return _Row(Mapped(entry, name, tuple(shape), done or _reshaped(entry.shape, shape) or "renamed", module),
+                renamed)
+
+
+def _batchnorm(doc: Document, layer: str, blobs: list, warnings: list) -> list:
+    """BatchNorm: the running mean and variance from Caffe's sums and factor, in float64."""
+    import numpy as np
+
+    from .blob import Blob
+
+    if len(blobs) != 3 or blobs[2].count != 1:
+        raise FormatError(f"BatchNorm layer {layer!r} holds {len(blobs)} blobs "
+                          f"({', '.join(str(e.shape) for e in blobs)}); Caffe's BatchNorm holds 3: the sums "
+                          "of the mean and variance, and a factor of shape (1,)", path=doc.path)
+    factor = float(blobs[2].blob().cpu_data().reshape(-1)[0].astype(np.float64))
+    if factor == 0:
+        done = f"set to 0: the factor ({blobs[2].name}) is 0, as Caffe then does"
+    else:
+        done = f"divided by the factor {factor:.9g} ({blobs[2].name}) in float64"
+    rows = []
+    for index in (0, 1):
+        entry = blobs[index]
+        src = entry.blob()
+        values = src.cpu_data().astype(np.float64)
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+            # Caffe: scale_factor = s == 0 ? 0 : 1 / s, mean = scale_factor * sums.
+            result = values * 0.0 if factor == 0 else values / factor
+            stored = result.astype(src.dtype)
+        made = int(np.count_nonzero(np.isfinite(values) & ~np.isfinite(stored)))
+        name = f"{layer}.{_BN_STATS[index]}"
+        if made:
+            warnings.append(f"{doc.path}: {name}: {made} values became Inf or NaN dividing {entry.name} "
+                            f"by the BatchNorm factor {factor:.9g}")
+        blob = Blob((entry.count,), dtype=src.dtype)
+        blob.set_cpu_data(stored)
+        blob.origin = _origin(src)
+        shape = (entry.count,)
+        renamed = _Renamed(name, shape, "shape", entry.dtype, False, layer=entry.layer, type=entry.type, _blob=blob)
+        rows.append(_Row(Mapped(entry, name, shape, done + _reshaped(entry.shape, shape, "; "), layer), renamed))
+    rows.append(_Row(Mapped(blobs[2], None, None, "not written: the factor of running_mean and running_var",
+                            layer), None))
+    return rows
+
+
+def torch_pair(doc_a: Document, doc_b: Document, patterns, *, fold: bool = True) -> tuple:
+    """compare --names torch: ((doc, entries) for a, (doc, entries) for b, warnings).
+
+    Each side that is a net is renamed (its selection by `patterns`, in
+    Caffe's names); the other side is taken as it is, limited with patterns
+    to the names the net's selection maps to, and without the buffers
+    PyTorch adds to a BatchNorm module (``num_batches_tracked``), which
+    Caffe has no blob for. Raises UsageError when neither side is a net.
+    """
+    if not (has_layer_types(doc_a) or has_layer_types(doc_b)):
+        raise _refuse(doc_a)
+    mapped = {}
+    warnings = []
+    for doc in (doc_a, doc_b):
+        if has_layer_types(doc):
+            result = torch_names(doc, select(doc, patterns), fold=fold)
+            mapped[id(doc)] = result
+            warnings += result.warnings
+    names = {e.name for m in mapped.values() for e in m.document.entries}
+    extras = {f"{bn}.{buf}" for m in mapped.values() for bn in m.batchnorms for buf in TORCH_ONLY_BUFFERS}
+    sides = []
+    for doc in (doc_a, doc_b):
+        result = mapped.get(id(doc))
+        if result is not None:
+            sides.append((result.document, list(result.document.entries)))
+            continue
+        entries = [e for e in doc.entries if e.name not in extras]
+        if patterns:
+            entries = [e for e in entries if e.name in names]
+        sides.append((doc, entries))
+    return sides[0], sides[1], warnings
