@@ -20,6 +20,7 @@ __all__ = [
     "UsageError",
     "DeviceError",
     "OutputError",
+    "Stopped",
     "format_location",
 ]
 
@@ -34,7 +35,9 @@ class ExitCode(enum.IntEnum):
     DEVICE = 4         # a GPU was asked for and is not available
     OUTPUT = 5         # the output cannot be written
     INTERNAL = 70      # a bug (EX_SOFTWARE); --debug shows the traceback
+    HANGUP = 129       # SIGHUP (128 + 1)
     INTERRUPTED = 130  # SIGINT (128 + 2), as shells report it
+    TERMINATED = 143   # SIGTERM (128 + 15)
 
 
 def format_location(path=None, offset=None, field=None) -> str:
@@ -103,3 +106,17 @@ class OutputError(BlobToolError):
     """The output cannot be written (exit 5)."""
 
     exit_code = ExitCode.OUTPUT
+
+
+class Stopped(KeyboardInterrupt):
+    """A signal asked blobtool to stop (SIGINT, SIGTERM, SIGHUP): exit 128 + the signal's number.
+
+    A KeyboardInterrupt, so that whatever cleans up after Ctrl-C (removing a
+    temporary output) cleans up after the others too.
+    """
+
+    def __init__(self, signum: int, name: str):
+        super().__init__(name)
+        self.signum = signum
+        self.exit_code = 128 + signum
+        self.message = "interrupted" if name == "SIGINT" else f"interrupted by {name}"

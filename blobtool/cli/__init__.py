@@ -21,9 +21,9 @@ from __future__ import annotations
 import sys
 
 from ..errors import ExitCode
-from .group import cli, quiet_broken_pipe, say_error
+from .group import cli, fail_output, is_output_failure, quiet_broken_pipe, stopped
 from .inspect import compare, devices, info, norm
-from .process import keep_freed_memory, single_threaded_blas
+from .process import guard_standard_streams, keep_freed_memory, single_threaded_blas, stop_on_signals
 from .show import show
 from .write import convert, scale, update
 
@@ -37,6 +37,11 @@ for _command in COMMANDS:
 
 def main(argv=None) -> None:
     """Entry point of the blobtool script and of python -m blobtool."""
+    from ..source import guard_inputs
+
+    guard_standard_streams()
+    stop_on_signals()
+    guard_inputs()
     single_threaded_blas()
     keep_freed_memory()
     try:
@@ -44,6 +49,9 @@ def main(argv=None) -> None:
     except BrokenPipeError:
         quiet_broken_pipe()
         sys.exit(ExitCode.OK)
-    except KeyboardInterrupt:
-        say_error("interrupted")
-        sys.exit(ExitCode.INTERRUPTED)
+    except KeyboardInterrupt as exc:
+        sys.exit(stopped(exc))
+    except OSError as exc:  # --help or --version into a full or closed standard output
+        if not is_output_failure(exc):
+            raise
+        sys.exit(fail_output(exc))

@@ -17,12 +17,14 @@ import click
 from .. import __version__
 from ..errors import BlobToolError, ExitCode
 
-__all__ = ["BlobtoolGroup", "cli", "CONTEXT_SETTINGS", "say_error", "quiet_broken_pipe"]
+__all__ = ["BlobtoolGroup", "cli", "CONTEXT_SETTINGS", "say_error", "quiet_broken_pipe", "is_output_failure",
+           "fail_output", "stopped"]
 
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
-# OS errors that mean "the output cannot be written" (exit 5) when they escape.
-_OUTPUT_ERRNOS = {errno.ENOSPC, errno.EFBIG, errno.EDQUOT, errno.EIO}
+# OS errors that mean "the output cannot be written" (exit 5) when they escape;
+# EBADF: standard output was closed (see process.guard_standard_streams).
+_OUTPUT_ERRNOS = {errno.ENOSPC, errno.EFBIG, errno.EDQUOT, errno.EIO, errno.EBADF}
 
 
 def _debug_enabled() -> bool:
@@ -40,8 +42,14 @@ def _print_traceback() -> None:
 
 
 def say_error(message: str) -> None:
-    """One line on stderr: "blobtool: " and the message, its line breaks turned into blanks."""
-    click.echo("blobtool: " + " ".join(str(message).split("\n")), err=True)
+    """One line on stderr: "blobtool: " and the message, its line breaks turned into blanks.
+
+    A closed or full stderr (2>&-, 2>/dev/full) loses the line, not the exit code.
+    """
+    try:
+        click.echo("blobtool: " + " ".join(str(message).split("\n")), err=True)
+    except (OSError, ValueError):
+        _discard(sys.stderr)
 
 
 def quiet_broken_pipe() -> None:
@@ -49,11 +57,36 @@ def quiet_broken_pipe() -> None:
 
     Stops quietly, and keeps Python's final flush of stdout from complaining.
     """
+    _discard(sys.stdout)
+
+
+def _discard(stream) -> None:
+    # What is still buffered for a stream that failed goes to /dev/null at
+    # exit: a failed final flush would make Python exit 120.
     try:
         devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-    except (OSError, ValueError):
+        os.dup2(devnull, stream.fileno())
+        os.close(devnull)
+    except (AttributeError, OSError, ValueError):
         pass
+
+
+def is_output_failure(exc: OSError) -> bool:
+    """Whether an OS error that escaped a command means standard output cannot be written."""
+    return exc.errno in _OUTPUT_ERRNOS
+
+
+def fail_output(exc: OSError) -> int:
+    """Say that standard output cannot be written (files are written through atomic_output); exit 5."""
+    say_error(f"<stdout>: cannot write: {exc.strerror}")
+    quiet_broken_pipe()  # and no second complaint from the final flush
+    return ExitCode.OUTPUT
+
+
+def stopped(exc: KeyboardInterrupt) -> int:
+    """Say that a signal stopped blobtool; its exit code (128 + the signal)."""
+    say_error(getattr(exc, "message", "interrupted"))
+    return getattr(exc, "exit_code", ExitCode.INTERRUPTED)
 
 
 class BlobtoolGroup(click.Group):
@@ -71,9 +104,8 @@ class BlobtoolGroup(click.Group):
             hint = f" (see '{command} --help')" if isinstance(exc, click.UsageError) else ""
             click.echo(f"{command}: {exc.format_message()}{hint}", err=True)
             sys.exit(exc.exit_code)
-        except click.exceptions.Abort:
-            say_error("interrupted")
-            sys.exit(ExitCode.INTERRUPTED)
+        except click.exceptions.Abort as exc:  # a signal while the arguments were parsed
+            sys.exit(stopped(exc.__cause__ if isinstance(exc.__cause__, KeyboardInterrupt) else exc))
         sys.exit(code if isinstance(code, int) else ExitCode.OK)
 
     def invoke(self, ctx):
@@ -83,23 +115,22 @@ class BlobtoolGroup(click.Group):
             if _debug_enabled():
                 _print_traceback()
             say_error(str(exc))
+            if exc.path == "<stdout>":
+                quiet_broken_pipe()  # no second complaint from the final flush
             ctx.exit(exc.exit_code)
-        except KeyboardInterrupt:
-            say_error("interrupted")
-            ctx.exit(ExitCode.INTERRUPTED)
+        except KeyboardInterrupt as exc:
+            ctx.exit(stopped(exc))
         except BrokenPipeError:
             quiet_broken_pipe()
             ctx.exit(ExitCode.OK)
         except (click.exceptions.Exit, click.ClickException, click.exceptions.Abort):
             raise
         except OSError as exc:
-            if exc.errno not in _OUTPUT_ERRNOS:
+            if not is_output_failure(exc):
                 raise
             # Results printed to a full disk (blobtool info > /dev/full): files are
             # written through atomic_output, so this is standard output.
-            say_error(f"<stdout>: cannot write: {exc.strerror}")
-            quiet_broken_pipe()  # and no second complaint from the final flush
-            ctx.exit(ExitCode.OUTPUT)
+            ctx.exit(fail_output(exc))
         except Exception as exc:  # a bug: one line, traceback with --debug
             if _debug_enabled():
                 _print_traceback()
