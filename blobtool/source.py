@@ -3,12 +3,18 @@
 Inputs are memory-mapped copy-on-write (``mmap.ACCESS_COPY``): the blob's
 arrays view the file's pages directly, writes to them (scale, update) touch a
 private copy of the touched pages only, and the file itself never changes.
-Standard input and pipes are read into memory once.
+Under guard_inputs() (the command line) each mapped file is also leased, so
+that a writer that truncates it cannot kill the reader with SIGBUS (see
+"guarding" below). Standard input, pipes and files the kernel reports as
+empty (/proc) are read into memory once, at most stream_limit() bytes;
+devices and folders are refused.
 
 Outputs are written to a temporary file in the target's folder, flushed,
 fsynced and renamed over the target, so a failed or interrupted write leaves
 any earlier file as it was, and ``-o`` may name the input: the input stays
-mapped from its old inode while the new file takes its name.
+mapped from its old inode while the new file takes its name. A symbolic
+link's target is replaced the same way; FIFOs, character devices, sockets
+and open descriptors (/dev/stdout) are written in place.
 
 Pages of a mapped input that a writer has streamed out can be handed back
 to the kernel (``release_pages`` inside ``releasing()``), so converting a
@@ -38,8 +44,8 @@ import numpy as np
 
 from .errors import FormatError, OutputError, UsageError
 
-__all__ = ["Source", "open_source", "atomic_output", "display_name", "release_pages", "releasing", "guard_inputs", "guarding",
-           "stream_limit", "STDIO", "STREAM_LIMIT"]
+__all__ = ["Source", "open_source", "atomic_output", "display_name", "release_pages", "releasing", "guard_inputs",
+           "guarding", "stream_limit", "STDIO", "STREAM_LIMIT"]
 
 STDIO = "-"
 

@@ -1,4 +1,4 @@
-"""Process set-up for the command: BLAS threads, the C library's memory settings, signals, standard streams, worker processes."""
+"""Process set-up for the command: BLAS threads, memory settings, signals, standard streams, worker processes."""
 
 from __future__ import annotations
 
