@@ -46,8 +46,12 @@ def say_error(message: str) -> None:
 
     A closed or full stderr (2>&-, 2>/dev/full) loses the line, not the exit code.
     """
+    _say("blobtool: " + " ".join(str(message).split("\n")))
+
+
+def _say(line: str) -> None:
     try:
-        click.echo("blobtool: " + " ".join(str(message).split("\n")), err=True)
+        click.echo(line, err=True)
     except (OSError, ValueError):
         _discard(sys.stderr)
 
@@ -102,7 +106,7 @@ class BlobtoolGroup(click.Group):
         except click.ClickException as exc:
             command = exc.ctx.command_path if getattr(exc, "ctx", None) else "blobtool"
             hint = f" (see '{command} --help')" if isinstance(exc, click.UsageError) else ""
-            click.echo(f"{command}: {exc.format_message()}{hint}", err=True)
+            _say(f"{command}: {exc.format_message()}{hint}")
             sys.exit(exc.exit_code)
         except click.exceptions.Abort as exc:  # a signal while the arguments were parsed
             sys.exit(stopped(exc.__cause__ if isinstance(exc.__cause__, KeyboardInterrupt) else exc))
