@@ -352,6 +352,13 @@ def _leased(pid: int) -> bool:
                    if len(fields) > 4)
 
 
+def _wait_for_lease(proc, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not _leased(proc.pid) and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.002)
+    assert _leased(proc.pid), "blobtool took no lease on its input"
+
+
 def _truncate_later(path: Path) -> threading.Thread:
     # The truncate waits until blobtool lets go of the file: in a thread.
     thread = threading.Thread(target=os.truncate, args=(path, 100), daemon=True)
@@ -369,9 +376,7 @@ def test_an_input_truncated_while_it_is_written_out_is_exit_3_one_line(tmp_path)
     path = write_float_blob(tmp_path / "in.pb", 10_000_000)
     proc = subprocess.Popen(blobtool_cmd("convert", "--double", path, "-o", "-"), env=subprocess_env(),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    deadline = time.monotonic() + 60
-    while not _leased(proc.pid) and proc.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.01)
+    _wait_for_lease(proc)
     assert proc.stdout.read(1000)  # it is writing
     truncating = _truncate_later(path)
     stdout, stderr = proc.communicate(timeout=60)
@@ -403,11 +408,9 @@ def test_an_input_truncated_mid_write_leaves_the_earlier_output_and_no_temporary
 def test_an_input_truncated_while_it_is_read_is_never_a_signal(tmp_path, command, delay):
     # Whenever the truncate comes, blobtool finishes (exit 0) or says so (exit 3); never SIGBUS.
     write_float_blob(tmp_path / "in.pb", 20_000_000)
-    proc = subprocess.Popen(blobtool_cmd(*command.split()), cwd=tmp_path, env=subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
-    deadline = time.monotonic() + 60
-    while not _leased(proc.pid) and proc.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.002)
+    proc = subprocess.Popen(blobtool_cmd(*command.split()), cwd=tmp_path, env=subprocess_env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    _wait_for_lease(proc)
     time.sleep(delay)
     truncating = _truncate_later(tmp_path / "in.pb")
     _, stderr = proc.communicate(timeout=60)

@@ -43,8 +43,8 @@ def output_options(f):
     f = click.option("--format", "fmt", type=click.Choice(OUTPUT_FORMATS), default=None,
                      help="Output format: blob (one BlobProto), npy, npz, or same (the input's kind). "
                           "Default by extension: .npy, .npz, .pb/.binaryproto (one blob), else same.")(f)
-    f = click.option("-o", "--output", type=OUTPUT, default=None,
-                     metavar="PATH", help="Where to write ('-' for stdout; default stdout when it is not a terminal).")(f)
+    f = click.option("-o", "--output", type=OUTPUT, default=None, metavar="PATH",
+                     help="Where to write ('-' for stdout; default stdout when it is not a terminal).")(f)
     return f
 
 
