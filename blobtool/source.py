@@ -31,7 +31,6 @@ import re
 import signal
 import stat
 import sys
-import tempfile
 import weakref
 
 try:
@@ -39,8 +38,6 @@ try:
 except ImportError:  # not on Windows: no leases there
     fcntl = None
 from dataclasses import dataclass
-
-import numpy as np
 
 from .errors import FormatError, OutputError, UsageError
 
@@ -316,6 +313,8 @@ def atomic_output(dest):
         with _open_direct(path, name) as stream, _direct(stream, name) as out:
             yield out
         return
+    import tempfile  # not at start-up: only writers need it
+
     folder = os.path.dirname(os.path.abspath(path))
     try:
         fd, tmp = tempfile.mkstemp(prefix=_temp_prefix(path), suffix=".tmp", dir=folder)
@@ -446,7 +445,7 @@ def releasing():
         _release = previous
 
 
-def release_pages(view: np.ndarray) -> None:
+def release_pages(view) -> None:
     """Let the kernel drop the memory-mapped pages wholly inside `view` (after they were written out).
 
     Only inside releasing(), and only for views of a private (copy-on-write)
@@ -456,6 +455,8 @@ def release_pages(view: np.ndarray) -> None:
     """
     if not _release:
         return
+    import numpy as np  # not at start-up: the command line imports this module before numpy's settings
+
     base = view
     while isinstance(base, np.ndarray):
         base = base.base

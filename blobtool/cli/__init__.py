@@ -39,11 +39,11 @@ def main(argv=None) -> None:
     """Entry point of the blobtool script and of python -m blobtool."""
     from ..source import guard_inputs
 
+    single_threaded_blas()  # first: before anything imports numpy
+    keep_freed_memory()
     guard_standard_streams()
     stop_on_signals()
     guard_inputs()
-    single_threaded_blas()
-    keep_freed_memory()
     try:
         cli.main(args=argv, prog_name="blobtool")
     except BrokenPipeError:
