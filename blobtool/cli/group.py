@@ -2,8 +2,8 @@
 
 Exit codes are errors.ExitCode (see the README): 0 ok; 1 differences found or
 a check failed; 2 usage error; 3 input unreadable or invalid; 4 GPU asked
-for but not available; 5 output cannot be written; 70 internal error; 130
-interrupted.
+for but not available; 5 output cannot be written; 70 internal error; 128 + N
+stopped by signal N (130 SIGINT, 143 SIGTERM, 129 SIGHUP).
 """
 
 from __future__ import annotations
@@ -153,7 +153,8 @@ def cli(debug: bool) -> None:
 
     \b
     Exit codes: 0 ok, 1 differences found or a check failed, 2 usage error,
-    3 input unreadable or invalid, 4 GPU not available, 5 output not writable.
+    3 input unreadable or invalid, 4 GPU not available, 5 output not writable,
+    128+N stopped by signal N.
 
     \b
     Example:
