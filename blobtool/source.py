@@ -100,12 +100,9 @@ def open_source(src) -> Source:
     """
     name = display_name(src)
     if src == STDIO:
-        stdin = sys.stdin.buffer if sys.stdin is not None else None
-        if stdin is None:
+        if sys.stdin is None:
             raise FormatError("cannot read: standard input is closed", path=name)
-        with contextlib.suppress(AttributeError, OSError, io.UnsupportedOperation):
-            _refuse_device(os.fstat(stdin.fileno()), name)
-        return _read_stream(stdin, name)
+        src = sys.stdin.buffer  # `< file.pb` is mapped like the file itself
     if isinstance(src, (str, os.PathLike)):
         try:
             fd = os.open(os.fspath(src), os.O_RDONLY | getattr(os, "O_BINARY", 0))
@@ -121,8 +118,10 @@ def open_source(src) -> Source:
             st = os.fstat(fd)
         except (AttributeError, OSError, io.UnsupportedOperation):
             fd = None
-        if fd is not None and stat.S_ISREG(st.st_mode) and src.seekable() and src.tell() == 0:
-            return _open_fd(fd, name)
+        if fd is not None:
+            _refuse_device(st, name)
+            if stat.S_ISREG(st.st_mode) and src.seekable() and src.tell() == 0:
+                return _open_fd(fd, name)
         return _read_stream(src, name)
     raise UsageError(f"expected a path, '-' or a binary file object, got {type(src).__name__}")
 

@@ -611,6 +611,13 @@ def test_a_stream_is_read_up_to_its_bound(tmp_path, small):
                                      "BLOBTOOL_MAX_STREAM_BYTES changes it; a file has no limit)\n")
 
 
+def test_standard_input_from_a_file_is_read_as_the_file_without_the_bound(tmp_path, small):
+    result = run_pipeline(f"BLOBTOOL_MAX_STREAM_BYTES=10 {BLOBTOOL} norm --json < small.pb", tmp_path, text=True)
+    assert result.returncode == 0, result.stderr
+    expected = run_blobtool("norm", "--json", "small.pb", cwd=tmp_path, text=True)
+    assert json.loads(result.stdout)["blobs"] == json.loads(expected.stdout)["blobs"]
+
+
 def test_an_endless_stream_stops_at_the_bound(tmp_path):
     result = run_pipeline(f"cat /dev/zero | BLOBTOOL_MAX_STREAM_BYTES=50000000 {BLOBTOOL} info -", tmp_path,
                           text=True, timeout=60)
