@@ -345,18 +345,19 @@ def test_a_hangup_ignored_at_start_stays_ignored(tmp_path, big, converted):
 CHANGED = "changed while it was read: another process opened it for writing or truncated it"
 
 
-def _leased(pid: int) -> bool:
-    """Whether process `pid` holds a lease (/proc/locks: "1: LEASE ACTIVE READ <pid> ...")."""
+def _leased(path: Path) -> bool:
+    """Whether a process holds a lease on `path` (/proc/locks: "1: LEASE ACTIVE READ <pid> <dev>:<inode> ...")."""
+    inode = str(path.stat().st_ino)
     with open("/proc/locks") as f:
-        return any(fields[1] == "LEASE" and fields[4] == str(pid) for fields in map(str.split, f)
-                   if len(fields) > 4)
+        return any(fields[1] == "LEASE" and fields[5].split(":")[-1] == inode for fields in map(str.split, f)
+                   if len(fields) > 5)
 
 
-def _wait_for_lease(proc, timeout: float = 60.0) -> None:
+def _wait_for_lease(proc, *paths: Path, timeout: float = 60.0) -> None:
     deadline = time.monotonic() + timeout
-    while not _leased(proc.pid) and proc.poll() is None and time.monotonic() < deadline:
+    while not all(map(_leased, paths)) and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.002)
-    assert _leased(proc.pid), "blobtool took no lease on its input"
+    assert all(map(_leased, paths)), "blobtool took no lease on its input"
 
 
 def _truncate_later(path: Path) -> threading.Thread:
@@ -376,7 +377,7 @@ def test_an_input_truncated_while_it_is_written_out_is_exit_3_one_line(tmp_path)
     path = write_float_blob(tmp_path / "in.pb", 10_000_000)
     proc = subprocess.Popen(blobtool_cmd("convert", "--double", path, "-o", "-"), env=subprocess_env(),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    _wait_for_lease(proc)
+    _wait_for_lease(proc, path)
     assert proc.stdout.read(1000)  # it is writing
     truncating = _truncate_later(path)
     stdout, stderr = proc.communicate(timeout=60)
@@ -410,13 +411,29 @@ def test_an_input_truncated_while_it_is_read_is_never_a_signal(tmp_path, command
     write_float_blob(tmp_path / "in.pb", 20_000_000)
     proc = subprocess.Popen(blobtool_cmd(*command.split()), cwd=tmp_path, env=subprocess_env(),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    _wait_for_lease(proc)
+    _wait_for_lease(proc, tmp_path / "in.pb")
     time.sleep(delay)
     truncating = _truncate_later(tmp_path / "in.pb")
     _, stderr = proc.communicate(timeout=60)
     truncating.join(timeout=60)
     assert proc.returncode in (0, 3), stderr
     assert stderr in ("", f"blobtool: in.pb: {CHANGED}\n")
+
+
+@needs_leases
+def test_an_input_truncated_in_a_worker_process_is_exit_3_one_line(tmp_path):
+    # Several files at once: each worker process leases its own input.
+    for name in ("a.pb", "b.pb"):
+        write_float_blob(tmp_path / name, 30_000_000)
+    env = subprocess_env(BLOBTOOL_PARALLEL_MIN_BYTES="0")
+    proc = subprocess.Popen(blobtool_cmd("norm", "-j", "2", "a.pb", "b.pb"), cwd=tmp_path, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    _wait_for_lease(proc, tmp_path / "b.pb")
+    truncating = _truncate_later(tmp_path / "b.pb")
+    _, stderr = proc.communicate(timeout=60)
+    truncating.join(timeout=60)
+    assert proc.returncode in (0, 3), stderr
+    assert stderr in ("", f"blobtool: b.pb: {CHANGED}\n")
 
 
 def test_an_input_open_for_writing_elsewhere_is_read_as_a_copy(tmp_path):
