@@ -6,7 +6,8 @@ library (formats, api, compare, report) and print what it returns.
 - group.py: the blobtool group, its options, and the mapping of errors to
   one stderr line and an exit code (errors.ExitCode);
 - options.py: the options commands share;
-- process.py: process set-up (BLAS threads, memory settings, worker pool);
+- process.py: process set-up (BLAS threads, memory settings, signals, closed
+  standard streams, worker pool);
 - output.py: JSON Lines, tables, warnings, progress bars;
 - work.py: opening inputs, selecting blobs, placing them on a GPU;
 - inspect.py (info, norm, compare, devices), write.py (scale, update,
