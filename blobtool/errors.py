@@ -109,14 +109,22 @@ class OutputError(BlobToolError):
 
 
 class Stopped(KeyboardInterrupt):
-    """A signal asked blobtool to stop (SIGINT, SIGTERM, SIGHUP): exit 128 + the signal's number.
+    """Something outside blobtool stopped it: a signal (exit 128 + its number), or a writer of an input (exit 3).
 
-    A KeyboardInterrupt, so that whatever cleans up after Ctrl-C (removing a
-    temporary output) cleans up after the others too.
+    A KeyboardInterrupt, not an Exception: it arrives at any point (from a
+    signal handler), no code that tries one reading and then another can
+    take it for a failed try, and whatever cleans up after Ctrl-C (removing
+    a temporary output) cleans up after it too.
     """
 
-    def __init__(self, signum: int, name: str):
-        super().__init__(name)
-        self.signum = signum
-        self.exit_code = 128 + signum
-        self.message = "interrupted" if name == "SIGINT" else f"interrupted by {name}"
+    def __init__(self, message: str, exit_code: int):
+        super().__init__(message)
+        self.message = message
+        self.exit_code = exit_code
+
+    def __reduce__(self):  # from a worker process to the command
+        return type(self), (self.message, self.exit_code)
+
+    @classmethod
+    def by_signal(cls, signum: int, name: str) -> "Stopped":
+        return cls("interrupted" if name == "SIGINT" else f"interrupted by {name}", 128 + signum)

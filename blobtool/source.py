@@ -39,7 +39,7 @@ except ImportError:  # not on Windows: no leases there
     fcntl = None
 from dataclasses import dataclass
 
-from .errors import FormatError, OutputError, UsageError
+from .errors import ExitCode, FormatError, OutputError, Stopped, UsageError
 
 __all__ = ["Source", "open_source", "atomic_output", "display_name", "release_pages", "releasing", "guard_inputs",
            "guarding", "stream_limit", "STDIO", "STREAM_LIMIT"]
@@ -234,9 +234,10 @@ def _read_stream(stream, name: str) -> Source:
 # a read lease on each file it maps (fcntl F_SETLEASE): the kernel then holds
 # back any other open for writing or truncate, for up to
 # /proc/sys/fs/lease-break-time seconds, and tells blobtool with SIGIO; the
-# handler raises FormatError ("changed while it was read"), the command
-# exits 3 after removing its temporary output, and the lease goes with the
-# mapping at exit. A file that cannot be leased (another user's file without
+# handler raises errors.Stopped ("changed while it was read", exit 3: like
+# a signal, no reader's try-and-fall-back can swallow it), the command exits
+# after removing its temporary output, and the lease goes with the mapping
+# at exit. A file that cannot be leased (another user's file without
 # CAP_LEASE, a file already open for writing, a file system without leases)
 # is copied into memory instead and refused if it changed meanwhile.
 
@@ -279,9 +280,9 @@ def _lease_broken(signum, frame) -> None:
         except OSError:
             continue
         if breaking:
-            _leases.clear()  # one error, however many writers come
-            raise FormatError("changed while it was read: another process opened it for writing "
-                              "or truncated it", path=name)
+            _leases.clear()  # one stop, however many writers come
+            raise Stopped(f"{name}: changed while it was read: another process opened it for writing "
+                          "or truncated it", ExitCode.INPUT)
 
 
 @contextlib.contextmanager

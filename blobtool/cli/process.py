@@ -76,7 +76,7 @@ def _stop(signum, frame) -> None:
     for name in _STOP_SIGNALS:
         if hasattr(signal, name):
             signal.signal(getattr(signal, name), signal.SIG_IGN)
-    raise Stopped(signum, signal.Signals(signum).name)
+    raise Stopped.by_signal(signum, signal.Signals(signum).name)
 
 
 def guard_standard_streams() -> None:
