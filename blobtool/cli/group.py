@@ -88,7 +88,7 @@ def fail_output(exc: OSError) -> int:
 
 
 def stopped(exc: KeyboardInterrupt) -> int:
-    """Say that a signal stopped blobtool; its exit code (128 + the signal)."""
+    """Say what stopped blobtool (a signal, a writer of an input: errors.Stopped, or Ctrl-C); its exit code."""
     say_error(getattr(exc, "message", "interrupted"))
     return getattr(exc, "exit_code", ExitCode.INTERRUPTED)
 
