@@ -20,6 +20,7 @@ __all__ = [
     "UsageError",
     "DeviceError",
     "OutputError",
+    "Stopped",
     "format_location",
 ]
 
@@ -34,7 +35,9 @@ class ExitCode(enum.IntEnum):
     DEVICE = 4         # a GPU was asked for and is not available
     OUTPUT = 5         # the output cannot be written
     INTERNAL = 70      # a bug (EX_SOFTWARE); --debug shows the traceback
+    HANGUP = 129       # SIGHUP (128 + 1)
     INTERRUPTED = 130  # SIGINT (128 + 2), as shells report it
+    TERMINATED = 143   # SIGTERM (128 + 15)
 
 
 def format_location(path=None, offset=None, field=None) -> str:
@@ -103,3 +106,25 @@ class OutputError(BlobToolError):
     """The output cannot be written (exit 5)."""
 
     exit_code = ExitCode.OUTPUT
+
+
+class Stopped(KeyboardInterrupt):
+    """Something outside blobtool stopped it: a signal (exit 128 + its number), or a writer of an input (exit 3).
+
+    A KeyboardInterrupt, not an Exception: it arrives at any point (from a
+    signal handler), no code that tries one reading and then another can
+    take it for a failed try, and whatever cleans up after Ctrl-C (removing
+    a temporary output) cleans up after it too.
+    """
+
+    def __init__(self, message: str, exit_code: int):
+        super().__init__(message)
+        self.message = message
+        self.exit_code = exit_code
+
+    def __reduce__(self):  # from a worker process to the command
+        return type(self), (self.message, self.exit_code)
+
+    @classmethod
+    def by_signal(cls, signum: int, name: str) -> "Stopped":
+        return cls("interrupted" if name == "SIGINT" else f"interrupted by {name}", 128 + signum)

@@ -3,12 +3,18 @@
 Inputs are memory-mapped copy-on-write (``mmap.ACCESS_COPY``): the blob's
 arrays view the file's pages directly, writes to them (scale, update) touch a
 private copy of the touched pages only, and the file itself never changes.
-Standard input and pipes are read into memory once.
+Under guard_inputs() (the command line) each mapped file is also leased, so
+that a writer that truncates it cannot kill the reader with SIGBUS (see
+"guarding" below). Standard input, pipes and files the kernel reports as
+empty (/proc) are read into memory once, at most stream_limit() bytes;
+devices and folders are refused.
 
 Outputs are written to a temporary file in the target's folder, flushed,
 fsynced and renamed over the target, so a failed or interrupted write leaves
 any earlier file as it was, and ``-o`` may name the input: the input stays
-mapped from its old inode while the new file takes its name.
+mapped from its old inode while the new file takes its name. A symbolic
+link's target is replaced the same way; FIFOs, character devices, sockets
+and open descriptors (/dev/stdout) are written in place.
 
 Pages of a mapped input that a writer has streamed out can be handed back
 to the kernel (``release_pages`` inside ``releasing()``), so converting a
@@ -21,18 +27,31 @@ import contextlib
 import io
 import mmap
 import os
+import re
+import signal
 import stat
 import sys
-import tempfile
+import weakref
+
+try:
+    import fcntl
+except ImportError:  # not on Windows: no leases there
+    fcntl = None
 from dataclasses import dataclass
 
-import numpy as np
+from .errors import ExitCode, FormatError, OutputError, Stopped, UsageError
 
-from .errors import FormatError, OutputError, UsageError
-
-__all__ = ["Source", "open_source", "atomic_output", "display_name", "release_pages", "releasing", "STDIO"]
+__all__ = ["Source", "open_source", "atomic_output", "display_name", "release_pages", "releasing", "guard_inputs",
+           "guarding", "stream_limit", "STDIO", "STREAM_LIMIT"]
 
 STDIO = "-"
+
+# What is read from a pipe or standard input at most: a stream has no size
+# to check lengths against, and `cat /dev/zero |` never ends. Files have no
+# such limit (their size is known before anything is read).
+STREAM_LIMIT = 4 << 30
+STREAM_LIMIT_VARIABLE = "BLOBTOOL_MAX_STREAM_BYTES"
+_STREAM_CHUNK = 16 << 20
 
 
 @dataclass
@@ -73,19 +92,24 @@ def display_name(src) -> str:
 def open_source(src) -> Source:
     """Open a path, "-" (standard input) or a binary file object for reading.
 
-    Regular files are memory-mapped copy-on-write; anything else is read once
-    into a bytearray (writable, so adopted arrays can be scaled in place).
+    Regular files are memory-mapped copy-on-write (or, when inputs are
+    guarded but the file cannot be leased, copied in and checked for changes);
+    pipes, sockets and files the kernel reports as empty (/proc) are read
+    once into a bytearray (writable, so adopted arrays can be scaled in
+    place), at most stream_limit() bytes. Devices and folders are refused.
     """
     name = display_name(src)
     if src == STDIO:
-        return _read_stream(sys.stdin.buffer, name)
+        if sys.stdin is None:
+            raise FormatError("cannot read: standard input is closed", path=name)
+        src = sys.stdin.buffer  # `< file.pb` is mapped like the file itself
     if isinstance(src, (str, os.PathLike)):
         try:
             fd = os.open(os.fspath(src), os.O_RDONLY | getattr(os, "O_BINARY", 0))
         except OSError as exc:
             raise FormatError(f"cannot open: {exc.strerror}", path=name) from exc
         try:
-            return _map_fd(fd, name)
+            return _open_fd(fd, name)
         finally:
             os.close(fd)
     if hasattr(src, "read"):
@@ -94,37 +118,171 @@ def open_source(src) -> Source:
             st = os.fstat(fd)
         except (AttributeError, OSError, io.UnsupportedOperation):
             fd = None
-        if fd is not None and stat.S_ISREG(st.st_mode) and src.seekable() and src.tell() == 0:
-            return _map_fd(fd, name)
+        if fd is not None:
+            _refuse_device(st, name)
+            if stat.S_ISREG(st.st_mode) and src.seekable() and src.tell() == 0:
+                return _open_fd(fd, name)
         return _read_stream(src, name)
     raise UsageError(f"expected a path, '-' or a binary file object, got {type(src).__name__}")
 
 
-def _map_fd(fd: int, name: str) -> Source:
+def _refuse_device(st: os.stat_result, name: str) -> None:
+    # A device has no size to check lengths against, and /dev/zero never
+    # ends; /dev/null, the conventional nothing, reads as an empty stream.
+    if stat.S_ISDIR(st.st_mode):
+        raise FormatError("is a directory", path=name)
+    if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode):
+        with contextlib.suppress(OSError):
+            if stat.S_ISCHR(st.st_mode) and st.st_rdev == os.stat(os.devnull).st_rdev:
+                return
+        what = "character" if stat.S_ISCHR(st.st_mode) else "block"
+        raise FormatError(f"is a {what} device, not a file or a pipe", path=name)
+
+
+def _open_fd(fd: int, name: str) -> Source:
     try:
         st = os.fstat(fd)
     except OSError as exc:
         raise FormatError(f"cannot read: {exc.strerror}", path=name) from exc
-    if stat.S_ISDIR(st.st_mode):
-        raise FormatError("is a directory", path=name)
-    if not stat.S_ISREG(st.st_mode):
+    _refuse_device(st, name)
+    if not stat.S_ISREG(st.st_mode) or st.st_size == 0:
+        # A pipe, a socket, or a file whose size the kernel does not know (/proc/self/status).
         with os.fdopen(os.dup(fd), "rb") as stream:
             return _read_stream(stream, name)
+    if not _guarded:
+        return _map(fd, name, st.st_size)
+    if not _lease(fd):
+        return _read_file(fd, name)
+    st = os.fstat(fd)  # as it is now that no writer can come unnoticed
     if st.st_size == 0:
-        return Source(name, bytearray(), 0)
+        return _read_file(fd, name)
+    source = _map(fd, name, st.st_size)
+    watched = os.dup(fd)
+    _leases[watched] = name
+    weakref.finalize(source.buf, _unwatch, watched)
+    return source
+
+
+def _map(fd: int, name: str, size: int) -> Source:
     try:
-        mapped = mmap.mmap(fd, st.st_size, access=mmap.ACCESS_COPY)
+        mapped = mmap.mmap(fd, size, access=mmap.ACCESS_COPY)
     except (OSError, ValueError) as exc:
         raise FormatError(f"cannot map the file: {exc}", path=name) from exc
-    return Source(name, mapped, st.st_size)
+    return Source(name, mapped, size)
+
+
+def _read_file(fd: int, name: str) -> Source:
+    """A regular file copied into memory, refused if it changed while it was read."""
+    before = os.fstat(fd)
+    data = bytearray(before.st_size)
+    view = memoryview(data)
+    done = 0
+    try:
+        while done < len(data):
+            n = os.preadv(fd, [view[done:]], done)
+            if n == 0:
+                raise FormatError(f"shrank while it was read: {before.st_size} bytes at first, "
+                                  f"{done} by the end", path=name)
+            done += n
+        after = os.fstat(fd)
+    except OSError as exc:
+        raise FormatError(f"cannot read: {exc.strerror}", path=name) from exc
+    if _identity(after) != _identity(before):
+        raise FormatError("changed while it was read", path=name)
+    return Source(name, data, len(data))
+
+
+def _identity(st: os.stat_result) -> tuple:
+    return st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns
+
+
+def stream_limit() -> int:
+    """The most bytes read from a pipe or standard input: STREAM_LIMIT, or $BLOBTOOL_MAX_STREAM_BYTES."""
+    text = os.environ.get(STREAM_LIMIT_VARIABLE, "").strip()
+    if not text:
+        return STREAM_LIMIT
+    try:
+        limit = int(text)
+    except ValueError:
+        limit = -1
+    if limit < 0:
+        raise UsageError(f"{STREAM_LIMIT_VARIABLE}={text!r}: expected a number of bytes")
+    return limit
 
 
 def _read_stream(stream, name: str) -> Source:
+    limit = stream_limit()
+    data = bytearray()
     try:
-        data = bytearray(stream.read())
+        while len(data) <= limit:
+            chunk = stream.read(min(_STREAM_CHUNK, limit + 1 - len(data)))
+            if not chunk:
+                break
+            data += chunk
     except OSError as exc:
         raise FormatError(f"cannot read: {exc.strerror or exc}", path=name) from exc
+    if len(data) > limit:
+        raise FormatError(f"more than {limit} bytes from a stream (blobtool's limit, "
+                          f"{STREAM_LIMIT_VARIABLE} changes it; a file has no limit)", path=name)
     return Source(name, data, len(data))
+
+
+# -- guarding mapped inputs against writers -----------------------------------
+#
+# A mapped file that another process truncates kills the reader with SIGBUS
+# when it touches a page past the new end. The command line therefore takes
+# a read lease on each file it maps (fcntl F_SETLEASE): the kernel then holds
+# back any other open for writing or truncate, for up to
+# /proc/sys/fs/lease-break-time seconds, and tells blobtool with SIGIO; the
+# handler raises errors.Stopped ("changed while it was read", exit 3: like
+# a signal, no reader's try-and-fall-back can swallow it), the command exits
+# after removing its temporary output, and the lease goes with the mapping
+# at exit. A file that cannot be leased (another user's file without
+# CAP_LEASE, a file already open for writing, a file system without leases)
+# is copied into memory instead and refused if it changed meanwhile.
+
+_guarded = False
+_leases: dict = {}  # watched fd -> the input's name
+
+
+def guard_inputs() -> None:
+    """Lease mapped inputs from now on (the command line; call from the main thread)."""
+    global _guarded
+    if _guarded or not hasattr(fcntl, "F_SETLEASE") or not hasattr(signal, "SIGIO"):
+        return
+    signal.signal(signal.SIGIO, _lease_broken)
+    _guarded = True
+
+
+def guarding() -> bool:
+    """Whether mapped inputs are leased (guard_inputs was called)."""
+    return _guarded
+
+
+def _lease(fd: int) -> bool:
+    try:
+        fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_RDLCK)
+    except OSError:
+        return False
+    return True
+
+
+def _unwatch(fd: int) -> None:
+    _leases.pop(fd, None)
+    with contextlib.suppress(OSError):
+        os.close(fd)
+
+
+def _lease_broken(signum, frame) -> None:
+    for fd, name in list(_leases.items()):
+        try:
+            breaking = fcntl.fcntl(fd, fcntl.F_GETLEASE) != fcntl.F_RDLCK
+        except OSError:
+            continue
+        if breaking:
+            _leases.clear()  # one stop, however many writers come
+            raise Stopped(f"{name}: changed while it was read: another process opened it for writing "
+                          "or truncated it", ExitCode.INPUT)
 
 
 @contextlib.contextmanager
@@ -132,29 +290,36 @@ def atomic_output(dest):
     """Yield a binary file object whose contents replace `dest` only on success.
 
     `dest` is a path, "-" (standard output) or a binary file object (written
-    directly). For paths: a temporary file beside the target, fsync, rename,
-    and fsync of the folder; on any failure the temporary file is removed and
-    the target is left as it was. OS errors become OutputError (exit 5).
+    directly). A regular file or a new path: a temporary file beside the
+    target, fsync, rename, and fsync of the folder; on any failure the
+    temporary file is removed and the target is left as it was. A symbolic
+    link: the same for the file it points to, and the link stays. A FIFO, a
+    character device, a socket, or one of this process's open files
+    (/dev/stdout, /proc/self/fd/N): written directly, in order. OS errors
+    become OutputError (exit 5).
     """
     if dest == STDIO:
-        out = sys.stdout.buffer
-        try:
+        if sys.stdout is None:
+            raise OutputError("cannot write: standard output is closed", path="<stdout>")
+        with _direct(sys.stdout.buffer, "<stdout>") as out:
             yield out
-            out.flush()
-        except BrokenPipeError:
-            raise  # the reader went away: the command line stops quietly
-        except OSError as exc:
-            raise OutputError(f"cannot write: {exc.strerror or exc}", path="<stdout>") from exc
         return
     if not isinstance(dest, (str, os.PathLike)):
         yield dest
         return
-    path = os.fspath(dest)
+    name = os.fspath(dest)
+    path, direct = _resolve_output(name)
+    if direct:
+        with _open_direct(path, name) as stream, _direct(stream, name) as out:
+            yield out
+        return
+    import tempfile  # not at start-up: only writers need it
+
     folder = os.path.dirname(os.path.abspath(path))
     try:
-        fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=folder)
+        fd, tmp = tempfile.mkstemp(prefix=_temp_prefix(path), suffix=".tmp", dir=folder)
     except OSError as exc:
-        raise OutputError(f"cannot create a file in {folder}: {exc.strerror}", path=path) from exc
+        raise OutputError(f"cannot create a file in {folder}: {exc.strerror}", path=name) from exc
     try:
         with os.fdopen(fd, "wb") as out:
             yield out
@@ -166,7 +331,7 @@ def atomic_output(dest):
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         if isinstance(exc, OSError):
-            raise OutputError(f"cannot write: {exc.strerror or exc}", path=path) from exc
+            raise OutputError(f"cannot write: {exc.strerror or exc}", path=name) from exc
         raise
     with contextlib.suppress(OSError):
         dir_fd = os.open(folder, os.O_RDONLY)
@@ -174,6 +339,79 @@ def atomic_output(dest):
             os.fsync(dir_fd)
         finally:
             os.close(dir_fd)
+
+
+@contextlib.contextmanager
+def _direct(out, name: str):
+    try:
+        yield out
+        out.flush()
+    except BrokenPipeError:
+        raise  # the reader went away: the command line stops quietly
+    except OSError as exc:
+        raise OutputError(f"cannot write: {exc.strerror or exc}", path=name) from exc
+
+
+# Temporary names stay within NAME_MAX (255 bytes on most file systems): the
+# target's name is cut to leave room for the dots, the random part and ".tmp".
+_TEMP_NAME_ROOM = 200
+_MAX_LINKS = 40  # the kernel's own limit (ELOOP)
+_PROC_FD = re.compile(r"^/proc/(?P<pid>\d+)/fd$")
+
+
+def _temp_prefix(path: str) -> str:
+    base = os.fsencode(os.path.basename(path))[:_TEMP_NAME_ROOM]
+    return "." + os.fsdecode(base) + "."
+
+
+def _resolve_output(path: str) -> tuple:
+    """(the path to write, whether to write it in place instead of replacing it)."""
+    for _ in range(_MAX_LINKS):
+        try:
+            st = os.lstat(path)
+        except OSError:
+            return path, False  # a new file (a missing folder is reported when the file is made)
+        if stat.S_ISREG(st.st_mode):
+            return path, False
+        if stat.S_ISDIR(st.st_mode):
+            raise UsageError("is a directory", path=path)
+        if stat.S_ISBLK(st.st_mode):
+            raise UsageError("is a block device: blobtool writes files, FIFOs, character devices and sockets",
+                             path=path)
+        if not stat.S_ISLNK(st.st_mode):
+            return path, True  # a FIFO, a character device or a socket
+        folder = os.path.dirname(os.path.abspath(path))
+        if _PROC_FD.match(os.path.realpath(folder)):
+            return path, True  # an open file of a process (/dev/stdout): written through it
+        path = os.path.join(folder, os.readlink(path))
+    raise OutputError("too many levels of symbolic links", path=path)
+
+
+def _open_direct(path: str, name: str):
+    """A binary stream onto a FIFO, device, socket or open file, written in place."""
+    try:
+        match = _PROC_FD.match(os.path.realpath(os.path.dirname(os.path.abspath(path))))
+        if match and int(match["pid"]) == os.getpid():
+            # This process's own descriptor: its offset and O_APPEND (`> f`, `>> f`) hold.
+            fd = os.dup(int(os.path.basename(path)))
+        elif stat.S_ISSOCK(os.stat(path).st_mode):
+            return _connect(path)
+        else:
+            fd = os.open(path, os.O_WRONLY | getattr(os, "O_BINARY", 0))
+    except OSError as exc:
+        raise OutputError(f"cannot open: {exc.strerror or exc}", path=name) from exc
+    return os.fdopen(fd, "wb")
+
+
+def _connect(path: str):
+    import socket
+
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.connect(path)
+        return sock.makefile("wb")
+    finally:
+        sock.close()  # the file object keeps the connection open
 
 
 def _copy_mode(target: str, tmp: str) -> None:
@@ -207,7 +445,7 @@ def releasing():
         _release = previous
 
 
-def release_pages(view: np.ndarray) -> None:
+def release_pages(view) -> None:
     """Let the kernel drop the memory-mapped pages wholly inside `view` (after they were written out).
 
     Only inside releasing(), and only for views of a private (copy-on-write)
@@ -217,6 +455,8 @@ def release_pages(view: np.ndarray) -> None:
     """
     if not _release:
         return
+    import numpy as np  # not at start-up: the command line imports this module before numpy's settings
+
     base = view
     while isinstance(base, np.ndarray):
         base = base.base

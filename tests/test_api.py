@@ -27,7 +27,7 @@ def _net_file(path):
 
 
 def test_exit_codes_are_one_enum():
-    assert [int(c) for c in ExitCode] == [0, 1, 2, 3, 4, 5, 70, 130]
+    assert [int(c) for c in ExitCode] == [0, 1, 2, 3, 4, 5, 70, 129, 130, 143]
     assert blobtool.errors.FormatError.exit_code is ExitCode.INPUT
     assert blobtool.errors.OutputError.exit_code == 5
 

@@ -7,20 +7,27 @@
   may remain: nothing runs after SIGKILL to remove it).
 - A file-size limit (RLIMIT_FSIZE, as a full disk) during a write: exit 5, one
   line, earlier output intact, no temporary file.
-- SIGINT mid-write: exit 130, one line, no traceback, no partial output.
+- SIGINT, SIGTERM, SIGHUP mid-write: exit 128 + the signal, one line, no
+  traceback, no partial output; a signal ignored at start stays ignored.
+- An input truncated or rewritten while it is read: exit 3, one line, never
+  SIGBUS, no partial output (leased inputs, and copied ones).
 - A closed pipe (| head -1) is a quiet exit 0.
 - The input is never changed, including when -o names it.
 """
 
 from __future__ import annotations
 
+import base64
 import hashlib
+import json
 import os
 import re
 import resource
+import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -302,17 +309,169 @@ def test_sigkill_mid_write_leaves_the_earlier_output_intact(tmp_path, big, conve
         (tmp_path / name).unlink()
 
 
-def test_sigint_mid_write_is_exit_130_with_no_partial_output(tmp_path, big):
+@pytest.mark.parametrize("signum, code, line", [
+    (signal.SIGINT, 130, "blobtool: interrupted\n"),
+    (signal.SIGTERM, 143, "blobtool: interrupted by SIGTERM\n"),
+    (signal.SIGHUP, 129, "blobtool: interrupted by SIGHUP\n"),
+], ids=["SIGINT", "SIGTERM", "SIGHUP"])
+def test_a_stop_signal_mid_write_is_exit_128_plus_the_signal_with_no_partial_output(tmp_path, big, signum, code,
+                                                                                    line):
     (tmp_path / "out.pb").write_bytes(EARLIER)
     proc = _start_convert(tmp_path, big)
     assert _wait_for_temp(proc, tmp_path, EXPECTED_SIZE // 4) is not None
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(signum)
     stdout, stderr = proc.communicate(timeout=60)
-    assert proc.returncode == 130
-    assert stderr == "blobtool: interrupted\n"
+    assert proc.returncode == code
+    assert stderr == line
     assert stdout == ""
     assert (tmp_path / "out.pb").read_bytes() == EARLIER
     assert temps(tmp_path) == []
+
+
+def test_a_hangup_ignored_at_start_stays_ignored(tmp_path, big, converted):
+    # nohup: SIGHUP was ignored when blobtool started, so the write completes.
+    proc = subprocess.Popen(blobtool_cmd("convert", "--double", big, "-o", "out.pb"), cwd=tmp_path,
+                            env=subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN))
+    assert _wait_for_temp(proc, tmp_path, EXPECTED_SIZE // 4) is not None
+    proc.send_signal(signal.SIGHUP)
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 0, stderr
+    assert digest(tmp_path / "out.pb") == converted
+
+
+# -- an input that changes while it is read ------------------------------------------------------
+
+CHANGED = "changed while it was read: another process opened it for writing or truncated it"
+
+
+def _leased(path: Path) -> bool:
+    """Whether a process holds a lease on `path` (/proc/locks: "1: LEASE ACTIVE READ <pid> <dev>:<inode> ...")."""
+    inode = str(path.stat().st_ino)
+    with open("/proc/locks") as f:
+        return any(fields[1] == "LEASE" and fields[5].split(":")[-1] == inode for fields in map(str.split, f)
+                   if len(fields) > 5)
+
+
+def _wait_for_lease(proc, *paths: Path, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not all(map(_leased, paths)) and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.002)
+    assert all(map(_leased, paths)), "blobtool took no lease on its input"
+
+
+def _truncate_later(path: Path) -> threading.Thread:
+    # The truncate waits until blobtool lets go of the file: in a thread.
+    thread = threading.Thread(target=os.truncate, args=(path, 100), daemon=True)
+    thread.start()
+    return thread
+
+
+needs_leases = pytest.mark.skipif(not os.path.exists("/proc/locks") or not hasattr(__import__("fcntl"), "F_SETLEASE"),
+                                  reason="file leases are Linux's (fcntl F_SETLEASE, /proc/locks)")
+
+
+@needs_leases
+def test_an_input_truncated_while_it_is_written_out_is_exit_3_one_line(tmp_path):
+    # Standard output is a pipe nobody reads yet: blobtool is held mid-write, deterministically.
+    path = write_float_blob(tmp_path / "in.pb", 10_000_000)
+    proc = subprocess.Popen(blobtool_cmd("convert", "--double", path, "-o", "-"), env=subprocess_env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    _wait_for_lease(proc, path)
+    assert proc.stdout.read(1000)  # it is writing
+    truncating = _truncate_later(path)
+    stdout, stderr = proc.communicate(timeout=60)
+    truncating.join(timeout=60)
+    assert proc.returncode == 3
+    assert stderr.decode() == f"blobtool: {path}: {CHANGED}\n"
+    assert path.stat().st_size == 100  # the writer went ahead once blobtool had stopped
+
+
+@needs_leases
+def test_an_input_truncated_mid_write_leaves_the_earlier_output_and_no_temporary_file(tmp_path, big):
+    shutil.copyfile(big, tmp_path / "in.pb")
+    (tmp_path / "out.pb").write_bytes(EARLIER)
+    proc = subprocess.Popen(blobtool_cmd("convert", "--double", "in.pb", "-o", "out.pb"), cwd=tmp_path,
+                            env=subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert _wait_for_temp(proc, tmp_path, EXPECTED_SIZE // 4) is not None
+    truncating = _truncate_later(tmp_path / "in.pb")
+    _, stderr = proc.communicate(timeout=60)
+    truncating.join(timeout=60)
+    assert proc.returncode == 3
+    assert stderr == f"blobtool: in.pb: {CHANGED}\n"
+    assert (tmp_path / "out.pb").read_bytes() == EARLIER
+    assert temps(tmp_path) == []
+
+
+@needs_leases
+@pytest.mark.parametrize("delay", [0.0, 0.2, 0.4])
+@pytest.mark.parametrize("command", ["norm in.pb", "info --stats in.pb", "compare in.pb in.pb"])
+def test_an_input_truncated_while_it_is_read_is_never_a_signal(tmp_path, command, delay):
+    # Whenever the truncate comes, blobtool finishes (exit 0) or says so (exit 3); never SIGBUS.
+    write_float_blob(tmp_path / "in.pb", 20_000_000)
+    proc = subprocess.Popen(blobtool_cmd(*command.split()), cwd=tmp_path, env=subprocess_env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    _wait_for_lease(proc, tmp_path / "in.pb")
+    time.sleep(delay)
+    truncating = _truncate_later(tmp_path / "in.pb")
+    _, stderr = proc.communicate(timeout=60)
+    truncating.join(timeout=60)
+    assert proc.returncode in (0, 3), stderr
+    assert stderr in ("", f"blobtool: in.pb: {CHANGED}\n")
+
+
+@needs_leases
+def test_an_input_truncated_in_a_worker_process_is_exit_3_one_line(tmp_path):
+    # Several files at once: each worker process leases its own input.
+    for name in ("a.pb", "b.pb"):
+        write_float_blob(tmp_path / name, 30_000_000)
+    env = subprocess_env(BLOBTOOL_PARALLEL_MIN_BYTES="0")
+    proc = subprocess.Popen(blobtool_cmd("norm", "-j", "2", "a.pb", "b.pb"), cwd=tmp_path, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    _wait_for_lease(proc, tmp_path / "b.pb")
+    truncating = _truncate_later(tmp_path / "b.pb")
+    _, stderr = proc.communicate(timeout=60)
+    truncating.join(timeout=60)
+    assert proc.returncode in (0, 3), stderr
+    assert stderr in ("", f"blobtool: b.pb: {CHANGED}\n")
+
+
+def test_an_input_open_for_writing_elsewhere_is_read_as_a_copy(tmp_path):
+    # The lease is refused while another process may write; the file is copied in instead.
+    path = write_float_blob(tmp_path / "in.pb", 1_000_000)
+    writer = os.open(path, os.O_WRONLY)
+    try:
+        result = run_blobtool("norm", "--json", path, text=True)
+    finally:
+        os.close(writer)
+    assert result.returncode == 0, result.stderr
+    ramp = np.arange(1 << 20, dtype=np.float64)[:1_000_000]
+    np.testing.assert_allclose(json.loads(result.stdout)["blobs"][0]["data"]["sumsq"], np.dot(ramp, ramp),
+                               rtol=1e-12)
+
+
+def test_an_input_changing_while_it_is_copied_is_exit_3_one_line(tmp_path):
+    path = write_float_blob(tmp_path / "in.pb", 25_000_000)
+    full = path.stat().st_size
+    writer = os.open(path, os.O_WRONLY)
+    stop = threading.Event()
+
+    def rewrite():  # cut the file and restore its length, until blobtool is done
+        while not stop.is_set():
+            os.ftruncate(writer, full // 2)
+            os.ftruncate(writer, full)
+
+    thread = threading.Thread(target=rewrite, daemon=True)
+    thread.start()
+    try:
+        result = run_blobtool("norm", path, text=True)
+    finally:
+        stop.set()
+        thread.join(timeout=60)
+        os.close(writer)
+    assert result.returncode == 3
+    assert re.fullmatch(rf"blobtool: {re.escape(str(path))}: (changed while it was read"
+                        r"|shrank while it was read: \d+ bytes at first, \d+ by the end)\n", result.stderr)
 
 
 # -- a closed pipe --------------------------------------------------------------------------------
@@ -403,3 +562,122 @@ def test_input_opened_read_only_can_still_be_scaled_in_memory(tmp_path):
         blob.scale_data(2)
     np.testing.assert_array_equal(blob.cpu_data(), 2 * np.arange(1000, dtype=np.float32))
     assert digest(path) == before
+
+
+# -- inputs that are not regular files, folders, unreadable files --------------------------------
+
+READERS = [
+    ["info", "X"], ["norm", "X"], ["compare", "X", "small.pb"], ["compare", "small.pb", "X"],
+    ["convert", "X", "-o", "out.pb"], ["scale", "X", "2", "-o", "out.pb"], ["update", "X", "-o", "out.pb"],
+    ["show", "X"],
+]
+
+
+def _unreadable(tmp_path: Path) -> Path:
+    path = tmp_path / "locked.pb"
+    path.write_bytes(small_net())
+    path.chmod(0)
+    if os.access(path, os.R_OK):  # root reads anything, but not a write-only entry of /proc/sys
+        path = Path("/proc/sys/vm/compact_memory")
+        if not path.exists() or os.access(path, os.R_OK):
+            pytest.skip("running as root, and no unreadable file to read here")
+    return path
+
+
+@pytest.mark.parametrize("args", READERS, ids=[" ".join(a) for a in READERS])
+@pytest.mark.parametrize("what", ["folder", "unreadable"])
+def test_a_folder_or_an_unreadable_input_is_exit_3_for_every_command(tmp_path, small, args, what):
+    if what == "folder":
+        (tmp_path / "sub").mkdir()
+        target, reason = "sub", "is a directory"
+    else:
+        target, reason = str(_unreadable(tmp_path)), "cannot open: Permission denied"
+    result = run_blobtool(*[target if a == "X" else a for a in args], cwd=tmp_path, text=True)
+    assert result.returncode == 3
+    assert result.stderr == f"blobtool: {target}: {reason}\n"
+    assert not (tmp_path / "out.pb").exists()
+
+
+@pytest.mark.parametrize("how", ["path", "stdin"])
+def test_a_character_device_input_is_refused_at_once(tmp_path, how):
+    # /dev/zero never ends: refused before anything is read.
+    args, kw = (["info", "/dev/zero"], {}) if how == "path" else (["info", "-"], {"stdin": open("/dev/zero", "rb")})
+    try:
+        result = run_blobtool(*args, cwd=tmp_path, text=True, timeout=30, **kw)
+    finally:
+        for f in kw.values():
+            f.close()
+    name = "/dev/zero" if how == "path" else "<stdin>"
+    assert result.returncode == 3
+    assert result.stderr == f"blobtool: {name}: is a character device, not a file or a pipe\n"
+
+
+def test_dev_null_on_stdin_is_an_empty_input(tmp_path):
+    result = run_blobtool("info", "-", stdin=subprocess.DEVNULL, cwd=tmp_path, text=True)
+    assert result.returncode == 3
+    assert result.stderr == "blobtool: <stdin>: empty file: a Caffe file holds at least one field\n"
+
+
+def test_a_stream_is_read_up_to_its_bound(tmp_path, small):
+    size = small.stat().st_size
+    for limit, code in ((size, 0), (size - 1, 3)):
+        result = run_pipeline(f"cat small.pb | BLOBTOOL_MAX_STREAM_BYTES={limit} {BLOBTOOL} norm", tmp_path, text=True)
+        assert result.returncode == code, result.stderr
+        if code:
+            assert result.stderr == (f"blobtool: <stdin>: more than {limit} bytes from a stream (blobtool's limit, "
+                                     "BLOBTOOL_MAX_STREAM_BYTES changes it; a file has no limit)\n")
+
+
+def test_standard_input_from_a_file_is_read_as_the_file_without_the_bound(tmp_path, small):
+    result = run_pipeline(f"BLOBTOOL_MAX_STREAM_BYTES=10 {BLOBTOOL} norm --json < small.pb", tmp_path, text=True)
+    assert result.returncode == 0, result.stderr
+    expected = run_blobtool("norm", "--json", "small.pb", cwd=tmp_path, text=True)
+    assert json.loads(result.stdout)["blobs"] == json.loads(expected.stdout)["blobs"]
+
+
+def test_an_endless_stream_stops_at_the_bound(tmp_path):
+    result = run_pipeline(f"cat /dev/zero | BLOBTOOL_MAX_STREAM_BYTES=50000000 {BLOBTOOL} info -", tmp_path,
+                          text=True, timeout=60)
+    assert result.returncode == 3
+    assert result.stderr.startswith("blobtool: <stdin>: more than 50000000 bytes from a stream")
+
+
+@pytest.mark.parametrize("value", ["abc", "-1", "1.5"])
+def test_a_bad_stream_bound_is_a_usage_error(tmp_path, small, value):
+    result = run_pipeline(f"cat small.pb | BLOBTOOL_MAX_STREAM_BYTES={value} {BLOBTOOL} info", tmp_path, text=True)
+    assert result.returncode == 2
+    assert result.stderr == f"blobtool: BLOBTOOL_MAX_STREAM_BYTES={value!r}: expected a number of bytes\n"
+
+
+def test_a_named_pipe_is_read_as_a_stream(tmp_path, small):
+    os.mkfifo(tmp_path / "fifo")
+    feeder = threading.Thread(target=lambda: (tmp_path / "fifo").write_bytes(small.read_bytes()), daemon=True)
+    feeder.start()
+    result = run_blobtool("norm", "--json", "fifo", cwd=tmp_path, text=True)
+    feeder.join(timeout=60)
+    assert result.returncode == 0, result.stderr
+    expected = run_blobtool("norm", "--json", "small.pb", cwd=tmp_path, text=True)
+    assert json.loads(result.stdout)["blobs"] == json.loads(expected.stdout)["blobs"]
+
+
+def test_a_file_the_kernel_calls_empty_is_read_as_a_stream(tmp_path):
+    # /proc/self/status has size 0 in stat() but holds text: it is read, and refused for what it holds.
+    result = run_blobtool("info", "/proc/self/status", cwd=tmp_path, text=True)
+    assert result.returncode == 3
+    assert "empty file" not in result.stderr
+    assert result.stderr.startswith("blobtool: /proc/self/status: ") and result.stderr.count("\n") == 1
+
+
+def test_a_file_name_that_is_not_utf8_is_kept_byte_for_byte_in_json(tmp_path, small):
+    raw = b"caf\xff\xfe.pb"
+    os.link(small, os.path.join(os.fsencode(tmp_path), raw))
+    name = os.fsdecode(raw)
+    for args, key in ((["info", "--json", name], "path"), (["norm", "--json", name], "path"),
+                      (["compare", "--json", name, "small.pb"], "a"), (["compare", "--json", "small.pb", name], "b")):
+        result = run_blobtool(*args, cwd=tmp_path)
+        assert result.returncode == 0, result.stderr
+        record = json.loads(result.stdout.decode("utf-8"))  # strict UTF-8: no lone surrogates
+        assert record[key] == "caf\ufffd\ufffd.pb"
+        assert base64.b64decode(record[key + "_base64"]) == raw
+        assert list(record).index(key + "_base64") == list(record).index(key) + 1
+        assert "path_base64" not in json.loads(run_blobtool("info", "--json", "small.pb", cwd=tmp_path).stdout)

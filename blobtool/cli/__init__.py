@@ -6,7 +6,8 @@ library (formats, api, compare, report) and print what it returns.
 - group.py: the blobtool group, its options, and the mapping of errors to
   one stderr line and an exit code (errors.ExitCode);
 - options.py: the options commands share;
-- process.py: process set-up (BLAS threads, memory settings, worker pool);
+- process.py: process set-up (BLAS threads, memory settings, signals, closed
+  standard streams, worker pool);
 - output.py: JSON Lines, tables, warnings, progress bars;
 - work.py: opening inputs, selecting blobs, placing them on a GPU;
 - inspect.py (info, norm, compare, devices), write.py (scale, update,
@@ -21,9 +22,9 @@ from __future__ import annotations
 import sys
 
 from ..errors import ExitCode
-from .group import cli, quiet_broken_pipe, say_error
+from .group import cli, fail_output, is_output_failure, quiet_broken_pipe, stopped
 from .inspect import compare, devices, info, norm
-from .process import keep_freed_memory, single_threaded_blas
+from .process import guard_standard_streams, keep_freed_memory, single_threaded_blas, stop_on_signals
 from .show import show
 from .write import convert, scale, update
 
@@ -37,13 +38,21 @@ for _command in COMMANDS:
 
 def main(argv=None) -> None:
     """Entry point of the blobtool script and of python -m blobtool."""
-    single_threaded_blas()
+    from ..source import guard_inputs
+
+    single_threaded_blas()  # first: before anything imports numpy
     keep_freed_memory()
+    guard_standard_streams()
+    stop_on_signals()
+    guard_inputs()
     try:
         cli.main(args=argv, prog_name="blobtool")
     except BrokenPipeError:
         quiet_broken_pipe()
         sys.exit(ExitCode.OK)
-    except KeyboardInterrupt:
-        say_error("interrupted")
-        sys.exit(ExitCode.INTERRUPTED)
+    except KeyboardInterrupt as exc:
+        sys.exit(stopped(exc))
+    except OSError as exc:  # --help or --version into a full or closed standard output
+        if not is_output_failure(exc):
+            raise
+        sys.exit(fail_output(exc))

@@ -2,8 +2,8 @@
 
 Exit codes are errors.ExitCode (see the README): 0 ok; 1 differences found or
 a check failed; 2 usage error; 3 input unreadable or invalid; 4 GPU asked
-for but not available; 5 output cannot be written; 70 internal error; 130
-interrupted.
+for but not available; 5 output cannot be written; 70 internal error; 128 + N
+stopped by signal N (130 SIGINT, 143 SIGTERM, 129 SIGHUP).
 """
 
 from __future__ import annotations
@@ -17,12 +17,14 @@ import click
 from .. import __version__
 from ..errors import BlobToolError, ExitCode
 
-__all__ = ["BlobtoolGroup", "cli", "CONTEXT_SETTINGS", "say_error", "quiet_broken_pipe"]
+__all__ = ["BlobtoolGroup", "cli", "CONTEXT_SETTINGS", "say_error", "quiet_broken_pipe", "is_output_failure",
+           "fail_output", "stopped"]
 
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
-# OS errors that mean "the output cannot be written" (exit 5) when they escape.
-_OUTPUT_ERRNOS = {errno.ENOSPC, errno.EFBIG, errno.EDQUOT, errno.EIO}
+# OS errors that mean "the output cannot be written" (exit 5) when they escape;
+# EBADF: standard output was closed (see process.guard_standard_streams).
+_OUTPUT_ERRNOS = {errno.ENOSPC, errno.EFBIG, errno.EDQUOT, errno.EIO, errno.EBADF}
 
 
 def _debug_enabled() -> bool:
@@ -40,8 +42,18 @@ def _print_traceback() -> None:
 
 
 def say_error(message: str) -> None:
-    """One line on stderr: "blobtool: " and the message, its line breaks turned into blanks."""
-    click.echo("blobtool: " + " ".join(str(message).split("\n")), err=True)
+    """One line on stderr: "blobtool: " and the message, its line breaks turned into blanks.
+
+    A closed or full stderr (2>&-, 2>/dev/full) loses the line, not the exit code.
+    """
+    _say("blobtool: " + " ".join(str(message).split("\n")))
+
+
+def _say(line: str) -> None:
+    try:
+        click.echo(line, err=True)
+    except (OSError, ValueError):
+        _discard(sys.stderr)
 
 
 def quiet_broken_pipe() -> None:
@@ -49,11 +61,36 @@ def quiet_broken_pipe() -> None:
 
     Stops quietly, and keeps Python's final flush of stdout from complaining.
     """
+    _discard(sys.stdout)
+
+
+def _discard(stream) -> None:
+    # What is still buffered for a stream that failed goes to /dev/null at
+    # exit: a failed final flush would make Python exit 120.
     try:
         devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-    except (OSError, ValueError):
+        os.dup2(devnull, stream.fileno())
+        os.close(devnull)
+    except (AttributeError, OSError, ValueError):
         pass
+
+
+def is_output_failure(exc: OSError) -> bool:
+    """Whether an OS error that escaped a command means standard output cannot be written."""
+    return exc.errno in _OUTPUT_ERRNOS
+
+
+def fail_output(exc: OSError) -> int:
+    """Say that standard output cannot be written (files are written through atomic_output); exit 5."""
+    say_error(f"<stdout>: cannot write: {exc.strerror}")
+    quiet_broken_pipe()  # and no second complaint from the final flush
+    return ExitCode.OUTPUT
+
+
+def stopped(exc: KeyboardInterrupt) -> int:
+    """Say what stopped blobtool (a signal, a writer of an input: errors.Stopped, or Ctrl-C); its exit code."""
+    say_error(getattr(exc, "message", "interrupted"))
+    return getattr(exc, "exit_code", ExitCode.INTERRUPTED)
 
 
 class BlobtoolGroup(click.Group):
@@ -69,11 +106,10 @@ class BlobtoolGroup(click.Group):
         except click.ClickException as exc:
             command = exc.ctx.command_path if getattr(exc, "ctx", None) else "blobtool"
             hint = f" (see '{command} --help')" if isinstance(exc, click.UsageError) else ""
-            click.echo(f"{command}: {exc.format_message()}{hint}", err=True)
+            _say(f"{command}: {exc.format_message()}{hint}")
             sys.exit(exc.exit_code)
-        except click.exceptions.Abort:
-            say_error("interrupted")
-            sys.exit(ExitCode.INTERRUPTED)
+        except click.exceptions.Abort as exc:  # a signal while the arguments were parsed
+            sys.exit(stopped(exc.__cause__ if isinstance(exc.__cause__, KeyboardInterrupt) else exc))
         sys.exit(code if isinstance(code, int) else ExitCode.OK)
 
     def invoke(self, ctx):
@@ -83,23 +119,22 @@ class BlobtoolGroup(click.Group):
             if _debug_enabled():
                 _print_traceback()
             say_error(str(exc))
+            if exc.path == "<stdout>":
+                quiet_broken_pipe()  # no second complaint from the final flush
             ctx.exit(exc.exit_code)
-        except KeyboardInterrupt:
-            say_error("interrupted")
-            ctx.exit(ExitCode.INTERRUPTED)
+        except KeyboardInterrupt as exc:
+            ctx.exit(stopped(exc))
         except BrokenPipeError:
             quiet_broken_pipe()
             ctx.exit(ExitCode.OK)
         except (click.exceptions.Exit, click.ClickException, click.exceptions.Abort):
             raise
         except OSError as exc:
-            if exc.errno not in _OUTPUT_ERRNOS:
+            if not is_output_failure(exc):
                 raise
             # Results printed to a full disk (blobtool info > /dev/full): files are
             # written through atomic_output, so this is standard output.
-            say_error(f"<stdout>: cannot write: {exc.strerror}")
-            quiet_broken_pipe()  # and no second complaint from the final flush
-            ctx.exit(ExitCode.OUTPUT)
+            ctx.exit(fail_output(exc))
         except Exception as exc:  # a bug: one line, traceback with --debug
             if _debug_enabled():
                 _print_traceback()
@@ -118,7 +153,8 @@ def cli(debug: bool) -> None:
 
     \b
     Exit codes: 0 ok, 1 differences found or a check failed, 2 usage error,
-    3 input unreadable or invalid, 4 GPU not available, 5 output not writable.
+    3 input unreadable or invalid, 4 GPU not available, 5 output not writable,
+    128+N stopped by signal N.
 
     \b
     Example:

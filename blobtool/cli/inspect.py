@@ -10,7 +10,7 @@ from ..errors import ExitCode
 from ..report import text
 from .group import CONTEXT_SETTINGS, say_error
 from .names import names_options, renamed, warn_all
-from .options import blob_option, device_option, inputs, jobs_option, json_option, kind_option
+from .options import INPUT, blob_option, device_option, inputs, jobs_option, json_option, kind_option
 from .output import consoles, emit, emit_json, progress
 from .process import records
 from .work import array_module, open_input, place, use_device
@@ -37,7 +37,7 @@ def _emit_compare(record: dict, as_json: bool, quiet: bool) -> None:
 
 
 @click.command(context_settings=CONTEXT_SETTINGS)
-@click.argument("files", nargs=-1, type=click.Path(dir_okay=True, allow_dash=True))
+@click.argument("files", nargs=-1, type=INPUT)
 @click.option("--stats", is_flag=True, help="Add min, max, mean, std and NaN/Inf counts (reads the values).")
 @click.option("--check", type=click.Choice(["finite"]), default=None,
               help="Exit 1 when a check fails; finite: no NaN or Inf in the selected blobs' data and diff "
@@ -106,7 +106,7 @@ def _emit_mapping(record: dict, as_json: bool) -> None:
 
 
 @click.command(context_settings=CONTEXT_SETTINGS)
-@click.argument("files", nargs=-1, type=click.Path(dir_okay=True, allow_dash=True))
+@click.argument("files", nargs=-1, type=INPUT)
 @device_option
 @blob_option
 @kind_option
@@ -154,8 +154,8 @@ def _norm_target(entry, device_info):
 
 
 @click.command(context_settings=CONTEXT_SETTINGS)
-@click.argument("a", type=click.Path(dir_okay=False, allow_dash=True))
-@click.argument("b", type=click.Path(dir_okay=False, allow_dash=True))
+@click.argument("a", type=INPUT)
+@click.argument("b", type=INPUT)
 @click.option("--rtol", type=click.FloatRange(min=0), default=0.0, metavar="R",
               help="Relative tolerance: |a-b| <= atol + rtol*|b| (default 0: exact).")
 @click.option("--atol", type=click.FloatRange(min=0), default=0.0, metavar="T",

@@ -8,8 +8,16 @@ import click
 
 from ..formats import KINDS, OUTPUT_FORMATS
 
-__all__ = ["json_option", "device_option", "blob_option", "kind_option", "output_options", "jobs_option",
-           "inputs", "output_target"]
+__all__ = ["INPUT", "OUTPUT", "json_option", "device_option", "blob_option", "kind_option", "output_options",
+           "jobs_option", "inputs", "output_target"]
+
+
+# An input path: checked by blobtool when it is opened, not by click, so that
+# a folder or an unreadable file is exit 3 (bad input) with blobtool's one
+# line, whichever command reads it.
+INPUT = click.Path(allow_dash=True, readable=False)
+# An output path: not a folder; a write-only FIFO or device is fine.
+OUTPUT = click.Path(dir_okay=False, allow_dash=True, readable=False)
 
 
 def json_option(f):
@@ -35,8 +43,8 @@ def output_options(f):
     f = click.option("--format", "fmt", type=click.Choice(OUTPUT_FORMATS), default=None,
                      help="Output format: blob (one BlobProto), npy, npz, or same (the input's kind). "
                           "Default by extension: .npy, .npz, .pb/.binaryproto (one blob), else same.")(f)
-    f = click.option("-o", "--output", type=click.Path(dir_okay=False, allow_dash=True), default=None,
-                     metavar="PATH", help="Where to write ('-' for stdout; default stdout when it is not a terminal).")(f)
+    f = click.option("-o", "--output", type=OUTPUT, default=None, metavar="PATH",
+                     help="Where to write ('-' for stdout; default stdout when it is not a terminal).")(f)
     return f
 
 

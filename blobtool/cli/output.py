@@ -40,7 +40,41 @@ def emit(record: dict, as_json: bool, *, plain, draw) -> None:
 def emit_json(obj: dict) -> None:
     import json
 
-    click.echo(json.dumps(obj, separators=(", ", ": ")))
+    click.echo(json.dumps(_lossless_paths(obj), separators=(", ", ": ")))
+
+
+# The keys whose values are file names as given on the command line.
+_PATH_KEYS = ("path", "a", "b")
+
+
+def _lossless_paths(obj: dict) -> dict:
+    """File names that are not UTF-8, shown with U+FFFD and given byte for byte in "<key>_base64".
+
+    Python hands such a name over with its undecodable bytes as lone
+    surrogates, which are not Unicode: JSON readers reject or replace them.
+    """
+    if not any(isinstance(obj.get(k), str) and not _is_unicode(obj[k]) for k in _PATH_KEYS):
+        return obj
+    import base64
+    import os
+
+    out = {}
+    for key, value in obj.items():
+        if key in _PATH_KEYS and isinstance(value, str) and not _is_unicode(value):
+            raw = os.fsencode(value)
+            out[key] = raw.decode("utf-8", "replace")
+            out[key + "_base64"] = base64.b64encode(raw).decode("ascii")
+        else:
+            out[key] = value
+    return out
+
+
+def _is_unicode(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _console_class():

@@ -1,11 +1,13 @@
-"""Process set-up for the command: BLAS threads, the C library's memory settings, worker processes."""
+"""Process set-up for the command: BLAS threads, memory settings, signals, standard streams, worker processes."""
 
 from __future__ import annotations
 
 import os
+import signal
 import sys
 
-__all__ = ["single_threaded_blas", "keep_freed_memory", "records", "PARALLEL_THRESHOLD"]
+__all__ = ["single_threaded_blas", "keep_freed_memory", "stop_on_signals", "guard_standard_streams", "records",
+           "PARALLEL_THRESHOLD"]
 
 # Below this much input in all, starting worker processes (about 0.25 s each
 # here) costs more than it saves; BLOBTOOL_PARALLEL_MIN_BYTES overrides it.
@@ -50,6 +52,57 @@ def keep_freed_memory() -> bool:
     return bool(mallopt(m_trim_threshold, 256 << 20)) and bool(mallopt(m_mmap_threshold, 32 << 20))
 
 
+# The signals that stop blobtool as Ctrl-C does (timeout, CI runners and
+# `docker stop` send SIGTERM; a closed terminal SIGHUP).
+_STOP_SIGNALS = ("SIGINT", "SIGTERM", "SIGHUP")
+
+
+def stop_on_signals() -> None:
+    """SIGINT, SIGTERM and SIGHUP raise errors.Stopped: the temporary output is removed, exit 128 + the signal.
+
+    A signal ignored when blobtool started (nohup, a background job) stays
+    ignored. Only the first signal stops: later ones are ignored, so that
+    they cannot cut short the removal of the temporary output.
+    """
+    for name in _STOP_SIGNALS:
+        signum = getattr(signal, name, None)
+        if signum is not None and signal.getsignal(signum) is not signal.SIG_IGN:
+            signal.signal(signum, _stop)
+
+
+def _stop(signum, frame) -> None:
+    from ..errors import Stopped
+
+    for name in _STOP_SIGNALS:
+        if hasattr(signal, name):
+            signal.signal(getattr(signal, name), signal.SIG_IGN)
+    raise Stopped.by_signal(signum, signal.Signals(signum).name)
+
+
+def guard_standard_streams() -> None:
+    """Give a closed standard stream (`>&-`, `<&-`) a descriptor on which every read or write fails (EBADF).
+
+    So reading a closed standard input or writing a closed standard output
+    is an error like any other (exit 3, exit 5), and no file blobtool opens
+    takes descriptor 0, 1 or 2 by accident. The descriptor is the wrong end
+    of a pipe: a write to a read end, or a read from a write end, is EBADF.
+    """
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
+            continue
+        except OSError:
+            pass
+        read_end, write_end = os.pipe()
+        os.dup2(write_end if fd == 0 else read_end, fd)
+        for end in (read_end, write_end):
+            if end != fd:
+                os.close(end)
+    for name, fd, mode in (("stdin", 0, "r"), ("stdout", 1, "w"), ("stderr", 2, "w")):
+        if getattr(sys, name) is None:
+            setattr(sys, name, open(fd, mode, encoding="utf-8", closefd=False))
+
+
 def _total_size(paths) -> int:
     total = 0
     for path in paths:
@@ -85,7 +138,10 @@ def records(paths: list, work, jobs):
     context = multiprocessing.get_context("spawn")
     saved = {name: os.environ.get(name) for name in _BLAS_THREAD_VARIABLES}
     os.environ.update({name: "1" for name in _BLAS_THREAD_VARIABLES})
-    pool = concurrent.futures.ProcessPoolExecutor(max_workers=min(jobs, len(paths)), mp_context=context)
+    from ..source import guard_inputs, guarding
+
+    pool = concurrent.futures.ProcessPoolExecutor(max_workers=min(jobs, len(paths)), mp_context=context,
+                                                  initializer=guard_inputs if guarding() else None)
     try:
         futures = [pool.submit(work, path, show_progress=False) for path in paths]
         for future in futures:

@@ -8,7 +8,7 @@ import click
 
 from ..errors import UsageError
 from .group import CONTEXT_SETTINGS
-from .options import kind_option
+from .options import INPUT, OUTPUT, kind_option
 from .output import consoles
 from .work import open_input
 
@@ -16,7 +16,7 @@ __all__ = ["show"]
 
 
 @click.command(context_settings=CONTEXT_SETTINGS)
-@click.argument("file", type=click.Path(dir_okay=False, allow_dash=True))
+@click.argument("file", type=INPUT)
 @click.option("--blob", "name", metavar="NAME", default=None,
               help="The blob to show (name or glob that matches one blob); needed when the file holds several.")
 @click.option("--channel", type=click.IntRange(min=0), metavar="C", default=None,
@@ -25,7 +25,7 @@ __all__ = ["show"]
               help="Of a 4-D blob (N, C, H, W), show item N (from 0) alone instead of the filter grid.")
 @click.option("--width", type=click.IntRange(min=1), metavar="COLUMNS", default=None,
               help="Terminal view at most COLUMNS characters wide (default: the terminal's width).")
-@click.option("-o", "--output", type=click.Path(dir_okay=False, allow_dash=True), default=None, metavar="PATH.png",
+@click.option("-o", "--output", type=OUTPUT, default=None, metavar="PATH.png",
               help="Write the picture as a PNG (full resolution, small filters enlarged) instead of drawing it; "
                    "needs Pillow: pip install 'blobtool[image]'.")
 @kind_option

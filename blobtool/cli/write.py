@@ -7,7 +7,7 @@ import click
 from ..errors import FormatError
 from .group import CONTEXT_SETTINGS
 from .names import names_options, renamed, warn_all
-from .options import blob_option, device_option, kind_option, output_options, output_target
+from .options import INPUT, blob_option, device_option, kind_option, output_options, output_target
 from .output import progress
 from .work import load_selected, use_device
 
@@ -26,7 +26,7 @@ def _write(doc, entries, blobs, output, fmt, *, precision=None, layout=None, wri
 
 
 @click.command(context_settings={**CONTEXT_SETTINGS, "ignore_unknown_options": True})
-@click.argument("file", type=click.Path(dir_okay=False, allow_dash=True))
+@click.argument("file", type=INPUT)
 @click.argument("factor", type=float)
 @click.option("--diff-factor", type=float, default=None, metavar="F",
               help="Also scale the diff by F (default: diff unchanged).")
@@ -62,7 +62,7 @@ def scale(file, factor, diff_factor, output, fmt, device, patterns, kind):
 
 
 @click.command(context_settings=CONTEXT_SETTINGS)
-@click.argument("file", type=click.Path(dir_okay=False, allow_dash=True))
+@click.argument("file", type=INPUT)
 @output_options
 @device_option
 @blob_option
@@ -93,7 +93,7 @@ def update(file, output, fmt, device, patterns, kind):
 
 
 @click.command(context_settings=CONTEXT_SETTINGS)
-@click.argument("file", type=click.Path(dir_okay=False, allow_dash=True))
+@click.argument("file", type=INPUT)
 @output_options
 @click.option("--double", "precision", flag_value="double", help="Write float64 values (double_data).")
 @click.option("--float", "precision", flag_value="float", help="Write float32 values (data).")
