@@ -539,8 +539,9 @@ def _string_dataset(h5py, f, name: str, text: str) -> None:
     tid = h5py.h5t.C_S1.copy()
     tid.set_size(len(raw) + 1)
     tid.set_strpad(h5py.h5t.STR_NULLTERM)
-    space = h5py.h5s.create(h5py.h5s.SCALAR)
-    dsid = h5py.h5d.create(f.id, name.encode(), tid, space)
+    dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
+    dcpl.set_obj_track_times(False)  # no timestamp: the same input gives the same bytes
+    dsid = h5py.h5d.create(f.id, name.encode(), tid, h5py.h5s.create(h5py.h5s.SCALAR), dcpl=dcpl)
     dsid.write(h5py.h5s.ALL, h5py.h5s.ALL, np.array(raw + b"\0", dtype=f"S{len(raw) + 1}"), mtype=tid)
 
 
