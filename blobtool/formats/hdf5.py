@@ -350,14 +350,14 @@ def _loader(doc: Document, data: _Stored, diff: _Stored | None):
             blob.fill_from(data.shape, _values(doc, data), _values(doc, diff) if diff else None, adopt=True)
         except BlobToolError as exc:
             raise _error(doc.path, data.where, exc.reason) from exc
-        blob.origin = Origin("shape", data.dtype, diff is not None)
+        blob.origin = Origin("shape", data.dtype.newbyteorder("="), diff is not None)
         return blob
     return load
 
 
 def _add(doc: Document, name: str, data: _Stored, diff: _Stored | None, layer=None) -> None:
     doc.check_room(data.offset)
-    doc.entries.append(_Entry(name, data.shape, "shape", data.dtype, diff is not None, layer=layer,
+    doc.entries.append(_Entry(name, data.shape, "shape", data.dtype.newbyteorder("="), diff is not None, layer=layer,
                               load=_loader(doc, data, diff)))
 
 
@@ -522,15 +522,22 @@ def _write_structure(h5py, target_file, kind, planned, layers, diff_layers, meta
                 for layer in diff_layers:
                     diff.create_group(layer)
         else:
-            f.create_dataset("iter", data=np.array([meta.get("iter") or 0], dtype="<i4"))
+            f.create_dataset("iter", data=np.array([meta.get("iter") or 0], dtype="<i4"), track_times=False)
             _string_dataset(h5py, f, "learned_net", str(meta.get("learned_net") or ""))
-            f.create_dataset("current_step", data=np.array([meta.get("current_step") or 0], dtype="<i4"))
+            f.create_dataset("current_step", data=np.array([meta.get("current_step") or 0], dtype="<i4"),
+                             track_times=False)
             f.create_group("history")
+        # Contiguous (Caffe's layout), its space allocated now so that its
+        # offset is known, no timestamps (the same input gives the same bytes).
         dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
         dcpl.set_alloc_time(h5py.h5d.ALLOC_TIME_EARLY)
+        dcpl.set_obj_track_times(False)
         for p in planned:
-            ds = f.create_dataset(p.where, shape=p.shape, dtype=p.part[1], dcpl=dcpl)
-            p.offset = ds.id.get_offset()
+            group, _, name = p.where.rpartition("/")
+            dsid = h5py.h5d.create(f[group].id, name.encode(), h5py.h5t.py_create(p.part[1]),
+                                   h5py.h5s.create_simple(p.shape), dcpl=dcpl)
+            p.offset = dsid.get_offset()
+            dsid.close()
 
 
 def _string_dataset(h5py, f, name: str, text: str) -> None:
