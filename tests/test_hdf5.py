@@ -24,7 +24,7 @@ from blobtool.errors import FormatError, UsageError
 from blobtool.formats import get_format, open_document
 from builders import (Layer, blob_proto, h5_bytes, h5_net_bytes, h5_solverstate_bytes, h5_string, write_h5,
                       write_net, write_solverstate)
-from runner import BLOBTOOL, REPO, invoke, json_lines, one_json, run_blobtool, run_pipeline, subprocess_env
+from runner import BLOBTOOL, REPO, invoke, one_json, run_blobtool, run_pipeline, subprocess_env
 
 h5py = pytest.importorskip("h5py", reason="h5py (the hdf5 extra) is not installed")
 

@@ -106,7 +106,7 @@ def update(file, output, fmt, device, patterns, kind):
 @blob_option
 @kind_option
 def convert(file, output, fmt, precision, layout, no_diff, device, patterns, kind):
-    """Re-save blobs with Caffe's ToProto meaning: as the same kind, a blob file, .npy or .npz.
+    """Re-save blobs with Caffe's ToProto meaning: as the same kind, a blob file, .npy, .npz or HDF5.
 
     Keeps each blob's dtype, layout and diff unless told otherwise. A .caffemodel,
     .solverstate or BlobProtoVector converts to the same kind with only the selected
@@ -114,12 +114,18 @@ def convert(file, output, fmt, precision, layout, no_diff, device, patterns, kin
     extracts one blob. .npy input becomes a blob (float16 or integer arrays need
     --float or --double; pickles are never loaded). .npy output holds the data
     array; .npz holds every blob by name and its diff under "<name>/diff".
+    Caffe's HDF5 snapshots (.caffemodel.h5, .solverstate.h5; needs blobtool[hdf5])
+    convert both ways: -o x.h5 writes Caffe's HDF5 layout, -o x.caffemodel or
+    -o x.solverstate the protobuf form. HDF5 holds no layer types or parameters, so an
+    HDF5 net becomes a NetParameter with layer names and blobs only. --legacy is
+    protobuf only.
 
     \b
     Example:
       blobtool convert --double mean.binaryproto -o mean64.pb
       blobtool convert --float nvcaffe.caffemodel -o standard.caffemodel
       blobtool convert net.caffemodel --blob conv1/0 -o conv1.npy
+      blobtool convert snapshot_iter_1000.caffemodel.h5 -o snapshot_iter_1000.caffemodel
     """
     from ..formats.numpy import cast_for
 
