@@ -469,6 +469,12 @@ def _soft_link(f):
     data["alias"] = h5py.SoftLink("/data/conv1")
 
 
+def _forged_shape(f):
+    # Chunked and never written: 40 GB of fill value declared in a few KB.
+    f.create_group("data").create_group("conv1").create_dataset("0", shape=(10**6, 10**4), dtype="f4",
+                                                                 chunks=(100, 100))
+
+
 def _keras_like(f):
     f.create_group("model_weights").create_dataset("dense", data=np.zeros(2, np.float32))
 
@@ -483,6 +489,8 @@ BAD = [
     ("int_history", _solver_int_history, "HDF5 /history/0: holds int32 values"),
     ("no_iter", _solver_no_iter, "HDF5 /iter: missing"),
     ("soft_link", _soft_link, "HDF5 /data/alias: is a SoftLink"),
+    ("forged_shape", _forged_shape, "HDF5 /data/conv1/0: declares 40000000000 bytes of values, more than its 0 "
+                                    "stored bytes can hold"),
     ("keras", _keras_like, "HDF5 /: not a Caffe snapshot: the file holds model_weights"),
 ]
 

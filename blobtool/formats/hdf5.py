@@ -34,31 +34,24 @@ is refused naming its HDF5 path. h5py is imported only here, the first time
 an HDF5 file is met; without it, HDF5 input or output is a usage error
 naming the extra to install.
 
-Writing: Caffe's layout for the input's kind, groups, datasets and solver
-fields made with h5py; each payload is then streamed into the space HDF5
-allocated for it, chunk by chunk (see _write_payloads for why), so memory
-stays bounded whatever the file size.
+Writing (formats/hdf5_write.py, imported when a snapshot is written): Caffe's
+layout for the input's kind, each payload streamed into its dataset's space
+chunk by chunk, so memory stays bounded whatever the file size.
 """
 
 from __future__ import annotations
 
 import contextlib
 import io
-import os
-import shutil
-import stat
-import tempfile
 from dataclasses import dataclass
 
 import numpy as np
 
 from ..blob import MAX_BLOB_AXES, Blob, Origin
-from ..blobproto import resolve_form, write_parts
-from ..errors import BlobToolError, FormatError, OutputError, UsageError
-from ..source import atomic_output, display_name
+from ..errors import BlobToolError, FormatError, UsageError
 from . import MAX_BLOBS, Document, Entry
 
-__all__ = ["sniff", "read", "write", "SIGNATURE", "EXTRA"]
+__all__ = ["sniff", "read", "write", "h5py_module", "reason", "H5_ERRORS", "SIGNATURE", "EXTRA"]
 
 SIGNATURE = b"\x89HDF\r\n\x1a\n"
 # What to install for HDF5 support (pyproject.toml's optional extra).
@@ -66,20 +59,24 @@ EXTRA = "pip install 'blobtool[hdf5]'"
 # The objects at the top of each kind's snapshot.
 _NET_TOP = ("data", "diff")
 _SOLVER_TOP = ("iter", "learned_net", "current_step", "history")
-# The dataset dtype each write precision asks for.
-_TARGET = {"float": np.dtype("<f4"), "double": np.dtype("<f8"), "half": np.dtype("<f2")}
 # Characters of a layer name or learned_net kept (as formats/caffe.py does for
 # protobuf names): a longer one is damaged or forged.
 _MAX_NAME = 256
+# A dataset read through h5py (chunked, compressed ...) may expand its stored
+# bytes at most as deflate can (1032:1, as for .npz members), plus this much
+# for a dataset never written (its fill value): a forged shape is refused
+# before an array is allocated for it.
+_MAX_EXPANSION = 1032
+_UNSTORED_BYTES = 1 << 20
 # The largest learned_net string read (Caffe's is a file name).
 _MAX_STRING = 1 << 16
 # Everything h5py raises on a damaged or unexpected file: HDF5's errors come as
 # OSError, KeyError, ValueError, RuntimeError or TypeError subclasses.
-_H5_ERRORS = (OSError, KeyError, ValueError, RuntimeError, TypeError, IndexError, OverflowError,
+H5_ERRORS = (OSError, KeyError, ValueError, RuntimeError, TypeError, IndexError, OverflowError,
               UnicodeDecodeError, AttributeError, NotImplementedError)
 
 
-def _h5py(name):
+def h5py_module(name):
     """h5py, or UsageError (exit 2) naming the extra to install."""
     try:
         import h5py
@@ -88,7 +85,7 @@ def _h5py(name):
     return h5py
 
 
-def _reason(exc) -> str:
+def reason(exc) -> str:
     """h5py's message without its wrapping: "Unable to open (truncated file ...)" -> "truncated file ..."."""
     text = " ".join(str(exc).split()) or type(exc).__name__
     if text.endswith(")") and "(" in text:
@@ -140,17 +137,17 @@ def _opened(source):
     Files are never left open: h5py's file-object driver calls back into
     Python when a file is closed, which must not happen at interpreter exit.
     """
-    h5py = _h5py(source.name)
+    h5py = h5py_module(source.name)
     stream = _BufferFile(source.buf)
     try:
         try:
             f = h5py.File(stream, "r")
-        except _H5_ERRORS as exc:
-            raise _error(source.name, "/", f"not a readable HDF5 file: {_reason(exc)}") from exc
+        except H5_ERRORS as exc:
+            raise _error(source.name, "/", f"not a readable HDF5 file: {reason(exc)}") from exc
         try:
             yield f
         finally:
-            with contextlib.suppress(*_H5_ERRORS):
+            with contextlib.suppress(*H5_ERRORS):
                 f.close()
     finally:
         stream.close()
@@ -163,8 +160,8 @@ def sniff(source) -> str:
     with _opened(source) as f:
         try:
             top = _names(f, source.name, "/")
-        except _H5_ERRORS as exc:
-            raise _error(source.name, "/", f"unreadable: {_reason(exc)}") from exc
+        except H5_ERRORS as exc:
+            raise _error(source.name, "/", f"unreadable: {reason(exc)}") from exc
     if "data" in top:
         return "net"
     if set(top) & set(_SOLVER_TOP):
@@ -219,9 +216,9 @@ def read(doc: Document, cast=None) -> None:
             else:
                 raise UsageError(f"Caffe's HDF5 snapshots hold a net or a solver state, not a {doc.kind}",
                                  path=doc.path)
-        except _H5_ERRORS as exc:
+        except H5_ERRORS as exc:
             where = getattr(exc, "blobtool_where", where)
-            raise _error(doc.path, where, f"unreadable: {_reason(exc)}") from exc
+            raise _error(doc.path, where, f"unreadable: {reason(exc)}") from exc
 
 
 class _At:
@@ -234,7 +231,7 @@ class _At:
         return self
 
     def __exit__(self, kind, exc, tb):
-        if exc is not None and isinstance(exc, _H5_ERRORS) and not hasattr(exc, "blobtool_where"):
+        if exc is not None and isinstance(exc, H5_ERRORS) and not hasattr(exc, "blobtool_where"):
             with contextlib.suppress(AttributeError, TypeError):
                 exc.blobtool_where = self.where
         return False
@@ -311,13 +308,17 @@ def _stored(ds, where, doc) -> _Stored:
     offset = None
     with _At(where):
         plist = ds.id.get_create_plist()
-        contiguous = plist.get_layout() == _h5py(doc.path).h5d.CONTIGUOUS and plist.get_nfilters() == 0
+        contiguous = plist.get_layout() == h5py_module(doc.path).h5d.CONTIGUOUS and plist.get_nfilters() == 0
         if contiguous and dtype.isnative and dtype.itemsize in (4, 8):
             offset = ds.id.get_offset()
+        stored = ds.id.get_storage_size()
     nbytes = int(np.prod(shape, dtype=object)) * dtype.itemsize
     if offset is not None and offset + nbytes > doc.size:
         raise _error(doc.path, where, f"truncated: its {nbytes} bytes of values at byte {offset} run past "
                                       f"the end of the file ({doc.size} bytes)", offset=offset)
+    if offset is None and nbytes > _MAX_EXPANSION * stored + _UNSTORED_BYTES:
+        raise _error(doc.path, where, f"declares {nbytes} bytes of values, more than its {stored} stored "
+                                      "bytes can hold")
     return _Stored(where, tuple(int(d) for d in shape), dtype, offset)
 
 
@@ -338,8 +339,8 @@ def _values(doc: Document, stored: _Stored) -> np.ndarray:
         try:
             with np.errstate(over="ignore", invalid="ignore"):
                 f[stored.where].read_direct(values)
-        except _H5_ERRORS as exc:
-            raise _error(doc.path, stored.where, f"unreadable values: {_reason(exc)}") from exc
+        except H5_ERRORS as exc:
+            raise _error(doc.path, stored.where, f"unreadable values: {reason(exc)}") from exc
     return values.reshape(-1)
 
 
@@ -362,7 +363,7 @@ def _add(doc: Document, name: str, data: _Stored, diff: _Stored | None, layer=No
 
 
 def _read_net(doc: Document, f) -> None:
-    h5py = _h5py(doc.path)
+    h5py = h5py_module(doc.path)
     top = _check_top(doc, f, _NET_TOP)
     data = _member(f, "data", "/data", doc.path, h5py, group_expected=True)
     diff = _member(f, "diff", "/diff", doc.path, h5py, group_expected=True) if "diff" in top else None
@@ -415,7 +416,7 @@ def _scalar(f, name, doc, h5py, kinds: str):
 
 
 def _read_solverstate(doc: Document, f) -> None:
-    h5py = _h5py(doc.path)
+    h5py = h5py_module(doc.path)
     _check_top(doc, f, _SOLVER_TOP)
     doc.meta["iter"] = int(_scalar(f, "iter", doc, h5py, "iu"))
     learned = _scalar(f, "learned_net", doc, h5py, "SO")
@@ -430,185 +431,12 @@ def _read_solverstate(doc: Document, f) -> None:
         _add(doc, f"history/{index}", _stored(ds, f"/history/{index}", doc), None)
 
 
-# -- writing ----------------------------------------------------------------------------
-
-@dataclass
-class _Planned:
-    """A dataset to write: its HDF5 path, shape, dtype, and the payload (values, dtype, transform)."""
-
-    where: str
-    shape: tuple
-    part: tuple
-    offset: int | None = None
-
+# -- writing (formats/hdf5_write.py) ------------------------------------------------------
 
 def write(doc: Document | None, entries: list, blobs: list, dest, *, kind: str, precision=None, write_diff=None,
           layout=None, transforms: dict | None = None) -> None:
-    """Write a net or solver state as Caffe's HDF5 snapshot, atomically.
+    """Write a net or solver state as Caffe's HDF5 snapshot, atomically (see hdf5_write.write_snapshot)."""
+    from .hdf5_write import write_snapshot
 
-    The container is written whole, as for protobuf: the selected blobs
-    (`entries`, `blobs`) as asked (`precision`, `write_diff`, `transforms`),
-    the document's other blobs as stored. Its net's layers without blobs
-    get their empty groups; a solver state keeps iter, learned_net and
-    current_step.
-    """
-    if doc is None or kind not in ("net", "solverstate") or doc.kind != kind:
-        raise UsageError(f"Caffe's HDF5 snapshots hold a net or a solver state, written from a net or solver "
-                         f"state input; {'blobs made in Python' if doc is None else f'a {doc.kind} input'} "
-                         "cannot be one (write .npz, or one blob with --format blob)")
-    if layout == "legacy":
-        raise UsageError("--legacy: Caffe's HDF5 snapshots store each blob as an N-D dataset; the legacy "
-                         "num/channels/height/width layout exists only in the protobuf form")
-    h5py = _h5py(display_name(dest))
-    transforms = transforms or {}
-    planned = []
-    for entry, blob, selected in doc.whole(entries, blobs):
-        group, index = _place(entry.name, kind)
-        if blob.num_axes == 0:
-            raise UsageError(f"blob {entry.name!r} has no axes (a scalar); Caffe's HDF5 datasets have 1 to 32")
-        form = resolve_form(blob, precision=precision, write_diff=write_diff, layout="shape") if selected \
-            else resolve_form(blob, layout="shape")
-        target = _TARGET[form["precision"]]
-        fns = transforms.get(entry.name, {}) if selected else {}
-        planned.append(_Planned(f"{group}/{index}", blob.shape, (blob.cpu_data(), target, fns.get("data"))))
-        if form["write_diff"] and kind == "solverstate":
-            raise UsageError(f"blob {entry.name!r} has a diff, and a solver state's HDF5 snapshot holds none "
-                             "(use --no-diff to drop it)")
-        if form["write_diff"]:
-            planned.append(_Planned(f"/diff{group[len('/data'):]}/{index}", blob.shape,
-                                    (blob.cpu_diff(), target, fns.get("diff"))))
-    layers = list(doc.layers) if kind == "net" else []
-    for layer in layers:
-        _check_layer_name(layer)
-    diff_layers = layers if any(p.where.startswith("/diff/") for p in planned) else []
-    with atomic_output(dest) as out, _random_access(out) as target_file:
-        try:
-            _write_structure(h5py, target_file, kind, planned, layers, diff_layers, doc.meta)
-        except _H5_ERRORS as exc:
-            raise OutputError(f"cannot write the HDF5 snapshot: {_reason(exc)}", path=display_name(dest)) from exc
-        _write_payloads(target_file, planned)
-
-
-def _place(name: str, kind: str) -> tuple:
-    """(group path, index) of a blob name in the HDF5 layout; UsageError when the name has no place there."""
-    group, _, index = name.rpartition("/")
-    if not (index.isdigit() and index.isascii() and str(int(index)) == index):
-        raise UsageError(f"blob {name!r} has no place in Caffe's HDF5 {kind} snapshot: its names are "
-                         + ("'<layer>/<index>'" if kind == "net" else "'history/<index>'"))
-    if kind == "solverstate":
-        if group != "history":
-            raise UsageError(f"blob {name!r} has no place in Caffe's HDF5 solver state: its names are "
-                             "'history/<index>'")
-        return "/history", index
-    _check_layer_name(group)
-    return f"/data/{group}", index
-
-
-def _check_layer_name(layer: str) -> None:
-    if not layer or "/" in layer or layer in (".", ".."):
-        raise UsageError(f"layer name {layer!r} cannot be an HDF5 group name ('/' separates groups in HDF5, "
-                         "so Caffe cannot snapshot such a layer in HDF5 either); write a .caffemodel")
-
-
-def _write_structure(h5py, target_file, kind, planned, layers, diff_layers, meta) -> None:
-    """Groups, solver fields and datasets (space allocated at once, so its offset is known); records the offsets."""
-    with h5py.File(target_file, "w") as f:
-        if kind == "net":
-            data = f.create_group("data")
-            for layer in layers:
-                data.create_group(layer)
-            if diff_layers:
-                diff = f.create_group("diff")
-                for layer in diff_layers:
-                    diff.create_group(layer)
-        else:
-            f.create_dataset("iter", data=np.array([meta.get("iter") or 0], dtype="<i4"), track_times=False)
-            _string_dataset(h5py, f, "learned_net", str(meta.get("learned_net") or ""))
-            f.create_dataset("current_step", data=np.array([meta.get("current_step") or 0], dtype="<i4"),
-                             track_times=False)
-            f.create_group("history")
-        # Contiguous (Caffe's layout), its space allocated now so that its
-        # offset is known, no timestamps (the same input gives the same bytes).
-        dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
-        dcpl.set_alloc_time(h5py.h5d.ALLOC_TIME_EARLY)
-        dcpl.set_obj_track_times(False)
-        for p in planned:
-            group, _, name = p.where.rpartition("/")
-            dsid = h5py.h5d.create(f[group].id, name.encode(), h5py.h5t.py_create(p.part[1]),
-                                   h5py.h5s.create_simple(p.shape), dcpl=dcpl)
-            p.offset = dsid.get_offset()
-            dsid.close()
-
-
-def _string_dataset(h5py, f, name: str, text: str) -> None:
-    """A scalar, NUL-terminated, fixed-length ASCII string, as Caffe's hdf5_save_string (H5LTmake_dataset_string)."""
-    raw = text.encode("utf-8")
-    tid = h5py.h5t.C_S1.copy()
-    tid.set_size(len(raw) + 1)
-    tid.set_strpad(h5py.h5t.STR_NULLTERM)
-    dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
-    dcpl.set_obj_track_times(False)  # no timestamp: the same input gives the same bytes
-    dsid = h5py.h5d.create(f.id, name.encode(), tid, h5py.h5s.create(h5py.h5s.SCALAR), dcpl=dcpl)
-    dsid.write(h5py.h5s.ALL, h5py.h5s.ALL, np.array(raw + b"\0", dtype=f"S{len(raw) + 1}"), mtype=tid)
-
-
-def _write_payloads(target_file, planned) -> None:
-    """Stream each blob's values into its dataset's space, chunk by chunk (blobproto.write_parts).
-
-    h5py writes a dataset by N-D hyperslabs only, so a blob whose last axis
-    is large (an InnerProduct weight of shape (1, N)) would have to be
-    converted and transformed whole in memory; writing the contiguous
-    dataset's bytes at the offset HDF5 allocated lets scale and update stream
-    as they do for protobuf, and pages of the input are released behind.
-    """
-    for p in planned:
-        if p.offset is None:  # an empty dataset: no space allocated, nothing to write
-            continue
-        target_file.seek(p.offset)
-        write_parts(target_file, [p.part])
-    target_file.flush()
-
-
-@contextlib.contextmanager
-def _random_access(out):
-    """A readable, writable, seekable file for h5py over atomic_output's `out`.
-
-    atomic_output's temporary file is opened read-write (mkstemp) but
-    wrapped write-only: a second file object over the same descriptor
-    reads too. Outputs that cannot seek (standard output, a pipe) get the
-    snapshot built in an anonymous temporary file first, then copied.
-    """
-    fd = _read_write_fd(out)
-    if fd is not None:
-        out.flush()
-        with os.fdopen(os.dup(fd), "r+b") as both:
-            both.seek(0)
-            both.truncate()
-            yield both
-    elif _random_access_object(out):
-        yield out
-    else:
-        with tempfile.TemporaryFile() as spool:
-            yield spool
-            spool.seek(0)
-            shutil.copyfileobj(spool, out, 1 << 20)
-
-
-def _read_write_fd(out) -> int | None:
-    """The descriptor of `out` when it is a regular file opened for reading and writing, else None."""
-    try:
-        import fcntl
-
-        fd = out.fileno()
-        if stat.S_ISREG(os.fstat(fd).st_mode) and fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_ACCMODE == os.O_RDWR:
-            return fd
-    except (ImportError, AttributeError, OSError, io.UnsupportedOperation, ValueError):
-        pass
-    return None
-
-
-def _random_access_object(out) -> bool:
-    try:
-        return out.seekable() and out.readable() and out.writable()
-    except (AttributeError, ValueError, OSError):
-        return False
+    write_snapshot(doc, entries, blobs, dest, kind=kind, precision=precision, write_diff=write_diff,
+                   layout=layout, transforms=transforms)
