@@ -32,8 +32,9 @@ kind         what                                        blob names
 blob         BlobProto                                   "0"
 vector       BlobProtoVector                             "0", "1", ...
 net          NetParameter (.caffemodel), three layer     "<layer>/<index>"
-             formats
-solverstate  SolverState (.solverstate)                  "history/<index>"
+             formats; Caffe's HDF5 snapshot (.h5)
+solverstate  SolverState (.solverstate); Caffe's HDF5    "history/<index>"
+             snapshot (.h5)
 npy / npz    numpy's formats                             "0" / the array names
 ===========  ==========================================  =======================
 

@@ -105,7 +105,7 @@ def _place(name: str, kind: str) -> tuple:
 
 
 def _check_layer_name(layer: str) -> None:
-    if not layer or "/" in layer or layer in (".", ".."):
+    if not layer or "/" in layer or "\0" in layer or layer in (".", ".."):
         raise UsageError(f"layer name {layer!r} cannot be an HDF5 group name ('/' separates groups in HDF5, "
                          "so Caffe cannot snapshot such a layer in HDF5 either); write a .caffemodel")
 
