@@ -42,8 +42,8 @@ class _Planned:
     offset: int | None = None
 
 
-def write_snapshot(doc: Document | None, entries: list, blobs: list, dest, *, kind: str, precision=None, write_diff=None,
-          layout=None, transforms: dict | None = None) -> None:
+def write_snapshot(doc: Document | None, entries: list, blobs: list, dest, *, kind: str, precision=None,
+                   write_diff=None, layout=None, transforms: dict | None = None) -> None:
     """Write a net or solver state as Caffe's HDF5 snapshot, atomically.
 
     The container is written whole, as for protobuf: the selected blobs
