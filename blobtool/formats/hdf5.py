@@ -51,9 +51,9 @@ from ..blob import MAX_BLOB_AXES, Blob, Origin
 from ..errors import BlobToolError, FormatError, UsageError
 from . import MAX_BLOBS, Document, Entry
 
-__all__ = ["sniff", "read", "write", "h5py_module", "reason", "H5_ERRORS", "SIGNATURE", "EXTRA"]
+__all__ = ["sniff", "read", "write", "h5py_module", "reason", "H5_ERRORS", "EXTRA"]
 
-SIGNATURE = b"\x89HDF\r\n\x1a\n"
+# (The signature, "\x89HDF\r\n\x1a\n" at byte 0, 512, 1024, ..., is in the registry: formats.FORMATS.)
 # What to install for HDF5 support (pyproject.toml's optional extra).
 EXTRA = "pip install 'blobtool[hdf5]'"
 # The objects at the top of each kind's snapshot.
