@@ -73,7 +73,7 @@ _MAX_STRING = 1 << 16
 # Everything h5py raises on a damaged or unexpected file: HDF5's errors come as
 # OSError, KeyError, ValueError, RuntimeError or TypeError subclasses.
 H5_ERRORS = (OSError, KeyError, ValueError, RuntimeError, TypeError, IndexError, OverflowError,
-              UnicodeDecodeError, AttributeError, NotImplementedError)
+              UnicodeDecodeError, NotImplementedError)
 
 
 def h5py_module(name):
