@@ -80,11 +80,14 @@ def write(doc: Document | None, blobs, dest, *, format: str | None = None, preci
         blobs made in Python (then only "blob", "npy" and "npz" can be written).
     blobs : {name: Blob} to write, in order; None writes every blob of `doc`.
         Names not in `doc` are new blobs (without a layer).
-    format : "blob" (one BlobProto), "npy", "npz", "safetensors", or "same"
-        (the input's own kind, every other byte of it kept); None chooses
-        from dest's extension (.npy, .npz, .safetensors,
-        .pb/.binaryproto/.blob/.protobin), else "same" for a container input
-        and "blob" otherwise.
+    format : "blob" (one BlobProto), "npy", "npz", "safetensors", "hdf5"
+        (Caffe's HDF5 snapshot of a net or solver state input), "protobuf"
+        (the input's kind as Caffe's protobuf), or "same" (the input's own
+        kind and format, every other byte of a protobuf container kept);
+        None chooses from dest's extension (.npy, .npz, .safetensors,
+        .pb/.binaryproto/.blob/.protobin, .h5/.hdf5,
+        .caffemodel/.solverstate), else "same" for a container input and
+        "blob" otherwise.
     precision : "float", "double" or "half"; layout : "shape" or "legacy";
     write_diff : None keeps each blob's stored form.
     transforms : {name: {"data"|"diff": fn(chunk, start) -> array}} applied

@@ -115,7 +115,7 @@ class TorchNames:
 
 def has_layer_types(doc: Document) -> bool:
     """Whether `doc` carries the layer types --names torch renames by (a protobuf net)."""
-    return doc.kind == "net" and bool(doc.layers)
+    return doc.kind == "net" and doc.format == "caffe" and bool(doc.layers)
 
 
 def layer_type(stored: str | None) -> str:

@@ -11,6 +11,8 @@
 - .npy and .npz: ``npy_bytes``, ``npy_header_bytes`` (a hand-made header), ``npz_bytes``,
   ``write_npy``, ``write_npz``; ``zip_bytes`` (members of any name and contents, as given),
   ``npz_named`` (arrays under names numpy's savez cannot take: ``file``, ``allow_pickle`` ...).
+- Caffe's HDF5 snapshots (with h5py, imported only there): ``h5_net_bytes``,
+  ``h5_solverstate_bytes``, ``h5_bytes`` (anything else), ``h5_string``, ``write_h5``.
 - Hand encoding: ``varint``, ``tag``, ``varint_field``, ``len_field``.
 
 A blob, wherever one is asked for (a vector's, a layer's, a solver state's history),
@@ -337,4 +339,69 @@ def write_npy(path: Path, array, **kw) -> Path:
 
 def write_npz(path: Path, arrays: dict, **kw) -> Path:
     path.write_bytes(npz_bytes(arrays, **kw))
+    return path
+
+
+# -- Caffe's HDF5 snapshots ------------------------------------------------------------------
+# Built with h5py the way Caffe's hdf5.cpp does it (H5LTmake_dataset_*: contiguous datasets of
+# the blob's shape, native float/double; int datasets of shape (1,); a scalar NUL-terminated
+# string), imported only here so that the other builders work without h5py.
+
+def h5_string(group, name: str, text: str) -> None:
+    """A scalar, NUL-terminated fixed-length string dataset, as H5LTmake_dataset_string writes."""
+    import h5py
+
+    raw = text.encode()
+    tid = h5py.h5t.C_S1.copy()
+    tid.set_size(len(raw) + 1)
+    tid.set_strpad(h5py.h5t.STR_NULLTERM)
+    dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
+    dcpl.set_obj_track_times(False)  # no timestamp: the same input gives the same bytes
+    dsid = h5py.h5d.create(group.id, name.encode(), tid, h5py.h5s.create(h5py.h5s.SCALAR), dcpl=dcpl)
+    dsid.write(h5py.h5s.ALL, h5py.h5s.ALL, np.array(raw + b"\0", dtype=f"S{len(raw) + 1}"), mtype=tid)
+
+
+def h5_bytes(build, *, userblock: int = 0) -> bytes:
+    """The bytes of an HDF5 file made by `build(h5py_file)` (in memory, no timestamps)."""
+    import h5py
+
+    stream = io.BytesIO()
+    with h5py.File(stream, "w", libver="earliest", userblock_size=userblock) as f:
+        build(f)
+    return stream.getvalue()
+
+
+def h5_net_bytes(layers, *, diffs: dict | None = None, shared=(), userblock: int = 0) -> bytes:
+    """A net as Caffe's Net::ToHDF5: `layers` [(name, [array, ...])] (an empty list: a layer without
+    parameters); `diffs` {(layer, index): array} adds the group "diff" mirroring "data"; `shared`
+    {(layer, index)} are parameters owned by an earlier layer, absent from "data"."""
+    def build(f):
+        data = f.create_group("data")
+        diff = f.create_group("diff") if diffs is not None else None
+        for name, arrays in layers:
+            group = data.create_group(name)
+            diff_group = diff.create_group(name) if diff is not None else None
+            for index, array in enumerate(arrays):
+                if (name, index) not in shared:
+                    group.create_dataset(str(index), data=array)
+                if diff_group is not None:
+                    diff_group.create_dataset(str(index), data=diffs.get((name, index), np.zeros_like(array)))
+    return h5_bytes(build, userblock=userblock)
+
+
+def h5_solverstate_bytes(history, *, iter_=1234, learned_net="snapshots/net_iter_1234.caffemodel.h5",
+                         current_step=0) -> bytes:
+    """A solver state as Caffe's SGDSolver::SnapshotSolverStateToHDF5."""
+    def build(f):
+        f.create_dataset("iter", data=np.array([iter_], dtype=np.int32))
+        h5_string(f, "learned_net", learned_net)
+        f.create_dataset("current_step", data=np.array([current_step], dtype=np.int32))
+        group = f.create_group("history")
+        for index, array in enumerate(history):
+            group.create_dataset(str(index), data=array)
+    return h5_bytes(build)
+
+
+def write_h5(path: Path, data: bytes) -> Path:
+    path.write_bytes(data)
     return path

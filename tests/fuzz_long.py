@@ -78,10 +78,17 @@ def run_one(fc, data: bytes):
 
 def seeds(fc, *, head: int | None):
     found = fc.generated_seeds()
-    if REALWORLD.is_dir():
-        found += [fc.Seed(s.name, s.kind, s.data[:head] if head else s.data)
-                  for s in fc.realworld_seeds(REALWORLD)]
-    return found
+    real = fc.realworld_seeds(REALWORLD) if REALWORLD.is_dir() else []
+    try:
+        import h5py  # noqa: F401  (Caffe's HDF5 snapshots too, when the hdf5 extra is installed)
+    except ImportError:
+        pass
+    else:
+        found += fc.hdf5_seeds()
+        real += fc.realworld_hdf5_seeds(REALWORLD) if REALWORLD.is_dir() else []
+    for seed in found:  # the readers' own imports (protobuf, h5py) happen here, not inside a traced case
+        fc.read_everything(seed.data, None)
+    return found + [fc.Seed(s.name, s.kind, s.data[:head] if head else s.data) for s in real]
 
 
 def run_random(fc, args, stats: Stats) -> int:

@@ -31,8 +31,9 @@ from blobtool import wire
 from blobtool._pb import blobtool_caffe_pb2 as pb
 from blobtool.formats import open_document
 from blobtool.errors import BlobToolError
-from builders import (I32, I64, Layer, blob_bytes, blob_proto, half_blob_bytes, net_bytes, npy_bytes, npy_header_bytes,
-                      npz_bytes, raw_blob_bytes, solverstate_bytes, tag, vector_bytes, zip_bytes)
+from builders import (I32, I64, Layer, blob_bytes, blob_proto, h5_net_bytes, h5_solverstate_bytes, half_blob_bytes,
+                      net_bytes, npy_bytes, npy_header_bytes, npz_bytes, raw_blob_bytes, solverstate_bytes, tag,
+                      vector_bytes, zip_bytes)
 
 # The format modules are imported here, not inside the first traced case
 # (the registry imports each when a file of its format is first met).
@@ -185,6 +186,51 @@ def realworld_seeds(folder: Path) -> list:
             if (folder / name).is_file()]
 
 
+# Caffe's HDF5 snapshots (h5py needed): their seeds and the real one, kept apart from the
+# protobuf and numpy seeds above, whose checks walk protobuf fields.
+HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
+REALWORLD_HDF5_KINDS = {"cifar10_full_iter_70000.caffemodel.h5": "net"}
+
+
+def hdf5_seeds() -> list:
+    """Nets (float with diffs, a layer without parameters, a shared parameter; double) and a solver state."""
+    def arrays(seed, *shapes, dtype=np.float32):
+        return [np.array(_values(int(np.prod(s)), seed + k), dtype).reshape(s) for k, s in enumerate(shapes)]
+
+    float_layers = [("conv1", arrays(91, (2, 1, 2, 2), (2,))), ("relu1", []), ("ip1", arrays(93, (3, 4), (3,)))]
+    double_layers = [("ip1", arrays(95, (3, 4), (3,), dtype=np.float64)), ("ip2", arrays(97, (3, 4), (3,)))]
+    diffs = {(name, i): a * 0.5 for name, blobs in float_layers for i, a in enumerate(blobs)}
+    return [
+        Seed("h5_net_float_diff", "net", h5_net_bytes(float_layers, diffs=diffs)),
+        Seed("h5_net_double_shared", "net", h5_net_bytes(double_layers, shared={("ip2", 0)})),
+        Seed("h5_solverstate", "solverstate", h5_solverstate_bytes(arrays(99, (2, 1, 2, 2), (2,), (3, 2)),
+                                                                   iter_=1000, current_step=2)),
+    ]
+
+
+def realworld_hdf5_seeds(folder: Path) -> list:
+    return [Seed(name, kind, (folder / name).read_bytes()) for name, kind in REALWORLD_HDF5_KINDS.items()
+            if (folder / name).is_file()]
+
+
+def hdf5_layout(data: bytes) -> Layout:
+    """For HDF5: the superblock's fields and where each dataset's values start and end stand in for field
+    boundaries; the low 4 bytes of the superblock's base and end-of-file addresses for lengths."""
+    import h5py
+
+    boundaries = {0, 8, 16, 24, 32, 40, 48, 56, 64, 96, len(data)}
+    try:
+        with h5py.File(io.BytesIO(data), "r") as f:
+            def visit(name, obj):
+                if isinstance(obj, h5py.Dataset) and obj.id.get_offset() is not None:
+                    boundaries.update((obj.id.get_offset(), obj.id.get_offset() + obj.id.get_storage_size()))
+                boundaries.add(h5py.h5o.get_info(obj.id).addr)
+            f.visititems(visit)
+    except Exception:  # noqa: BLE001  any damage: best effort
+        pass
+    return Layout(tuple(sorted(b for b in boundaries if 0 <= b <= len(data))), ((24, 28), (40, 44)), ())
+
+
 # -- where the fields are ---------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -256,6 +302,8 @@ def npy_layout(data: bytes) -> Layout:
 
 
 def layout_of(seed: Seed) -> Layout:
+    if seed.data.startswith(HDF5_SIGNATURE):
+        return hdf5_layout(seed.data)
     if seed.kind == "npz":
         return zip_layout(seed.data)
     if seed.kind == "npy":

@@ -25,7 +25,8 @@ sys.path.insert(0, str(HERE))
 
 import fuzzcases  # noqa: E402  (the seeds: valid files of every kind)
 from blobtool import wire  # noqa: E402
-from builders import blob_bytes, npy_bytes, npy_header_bytes, npz_named, zip_bytes  # noqa: E402
+from builders import (blob_bytes, h5_bytes, h5_net_bytes, h5_solverstate_bytes, h5_string, npy_bytes,  # noqa: E402
+                      npy_header_bytes, npz_named, zip_bytes)
 
 CORPUS = HERE / "corpus"
 SEEDS = {s.name: s.data for s in fuzzcases.generated_seeds()}
@@ -67,6 +68,38 @@ def hdf5() -> bytes:
     return b"\x89HDF\r\n\x1a\n" + b"\x00\x00\x00\x00\x00\x08\x08\x00\x04\x00\x10\x00" + bytes(84)
 
 
+def hdf5_files() -> dict:
+    """Caffe's HDF5 snapshots made with h5py (tests/builders.py), damaged, or holding what Caffe never writes."""
+    values = np.arange(24, dtype=np.float32).reshape(2, 3, 4) / 8
+
+    def blob(data):
+        def build(f):
+            f.create_group("data").create_group("conv1").create_dataset("0", data=data)
+        return build
+
+    def other_groups(f):
+        blob(values)(f)
+        f.create_group("model_weights")
+
+    def int_history(f):
+        f.create_dataset("iter", data=np.array([1], np.int32))
+        h5_string(f, "learned_net", "net_iter_1.caffemodel.h5")
+        f.create_dataset("current_step", data=np.array([0], np.int32))
+        f.create_group("history").create_dataset("0", data=np.arange(3, dtype=np.int32))
+
+    net = h5_net_bytes([("conv1", [values, values[0, 0]]), ("relu1", [])], diffs={})
+    return {
+        "truncated.caffemodel.h5": cut(net, len(net) // 2),
+        "truncated.solverstate.h5": cut(h5_solverstate_bytes([values]), 1000),
+        "other_groups.caffemodel.h5": h5_bytes(other_groups),
+        "string_blob.caffemodel.h5": h5_bytes(blob(np.array([b"conv", b"relu"]))),
+        "scalar_blob.caffemodel.h5": h5_bytes(blob(np.float32(0.5))),
+        "int_blob.caffemodel.h5": h5_bytes(blob(np.arange(6, dtype=np.int32))),
+        "int_history.solverstate.h5": h5_bytes(int_history),
+        "keras_weights.h5": h5_bytes(lambda f: f.create_group("model_weights").create_group("dense_1")),
+    }
+
+
 def cut(data: bytes, keep: int) -> bytes:
     assert 0 < keep < len(data)
     return data[:keep]
@@ -103,6 +136,7 @@ FILES = {
     "negative_legacy.pb": blob_bytes([1.0], shape=(1, -3, 2, 2), layout="legacy"),
     "group.pb": blob_bytes([1.0]) + wire.encode_tag(9, wire.SGROUP),
     "overlong_varint.pb": b"\x08" + b"\xff" * 10 + b"\x01",
+    **hdf5_files(),
     # Found by tests/fuzz_long.py: a header numpy parses only with its Python 2 fallback (and warned).
     "python2_header.npy": base64.b64decode(
         "k05VTVBZAQB2AHsnZGVzY3InOiAnPGY0JywgJ2ZvcnRyYW5fb3JkZXInOiBGYWxzZSwgJ3NoYXBlJzogKDMsIDQpLCB9ICAgICAgICAg"
@@ -177,9 +211,8 @@ EXPECTED = [
                                       "file of the same name without the '._' prefix"),
     ("weights.pb.gz", INFO, 3, "blobtool: weights.pb.gz: not a Caffe file: this looks like a gzip-compressed "
                                "file; decompress it first (gunzip -k FILE) and read the result"),
-    ("snapshot.caffemodel.h5", INFO, 3, "blobtool: snapshot.caffemodel.h5: not a Caffe file: this looks like an "
-                                        "HDF5 file (Caffe's HDF5 snapshot format); blobtool reads the protobuf "
-                                        "formats (.caffemodel, .solverstate, .binaryproto)"),
+    ("snapshot.caffemodel.h5", INFO, 3, "blobtool: snapshot.caffemodel.h5: HDF5 /: not a readable HDF5 file: "
+                                        "ring type mismatch occurred for cache entry"),
     ("int32.npy", INFO, 3, "blobtool: int32.npy: .npy holds int32 values; blobs are float32 or float64 "
                            "(convert it with --float or --double)"),
     ("object.npy", INFO, 3, "blobtool: object.npy: .npy holds object values (object arrays are never unpickled)"),
@@ -257,6 +290,24 @@ EXPECTED += [
     ("unknown_dtype.safetensors", INFO, 3, "blobtool: unknown_dtype.safetensors: at byte 8: tensor 'w': unknown "
                                            "dtype 'F128'; blobtool reads F64, F32, F16, I64, I32, I16, I8, U64, "
                                            "U32, U16, U8, BOOL, BF16"),
+    # Caffe's HDF5 snapshots: the file and the HDF5 path at fault.
+    ("truncated.caffemodel.h5", INFO, 3, "blobtool: truncated.caffemodel.h5: HDF5 /: not a readable HDF5 file: "
+                                         "truncated file: eof = 3988, sblock->base_addr = 0, stored_eof = 7976"),
+    ("truncated.solverstate.h5", INFO, 3, "blobtool: truncated.solverstate.h5: HDF5 /: not a readable HDF5 file: "
+                                          "truncated file: eof = 1000, sblock->base_addr = 0, stored_eof = 3390"),
+    ("other_groups.caffemodel.h5", INFO, 3, "blobtool: other_groups.caffemodel.h5: HDF5 /model_weights: not part "
+                                            "of Caffe's net snapshot (which holds data, diff)"),
+    ("string_blob.caffemodel.h5", INFO, 3, "blobtool: string_blob.caffemodel.h5: HDF5 /data/conv1/0: holds string "
+                                           "values; a blob is a float dataset (float32 or float64)"),
+    ("scalar_blob.caffemodel.h5", INFO, 3, "blobtool: scalar_blob.caffemodel.h5: HDF5 /data/conv1/0: is a 0-d "
+                                           "(scalar) dataset; a blob's dataset has 1 to 32 axes"),
+    ("int_blob.caffemodel.h5", INFO, 3, "blobtool: int_blob.caffemodel.h5: HDF5 /data/conv1/0: holds int32 values; "
+                                        "a blob is a float dataset (float32 or float64)"),
+    ("int_history.solverstate.h5", INFO, 3, "blobtool: int_history.solverstate.h5: HDF5 /history/0: holds int32 "
+                                            "values; a blob is a float dataset (float32 or float64)"),
+    ("keras_weights.h5", INFO, 3, "blobtool: keras_weights.h5: HDF5 /: not a Caffe snapshot: the file holds "
+                                  "model_weights; expected a group 'data' (a net) or iter, learned_net, "
+                                  "current_step, history (a solver state)"),
 ]
 
 

@@ -280,7 +280,6 @@ def test_kind_override(tmp_path):
 NOT_CAFFE = [
     # (name, bytes, fragments of the message)
     ("weights.caffemodel.gz", lambda raw: gzip.compress(raw), ("gzip", "gunzip")),
-    ("snapshot.caffemodel.h5", lambda raw: b"\x89HDF\r\n\x1a\n" + raw, ("HDF5",)),
     ("._weights.caffemodel", lambda raw: b"\x00\x05\x16\x07" + b"\x00\x02\x00\x00Mac OS X        " + raw,
      ("AppleDouble", "'._'")),
     ("deploy.prototxt", lambda raw: b'name: "LeNet"\nlayer {\n  name: "conv1"\n  type: "Convolution"\n}\n',

@@ -147,6 +147,42 @@ def test_fuzz_realworld(realworld, name):
     fuzz_seed(seed)
 
 
+# -- Caffe's HDF5 snapshots, read through h5py -----------------------------------------------------
+
+def _hdf5_seeds():
+    pytest.importorskip("h5py", reason="h5py (the hdf5 extra) is not installed")
+    seeds = fc.hdf5_seeds()
+    for seed in seeds:  # h5py's own imports happen here, not inside a traced case
+        fc.read_everything(seed.data, None)
+    return seeds
+
+
+def test_hdf5_seeds_are_valid():
+    seeds = _hdf5_seeds()
+    assert [s.kind for s in seeds] == ["net", "net", "solverstate"]
+    for seed in seeds:
+        doc = open_document(io.BytesIO(seed.data))
+        assert (doc.kind, doc.format) == (seed.kind, "hdf5") and doc.entries
+        assert fc.check_case(seed.data).error is None
+    assert open_document(io.BytesIO(seeds[1].data)).names() == ["ip1/0", "ip1/1", "ip2/1"]  # ip2/0 is shared
+
+
+@pytest.mark.parametrize("index", range(3), ids=["net_float_diff", "net_double_shared", "solverstate"])
+def test_fuzz_hdf5_generated(index):
+    fuzz_seed(_hdf5_seeds()[index])
+
+
+def test_fuzz_hdf5_realworld(realworld):
+    _hdf5_seeds()
+    (seed,) = fc.realworld_hdf5_seeds(realworld)
+    fuzz_seed(seed)
+
+
+@pytest.mark.parametrize("index", range(3), ids=["net_float_diff", "net_double_shared", "solverstate"])
+def test_hdf5_truncated_at_every_boundary_and_every_address_forged(index):
+    assert _every_cut_and_forged_length(_hdf5_seeds()[index], fc.HUGE_VALUES) > 8
+
+
 # -- exhaustive: every field boundary, every length prefix ------------------------------------
 
 def _every_cut_and_forged_length(seed: fc.Seed, huge_values) -> int:
@@ -158,7 +194,7 @@ def _every_cut_and_forged_length(seed: fc.Seed, huge_values) -> int:
             cases += 1
     for start, end in lay.lengths:
         for value in huge_values:
-            if end - start in (2, 4) and seed.kind in ("npy", "npz"):
+            if end - start in (2, 4) and (seed.kind in ("npy", "npz") or seed.data.startswith(fc.HDF5_SIGNATURE)):
                 forged = (value & ((1 << 8 * (end - start)) - 1)).to_bytes(end - start, "little")
             else:
                 forged = wire.encode_varint(value)

@@ -61,10 +61,10 @@ def test_no_import_cycles():
 
 def test_the_command_imports_no_format_module_and_no_heavy_library_at_start_up():
     # The registry names the format modules without importing them; numpy,
-    # rich and protobuf load only when a command needs them.
+    # rich, protobuf and h5py (Caffe's HDF5 snapshots) load only when a command needs them.
     # (protobuf 3.x's namespace-package .pth file imports the bare "google" at every start.)
     code = ("import sys, blobtool.cli\n"
-            "print(' '.join(sorted(m for m in sys.modules if m.split('.')[0] in ('numpy', 'rich') "
+            "print(' '.join(sorted(m for m in sys.modules if m.split('.')[0] in ('numpy', 'rich', 'h5py') "
             "or m.startswith(('google.protobuf', 'blobtool.formats.')) or m == 'blobtool.report.tables')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          cwd=PACKAGE.parent).stdout.split()

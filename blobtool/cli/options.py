@@ -41,8 +41,10 @@ def kind_option(f):
 
 def output_options(f):
     f = click.option("--format", "fmt", type=click.Choice(OUTPUT_FORMATS), default=None,
-                     help="Output format: blob (one BlobProto), npy, npz, or same (the input's kind). "
-                          "Default by extension: .npy, .npz, .pb/.binaryproto (one blob), else same.")(f)
+                     help="Output format: blob (one BlobProto), npy, npz, safetensors, hdf5 (Caffe's HDF5 snapshot "
+                          "of a net or solver state), protobuf (the input's kind as Caffe's protobuf), or same (the "
+                          "input's kind and format). Default by extension: .npy, .npz, .safetensors, "
+                          ".pb/.binaryproto (one blob), .h5/.hdf5, .caffemodel/.solverstate (protobuf), else same.")(f)
     f = click.option("-o", "--output", type=OUTPUT, default=None, metavar="PATH",
                      help="Where to write ('-' for stdout; default stdout when it is not a terminal).")(f)
     return f

@@ -108,7 +108,7 @@ def update(file, output, fmt, device, patterns, kind):
 @kind_option
 @names_options
 def convert(file, output, fmt, precision, layout, no_diff, device, patterns, kind, names, no_fold):
-    """Re-save blobs with Caffe's ToProto meaning: as the same kind, a blob file, .npy, .npz or .safetensors.
+    """Re-save blobs with Caffe's ToProto meaning: as the same kind, a blob file, .npy, .npz, .safetensors or HDF5.
 
     Keeps each blob's dtype, layout and diff unless told otherwise. A .caffemodel,
     .solverstate or BlobProtoVector converts to the same kind with only the selected
@@ -117,6 +117,11 @@ def convert(file, output, fmt, precision, layout, no_diff, device, patterns, kin
     --float or --double; pickles are never loaded). .npy output holds the data
     array; .npz and .safetensors hold every blob by name and its diff under "<name>/diff".
     --names torch names a .caffemodel's blobs as PyTorch does (see info --names torch).
+    Caffe's HDF5 snapshots (.caffemodel.h5, .solverstate.h5; needs blobtool[hdf5])
+    convert both ways: -o x.h5 writes Caffe's HDF5 layout, -o x.caffemodel or
+    -o x.solverstate the protobuf form. HDF5 holds no layer types or parameters, so an
+    HDF5 net becomes a NetParameter with layer names and blobs only. --legacy is
+    protobuf only.
 
     \b
     Example:
@@ -124,6 +129,7 @@ def convert(file, output, fmt, precision, layout, no_diff, device, patterns, kin
       blobtool convert --float nvcaffe.caffemodel -o standard.caffemodel
       blobtool convert net.caffemodel --blob conv1/0 -o conv1.npy
       blobtool convert --names torch net.caffemodel -o net.safetensors
+      blobtool convert snapshot_iter_1000.caffemodel.h5 -o snapshot_iter_1000.caffemodel
     """
     from ..formats.numpy import cast_for
 

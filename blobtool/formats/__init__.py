@@ -32,8 +32,9 @@ kind         what                                        blob names
 blob         BlobProto                                   "0"
 vector       BlobProtoVector                             "0", "1", ...
 net          NetParameter (.caffemodel), three layer     "<layer>/<index>"
-             formats
-solverstate  SolverState (.solverstate)                  "history/<index>"
+             formats; Caffe's HDF5 snapshot (.h5)
+solverstate  SolverState (.solverstate); Caffe's HDF5    "history/<index>"
+             snapshot (.h5)
 npy / npz    numpy's formats                             "0" / the array names
 safetensors  safetensors (8-byte header length, JSON     the tensor names
              header, raw little-endian tensors)
@@ -58,7 +59,7 @@ from dataclasses import dataclass, field
 
 from ..errors import FormatError, UsageError
 
-__all__ = ["Format", "Output", "FORMATS", "KINDS", "CONTAINER_KINDS", "OUTPUT_FORMATS", "Entry", "Document",
+__all__ = ["Format", "Output", "FORMATS", "KINDS", "CONTAINER_KINDS", "OUTPUT_FORMATS", "Entry", "Document", "NetLayer",
            "get_format", "format_by_signature", "module", "open_document", "select", "output_target", "MAX_BLOBS"]
 
 
@@ -81,6 +82,7 @@ class Format:
     outputs: tuple = ()    # the Output choices it writes
     containers: tuple = ()  # kinds that hold several blobs and are written back as themselves (--format same)
     probe: object = None   # head -> bool, for a signature that is not a prefix (light: runs at sniffing)
+    userblock: bool = False  # the signature may also follow a user block: at 512, 1024, 2048, ... (HDF5)
 
 
 def _safetensors_head(head: bytes) -> bool:
@@ -91,8 +93,11 @@ def _safetensors_head(head: bytes) -> bool:
 
 FORMATS = (
     Format("caffe", ("blob", "vector", "net", "solverstate"),
-           outputs=(Output("blob", (".pb", ".binaryproto", ".blob", ".protobin"), "blob"),),
+           outputs=(Output("blob", (".pb", ".binaryproto", ".blob", ".protobin"), "blob"),
+                    Output("protobuf", (".caffemodel", ".solverstate"), None)),
            containers=("vector", "net", "solverstate")),
+    Format("hdf5", ("net", "solverstate"), magic=(b"\x89HDF\r\n\x1a\n",), userblock=True,
+           outputs=(Output("hdf5", (".h5", ".hdf5"), None),), containers=("net", "solverstate")),
     Format("numpy", ("npy", "npz"), magic=(b"\x93NUMPY", b"PK\x03\x04", b"PK\x05\x06"),
            outputs=(Output("npy", (".npy",), "npy"), Output("npz", (".npz",), "npz"))),
     Format("safetensors", ("safetensors",), probe=_safetensors_head,
@@ -125,13 +130,30 @@ def module(fmt: Format):
     return importlib.import_module(f"{__name__}.{fmt.name}")
 
 
-def format_by_signature(head: bytes) -> Format | None:
-    """The format whose signature `head` (a file's first bytes) starts with, or None."""
-    return next((fmt for fmt in FORMATS if any(head.startswith(m) for m in fmt.magic)
-                 or (fmt.probe is not None and fmt.probe(head))), None)
+def format_by_signature(buf) -> Format | None:
+    """The format whose signature a file's bytes `buf` (bytes, mmap, bytearray) hold, or None.
+
+    Signatures are at the start, or for a format with a user block (HDF5)
+    also at 512, 1024, 2048, ... bytes; a format with a probe is asked
+    about the file's first bytes.
+    """
+    size = len(buf)
+    for fmt in FORMATS:
+        offsets = [0]
+        if fmt.userblock:
+            offset = 512
+            while offset < size:
+                offsets.append(offset)
+                offset *= 2
+        for offset in offsets:
+            if any(buf[offset:offset + len(m)] == m for m in fmt.magic):
+                return fmt
+        if fmt.probe is not None and fmt.probe(bytes(buf[:16])):
+            return fmt
+    return None
 
 
-def _format_for_kind(kind: str, head: bytes) -> Format:
+def _format_for_kind(kind: str, head) -> Format:
     """The format to read a file as `kind` (--kind): the one holding that kind whose signature the file has, if any."""
     holders = [fmt for fmt in FORMATS if kind in fmt.kinds]
     if not holders:
@@ -179,6 +201,20 @@ class Entry:
         return self._blob
 
 
+@dataclass(frozen=True, slots=True)
+class NetLayer:
+    """One layer of a net, in file order, with or without blobs.
+
+    Its name (as its blobs' names use it), its type (None where the format
+    holds none: HDF5), and for a protobuf net the layer's field (the layer
+    (100) or V1 layers (2) field) to read more of it from when asked.
+    """
+
+    name: str
+    type: str | None = None
+    field: object = None
+
+
 @dataclass
 class Document:
     """An opened input file: its kind, its blobs in order, and its bytes."""
@@ -189,7 +225,7 @@ class Document:
     entries: list = field(default_factory=list)
     meta: dict = field(default_factory=dict)
     format: str = "caffe"    # the Format's name: which module reads and writes it
-    layers: list = field(default_factory=list)  # a net's layers in file order, blobs or not (caffe.NetLayer)
+    layers: list = field(default_factory=list)  # a net's layers in file order, blobs or not (NetLayer)
     naming: str = "blobtool"  # how its entries are named: "blobtool", or a scheme of blobtool.naming ("torch")
 
     @property
@@ -202,6 +238,20 @@ class Document:
     @property
     def warnings(self) -> list:
         return [f"{self.path}: blob {e.name} {e.warning}" for e in self.entries if e.warning]
+
+    def whole(self, entries, blobs) -> list:
+        """[(entry, Blob, selected)] for every blob of this container, in order, for writing it whole.
+
+        `entries` (with their `blobs`) are the selected ones, written as asked;
+        the others are written as stored. UsageError for an entry not in it.
+        """
+        chosen = {id(e): b for e, b in zip(entries, blobs)}
+        mine = {id(e) for e in self.entries}
+        for entry in entries:
+            if id(entry) not in mine:
+                raise UsageError(f"blob {entry.name!r} is not in {self.path}: a {self.kind} is written whole, "
+                                 "so only its own blobs can be written back")
+        return [(e, chosen[id(e)], True) if id(e) in chosen else (e, e.blob(), False) for e in self.entries]
 
     def check_room(self, offset: int) -> None:
         """Refuse one more blob past MAX_BLOBS (a forged file of millions of empty ones)."""
@@ -224,7 +274,7 @@ def open_document(src, kind: str | None = None, *, npy_cast=None) -> Document:
     if kind is None:
         fmt, kind = sniff(source)
     else:
-        fmt = _format_for_kind(kind, bytes(source.buf[:16]))
+        fmt = _format_for_kind(kind, source.buf)
     doc = Document(source.name, kind, source, format=fmt.name)
     module(fmt).read(doc, cast=npy_cast)
     return doc
@@ -279,7 +329,21 @@ def output_target(dest, choice: str | None, doc: Document | None) -> tuple:
     for fmt in FORMATS:
         for out in fmt.outputs:
             if out.name == choice:
-                if out.kind is None and doc is None:
-                    raise UsageError(f"--format {choice} writes the input's own kind, and there is no input file")
-                return fmt, out.kind or doc.kind
+                return fmt, out.kind or _own_kind(fmt, out, doc)
     raise UsageError(f"unknown output format {choice!r}; expected one of {', '.join(OUTPUT_FORMATS)}")
+
+
+def _own_kind(fmt: Format, out: Output, doc: Document | None) -> str:
+    """The kind an Output that writes "the input's own kind" writes for `doc` in `fmt`.
+
+    A kind the format holds is written as itself; otherwise a format that
+    writes single blobs writes one ("blob"), and any other refuses.
+    """
+    if doc is not None and doc.kind in fmt.kinds:
+        return doc.kind
+    if "blob" in fmt.kinds:
+        return "blob"
+    if doc is None:
+        raise UsageError(f"--format {out.name} writes the input's own kind, and there is no input file")
+    raise UsageError(f"{out.name} output ({', '.join(out.extensions)}) holds a {' or '.join(fmt.kinds)}, and a "
+                     f"{doc.kind} input is neither; choose .npy, .npz or a blob file")

@@ -50,7 +50,6 @@ written on its own is one BlobProto.
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
 
 from .. import wire
 from ..blobproto import (BLOB_FIELD_NAMES, BLOB_WIRE_PAIRS, PAYLOAD_FIELDS, SHAPE_FIELD, TYPE_FIELDS, BlobRecord,
@@ -58,9 +57,9 @@ from ..blobproto import (BLOB_FIELD_NAMES, BLOB_WIRE_PAIRS, PAYLOAD_FIELDS, SHAP
                          write_blob, write_parts)
 from ..errors import BlobToolError, FormatError, OutputError, UsageError
 from ..source import atomic_output, display_name
-from . import MAX_BLOBS, Document, Entry
+from . import MAX_BLOBS, Document, Entry, NetLayer
 
-__all__ = ["sniff", "read", "write", "save_blob", "container_parts", "MAX_LAYERS", "V1_TYPE_NAMES", "NetLayer",
+__all__ = ["sniff", "read", "write", "write_new", "save_blob", "container_parts", "MAX_LAYERS", "V1_TYPE_NAMES",
            "layer_links"]
 
 
@@ -364,15 +363,6 @@ def _read_net(doc: Document, buf) -> None:
         doc.layers.append(NetLayer(name, type_, lf))
 
 
-@dataclass(frozen=True, slots=True)
-class NetLayer:
-    """One layer of a net, in file order, with or without blobs: its name (as its blobs' names use it), type, field."""
-
-    name: str
-    type: str
-    field: wire.Field   # the layer (100) or V1 layers (2) field
-
-
 def layer_links(doc: Document, layer: NetLayer) -> tuple[tuple, tuple]:
     """(bottoms, tops): the blob names a layer of `doc` reads and writes.
 
@@ -483,6 +473,10 @@ def write(doc: Document | None, entries: list, blobs: list, dest, *, kind: str, 
         return
     if doc is None or doc.kind != kind:
         raise UsageError(f"a {kind} file is written only from a {kind} input (its other fields come from it)")
+    if doc.format != "caffe":
+        write_new(doc, entries, blobs, dest, precision=precision, write_diff=write_diff, layout=layout,
+                  transforms=transforms)
+        return
     stored = {id(e) for e in doc.entries}
     for entry in entries:
         if id(entry) not in stored:
@@ -490,6 +484,61 @@ def write(doc: Document | None, entries: list, blobs: list, dest, *, kind: str, 
                              "so only its own blobs can be written back")
     write_container(doc, {e.name: b for e, b in zip(entries, blobs)}, dest, precision=precision,
                     write_diff=write_diff, layout=layout, transforms=transforms)
+
+
+def write_new(doc: Document, entries: list, blobs: list, dest, *, precision=None, write_diff=None, layout=None,
+              transforms: dict | None = None) -> None:
+    """Write a net or solver state read from another format (Caffe's HDF5 snapshot) as Caffe's protobuf.
+
+    The container is written whole: the selected blobs as asked, the others
+    as stored. A net becomes a NetParameter whose layers (doc.layers, those
+    without blobs too) hold their names and blobs only: the other format holds
+    no layer types or parameters. A solver state becomes a SolverState with
+    the document's iter, learned_net and current_step. Protobuf numbers blobs
+    by position, so a layer whose blobs are not 0, 1, ... (a parameter shared
+    with an earlier layer is absent from an HDF5 snapshot) is refused.
+    """
+    from .._pb import blobtool_caffe_pb2 as pb
+
+    transforms = transforms or {}
+
+    def field(number: int, parts: list) -> list:
+        return [wire.len_field_header(number, blob_encoded_size(parts)), *parts]
+
+    def blob_field(number: int, entry, blob, selected: bool) -> list:
+        if not selected:  # as stored
+            return field(number, encode_blob_parts(blob, **resolve_form(blob)))
+        form = resolve_form(blob, precision=precision, write_diff=write_diff, layout=layout)
+        return field(number, encode_blob_parts(blob, transforms=transforms.get(entry.name), **form))
+
+    parts = []
+    whole = doc.whole(entries, blobs)
+    if doc.kind == "net":
+        by_layer = {layer.name: [] for layer in doc.layers}
+        for entry, blob, selected in whole:
+            by_layer.setdefault(entry.layer, []).append((entry, blob, selected))
+        for layer, held in by_layer.items():
+            indices = [entry.name.rpartition("/")[2] for entry, _, _ in held]
+            if indices != [str(i) for i in range(len(held))]:
+                raise UsageError(f"layer {layer!r} holds blobs {', '.join(indices)}: a NetParameter numbers a "
+                                 "layer's blobs 0, 1, ... by position (a parameter shared with an earlier layer "
+                                 "is not in an HDF5 snapshot); write HDF5, or blobs with .npz or --format blob")
+            content = [pb.LayerParameter(name=layer).SerializeToString()]
+            for entry, blob, selected in held:
+                content += blob_field(7, entry, blob, selected)
+            parts += field(100, content)
+    else:
+        indices = [entry.name for entry, _, _ in whole]
+        if indices != [f"history/{i}" for i in range(len(whole))]:
+            raise UsageError(f"the solver state holds {', '.join(indices)}: a SolverState numbers its history "
+                             "0, 1, ... by position; write HDF5, or blobs with .npz or --format blob")
+        state = pb.SolverState(iter=doc.meta.get("iter") or 0, learned_net=doc.meta.get("learned_net") or "")
+        parts.append(state.SerializeToString())
+        for entry, blob, selected in whole:
+            parts += blob_field(3, entry, blob, selected)
+        parts.append(pb.SolverState(current_step=doc.meta.get("current_step") or 0).SerializeToString())
+    with atomic_output(dest) as out:
+        write_parts(out, parts)
 
 
 def save_blob(blob, dest, *, precision=None, write_diff=None, layout=None, transforms=None) -> None:

@@ -1,9 +1,9 @@
 """What a file is, from its bytes: its format and kind, or why it is none blobtool reads.
 
-A format with a signature (numpy's ".npy" and zip magic) is known by its
-first bytes, listed in the registry (formats.FORMATS); its module's sniff()
-then tells the kind. Other well-known signatures (gzip, bzip2, xz, HDF5, a
-macOS '._' file) are refused with a line saying what the file is and what
+A format with a signature (numpy's ".npy" and zip magic, HDF5's at 0, 512,
+1024, ... bytes) is known by it, listed in the registry (formats.FORMATS);
+its module's sniff() then tells the kind. Other well-known signatures (gzip,
+bzip2, xz, a macOS '._' file) are refused with a line saying what the file is and what
 to do. Everything else goes to the format without a signature, Caffe's
 protobuf, whose sniff() reads the kind from the top-level fields (see
 formats/caffe.py).
@@ -19,8 +19,6 @@ __all__ = ["sniff"]
 # Signatures of files that are not Caffe files, and what to say about them.
 _MAGICS = (
     (b"\x1f\x8b", "a gzip-compressed file; decompress it first (gunzip -k FILE) and read the result"),
-    (b"\x89HDF\r\n\x1a\n", "an HDF5 file (Caffe's HDF5 snapshot format); blobtool reads the protobuf "
-                           "formats (.caffemodel, .solverstate, .binaryproto)"),
     (b"\x00\x05\x16\x07", "a macOS resource-fork file (AppleDouble '._' metadata), not a Caffe file; "
                           "read the file of the same name without the '._' prefix"),
     (b"BZh", "a bzip2-compressed file; decompress it first (bunzip2 -k FILE)"),
@@ -35,7 +33,7 @@ def sniff(source) -> tuple[Format, str]:
     Raises FormatError saying what the file looks like when it is none that blobtool reads.
     """
     head = bytes(source.buf[:16])
-    fmt = format_by_signature(head)
+    fmt = format_by_signature(source.buf)
     if fmt is not None:
         return fmt, module(fmt).sniff(source)
     for magic, what in _MAGICS:

@@ -56,7 +56,7 @@ def fmt_shape(shape) -> str:
 
 def title_parts(record: dict) -> tuple[str, str]:
     """The title line of a file's table: its path, and what follows it ("  net, 1.6 MiB, name LeNet")."""
-    extra = [record["kind"]]
+    extra = [record["kind"] + (f" ({record['format']})" if record.get("format") else "")]
     if "bytes" in record:
         extra.append(fmt_bytes(record["bytes"]))
     for key in ("name", "iter"):

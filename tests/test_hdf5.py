@@ -1,0 +1,563 @@
+"""Caffe's HDF5 snapshots (formats/hdf5.py): reading, writing, converting both ways, every command, bad input.
+
+The inputs are built with h5py in Caffe's exact layout (tests/builders.py:
+h5_net_bytes, h5_solverstate_bytes, as Caffe's net.cpp ToHDF5 and
+sgd_solver.cpp SnapshotSolverStateToHDF5 write them); h5py is the oracle for
+what an HDF5 file holds, the protobuf library for what a protobuf file holds.
+The real snapshot Caffe wrote is read from ../shared/realworld (skipped with
+a reason where that folder is absent).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import blobtool
+from blobtool._pb import blobtool_caffe_pb2 as pb
+from blobtool.errors import FormatError, UsageError
+from blobtool.formats import get_format, open_document
+from builders import (Layer, blob_proto, h5_bytes, h5_net_bytes, h5_solverstate_bytes, h5_string, write_h5,
+                      write_net, write_solverstate)
+from runner import BLOBTOOL, REPO, invoke, one_json, run_blobtool, run_pipeline, subprocess_env
+
+h5py = pytest.importorskip("h5py", reason="h5py (the hdf5 extra) is not installed")
+
+REAL = "cifar10_full_iter_70000.caffemodel.h5"
+RNG = np.random.default_rng(20240701)
+
+
+@pytest.fixture(autouse=True)
+def _fresh_rng():
+    global RNG
+    RNG = np.random.default_rng(20240701)
+
+
+def values(shape, dtype=np.float32) -> np.ndarray:
+    n = int(np.prod(shape, dtype=np.int64))
+    return (RNG.standard_normal(n) * 3 + 0.1).astype(dtype).reshape(shape)
+
+
+def ok(*args):
+    result = invoke(*args)
+    assert result.exit_code == 0, (args, result.exit_code, result.stdout, result.stderr)
+    return result
+
+
+def assert_error(result, code: int, *fragments) -> str:
+    assert result.exit_code == code, (result.exit_code, result.stdout, result.stderr)
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("blobtool: "), result.stderr
+    assert "Traceback" not in result.stderr
+    for fragment in fragments:
+        assert fragment in lines[0], (fragment, lines[0])
+    return lines[0]
+
+
+def h5_tree(path) -> dict:
+    """{HDF5 path: (kind, dtype, shape)} of a file, read with h5py."""
+    out = {}
+    with h5py.File(path, "r") as f:
+        def visit(name, obj):
+            if isinstance(obj, h5py.Dataset):
+                out[name] = ("dataset", obj.dtype.str, obj.shape)
+            else:
+                out[name] = ("group", None, None)
+        f.visititems(visit)
+    return out
+
+
+def h5_array(path, name) -> np.ndarray:
+    with h5py.File(path, "r") as f:
+        return f[name][()]
+
+
+def net_layers(double=False):
+    """[(layer, [arrays])]: two with parameters, one without, one with a single (double) blob."""
+    dt = np.float64 if double else np.float32
+    return [("conv1", [values((4, 3, 2, 2), dt), values((4,), dt)]),
+            ("relu1", []),
+            ("ip1", [values((5, 16), dt), values((5,), dt)]),
+            ("scale", [values((7,), dt)])]
+
+
+# =====================================================================================
+# Reading
+# =====================================================================================
+
+@pytest.mark.parametrize("double", [False, True])
+@pytest.mark.parametrize("with_diff", [False, True])
+def test_reads_a_net_in_caffes_layout(tmp_path, double, with_diff):
+    layers = net_layers(double)
+    diffs = {(name, i): values(a.shape, a.dtype) for name, arrays in layers for i, a in enumerate(arrays)}
+    path = write_h5(tmp_path / "net.caffemodel.h5", h5_net_bytes(layers, diffs=diffs if with_diff else None))
+    doc = open_document(path)
+    assert (doc.kind, doc.format) == ("net", "hdf5")
+    # Layers come in name order (Caffe's groups do not track creation order), blobs by index.
+    assert doc.layers == ["conv1", "ip1", "relu1", "scale"]
+    assert doc.names() == ["conv1/0", "conv1/1", "ip1/0", "ip1/1", "scale/0"]
+    blobs = blobtool.load_all(path)
+    for name, arrays in layers:
+        for i, array in enumerate(arrays):
+            blob = blobs[f"{name}/{i}"]
+            assert blob.shape == array.shape and blob.dtype == array.dtype
+            assert np.array_equal(blob.cpu_data().reshape(array.shape), h5_array(path, f"data/{name}/{i}"))
+            if with_diff:
+                assert np.array_equal(blob.cpu_diff().reshape(array.shape), h5_array(path, f"diff/{name}/{i}"))
+    record = one_json(ok("info", "--json", path))
+    assert record["kind"] == "net" and record["format"] == "hdf5"
+    assert [b["has_diff"] for b in record["blobs"]] == [with_diff] * 5
+    assert {b["dtype"] for b in record["blobs"]} == {"float64" if double else "float32"}
+    assert [b["layer"] for b in record["blobs"]] == ["conv1", "conv1", "ip1", "ip1", "scale"]
+
+
+def test_a_blob_views_the_file_and_is_read_only_when_built(tmp_path):
+    # Caffe's datasets are contiguous: a blob's values view the input's bytes (no copy).
+    layers = [("ip", [values((300, 200))])]
+    path = write_h5(tmp_path / "n.h5", h5_net_bytes(layers))
+    doc = open_document(path)
+    data = doc.entries[0].blob().cpu_data()
+    assert not data.flags.owndata
+    assert np.array_equal(data.reshape(300, 200), layers[0][1][0])
+    # Scaling changes a private copy of the pages, never the file.
+    before = path.read_bytes()
+    doc.entries[0].blob().scale_data(2.0)
+    assert path.read_bytes() == before
+
+
+def test_shared_parameters_are_listed_not_blobs(tmp_path):
+    # conv1_p shares both of conv1's parameters; ip2 shares only its bias with ip1.
+    layers = [("conv1", [values((2, 2))] * 2), ("conv1_p", [values((2, 2))] * 2),
+              ("ip1", [values((3,)), values((3,))]), ("ip2", [values((3,)), values((3,))])]
+    shared = {("conv1_p", 0), ("conv1_p", 1), ("ip2", 1)}
+    path = write_h5(tmp_path / "siamese.caffemodel.h5", h5_net_bytes(layers, diffs={}, shared=shared))
+    record = one_json(ok("info", "--json", path))
+    assert [b["name"] for b in record["blobs"]] == ["conv1/0", "conv1/1", "ip1/0", "ip1/1", "ip2/0"]
+    assert record["shared"] == ["conv1_p/0", "conv1_p/1", "ip2/1"]
+    assert open_document(path).layers == ["conv1", "conv1_p", "ip1", "ip2"]
+
+
+def test_reads_a_solverstate(tmp_path):
+    history = [values((3, 2)), values((3,)), values((2, 2, 2))]
+    path = write_h5(tmp_path / "s.solverstate.h5",
+                    h5_solverstate_bytes(history, iter_=5000, learned_net="snap/net_iter_5000.caffemodel.h5",
+                                         current_step=3))
+    record = one_json(ok("info", "--json", path))
+    assert (record["kind"], record["format"]) == ("solverstate", "hdf5")
+    assert (record["iter"], record["learned_net"], record["current_step"]) == \
+        (5000, "snap/net_iter_5000.caffemodel.h5", 3)
+    assert [b["name"] for b in record["blobs"]] == ["history/0", "history/1", "history/2"]
+    blobs = blobtool.load_all(path)
+    for i, array in enumerate(history):
+        assert np.array_equal(blobs[f"history/{i}"].cpu_data().reshape(array.shape), array)
+
+
+@pytest.mark.parametrize("userblock", [512, 1024, 4096])
+def test_signature_after_a_user_block(tmp_path, userblock):
+    data = h5_net_bytes([("conv1", [values((2, 3))])], userblock=userblock)
+    assert data[userblock:userblock + 8] == b"\x89HDF\r\n\x1a\n" and not data.startswith(b"\x89HDF")
+    path = write_h5(tmp_path / "ub.h5", data)
+    doc = open_document(path)
+    assert (doc.kind, doc.format, doc.names()) == ("net", "hdf5", ["conv1/0"])
+    assert doc.entries[0].blob().cpu_data().size == 6
+
+
+def test_reads_from_standard_input_and_file_objects(tmp_path):
+    layers = [("conv1", [values((2, 3))])]
+    data = h5_net_bytes(layers)
+    blobs = blobtool.load_all(io.BytesIO(data))
+    assert np.array_equal(blobs["conv1/0"].cpu_data().reshape(2, 3), layers[0][1][0])
+    result = run_blobtool("norm", "--json", "-", input=data)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["blobs"][0]["data"]["asum"] == pytest.approx(
+        float(np.abs(layers[0][1][0].astype(np.float64)).sum()))
+
+
+@pytest.mark.parametrize("how", ["chunked_gzip", "big_endian", "float16"])
+def test_other_float_datasets_are_read_through_h5py(tmp_path, how):
+    array = values((6, 5))
+    def build(f):
+        group = f.create_group("data").create_group("ip")
+        if how == "chunked_gzip":
+            group.create_dataset("0", data=array, chunks=(2, 5), compression="gzip")
+        elif how == "big_endian":
+            group.create_dataset("0", data=array.astype(">f4"))
+        else:
+            group.create_dataset("0", data=array.astype(np.float16))
+    path = write_h5(tmp_path / f"{how}.h5", h5_bytes(build))
+    doc = open_document(path)
+    blob = doc.entries[0].blob()
+    expected = array.astype(np.float16).astype(np.float32) if how == "float16" else array
+    assert blob.dtype == np.float32 and np.array_equal(blob.cpu_data().reshape(6, 5), expected)
+    assert doc.entries[0].dtype == (np.float16 if how == "float16" else array.dtype)
+
+
+# =====================================================================================
+# Writing, and converting both ways
+# =====================================================================================
+
+def protobuf_net(tmp_path, double=False, with_diff=True):
+    """A .caffemodel with two layers without blobs, float or double blobs, with diffs."""
+    dt = np.float64 if double else np.float32
+    def blob(shape):
+        return blob_proto(values(shape, dt), values(shape, dt) if with_diff else None, double=double)
+    layers = [Layer("data", "Input"), Layer("conv1", "Convolution", [blob((4, 3, 2, 2)), blob((4,))]),
+              Layer("relu1", "ReLU"), Layer("ip1", "InnerProduct", [blob((5, 16)), blob((5,))])]
+    return write_net(tmp_path / "net.caffemodel", "new", layers)
+
+
+def parse_net(path) -> dict:
+    """{name: (shape, data, diff)} of a .caffemodel, by the protobuf library, and its layer names."""
+    net = pb.NetParameter()
+    net.ParseFromString(path.read_bytes())
+    out = {}
+    for layer in net.layer:
+        for i, b in enumerate(layer.blobs):
+            data = np.array(b.double_data, np.float64) if len(b.double_data) else np.array(b.data, np.float32)
+            diff = np.array(b.double_diff, np.float64) if len(b.double_diff) else np.array(b.diff, np.float32)
+            out[f"{layer.name}/{i}"] = (tuple(b.shape.dim), data, diff)
+    return out, [layer.name for layer in net.layer]
+
+
+@pytest.mark.parametrize("double", [False, True])
+@pytest.mark.parametrize("with_diff", [False, True])
+def test_caffemodel_to_h5_and_back_is_bit_exact(tmp_path, double, with_diff):
+    src = protobuf_net(tmp_path, double, with_diff)
+    h5 = tmp_path / "net.caffemodel.h5"
+    ok("convert", src, "-o", h5)
+    # Caffe's layout: data/<layer>/<i> (every layer, empty ones too), diff mirroring it, dtypes kept.
+    dtype = "<f8" if double else "<f4"
+    expected = {"data": ("group", None, None)}
+    for layer in ("conv1", "data", "ip1", "relu1"):
+        expected[f"data/{layer}"] = ("group", None, None)
+    shapes = {"conv1/0": (4, 3, 2, 2), "conv1/1": (4,), "ip1/0": (5, 16), "ip1/1": (5,)}
+    for name, shape in shapes.items():
+        expected[f"data/{name}"] = ("dataset", dtype, shape)
+    if with_diff:
+        expected["diff"] = ("group", None, None)
+        for key, value in list(expected.items()):
+            if key.startswith("data/"):
+                expected["diff/" + key[5:]] = value
+    assert h5_tree(h5) == expected
+    original, _ = parse_net(src)
+    with h5py.File(h5, "r") as f:
+        for name, (shape, data, diff) in original.items():
+            assert f[f"data/{name}"].id.get_create_plist().get_layout() == h5py.h5d.CONTIGUOUS
+            assert np.array_equal(f[f"data/{name}"][()].reshape(-1), data)
+            if with_diff:
+                assert np.array_equal(f[f"diff/{name}"][()].reshape(-1), diff)
+    assert run_blobtool("compare", src, h5).returncode == 0
+    back = tmp_path / "back.caffemodel"
+    ok("convert", h5, "-o", back)
+    again, layer_names = parse_net(back)
+    assert layer_names == ["conv1", "data", "ip1", "relu1"]  # names and blobs only, in the snapshot's order
+    assert again.keys() == original.keys()
+    for name, (shape, data, diff) in original.items():
+        assert again[name][0] == shape
+        assert again[name][1].dtype == data.dtype and np.array_equal(again[name][1], data)
+        assert np.array_equal(again[name][2], diff)
+    net = pb.NetParameter()
+    net.ParseFromString(back.read_bytes())
+    assert all(not layer.type for layer in net.layer)
+    for a, b in ((src, back), (h5, back), (back, h5)):
+        result = run_blobtool("compare", a, b)
+        assert result.returncode == 0, result.stdout
+
+
+def test_solverstate_to_h5_and_back(tmp_path):
+    history = [values((3, 2)), values((3,), np.float64)]
+    src = write_solverstate(tmp_path / "s.solverstate", [blob_proto(history[0]), blob_proto(history[1], double=True)],
+                            iter_=777, learned_net="x_iter_777.caffemodel", current_step=2)
+    h5 = tmp_path / "s.solverstate.h5"
+    ok("convert", src, "-o", h5)
+    assert h5_tree(h5) == {"iter": ("dataset", "<i4", (1,)), "current_step": ("dataset", "<i4", (1,)),
+                           "learned_net": ("dataset", "|S22", ()), "history": ("group", None, None),
+                           "history/0": ("dataset", "<f4", (3, 2)), "history/1": ("dataset", "<f8", (3,))}
+    with h5py.File(h5, "r") as f:
+        # As H5LTmake_dataset_string: a NUL-terminated fixed-length string of len + 1 bytes.
+        tid = f["learned_net"].id.get_type()
+        assert tid.get_strpad() == h5py.h5t.STR_NULLTERM and tid.get_size() == len("x_iter_777.caffemodel") + 1
+        assert f["learned_net"][()] == b"x_iter_777.caffemodel"
+        assert (f["iter"][0], f["current_step"][0]) == (777, 2)
+    back = tmp_path / "back.solverstate"
+    ok("convert", h5, "-o", back)
+    assert back.read_bytes() == src.read_bytes()  # the SolverState Caffe would write, byte for byte
+    assert run_blobtool("compare", src, h5).returncode == 0
+
+
+def test_the_real_snapshot_layout_and_round_trip(tmp_path, realworld):
+    real = realworld / REAL
+    tree = h5_tree(real)
+    # What Caffe wrote: only "data", a group per layer, float32 datasets, empty groups for layers without parameters.
+    assert {k.split("/")[0] for k in tree} == {"data"}
+    assert {v[1] for v in tree.values() if v[0] == "dataset"} == {"<f4"}
+    assert tree["data/relu1"] == ("group", None, None) and not any(k.startswith("data/relu1/") for k in tree)
+    record = one_json(ok("info", "--json", real))
+    assert record["format"] == "hdf5" and len(record["blobs"]) == 10
+    pb_path, h5_path = tmp_path / "cifar.caffemodel", tmp_path / "cifar.caffemodel.h5"
+    ok("convert", real, "-o", pb_path)
+    ok("convert", pb_path, "-o", h5_path)
+    assert h5_tree(h5_path) == tree  # the same groups, datasets, dtypes and shapes as Caffe's
+    with h5py.File(real, "r") as a, h5py.File(h5_path, "r") as b:
+        for name, (kind, _, _) in tree.items():
+            if kind == "dataset":
+                assert np.array_equal(a[name][()], b[name][()])
+                assert b[name].id.get_create_plist().get_layout() == a[name].id.get_create_plist().get_layout()
+    for x, y in ((real, pb_path), (pb_path, h5_path), (real, h5_path)):
+        result = run_blobtool("compare", x, y)
+        assert result.returncode == 0, result.stdout
+    parsed, layers = parse_net(pb_path)
+    assert layers == [k.split("/")[1] for k, v in tree.items() if v[0] == "group" and k.count("/") == 1]
+
+
+def test_writing_is_deterministic_and_keeps_hdf5_unless_told(tmp_path):
+    src = write_h5(tmp_path / "n.h5", h5_net_bytes(net_layers(), diffs={}))
+    ok("convert", src, "-o", tmp_path / "a.bin")      # no known extension: the input's own format
+    ok("convert", src, "-o", tmp_path / "b.bin")
+    assert (tmp_path / "a.bin").read_bytes() == (tmp_path / "b.bin").read_bytes()
+    assert open_document(tmp_path / "a.bin").format == "hdf5"
+    ok("convert", src, "--format", "protobuf", "-o", tmp_path / "c.bin")
+    assert open_document(tmp_path / "c.bin").format == "caffe"
+    ok("convert", tmp_path / "c.bin", "--format", "hdf5", "-o", tmp_path / "d.bin")
+    assert open_document(tmp_path / "d.bin").format == "hdf5"
+
+
+def test_precision_and_diff_options(tmp_path):
+    layers = net_layers()
+    src = write_h5(tmp_path / "n.h5", h5_net_bytes(layers, diffs={}))
+    ok("convert", "--double", src, "-o", tmp_path / "d.h5")
+    tree = h5_tree(tmp_path / "d.h5")
+    assert {v[1] for k, v in tree.items() if v[0] == "dataset"} == {"<f8"}
+    ok("convert", "--no-diff", src, "-o", tmp_path / "nd.h5")
+    assert not any(k.startswith("diff") for k in h5_tree(tmp_path / "nd.h5"))
+    ok("convert", "--half", src, "-o", tmp_path / "h.h5")
+    assert {v[1] for v in h5_tree(tmp_path / "h.h5").values() if v[0] == "dataset"} == {"<f2"}
+    blobs = blobtool.load_all(tmp_path / "h.h5")
+    assert np.array_equal(blobs["ip1/0"].cpu_data().reshape(5, 16),
+                          layers[2][1][0].astype(np.float16).astype(np.float32))
+    # --blob converts only the selected blobs; the container is written whole.
+    ok("convert", "--double", "--blob", "conv1/0", src, "-o", tmp_path / "one.h5")
+    tree = h5_tree(tmp_path / "one.h5")
+    assert tree["data/conv1/0"][1] == "<f8" and tree["data/conv1/1"][1] == "<f4" and "data/ip1/0" in tree
+
+
+def test_legacy_is_refused_for_hdf5_output_and_allowed_for_protobuf(tmp_path):
+    src = write_h5(tmp_path / "n.h5", h5_net_bytes([("conv1", [values((2, 3, 2, 2))])]))
+    assert_error(invoke("convert", "--legacy", src, "-o", tmp_path / "o.h5"), 2, "--legacy", "HDF5")
+    assert not (tmp_path / "o.h5").exists()
+    ok("convert", "--legacy", src, "-o", tmp_path / "o.caffemodel")
+    net = pb.NetParameter()
+    net.ParseFromString((tmp_path / "o.caffemodel").read_bytes())
+    assert (net.layer[0].blobs[0].num, net.layer[0].blobs[0].width) == (2, 2)
+
+
+def test_what_hdf5_cannot_hold_is_refused(tmp_path):
+    # A layer name with '/' (GoogLeNet's), a vector input, a shared parameter written as protobuf.
+    net = write_net(tmp_path / "g.caffemodel", "new", [Layer("conv1/7x7_s2", "Convolution", [values((2, 2))])])
+    assert_error(invoke("convert", net, "-o", tmp_path / "g.h5"), 2, "conv1/7x7_s2", "HDF5 group name")
+    from builders import write_vector
+    vec = write_vector(tmp_path / "v.binaryproto", [values((2,))])
+    assert_error(invoke("convert", vec, "-o", tmp_path / "v.h5"), 2, "holds a net or solverstate", "vector input")
+    shared = write_h5(tmp_path / "s.h5", h5_net_bytes([("a", [values((2,))] * 2), ("b", [values((2,))] * 2)],
+                                                       shared={("b", 0)}))
+    assert_error(invoke("convert", shared, "-o", tmp_path / "s.caffemodel"), 2, "layer 'b'", "by position")
+    ok("convert", shared, "-o", tmp_path / "s2.h5")  # HDF5 holds it as Caffe does
+    assert "data/b/0" not in h5_tree(tmp_path / "s2.h5") and "data/b/1" in h5_tree(tmp_path / "s2.h5")
+    for path in (tmp_path / "g.h5", tmp_path / "v.h5", tmp_path / "s.caffemodel"):
+        assert not path.exists()
+
+
+def test_writing_to_a_pipe_and_onto_the_input(tmp_path):
+    layers = net_layers()
+    src = write_h5(tmp_path / "n.h5", h5_net_bytes(layers))
+    result = run_pipeline(f"{BLOBTOOL} scale n.h5 2 -o - | {BLOBTOOL} norm --json -", tmp_path)
+    assert result.returncode == 0, result.stderr
+    total = sum(float(np.abs(a.astype(np.float64)).sum()) for _, arrays in layers for a in arrays)
+    assert json.loads(result.stdout)["total"]["data"]["asum"] == pytest.approx(2 * total, rel=1e-6)
+    ok("scale", src, "0.5", "-o", src)  # -o may name the input
+    blobs = blobtool.load_all(src)
+    assert np.array_equal(blobs["ip1/0"].cpu_data().reshape(5, 16), layers[2][1][0] * np.float32(0.5))
+    assert open_document(src).format == "hdf5"
+
+
+# =====================================================================================
+# Every command
+# =====================================================================================
+
+def test_every_command_on_a_net_snapshot(tmp_path):
+    layers = net_layers()
+    layers[2][1][0][1, 3] = np.nan
+    diffs = {(name, i): values(a.shape) for name, arrays in layers for i, a in enumerate(arrays)}
+    path = write_h5(tmp_path / "n.caffemodel.h5", h5_net_bytes(layers, diffs=diffs))
+    stats = one_json(ok("info", "--json", "--stats", "--blob", "conv1", path))
+    assert [b["name"] for b in stats["blobs"]] == ["conv1/0", "conv1/1"]
+    assert stats["blobs"][0]["stats"]["data"]["max"] == pytest.approx(float(layers[0][1][0].max()))
+    check = invoke("info", "--check", "finite", path)
+    assert check.exit_code == 1 and "blob ip1/0 data has 1 NaN" in check.stderr
+    assert "n.caffemodel.h5  net (hdf5)" in ok("info", path).stdout
+    norm = one_json(ok("norm", "--json", "--blob", "conv*/0", path))
+    assert norm["blobs"][0]["data"]["sumsq"] == pytest.approx(float((layers[0][1][0].astype(np.float64) ** 2).sum()))
+    assert norm["blobs"][0]["diff"]["asum"] == pytest.approx(float(np.abs(diffs[("conv1", 0)]).sum()), rel=1e-6)
+    ok("update", path, "-o", tmp_path / "u.h5")
+    updated = blobtool.load_all(tmp_path / "u.h5")
+    assert np.array_equal(updated["conv1/0"].cpu_data().reshape(4, 3, 2, 2),
+                          layers[0][1][0] - diffs[("conv1", 0)])
+    ok("scale", path, "3", "--diff-factor", "0", "-o", tmp_path / "s.h5")
+    scaled = blobtool.load_all(tmp_path / "s.h5")
+    assert np.array_equal(scaled["scale/0"].cpu_data(), layers[3][1][0] * np.float32(3))
+    assert not scaled["scale/0"].cpu_diff().any()
+    assert invoke("compare", path, tmp_path / "s.h5").exit_code == 1
+    ok("convert", path, "--blob", "ip1/1", "-o", tmp_path / "b.npy")
+    assert np.array_equal(np.load(tmp_path / "b.npy"), layers[2][1][1])
+    ok("convert", path, "-o", tmp_path / "all.npz")
+    assert set(np.load(tmp_path / "all.npz").files) >= {"conv1/0", "conv1/0/diff", "scale/0"}
+    shown = ok("show", path, "--blob", "conv1/0")
+    assert shown.stdout
+
+
+def test_every_command_on_a_solverstate_snapshot(tmp_path):
+    history = [values((3, 4)), values((4,))]
+    path = write_h5(tmp_path / "s.solverstate.h5", h5_solverstate_bytes(history, iter_=9))
+    assert "iter 9" in ok("info", path).stdout
+    ok("scale", path, "2", "-o", tmp_path / "x.h5")
+    with h5py.File(tmp_path / "x.h5", "r") as f:
+        assert f["iter"][0] == 9 and np.array_equal(f["history/0"][()], history[0] * np.float32(2))
+    assert invoke("compare", path, tmp_path / "x.h5").exit_code == 1
+    assert_error(invoke("update", path, "-o", tmp_path / "u.h5"), 3, "no diff")
+    ok("show", path, "--blob", "history/0")
+
+
+# =====================================================================================
+# Bad input: exit 3, one line naming the file and the HDF5 path
+# =====================================================================================
+
+def _other_groups(f):
+    f.create_group("data").create_group("conv1").create_dataset("0", data=np.zeros(2, np.float32))
+    f.create_group("model_weights")
+
+
+def _blob(data):
+    def build(f):
+        f.create_group("data").create_group("conv1").create_dataset("0", data=data)
+    return build
+
+
+def _nested(f):
+    f.create_group("data").create_group("conv1").create_group("7x7")
+
+
+def _solver_int_history(f):
+    f.create_dataset("iter", data=np.array([1], np.int32))
+    h5_string(f, "learned_net", "x")
+    f.create_dataset("current_step", data=np.array([0], np.int32))
+    f.create_group("history").create_dataset("0", data=np.arange(3, dtype=np.int32))
+
+
+def _solver_no_iter(f):
+    h5_string(f, "learned_net", "x")
+    f.create_group("history")
+
+
+def _soft_link(f):
+    data = f.create_group("data")
+    data.create_group("conv1").create_dataset("0", data=np.zeros(2, np.float32))
+    data["alias"] = h5py.SoftLink("/data/conv1")
+
+
+def _forged_shape(f):
+    # Chunked and never written: 40 GB of fill value declared in a few KB.
+    f.create_group("data").create_group("conv1").create_dataset("0", shape=(10**6, 10**4), dtype="f4",
+                                                                 chunks=(100, 100))
+
+
+def _keras_like(f):
+    f.create_group("model_weights").create_dataset("dense", data=np.zeros(2, np.float32))
+
+
+BAD = [
+    ("other_groups", _other_groups, "HDF5 /model_weights: not part of Caffe's net snapshot"),
+    ("string_blob", _blob(np.array([b"abc", b"def"])), "HDF5 /data/conv1/0: holds string values"),
+    ("scalar_blob", _blob(np.float32(1.5)), "HDF5 /data/conv1/0: is a 0-d (scalar) dataset"),
+    ("int_blob", _blob(np.arange(4, dtype=np.int64)), "HDF5 /data/conv1/0: holds int64 values"),
+    ("empty_blob", _blob(h5py.Empty("f4")), "HDF5 /data/conv1/0: is an empty dataset"),
+    ("nested_group", _nested, "HDF5 /data/conv1/7x7: not a blob"),
+    ("int_history", _solver_int_history, "HDF5 /history/0: holds int32 values"),
+    ("no_iter", _solver_no_iter, "HDF5 /iter: missing"),
+    ("soft_link", _soft_link, "HDF5 /data/alias: is a SoftLink"),
+    ("forged_shape", _forged_shape, "HDF5 /data/conv1/0: declares 40000000000 bytes of values, more than its 0 "
+                                    "stored bytes can hold"),
+    ("keras", _keras_like, "HDF5 /: not a Caffe snapshot: the file holds model_weights"),
+]
+
+
+@pytest.mark.parametrize("name, build, message", BAD, ids=[b[0] for b in BAD])
+def test_non_caffe_hdf5_is_exit_3_naming_the_path(tmp_path, name, build, message):
+    path = write_h5(tmp_path / f"{name}.h5", h5_bytes(build))
+    with pytest.raises(FormatError) as info:
+        blobtool.load_all(path)
+    assert message in str(info.value) and str(path) in str(info.value)
+    for command in (("info",), ("norm",), ("convert", "-o", tmp_path / "out.caffemodel")):
+        line = assert_error(invoke(*command, path), 3, str(path), message)
+        assert line == f"blobtool: {info.value}"
+    assert not (tmp_path / "out.caffemodel").exists()
+
+
+def test_truncated_and_damaged_snapshots(tmp_path, realworld):
+    data = (realworld / REAL).read_bytes()
+    # Cut inside the payloads: HDF5 sees the end of file before the one the superblock records.
+    cut = write_h5(tmp_path / "cut.h5", data[:len(data) // 2])
+    assert_error(invoke("info", cut), 3, "cut.h5: HDF5 /: not a readable HDF5 file", "truncated file")
+    # A forged offset: a dataset's values past the end of the file.
+    layers = [("ip", [values((100, 100))])]
+    whole = h5_net_bytes(layers)
+    with h5py.File(io.BytesIO(whole), "r") as f:
+        offset = f["data/ip/0"].id.get_offset()
+    short = bytearray(whole[:offset + 100])
+    path = write_h5(tmp_path / "short.h5", bytes(short))
+    result = invoke("norm", path)
+    assert result.exit_code == 3 and "Traceback" not in result.stderr and len(result.stderr.splitlines()) == 1
+
+
+# =====================================================================================
+# h5py is optional
+# =====================================================================================
+
+WITHOUT_H5PY = ("import sys; sys.modules['h5py'] = None; from blobtool.cli import main; "
+                "sys.argv = ['blobtool'] + sys.argv[1:]; main()")
+
+
+def test_without_h5py_hdf5_input_and_output_are_usage_errors(tmp_path):
+    h5 = write_h5(tmp_path / "n.h5", h5_net_bytes([("conv1", [values((2,))])]))
+    net = write_net(tmp_path / "n.caffemodel", "new", [Layer("conv1", "Convolution", [values((2,))])])
+    for args in (("info", h5), ("convert", net, "-o", tmp_path / "o.h5"), ("info", net)):
+        result = subprocess.run([sys.executable, "-c", WITHOUT_H5PY, *map(str, args)], capture_output=True,
+                                text=True, env=subprocess_env(), cwd=REPO, timeout=60)
+        if args == ("info", net):
+            assert result.returncode == 0, result.stderr  # protobuf needs no h5py
+            continue
+        assert result.returncode == 2, result.stderr
+        assert result.stderr.splitlines() == [result.stderr.strip()]
+        assert "pip install 'blobtool[hdf5]'" in result.stderr and "h5py" in result.stderr
+    assert not (tmp_path / "o.h5").exists()
+
+
+def test_reading_protobuf_never_imports_h5py(tmp_path):
+    net = write_net(tmp_path / "n.caffemodel", "new", [Layer("conv1", "Convolution", [values((2,))])])
+    code = ("import sys, blobtool; blobtool.load_all(sys.argv[1]); "
+            "print('h5py' in sys.modules, 'blobtool.formats.hdf5' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code, str(net)], capture_output=True, text=True,
+                         env=subprocess_env(), cwd=REPO, timeout=60, check=True).stdout.split()
+    assert out == ["False", "False"]
+
+
+def test_the_registry_names_the_format_and_its_outputs():
+    fmt = get_format("hdf5")
+    assert fmt.kinds == ("net", "solverstate") and fmt.userblock
+    assert [(o.name, o.extensions, o.kind) for o in fmt.outputs] == [("hdf5", (".h5", ".hdf5"), None)]
+    with pytest.raises(UsageError, match="no input file"):
+        blobtool.write(None, {"a/0": blobtool.Blob(2)}, io.BytesIO(), format="hdf5")
