@@ -99,7 +99,7 @@ def test_reads_a_net_in_caffes_layout(tmp_path, double, with_diff):
     doc = open_document(path)
     assert (doc.kind, doc.format) == ("net", "hdf5")
     # Layers come in name order (Caffe's groups do not track creation order), blobs by index.
-    assert doc.layers == ["conv1", "ip1", "relu1", "scale"]
+    assert [layer.name for layer in doc.layers] == ["conv1", "ip1", "relu1", "scale"]
     assert doc.names() == ["conv1/0", "conv1/1", "ip1/0", "ip1/1", "scale/0"]
     blobs = blobtool.load_all(path)
     for name, arrays in layers:
@@ -139,7 +139,7 @@ def test_shared_parameters_are_listed_not_blobs(tmp_path):
     record = one_json(ok("info", "--json", path))
     assert [b["name"] for b in record["blobs"]] == ["conv1/0", "conv1/1", "ip1/0", "ip1/1", "ip2/0"]
     assert record["shared"] == ["conv1_p/0", "conv1_p/1", "ip2/1"]
-    assert open_document(path).layers == ["conv1", "conv1_p", "ip1", "ip2"]
+    assert [layer.name for layer in open_document(path).layers] == ["conv1", "conv1_p", "ip1", "ip2"]
 
 
 def test_reads_a_solverstate(tmp_path):
