@@ -16,6 +16,7 @@ import click
 
 from .. import __version__
 from ..errors import BlobToolError, ExitCode
+from ..report.escape import escape
 
 __all__ = ["BlobtoolGroup", "cli", "CONTEXT_SETTINGS", "say_error", "quiet_broken_pipe"]
 
@@ -40,8 +41,8 @@ def _print_traceback() -> None:
 
 
 def say_error(message: str) -> None:
-    """One line on stderr: "blobtool: " and the message, its line breaks turned into blanks."""
-    click.echo("blobtool: " + " ".join(str(message).split("\n")), err=True)
+    """One line on stderr: "blobtool: " and the message, its line breaks turned into blanks, names escaped."""
+    click.echo("blobtool: " + escape(" ".join(str(message).split("\n"))), err=True)
 
 
 def quiet_broken_pipe() -> None:
@@ -69,7 +70,7 @@ class BlobtoolGroup(click.Group):
         except click.ClickException as exc:
             command = exc.ctx.command_path if getattr(exc, "ctx", None) else "blobtool"
             hint = f" (see '{command} --help')" if isinstance(exc, click.UsageError) else ""
-            click.echo(f"{command}: {exc.format_message()}{hint}", err=True)
+            click.echo(escape(f"{command}: {exc.format_message()}{hint}"), err=True)
             sys.exit(exc.exit_code)
         except click.exceptions.Abort:
             say_error("interrupted")
