@@ -120,7 +120,10 @@ def load_npy(source: Source, cast=None) -> Blob:
     if fortran and len(shape) > 1:
         values = values.reshape(shape[::-1]).transpose().copy().reshape(-1)
     if values.dtype != native:
-        values = values.astype(native)
+        # Past float32's range: inf, as Caffe's cast; a signalling NaN: a quiet
+        # one. numpy's warnings about either would be a second stderr line.
+        with np.errstate(over="ignore", invalid="ignore"):
+            values = values.astype(native)
     try:
         blob.fill_from(shape, values, None, adopt=True)
     except BlobToolError as exc:
@@ -207,7 +210,8 @@ def blob_arrays(entries: list, blobs: list, *, with_diff: bool, precision=None, 
             if fns.get(which):
                 values = fns[which](values, 0)
             values = values.reshape(blob.shape)
-            arrays[key] = values if target is None else values.astype(target)
+            with np.errstate(over="ignore", invalid="ignore"):  # as in the cast on reading above
+                arrays[key] = values if target is None else values.astype(target)
     return arrays
 
 

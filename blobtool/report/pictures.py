@@ -358,7 +358,7 @@ def colourise(values: np.ndarray, lo, hi, mode: str) -> np.ndarray:
     span = (hi - lo) if lo is not None and hi is not None else 0.0
     rows = max(1, CHUNK // max(w, 1))
     for start in range(0, h, rows):
-        part = np.asarray(values[start:start + rows], dtype=np.float64)
+        part = kernels.widened(values[start:start + rows])
         finite = np.isfinite(part)
         if span > 0 and math.isfinite(span):
             t = (np.where(finite, part, lo) - lo) / span
@@ -388,12 +388,12 @@ def block_mean(plane: np.ndarray, factor: int) -> np.ndarray:
     """
     h, w = plane.shape
     if factor <= 1:
-        return np.asarray(plane, dtype=np.float64)
+        return kernels.widened(plane)
     starts = np.arange(0, w, factor)
     out = np.empty((-(-h // factor), starts.size), dtype=np.float64)
     rows = max(1, CHUNK // max(w, 1) // factor) * factor
     for start in range(0, h, rows):
-        part = np.asarray(plane[start:start + rows], dtype=np.float64)
+        part = kernels.widened(plane[start:start + rows])
         finite = np.isfinite(part)
         part = np.where(finite, part, 0.0)
         blocks = np.arange(0, part.shape[0], factor)
