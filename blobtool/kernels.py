@@ -371,9 +371,11 @@ def bin_edges(lo: float, hi: float, bins: int) -> np.ndarray:
     """
     first, last = (lo - 0.5, hi + 0.5) if lo == hi else (lo, hi)
     edges = np.linspace(first, last, bins + 1)
-    half = bins * float(np.spacing(max(abs(lo), abs(hi))))
+    # Bins of two float64 steps each at first, doubled until the edges are
+    # distinct and hold lo..hi (once or twice in practice).
+    half = bins * math.ulp(max(abs(lo), abs(hi)))
+    top = sys.float_info.max
     while not (edges[0] <= lo and hi <= edges[-1] and np.all(edges[:-1] < edges[1:])):
-        top = sys.float_info.max
         centre = min(max(lo / 2 + hi / 2, half - top), top - half)
         edges = np.linspace(centre - half, centre + half, bins + 1)
         half *= 2
