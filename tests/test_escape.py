@@ -82,7 +82,7 @@ def test_tables_escape_names_types_and_paths(hostile_net, args):
     assert result.exit_code == 0, result.stderr
     assert_safe(result.stdout)
     assert ESCAPED in result.stdout
-    assert f"fc\\u202e" in result.stdout
+    assert "fc\\u202e" in result.stdout
     assert "net\\x1b[2J.caffemodel" in result.stdout
     if args == ["info"]:
         assert "Conv\\x1b[2J" in result.stdout
