@@ -550,7 +550,7 @@ INT32_MAX = 2**31 - 1
 
 
 def check_layout(blob: Blob, layout: str | None) -> None:
-    """Refuse the legacy layout (num/channels/height/width) for a blob of more than 4 axes, or a dimension past int32."""
+    """Refuse the legacy layout (num/channels/height/width) for more than 4 axes, or a dimension past int32."""
     if layout == "legacy" and blob.num_axes > 4:
         raise UsageError(f"the legacy layout holds at most 4 axes; this blob has {blob.num_axes}")
     too_large = [(axis, d) for axis, d in enumerate(blob.shape) if d > INT32_MAX] if layout == "legacy" else []

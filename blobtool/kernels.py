@@ -207,7 +207,7 @@ def minus(other: np.ndarray):
     return transform
 
 
-def widened(part, dtype=np.float64) -> np.ndarray:
+def widened(part) -> np.ndarray:
     """`part` as a new float64 array, quietly: a signalling NaN becomes a quiet NaN.
 
     numpy reports the cast of a signalling NaN as an invalid operation (a
@@ -216,7 +216,7 @@ def widened(part, dtype=np.float64) -> np.ndarray:
     in map_chunks' workers.
     """
     with np.errstate(invalid="ignore"):
-        return np.array(part, dtype=dtype)
+        return np.array(part, dtype=np.float64)
 
 
 def finite_values(part: np.ndarray) -> tuple[np.ndarray, int, int]:
@@ -323,10 +323,10 @@ def histogram(x: np.ndarray, bins: int = HIST_BINS, lo=None, hi=None) -> dict:
     where that range is too narrow for `bins` distinct float64 edges at its
     magnitude (a constant 1e15, where numpy refuses "Too many bins"): then the
     bins are the narrowest ones around the range that have distinct edges
-    (bin_edges). Read in chunks. Returns ``{"edges", "counts", "zeros", "nan", "inf"}``: bins+1
-    edges (float) and bins counts (int), or both empty when no value is
-    finite; ``zeros`` counts the values equal to 0 (they are in the counts
-    too), ``nan`` and ``inf`` the values left out.
+    (bin_edges). Read in chunks. Returns ``{"edges", "counts", "zeros",
+    "nan", "inf"}``: bins+1 edges (float) and bins counts (int), or both
+    empty when no value is finite; ``zeros`` counts the values equal to 0
+    (they are in the counts too), ``nan`` and ``inf`` the values left out.
     """
     x = x.reshape(-1)
     if lo is None or hi is None:

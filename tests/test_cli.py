@@ -518,7 +518,7 @@ def test_a_bad_parallel_threshold_in_the_environment_is_a_usage_error_naming_it(
 
 
 def _edge_value_inputs(folder: Path) -> None:
-    """Blobs whose values made numpy warn: signalling NaNs (float32 data and diff, float64 .npy), doubles near the largest."""
+    """Inputs that made numpy warn: signalling NaNs (float32 data and diff, float64 .npy), doubles near 1.8e308."""
     f32 = np.arange(1.0, 5.0, dtype=np.float32).reshape(2, 2)
     raw = blob_bytes(f32, f32 / 4 + 10)
     for value in (np.float32(2.0), np.float32(10.5)):  # one in data, one in diff

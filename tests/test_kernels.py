@@ -123,7 +123,7 @@ def test_histogram_of_an_ordinary_constant_is_numpys(value):
 
 
 def _exact_moments(x: np.ndarray) -> tuple[float, float]:
-    """mean and population std of doubles, summed exactly (math.fsum) after an exact scaling that keeps squares finite."""
+    """mean and population std of doubles, summed exactly (math.fsum), scaled exactly so that squares stay finite."""
     k = max(0, math.frexp(float(np.abs(x).max()))[1] - 500)
     scaled = [math.ldexp(float(v), -k) for v in x]
     mean = math.fsum(scaled) / len(scaled)

@@ -67,7 +67,8 @@ def render_info(console: Console, record: dict) -> None:
             row += _stat_cells(b["stats"]["data"])
         table.add_row(*row)
         if with_stats and b["stats"].get("diff"):
-            pad = ["", "", Text("diff", style="dim")] if has_layers else [Text(f"{escape(b['name'])} diff", style="dim")]
+            name = Text(f"{escape(b['name'])} diff", style="dim")
+            pad = ["", "", Text("diff", style="dim")] if has_layers else [name]
             table.add_row(*pad, "", "", "", "", "", "", *_stat_cells(b["stats"]["diff"]))
     console.print(table)
     footer = info_footer(record)
