@@ -215,8 +215,8 @@ EXPECTED = [
     ("signalling_nan.npy", ["info", "--stats", "--check", "finite"], 1,
      "blobtool: signalling_nan.npy: check finite failed: blob 0 data has 1 NaN and 0 Inf"),
     ("legacy_overflow.pb", ["convert", "--legacy", "-o", "out.pb"], 2,
-     "blobtool: the legacy layout holds dimensions up to 2147483647 (int32 fields); dimension 1 of shape "
-     "(0, 3000000000) is 3000000000"),
+     "blobtool: legacy_overflow.pb: blob 0: the legacy layout holds dimensions up to 2147483647 (int32 fields); "
+     "dimension 1 of shape (0, 3000000000) is 3000000000"),
     ("hostile_names.caffemodel", ["info", "--stats"], 0, ""),
     ("hostile_names.caffemodel", ["show"], 2,
      "blobtool: hostile_names.caffemodel: show draws one blob; 2 match (\\x1b]0;owned\\x07conv1/0, "
