@@ -108,8 +108,11 @@ def write(doc: Document | None, blobs, dest, *, format: str | None = None, preci
         known = {e.name: e for e in doc.entries} if doc is not None else {}
         entries = [known.get(name) or _new_entry(name, blob) for name, blob in blobs.items()]
         blob_list = list(blobs.values())
-    for blob in blob_list:  # before anything is written, whatever the format
-        check_layout(blob, layout)
+    for entry, blob in zip(entries, blob_list):  # before anything is written, whatever the format
+        try:
+            check_layout(blob, layout)
+        except UsageError as exc:
+            raise UsageError(f"blob {entry.name}: {exc.reason}", path=doc.path if doc is not None else None) from exc
     fmt, kind = output_target(dest, format, doc)
     if doc is not None and doc.naming != "blobtool" and fmt.name == doc.format and kind == doc.kind:
         raise UsageError(f"blobs renamed with --names {doc.naming} cannot be written back into the {kind} they "

@@ -545,10 +545,19 @@ def encode_blob_parts(blob: Blob, *, precision: str = "float", write_diff: bool 
     return [piece for _, piece in fields]
 
 
+# The largest legacy dimension: num, channels, height and width are int32 fields.
+INT32_MAX = 2**31 - 1
+
+
 def check_layout(blob: Blob, layout: str | None) -> None:
-    """Refuse the legacy layout (num/channels/height/width) for a blob of more than 4 axes."""
+    """Refuse the legacy layout (num/channels/height/width) for more than 4 axes, or a dimension past int32."""
     if layout == "legacy" and blob.num_axes > 4:
         raise UsageError(f"the legacy layout holds at most 4 axes; this blob has {blob.num_axes}")
+    too_large = [(axis, d) for axis, d in enumerate(blob.shape) if d > INT32_MAX] if layout == "legacy" else []
+    if too_large:
+        axis, dim = too_large[0]
+        raise UsageError(f"the legacy layout holds dimensions up to {INT32_MAX} (int32 fields); dimension {axis} "
+                         f"of shape {tuple(blob.shape)} is {dim}")
 
 
 def resolve_form(blob: Blob, *, precision: str | None = None, write_diff: bool | None = None,

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .blob import legacy_shapes_equal
+from .errors import UsageError
 from .kernels import CHUNK, map_chunk_indices
 from .progress import report_locked
 
@@ -63,7 +64,11 @@ def compare_arrays(a, b, *, rtol: float = 0.0, atol: float = 0.0, xp=np) -> Valu
     arrays (then the comparison runs on the GPU, in larger chunks). On the
     host, large arrays are split over kernels' threads; the chunk results are
     combined in order, so the answer does not depend on the thread count.
+    Raises UsageError for a tolerance that is negative, NaN or infinite.
     """
+    for name, tol in (("rtol", rtol), ("atol", atol)):
+        if not (math.isfinite(tol) and tol >= 0):
+            raise UsageError(f"{name} must be a finite number >= 0, got {tol!r}")
     a = a.reshape(-1)
     b = b.reshape(-1)
     chunk = CHUNK if xp is np else DEVICE_CHUNK
@@ -98,8 +103,9 @@ def compare_arrays(a, b, *, rtol: float = 0.0, atol: float = 0.0, xp=np) -> Valu
 def _compare_chunk(a, b, rtol: float, atol: float, xp) -> tuple:
     """(mismatches, first mismatch in the chunk, max |a-b|, max relative, sum (a-b)^2, sum a^2, sum b^2)."""
     errstate = np.errstate if xp is np else (lambda **_: contextlib.nullcontext())
-    x = a.astype(xp.float64)
-    y = b.astype(xp.float64)
+    with errstate(invalid="ignore"):  # a signalling NaN widens to a quiet one; numpy would warn
+        x = a.astype(xp.float64)
+        y = b.astype(xp.float64)
     report_locked(x.size * (a.itemsize + b.itemsize))
     both_nan = xp.isnan(x) & xp.isnan(y)
     with errstate(invalid="ignore", over="ignore"):

@@ -9,8 +9,10 @@ for about the same time, because the chunk stays in cache while it is widened.
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import os
+import sys
 import threading
 
 import numpy as np
@@ -19,7 +21,7 @@ from .progress import report_locked
 
 __all__ = ["CHUNK", "set_threads", "get_threads", "using_threads", "map_chunks", "map_chunk_indices", "asum",
            "sumsq", "asum_sumsq", "scal", "axpy", "stats", "finite_values", "scaled", "minus", "nonfinite",
-           "HIST_BINS", "histogram", "finite_range"]
+           "HIST_BINS", "histogram", "finite_range", "widened"]
 
 # Elements per chunk: 64K float64 values (512 KiB) stay in L2 cache while they
 # are widened, squared and summed.
@@ -205,9 +207,21 @@ def minus(other: np.ndarray):
     return transform
 
 
+def widened(part) -> np.ndarray:
+    """`part` as a new float64 array, quietly: a signalling NaN becomes a quiet NaN.
+
+    numpy reports the cast of a signalling NaN as an invalid operation (a
+    RuntimeWarning, a second line on stderr); the NaN itself is kept, and
+    counted as NaN wherever NaNs are. errstate is per thread: this is safe
+    in map_chunks' workers.
+    """
+    with np.errstate(invalid="ignore"):
+        return np.array(part, dtype=np.float64)
+
+
 def finite_values(part: np.ndarray) -> tuple[np.ndarray, int, int]:
     """(the finite values of `part` as float64, NaN count, Inf count)."""
-    part = part.astype(np.float64)
+    part = widened(part)
     finite = np.isfinite(part)
     if finite.all():
         return part, 0, 0
@@ -220,15 +234,24 @@ def _nan_inf(part: np.ndarray, finite: np.ndarray) -> tuple[int, int]:
     return nans, int(part.size - np.count_nonzero(finite)) - nans
 
 
-def _moments(part: np.ndarray) -> tuple:
-    """(count, mean, sum of squared deviations, min, max, NaNs, Infs) of one chunk's finite values."""
+def _moments(part: np.ndarray, scale: float = 1.0) -> tuple:
+    """(count, mean, sum of squared deviations, min, max, NaNs, Infs) of one chunk's finite values.
+
+    The mean and the sum of squares are of the values times `scale` (a power
+    of two, so exact); min and max are of the values themselves.
+    """
     values, nans, infs = finite_values(part)
     if values.size == 0:
         return 0, 0.0, 0.0, np.inf, -np.inf, nans, infs
-    mean = float(values.mean())
-    with np.errstate(over="ignore", invalid="ignore"):  # past float64's range: inf, without a stderr warning
+    lo, hi = float(values.min()), float(values.max())
+    if scale != 1.0:
+        values *= scale
+    # Past float64's range the sums are inf or NaN, without a stderr warning;
+    # stats() then starts again with a smaller scale.
+    with np.errstate(over="ignore", invalid="ignore"):
+        mean = float(values.mean())
         m2 = float(np.dot(values - mean, values - mean))
-    return values.size, mean, m2, float(values.min()), float(values.max()), nans, infs
+    return values.size, mean, m2, lo, hi, nans, infs
 
 
 def stats(x: np.ndarray) -> dict:
@@ -237,16 +260,30 @@ def stats(x: np.ndarray) -> dict:
     Computed chunk by chunk (Chan's parallel update for the variance, the
     chunks combined in order), so it needs no full-size temporary and gives
     the same result for any thread count. min/max/mean/std are None when no
-    value is finite.
+    value is finite. Values near float64's largest (about 1e308), whose sum
+    or squares overflow, are summed again scaled by a power of two that
+    brings the largest magnitude below 1, so mean and std stay finite.
     """
+    n, mean, m2, lo, hi, nans, infs = _combined(map_chunks(_moments, x, progress=True))
+    if n == 0:
+        return {"min": None, "max": None, "mean": None, "std": None, "nan": nans, "inf": infs}
+    if not (math.isfinite(mean) and math.isfinite(m2)):
+        scale = 2.0 ** -math.frexp(max(-lo, hi))[1]
+        _, mean, m2, *_ = _combined(map_chunks(functools.partial(_moments, scale=scale), x))
+        return {"min": lo, "max": hi, "mean": mean / scale, "std": (m2 / n) ** 0.5 / scale, "nan": nans, "inf": infs}
+    return {"min": lo, "max": hi, "mean": mean, "std": (m2 / n) ** 0.5, "nan": nans, "inf": infs}
+
+
+def _combined(parts) -> tuple:
+    """The chunks' _moments combined in order: (count, mean, m2, min, max, NaNs, Infs)."""
     n = 0
     mean = 0.0
     m2 = 0.0
-    lo = np.inf
-    hi = -np.inf
+    lo = math.inf
+    hi = -math.inf
     nans = 0
     infs = 0
-    for k, part_mean, part_m2, part_lo, part_hi, nan_here, inf_here in map_chunks(_moments, x, progress=True):
+    for k, part_mean, part_m2, part_lo, part_hi, nan_here, inf_here in parts:
         nans += nan_here
         infs += inf_here
         if k == 0:
@@ -258,9 +295,7 @@ def stats(x: np.ndarray) -> dict:
         n = total
         lo = min(lo, part_lo)
         hi = max(hi, part_hi)
-    if n == 0:
-        return {"min": None, "max": None, "mean": None, "std": None, "nan": nans, "inf": infs}
-    return {"min": lo, "max": hi, "mean": mean, "std": (m2 / n) ** 0.5, "nan": nans, "inf": infs}
+    return n, mean, m2, lo, hi, nans, infs
 
 
 def _nonfinite_counts(part: np.ndarray) -> tuple[int, int]:
@@ -284,11 +319,14 @@ def histogram(x: np.ndarray, bins: int = HIST_BINS, lo=None, hi=None) -> dict:
 
     `lo` and `hi` default to the finite minimum and maximum (one extra pass).
     Bins and counts are numpy.histogram's with ``range=(lo, hi)`` (the last
-    bin includes `hi`; equal `lo` and `hi` widen to lo-0.5..hi+0.5). Read in
-    chunks. Returns ``{"edges", "counts", "zeros", "nan", "inf"}``: bins+1
-    edges (float) and bins counts (int), or both empty when no value is
-    finite; ``zeros`` counts the values equal to 0 (they are in the counts
-    too), ``nan`` and ``inf`` the values left out.
+    bin includes `hi`; equal `lo` and `hi` widen to lo-0.5..hi+0.5), except
+    where that range is too narrow for `bins` distinct float64 edges at its
+    magnitude (a constant 1e15, where numpy refuses "Too many bins"): then the
+    bins are the narrowest ones around the range that have distinct edges
+    (bin_edges). Read in chunks. Returns ``{"edges", "counts", "zeros",
+    "nan", "inf"}``: bins+1 edges (float) and bins counts (int), or both
+    empty when no value is finite; ``zeros`` counts the values equal to 0
+    (they are in the counts too), ``nan`` and ``inf`` the values left out.
     """
     x = x.reshape(-1)
     if lo is None or hi is None:
@@ -302,7 +340,7 @@ def histogram(x: np.ndarray, bins: int = HIST_BINS, lo=None, hi=None) -> dict:
             # numpy's bin arithmetic overflows past ~1.8e308 of range; halving
             # the values halves the edges and keeps every value's bin.
             return _halved(histogram(x / 2.0, bins, lo / 2.0, hi / 2.0), 2.0)
-        edges = np.histogram_bin_edges(np.empty(0), bins=bins, range=(lo, hi))
+        edges = bin_edges(lo, hi, bins)
 
     def count(part):
         values, nan_here, inf_here = finite_values(part)
@@ -321,6 +359,27 @@ def histogram(x: np.ndarray, bins: int = HIST_BINS, lo=None, hi=None) -> dict:
         return {"edges": [], "counts": [], "zeros": zeros, "nan": nans, "inf": infs}
     return {"edges": [float(e) for e in edges], "counts": [int(c) for c in counts], "zeros": zeros,
             "nan": nans, "inf": infs}
+
+
+def bin_edges(lo: float, hi: float, bins: int) -> np.ndarray:
+    """numpy.histogram's `bins` + 1 edges over lo..hi, or where it has no distinct ones, the narrowest that do.
+
+    numpy spreads equal lo and hi to lo-0.5..hi+0.5, and refuses a range
+    whose bins would be narrower than float64's spacing there (beyond about
+    5e14, the spacing is over 1/16). The wider range is centred on lo..hi and
+    kept inside float64's finite range.
+    """
+    first, last = (lo - 0.5, hi + 0.5) if lo == hi else (lo, hi)
+    edges = np.linspace(first, last, bins + 1)
+    # Bins of two float64 steps each at first, doubled until the edges are
+    # distinct and hold lo..hi (once or twice in practice).
+    half = bins * math.ulp(max(abs(lo), abs(hi)))
+    top = sys.float_info.max
+    while not (edges[0] <= lo and hi <= edges[-1] and np.all(edges[:-1] < edges[1:])):
+        centre = min(max(lo / 2 + hi / 2, half - top), top - half)
+        edges = np.linspace(centre - half, centre + half, bins + 1)
+        half *= 2
+    return edges
 
 
 def finite_range(x: np.ndarray) -> tuple:

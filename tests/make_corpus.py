@@ -105,6 +105,30 @@ def cut(data: bytes, keep: int) -> bytes:
     return data[:keep]
 
 
+def signalling_nan_pb() -> bytes:
+    # A float32 signalling NaN (0x7fa00000) in place of the packed 2.0: the
+    # protobuf library would quieten it on the way through a Python float.
+    data = blob_bytes([1.0, 2.0, 3.0, 4.0], shape=[2, 2])
+    two = np.float32(2.0).tobytes()
+    assert data.count(two) == 1
+    return data.replace(two, np.uint32(0x7FA00000).tobytes())
+
+
+def signalling_nan_npy() -> bytes:
+    values = np.arange(1.0, 5.0).reshape(2, 2)
+    values.view(np.uint64)[0, 1] = 0x7FF4000000000000  # a float64 signalling NaN
+    return npy_bytes(values)
+
+
+def hostile_names_net() -> bytes:
+    # Layer names and a type that would retitle the terminal (OSC 0 ... BEL),
+    # clear it (CSI 2 J) and reverse the line (U+202E): printed escaped.
+    from builders import Layer, net_bytes
+
+    return net_bytes("new", [Layer("\x1b]0;owned\x07conv1", "Conv\x1b[2J", [np.ones((2, 2), np.float32)]),
+                             Layer("fc\u202eevil", "InnerProduct", [np.ones(3, np.float32)])])
+
+
 NAN_INF = blob_bytes([1.0, float("nan"), float("inf"), -2.0, float("-inf"), float("nan")], shape=[2, 3])
 HUGE = blob_bytes([1e308, -1e308, 1e308], double=True)
 RNG = np.random.default_rng(20240607)
@@ -142,6 +166,17 @@ FILES = {
         "k05VTVBZAQB2AHsnZGVzY3InOiAnPGY0JywgJ2ZvcnRyYW5fb3JkZXInOiBGYWxzZSwgJ3NoYXBlJzogKDMsIDQpLCB9ICAgICAgICAg"
         "ICAgICAgICAgICAgICAgICAgICAgICAgICAgIAogICAgICAgICAgICAgICAgICAgICAgICAgICAgICAgICAgICAgICAgICAgICAOICAg"
         "ICAgICAgICAgICAgICAgICAgICAgICAgICAgCg=="),
+    # Values at the edges of float64: a constant past 5e14 (numpy's histogram
+    # refused "Too many bins"), doubles near its largest (mean and std
+    # overflowed), signalling NaNs (numpy warned when widening them).
+    "constant_large.pb": blob_bytes([6e14] * 4, double=True),
+    "constant_large_float.pb": blob_bytes([1e15] * 4),
+    "near_float64_max.pb": blob_bytes([1.7e308, 1.7e308, -1.6e308, 1.79e308], double=True),
+    "signalling_nan.pb": signalling_nan_pb(),
+    "signalling_nan.npy": signalling_nan_npy(),
+    # A dimension past int32 that the legacy fields cannot hold (count 0).
+    "legacy_overflow.pb": blob_bytes([], shape=[0, 3_000_000_000]),
+    "hostile_names.caffemodel": hostile_names_net(),
 }
 
 # .npy headers and .npz archives: header dictionaries of the wrong types, a
@@ -308,6 +343,22 @@ EXPECTED += [
     ("keras_weights.h5", INFO, 3, "blobtool: keras_weights.h5: HDF5 /: not a Caffe snapshot: the file holds "
                                   "model_weights; expected a group 'data' (a net) or iter, learned_net, "
                                   "current_step, history (a solver state)"),
+    ("constant_large.pb", ["info", "--stats"], 0, ""),
+    ("constant_large_float.pb", ["info", "--stats"], 0, ""),
+    ("near_float64_max.pb", ["info", "--stats"], 0, ""),
+    ("signalling_nan.pb", ["info", "--stats"], 0, ""),
+    ("signalling_nan.pb", ["compare", "signalling_nan.npy"], 0, ""),  # NaN at the same place: equal
+    ("signalling_nan.pb", ["show"], 0, ""),
+    ("signalling_nan.npy", ["compare", "--rtol", "0.1", "signalling_nan.pb"], 0, ""),
+    ("signalling_nan.npy", ["info", "--stats", "--check", "finite"], 1,
+     "blobtool: signalling_nan.npy: check finite failed: blob 0 data has 1 NaN and 0 Inf"),
+    ("legacy_overflow.pb", ["convert", "--legacy", "-o", "out.pb"], 2,
+     "blobtool: legacy_overflow.pb: blob 0: the legacy layout holds dimensions up to 2147483647 (int32 fields); "
+     "dimension 1 of shape (0, 3000000000) is 3000000000"),
+    ("hostile_names.caffemodel", ["info", "--stats"], 0, ""),
+    ("hostile_names.caffemodel", ["show"], 2,
+     "blobtool: hostile_names.caffemodel: show draws one blob; 2 match (\\x1b]0;owned\\x07conv1/0, "
+     "fc\\u202eevil/0): choose one with --blob NAME"),
 ]
 
 

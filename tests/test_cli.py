@@ -492,6 +492,68 @@ def test_convert_legacy_on_five_axes_is_a_usage_error_and_writes_nothing(tmp_pat
     assert folder_listing(tmp_path) == before
 
 
+def test_convert_legacy_of_a_dimension_past_int32_is_a_usage_error_and_writes_nothing(tmp_path):
+    src = write_blob(tmp_path / "big.pb", [], shape=[0, 2**31])
+    out = tmp_path / "out.pb"
+    before = folder_listing(tmp_path)
+    result = invoke("convert", "--legacy", src, "-o", out)
+    assert_one_line_error(result, 2, "legacy layout holds dimensions up to 2147483647", "is 2147483648")
+    assert folder_listing(tmp_path) == before
+    # the largest int32 is written, and read back as Caffe would
+    ok = write_blob(tmp_path / "ok.pb", [], shape=[0, 2**31 - 1])
+    assert invoke("convert", "--legacy", ok, "-o", out).exit_code == 0
+    proto = BlobProto.FromString(out.read_bytes())
+    assert (proto.num, proto.channels, proto.height, proto.width) == (1, 1, 0, 2**31 - 1)
+
+
+@pytest.mark.parametrize("value", ["abc", "-1", "1.5", "", "16M"])
+def test_a_bad_parallel_threshold_in_the_environment_is_a_usage_error_naming_it(f32, value):
+    env = subprocess_env(BLOBTOOL_PARALLEL_MIN_BYTES=value)
+    result = run_blobtool("info", f32, f32, env=env, text=True)
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr == (f"blobtool: environment variable BLOBTOOL_PARALLEL_MIN_BYTES={value!r} is not a byte "
+                             "count: expected a whole number >= 0\n")
+    good = run_blobtool("info", f32, f32, env=subprocess_env(BLOBTOOL_PARALLEL_MIN_BYTES="0"), text=True)
+    assert good.returncode == 0 and good.stderr == ""
+
+
+def _edge_value_inputs(folder: Path) -> None:
+    """Inputs that made numpy warn: signalling NaNs (float32 data and diff, float64 .npy), doubles near 1.8e308."""
+    f32 = np.arange(1.0, 5.0, dtype=np.float32).reshape(2, 2)
+    raw = blob_bytes(f32, f32 / 4 + 10)
+    for value in (np.float32(2.0), np.float32(10.5)):  # one in data, one in diff
+        assert raw.count(value.tobytes()) == 1
+        raw = raw.replace(value.tobytes(), np.uint32(0x7FA00000).tobytes())
+    (folder / "snan.pb").write_bytes(raw)
+    f64 = np.arange(1.0, 5.0).reshape(2, 2)
+    f64.view(np.uint64)[1, 0] = 0x7FF4000000000000
+    write_npy(folder / "snan.npy", f64)
+    near = np.array([[1.7e308, -1.7e308], [1.79e308, 1e308]])
+    write_blob(folder / "near_max.pb", near, -near, double=True)
+
+
+EDGE_VALUE_COMMANDS = [
+    ["info", "--stats", "{}"], ["info", "--stats", "--json", "{}"], ["norm", "{}"], ["compare", "{}", "{}"],
+    ["compare", "--rtol", "0.1", "--atol", "1e-3", "{}", "{}"], ["show", "{}"], ["show", "{}", "-o", "out.png"],
+    ["convert", "--float", "{}", "-o", "out.pb"], ["convert", "--double", "{}", "-o", "out.pb"],
+    ["convert", "--half", "{}", "-o", "out.pb"], ["convert", "{}", "-o", "out.npz"],
+    ["convert", "--float", "{}", "-o", "out.npy"], ["scale", "{}", "3", "--diff-factor", "-2", "-o", "out.pb"],
+    ["update", "{}", "-o", "out.pb"],
+]
+# (input, command): an .npy has no diff, which update and --diff-factor need
+EDGE_VALUE_CASES = [(name, args) for name in ("snan.pb", "snan.npy", "near_max.pb") for args in EDGE_VALUE_COMMANDS
+                    if not (name.endswith(".npy") and ("--diff-factor" in args or args[0] == "update"))]
+
+
+@pytest.mark.parametrize("name, args", EDGE_VALUE_CASES,
+                         ids=[f"{n} {' '.join(a for a in args if a != '{}')}" for n, args in EDGE_VALUE_CASES])
+def test_no_numpy_warning_reaches_stderr_in_any_command(tmp_path, name, args):
+    _edge_value_inputs(tmp_path)
+    result = run_blobtool(*[name if a == "{}" else a for a in args], cwd=tmp_path, text=True)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == ""
+
+
 def test_convert_to_npy_keeps_shape_and_dtype(tmp_path):
     src = write_blob(tmp_path / "leg.pb", DATA_23, diff=DIFF_23, layout="legacy", double=True)
     out = tmp_path / "leg.npy"
@@ -675,8 +737,21 @@ def test_compare_tolerances(pair, tolerance, code):
     assert record["blobs"][0]["max_abs"] == 0.5  # tolerances change the verdict, not the measure
 
 
-def test_compare_negative_tolerance_is_a_usage_error(pair):
-    assert invoke("compare", "--rtol", "-1", pair[0], pair[1]).exit_code == 2
+@pytest.mark.parametrize("option", ["--rtol", "--atol"])
+@pytest.mark.parametrize("value", ["-1", "-1e-9", "nan", "-nan", "inf", "-inf", "1e400", "abc", ""])
+def test_compare_tolerance_that_is_not_finite_and_non_negative_is_a_usage_error(pair, option, value):
+    result = run_blobtool("compare", f"{option}={value}", pair[0], pair[1], text=True)
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr.count("\n") == 1 and option in result.stderr and "Traceback" not in result.stderr
+
+
+def test_compare_arrays_refuses_a_nan_tolerance():
+    from blobtool.compare import compare_arrays
+    from blobtool.errors import UsageError
+
+    for tolerances in ({"rtol": math.nan}, {"atol": -1.0}, {"atol": math.inf}):
+        with pytest.raises(UsageError, match="must be a finite number >= 0"):
+            compare_arrays(np.zeros(3), np.zeros(3), **tolerances)
 
 
 def test_compare_nan_equals_nan_at_the_same_place(tmp_path):

@@ -15,6 +15,7 @@ from __future__ import annotations
 import io
 import json
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -30,7 +31,7 @@ from blobtool.report import pictures
 from blobtool.report.pictures import (BORDER_RGB, EMPTY_RGB, NONFINITE_RGB, PNG_MIN_SIZE, TERMINAL_MIN_SIZE, filter_grid,
                                       heat_map, histogram_bars, view)
 from blobtool.report.tables import SHADES, HalfBlocks, render_picture
-from builders import write_blob, write_vector
+from builders import Layer, write_blob, write_net, write_vector
 
 DATA = Path(__file__).resolve().parent / "data"
 SHOW_EXPECTED = DATA / "show_expected.txt"
@@ -567,3 +568,111 @@ if __name__ == "__main__":
     DATA.mkdir(exist_ok=True)
     SHOW_EXPECTED.write_text(show_expected_text(), encoding="utf-8")
     print(f"wrote {SHOW_EXPECTED}")
+
+
+# -- bounds on a picture's size -------------------------------------------------------
+
+def test_a_grid_shows_at_most_max_tiles_filters_and_says_so():
+    filters = np.arange(pictures.MAX_TILES + 904, dtype=np.float32).reshape(-1, 1, 1, 1)
+    picture = view(filters, min_size=PNG_MIN_SIZE)
+    rows, columns = picture.grid
+    assert rows * columns >= pictures.MAX_TILES > (rows - 1) * columns
+    assert picture.caption.startswith("the first 4,096 of 5,000 filters of 1x1")
+    assert picture.limits == ["showing the first 4,096 of 5,000 filters (a grid holds at most 4,096); "
+                              "show any one with --index N"]
+    assert np.array_equal(picture.rgb, view(filters[:pictures.MAX_TILES], min_size=PNG_MIN_SIZE).rgb)
+
+
+def test_a_picture_past_max_pixels_is_shrunk_by_block_means_and_says_so():
+    plane = np.random.default_rng(8).normal(size=(100, 100))
+    picture = heat_map(plane, max_pixels=1000)
+    # 3x3 blocks would give 34 x 34 = 1156 pixels: 4x4 give 25 x 25
+    assert picture.scale == -4 and picture.rgb.shape == (25, 25, 3)
+    lo, hi = plane.min(), plane.max()
+    assert np.array_equal(picture.rgb, pictures.colourise(pictures.block_mean(plane, 4), lo, hi, "heat"))
+    assert picture.limits == ["shrunk to at most 1,000 pixels: each pixel the mean of 4x4 values"]
+    assert "each pixel the mean of 4x4 values" in picture.caption
+
+
+def test_the_pixel_bound_enlarges_less_without_a_warning():
+    picture = view(np.array([[0.0, 1.0], [2.0, 3.0]]), min_size=PNG_MIN_SIZE, max_pixels=100)
+    assert picture.scale == 5 and picture.rgb.shape == (10, 10, 3) and picture.limits == []
+    # a shrink the width asks for is no limit either
+    assert heat_map(np.zeros((4, 40)), width=10, max_pixels=1000).limits == []
+
+
+def test_a_grid_past_max_pixels_has_smaller_tiles():
+    filters = np.random.default_rng(9).normal(size=(100, 1, 8, 8))
+    picture = filter_grid(filters, min_size=PNG_MIN_SIZE, max_pixels=2000)
+    assert picture.height * picture.width <= 2000
+    assert picture.scale < -1 and picture.limits and picture.limits[0].startswith("shrunk to at most 2,000 pixels")
+    unbounded = filter_grid(filters, min_size=PNG_MIN_SIZE)
+    assert unbounded.scale == 4 and unbounded.limits == []
+
+
+def test_show_png_of_400000_one_pixel_filters_is_bounded_and_quick(tmp_path):
+    # A 1.6 MB file that made a PNG of 436 million pixels (62 s, 3 GB) before the bounds.
+    path = write_blob(tmp_path / "many.pb", np.arange(400_000, dtype=np.float32).reshape(400_000, 1, 1, 1))
+    out = tmp_path / "many.png"
+    started = time.monotonic()
+    result = runner.run_blobtool("show", path, "-o", out, text=True, timeout=120)
+    took = time.monotonic() - started
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == (f"blobtool: warning: {path}: blob 0: showing the first 4,096 of 400,000 filters "
+                             "(a grid holds at most 4,096); show any one with --index N\n")
+    with Image.open(out) as im:
+        assert im.width * im.height <= pictures.MAX_PIXELS
+        assert im.size == (64 * 33 - 1, 64 * 33 - 1)  # 64 x 64 tiles of 32 x 32 pixels, borders between
+    assert took < 20, took
+
+
+def test_the_terminal_view_is_bounded_in_height_too(tmp_path):
+    # 100,000 x 10 values: a million pixels at one a value, four times the terminal's bound
+    path = write_blob(tmp_path / "tall.pb", np.arange(1_000_000, dtype=np.float32).reshape(100_000, 10))
+    result = invoke("show", path)
+    assert result.exit_code == 0, result.stderr
+    lines = result.stdout.splitlines()
+    image = lines[1:lines.index(next(line for line in lines if "heat map" in line))]
+    assert len(image) * 2 * max(map(len, image)) <= pictures.TERMINAL_MAX_PIXELS
+    assert "shrunk to at most 262,144 pixels: each pixel the mean of" in result.stdout
+
+
+@pytest.mark.parametrize("columns", ["-5", "0", "abc", "-100000", "99999999", ""])
+def test_a_bad_columns_variable_is_ignored(tmp_path, columns):
+    path = write_blob(tmp_path / "wide.pb", np.arange(3000, dtype=np.float32).reshape(3, 1000))
+    result = runner.run_blobtool("show", path, env=runner.subprocess_env(COLUMNS=columns), text=True, timeout=60)
+    assert result.returncode == 0 and result.stderr == ""
+    image = result.stdout.splitlines()[1:2]
+    assert len(image[0]) <= 160  # the width off a terminal when COLUMNS says nothing usable
+
+
+def test_show_width_past_the_maximum_is_a_usage_error(tmp_path):
+    path = write_blob(tmp_path / "w.pb", np.zeros((2, 2), np.float32))
+    result = runner.run_blobtool("show", "--width", "10001", path, text=True)
+    assert result.returncode == 2 and result.stderr.count("\n") == 1
+    assert "--width" in result.stderr and "10000" in result.stderr
+
+
+# -- streams that cannot encode the block characters ----------------------------------------
+
+def test_info_stats_on_an_ascii_stream_draws_ascii_histograms(tmp_path):
+    data = np.array([0.0, 0.0, 1.0, -2.0, np.nan, 4.0, 0.5, 3.0], dtype=np.float32)
+    path = write_net(tmp_path / "n.caffemodel", "new", [Layer("свёртка", "Convolution", [data])])
+    result = runner.run_blobtool("info", "--stats", path, env=runner.subprocess_env(PYTHONIOENCODING="ascii"),
+                                 timeout=60)
+    assert result.returncode == 0 and result.stderr == b""
+    text = result.stdout.decode("ascii")  # nothing but ASCII
+    counts = np.histogram(data[np.isfinite(data)], bins=16)[0]
+    heights = histogram_bars(counts.tolist(), 2, 1)["bars"]
+    cell = "".join(".:-=+*#@"[h - 1] if h else " " for h in heights) + "|@!"
+    assert cell in text
+    assert "\\u0441\\u0432\\u0451\\u0440\\u0442\\u043a\\u0430/0" in text  # the name, escaped, not lost
+
+
+def test_show_on_an_ascii_stream_draws_the_ramp(tmp_path):
+    path = write_blob(tmp_path / "w.pb", [[0.0, 8.0], [0.0, 8.0]])
+    env = runner.subprocess_env(PYTHONIOENCODING="ascii", FORCE_COLOR="1")
+    result = runner.run_blobtool("show", path, env=env, timeout=60)
+    assert result.returncode == 0 and result.stderr == b""
+    text = result.stdout.decode("ascii")
+    assert "....." + "%%%%%" in text

@@ -16,6 +16,7 @@ import click
 
 from .. import __version__
 from ..errors import BlobToolError, ExitCode
+from ..report.escape import escape
 
 __all__ = ["BlobtoolGroup", "cli", "CONTEXT_SETTINGS", "say_error", "quiet_broken_pipe", "is_output_failure",
            "fail_output", "stopped"]
@@ -42,11 +43,11 @@ def _print_traceback() -> None:
 
 
 def say_error(message: str) -> None:
-    """One line on stderr: "blobtool: " and the message, its line breaks turned into blanks.
+    """One line on stderr: "blobtool: " and the message, its line breaks turned into blanks, names escaped.
 
     A closed or full stderr (2>&-, 2>/dev/full) loses the line, not the exit code.
     """
-    _say("blobtool: " + " ".join(str(message).split("\n")))
+    _say("blobtool: " + escape(" ".join(str(message).split("\n"))))
 
 
 def _say(line: str) -> None:
@@ -106,7 +107,7 @@ class BlobtoolGroup(click.Group):
         except click.ClickException as exc:
             command = exc.ctx.command_path if getattr(exc, "ctx", None) else "blobtool"
             hint = f" (see '{command} --help')" if isinstance(exc, click.UsageError) else ""
-            _say(f"{command}: {exc.format_message()}{hint}")
+            _say(escape(f"{command}: {exc.format_message()}{hint}"))
             sys.exit(exc.exit_code)
         except click.exceptions.Abort as exc:  # a signal while the arguments were parsed
             sys.exit(stopped(exc.__cause__ if isinstance(exc.__cause__, KeyboardInterrupt) else exc))

@@ -10,7 +10,7 @@ from ..errors import ExitCode
 from ..report import text
 from .group import CONTEXT_SETTINGS, say_error
 from .names import names_options, renamed, warn_all
-from .options import INPUT, blob_option, device_option, inputs, jobs_option, json_option, kind_option
+from .options import INPUT, Tolerance, blob_option, device_option, inputs, jobs_option, json_option, kind_option
 from .output import consoles, emit, emit_json, progress
 from .process import records
 from .work import array_module, open_input, place, use_device
@@ -156,9 +156,9 @@ def _norm_target(entry, device_info):
 @click.command(context_settings=CONTEXT_SETTINGS)
 @click.argument("a", type=INPUT)
 @click.argument("b", type=INPUT)
-@click.option("--rtol", type=click.FloatRange(min=0), default=0.0, metavar="R",
+@click.option("--rtol", type=Tolerance(), default=0.0, metavar="R",
               help="Relative tolerance: |a-b| <= atol + rtol*|b| (default 0: exact).")
-@click.option("--atol", type=click.FloatRange(min=0), default=0.0, metavar="T",
+@click.option("--atol", type=Tolerance(), default=0.0, metavar="T",
               help="Absolute tolerance (default 0: exact).")
 @click.option("-q", "--quiet", is_flag=True, help="Print only the verdict line.")
 @device_option

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import click
 
+from .output import say_warning
+
 from ..naming import SCHEMES
 
 __all__ = ["names_options", "renamed", "warn_all"]
@@ -21,7 +23,7 @@ def names_options(f):
 
 def warn_all(lines) -> None:
     for line in lines:
-        click.echo("blobtool: warning: " + line, err=True)
+        say_warning(line)
 
 
 def renamed(doc, entries, fold: bool):

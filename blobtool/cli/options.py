@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import math
 import sys
 
 import click
 
 from ..formats import KINDS, OUTPUT_FORMATS
 
-__all__ = ["INPUT", "OUTPUT", "json_option", "device_option", "blob_option", "kind_option", "output_options",
-           "jobs_option", "inputs", "output_target"]
+__all__ = ["INPUT", "OUTPUT", "Tolerance", "json_option", "device_option", "blob_option", "kind_option",
+           "output_options", "jobs_option", "inputs", "output_target"]
 
 
 # An input path: checked by blobtool when it is opened, not by click, so that
@@ -18,6 +19,21 @@ __all__ = ["INPUT", "OUTPUT", "json_option", "device_option", "blob_option", "ki
 INPUT = click.Path(allow_dash=True, readable=False)
 # An output path: not a folder; a write-only FIFO or device is fine.
 OUTPUT = click.Path(dir_okay=False, allow_dash=True, readable=False)
+
+
+class Tolerance(click.ParamType):
+    """A comparison tolerance: a finite number >= 0 (NaN, Inf and negative ones are usage errors)."""
+
+    name = "tolerance"
+
+    def convert(self, value, param, ctx):
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            self.fail(f"{value!r} is not a number", param, ctx)
+        if not math.isfinite(number) or number < 0:
+            self.fail(f"{value!r} is not a tolerance: expected a finite number >= 0", param, ctx)
+        return number + 0.0  # -0 is 0
 
 
 def json_option(f):

@@ -8,7 +8,7 @@ import sys
 
 import click
 
-__all__ = ["emit", "emit_json", "consoles", "warn", "progress", "PROGRESS_THRESHOLD"]
+__all__ = ["emit", "emit_json", "consoles", "warn", "say_warning", "progress", "PROGRESS_THRESHOLD"]
 
 # Inputs larger than this get a progress bar (on a terminal only).
 PROGRESS_THRESHOLD = 64 << 20
@@ -89,6 +89,12 @@ def _console_class():
     return QuietPipeConsole
 
 
+def _escape_unencodable(stream) -> None:
+    encoding = (getattr(stream, "encoding", None) or "").lower().replace("-", "")
+    if not encoding.startswith("utf") and hasattr(stream, "reconfigure"):
+        stream.reconfigure(errors="backslashreplace")
+
+
 @functools.lru_cache(maxsize=None)
 def consoles():
     """(stdout console, stderr console), made on first use (rich is imported then)."""
@@ -97,6 +103,9 @@ def consoles():
     from ..report.text import plain_width
 
     width = None if sys.stdout.isatty() else plain_width()
+    # A stream that cannot encode a name's letters (PYTHONIOENCODING=ascii)
+    # writes them as backslash escapes rather than failing halfway through a table.
+    _escape_unencodable(sys.stdout)
     # Names come from the files: print them as they are, never as rich markup
     # ("fc[relu]") or emoji codes (":x:").
     literal = {"markup": False, "emoji": False, "highlight": False}
@@ -106,7 +115,17 @@ def consoles():
 def warn(doc) -> None:
     """One stderr line per warning about a document's blobs."""
     for line in doc.warnings:
-        click.echo("blobtool: warning: " + line, err=True)
+        say_warning(line)
+
+
+def say_warning(line: str) -> None:
+    """"blobtool: warning: " and the line, on stderr, names in it escaped."""
+    from ..report.escape import escape
+
+    try:
+        click.echo("blobtool: warning: " + escape(line), err=True)
+    except (OSError, ValueError):
+        pass  # a closed or full stderr loses the warning, not the command's result
 
 
 @contextlib.contextmanager
@@ -122,6 +141,8 @@ def progress(doc, what: str, enabled: bool = True):
     _, err = consoles()
     columns = (TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TimeRemainingColumn())
     with Progress(*columns, console=err, transient=True) as bar:
-        task = bar.add_task(f"{what} {doc.path}", total=doc.size)
+        from ..report.escape import escape
+
+        task = bar.add_task(f"{what} {escape(doc.path)}", total=doc.size)
         with reporting(lambda n: bar.advance(task, n)):
             yield

@@ -7,9 +7,10 @@ import sys
 import click
 
 from ..errors import UsageError
+from ..report.text import MAX_COLUMNS
 from .group import CONTEXT_SETTINGS
 from .options import INPUT, OUTPUT, kind_option
-from .output import consoles
+from .output import consoles, say_warning
 from .work import open_input
 
 __all__ = ["show"]
@@ -23,8 +24,9 @@ __all__ = ["show"]
               help="Show channel C (from 0) as a heat map; in a filter grid, channel C of every filter.")
 @click.option("--index", type=click.IntRange(min=0), metavar="N", default=None,
               help="Of a 4-D blob (N, C, H, W), show item N (from 0) alone instead of the filter grid.")
-@click.option("--width", type=click.IntRange(min=1), metavar="COLUMNS", default=None,
-              help="Terminal view at most COLUMNS characters wide (default: the terminal's width).")
+@click.option("--width", type=click.IntRange(min=1, max=MAX_COLUMNS), metavar="COLUMNS", default=None,
+              help=f"Terminal view at most COLUMNS characters wide, 1 to {MAX_COLUMNS:,} (default: the terminal's "
+                   "width).")
 @click.option("-o", "--output", type=OUTPUT, default=None, metavar="PATH.png",
               help="Write the picture as a PNG (full resolution, small filters enlarged) instead of drawing it; "
                    "needs Pillow: pip install 'blobtool[image]'.")
@@ -37,6 +39,8 @@ def show(file, name, channel, index, width, output, kind):
     a grid of the N filters, each stretched from its own min to max, with
     one-pixel borders. The terminal view uses coloured half-block cells
     (two pixels per character) and shrinks to the terminal's width.
+    A picture holds at most 4096 x 4096 pixels (512 x 512 in the terminal)
+    and a grid at most 4096 filters; a warning says what was shrunk or left out.
 
     \b
     Example:
@@ -45,7 +49,7 @@ def show(file, name, channel, index, width, output, kind):
       blobtool show net.caffemodel --blob conv2/0 --index 3 --channel 0
     """
     from ..formats import select
-    from ..report.pictures import PNG_MIN_SIZE, TERMINAL_MIN_SIZE, view
+    from ..report.pictures import MAX_PIXELS, PNG_MIN_SIZE, TERMINAL_MAX_PIXELS, TERMINAL_MIN_SIZE, view
     from ..report.tables import render_picture
 
     image_module = None
@@ -65,14 +69,17 @@ def show(file, name, channel, index, width, output, kind):
     data = entry.blob().cpu_data().reshape(entry.shape)
     if image_module is None:
         out, _ = consoles()
-        picture = view(data, channel=channel, index=index, width=width or out.width, min_size=TERMINAL_MIN_SIZE)
+        picture = view(data, channel=channel, index=index, width=width or min(out.width, MAX_COLUMNS),
+                       min_size=TERMINAL_MIN_SIZE, max_pixels=TERMINAL_MAX_PIXELS)
         render_picture(out, doc.path, entry.name, entry.shape, picture)
         return
     from ..source import atomic_output
 
-    picture = view(data, channel=channel, index=index, min_size=PNG_MIN_SIZE)
+    picture = view(data, channel=channel, index=index, min_size=PNG_MIN_SIZE, max_pixels=MAX_PIXELS)
     with atomic_output(output) as f:
         image_module.fromarray(picture.rgb).save(f, format="PNG")
+    for line in picture.limits:
+        say_warning(f"{doc.path}: blob {entry.name}: {line}")
 
 
 def _pillow_image():

@@ -124,7 +124,10 @@ def _blob_from_values(header: NpyHeader, values: np.ndarray, native: np.dtype, d
     float32/float64 values adopted without a copy."""
     values = _c_order(header, values)
     if values.dtype != native:
-        values = values.astype(native)
+        # Past float32's range: inf, as Caffe's cast; a signalling NaN: a quiet
+        # one. numpy's warnings about either would be a second stderr line.
+        with np.errstate(over="ignore", invalid="ignore"):
+            values = values.astype(native)
     blob = Blob(dtype=native)
     try:
         blob.fill_from(header.shape, values, diff, adopt=True)
@@ -404,7 +407,10 @@ def iter_blob_arrays(entries: list, blobs: list, *, with_diff: bool, precision=N
         if fns.get(which):
             values = fns[which](values, 0)
         values = values.reshape(blob.shape)
-        yield key, (values if target is None else values.astype(target))
+        if target is not None:
+            with np.errstate(over="ignore", invalid="ignore"):  # as in the cast on reading
+                values = values.astype(target)
+        yield key, values
 
 
 def write(doc, entries: list, blobs: list, dest, *, kind: str, precision=None, write_diff=None, layout=None,

@@ -6,6 +6,7 @@ text (report.text's table, as rich would) and render_mapping with rich.
 
 from __future__ import annotations
 
+from .escape import escape
 from .text import fmt_shape, plain_table, title_parts
 
 __all__ = ["mapping_record", "mapping_columns", "mapping_rows", "plain_mapping", "render_mapping"]
@@ -29,8 +30,8 @@ def mapping_columns() -> list:
 
 
 def mapping_rows(record: dict) -> list:
-    return [[b["name"], b["type"] or "", b["torch"] or "-", fmt_shape(b["torch_shape"]), b["done"]]
-            for b in record["blobs"]]
+    return [[escape(b["name"]), escape(b["type"] or ""), escape(b["torch"] or "-"), fmt_shape(b["torch_shape"]),
+             escape(b["done"])] for b in record["blobs"]]
 
 
 def _footer(record: dict) -> str:

@@ -22,6 +22,12 @@ drawn magenta. A picture is built at one pixel per value; ``width`` shrinks it
 (block means of the values) and ``min_size`` enlarges small images and filter
 tiles by whole factors (nearest neighbour); borders stay one pixel wide.
 
+Bounds: a picture holds at most ``max_pixels`` pixels (MAX_PIXELS for a PNG,
+TERMINAL_MAX_PIXELS in the terminal): enlargement stops short of it, and a
+larger picture is shrunk by block means until it fits. A grid shows at most
+MAX_TILES filters, the first ones. ``Picture.limits`` says what a bound left
+out or shrank.
+
 Large planes are read in chunks of rows, so no full-size float temporary is
 made: the values are widened, averaged and coloured a chunk at a time.
 """
@@ -40,7 +46,8 @@ from .text import fmt_num, fmt_shape
 
 __all__ = ["BAR_LEVELS", "histogram_bars", "Picture", "view", "heat_map",
            "colour_image", "filter_grid", "colourise", "grid_columns", "block_mean", "enlarge",
-           "VIRIDIS", "NONFINITE_RGB", "BORDER_RGB", "EMPTY_RGB", "PNG_MIN_SIZE", "TERMINAL_MIN_SIZE"]
+           "VIRIDIS", "NONFINITE_RGB", "BORDER_RGB", "EMPTY_RGB", "PNG_MIN_SIZE", "TERMINAL_MIN_SIZE", "MAX_PIXELS",
+           "TERMINAL_MAX_PIXELS", "MAX_TILES"]
 
 # Bar heights a histogram cell can show (the eight blocks ▁..█), and the
 # ratio of counts between neighbouring heights: log-scaled, so that a bin
@@ -69,6 +76,14 @@ LEGEND_STEPS = 24
 # and in the terminal: smaller ones are enlarged by a whole factor.
 PNG_MIN_SIZE = 32
 TERMINAL_MIN_SIZE = 10
+# Most pixels in a picture: 4096 x 4096 in a PNG (48 MiB of RGB while it is
+# built, about a second to encode), and 512 x 512 in the terminal (128K cells
+# of half blocks, about a second for rich to draw). Without a bound, a 1.6 MB
+# file of 400,000 1x1 filters made a PNG of 436 million pixels (62 s, 3 GB).
+MAX_PIXELS = 1 << 24
+TERMINAL_MAX_PIXELS = 1 << 18
+# Most filters in a grid (64 x 64 tiles): each tile costs a pass of its own.
+MAX_TILES = 4096
 # Chunk of values read, widened and coloured at a time.
 CHUNK = kernels.CHUNK
 
@@ -110,6 +125,8 @@ class Picture:
     of enlargement, or a negative factor of shrinking (-3: 3x3 values per
     pixel). grid: (rows, columns) of tiles and tile: a tile's (height, width)
     in pixels, for grids. notes: hints for the reader (which option to use).
+    limits: what the size bounds left out or shrank, one line each (the
+    command prints them as warnings when it writes a PNG).
     """
 
     rgb: np.ndarray
@@ -122,6 +139,7 @@ class Picture:
     grid: tuple | None = None
     tile: tuple | None = None
     notes: list = field(default_factory=list)
+    limits: list = field(default_factory=list)
 
     @property
     def height(self) -> int:
@@ -158,13 +176,14 @@ def _shade(luma: np.ndarray, levels: int) -> np.ndarray:
 
 
 def view(array: np.ndarray, *, channel: int | None = None, index: int | None = None,
-         width: int | None = None, min_size: int = 0) -> Picture:
+         width: int | None = None, min_size: int = 0, max_pixels: int = MAX_PIXELS) -> Picture:
     """The picture of a blob's values (shaped as the blob) that its shape calls for; see the module doc.
 
     width: at most this many pixels wide (None: one pixel per value; a grid
     first puts fewer filters per row). min_size: enlarge an image, or each
     grid tile, by the whole factor that makes its longer side at least this
-    many pixels (never past `width`). Raises UsageError for shapes that are
+    many pixels (never past `width`). max_pixels: the most pixels the
+    picture may hold (see the module doc). Raises UsageError for shapes that are
     no picture (fewer than 2 axes, more than 4 that are not leading 1s) and
     for a channel or index out of range.
     """
@@ -181,26 +200,26 @@ def view(array: np.ndarray, *, channel: int | None = None, index: int | None = N
             raise UsageError(f"--index picks one item of a 4-D blob (N, C, H, W); this blob has shape "
                              f"{fmt_shape(shape)}")
         _check_range("--index", index, array.shape[0], "items")
-        return _image(array[index], channel, width, min_size, f"item {index} of {array.shape[0]}")
+        return _image(array[index], channel, width, min_size, max_pixels, f"item {index} of {array.shape[0]}")
     if array.ndim == 4:
         if array.shape[0] == 1:
-            return _image(array[0], channel, width, min_size, None)
-        return filter_grid(array, channel=channel, width=width, min_size=min_size)
+            return _image(array[0], channel, width, min_size, max_pixels, None)
+        return filter_grid(array, channel=channel, width=width, min_size=min_size, max_pixels=max_pixels)
     if array.ndim == 3:
-        return _image(array, channel, width, min_size, None)
+        return _image(array, channel, width, min_size, max_pixels, None)
     if channel is not None:
         raise UsageError(f"--channel picks a channel of a 3-D or 4-D blob; this blob has shape {fmt_shape(shape)}")
-    return heat_map(array, width=width, min_size=min_size)
+    return heat_map(array, width=width, min_size=min_size, max_pixels=max_pixels)
 
 
-def _image(chw: np.ndarray, channel, width, min_size, what) -> Picture:
+def _image(chw: np.ndarray, channel, width, min_size, max_pixels, what) -> Picture:
     c = chw.shape[0]
     if channel is None and c == 3:
-        picture = colour_image(chw, width=width, min_size=min_size)
+        picture = colour_image(chw, width=width, min_size=min_size, max_pixels=max_pixels)
     else:
         if channel is not None:
             _check_range("--channel", channel, c, "channels")
-        picture = heat_map(chw[channel or 0], width=width, min_size=min_size)
+        picture = heat_map(chw[channel or 0], width=width, min_size=min_size, max_pixels=max_pixels)
         if c > 1:
             picture.caption = f"channel {channel or 0} of {c}, " + picture.caption
             if channel is None:
@@ -210,16 +229,18 @@ def _image(chw: np.ndarray, channel, width, min_size, what) -> Picture:
     return picture
 
 
-def heat_map(plane: np.ndarray, *, width: int | None = None, min_size: int = 0) -> Picture:
+def heat_map(plane: np.ndarray, *, width: int | None = None, min_size: int = 0,
+             max_pixels: int = MAX_PIXELS) -> Picture:
     """One (H, W) plane as viridis colours from its finite minimum to its maximum."""
     lo, hi, nonfinite = finite_range(plane)
-    factor = _factor(plane.shape[1], plane.shape[0], width, min_size)
+    factor, limits = _bounded_factor(plane.shape[1], plane.shape[0], width, min_size, max_pixels)
     values = block_mean(plane, -factor) if factor < 0 else plane
     rgb = colourise(values, lo, hi, "heat")
     if factor > 1:
         rgb = enlarge(rgb, factor)
     caption = f"{plane.shape[0]}x{plane.shape[1]} heat map" + _scale_words(factor)
-    return Picture(rgb, "heat", caption, value_range=(lo, hi), legend=_legend(), nonfinite=nonfinite, scale=factor)
+    return Picture(rgb, "heat", caption, value_range=(lo, hi), legend=_legend(), nonfinite=nonfinite, scale=factor,
+                   limits=limits)
 
 
 def _grey_planes_rgb(planes: list, lo, hi, factor: int) -> np.ndarray:
@@ -241,35 +262,55 @@ def _grey_planes_rgb(planes: list, lo, hi, factor: int) -> np.ndarray:
     return rgb
 
 
-def colour_image(chw: np.ndarray, *, width: int | None = None, min_size: int = 0) -> Picture:
+def colour_image(chw: np.ndarray, *, width: int | None = None, min_size: int = 0,
+                 max_pixels: int = MAX_PIXELS) -> Picture:
     """A (3, H, W) blob in Caffe's B, G, R order as an RGB image, the channels stretched together."""
     lo, hi, nonfinite = finite_range(chw)
-    factor = _factor(chw.shape[2], chw.shape[1], width, min_size)
+    factor, limits = _bounded_factor(chw.shape[2], chw.shape[1], width, min_size, max_pixels)
     # Caffe keeps OpenCV's B, G, R order; reversing the channel axis gives R, G, B.
     rgb = _grey_planes_rgb([chw[c] for c in (2, 1, 0)], lo, hi, factor)
     caption = (f"{chw.shape[1]}x{chw.shape[2]} colour image, B,G,R shown as R,G,B, "
                f"values {fmt_num(lo)}..{fmt_num(hi)} stretched to 0..255" + _scale_words(factor))
-    return Picture(rgb, "colour", caption, value_range=(lo, hi), nonfinite=nonfinite, scale=factor)
+    return Picture(rgb, "colour", caption, value_range=(lo, hi), nonfinite=nonfinite, scale=factor, limits=limits)
 
 
 def filter_grid(nchw: np.ndarray, *, channel: int | None = None, columns: int | None = None,
-                width: int | None = None, min_size: int = 0) -> Picture:
+                width: int | None = None, min_size: int = 0, max_pixels: int = MAX_PIXELS) -> Picture:
     """N filters (N, C, kh, kw) as tiles in a grid, each stretched from its own min..max.
 
     Colour (B,G,R as R,G,B) when C == 3 and no channel is chosen, else one
     channel in grey. One-pixel BORDER_RGB borders between tiles, none around the
     grid. columns: tiles per row (default: ceil(sqrt(N)), fewer when
-    `width` needs it).
+    `width` needs it). At most MAX_TILES filters, the first ones, and at
+    most `max_pixels` pixels: the tiles are enlarged less, or shrunk, to fit.
     """
-    n, c, kh, kw = nchw.shape
+    total, c, kh, kw = nchw.shape
     if channel is not None:
         _check_range("--channel", channel, c, "channels")
+    limits = []
+    if total > MAX_TILES:
+        nchw = nchw[:MAX_TILES]
+        limits.append(f"showing the first {MAX_TILES:,} of {total:,} filters (a grid holds at most {MAX_TILES:,}); "
+                      "show any one with --index N")
+    n = nchw.shape[0]
     colour = c == 3 and channel is None
-    factor = _factor(kw, kh, width, min_size)
-    th, tw = _scaled(kh, factor), _scaled(kw, factor)
-    if columns is None:
-        columns = grid_columns(n, tw, width)
-    rows = -(-n // columns)
+    wanted = _factor(kw, kh, width, min_size)
+
+    def layout(factor):
+        th, tw = _scaled(kh, factor), _scaled(kw, factor)
+        cols = columns or grid_columns(n, tw, width)
+        rows = -(-n // cols)
+        return th, tw, cols, rows, (rows * th + rows - 1) * (cols * tw + cols - 1)
+
+    factor = wanted
+    th, tw, cols, rows, pixels = layout(factor)
+    # Tiles of one pixel take about 4 pixels each with their borders: under
+    # any bound of MAX_TILES * 4 pixels or more, the loop ends.
+    while pixels > max_pixels and (th > 1 or tw > 1):
+        factor = _smaller(factor, pixels / max_pixels)
+        th, tw, cols, rows, pixels = layout(factor)
+    limits += _shrink_limits(factor, wanted, max_pixels)
+    columns = cols
     rgb = np.empty((rows * th + rows - 1, columns * tw + columns - 1, 3), dtype=np.uint8)
     rgb[...] = BORDER_RGB
     # The cells after the last filter are empty: black, as a dark terminal's background.
@@ -285,9 +326,11 @@ def filter_grid(nchw: np.ndarray, *, channel: int | None = None, columns: int | 
         r, k = divmod(i, columns)
         rgb[r * (th + 1):r * (th + 1) + th, k * (tw + 1):k * (tw + 1) + tw] = cells
     what = "colour (B,G,R shown as R,G,B)" if colour else f"channel {channel or 0} of {c} in grey"
-    caption = (f"{n} filters of {kh}x{kw}, {what}, in {rows} rows of {columns}, "
+    shown = f"{n} filters" if n == total else f"the first {n:,} of {total:,} filters"
+    caption = (f"{shown} of {kh}x{kw}, {what}, in {rows} rows of {columns}, "
                f"each stretched from its own min..max" + _scale_words(factor))
-    picture = Picture(rgb, "grid", caption, nonfinite=nonfinite, scale=factor, grid=(rows, columns), tile=(th, tw))
+    picture = Picture(rgb, "grid", caption, nonfinite=nonfinite, scale=factor, grid=(rows, columns), tile=(th, tw),
+                      limits=limits)
     if not colour and c > 1 and channel is None:
         picture.notes.append("choose the channel with --channel")
     return picture
@@ -315,7 +358,7 @@ def colourise(values: np.ndarray, lo, hi, mode: str) -> np.ndarray:
     span = (hi - lo) if lo is not None and hi is not None else 0.0
     rows = max(1, CHUNK // max(w, 1))
     for start in range(0, h, rows):
-        part = np.asarray(values[start:start + rows], dtype=np.float64)
+        part = kernels.widened(values[start:start + rows])
         finite = np.isfinite(part)
         if span > 0 and math.isfinite(span):
             t = (np.where(finite, part, lo) - lo) / span
@@ -345,12 +388,12 @@ def block_mean(plane: np.ndarray, factor: int) -> np.ndarray:
     """
     h, w = plane.shape
     if factor <= 1:
-        return np.asarray(plane, dtype=np.float64)
+        return kernels.widened(plane)
     starts = np.arange(0, w, factor)
     out = np.empty((-(-h // factor), starts.size), dtype=np.float64)
     rows = max(1, CHUNK // max(w, 1) // factor) * factor
     for start in range(0, h, rows):
-        part = np.asarray(plane[start:start + rows], dtype=np.float64)
+        part = kernels.widened(plane[start:start + rows])
         finite = np.isfinite(part)
         part = np.where(finite, part, 0.0)
         blocks = np.arange(0, part.shape[0], factor)
@@ -385,6 +428,30 @@ def _factor(w: int, h: int, width: int | None, min_size: int) -> int:
     if width is not None:
         factor = max(1, min(factor, width // w))
     return factor
+
+
+def _bounded_factor(w: int, h: int, width: int | None, min_size: int, max_pixels: int) -> tuple[int, list]:
+    """_factor for an image, then made smaller until the image holds at most `max_pixels`; and the limits line."""
+    wanted = factor = _factor(w, h, width, min_size)
+    while _scaled(w, factor) * _scaled(h, factor) > max_pixels and (_scaled(w, factor) > 1 or _scaled(h, factor) > 1):
+        factor = _smaller(factor, _scaled(w, factor) * _scaled(h, factor) / max_pixels)
+    return factor, _shrink_limits(factor, wanted, max_pixels)
+
+
+def _smaller(factor: int, ratio: float) -> int:
+    """The next smaller scale factor for a picture `ratio` times too large (in pixels)."""
+    step = math.sqrt(ratio)
+    if factor > 1:
+        return max(1, min(factor - 1, math.floor(factor / step)))
+    shrink = max(1, -factor)
+    return -max(shrink + 1, math.ceil(shrink * step))
+
+
+def _shrink_limits(factor: int, wanted: int, max_pixels: int) -> list:
+    """The limits line when the pixel bound shrank a picture that would otherwise not have been shrunk as much."""
+    if factor >= min(wanted, -1):
+        return []
+    return [f"shrunk to at most {max_pixels:,} pixels: each pixel the mean of {-factor}x{-factor} values"]
 
 
 def _scaled(n: int, factor: int) -> int:

@@ -1,4 +1,10 @@
-"""Human-readable output: rich tables drawn from report records. Computes nothing."""
+"""Human-readable output: rich tables drawn from report records. Computes nothing.
+
+Names and paths from the files are escaped (escape.escape) before they are
+drawn. Where the console's encoding cannot write the block characters (a
+stream encoded as ASCII, PYTHONIOENCODING=ascii), histograms and pictures
+are drawn with ASCII characters instead.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +13,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from .escape import escape
 from .text import (COMPARE_COLUMNS, compare_footer, compare_rows, compare_verdict, fmt_bytes, fmt_num, fmt_shape,
                      info_columns, info_footer, info_rows, norm_columns, norm_rows, title_parts)
 
@@ -14,8 +21,27 @@ from .text import (COMPARE_COLUMNS, compare_footer, compare_rows, compare_verdic
 __all__ = ["fmt_num", "fmt_bytes", "fmt_shape", "render_info", "render_norm", "render_compare",
            "render_devices", "render_written", "histogram_cell", "render_picture"]
 
-# The eight bar heights of a histogram cell, lowest first.
+# The eight bar heights of a histogram cell, lowest first, and the bar
+# between the bins and the zero count; then the same in ASCII, for a console
+# that cannot encode them.
 BLOCKS = "▁▂▃▄▅▆▇█"
+DIVIDER = "│"
+ASCII_BLOCKS = ".:-=+*#@"
+ASCII_DIVIDER = "|"
+
+
+def can_encode(console: Console, chars: str) -> bool:
+    """Whether the console's output encoding can write these characters."""
+    try:
+        chars.encode(console.encoding or "utf-8")
+    except (UnicodeEncodeError, LookupError):
+        return False
+    return True
+
+
+def _bar_characters(console: Console) -> tuple[str, str]:
+    """(the eight bar heights, the divider) that this console can write."""
+    return (BLOCKS, DIVIDER) if can_encode(console, BLOCKS + DIVIDER) else (ASCII_BLOCKS, ASCII_DIVIDER)
 
 
 def _title(record: dict) -> Text:
@@ -41,7 +67,8 @@ def render_info(console: Console, record: dict) -> None:
             row += _stat_cells(b["stats"]["data"])
         table.add_row(*row)
         if with_stats and b["stats"].get("diff"):
-            pad = ["", "", Text("diff", style="dim")] if has_layers else [Text(f"{b['name']} diff", style="dim")]
+            name = Text(f"{escape(b['name'])} diff", style="dim")
+            pad = ["", "", Text("diff", style="dim")] if has_layers else [name]
             table.add_row(*pad, "", "", "", "", "", "", *_stat_cells(b["stats"]["diff"]))
     console.print(table)
     footer = info_footer(record)
@@ -53,7 +80,8 @@ def render_info(console: Console, record: dict) -> None:
 
 def _render_histograms(console: Console, blobs: list) -> None:
     """One line per blob (and diff) under the table: min, the histogram cell, max."""
-    console.print(histogram_key())
+    blocks, divider = _bar_characters(console)
+    console.print(histogram_key(blocks, divider))
     grid = Table.grid(padding=(0, 1), pad_edge=True)
     grid.add_column()
     grid.add_column(justify="right")
@@ -64,8 +92,8 @@ def _render_histograms(console: Console, blobs: list) -> None:
             s = b["stats"].get(which)
             if s is None:
                 continue
-            name = Text(b["name"]) if which == "data" else Text(f"{b['name']} diff", style="dim")
-            grid.add_row(name, fmt_num(s["min"]), histogram_cell(s), fmt_num(s["max"]))
+            name = Text(escape(b["name"])) if which == "data" else Text(f"{escape(b['name'])} diff", style="dim")
+            grid.add_row(name, fmt_num(s["min"]), histogram_cell(s, blocks, divider), fmt_num(s["max"]))
     console.print(grid)
 
 
@@ -76,8 +104,8 @@ def _stat_cells(s: dict) -> list:
     ]
 
 
-def histogram_key() -> Text:
-    """The line that explains the histogram cells."""
+def histogram_key(blocks: str = BLOCKS, divider: str = DIVIDER) -> Text:
+    """The line that explains the histogram cells (drawn with these bar characters)."""
     # pictures is imported here, not at the top: only --stats output needs it.
     from ..kernels import HIST_BINS
     from .pictures import BAR_STEP
@@ -85,11 +113,11 @@ def histogram_key() -> Text:
     return Text.assemble(
         (" histograms", "bold"),
         (f"  {HIST_BINS} bins from min to max, counts log-scaled (one step = x{BAR_STEP:g}); after ", "dim"),
-        ("│", "dim"), (": ", "dim"), ("▅", "yellow"), (" values exactly 0, ", "dim"), ("!", "bold red"),
+        (divider, "dim"), (": ", "dim"), (blocks[4], "yellow"), (" values exactly 0, ", "dim"), ("!", "bold red"),
         (" NaN or Inf present", "dim"))
 
 
-def histogram_cell(s: dict) -> Text:
+def histogram_cell(s: dict, blocks: str = BLOCKS, divider: str = DIVIDER) -> Text:
     """A fixed-width histogram: one block per bin, then │, the zero count's block and ! for NaN/Inf."""
     from ..kernels import HIST_BINS
     from .pictures import histogram_bars
@@ -98,11 +126,11 @@ def histogram_cell(s: dict) -> Text:
     bars = histogram_bars(hist["counts"], hist["zeros"], s["nan"] + s["inf"])
     cell = Text()
     if bars["bars"]:
-        cell.append("".join(BLOCKS[h - 1] if h else " " for h in bars["bars"]), style="cyan")
+        cell.append("".join(blocks[h - 1] if h else " " for h in bars["bars"]), style="cyan")
     else:
         cell.append("no finite value".center(HIST_BINS)[:HIST_BINS], style="dim")
-    cell.append("│", style="dim")
-    cell.append(BLOCKS[bars["zeros"] - 1] if bars["zeros"] else " ", style="yellow")
+    cell.append(divider, style="dim")
+    cell.append(blocks[bars["zeros"] - 1] if bars["zeros"] else " ", style="yellow")
     cell.append("!" if bars["nonfinite"] else " ", style="bold red")
     return cell
 
@@ -148,13 +176,13 @@ def render_devices(console: Console, devices: list) -> None:
     for col in ("index", "name", "total", "free", "compute"):
         table.add_column(col)
     for d in devices:
-        table.add_row(str(d["index"]), d["name"], fmt_bytes(d["total_memory"]), fmt_bytes(d["free_memory"]),
+        table.add_row(str(d["index"]), escape(d["name"]), fmt_bytes(d["total_memory"]), fmt_bytes(d["free_memory"]),
                       d["compute_capability"])
     console.print(table)
 
 
 def render_written(console: Console, path: str, fmt: str, blobs: int) -> None:
-    console.print(Text(f"wrote {path} ({fmt}, {blobs} blob{'s' if blobs != 1 else ''})", style="dim"))
+    console.print(Text(f"wrote {escape(path)} ({fmt}, {blobs} blob{'s' if blobs != 1 else ''})", style="dim"))
 
 
 # -- pictures ------------------------------------------------------------------
@@ -206,12 +234,14 @@ def render_picture(console: Console, path: str, name: str, shape, picture) -> No
     """Draw a pictures.Picture: a title, the image, and what its colours mean.
 
     In colour as half-block cells (two pixels per character, so pixels are
-    about square); without colour as a brightness ramp of characters.
+    about square); without colour, or where the console cannot encode the
+    block characters, as a brightness ramp of characters.
     """
-    title = Text(path, style="bold")
-    title.append(f"  blob {name} {fmt_shape(shape)}", style="dim")
+    title = Text(escape(path), style="bold")
+    title.append(f"  blob {escape(name)} {fmt_shape(shape)}", style="dim")
     console.print(title)
-    if console.color_system is None or console.no_color:
+    ramp = console.color_system is None or console.no_color or not can_encode(console, "▀█")
+    if ramp:
         for row in picture.shades(len(SHADES)):
             console.print("".join(SHADES[v] for v in row), crop=False, highlight=False)
     else:
@@ -220,7 +250,7 @@ def render_picture(console: Console, path: str, name: str, shape, picture) -> No
     if picture.legend is not None:
         lo, hi = picture.value_range
         legend = Text(f"{fmt_num(lo)} ")
-        if console.color_system is None or console.no_color:
+        if ramp:
             legend.append("".join(SHADES[v] for v in picture.legend_shades(len(SHADES))))
         else:
             for r, g, b in picture.legend:
@@ -229,5 +259,7 @@ def render_picture(console: Console, path: str, name: str, shape, picture) -> No
         console.print(legend, crop=False)
     if picture.nonfinite:
         console.print(Text(f"{picture.nonfinite:,} NaN/Inf value(s) drawn magenta", style="red"))
+    for line in picture.limits:
+        console.print(Text(line, style="yellow"))
     for note in picture.notes:
         console.print(Text(note, style="dim"))

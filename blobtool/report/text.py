@@ -9,6 +9,9 @@ rich's own layout for these tables (box.SIMPLE_HEAD, pad_edge=False), and
 tests/test_report_text.py checks it against rich character for character. Where
 rich would have to wrap, or a cell holds anything but printable ASCII, the
 plain functions return None and rich draws the table.
+
+Names, types and paths from the files are escaped here (escape.escape), so
+that both the plain and the rich tables print them safely.
 """
 
 from __future__ import annotations
@@ -16,9 +19,12 @@ from __future__ import annotations
 import os
 import sys
 
+from .escape import escape
+
 __all__ = ["fmt_num", "fmt_bytes", "fmt_shape", "title_parts", "info_columns", "info_rows", "info_footer",
            "norm_columns", "norm_rows", "compare_verdict", "compare_rows", "compare_footer", "COMPARE_COLUMNS",
-           "plain_info", "plain_norm", "plain_compare", "plain_stdout", "plain_width", "stdout_is_terminal"]
+           "plain_info", "plain_norm", "plain_compare", "plain_stdout", "plain_width", "stdout_is_terminal",
+           "MAX_COLUMNS"]
 
 NORM_COLUMNS = [("blob", "left")] + [(c, "right") for c in ("data asum", "data sumsq", "data l2", "diff asum",
                                                              "diff sumsq", "diff l2")]
@@ -28,6 +34,9 @@ COMPARE_COLUMNS = [("blob", "left"), ("what", "left"), ("max_abs", "right"), ("m
 # Width of the output off a terminal, where rich would otherwise wrap at 80
 # columns; tables read better unwrapped in logs.
 DEFAULT_PLAIN_WIDTH = 160
+# The widest COLUMNS taken: wider than any terminal, and a bound on what a
+# line (or a picture's row) may cost.
+MAX_COLUMNS = 10_000
 
 
 def fmt_num(x) -> str:
@@ -61,10 +70,10 @@ def title_parts(record: dict) -> tuple[str, str]:
         extra.append(fmt_bytes(record["bytes"]))
     for key in ("name", "iter"):
         if record.get(key) is not None:
-            extra.append(f"{key} {record[key]}")
+            extra.append(f"{key} {escape(record[key])}")
     if record.get("device"):
-        extra.append(f"on GPU {record['device']['index']} ({record['device']['name']})")
-    return record["path"], "  " + ", ".join(extra)
+        extra.append(f"on GPU {record['device']['index']} ({escape(record['device']['name'])})")
+    return escape(record["path"]), "  " + ", ".join(extra)
 
 
 def _has_layers(record: dict) -> bool:
@@ -87,9 +96,10 @@ def info_rows(record: dict):
             layer = b.get("layer") or ""
             first = layer != previous_layer
             previous_layer = layer
-            row = [layer if first else "", (b.get("type") or "") if first else "", b["name"].rsplit("/", 1)[-1]]
+            row = [escape(layer) if first else "", escape(b.get("type") or "") if first else "",
+                   escape(b["name"].rsplit("/", 1)[-1])]
         else:
-            row = [b["name"]]
+            row = [escape(b["name"])]
         row += [fmt_shape(b["shape"]), b["layout"], b["dtype"], fmt_num(b["count"]),
                 fmt_bytes(b["bytes"]), "yes" if b["has_diff"] else "no"]
         yield row, b
@@ -114,7 +124,7 @@ def norm_rows(record: dict) -> list:
     def cells(v):
         return [fmt_num(v[k]) for k in ("asum", "sumsq", "l2")] if v else ["-", "-", "-"]
 
-    rows = [([b["name"], *cells(b["data"]), *cells(b["diff"])], False) for b in record["blobs"]]
+    rows = [([escape(b["name"]), *cells(b["data"]), *cells(b["diff"])], False) for b in record["blobs"]]
     if len(record["blobs"]) > 1:
         t = record["total"]
         rows.append((["total", *cells(t["data"]), *cells(t["diff"])], True))
@@ -124,10 +134,11 @@ def norm_rows(record: dict) -> list:
 def compare_verdict(record: dict) -> tuple[str, str]:
     """compare's first line: the verdict word ("equal" or "DIFFERENT") and the rest of the line."""
     blobs = record["blobs"]
+    path_a, path_b = escape(record["a"]), escape(record["b"])
     if record["equal"]:
-        return "equal", f"  {record['a']} and {record['b']}: {len(blobs)} blob(s) match"
+        return "equal", f"  {path_a} and {path_b}: {len(blobs)} blob(s) match"
     differing = sum(1 for b in blobs if not b["equal"])
-    return "DIFFERENT", f"  {record['a']} vs {record['b']}: {differing} of {len(blobs)} blob(s) differ"
+    return "DIFFERENT", f"  {path_a} vs {path_b}: {differing} of {len(blobs)} blob(s) differ"
 
 
 def compare_rows(record: dict) -> list:
@@ -143,10 +154,10 @@ def compare_rows(record: dict) -> list:
     rows = []
     for b in sorted((b for b in record["blobs"] if not b["equal"]), key=severity):
         if b.get("only_in"):
-            rows.append(([b["name"], f"only in {b['only_in']}", "", "", "", "", ""], True))
+            rows.append(([escape(b["name"]), f"only in {b['only_in']}", "", "", "", "", ""], True))
         elif b["max_abs"] is None:
             what = f"shape {fmt_shape(b['shape_a'])} vs {fmt_shape(b['shape_b'])}"
-            rows.append(([b["name"], what, "", "", "", "", ""], True))
+            rows.append(([escape(b["name"]), what, "", "", "", "", ""], True))
         else:
             total = 1
             for d in b["shape_a"]:
@@ -155,7 +166,7 @@ def compare_rows(record: dict) -> list:
             what = "values" if b["mismatches"] else "diff"
             if b.get("diff_only_in"):
                 what = ("values, " if b["mismatches"] else "") + f"diff only in {b['diff_only_in']}"
-            rows.append(([b["name"], what, fmt_num(b["max_abs"]),
+            rows.append(([escape(b["name"]), what, fmt_num(b["max_abs"]),
                           fmt_num(b["max_rel"]), fmt_num(b["rel_l2"]), f"{b['mismatches']:,} / {total:,}", first],
                          bool(b.get("diff_only_in"))))
     return rows
@@ -190,11 +201,16 @@ def plain_stdout() -> bool:
 
 
 def plain_width() -> int:
-    """The output width off a terminal: $COLUMNS, else DEFAULT_PLAIN_WIDTH."""
-    try:
-        return int(os.environ.get("COLUMNS", "0") or 0) or DEFAULT_PLAIN_WIDTH
-    except ValueError:
-        return DEFAULT_PLAIN_WIDTH
+    """The output width off a terminal: $COLUMNS, else DEFAULT_PLAIN_WIDTH.
+
+    A COLUMNS that is not a whole number from 1 to MAX_COLUMNS is ignored,
+    as Python's shutil.get_terminal_size and rich ignore one that is not a
+    positive number.
+    """
+    value = os.environ.get("COLUMNS", "").strip()
+    if value.isascii() and value.isdigit() and 1 <= int(value) <= MAX_COLUMNS:
+        return int(value)
+    return DEFAULT_PLAIN_WIDTH
 
 
 def _simple(text: str) -> bool:
