@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import click
 
-from .output import say_warning
-
 from ..naming import SCHEMES
+from .output import say_warning
 
 __all__ = ["names_options", "renamed", "warn_all"]
 
