@@ -57,7 +57,7 @@ from ..blobproto import (BLOB_FIELD_NAMES, BLOB_WIRE_PAIRS, PAYLOAD_FIELDS, SHAP
                          write_blob, write_parts)
 from ..errors import BlobToolError, FormatError, OutputError, UsageError
 from ..source import atomic_output, display_name
-from . import MAX_BLOBS, Document, Entry
+from . import MAX_BLOBS, Document, Entry, unique_names
 
 __all__ = ["sniff", "read", "write", "save_blob", "container_parts", "MAX_LAYERS", "V1_TYPE_NAMES"]
 
@@ -333,8 +333,8 @@ def _read_net(doc: Document, buf) -> None:
 
     net, layer_fields = _split(buf, 0, doc.size, doc.path, NET_FIELD_NAMES, {2, 100}, pb.NetParameter)
     doc.meta["name"] = _text(net.name) if net.HasField("name") else None
-    seen = {}
-    for k, lf in enumerate(layer_fields):
+    layers = []  # (name, type, blob field chains) per layer, in file order
+    for lf in layer_fields:
         if lf.number == 100:
             layer, blob_fields = _split(buf, lf.start, lf.end, doc.path, LAYER_FIELD_NAMES, {7},
                                         pb.LayerParameter)
@@ -351,10 +351,9 @@ def _read_net(doc: Document, buf) -> None:
                 name = name or _text(v0.name)
                 type_ = type_ or _text(v0.type)
                 chains += [(lf, v0f, bf) for bf in v0_blobs]
-        name = name or f"layer{k}"
-        seen[name] = seen.get(name, 0) + 1
-        if seen[name] > 1:
-            name = f"{name}#{seen[name]}"
+        layers.append((name, type_, chains))
+    names = unique_names([name for name, _, _ in layers])
+    for name, (_, type_, chains) in zip(names, layers):
         for index, chain in enumerate(chains):
             doc.check_room(chain[-1].offset)
             record = parse_blob(buf, chain[-1].start, chain[-1].end, path=doc.path)
