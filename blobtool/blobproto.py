@@ -37,7 +37,12 @@ unknown fields skipped).
 
 Writing: the small fields go through protobuf; each payload is written as
 tag, length and raw little-endian bytes, in field-number order, so the bytes
-equal what protobuf's SerializeToString gives for the same message.
+equal what protobuf's SerializeToString gives for the same message. With no
+precision asked for, each side keeps the field it was read from (a raw INT
+stays a raw INT, ditcaffe's half_data stays half_data), and the fields
+blobtool does not know are written after the known ones, byte for byte (as
+protobuf writes unknown fields): a BlobProto that protobuf wrote comes back
+as it was.
 """
 
 from __future__ import annotations
@@ -48,7 +53,7 @@ from dataclasses import dataclass, field as dc_field
 import numpy as np
 
 from . import wire
-from .blob import LEGACY_FIELDS, MAX_BLOB_AXES, Blob, Origin, proto_shape
+from .blob import LEGACY_FIELDS, MAX_BLOB_AXES, Blob, Origin, exact_values, proto_shape
 from .errors import FormatError, UsageError
 from .progress import report
 from .source import release_pages
@@ -112,6 +117,8 @@ PAYLOAD_FIELDS = (
 _BY_NAME = {p.name: p for p in PAYLOAD_FIELDS}
 _DATA_ORDER = tuple(p.name for p in PAYLOAD_FIELDS if p.which == "data")
 _DIFF_ORDER = tuple(p.name for p in PAYLOAD_FIELDS if p.which == "diff")
+# The diff field written beside each data field (the table lists both sides in the same order).
+_DIFF_OF = dict(zip(_DATA_ORDER, _DIFF_ORDER))
 # Payloads by (field number, wire type); fields 10 and 11 are ditcaffe's
 # half payloads when length-delimited and NVIDIA's type enums when varints.
 _PAYLOAD_BY_WIRE = {(p.number, wire_type): p for p in PAYLOAD_FIELDS
@@ -151,6 +158,7 @@ class Payload:
     dtype: np.dtype
     chunks: list = dc_field(default_factory=list)
     offset: int | None = None  # where its first occurrence starts
+    raw_type: int | None = None  # a raw payload's BlobProto.Type
 
     @property
     def count(self) -> int:
@@ -175,6 +183,7 @@ class BlobRecord:
     end: int
     path: object = None
     field_offsets: dict = dc_field(default_factory=dict)  # number -> first offset, for errors
+    unknown: bytes = b""         # the fields BlobProto does not hold, as they were
 
     @property
     def shape_layout(self) -> tuple[tuple[int, ...], str]:
@@ -242,8 +251,15 @@ class BlobRecord:
         return math.prod(self.shape)
 
     @property
+    def encoding(self) -> tuple:
+        """How the values are stored: ((data field, raw type or None), the same for the diff, or None)."""
+        data, diff = self._pick(_DATA_ORDER), self.diff_payload
+        return ((data.name, data.raw_type) if data else ("data", None),
+                (diff.name, diff.raw_type) if diff else None)
+
+    @property
     def origin(self) -> Origin:
-        return Origin(self.layout, self.stored_dtype, self.has_diff)
+        return Origin(self.layout, self.stored_dtype, self.has_diff, self.encoding, self.unknown)
 
 
 def _new_header():
@@ -331,6 +347,7 @@ def parse_blob(buf, start: int = 0, end: int | None = None, *, path=None) -> Blo
     raw = {}          # raw payload name -> Field of its last occurrence (optional bytes: last wins)
     raw_types = {}    # raw payload name -> enum value of its type field
     header_spans = []
+    unknown = bytearray()  # the fields BlobProto does not hold, copied (a span each would cost more)
     field_offsets = {}
     pos = start
     while pos < end:
@@ -347,6 +364,8 @@ def parse_blob(buf, start: int = 0, end: int | None = None, *, path=None) -> Blo
                 # fields with an unexpected wire type (protobuf keeps those
                 # as unknown fields; so does blobtool).
                 wire.add_span(header_spans, f)
+                if (f.number, f.wire_type) not in BLOB_WIRE_PAIRS:
+                    unknown += buf[f.offset:f.end]
             continue
         if spec.encoding == "raw":
             raw[spec.name] = f
@@ -381,7 +400,7 @@ def parse_blob(buf, start: int = 0, end: int | None = None, *, path=None) -> Blo
     header = _simple_header(buf, header_spans)
     if header is None:
         header = _parse_header(buf, header_spans, path)
-    return BlobRecord(header, payloads, start, end, path, field_offsets)
+    return BlobRecord(header, payloads, start, end, path, field_offsets, bytes(unknown))
 
 
 def _check_axes(buf, spans, path) -> None:
@@ -423,7 +442,7 @@ def _raw_payload(buf, spec: PayloadField, f, type_value: int, path) -> Payload:
         raise FormatError(f"{spec.label} holds {nbytes} bytes, not a multiple of {dtype.itemsize} ({dtype.name})",
                           path=path, offset=f.offset)
     chunks = [wire.view_array(buf, f.start, f.end, dtype)] if nbytes else []
-    return Payload(spec.name, dtype, chunks, f.offset)
+    return Payload(spec.name, dtype, chunks, f.offset, type_value)
 
 
 def parse_errors() -> tuple:
@@ -492,14 +511,16 @@ def blob_from_record(record: BlobRecord) -> Blob:
     return blob
 
 
-def encode_blob_parts(blob: Blob, *, precision: str = "float", write_diff: bool = False,
-                      layout: str = "shape", transforms: dict | None = None):
-    """The pieces of a BlobProto for `blob`, in field-number order.
+def encode_blob_parts(blob: Blob, *, precision="float", write_diff: bool = False,
+                      layout: str = "shape", transforms: dict | None = None, unknown: bytes = b""):
+    """The pieces of a BlobProto for `blob`, in field-number order, then `unknown` (fields kept as they were).
 
     Returns a list whose items are bytes (headers, small fields) or
     (array, target dtype) pairs for payloads, so callers can stream them.
-    `precision` is "float" (data/diff), "double" (double_data/double_diff) or
-    "half" (NVIDIA Caffe's raw_data/raw_diff typed FLOAT16).
+    `precision` is "float" (data/diff), "double" (double_data/double_diff),
+    "half" (NVIDIA Caffe's raw_data/raw_diff typed FLOAT16), or a stored
+    encoding (Origin.encoding: each side's field and raw type) to write the
+    blob as it was read.
 
     `transforms` may map "data"/"diff" to ``fn(chunk, start) -> array``,
     applied chunk by chunk as the payload is written (how the command line
@@ -508,8 +529,7 @@ def encode_blob_parts(blob: Blob, *, precision: str = "float", write_diff: bool 
     transforms = transforms or {}
     if layout not in ("shape", "legacy"):
         raise UsageError(f"layout must be 'shape' or 'legacy', got {layout!r}")
-    if precision not in PRECISIONS:
-        raise UsageError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+    sides = _side_encodings(precision)
     from ._pb.blobtool_caffe_pb2 import BlobProto
 
     # (field number, piece) pairs, sorted by number at the end: protobuf's
@@ -527,22 +547,54 @@ def encode_blob_parts(blob: Blob, *, precision: str = "float", write_diff: bool 
         shape = BlobProto()
         shape.shape.dim.extend(blob.shape)
         fields.append((SHAPE_FIELD, shape.SerializeToString()))
-    sides = (("data", blob.cpu_data), ("diff", blob.cpu_diff)) if write_diff else (("data", blob.cpu_data),)
-    for which, values in sides:
-        spec = _BY_NAME[_PRECISION_FIELDS[precision][which == "diff"]]
+    for which, values in (("data", blob.cpu_data), ("diff", blob.cpu_diff))[:2 if write_diff else 1]:
+        name, raw_type = sides[which == "diff"]
+        spec = _BY_NAME[name]
         values = values()
         if spec.encoding == "raw":
-            target = RAW_TYPES[_RAW_TYPE_OF[precision]]
+            target = RAW_TYPES[raw_type]
             fields.append((spec.type_field, wire.encode_tag(spec.type_field, wire.VARINT)
-                           + wire.encode_varint(_RAW_TYPE_OF[precision])))
+                           + wire.encode_varint(raw_type)))
         elif not values.size:
             continue  # an empty repeated field is not written; NVIDIA Caffe writes raw_data even when empty
+        elif spec.encoding == "half":
+            # ditcaffe's varints: their length depends on the values, so the
+            # payload is made whole (ditcaffe's blobs are small).
+            payload = _half_payload(values, transforms.get(which))
+            fields.append((spec.number, wire.len_field_header(spec.number, len(payload))))
+            fields.append((spec.number, payload))
+            continue
         else:
             target = spec.dtype
         fields.append((spec.number, wire.len_field_header(spec.number, values.size * target.itemsize)))
         fields.append((spec.number, (values, target, transforms.get(which))))
     fields.sort(key=lambda item: item[0])  # stable: each payload's header stays before its values
-    return [piece for _, piece in fields]
+    return [piece for _, piece in fields] + ([bytes(unknown)] if unknown else [])
+
+
+def _side_encodings(precision) -> tuple:
+    """((field, raw type), (field, raw type)) for data and diff: from a precision's name or a stored encoding."""
+    if isinstance(precision, tuple):
+        data, diff = precision
+        if data[0] not in _DIFF_OF or (diff is not None and diff[0] not in _DIFF_OF.values()):
+            raise UsageError(f"unknown stored encoding {precision!r}")
+        return data, diff if diff is not None else (_DIFF_OF[data[0]], data[1])
+    if precision not in PRECISIONS:
+        raise UsageError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+    raw_type = _RAW_TYPE_OF.get(precision)
+    return tuple((name, raw_type) for name in _PRECISION_FIELDS[precision])
+
+
+def _half_payload(values: np.ndarray, transform) -> bytes:
+    """ditcaffe's half_data bytes for `values` (after `transform`): packed varints of float16 bits."""
+    values = values.reshape(-1)
+    if transform is not None:
+        values = np.concatenate([transform(values[a:a + _WRITE_CHUNK], a)
+                                 for a in range(0, values.size, _WRITE_CHUNK)])
+    with np.errstate(over="ignore", invalid="ignore"):  # as the FLOAT16 raw form: past float16's range is inf
+        bits = values.astype("<f2").view("<u2")
+    report(values.nbytes)
+    return wire.encode_packed_uint16(bits)
 
 
 def check_layout(blob: Blob, layout: str | None) -> None:
@@ -556,19 +608,24 @@ def resolve_form(blob: Blob, *, precision: str | None = None, write_diff: bool |
     """Fill the Nones in a write request from what the blob came with.
 
     A blob made in Python writes as its dtype, in the `shape` layout, without
-    diff (Caffe's ToProto defaults). A loaded blob keeps its stored precision,
-    layout and diff; a legacy blob grown past 4 axes falls back to `shape`.
+    diff (Caffe's ToProto defaults). A loaded blob keeps its stored encoding
+    (each side's field and raw type), layout, diff and unknown fields; a
+    legacy blob grown past 4 axes falls back to `shape`.
     """
     origin = blob.origin
     if precision is None:
-        precision = origin.precision if origin else ("double" if blob.dtype == np.float64 else "float")
+        if origin is not None and origin.encoding:
+            precision = origin.encoding
+        else:
+            precision = origin.precision if origin else ("double" if blob.dtype == np.float64 else "float")
     if write_diff is None:
         write_diff = bool(origin.has_diff) if origin else False
     if layout is None:
         layout = origin.layout if origin else "shape"
         if layout == "legacy" and blob.num_axes > 4:
             layout = "shape"
-    return {"precision": precision, "write_diff": write_diff, "layout": layout}
+    return {"precision": precision, "write_diff": write_diff, "layout": layout,
+            "unknown": origin.unknown if origin else b""}
 
 
 def blob_encoded_size(parts) -> int:
@@ -596,15 +653,17 @@ def write_parts(out, parts) -> None:
             for start in range(0, values.size, _WRITE_CHUNK):
                 chunk = values[start:start + _WRITE_CHUNK]
                 data = chunk if transform is None else transform(chunk, start)
-                if data.dtype != target:
+                if target.kind in "iu":
+                    data = exact_values(data, target)
+                elif data.dtype != target:
                     data = data.astype(target)
                 out.write(memoryview(np.ascontiguousarray(data)).cast("B"))
                 report(chunk.nbytes)
                 release_pages(chunk)
 
 
-def write_blob(out, blob: Blob, *, precision: str = "float", write_diff: bool = False,
-               layout: str = "shape", transforms: dict | None = None) -> None:
-    """Write `blob` as one BlobProto to the binary file object `out`."""
+def write_blob(out, blob: Blob, *, precision="float", write_diff: bool = False,
+               layout: str = "shape", transforms: dict | None = None, unknown: bytes = b"") -> None:
+    """Write `blob` as one BlobProto to the binary file object `out` (see encode_blob_parts)."""
     write_parts(out, encode_blob_parts(blob, precision=precision, write_diff=write_diff, layout=layout,
-                                       transforms=transforms))
+                                       transforms=transforms, unknown=unknown))

@@ -46,7 +46,7 @@ __all__ = [
     "VARINT", "I64", "LEN", "SGROUP", "EGROUP", "I32",
     "MAX_VARINT_BYTES", "MAX_FIELD_NUMBER",
     "Field", "read_varint", "read_field", "iter_fields", "unpacked_values", "view_array", "unpacked_run",
-    "packed_uint16", "encode_varint", "encode_tag", "len_field_header", "field_label", "minimal_tags", "add_span",
+    "packed_uint16", "encode_packed_uint16", "encode_varint", "encode_tag", "len_field_header", "field_label", "minimal_tags", "add_span",
 ]
 
 VARINT, I64, LEN, SGROUP, EGROUP, I32 = 0, 1, 2, 3, 4, 5
@@ -267,6 +267,21 @@ def packed_uint16(buf, f: Field, *, path=None, label: str, value_name: str = "va
         filled += values.size
         pos += block.size
     return out
+
+
+def encode_packed_uint16(values: np.ndarray) -> bytes:
+    """uint16 values as packed varints (1 to 3 bytes each): what packed_uint16 reads back."""
+    v = np.asarray(values, dtype=np.uint16).astype(np.uint32).reshape(-1)
+    lengths = 1 + (v >= 0x80).astype(np.int64) + (v >= 0x4000)
+    ends = np.cumsum(lengths)
+    starts = ends - lengths
+    out = np.empty(int(ends[-1]) if v.size else 0, dtype=np.uint8)
+    out[starts] = (v & 0x7F) | np.where(lengths > 1, 0x80, 0)
+    two = lengths >= 2
+    out[starts[two] + 1] = ((v[two] >> 7) & 0x7F) | np.where(lengths[two] > 2, 0x80, 0)
+    three = lengths == 3
+    out[starts[three] + 2] = v[three] >> 14
+    return out.tobytes()
 
 
 def encode_varint(value: int) -> bytes:

@@ -141,12 +141,13 @@ def _looks_like_text(source) -> bool:
 
 
 def _is_blob_message(buf, f) -> bool:
-    """Whether a LEN field's contents parse as BlobProto fields."""
+    """Whether a LEN field's contents parse as BlobProto fields (unknown ones beside them allowed), or are empty."""
     try:
         pairs = {(g.number, g.wire_type) for g in _first_fields(buf, f)}
     except FormatError:
         return False
-    return pairs <= BLOB_WIRE_PAIRS
+    known = {p for p in pairs if p[0] in BLOB_FIELD_NAMES}
+    return known <= BLOB_WIRE_PAIRS and (bool(known) or not pairs)
 
 
 def _first_fields(buf, f):

@@ -23,7 +23,7 @@ import zlib
 
 import numpy as np
 
-from ..blob import Blob, Origin
+from ..blob import Blob, Origin, exact_values
 from ..errors import BlobToolError, FormatError, UsageError
 from ..source import Source, atomic_output
 from . import MAX_BLOBS, Document, Entry
@@ -193,7 +193,8 @@ def blob_arrays(entries: list, blobs: list, *, with_diff: bool, precision=None, 
 
     Diffs are written when `with_diff` (the format holds several arrays) and
     `write_diff` (None: each blob that has one). `precision` converts
-    ("float", "double", "half"); `transforms` are applied to the values first.
+    ("float", "double", "half"); None keeps the blob's dtype, or the integer
+    type a blob stored as integers came with. `transforms` are applied first.
     """
     target = PRECISION_DTYPES[precision]
     arrays = {}
@@ -207,6 +208,8 @@ def blob_arrays(entries: list, blobs: list, *, with_diff: bool, precision=None, 
             if fns.get(which):
                 values = fns[which](values, 0)
             values = values.reshape(blob.shape)
+            if target is None and blob.origin is not None and blob.origin.dtype.kind in "iu":
+                values = exact_values(values, blob.origin.dtype)  # integers stay integers
             arrays[key] = values if target is None else values.astype(target)
     return arrays
 
