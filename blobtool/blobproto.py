@@ -54,6 +54,8 @@ import numpy as np
 
 from . import wire
 from .blob import LEGACY_FIELDS, MAX_BLOB_AXES, Blob, Origin, exact_values, proto_shape
+from .blobheader import (BLOB_FIELD_NAMES, SHAPE_FIELD, SimpleHeader, check_axes, count_dims, parse_errors,
+                         parse_header, simple_header)
 from .errors import FormatError, UsageError
 from .progress import report
 from .source import release_pages
@@ -64,10 +66,6 @@ __all__ = [
     "blob_encoded_size", "PRECISIONS", "RAW_TYPES", "parse_errors",
 ]
 
-BLOB_FIELD_NAMES = {1: "num", 2: "channels", 3: "height", 4: "width", 5: "data", 6: "diff",
-                    7: "shape", 8: "double_data", 9: "double_diff", 10: "raw_data_type/half_data",
-                    11: "raw_diff_type/half_diff", 12: "raw_data", 13: "raw_diff"}
-SHAPE_FIELD = 7
 
 # NVIDIA Caffe's BlobProto.Type, the element type of raw_data / raw_diff.
 RAW_TYPES = {0: np.dtype("<f8"), 1: np.dtype("<f4"), 2: np.dtype("<f2"), 3: np.dtype("<i4"), 4: np.dtype("<u4")}
@@ -140,6 +138,15 @@ _PRECISION_FIELDS = {"float": ("data", "diff"), "double": ("double_data", "doubl
 PRECISIONS = tuple(_PRECISION_FIELDS)
 # The raw type each precision writes in raw_data/raw_diff.
 _RAW_TYPE_OF = {"half": RAW_TYPE_FLOAT16}
+
+# Payload (number, wire type) pairs as numbers * 8 + wire type, for iter_runs' arrays.
+_PAYLOAD_KEYS = np.array(sorted(n * 8 + t for n, t in _PAYLOAD_BY_WIRE))
+_RAW_NUMBERS = np.array([p.number for p in PAYLOAD_FIELDS if p.encoding == "raw"])
+_KNOWN_KEYS = np.array(sorted(n * 8 + t for n, t in BLOB_WIRE_PAIRS))
+# After this many small fields in a row (shape, legacy dims, types, unknown
+# fields: a BlobProto as written has a handful), the rest of the run is read
+# in bulk (wire.iter_runs) rather than a Python call a field.
+_BULK_AFTER = 16
 
 # Occurrences a payload may be split over (a run of unpacked values counts once).
 _MAX_PIECES = 1 << 12
@@ -262,81 +269,6 @@ class BlobRecord:
         return Origin(self.layout, self.stored_dtype, self.has_diff, self.encoding, self.unknown)
 
 
-def _new_header():
-    from ._pb.blobtool_caffe_pb2 import BlobProto
-    return BlobProto()
-
-
-class _Dims:
-    __slots__ = ("dim",)
-
-    def __init__(self, dims: list):
-        self.dim = dims
-
-
-class SimpleHeader:
-    """A BlobProto's shape fields decoded without protobuf, for the forms writers use.
-
-    Holds what proto_shape reads: ``shape.dim`` and num/channels/height/width
-    with HasField. parse_blob builds one when the small fields are only
-    `shape` (dims packed or not) and the legacy four as varints; anything
-    else (other fields, other wire types, damage) goes to protobuf. Loading
-    protobuf costs about 11 ms here, which a `blobtool norm` of a plain blob
-    file then does without (benchmarks/RESULTS.md); tests/test_codec.py
-    checks that both read the same shape.
-    """
-
-    __slots__ = ("shape", "_legacy")
-
-    def __init__(self, dims: list, legacy: dict):
-        self.shape = _Dims(dims)
-        self._legacy = legacy
-
-    def HasField(self, name: str) -> bool:  # noqa: N802 (protobuf's name)
-        return name in self._legacy
-
-    def __getattr__(self, name: str) -> int:
-        if name in LEGACY_FIELDS:
-            return self._legacy.get(name, 0)
-        raise AttributeError(name)
-
-
-# Packed dims longer than this are left to protobuf (32 axes of 10-byte varints).
-_MAX_SIMPLE_DIMS_BYTES = MAX_BLOB_AXES * wire.MAX_VARINT_BYTES
-
-
-def _signed(value: int, bits: int) -> int:
-    """A varint's value as protobuf reads it into an int32/int64 field (low bits, two's complement)."""
-    value &= (1 << bits) - 1
-    return value - (1 << bits) if value >> (bits - 1) else value
-
-
-def _simple_header(buf, spans) -> SimpleHeader | None:
-    """The header's shape fields when they take the common forms, else None (protobuf decides)."""
-    dims = []
-    legacy = {}
-    try:
-        for f in (f for a, b in spans for f in wire.iter_fields(buf, a, b)):
-            if 1 <= f.number <= 4 and f.wire_type == wire.VARINT:
-                legacy[LEGACY_FIELDS[f.number - 1]] = _signed(f.value, 32)  # the last one wins
-            elif f.number == SHAPE_FIELD and f.wire_type == wire.LEN:
-                for g in wire.iter_fields(buf, f.start, f.end):  # occurrences merge: dims append
-                    if g.number == 1 and g.wire_type == wire.VARINT:
-                        dims.append(_signed(g.value, 64))
-                    elif g.number == 1 and g.wire_type == wire.LEN and g.end - g.start <= _MAX_SIMPLE_DIMS_BYTES:
-                        pos = g.start
-                        while pos < g.end:
-                            value, pos = wire.read_varint(buf, pos, g.end)
-                            dims.append(_signed(value, 64))
-                    else:
-                        return None
-            else:
-                return None
-    except FormatError:
-        return None
-    return SimpleHeader(dims, legacy)
-
-
 def parse_blob(buf, start: int = 0, end: int | None = None, *, path=None) -> BlobRecord:
     """Locate the BlobProto in buf[start:end]; no payload is copied or converted.
 
@@ -345,28 +277,28 @@ def parse_blob(buf, start: int = 0, end: int | None = None, *, path=None) -> Blo
     end = len(buf) if end is None else end
     payloads = {p.name: Payload(p.name, p.dtype) for p in PAYLOAD_FIELDS if p.encoding == "packed"}
     raw = {}          # raw payload name -> Field of its last occurrence (optional bytes: last wins)
-    raw_types = {}    # raw payload name -> enum value of its type field
-    header_spans = []
-    unknown = bytearray()  # the fields BlobProto does not hold, copied (a span each would cost more)
-    field_offsets = {}
+    small = _SmallFields()
     pos = start
+    in_a_row = 0
     while pos < end:
+        if in_a_row == _BULK_AFTER:
+            pos = small.take_runs(buf, pos, end)
+            in_a_row = 0
+            if pos >= end:
+                break
         f = wire.read_field(buf, pos, end, path=path, names=BLOB_FIELD_NAMES)
         pos = f.end
         if f.number in BLOB_FIELD_NAMES:
-            field_offsets.setdefault(f.number, f.offset)
+            small.field_offsets.setdefault(f.number, f.offset)
         spec = _PAYLOAD_BY_WIRE.get((f.number, f.wire_type))
         if spec is None:
-            if f.number in TYPE_FIELDS and f.wire_type == wire.VARINT:
-                raw_types[TYPE_FIELDS[f.number]] = f.value
-            else:
-                # The shape and legacy dims, anything unknown, and known
-                # fields with an unexpected wire type (protobuf keeps those
-                # as unknown fields; so does blobtool).
-                wire.add_span(header_spans, f)
-                if (f.number, f.wire_type) not in BLOB_WIRE_PAIRS:
-                    unknown += buf[f.offset:f.end]
+            small.take(buf, f)
+            in_a_row += 1
             continue
+        if spec.encoding != "raw" and f.wire_type == wire.LEN and f.end == f.start:
+            in_a_row += 1  # an empty packed payload holds nothing: a small field
+            continue
+        in_a_row = 0
         if spec.encoding == "raw":
             raw[spec.name] = f
             continue
@@ -393,35 +325,81 @@ def parse_blob(buf, start: int = 0, end: int | None = None, *, path=None) -> Blo
         _check_pieces(payload, f, path)
         if payload.offset is None:
             payload.offset = f.offset
+    field_offsets = small.field_offsets
     for name, f in raw.items():
-        payloads[name] = _raw_payload(buf, _BY_NAME[name], f, raw_types.get(name, 0), path)
+        payloads[name] = _raw_payload(buf, _BY_NAME[name], f, small.raw_types.get(name, 0), path)
     if not any(n in field_offsets for n in range(1, len(LEGACY_FIELDS) + 1)):  # the shape comes from `shape`
-        _check_axes(buf, header_spans, path)
-    header = _simple_header(buf, header_spans)
+        check_axes(buf, small.shapes, path, counted=small.counted_dims, first=small.first_counted)
+    header = simple_header(buf, small.spans)
     if header is None:
-        header = _parse_header(buf, header_spans, path)
-    return BlobRecord(header, payloads, start, end, path, field_offsets, bytes(unknown))
+        header = parse_header(buf, small.spans, path)
+    return BlobRecord(header, payloads, start, end, path, field_offsets, bytes(small.unknown))
 
 
-def _check_axes(buf, spans, path) -> None:
-    """Refuse a `shape` of more than MAX_BLOB_AXES dims before protobuf builds their list."""
-    axes = 0
-    first = None
-    for f in (f for a, b in spans for f in wire.iter_fields(buf, a, b)):
-        if f.number != SHAPE_FIELD:
-            continue
-        first = f.offset if first is None else first
-        try:
-            for g in wire.iter_fields(buf, f.start, f.end):
-                if g.number == 1 and g.wire_type == wire.LEN:  # packed: a value ends at each byte < 0x80
-                    axes += int(np.count_nonzero(np.frombuffer(buf, np.uint8, g.end - g.start, g.start) < 0x80))
-                elif g.number == 1 and g.wire_type == wire.VARINT:
-                    axes += 1
-        except FormatError:
-            return  # protobuf will say what is wrong with it
-    if axes > MAX_BLOB_AXES:
-        raise FormatError(f"field 7 (shape): invalid blob shape: a blob has at most {MAX_BLOB_AXES} axes, "
-                          f"got {axes}", path=path, offset=first)
+class _SmallFields:
+    """What parse_blob gathers from a BlobProto's fields other than its payloads, one by one or in runs."""
+
+    def __init__(self):
+        self.spans = []             # (start, end) of the fields protobuf parses: all but the payloads
+        self.unknown = bytearray()  # the fields BlobProto does not hold, copied (a span each would cost more)
+        self.field_offsets = {}     # number -> where it first occurs, for errors
+        self.raw_types = {}         # raw payload name -> the value of its type field (the last one)
+        self.shapes = []            # (offset, start, end) of the shape fields read one by one, for check_axes
+        self.counted_dims = 0       # the dims of those read in bulk, counted there
+        self.first_counted = None   # where the first of those is
+
+    def take(self, buf, f) -> None:
+        """One field: the shape and legacy dims, a raw type, anything unknown, and known fields with an
+        unexpected wire type (protobuf keeps those as unknown fields; so does blobtool)."""
+        if f.number in TYPE_FIELDS and f.wire_type == wire.VARINT:
+            self.raw_types[TYPE_FIELDS[f.number]] = f.value
+            return
+        wire.add_span(self.spans, f)
+        if (f.number, f.wire_type) not in BLOB_WIRE_PAIRS:
+            self.unknown += buf[f.offset:f.end]
+        elif f.number == SHAPE_FIELD:
+            self.shapes.append((f.offset, f.start, f.end))
+
+    def take_runs(self, buf, pos: int, end: int) -> int:
+        """Take the fields from `pos` in bulk up to the next payload (or a field left to read_field); its position."""
+        for run in wire.iter_runs(buf, pos, end, _payload_stops):
+            keys = run.numbers * 8 + run.wire_types
+            wire.add_bytes(self.spans, run.start, run.end)
+            known = np.isin(keys, _KNOWN_KEYS)
+            if not known.all():
+                self.unknown += _fields_bytes(buf, run, ~known)
+            named = run.numbers <= max(BLOB_FIELD_NAMES)
+            numbers, first = np.unique(run.numbers[named], return_index=True)
+            for number, at in zip(numbers.tolist(), run.offsets[named][first].tolist()):
+                self.field_offsets.setdefault(number, at)
+            for number, name in TYPE_FIELDS.items():
+                typed = np.flatnonzero((run.numbers == number) & (run.wire_types == wire.VARINT))
+                if typed.size:  # the last one wins
+                    self.raw_types[name] = wire.read_field(buf, int(run.offsets[typed[-1]]), end).value
+            shapes = (run.numbers == SHAPE_FIELD) & (run.wire_types == wire.LEN)
+            if shapes.any():
+                dims = count_dims(buf, run.starts[shapes], run.ends[shapes])
+                self.counted_dims += dims or 0  # None: not fields, which protobuf will say
+                if self.first_counted is None:
+                    self.first_counted = int(run.offsets[shapes][0])
+            pos = run.end
+        return pos
+
+
+def _payload_stops(numbers, wire_types, starts, ends):
+    """The fields parse_blob reads itself: payloads, but for empty packed ones (which hold nothing)."""
+    payload = np.isin(numbers * 8 + wire_types, _PAYLOAD_KEYS)
+    empty = (wire_types == wire.LEN) & (ends == starts) & ~np.isin(numbers, _RAW_NUMBERS)
+    return payload & ~empty
+
+
+def _fields_bytes(buf, run, chosen) -> bytes:
+    """The bytes of the run's fields marked in `chosen`, in order."""
+    data = np.frombuffer(buf, np.uint8, run.end - run.start, run.start)
+    edges = np.zeros(data.size + 1, np.int32)
+    edges[run.offsets[chosen] - run.start] += 1
+    edges[run.ends[chosen] - run.start] -= 1
+    return data[np.cumsum(edges[:-1]) > 0].tobytes()
 
 
 def _check_pieces(payload: Payload, f, path) -> None:
@@ -443,38 +421,6 @@ def _raw_payload(buf, spec: PayloadField, f, type_value: int, path) -> Payload:
                           path=path, offset=f.offset)
     chunks = [wire.view_array(buf, f.start, f.end, dtype)] if nbytes else []
     return Payload(spec.name, dtype, chunks, f.offset, type_value)
-
-
-def parse_errors() -> tuple:
-    """What protobuf's ParseFromString raises on bad bytes.
-
-    DecodeError; and the pure-Python runtime (protobuf 3.20 where no compiled
-    one exists) raises UnicodeDecodeError for a string that is not UTF-8 and
-    RecursionError for groups nested past Python's recursion limit.
-    """
-    from google.protobuf.message import DecodeError
-    return (DecodeError, UnicodeDecodeError, RecursionError)
-
-
-# BlobProto.shape: a nested message whose tags minimal_tags rewrites too.
-_NESTED_FIELDS = frozenset({SHAPE_FIELD})
-
-
-def _parse_header(buf, spans, path):
-    header = _new_header()
-    raw = b"".join(wire.minimal_tags(buf, a, b, _NESTED_FIELDS) for a, b in spans)
-    try:
-        header.ParseFromString(raw)
-    except parse_errors() as exc:
-        # Find the field protobuf refused, to say where it is.
-        for f in (f for a, b in spans for f in wire.iter_fields(buf, a, b)):
-            try:
-                _new_header().ParseFromString(bytes(buf[f.offset:f.end]))
-            except parse_errors():
-                raise FormatError(f"{wire.field_label(f.number, BLOB_FIELD_NAMES)}: invalid contents ({exc})",
-                                  path=path, offset=f.offset) from exc
-        raise FormatError(f"invalid BlobProto fields ({exc})", path=path, offset=spans[0][0] if spans else 0) from exc
-    return header
 
 
 def blob_from_record(record: BlobRecord) -> Blob:

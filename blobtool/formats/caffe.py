@@ -51,6 +51,8 @@ from __future__ import annotations
 
 import itertools
 
+import numpy as np
+
 from .. import wire
 from ..blobproto import (BLOB_FIELD_NAMES, BLOB_WIRE_PAIRS, PAYLOAD_FIELDS, SHAPE_FIELD, TYPE_FIELDS, BlobRecord,
                          blob_encoded_size, encode_blob_parts, parse_blob, parse_errors, resolve_form,
@@ -283,11 +285,49 @@ def _read_blob(doc: Document, buf) -> None:
 
 
 def _read_vector(doc: Document, buf) -> None:
-    for f in wire.iter_fields(buf, 0, doc.size, path=doc.path, names=VECTOR_FIELD_NAMES):
-        if f.number == 1 and f.wire_type == _L:
-            doc.check_room(f.offset)
-            record = parse_blob(buf, f.start, f.end, path=doc.path)
-            doc.entries.append(_entry(str(len(doc.entries)), record, chain=(f,)))
+    def too_many(f):  # as Document.check_room says it
+        return f"holds more than {MAX_BLOBS} blobs (blobtool's limit)"
+
+    for f in _locate(buf, 0, doc.size, doc.path, VECTOR_FIELD_NAMES, {1}, too_many, []):
+        doc.check_room(f.offset)
+        record = parse_blob(buf, f.start, f.end, path=doc.path)
+        doc.entries.append(_entry(str(len(doc.entries)), record, chain=(f,)))
+
+
+# After this many other fields in a row (a message as written has a handful),
+# the rest of a run is read in bulk (wire.iter_runs) rather than a Python call a field.
+_BULK_AFTER = 16
+
+
+def _locate(buf, start: int, end: int, path, names: dict, keep: set, too_many, spans: list) -> list:
+    """The LEN fields numbered in `keep` (blobs, nested layers) in buf[start:end]; the others' spans go in `spans`.
+
+    At most MAX_BLOBS (= MAX_LAYERS) kept fields (past that, FormatError with
+    the message `too_many(field)`). Runs of other fields (unknown ones, a forged flood of tiny
+    ones) are skipped in bulk.
+    """
+    kept = []
+    in_a_row = 0
+    pos = start
+    while pos < end:
+        if in_a_row == _BULK_AFTER:
+            for run in wire.iter_runs(buf, pos, end, lambda n, t, s, e: (t == _L) & np.isin(n, list(keep))):
+                wire.add_bytes(spans, run.start, run.end)
+                pos = run.end
+            in_a_row = 0
+            if pos >= end:
+                break
+        f = wire.read_field(buf, pos, end, path=path, names=names)
+        pos = f.end
+        if f.number in keep and f.wire_type == _L:
+            if len(kept) == MAX_BLOBS:
+                raise FormatError(too_many(f), path=path, offset=f.offset)
+            kept.append(f)
+            in_a_row = 0
+        else:
+            wire.add_span(spans, f)
+            in_a_row += 1
+    return kept
 
 
 def _split(buf, start: int, end: int, path, names: dict, keep: set, message_cls):
@@ -296,19 +336,15 @@ def _split(buf, start: int, end: int, path, names: dict, keep: set, message_cls)
     The fields in `keep` (blobs, nested layers) are located, not parsed; at
     most MAX_BLOBS (= MAX_LAYERS) of them.
     """
-    kept, spans = [], []
-    for f in wire.iter_fields(buf, start, end, path=path, names=names):
-        if f.number in keep and f.wire_type == _L:
-            if len(kept) == MAX_BLOBS:
-                raise FormatError(f"{message_cls.__name__} holds more than {MAX_BLOBS} "
-                                  f"{names.get(f.number, 'nested')} fields (blobtool's limit)",
-                                  path=path, offset=f.offset)
-            kept.append(f)
-        else:
-            wire.add_span(spans, f)
+    spans = []
+    def too_many(f):
+        return f"{message_cls.__name__} holds more than {MAX_BLOBS} {names.get(f.number, 'nested')} fields " \
+               "(blobtool's limit)"
+
+    kept = _locate(buf, start, end, path, names, keep, too_many, spans)
     message = message_cls()
     try:
-        message.ParseFromString(b"".join(wire.minimal_tags(buf, a, b) for a, b in spans))
+        message.ParseFromString(b"".join(wire.protobuf_ready(buf, a, b) for a, b in spans))
     except parse_errors() as exc:
         raise FormatError(f"invalid {message_cls.__name__} fields ({exc})", path=path, offset=start) from exc
     return message, kept
