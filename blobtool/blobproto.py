@@ -63,7 +63,7 @@ from .source import release_pages
 __all__ = [
     "BLOB_FIELD_NAMES", "PAYLOAD_FIELDS", "TYPE_FIELDS", "BLOB_WIRE_PAIRS", "Payload", "BlobRecord", "Origin",
     "parse_blob", "blob_from_record", "encode_blob_parts", "check_layout", "resolve_form", "write_parts", "write_blob",
-    "blob_encoded_size", "PRECISIONS", "RAW_TYPES", "parse_errors",
+    "blob_encoded_size", "PRECISIONS", "RAW_TYPES", "parse_errors", "SimpleHeader",
 ]
 
 
@@ -117,6 +117,7 @@ _DATA_ORDER = tuple(p.name for p in PAYLOAD_FIELDS if p.which == "data")
 _DIFF_ORDER = tuple(p.name for p in PAYLOAD_FIELDS if p.which == "diff")
 # The diff field written beside each data field (the table lists both sides in the same order).
 _DIFF_OF = dict(zip(_DATA_ORDER, _DIFF_ORDER))
+_FLOAT32 = np.dtype(np.float32)
 # Payloads by (field number, wire type); fields 10 and 11 are ditcaffe's
 # half payloads when length-delimited and NVIDIA's type enums when varints.
 _PAYLOAD_BY_WIRE = {(p.number, wire_type): p for p in PAYLOAD_FIELDS
@@ -185,21 +186,32 @@ class BlobRecord:
     """A BlobProto located in a buffer: its small fields parsed, its payloads viewed."""
 
     header: object               # the small fields: a BlobProto message without payloads, or a SimpleHeader
-    payloads: dict               # name -> Payload
+    payloads: dict               # name -> Payload, for the payload fields present
     start: int
     end: int
     path: object = None
     field_offsets: dict = dc_field(default_factory=dict)  # number -> first offset, for errors
     unknown: bytes = b""         # the fields BlobProto does not hold, as they were
 
+    def __post_init__(self):
+        # Caffe's FromProto order, extended with the forks' fields
+        # (PAYLOAD_FIELDS): the first non-empty payload of each side wins.
+        # Picked once: a net may hold tens of thousands of records.
+        self._data = self._pick(_DATA_ORDER)
+        self._diff = self._pick(_DIFF_ORDER)
+        self._shape_layout = None
+
     @property
     def shape_layout(self) -> tuple[tuple[int, ...], str]:
-        dims = len(self.header.shape.dim)
-        if dims > MAX_BLOB_AXES and not any(self.header.HasField(name) for name in LEGACY_FIELDS):
-            # Refused here, before a tuple of a forged million axes is built.
-            raise FormatError(f"field 7 (shape): invalid blob shape: a blob has at most {MAX_BLOB_AXES} axes, "
-                              f"got {dims}", path=self.path, offset=self.field_offsets.get(SHAPE_FIELD, self.start))
-        return proto_shape(self.header)
+        if self._shape_layout is None:
+            dims = len(self.header.shape.dim)
+            if dims > MAX_BLOB_AXES and not any(self.header.HasField(name) for name in LEGACY_FIELDS):
+                # Refused here, before a tuple of a forged million axes is built.
+                raise FormatError(f"field 7 (shape): invalid blob shape: a blob has at most {MAX_BLOB_AXES} "
+                                  f"axes, got {dims}", path=self.path,
+                                  offset=self.field_offsets.get(SHAPE_FIELD, self.start))
+            self._shape_layout = proto_shape(self.header)
+        return self._shape_layout
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -210,30 +222,27 @@ class BlobRecord:
         return self.shape_layout[1]
 
     def _pick(self, names) -> Payload | None:
-        # Caffe's FromProto order, extended with the forks' fields
-        # (PAYLOAD_FIELDS): the first non-empty payload wins.
         for name in names:
             payload = self.payloads.get(name)
-            if payload is not None and payload.count > 0:
+            if payload is not None and payload.chunks and payload.count > 0:
                 return payload
         return None
 
     @property
     def data_payload(self) -> Payload:
         """Where the values come from (an empty `data` payload when there are none)."""
-        return self._pick(_DATA_ORDER) or self.payloads["data"]
+        return self._data or Payload("data", _BY_NAME["data"].dtype)
 
     @property
     def diff_payload(self) -> Payload | None:
-        return self._pick(_DIFF_ORDER)
+        return self._diff
 
     @property
     def stored_dtype(self) -> np.dtype:
         """The element type in the file: float32, float64, or a fork's (float16, int32, uint32)."""
-        payload = self._pick(_DATA_ORDER)
-        if payload is None:
-            return np.dtype(np.float32)
-        return payload.dtype.newbyteorder("=")
+        if self._data is None:
+            return _FLOAT32
+        return self._data.dtype.newbyteorder("=")
 
     @property
     def dtype(self) -> np.dtype:
@@ -244,14 +253,14 @@ class BlobRecord:
     @property
     def suspicious(self) -> str | None:
         """Why this record looks wrong though it parses, or None."""
-        if self._pick(_DATA_ORDER) is None and self.has_diff:
+        if self._data is None and self._diff is not None:
             return ("has a diff but no data: a fork that renumbered BlobProto's fields "
                     "(such as C3D's) may have written it")
         return None
 
     @property
     def has_diff(self) -> bool:
-        return self.diff_payload is not None
+        return self._diff is not None
 
     @property
     def count(self) -> int:
@@ -260,7 +269,7 @@ class BlobRecord:
     @property
     def encoding(self) -> tuple:
         """How the values are stored: ((data field, raw type or None), the same for the diff, or None)."""
-        data, diff = self._pick(_DATA_ORDER), self.diff_payload
+        data, diff = self._data, self._diff
         return ((data.name, data.raw_type) if data else ("data", None),
                 (diff.name, diff.raw_type) if diff else None)
 
@@ -275,7 +284,7 @@ def parse_blob(buf, start: int = 0, end: int | None = None, *, path=None) -> Blo
     Raises FormatError naming the byte offset and field on malformed input.
     """
     end = len(buf) if end is None else end
-    payloads = {p.name: Payload(p.name, p.dtype) for p in PAYLOAD_FIELDS if p.encoding == "packed"}
+    payloads = {}
     raw = {}          # raw payload name -> Field of its last occurrence (optional bytes: last wins)
     small = _SmallFields()
     pos = start

@@ -120,28 +120,40 @@ def read_field(buf, pos: int, end: int, *, path=None, names: dict | None = None)
     field numbers to names for error messages.
     """
     offset = pos
-    tag, pos = read_varint(buf, pos, end, path=path, what="field tag")
-    if pos - offset > MAX_TAG_BYTES:
-        raise FormatError(f"field tag takes {pos - offset} bytes; a tag is a 32-bit varint of at most "
-                          f"{MAX_TAG_BYTES}", path=path, offset=offset)
+    # One-byte tags, values and lengths (most of them) are read inline; the
+    # label for errors is made only when one is raised.
+    if pos < end and buf[pos] < 0x80:
+        tag = buf[pos]
+        pos += 1
+    else:
+        tag, pos = read_varint(buf, pos, end, path=path, what="field tag")
+        if pos - offset > MAX_TAG_BYTES:
+            raise FormatError(f"field tag takes {pos - offset} bytes; a tag is a 32-bit varint of at most "
+                              f"{MAX_TAG_BYTES}", path=path, offset=offset)
     number, wire_type = tag >> 3, tag & 7
     if number == 0 or number > MAX_FIELD_NUMBER:
         raise FormatError(f"invalid field number {number} (tag {tag:#x})", path=path, offset=offset)
-    label = field_label(number, names)
     if wire_type == VARINT:
-        value, pos = read_varint(buf, pos, end, path=path, what=label)
+        if pos < end and buf[pos] < 0x80:
+            return Field(number, wire_type, offset, offset, pos + 1, buf[pos])
+        value, pos = read_varint(buf, pos, end, path=path, what=field_label(number, names))
         return Field(number, wire_type, offset, offset, pos, value)
     if wire_type == LEN:
-        length, value_start = read_varint(buf, pos, end, path=path, what=f"length of {label}")
+        if pos < end and buf[pos] < 0x80:
+            length, value_start = buf[pos], pos + 1
+        else:
+            length, value_start = read_varint(buf, pos, end, path=path,
+                                              what=f"length of {field_label(number, names)}")
         remain = end - value_start
         if length > remain:
-            raise _truncated(path, offset, label, length, remain)
+            raise _truncated(path, offset, field_label(number, names), length, remain)
         return Field(number, wire_type, offset, value_start, value_start + length, None)
     if wire_type in _FIXED_SIZE:
         size = _FIXED_SIZE[wire_type]
         if end - pos < size:
-            raise _truncated(path, offset, label, size, end - pos)
+            raise _truncated(path, offset, field_label(number, names), size, end - pos)
         return Field(number, wire_type, offset, pos, pos + size, None)
+    label = field_label(number, names)
     if wire_type in (SGROUP, EGROUP):
         raise FormatError(f"{label} uses the group wire type {wire_type}, which Caffe's schema never writes",
                           path=path, offset=offset)
