@@ -30,6 +30,7 @@ from blobtool._pb import blobtool_caffe_pb2 as pb
 from blobtool.formats import MAX_BLOBS, open_document
 from blobtool.formats.caffe import MAX_LAYERS
 from builders import blob_bytes, npy_bytes, npy_header_bytes
+from runner import run_blobtool
 
 EXAMPLES = int(os.environ.get("BLOBTOOL_FUZZ_EXAMPLES", "300"))
 SEEDS = fc.generated_seeds()
@@ -474,3 +475,47 @@ def test_blob_layer_and_piece_counts_are_capped(data, message):
     with pytest.raises(BlobToolError) as info:
         fc.read_everything(data, "net" if data.startswith(b"\xa2\x06\x00") else None)
     assert str(info.value) == "<stream>: " + message
+
+
+# Inputs made of millions of tiny fields, each within blobtool's limits, and
+# the time the goal allows for reading N bytes whole: about 1 s + 0.2 s per MB.
+# Each once took about 11 us a field (a 6 MB file of unknown varints 11 s of
+# CPU for `info`; 65,536 layers holding an empty blob 4 s).
+_UNKNOWN_VARINTS = b"\xf8\x01\x01" * 1_000_000            # field 31, varint 1: 3 MB
+TINY_FIELD_FLOODS = {
+    "unknown fields in a blob": blob_bytes([1.0]) + _UNKNOWN_VARINTS,  # where protobuf writes them
+    "unknown fields in a net and its layer": (wire.len_field_header(1, 1) + b"n" + _UNKNOWN_VARINTS
+                                              + _net(blob_bytes([1.0]), extra=b"\xf8\x01\x01" * 100_000)),
+    "unknown fields in a vector": wire.len_field_header(1, len(blob_bytes([1.0]))) + blob_bytes([1.0])
+                                  + _UNKNOWN_VARINTS,
+    "legacy dims repeated": b"\x08\x01" * 1_500_000 + blob_bytes([1.0], shape=(1, 1, 1, 1), layout="legacy"),
+    "empty shapes repeated": b"\x3a\x00" * 1_500_000 + blob_bytes([1.0]),
+    "empty data repeated": blob_bytes([1.0]) + b"\x2a\x00" * 1_500_000,
+    "raw types repeated": blob_bytes([1.0]) + b"\x50\x01" * 1_500_000,
+    "as many layers as allowed, each with a blob": _net(blob_bytes([1.0])) * MAX_LAYERS,
+}
+
+
+@pytest.mark.parametrize("name", list(TINY_FIELD_FLOODS))
+def test_many_tiny_fields_are_read_in_time(tmp_path, name):
+    import resource
+
+    data = TINY_FIELD_FLOODS[name]
+    path = tmp_path / "flood.pb"
+    path.write_bytes(data)
+    allowed = 1.0 + 0.2 * len(data) / 1e6
+    commands = [("info",), ("norm",)]
+    if name in ("unknown fields in a blob", "as many layers as allowed, each with a blob"):
+        commands += [("convert", "-o", tmp_path / "out.pb", "--format", "same"), ("compare", path)]
+    for command in commands:
+        inputs = 2 if command[0] == "compare" else 1  # compare reads the file twice
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        result = run_blobtool(command[0], path, *command[1:], timeout=120)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        assert result.returncode == 0, (command, result.stderr)
+        cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+        # CPU time, not wall time: this machine is shared, and waiting for a
+        # core is not reading. The margin (1.5x) is for the machine's noise.
+        assert cpu <= 1.5 * allowed * inputs, (command, cpu, allowed)
+    if len(commands) > 2:
+        assert (tmp_path / "out.pb").read_bytes() == data  # unknown fields and all, as they were

@@ -103,12 +103,13 @@ CONTAINER_KINDS = tuple(dict.fromkeys(kind for fmt in FORMATS for kind in fmt.co
 OUTPUT_FORMATS = tuple(out.name for fmt in FORMATS for out in fmt.outputs) + ("same",)
 
 # A file's blobs, and a net's layers, are each capped at this many. The
-# largest Caffe nets hold a few thousand; each costs about 1.5 KB (a blob) or
-# 0.3 KB (a layer) of bookkeeping and some 25 us to locate and 25 us to list
-# in `info` (Python work per blob that no bulk reading removes), so a forged
-# file of millions of empty ones would otherwise exhaust memory, and 65,536
-# of them took 3.5 s of CPU where 16,384 take under 1 s.
-MAX_BLOBS = 1 << 14
+# largest Caffe nets hold a few thousand (DenseNet-264, SENet-154: about
+# 2,000 blobs). Each costs about 1.5 KB (a blob) or 0.3 KB (a layer) of
+# bookkeeping and, per command, 60 to 200 us of Python work (locating,
+# building the Blob, listing or comparing it) that no bulk reading removes:
+# 16,384 one-value blobs (0.6 MB) took 1.6 s of CPU for `norm` and 3.3 s for
+# `compare`, past the 1 s + 0.2 s/MB any input may take; 8,192 take half.
+MAX_BLOBS = 1 << 13
 
 
 def get_format(name: str) -> Format:
