@@ -73,8 +73,9 @@ def fuzz_seed(seed: fc.Seed) -> None:
     def run(data):
         pick = hypothesis_picker(data)
         mutated = fc.mutate(seed, lay, pick, data.draw(st.integers(1, 3)))
-        fc.check_case(mutated, None)
-        fc.check_case(mutated, seed.kind)
+        for kind in (None, seed.kind):
+            if fc.check_case(mutated, kind).error is None:
+                fc.check_rewrite(mutated, kind)
 
     run()
 
@@ -97,6 +98,13 @@ def test_seeds_are_valid_and_cover_every_reader():
     assert 2 in numbers["net_v1"] and 2 in numbers["net_v0"]
     v0 = load_all(io.BytesIO(dict(zip(SEED_IDS, SEEDS))["net_v0"].data))
     assert list(v0) == ["conv1/0", "conv1/1", "ip1/0", "ip1/1"]
+    # Repeated layer names, and unknown fields inside blobs that a rewrite keeps.
+    seeds = dict(zip(SEED_IDS, SEEDS))
+    assert open_document(io.BytesIO(seeds["net_repeated_names"].data)).names() == [
+        "a/0", "a#3/0", "a#2/0", "layer3#2/0", "layer3/0"]
+    for name in ("blob_unknown", "vector_unknown"):
+        assert all(e.record.unknown == fc.BLOB_UNKNOWN for e in open_document(io.BytesIO(seeds[name].data)).entries)
+        assert fc.check_rewrite(seeds[name].data)
     # The forks' payloads: NVIDIA's raw FLOAT16 data, ditcaffe's half_data.
     for name in ("nvidia_raw", "ditcaffe_half"):
         entry = open_document(io.BytesIO(dict(zip(SEED_IDS, SEEDS))[name].data)).entries[0]
@@ -127,6 +135,29 @@ def test_check_case_catches_each_broken_promise(monkeypatch, failure, expected):
     monkeypatch.setattr(fc, "read_everything", broken)
     with pytest.raises(fc.FuzzFailure, match=expected):
         fc.check_case(b"\x08\x01")
+
+
+def test_the_harness_catches_shared_names_and_lossy_rewrites(monkeypatch):
+    import blobtool.blobproto
+    import blobtool.formats.caffe
+
+    seeds = dict(zip(SEED_IDS, SEEDS))
+    # Names made up as they once were: a, a, a#2 gave a#2 twice.
+    monkeypatch.setattr(blobtool.formats.caffe, "unique_names",
+                        lambda names: [n or "layer" for n in names[:1]] + [
+                            f"{n}#2" if n in names[:k] else n for k, n in enumerate(names) if k])
+    with pytest.raises(fc.FuzzFailure, match="two blobs share a name"):
+        fc.check_case(seeds["net_repeated_names"].data)
+    monkeypatch.undo()
+    # A rewrite that drops the unknown fields inside a blob, or writes integers as float32.
+    real = blobtool.blobproto.resolve_form
+    monkeypatch.setattr(blobtool.formats.caffe, "resolve_form", lambda *a, **k: {**real(*a, **k), "unknown": b""})
+    with pytest.raises(fc.FuzzFailure, match="lost unknown fields"):
+        fc.check_rewrite(seeds["blob_unknown"].data)
+    monkeypatch.setattr(blobtool.formats.caffe, "resolve_form",
+                        lambda *a, **k: {**real(*a, **k), "precision": "float"})
+    with pytest.raises(fc.FuzzFailure, match="changed"):
+        fc.check_rewrite(seeds["vector_unknown"].data)
 
 
 def test_check_case_accepts_blobtoolerror_and_reports_it():
