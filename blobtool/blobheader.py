@@ -208,8 +208,8 @@ def _count_dims(content) -> int | None:
             axes += int(np.count_nonzero(dims & (run.wire_types == wire.VARINT)))
             packed = dims & (run.wire_types == wire.LEN)
             if packed.any():  # a packed value ends at each byte < 0x80
-                ends_value = np.concatenate(([0], np.cumsum(raw[run.start:run.end] < 0x80)))
-                axes += int((ends_value[run.ends[packed] - run.start] - ends_value[run.starts[packed] - run.start]).sum())
+                ended = np.concatenate(([0], np.cumsum(raw[run.start:run.end] < 0x80)))  # values ended before i
+                axes += int((ended[run.ends[packed] - run.start] - ended[run.starts[packed] - run.start]).sum())
             pos = run.end
         if pos < end:
             try:
