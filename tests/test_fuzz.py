@@ -138,7 +138,7 @@ def test_check_case_catches_each_broken_promise(monkeypatch, failure, expected):
 
 
 def test_the_harness_catches_shared_names_and_lossy_rewrites(monkeypatch):
-    import blobtool.blobproto
+    import blobtool.blobwrite
     import blobtool.formats.caffe
 
     seeds = dict(zip(SEED_IDS, SEEDS))
@@ -150,7 +150,7 @@ def test_the_harness_catches_shared_names_and_lossy_rewrites(monkeypatch):
         fc.check_case(seeds["net_repeated_names"].data)
     monkeypatch.undo()
     # A rewrite that drops the unknown fields inside a blob, or writes integers as float32.
-    real = blobtool.blobproto.resolve_form
+    real = blobtool.blobwrite.resolve_form
     monkeypatch.setattr(blobtool.formats.caffe, "resolve_form", lambda *a, **k: {**real(*a, **k), "unknown": b""})
     with pytest.raises(fc.FuzzFailure, match="lost unknown fields"):
         fc.check_rewrite(seeds["blob_unknown"].data)

@@ -55,8 +55,8 @@ import numpy as np
 
 from .. import wire
 from ..blobproto import (BLOB_FIELD_NAMES, BLOB_WIRE_PAIRS, PAYLOAD_FIELDS, SHAPE_FIELD, TYPE_FIELDS, BlobRecord,
-                         blob_encoded_size, encode_blob_parts, parse_blob, parse_errors, resolve_form,
-                         write_blob, write_parts)
+                         parse_blob, parse_errors)
+from ..blobwrite import blob_encoded_size, encode_blob_parts, resolve_form, write_blob, write_parts
 from ..errors import BlobToolError, FormatError, OutputError, UsageError
 from ..source import atomic_output, display_name
 from . import MAX_BLOBS, Document, Entry, unique_names
@@ -501,7 +501,7 @@ def write(doc: Document | None, entries: list, blobs: list, dest, *, kind: str, 
 def save_blob(blob, dest, *, precision=None, write_diff=None, layout=None, transforms=None) -> None:
     """Write `blob` as one BlobProto to a path, "-" or a binary file object (atomically for paths).
 
-    None keeps what the blob came with (see blobproto.resolve_form).
+    None keeps what the blob came with (see blobwrite.resolve_form).
     """
     form = resolve_form(blob, precision=precision, write_diff=write_diff, layout=layout)
     try:
