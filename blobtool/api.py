@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 
 from .blob import Blob
-from .blobproto import check_layout
+from .blobwrite import check_layout
 from .errors import FormatError, UsageError
 from .formats import Document, Entry, module, open_document, output_target
 from .source import releasing
@@ -56,7 +56,7 @@ def save(blob: Blob, dest, *, double: bool | None = None, write_diff: bool | Non
     precision : "float", "double" or "half" (NVIDIA Caffe's raw FLOAT16);
         overrides `double`.
     transforms : optional {"data"|"diff": fn(chunk, start) -> array} applied
-        chunk by chunk while writing (see blobproto.encode_blob_parts).
+        chunk by chunk while writing (see blobwrite.encode_blob_parts).
 
     None keeps what the blob came with (a blob made in Python: its dtype,
     "shape", no diff). Paths are written atomically: a temporary file beside

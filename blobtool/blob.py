@@ -23,7 +23,8 @@ from . import kernels
 from .errors import FormatError, UsageError
 from .syncedmem import SyncedHead, SyncedMemory
 
-__all__ = ["Blob", "Origin", "MAX_BLOB_AXES", "LEGACY_FIELDS", "proto_shape", "legacy_shapes_equal", "DTYPES"]
+__all__ = ["Blob", "Origin", "MAX_BLOB_AXES", "LEGACY_FIELDS", "proto_shape", "legacy_shapes_equal", "DTYPES",
+           "exact_values"]
 
 # Caffe's kMaxBlobAxes.
 MAX_BLOB_AXES = 32
@@ -64,6 +65,25 @@ def _normalize_shape(args) -> tuple[int, ...]:
     return dims
 
 
+def exact_values(values: np.ndarray, dtype) -> np.ndarray:
+    """`values` as integer `dtype`, refusing (UsageError) any value that is not exactly one of its integers.
+
+    A blob stored as integers (NVIDIA Caffe's raw INT and UINT) is held as
+    float64, which holds every 32-bit integer exactly; written back in its
+    stored type, a value that is no longer an integer (scaled by 0.5), NaN
+    or out of range would be changed in silence.
+    """
+    target = np.dtype(dtype)
+    with np.errstate(invalid="ignore", over="ignore"):
+        converted = values.astype(target)
+        bad = np.flatnonzero(converted != values)
+    if bad.size:
+        raise UsageError(f"value {values[bad[0]]!r} (at {int(bad[0])}) is not an {target.name}: a blob stored as "
+                         f"integers is written back as {target.name} unless a precision (--float, --double) "
+                         "is asked for")
+    return converted
+
+
 def proto_shape(proto) -> tuple[tuple[int, ...], str]:
     """The shape a BlobProto message describes, and its layout ("legacy" or "shape").
 
@@ -94,8 +114,14 @@ class Origin:
     """How a blob was stored in the file it came from, so that a re-save keeps it unless asked otherwise."""
 
     layout: str          # "shape" or "legacy"
-    dtype: np.dtype      # as stored: float32 (data), float64 (double_data), float16 (raw/half) ...
+    dtype: np.dtype      # as stored: float32 (data), float64 (double_data), float16 (raw/half), int32, uint32
     has_diff: bool
+    # How data and diff were encoded, as the file's format records it (a
+    # BlobProto's payload fields and raw types); () when not recorded.
+    encoding: tuple = ()
+    # The message's fields the reader does not know, as they were in the file,
+    # written back after the known ones (where protobuf puts unknown fields).
+    unknown: bytes = b""
 
     @property
     def precision(self) -> str:

@@ -35,9 +35,7 @@ gathered into one new array: the only case that copies). Every other field
 library, which applies proto2's rules (last scalar wins, messages merge,
 unknown fields skipped).
 
-Writing: the small fields go through protobuf; each payload is written as
-tag, length and raw little-endian bytes, in field-number order, so the bytes
-equal what protobuf's SerializeToString gives for the same message.
+Writing a blob back is blobwrite.py's, from the tables here.
 """
 
 from __future__ import annotations
@@ -49,20 +47,16 @@ import numpy as np
 
 from . import wire
 from .blob import LEGACY_FIELDS, MAX_BLOB_AXES, Blob, Origin, proto_shape
-from .errors import FormatError, UsageError
-from .progress import report
-from .source import release_pages
+from .blobheader import (BLOB_FIELD_NAMES, SHAPE_FIELD, SimpleHeader, check_axes, count_dims, parse_errors,
+                         parse_header, simple_header)
+from .errors import FormatError
 
 __all__ = [
-    "BLOB_FIELD_NAMES", "PAYLOAD_FIELDS", "TYPE_FIELDS", "BLOB_WIRE_PAIRS", "Payload", "BlobRecord", "Origin",
-    "parse_blob", "blob_from_record", "encode_blob_parts", "check_layout", "resolve_form", "write_parts", "write_blob",
-    "blob_encoded_size", "PRECISIONS", "RAW_TYPES", "parse_errors",
+    "BLOB_FIELD_NAMES", "PAYLOAD_FIELDS", "TYPE_FIELDS", "BLOB_WIRE_PAIRS", "SHAPE_FIELD", "Payload", "BlobRecord",
+    "Origin", "parse_blob", "blob_from_record", "PRECISIONS", "PRECISION_FIELDS", "RAW_TYPES", "RAW_TYPE_OF",
+    "PAYLOAD_BY_NAME", "DIFF_OF", "parse_errors", "SimpleHeader",
 ]
 
-BLOB_FIELD_NAMES = {1: "num", 2: "channels", 3: "height", 4: "width", 5: "data", 6: "diff",
-                    7: "shape", 8: "double_data", 9: "double_diff", 10: "raw_data_type/half_data",
-                    11: "raw_diff_type/half_diff", 12: "raw_data", 13: "raw_diff"}
-SHAPE_FIELD = 7
 
 # NVIDIA Caffe's BlobProto.Type, the element type of raw_data / raw_diff.
 RAW_TYPES = {0: np.dtype("<f8"), 1: np.dtype("<f4"), 2: np.dtype("<f2"), 3: np.dtype("<i4"), 4: np.dtype("<u4")}
@@ -109,9 +103,12 @@ PAYLOAD_FIELDS = (
     PayloadField(13, "raw_diff", "diff", "raw", type_field=11),
     PayloadField(11, "half_diff", "diff", "half", np.dtype("<f2")),
 )
-_BY_NAME = {p.name: p for p in PAYLOAD_FIELDS}
+PAYLOAD_BY_NAME = {p.name: p for p in PAYLOAD_FIELDS}
 _DATA_ORDER = tuple(p.name for p in PAYLOAD_FIELDS if p.which == "data")
 _DIFF_ORDER = tuple(p.name for p in PAYLOAD_FIELDS if p.which == "diff")
+# The diff field written beside each data field (the table lists both sides in the same order).
+DIFF_OF = dict(zip(_DATA_ORDER, _DIFF_ORDER))
+_FLOAT32 = np.dtype(np.float32)
 # Payloads by (field number, wire type); fields 10 and 11 are ditcaffe's
 # half payloads when length-delimited and NVIDIA's type enums when varints.
 _PAYLOAD_BY_WIRE = {(p.number, wire_type): p for p in PAYLOAD_FIELDS
@@ -128,19 +125,24 @@ BLOB_WIRE_PAIRS = frozenset({(n, wire.VARINT) for n in range(1, len(LEGACY_FIELD
 # The fields each precision writes, data then diff: Caffe's data or
 # double_data, or NVIDIA Caffe's raw FLOAT16 (which only NVIDIA Caffe and
 # OpenCV read).
-_PRECISION_FIELDS = {"float": ("data", "diff"), "double": ("double_data", "double_diff"),
+PRECISION_FIELDS = {"float": ("data", "diff"), "double": ("double_data", "double_diff"),
                      "half": ("raw_data", "raw_diff")}
-PRECISIONS = tuple(_PRECISION_FIELDS)
+PRECISIONS = tuple(PRECISION_FIELDS)
 # The raw type each precision writes in raw_data/raw_diff.
-_RAW_TYPE_OF = {"half": RAW_TYPE_FLOAT16}
+RAW_TYPE_OF = {"half": RAW_TYPE_FLOAT16}
+
+# Payload (number, wire type) pairs as numbers * 8 + wire type, for iter_runs' arrays.
+_PAYLOAD_KEYS = np.array(sorted(n * 8 + t for n, t in _PAYLOAD_BY_WIRE))
+_RAW_NUMBERS = np.array([p.number for p in PAYLOAD_FIELDS if p.encoding == "raw"])
+_KNOWN_KEYS = np.array(sorted(n * 8 + t for n, t in BLOB_WIRE_PAIRS))
+# After this many small fields in a row (shape, legacy dims, types, unknown
+# fields: a BlobProto as written has a handful), the rest of the run is read
+# in bulk (wire.iter_runs) rather than a Python call a field.
+_BULK_AFTER = 16
 
 # Occurrences a payload may be split over (a run of unpacked values counts once).
 _MAX_PIECES = 1 << 12
 
-# Payloads at least this large are written straight from the array; smaller
-# conversions (float32 <-> float64) go through buffers of this many elements
-# so that converting never doubles the memory of a large blob.
-_WRITE_CHUNK = 1 << 20
 
 
 @dataclass
@@ -151,6 +153,7 @@ class Payload:
     dtype: np.dtype
     chunks: list = dc_field(default_factory=list)
     offset: int | None = None  # where its first occurrence starts
+    raw_type: int | None = None  # a raw payload's BlobProto.Type
 
     @property
     def count(self) -> int:
@@ -170,20 +173,32 @@ class BlobRecord:
     """A BlobProto located in a buffer: its small fields parsed, its payloads viewed."""
 
     header: object               # the small fields: a BlobProto message without payloads, or a SimpleHeader
-    payloads: dict               # name -> Payload
+    payloads: dict               # name -> Payload, for the payload fields present
     start: int
     end: int
     path: object = None
     field_offsets: dict = dc_field(default_factory=dict)  # number -> first offset, for errors
+    unknown: bytes = b""         # the fields BlobProto does not hold, as they were
+
+    def __post_init__(self):
+        # Caffe's FromProto order, extended with the forks' fields
+        # (PAYLOAD_FIELDS): the first non-empty payload of each side wins.
+        # Picked once: a net may hold tens of thousands of records.
+        self._data = self._pick(_DATA_ORDER)
+        self._diff = self._pick(_DIFF_ORDER)
+        self._shape_layout = None
 
     @property
     def shape_layout(self) -> tuple[tuple[int, ...], str]:
-        dims = len(self.header.shape.dim)
-        if dims > MAX_BLOB_AXES and not any(self.header.HasField(name) for name in LEGACY_FIELDS):
-            # Refused here, before a tuple of a forged million axes is built.
-            raise FormatError(f"field 7 (shape): invalid blob shape: a blob has at most {MAX_BLOB_AXES} axes, "
-                              f"got {dims}", path=self.path, offset=self.field_offsets.get(SHAPE_FIELD, self.start))
-        return proto_shape(self.header)
+        if self._shape_layout is None:
+            dims = len(self.header.shape.dim)
+            if dims > MAX_BLOB_AXES and not any(self.header.HasField(name) for name in LEGACY_FIELDS):
+                # Refused here, before a tuple of a forged million axes is built.
+                raise FormatError(f"field 7 (shape): invalid blob shape: a blob has at most {MAX_BLOB_AXES} "
+                                  f"axes, got {dims}", path=self.path,
+                                  offset=self.field_offsets.get(SHAPE_FIELD, self.start))
+            self._shape_layout = proto_shape(self.header)
+        return self._shape_layout
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -194,30 +209,27 @@ class BlobRecord:
         return self.shape_layout[1]
 
     def _pick(self, names) -> Payload | None:
-        # Caffe's FromProto order, extended with the forks' fields
-        # (PAYLOAD_FIELDS): the first non-empty payload wins.
         for name in names:
             payload = self.payloads.get(name)
-            if payload is not None and payload.count > 0:
+            if payload is not None and payload.chunks and payload.count > 0:
                 return payload
         return None
 
     @property
     def data_payload(self) -> Payload:
         """Where the values come from (an empty `data` payload when there are none)."""
-        return self._pick(_DATA_ORDER) or self.payloads["data"]
+        return self._data or Payload("data", PAYLOAD_BY_NAME["data"].dtype)
 
     @property
     def diff_payload(self) -> Payload | None:
-        return self._pick(_DIFF_ORDER)
+        return self._diff
 
     @property
     def stored_dtype(self) -> np.dtype:
         """The element type in the file: float32, float64, or a fork's (float16, int32, uint32)."""
-        payload = self._pick(_DATA_ORDER)
-        if payload is None:
-            return np.dtype(np.float32)
-        return payload.dtype.newbyteorder("=")
+        if self._data is None:
+            return _FLOAT32
+        return self._data.dtype.newbyteorder("=")
 
     @property
     def dtype(self) -> np.dtype:
@@ -228,97 +240,29 @@ class BlobRecord:
     @property
     def suspicious(self) -> str | None:
         """Why this record looks wrong though it parses, or None."""
-        if self._pick(_DATA_ORDER) is None and self.has_diff:
+        if self._data is None and self._diff is not None:
             return ("has a diff but no data: a fork that renumbered BlobProto's fields "
                     "(such as C3D's) may have written it")
         return None
 
     @property
     def has_diff(self) -> bool:
-        return self.diff_payload is not None
+        return self._diff is not None
 
     @property
     def count(self) -> int:
         return math.prod(self.shape)
 
     @property
+    def encoding(self) -> tuple:
+        """How the values are stored: ((data field, raw type or None), the same for the diff, or None)."""
+        data, diff = self._data, self._diff
+        return ((data.name, data.raw_type) if data else ("data", None),
+                (diff.name, diff.raw_type) if diff else None)
+
+    @property
     def origin(self) -> Origin:
-        return Origin(self.layout, self.stored_dtype, self.has_diff)
-
-
-def _new_header():
-    from ._pb.blobtool_caffe_pb2 import BlobProto
-    return BlobProto()
-
-
-class _Dims:
-    __slots__ = ("dim",)
-
-    def __init__(self, dims: list):
-        self.dim = dims
-
-
-class SimpleHeader:
-    """A BlobProto's shape fields decoded without protobuf, for the forms writers use.
-
-    Holds what proto_shape reads: ``shape.dim`` and num/channels/height/width
-    with HasField. parse_blob builds one when the small fields are only
-    `shape` (dims packed or not) and the legacy four as varints; anything
-    else (other fields, other wire types, damage) goes to protobuf. Loading
-    protobuf costs about 11 ms here, which a `blobtool norm` of a plain blob
-    file then does without (benchmarks/RESULTS.md); tests/test_codec.py
-    checks that both read the same shape.
-    """
-
-    __slots__ = ("shape", "_legacy")
-
-    def __init__(self, dims: list, legacy: dict):
-        self.shape = _Dims(dims)
-        self._legacy = legacy
-
-    def HasField(self, name: str) -> bool:  # noqa: N802 (protobuf's name)
-        return name in self._legacy
-
-    def __getattr__(self, name: str) -> int:
-        if name in LEGACY_FIELDS:
-            return self._legacy.get(name, 0)
-        raise AttributeError(name)
-
-
-# Packed dims longer than this are left to protobuf (32 axes of 10-byte varints).
-_MAX_SIMPLE_DIMS_BYTES = MAX_BLOB_AXES * wire.MAX_VARINT_BYTES
-
-
-def _signed(value: int, bits: int) -> int:
-    """A varint's value as protobuf reads it into an int32/int64 field (low bits, two's complement)."""
-    value &= (1 << bits) - 1
-    return value - (1 << bits) if value >> (bits - 1) else value
-
-
-def _simple_header(buf, spans) -> SimpleHeader | None:
-    """The header's shape fields when they take the common forms, else None (protobuf decides)."""
-    dims = []
-    legacy = {}
-    try:
-        for f in (f for a, b in spans for f in wire.iter_fields(buf, a, b)):
-            if 1 <= f.number <= 4 and f.wire_type == wire.VARINT:
-                legacy[LEGACY_FIELDS[f.number - 1]] = _signed(f.value, 32)  # the last one wins
-            elif f.number == SHAPE_FIELD and f.wire_type == wire.LEN:
-                for g in wire.iter_fields(buf, f.start, f.end):  # occurrences merge: dims append
-                    if g.number == 1 and g.wire_type == wire.VARINT:
-                        dims.append(_signed(g.value, 64))
-                    elif g.number == 1 and g.wire_type == wire.LEN and g.end - g.start <= _MAX_SIMPLE_DIMS_BYTES:
-                        pos = g.start
-                        while pos < g.end:
-                            value, pos = wire.read_varint(buf, pos, g.end)
-                            dims.append(_signed(value, 64))
-                    else:
-                        return None
-            else:
-                return None
-    except FormatError:
-        return None
-    return SimpleHeader(dims, legacy)
+        return Origin(self.layout, self.stored_dtype, self.has_diff, self.encoding, self.unknown)
 
 
 def parse_blob(buf, start: int = 0, end: int | None = None, *, path=None) -> BlobRecord:
@@ -327,27 +271,30 @@ def parse_blob(buf, start: int = 0, end: int | None = None, *, path=None) -> Blo
     Raises FormatError naming the byte offset and field on malformed input.
     """
     end = len(buf) if end is None else end
-    payloads = {p.name: Payload(p.name, p.dtype) for p in PAYLOAD_FIELDS if p.encoding == "packed"}
+    payloads = {}
     raw = {}          # raw payload name -> Field of its last occurrence (optional bytes: last wins)
-    raw_types = {}    # raw payload name -> enum value of its type field
-    header_spans = []
-    field_offsets = {}
+    small = _SmallFields()
     pos = start
+    in_a_row = 0
     while pos < end:
+        if in_a_row == _BULK_AFTER:
+            pos = small.take_runs(buf, pos, end)
+            in_a_row = 0
+            if pos >= end:
+                break
         f = wire.read_field(buf, pos, end, path=path, names=BLOB_FIELD_NAMES)
         pos = f.end
         if f.number in BLOB_FIELD_NAMES:
-            field_offsets.setdefault(f.number, f.offset)
+            small.field_offsets.setdefault(f.number, f.offset)
         spec = _PAYLOAD_BY_WIRE.get((f.number, f.wire_type))
         if spec is None:
-            if f.number in TYPE_FIELDS and f.wire_type == wire.VARINT:
-                raw_types[TYPE_FIELDS[f.number]] = f.value
-            else:
-                # The shape and legacy dims, anything unknown, and known
-                # fields with an unexpected wire type (protobuf keeps those
-                # as unknown fields; so does blobtool).
-                wire.add_span(header_spans, f)
+            small.take(buf, f)
+            in_a_row += 1
             continue
+        if spec.encoding != "raw" and f.wire_type == wire.LEN and f.end == f.start:
+            in_a_row += 1  # an empty packed payload holds nothing: a small field
+            continue
+        in_a_row = 0
         if spec.encoding == "raw":
             raw[spec.name] = f
             continue
@@ -374,35 +321,81 @@ def parse_blob(buf, start: int = 0, end: int | None = None, *, path=None) -> Blo
         _check_pieces(payload, f, path)
         if payload.offset is None:
             payload.offset = f.offset
+    field_offsets = small.field_offsets
     for name, f in raw.items():
-        payloads[name] = _raw_payload(buf, _BY_NAME[name], f, raw_types.get(name, 0), path)
+        payloads[name] = _raw_payload(buf, PAYLOAD_BY_NAME[name], f, small.raw_types.get(name, 0), path)
     if not any(n in field_offsets for n in range(1, len(LEGACY_FIELDS) + 1)):  # the shape comes from `shape`
-        _check_axes(buf, header_spans, path)
-    header = _simple_header(buf, header_spans)
+        check_axes(buf, small.shapes, path, counted=small.counted_dims, first=small.first_counted)
+    header = simple_header(buf, small.spans)
     if header is None:
-        header = _parse_header(buf, header_spans, path)
-    return BlobRecord(header, payloads, start, end, path, field_offsets)
+        header = parse_header(buf, small.spans, path)
+    return BlobRecord(header, payloads, start, end, path, field_offsets, bytes(small.unknown))
 
 
-def _check_axes(buf, spans, path) -> None:
-    """Refuse a `shape` of more than MAX_BLOB_AXES dims before protobuf builds their list."""
-    axes = 0
-    first = None
-    for f in (f for a, b in spans for f in wire.iter_fields(buf, a, b)):
-        if f.number != SHAPE_FIELD:
-            continue
-        first = f.offset if first is None else first
-        try:
-            for g in wire.iter_fields(buf, f.start, f.end):
-                if g.number == 1 and g.wire_type == wire.LEN:  # packed: a value ends at each byte < 0x80
-                    axes += int(np.count_nonzero(np.frombuffer(buf, np.uint8, g.end - g.start, g.start) < 0x80))
-                elif g.number == 1 and g.wire_type == wire.VARINT:
-                    axes += 1
-        except FormatError:
-            return  # protobuf will say what is wrong with it
-    if axes > MAX_BLOB_AXES:
-        raise FormatError(f"field 7 (shape): invalid blob shape: a blob has at most {MAX_BLOB_AXES} axes, "
-                          f"got {axes}", path=path, offset=first)
+class _SmallFields:
+    """What parse_blob gathers from a BlobProto's fields other than its payloads, one by one or in runs."""
+
+    def __init__(self):
+        self.spans = []             # (start, end) of the fields protobuf parses: all but the payloads
+        self.unknown = bytearray()  # the fields BlobProto does not hold, copied (a span each would cost more)
+        self.field_offsets = {}     # number -> where it first occurs, for errors
+        self.raw_types = {}         # raw payload name -> the value of its type field (the last one)
+        self.shapes = []            # (offset, start, end) of the shape fields read one by one, for check_axes
+        self.counted_dims = 0       # the dims of those read in bulk, counted there
+        self.first_counted = None   # where the first of those is
+
+    def take(self, buf, f) -> None:
+        """One field: the shape and legacy dims, a raw type, anything unknown, and known fields with an
+        unexpected wire type (protobuf keeps those as unknown fields; so does blobtool)."""
+        if f.number in TYPE_FIELDS and f.wire_type == wire.VARINT:
+            self.raw_types[TYPE_FIELDS[f.number]] = f.value
+            return
+        wire.add_span(self.spans, f)
+        if (f.number, f.wire_type) not in BLOB_WIRE_PAIRS:
+            self.unknown += buf[f.offset:f.end]
+        elif f.number == SHAPE_FIELD:
+            self.shapes.append((f.offset, f.start, f.end))
+
+    def take_runs(self, buf, pos: int, end: int) -> int:
+        """Take the fields from `pos` in bulk up to the next payload (or a field left to read_field); its position."""
+        for run in wire.iter_runs(buf, pos, end, _payload_stops):
+            keys = run.numbers * 8 + run.wire_types
+            wire.add_bytes(self.spans, run.start, run.end)
+            known = np.isin(keys, _KNOWN_KEYS)
+            if not known.all():
+                self.unknown += _fields_bytes(buf, run, ~known)
+            named = run.numbers <= max(BLOB_FIELD_NAMES)
+            numbers, first = np.unique(run.numbers[named], return_index=True)
+            for number, at in zip(numbers.tolist(), run.offsets[named][first].tolist()):
+                self.field_offsets.setdefault(number, at)
+            for number, name in TYPE_FIELDS.items():
+                typed = np.flatnonzero((run.numbers == number) & (run.wire_types == wire.VARINT))
+                if typed.size:  # the last one wins
+                    self.raw_types[name] = wire.read_field(buf, int(run.offsets[typed[-1]]), end).value
+            shapes = (run.numbers == SHAPE_FIELD) & (run.wire_types == wire.LEN)
+            if shapes.any():
+                dims = count_dims(buf, run.starts[shapes], run.ends[shapes])
+                self.counted_dims += dims or 0  # None: not fields, which protobuf will say
+                if self.first_counted is None:
+                    self.first_counted = int(run.offsets[shapes][0])
+            pos = run.end
+        return pos
+
+
+def _payload_stops(numbers, wire_types, starts, ends):
+    """The fields parse_blob reads itself: payloads, but for empty packed ones (which hold nothing)."""
+    payload = np.isin(numbers * 8 + wire_types, _PAYLOAD_KEYS)
+    empty = (wire_types == wire.LEN) & (ends == starts) & ~np.isin(numbers, _RAW_NUMBERS)
+    return payload & ~empty
+
+
+def _fields_bytes(buf, run, chosen) -> bytes:
+    """The bytes of the run's fields marked in `chosen`, in order."""
+    data = np.frombuffer(buf, np.uint8, run.end - run.start, run.start)
+    edges = np.zeros(data.size + 1, np.int32)
+    edges[run.offsets[chosen] - run.start] += 1
+    edges[run.ends[chosen] - run.start] -= 1
+    return data[np.cumsum(edges[:-1]) > 0].tobytes()
 
 
 def _check_pieces(payload: Payload, f, path) -> None:
@@ -423,39 +416,7 @@ def _raw_payload(buf, spec: PayloadField, f, type_value: int, path) -> Payload:
         raise FormatError(f"{spec.label} holds {nbytes} bytes, not a multiple of {dtype.itemsize} ({dtype.name})",
                           path=path, offset=f.offset)
     chunks = [wire.view_array(buf, f.start, f.end, dtype)] if nbytes else []
-    return Payload(spec.name, dtype, chunks, f.offset)
-
-
-def parse_errors() -> tuple:
-    """What protobuf's ParseFromString raises on bad bytes.
-
-    DecodeError; and the pure-Python runtime (protobuf 3.20 where no compiled
-    one exists) raises UnicodeDecodeError for a string that is not UTF-8 and
-    RecursionError for groups nested past Python's recursion limit.
-    """
-    from google.protobuf.message import DecodeError
-    return (DecodeError, UnicodeDecodeError, RecursionError)
-
-
-# BlobProto.shape: a nested message whose tags minimal_tags rewrites too.
-_NESTED_FIELDS = frozenset({SHAPE_FIELD})
-
-
-def _parse_header(buf, spans, path):
-    header = _new_header()
-    raw = b"".join(wire.minimal_tags(buf, a, b, _NESTED_FIELDS) for a, b in spans)
-    try:
-        header.ParseFromString(raw)
-    except parse_errors() as exc:
-        # Find the field protobuf refused, to say where it is.
-        for f in (f for a, b in spans for f in wire.iter_fields(buf, a, b)):
-            try:
-                _new_header().ParseFromString(bytes(buf[f.offset:f.end]))
-            except parse_errors():
-                raise FormatError(f"{wire.field_label(f.number, BLOB_FIELD_NAMES)}: invalid contents ({exc})",
-                                  path=path, offset=f.offset) from exc
-        raise FormatError(f"invalid BlobProto fields ({exc})", path=path, offset=spans[0][0] if spans else 0) from exc
-    return header
+    return Payload(spec.name, dtype, chunks, f.offset, type_value)
 
 
 def blob_from_record(record: BlobRecord) -> Blob:
@@ -484,136 +445,9 @@ def blob_from_record(record: BlobRecord) -> Blob:
         else:
             where = data if data.count != blob.count else diff
             if where is not None and where.count:
-                label, offset = _BY_NAME[where.name].label, where.offset
+                label, offset = PAYLOAD_BY_NAME[where.name].label, where.offset
             else:
                 label, offset = "no data", record.start
         raise FormatError(f"{label}: {exc.reason}", path=record.path, offset=offset) from exc
     blob.origin = record.origin
     return blob
-
-
-def encode_blob_parts(blob: Blob, *, precision: str = "float", write_diff: bool = False,
-                      layout: str = "shape", transforms: dict | None = None):
-    """The pieces of a BlobProto for `blob`, in field-number order.
-
-    Returns a list whose items are bytes (headers, small fields) or
-    (array, target dtype) pairs for payloads, so callers can stream them.
-    `precision` is "float" (data/diff), "double" (double_data/double_diff) or
-    "half" (NVIDIA Caffe's raw_data/raw_diff typed FLOAT16).
-
-    `transforms` may map "data"/"diff" to ``fn(chunk, start) -> array``,
-    applied chunk by chunk as the payload is written (how the command line
-    streams scale and update through files larger than memory).
-    """
-    transforms = transforms or {}
-    if layout not in ("shape", "legacy"):
-        raise UsageError(f"layout must be 'shape' or 'legacy', got {layout!r}")
-    if precision not in PRECISIONS:
-        raise UsageError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
-    from ._pb.blobtool_caffe_pb2 import BlobProto
-
-    # (field number, piece) pairs, sorted by number at the end: protobuf's
-    # SerializeToString writes fields in that order, and so does blobtool.
-    fields = []
-    legacy = BlobProto()
-    check_layout(blob, layout)
-    if layout == "legacy":
-        for index, name in zip((-4, -3, -2, -1), LEGACY_FIELDS):
-            setattr(legacy, name, blob.legacy_shape(index))
-        fields.append((1, legacy.SerializeToString()))
-    elif blob.shape:
-        # As Caffe's ToProto: a scalar (0-axis) blob gets no shape field at all
-        # (extend() with no dims would still mark `shape` present).
-        shape = BlobProto()
-        shape.shape.dim.extend(blob.shape)
-        fields.append((SHAPE_FIELD, shape.SerializeToString()))
-    sides = (("data", blob.cpu_data), ("diff", blob.cpu_diff)) if write_diff else (("data", blob.cpu_data),)
-    for which, values in sides:
-        spec = _BY_NAME[_PRECISION_FIELDS[precision][which == "diff"]]
-        values = values()
-        if spec.encoding == "raw":
-            target = RAW_TYPES[_RAW_TYPE_OF[precision]]
-            fields.append((spec.type_field, wire.encode_tag(spec.type_field, wire.VARINT)
-                           + wire.encode_varint(_RAW_TYPE_OF[precision])))
-        elif not values.size:
-            continue  # an empty repeated field is not written; NVIDIA Caffe writes raw_data even when empty
-        else:
-            target = spec.dtype
-        fields.append((spec.number, wire.len_field_header(spec.number, values.size * target.itemsize)))
-        fields.append((spec.number, (values, target, transforms.get(which))))
-    fields.sort(key=lambda item: item[0])  # stable: each payload's header stays before its values
-    return [piece for _, piece in fields]
-
-
-# The largest legacy dimension: num, channels, height and width are int32 fields.
-INT32_MAX = 2**31 - 1
-
-
-def check_layout(blob: Blob, layout: str | None) -> None:
-    """Refuse the legacy layout (num/channels/height/width) for more than 4 axes, or a dimension past int32."""
-    if layout == "legacy" and blob.num_axes > 4:
-        raise UsageError(f"the legacy layout holds at most 4 axes; this blob has {blob.num_axes}")
-    too_large = [(axis, d) for axis, d in enumerate(blob.shape) if d > INT32_MAX] if layout == "legacy" else []
-    if too_large:
-        axis, dim = too_large[0]
-        raise UsageError(f"the legacy layout holds dimensions up to {INT32_MAX} (int32 fields); dimension {axis} "
-                         f"of shape {tuple(blob.shape)} is {dim}")
-
-
-def resolve_form(blob: Blob, *, precision: str | None = None, write_diff: bool | None = None,
-                 layout: str | None = None) -> dict:
-    """Fill the Nones in a write request from what the blob came with.
-
-    A blob made in Python writes as its dtype, in the `shape` layout, without
-    diff (Caffe's ToProto defaults). A loaded blob keeps its stored precision,
-    layout and diff; a legacy blob grown past 4 axes falls back to `shape`.
-    """
-    origin = blob.origin
-    if precision is None:
-        precision = origin.precision if origin else ("double" if blob.dtype == np.float64 else "float")
-    if write_diff is None:
-        write_diff = bool(origin.has_diff) if origin else False
-    if layout is None:
-        layout = origin.layout if origin else "shape"
-        if layout == "legacy" and blob.num_axes > 4:
-            layout = "shape"
-    return {"precision": precision, "write_diff": write_diff, "layout": layout}
-
-
-def blob_encoded_size(parts) -> int:
-    """Bytes that `parts` (from encode_blob_parts) take when written."""
-    return sum(p[0].size * p[1].itemsize if isinstance(p, tuple) else len(p) for p in parts)
-
-
-def write_parts(out, parts) -> None:
-    """Write encode_blob_parts' pieces to a binary file object, chunk by chunk.
-
-    Payloads are written in chunks of _WRITE_CHUNK elements: converted to the
-    target dtype, passed through the part's transform if it has one, and the
-    input pages behind each written chunk are released (source.release_pages),
-    so memory stays bounded whatever the file size.
-    """
-    for part in parts:
-        if not isinstance(part, tuple):  # bytes, or a memoryview of the input
-            out.write(part)
-            continue
-        values, target = part[0].reshape(-1), part[1]
-        transform = part[2] if len(part) > 2 else None
-        # Doubles past float32's range become infinities, as Caffe's cast
-        # makes them; numpy's warning about it would break the one-line stderr.
-        with np.errstate(over="ignore", invalid="ignore"):
-            for start in range(0, values.size, _WRITE_CHUNK):
-                chunk = values[start:start + _WRITE_CHUNK]
-                data = chunk if transform is None else transform(chunk, start)
-                if data.dtype != target:
-                    data = data.astype(target)
-                out.write(memoryview(np.ascontiguousarray(data)).cast("B"))
-                report(chunk.nbytes)
-                release_pages(chunk)
-
-
-def write_blob(out, blob: Blob, *, precision: str = "float", write_diff: bool = False,
-               layout: str = "shape", transforms: dict | None = None) -> None:
-    """Write `blob` as one BlobProto to the binary file object `out`."""
-    write_parts(out, encode_blob_parts(blob, precision=precision, write_diff=write_diff, layout=layout,
-                                       transforms=transforms))

@@ -36,6 +36,7 @@ against the bytes that remain before anything is allocated or viewed.
 
 from __future__ import annotations
 
+import functools
 from typing import Iterator, NamedTuple
 
 import numpy as np
@@ -45,8 +46,9 @@ from .errors import FormatError
 __all__ = [
     "VARINT", "I64", "LEN", "SGROUP", "EGROUP", "I32",
     "MAX_VARINT_BYTES", "MAX_FIELD_NUMBER",
-    "Field", "read_varint", "read_field", "iter_fields", "unpacked_values", "view_array", "unpacked_run",
-    "packed_uint16", "encode_varint", "encode_tag", "len_field_header", "field_label", "minimal_tags", "add_span",
+    "Field", "Run", "read_varint", "read_field", "iter_fields", "iter_runs", "unpacked_values", "view_array",
+    "unpacked_run", "packed_uint16", "encode_packed_uint16", "encode_varint", "encode_tag", "len_field_header",
+    "field_label", "minimal_tags", "protobuf_ready", "add_span", "add_bytes",
 ]
 
 VARINT, I64, LEN, SGROUP, EGROUP, I32 = 0, 1, 2, 3, 4, 5
@@ -118,28 +120,40 @@ def read_field(buf, pos: int, end: int, *, path=None, names: dict | None = None)
     field numbers to names for error messages.
     """
     offset = pos
-    tag, pos = read_varint(buf, pos, end, path=path, what="field tag")
-    if pos - offset > MAX_TAG_BYTES:
-        raise FormatError(f"field tag takes {pos - offset} bytes; a tag is a 32-bit varint of at most "
-                          f"{MAX_TAG_BYTES}", path=path, offset=offset)
+    # One-byte tags, values and lengths (most of them) are read inline; the
+    # label for errors is made only when one is raised.
+    if pos < end and buf[pos] < 0x80:
+        tag = buf[pos]
+        pos += 1
+    else:
+        tag, pos = read_varint(buf, pos, end, path=path, what="field tag")
+        if pos - offset > MAX_TAG_BYTES:
+            raise FormatError(f"field tag takes {pos - offset} bytes; a tag is a 32-bit varint of at most "
+                              f"{MAX_TAG_BYTES}", path=path, offset=offset)
     number, wire_type = tag >> 3, tag & 7
     if number == 0 or number > MAX_FIELD_NUMBER:
         raise FormatError(f"invalid field number {number} (tag {tag:#x})", path=path, offset=offset)
-    label = field_label(number, names)
     if wire_type == VARINT:
-        value, pos = read_varint(buf, pos, end, path=path, what=label)
+        if pos < end and buf[pos] < 0x80:
+            return Field(number, wire_type, offset, offset, pos + 1, buf[pos])
+        value, pos = read_varint(buf, pos, end, path=path, what=field_label(number, names))
         return Field(number, wire_type, offset, offset, pos, value)
     if wire_type == LEN:
-        length, value_start = read_varint(buf, pos, end, path=path, what=f"length of {label}")
+        if pos < end and buf[pos] < 0x80:
+            length, value_start = buf[pos], pos + 1
+        else:
+            length, value_start = read_varint(buf, pos, end, path=path,
+                                              what=f"length of {field_label(number, names)}")
         remain = end - value_start
         if length > remain:
-            raise _truncated(path, offset, label, length, remain)
+            raise _truncated(path, offset, field_label(number, names), length, remain)
         return Field(number, wire_type, offset, value_start, value_start + length, None)
     if wire_type in _FIXED_SIZE:
         size = _FIXED_SIZE[wire_type]
         if end - pos < size:
-            raise _truncated(path, offset, label, size, end - pos)
+            raise _truncated(path, offset, field_label(number, names), size, end - pos)
         return Field(number, wire_type, offset, pos, pos + size, None)
+    label = field_label(number, names)
     if wire_type in (SGROUP, EGROUP):
         raise FormatError(f"{label} uses the group wire type {wire_type}, which Caffe's schema never writes",
                           path=path, offset=offset)
@@ -160,6 +174,128 @@ def _truncated(path, offset: int, label: str, declared: int, remain: int) -> For
                       path=path)
     err.offset = offset
     return err
+
+
+class Run(NamedTuple):
+    """Consecutive fields indexed in bulk by iter_runs: buf[start:end], and per field its parts (absolute)."""
+
+    start: int
+    end: int
+    offsets: np.ndarray      # where each tag starts
+    numbers: np.ndarray
+    wire_types: np.ndarray
+    starts: np.ndarray       # where each value starts (after a LEN field's length; a varint's tag), as read_field
+    ends: np.ndarray         # where each field ends
+    overlong: bool           # whether a tag in the run takes more bytes than it needs
+
+
+def iter_runs(buf, pos: int, end: int, stop=None) -> Iterator[Run]:
+    """Index the fields from `pos` in bulk, a window at a time, until one that bulk indexing leaves to read_field.
+
+    `stop(numbers, wire_types, starts, ends)` (arrays) marks fields the caller
+    reads itself. Also left: damaged fields (read_field then says what is
+    wrong), groups, 10-byte varints, and fields longer than a window. The
+    runs yielded are consecutive from `pos`; the last one's end is where
+    read_field takes over.
+
+    How: every byte of a window is decoded at once as if a field started
+    there (numpy), giving where that field would end; the chain of fields
+    from the window's start is then followed by pointer doubling. No Python
+    call is made per field, so millions of tiny fields (unknown ones, empty
+    layers) cost what their bytes do.
+    """
+    while pos < end:
+        run = _index_window(buf, pos, min(end, pos + _RUN_WINDOW), stop)
+        if run is None:
+            return
+        yield run
+        pos = run.end
+
+
+# Bytes decoded at a time by iter_runs: its arrays take about 100 bytes per
+# byte of window, kept well within the 1 MiB reading may use beyond a file's size.
+_RUN_WINDOW = 1 << 13
+_PAD = 16
+# A varint's 7-bit groups gathered from the little-endian word it starts (at most 5 bytes here).
+_GROUPS = tuple((np.uint64(k), np.uint64(0x7F << (7 * k))) for k in range(5))
+# _LOW[n]: a mask of the low n bytes of a word.
+_LOW = np.array([(1 << (8 * n)) - 1 for n in range(8)] + [(1 << 64) - 1] * (_PAD + 1), dtype=np.uint64)
+
+
+def _index_window(buf, w0: int, w1: int, stop) -> Run | None:
+    """The run of fields from w0 that lie within buf[w0:w1], or None if the first field is not taken."""
+    width = w1 - w0
+    b = np.zeros(width + _PAD, dtype=np.uint8)
+    b[:width] = np.frombuffer(buf, dtype=np.uint8, count=width, offset=w0)
+    # The 8 bytes from each position as one little-endian word (a view, one byte apart).
+    words = np.ndarray((width + _PAD - 8,), dtype="<u8", buffer=b, strides=(1,))
+    index = np.arange(width + _PAD, dtype=np.int32)
+    # The first varint-ending byte (high bit clear) at or after each position.
+    term = np.minimum.accumulate(np.where(b < 0x80, index, np.int32(width + _PAD))[::-1])[::-1]
+    at = index[:width]
+    tag_len = term[:width] - at + 1
+    tag = _varints(words[:width], tag_len)
+    numbers = (tag >> np.uint64(3)).astype(np.int64)
+    wire_types = (tag & np.uint64(7)).astype(np.int32)
+    value = np.minimum(at + tag_len, width)
+    value_len = term[value] - value + 1
+    is_len = wire_types == LEN
+    is_varint = wire_types == VARINT
+    length = np.where(is_len, _varints(words[value], value_len).astype(np.int64) + value_len, 0)
+    starts = np.where(is_varint, at, value + np.where(is_len, value_len, 0))  # as read_field
+    ends = value + _VALUE_SIZE[wire_types] + np.where(is_varint, value_len, 0) + length
+    takes = ((tag_len <= MAX_TAG_BYTES) & (numbers >= 1) & (numbers <= MAX_FIELD_NUMBER) & (ends <= width)
+             & (value_len < np.where(is_len, 5, MAX_VARINT_BYTES)))
+    if stop is not None:
+        takes &= ~stop(numbers, wire_types, starts + w0, ends + w0)
+    if not takes[0]:
+        return None
+    # Follow the chain of fields from the window's start: a list step per
+    # _STRIDE fields (strides made by pointer doubling), then the fields
+    # between them in bulk. A field not taken points to itself.
+    step = np.append(np.where(takes, ends, at), np.int32(width)).astype(np.int32)
+    strides = [step]
+    for _ in range(_STRIDE_DOUBLINGS):
+        strides.append(strides[-1][strides[-1]])
+    jump = strides[-1]
+    marks = []
+    add = marks.append
+    pos = 0
+    while True:
+        add(pos)
+        nxt = int(jump[pos])
+        if nxt == pos:
+            break
+        pos = nxt
+    # Row i: the mark and the fields after it, so the rows laid end to end are the chain in order.
+    chain = np.empty((len(marks), 1 << _STRIDE_DOUBLINGS), dtype=np.int32)
+    chain[:, 0] = marks
+    for k in range(1, chain.shape[1]):
+        chain[:, k] = step[chain[:, k - 1]]
+    chain = chain.reshape(-1)
+    chain = chain[chain < width]
+    chain = chain[takes[chain]]  # the stop at the end repeats; it is not taken
+    end = int(step[chain[-1]])
+    lengths = tag_len[chain]
+    overlong = bool(np.any((lengths > 1) & (b[chain + lengths - 1] == 0)))
+    return Run(w0, w0 + end, chain + w0, numbers[chain], wire_types[chain], starts[chain] + w0, ends[chain] + w0,
+               overlong)
+
+
+# Bytes of a value after its tag, by wire type, but for the varints (a value,
+# or a LEN field's length); past any window for groups and invalid types.
+_VALUE_SIZE = np.array([0, 8, 0, 1 << 30, 1 << 30, 4, 1 << 30, 1 << 30], dtype=np.int64)
+# iter_runs steps through a window's chain of fields 2**_STRIDE_DOUBLINGS at a time.
+_STRIDE_DOUBLINGS = 4
+
+
+def _varints(words: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """The varints of `lengths` bytes that start `words` (those longer than 5 bytes: garbage, refused by callers)."""
+    low = words & _LOW[np.minimum(lengths, 8)]
+    out = low & _GROUPS[0][1]
+    for shift, mask in _GROUPS[1:]:
+        out |= (low >> shift) & mask
+    return out
 
 
 def view_array(buf, start: int, end: int, dtype) -> np.ndarray:
@@ -196,6 +332,23 @@ def minimal_tags(buf, start: int, end: int, nested: frozenset = frozenset()) -> 
             out += buf[tag_end:field.end]
         pos = field.end
     return bytes(out)
+
+
+def protobuf_ready(buf, start: int, end: int, nested: frozenset = frozenset()) -> bytes:
+    """buf[start:end] as protobuf's parser must get it: as it is, or with minimal tags (see minimal_tags).
+
+    Only protobuf's pure-Python runtime misreads a padded tag; the compiled
+    ones (upb, cpp) get the bytes untouched, without a pass over each field.
+    """
+    if _pure_python_protobuf():
+        return minimal_tags(buf, start, end, nested)
+    return bytes(buf[start:end])
+
+
+@functools.lru_cache(maxsize=None)
+def _pure_python_protobuf() -> bool:
+    from google.protobuf.internal import api_implementation
+    return api_implementation.Type() == "python"
 
 
 def unpacked_run(buf, pos: int, end: int, tag: bytes, size: int) -> int:
@@ -269,6 +422,21 @@ def packed_uint16(buf, f: Field, *, path=None, label: str, value_name: str = "va
     return out
 
 
+def encode_packed_uint16(values: np.ndarray) -> bytes:
+    """uint16 values as packed varints (1 to 3 bytes each): what packed_uint16 reads back."""
+    v = np.asarray(values, dtype=np.uint16).astype(np.uint32).reshape(-1)
+    lengths = 1 + (v >= 0x80).astype(np.int64) + (v >= 0x4000)
+    ends = np.cumsum(lengths)
+    starts = ends - lengths
+    out = np.empty(int(ends[-1]) if v.size else 0, dtype=np.uint8)
+    out[starts] = (v & 0x7F) | np.where(lengths > 1, 0x80, 0)
+    two = lengths >= 2
+    out[starts[two] + 1] = ((v[two] >> 7) & 0x7F) | np.where(lengths[two] > 2, 0x80, 0)
+    three = lengths == 3
+    out[starts[three] + 2] = v[three] >> 14
+    return out.tobytes()
+
+
 def encode_varint(value: int) -> bytes:
     """Base-128 varint of a non-negative integer below 2**64."""
     if value < 0:
@@ -298,7 +466,12 @@ def add_span(spans: list, f: Field) -> None:
 
     A run of small fields then costs one entry, not one each.
     """
-    if spans and spans[-1][1] == f.offset:
-        spans[-1] = (spans[-1][0], f.end)
+    add_bytes(spans, f.offset, f.end)
+
+
+def add_bytes(spans: list, start: int, end: int) -> None:
+    """Append buf[start:end] to a list of (start, end) spans, joining it to the last one when adjacent."""
+    if spans and spans[-1][1] == start:
+        spans[-1] = (spans[-1][0], end)
     else:
-        spans.append((f.offset, f.end))
+        spans.append((start, end))

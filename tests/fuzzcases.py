@@ -9,9 +9,11 @@ replaced, bytes replaced with random ones.
 
 `check_case` runs one input through the library as a user would (open, build
 every blob, take its norms) and raises `FuzzFailure` when anything other than
-a BlobToolError escapes (a warning included), the case takes longer than
-`TIME_LIMIT_S`, or the peak of traced allocations exceeds
-`memory_bound(len(data))`.
+a BlobToolError escapes (a warning included), two blobs share a name, the
+case takes longer than `TIME_LIMIT_S`, or the peak of traced allocations
+exceeds `memory_bound(len(data))`. `check_rewrite` writes an accepted Caffe
+file back with no option and fails unless every blob comes back with its
+values, its stored type and the unknown fields inside it.
 """
 
 from __future__ import annotations
@@ -137,6 +139,29 @@ def _vector() -> bytes:
                          _blob((1, 2, 2, 1), legacy=True, diff=False, seed=63)])
 
 
+# Fields no BlobProto schema knows, as a fork might add them after the known ones.
+BLOB_UNKNOWN = (wire.encode_tag(14, wire.VARINT) + wire.encode_varint(300) + wire.len_field_header(100, 3) + b"ext"
+                + wire.encode_tag(2000, wire.I32) + b"\x01\x02\x03\x04")
+
+
+def _blob_with_unknown() -> bytes:
+    return _blob((2, 3), seed=91).SerializeToString() + BLOB_UNKNOWN
+
+
+def _net_repeated_names() -> bytes:
+    """Layer names that collide with the names blobtool makes up: a, a, a#2, an unnamed one, layer3."""
+    return net_bytes("new", [
+        Layer(name, "InnerProduct", [_blob((2,), diff=False, seed=95 + k)], bottom=[], top=[])
+        for k, name in enumerate(("a", "a", "a#2", "", "layer3"))
+    ], name="names")
+
+
+def _vector_unknown() -> bytes:
+    """A vector of blobs with unknown fields inside, one an NVIDIA raw INT blob."""
+    raw_int = raw_blob_bytes(np.arange(-3, 3, dtype="<i4").reshape(2, 3) * 16777217)
+    return b"".join(wire.len_field_header(1, len(b)) + b for b in (_blob_with_unknown(), raw_int + BLOB_UNKNOWN))
+
+
 def _npz(compressed: bool) -> bytes:
     rng = np.random.default_rng(71)
     arrays = {"w": rng.standard_normal((3, 4)).astype(np.float32),
@@ -169,6 +194,9 @@ def generated_seeds() -> list:
         Seed("solverstate", "solverstate", _solverstate()),
         Seed("nvidia_raw", "blob", _nvidia_raw()),
         Seed("ditcaffe_half", "blob", _ditcaffe_half()),
+        Seed("blob_unknown", "blob", _blob_with_unknown()),
+        Seed("net_repeated_names", "net", _net_repeated_names()),
+        Seed("vector_unknown", "vector", _vector_unknown()),
         Seed("npy_f32", "npy", npy_bytes(rng.standard_normal((3, 4)).astype(np.float32))),
         Seed("npy_f64_fortran", "npy", npy_bytes(np.asfortranarray(rng.standard_normal((4, 3))))),
         Seed("npz", "npz", _npz(False)),
@@ -521,6 +549,9 @@ def mutate(seed: Seed, lay: Layout, pick, rounds: int) -> bytes:
 def read_everything(data: bytes, kind: str | None) -> None:
     """What a user does: open (sniffed or forced kind), build every blob, take its norms."""
     doc = open_document(io.BytesIO(data), kind)
+    names = doc.names()
+    if len(set(names)) != len(names):
+        raise FuzzFailure(f"two blobs share a name: {sorted(n for n in names if names.count(n) > 1)[:4]}")
     for entry in doc.entries:
         blob = entry.blob()
         blob.asum_data()
@@ -567,6 +598,8 @@ def _check_traced(data: bytes, kind: str | None) -> Outcome:
         error = str(exc)
         if "\n" in error or not error.strip():
             raise FuzzFailure(f"error message is not one non-empty line: {error!r}") from exc
+    except FuzzFailure:
+        raise
     except Exception as exc:
         raise FuzzFailure(f"{type(exc).__name__} escaped (kind={kind}, {len(data)} bytes): {exc}") from exc
     seconds = time.perf_counter() - start
@@ -577,3 +610,45 @@ def _check_traced(data: bytes, kind: str | None) -> Outcome:
         raise FuzzFailure(f"allocated {peak} bytes at peak for a {len(data)}-byte input "
                           f"(bound {memory_bound(len(data))}; kind={kind})")
     return Outcome(error, seconds, peak)
+
+
+CAFFE_KINDS = ("blob", "vector", "net", "solverstate")
+
+
+def check_rewrite(data: bytes, kind: str | None = None) -> bool:
+    """Write an accepted Caffe file back with no option; FuzzFailure unless every blob survives.
+
+    Each blob must come back under its name with the same shape, stored
+    dtype, values (bit for bit, NaN included) and diff, and the same unknown
+    fields inside it. Returns False when the input is refused or is not a
+    Caffe protobuf kind (nothing to check).
+    """
+    from blobtool import write
+    try:
+        doc = open_document(io.BytesIO(data), kind)
+        if doc.kind not in CAFFE_KINDS:
+            return False
+        before = {e.name: (e.blob(), e.record) for e in doc.entries}
+    except BlobToolError:
+        return False
+    out = io.BytesIO()
+    try:
+        write(doc, None, out, format="same")
+        again = open_document(io.BytesIO(out.getvalue()), doc.kind)
+    except BlobToolError as exc:
+        raise FuzzFailure(f"an accepted {doc.kind} could not be written back and read: {exc}") from exc
+    after = {e.name: (e.blob(), e.record) for e in again.entries}
+    if list(after) != list(before):
+        raise FuzzFailure(f"blob names changed on a rewrite: {list(before)[:4]} -> {list(after)[:4]}")
+    for name, (blob, record) in before.items():
+        blob2, record2 = after[name]
+        if (blob2.shape, record2.stored_dtype, record2.has_diff) != (blob.shape, record.stored_dtype, record.has_diff):
+            raise FuzzFailure(f"blob {name} changed form on a rewrite")
+        if record2.unknown != record.unknown:
+            raise FuzzFailure(f"blob {name} lost unknown fields on a rewrite")
+        sides = [(blob.cpu_data(), blob2.cpu_data())]
+        if record.has_diff:
+            sides.append((blob.cpu_diff(), blob2.cpu_diff()))
+        if any(a.tobytes() != b.tobytes() for a, b in sides):
+            raise FuzzFailure(f"blob {name} changed values on a rewrite")
+    return True

@@ -960,3 +960,72 @@ def test_shape_fields_past_the_axis_limit_are_refused_without_legacy_fields():
     # With a legacy field present Caffe ignores `shape`, so its length does not matter.
     record = parse_blob(BlobProto(num=3).SerializeToString() + _shape_field(body))
     assert record.shape == (3, 0, 0, 0)  # the legacy fields default to 0 in caffe.proto
+
+
+# -- runs of fields indexed in bulk (wire.iter_runs) ------------------------------------
+
+from blobtool import wire  # noqa: E402
+
+# Fields as hypothesis draws them: every wire type, one- to five-byte tags,
+# values of every varint length, lengths from empty to past a window.
+_field = st.one_of(
+    st.tuples(st.sampled_from([1, 2, 5, 7, 15, 16, 100, 2047, 2048, 2**21, 2**29 - 1]), st.just(VARINT),
+              st.integers(0, 2**64 - 1)),
+    st.tuples(st.sampled_from([1, 7, 99, 2**28]), st.sampled_from([I64, I32]), st.just(0)),
+    st.tuples(st.sampled_from([1, 7, 12, 100, 5000]), st.just(LEN), st.sampled_from([0, 1, 3, 127, 128, 9000])),
+)
+
+
+def _field_bytes(number, wire_type, value) -> bytes:
+    if wire_type == VARINT:
+        return encode_tag(number, wire_type) + encode_varint(value)
+    if wire_type == LEN:
+        return wire.len_field_header(number, value) + bytes(range(256)) * (value // 256) + bytes(value % 256)
+    return encode_tag(number, wire_type) + bytes(8 if wire_type == I64 else 4)
+
+
+@settings(max_examples=200, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(fields=st.lists(_field, max_size=60), cut=st.integers(0, 2**20), noise=st.binary(max_size=3),
+       where=st.integers(0, 2**20), stop_number=st.sampled_from([None, 7, 100]))
+def test_iter_runs_finds_the_fields_read_field_finds(fields, cut, noise, where, stop_number):
+    # read_field is the oracle: the runs are a prefix of its fields, ending
+    # at a field it reads itself (stop), a damaged one, or one past a window.
+    data = b"".join(_field_bytes(*f) for f in fields)
+    data = data[:cut % (len(data) + 1)]
+    where %= len(data) + 1
+    data = data[:where] + noise + data[where + len(noise):]
+    buf = memoryview(data)
+    oracle = []
+    try:
+        for f in wire.iter_fields(buf, 0, len(data)):
+            oracle.append(f)
+    except BlobToolError:
+        pass
+
+    def stop(numbers, wire_types, starts, ends):
+        return numbers == stop_number
+
+    got, pos = [], 0
+    for run in wire.iter_runs(buf, 0, len(data), stop if stop_number else None):
+        assert run.start == pos
+        got += zip(run.offsets.tolist(), run.numbers.tolist(), run.wire_types.tolist(), run.starts.tolist(),
+                   run.ends.tolist())
+        pos = run.end
+    assert got == [(f.offset, f.number, f.wire_type, f.start, f.end) for f in oracle[:len(got)]]
+    if len(got) < len(oracle):
+        left = oracle[len(got)]
+        assert (left.number == stop_number or left.end - left.offset > wire._RUN_WINDOW
+                or (left.wire_type == VARINT and left.end - left.offset > wire.MAX_VARINT_BYTES))
+    elif oracle:
+        assert pos == oracle[-1].end
+
+
+def test_iter_runs_marks_padded_tags():
+    plain = encode_tag(5, VARINT) + b"\x01"
+    padded = b"\xa8\x00\x01"  # field 5, varint, its tag in two bytes
+    runs = list(wire.iter_runs(memoryview(plain * 40), 0, 80))
+    assert len(runs) == 1 and not runs[0].overlong and runs[0].offsets.size == 40
+    data = plain * 20 + padded + plain * 20
+    runs = list(wire.iter_runs(memoryview(data), 0, len(data)))
+    assert runs[0].overlong and runs[0].end == len(data)
+    assert minimal_tags(memoryview(data), 0, len(data)) == plain * 41

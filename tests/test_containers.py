@@ -112,21 +112,36 @@ def parse_net(raw: bytes) -> pb.NetParameter:
     return net
 
 
+def oracle_layer_names(names: list) -> list:
+    """The README's naming rule, stated directly: the first bearer keeps a name; an unnamed layer is
+    "layer<k>" if free; any other takes "#n", the smallest n from its occurrence (2 at least) that no
+    layer bears and none was given."""
+    final = []
+    for k, name in enumerate(names):
+        base = name or f"layer{k}"
+        if base not in final and (name or base not in names):
+            final.append(base)
+            continue
+        n = max(2, names[:k].count(name) + 1) if name else 2
+        while f"{base}#{n}" in names or f"{base}#{n}" in final:
+            n += 1
+        final.append(f"{base}#{n}")
+    return final
+
+
 def oracle_net_blobs(net: pb.NetParameter) -> list:
-    """[(name, layer name, BlobProto message)] in file order, named by the rules in the issue."""
-    out = []
-    seen = {}
+    """[(name, layer name, BlobProto message)] in file order, named by the README's rules."""
     layers = list(net.layer) if len(net.layer) else list(net.layers)
-    for k, layer in enumerate(layers):
+    names, blob_lists = [], []
+    for layer in layers:
         if isinstance(layer, pb.LayerParameter):
-            name, blobs = layer.name, list(layer.blobs)
+            names.append(layer.name)
+            blob_lists.append(list(layer.blobs))
         else:
-            name = layer.name or layer.layer.name
-            blobs = list(layer.blobs) + list(layer.layer.blobs)
-        name = name or f"layer{k}"
-        seen[name] = seen.get(name, 0) + 1
-        if seen[name] > 1:
-            name = f"{name}#{seen[name]}"
+            names.append(layer.name or layer.layer.name)
+            blob_lists.append(list(layer.blobs) + list(layer.layer.blobs))
+    out = []
+    for name, blobs in zip(oracle_layer_names(names), blob_lists):
         out += [(f"{name}/{i}", name, b) for i, b in enumerate(blobs)]
     return out
 
@@ -363,8 +378,10 @@ def test_unnamed_and_duplicate_layers(tmp_path, fmt):
     assert [b["name"] for b in record["blobs"]] == ["conv#2/0"]
 
 
-# Names of layers, as hypothesis draws them: some empty, some repeated.
-_layer_names = st.lists(st.sampled_from(["", "conv", "ip", "a/b", "x y", "relu1", "ümlaut"]), min_size=1, max_size=6)
+# Names of layers, as hypothesis draws them: some empty, some repeated, some
+# that blobtool's own suffixes or an unnamed layer's name would produce.
+_layer_names = st.lists(st.sampled_from(["", "conv", "ip", "a/b", "x y", "relu1", "ümlaut", "conv#2", "conv#3",
+                                         "layer1", "layer2#2", "ip/0"]), min_size=1, max_size=6)
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -384,6 +401,44 @@ def test_names_match_the_protobuf_oracle(fmt, names, counts, unknown):
         for entry, (_, _, proto) in zip(doc.entries, oracle):
             shape, data, _ = proto_arrays(proto)
             np.testing.assert_array_equal(entry.blob().cpu_data().reshape(shape), data)
+
+
+def test_layer_names_that_collide_with_made_up_ones_get_distinct_blob_names(tmp_path):
+    # a, a, a#2 once gave a/0, a#2/0, a#2/0: scale left one unscaled, .npz kept one.
+    layers = [Layer("a", "InnerProduct", [values((2,))]), Layer("a", "InnerProduct", [values((3, 2))]),
+              Layer("a#2", "InnerProduct", [values((4,))]), Layer("", "ReLU", [values((5,))]),
+              Layer("layer3", "ReLU", [values((6,))])]
+    path, _ = net_file(tmp_path / "net.caffemodel", "new", layers)
+    names = ["a/0", "a#3/0", "a#2/0", "layer3#2/0", "layer3/0"]
+    assert open_document(path).names() == names
+    record = one_json(ok("info", "--json", path))
+    assert [(b["name"], b["layer"], b["shape"]) for b in record["blobs"]] == [
+        ("a/0", "a", [2]), ("a#3/0", "a#3", [3, 2]), ("a#2/0", "a#2", [4]), ("layer3#2/0", "layer3#2", [5]),
+        ("layer3/0", "layer3", [6])]
+    # Each blob on its own: scaled, extracted, compared, shown.
+    out = tmp_path / "scaled.caffemodel"
+    ok("scale", path, "2", "--blob", "a#2", "-o", out)
+    before, after = blobtool.load_all(path), blobtool.load_all(out)
+    for name in names:
+        factor = 2 if name == "a#2/0" else 1
+        np.testing.assert_array_equal(after[name].cpu_data(), before[name].cpu_data() * factor)
+    npz = tmp_path / "all.npz"
+    ok("convert", path, "-o", npz)
+    with np.load(npz) as arrays:
+        assert sorted(arrays.files) == sorted(names)
+        for name in names:
+            np.testing.assert_array_equal(arrays[name].reshape(-1), before[name].cpu_data())
+    assert invoke("compare", path, out).exit_code == 1
+    assert invoke("compare", path, out, "--blob", "a", "--blob", "a#3", "--blob", "layer3*").exit_code == 0
+    assert "(3, 2)" in ok("show", path, "--blob", "a#3/0", "--width", "40").stdout
+
+
+def test_unique_names_keep_names_that_do_not_collide():
+    from blobtool.formats import unique_names
+    assert unique_names(["conv1", "", "ip1", "conv1"]) == ["conv1", "layer1", "ip1", "conv1#2"]
+    assert unique_names(["a", "a", "a#2", "a"]) == ["a", "a#3", "a#2", "a#4"]
+    assert unique_names(["a#2", "a", "a"]) == ["a#2", "a", "a#3"]
+    assert unique_names(["", "layer0", "layer0"]) == ["layer0#2", "layer0", "layer0#3"]
 
 
 # =====================================================================================
@@ -408,6 +463,32 @@ def test_blob_patterns(tmp_path, fmt):
     # Selection applies to norm too.
     record = one_json(ok("norm", "--json", "--blob", "ip2", path))
     assert [b["name"] for b in record["blobs"]] == ["ip2/0", "ip2/1"]
+
+
+def test_an_exact_name_selects_only_that_blob(tmp_path):
+    # fc[relu]/0 as a glob matches fcr/0; x/1 is blob 1 of x and the name of a layer.
+    layers = [Layer("fc[relu]", "InnerProduct", [values((2,))]), Layer("fcr", "InnerProduct", [values((3,))]),
+              Layer("x", "InnerProduct", [values((4,)), values((5,))]), Layer("x/1", "ReLU", [values((6,))])]
+    path, _ = net_file(tmp_path / "net.caffemodel", "new", layers)
+
+    def selected(*patterns):
+        args = [a for p in patterns for a in ("--blob", p)]
+        return [b["name"] for b in one_json(ok("info", "--json", *args, path))["blobs"]]
+
+    assert selected("fc[relu]/0") == ["fc[relu]/0"]
+    assert selected("fc[relu]") == ["fc[relu]/0"]       # a layer's exact name
+    assert selected("x/1") == ["x/1"]
+    assert selected("x/1/0") == ["x/1/0"]
+    assert selected("x/1/*") == ["x/1/0"]                # no exact name: a glob
+    assert selected("fc[rt]/0") == ["fcr/0"]
+    assert selected("x") == ["x/0", "x/1"]
+    # scale changes exactly the blob named, nothing a glob reading would add.
+    out = tmp_path / "scaled.caffemodel"
+    ok("scale", path, "10", "--blob", "fc[relu]/0", "--blob", "x/1", "-o", out)
+    before, after = blobtool.load_all(path), blobtool.load_all(out)
+    for name in before:
+        factor = 10 if name in ("fc[relu]/0", "x/1") else 1
+        np.testing.assert_array_equal(after[name].cpu_data(), before[name].cpu_data() * factor)
 
 
 def test_blob_pattern_that_selects_nothing_lists_the_names(tmp_path):

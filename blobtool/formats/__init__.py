@@ -40,10 +40,18 @@ safetensors  safetensors (8-byte header length, JSON     the tensor names
              header, raw little-endian tensors)
 ===========  ==========================================  =======================
 
-An unnamed layer is "layer<k>" (k its position among all layers); a repeated
-layer name gets "#2", "#3", ... from its second occurrence on. In .npz and
-.safetensors files an array named "<name>/diff" is the diff of "<name>",
-unless "<name>" is itself a diff (formats/numpy.py, pair_diffs).
+Blob names are unique within a file, whatever the layer names are
+(unique_names): a layer keeps its name when it is the first to bear it; an
+unnamed layer is "layer<k>" (k its position among all layers); a repeated
+name gets "#<n>", n its occurrence (2, 3, ...) or, when a layer of the file
+is already called that, the next n free. Since an index holds no "/", distinct
+layer names give distinct "<layer>/<index>" names. In .npz and .safetensors
+files an array named "<name>/diff" is the diff of "<name>", unless "<name>"
+is itself a diff (formats/numpy.py, pair_diffs).
+
+--blob PATTERN (select): a blob's exact name selects that blob only; else a
+layer's exact name selects that layer's blobs; only a pattern that is neither
+is a glob (fnmatch) over the blob names.
 
 This module imports no format module and nothing heavy (the command line
 builds its options from it).
@@ -60,7 +68,8 @@ from dataclasses import dataclass, field
 from ..errors import FormatError, UsageError
 
 __all__ = ["Format", "Output", "FORMATS", "KINDS", "CONTAINER_KINDS", "OUTPUT_FORMATS", "Entry", "Document", "NetLayer",
-           "get_format", "format_by_signature", "module", "open_document", "select", "output_target", "MAX_BLOBS"]
+           "get_format", "format_by_signature", "module", "open_document", "select", "output_target", "unique_names",
+           "MAX_BLOBS"]
 
 
 @dataclass(frozen=True)
@@ -111,10 +120,13 @@ CONTAINER_KINDS = tuple(dict.fromkeys(kind for fmt in FORMATS for kind in fmt.co
 OUTPUT_FORMATS = tuple(out.name for fmt in FORMATS for out in fmt.outputs) + ("same",)
 
 # A file's blobs, and a net's layers, are each capped at this many. The
-# largest Caffe nets hold a few thousand; each costs about 1.5 KB (a blob) or
-# 0.3 KB (a layer) of bookkeeping, so a forged file of millions of empty ones
-# would otherwise exhaust memory.
-MAX_BLOBS = 1 << 16
+# largest Caffe nets hold a few thousand (DenseNet-264, SENet-154: about
+# 2,000 blobs). Each costs about 1.5 KB (a blob) or 0.3 KB (a layer) of
+# bookkeeping and, per command, 60 to 200 us of Python work (locating,
+# building the Blob, listing or comparing it) that no bulk reading removes:
+# 16,384 one-value blobs (0.6 MB) took 1.6 s of CPU for `norm` and 3.3 s for
+# `compare`, past the 1 s + 0.2 s/MB any input may take; 8,192 take half.
+MAX_BLOBS = 1 << 13
 
 
 def get_format(name: str) -> Format:
@@ -281,16 +293,26 @@ def open_document(src, kind: str | None = None, *, npy_cast=None) -> Document:
 
 
 def select(doc: Document, patterns) -> list:
-    """The entries matching any of `patterns` (exact name, glob, or bare layer name), in file order.
+    """The entries selected by any of `patterns`, in file order.
 
-    No patterns selects everything. A pattern that selects nothing raises
-    FormatError listing the names available.
+    A pattern that is a blob's exact name selects that blob only; else one
+    that is a layer's exact name selects that layer's blobs; only a pattern
+    that is neither is a glob over the blob names (so `fc[relu]/0` never
+    selects `fcr/0` when a blob is called `fc[relu]/0`). No patterns selects
+    everything. A pattern that selects nothing raises FormatError listing the
+    names available.
     """
     if not patterns:
         return list(doc.entries)
+    by_name = {e.name: i for i, e in enumerate(doc.entries)}
     chosen = set()
     for pattern in patterns:
-        hits = [i for i, e in enumerate(doc.entries) if _matches(e, pattern)]
+        if pattern in by_name:
+            hits = [by_name[pattern]]
+        else:
+            hits = [i for i, e in enumerate(doc.entries) if e.layer is not None and e.layer == pattern]
+            if not hits:
+                hits = [i for i, e in enumerate(doc.entries) if fnmatch.fnmatchcase(e.name, pattern)]
         if not hits:
             names = ", ".join(doc.names()) or "none"
             raise FormatError(f"--blob {pattern!r} selects nothing; blobs: {names}", path=doc.path)
@@ -298,10 +320,33 @@ def select(doc: Document, patterns) -> list:
     return [e for i, e in enumerate(doc.entries) if i in chosen]
 
 
-def _matches(entry: Entry, pattern: str) -> bool:
-    if entry.name == pattern or fnmatch.fnmatchcase(entry.name, pattern):
-        return True
-    return entry.layer is not None and entry.layer == pattern
+def unique_names(names: list, unnamed: str = "layer") -> list:
+    """The names to give things named `names` (layers, in file order) so that no two are the same.
+
+    A name is kept by the first thing bearing it. An empty name becomes
+    "<unnamed><k>" (k its position); a repeated one gets "#<n>", n its
+    occurrence (2, 3, ...). A made-up name never takes one that a later
+    thing bears, nor one already given: then the next n that is free is used.
+    So `a`, `a`, `a#2` become `a`, `a#3`, `a#2`, and names that do not collide
+    stay as they are.
+    """
+    given = set(names)
+    used = set()
+    seen: dict = {}
+    out = []
+    for k, name in enumerate(names):
+        if name and name not in used:
+            final = name
+        else:
+            base = name or f"{unnamed}{k}"
+            n = seen[base] = seen.get(base, 1 if name else 0) + 1
+            final = base if n == 1 else f"{base}#{n}"
+            while final in used or final in given:
+                n = seen[base] = n + 1
+                final = f"{base}#{n}"
+        used.add(final)
+        out.append(final)
+    return out
 
 
 def output_target(dest, choice: str | None, doc: Document | None) -> tuple:

@@ -51,13 +51,15 @@ from __future__ import annotations
 
 import itertools
 
+import numpy as np
+
 from .. import wire
 from ..blobproto import (BLOB_FIELD_NAMES, BLOB_WIRE_PAIRS, PAYLOAD_FIELDS, SHAPE_FIELD, TYPE_FIELDS, BlobRecord,
-                         blob_encoded_size, encode_blob_parts, parse_blob, parse_errors, resolve_form,
-                         write_blob, write_parts)
+                         parse_blob, parse_errors)
+from ..blobwrite import blob_encoded_size, encode_blob_parts, resolve_form, write_blob, write_parts
 from ..errors import BlobToolError, FormatError, OutputError, UsageError
 from ..source import atomic_output, display_name
-from . import MAX_BLOBS, Document, Entry, NetLayer
+from . import MAX_BLOBS, Document, Entry, NetLayer, unique_names
 
 __all__ = ["sniff", "read", "write", "write_new", "save_blob", "container_parts", "MAX_LAYERS", "V1_TYPE_NAMES",
            "layer_links"]
@@ -142,12 +144,13 @@ def _looks_like_text(source) -> bool:
 
 
 def _is_blob_message(buf, f) -> bool:
-    """Whether a LEN field's contents parse as BlobProto fields."""
+    """Whether a LEN field's contents parse as BlobProto fields (unknown ones beside them allowed), or are empty."""
     try:
         pairs = {(g.number, g.wire_type) for g in _first_fields(buf, f)}
     except FormatError:
         return False
-    return pairs <= BLOB_WIRE_PAIRS
+    known = {p for p in pairs if p[0] in BLOB_FIELD_NAMES}
+    return known <= BLOB_WIRE_PAIRS and (bool(known) or not pairs)
 
 
 def _first_fields(buf, f):
@@ -283,11 +286,49 @@ def _read_blob(doc: Document, buf) -> None:
 
 
 def _read_vector(doc: Document, buf) -> None:
-    for f in wire.iter_fields(buf, 0, doc.size, path=doc.path, names=VECTOR_FIELD_NAMES):
-        if f.number == 1 and f.wire_type == _L:
-            doc.check_room(f.offset)
-            record = parse_blob(buf, f.start, f.end, path=doc.path)
-            doc.entries.append(_entry(str(len(doc.entries)), record, chain=(f,)))
+    def too_many(f):  # as Document.check_room says it
+        return f"holds more than {MAX_BLOBS} blobs (blobtool's limit)"
+
+    for f in _locate(buf, 0, doc.size, doc.path, VECTOR_FIELD_NAMES, {1}, too_many, []):
+        doc.check_room(f.offset)
+        record = parse_blob(buf, f.start, f.end, path=doc.path)
+        doc.entries.append(_entry(str(len(doc.entries)), record, chain=(f,)))
+
+
+# After this many other fields in a row (a message as written has a handful),
+# the rest of a run is read in bulk (wire.iter_runs) rather than a Python call a field.
+_BULK_AFTER = 16
+
+
+def _locate(buf, start: int, end: int, path, names: dict, keep: set, too_many, spans: list) -> list:
+    """The LEN fields numbered in `keep` (blobs, nested layers) in buf[start:end]; the others' spans go in `spans`.
+
+    At most MAX_BLOBS (= MAX_LAYERS) kept fields (past that, FormatError with
+    the message `too_many(field)`). Runs of other fields (unknown ones, a forged flood of tiny
+    ones) are skipped in bulk.
+    """
+    kept = []
+    in_a_row = 0
+    pos = start
+    while pos < end:
+        if in_a_row == _BULK_AFTER:
+            for run in wire.iter_runs(buf, pos, end, lambda n, t, s, e: (t == _L) & np.isin(n, list(keep))):
+                wire.add_bytes(spans, run.start, run.end)
+                pos = run.end
+            in_a_row = 0
+            if pos >= end:
+                break
+        f = wire.read_field(buf, pos, end, path=path, names=names)
+        pos = f.end
+        if f.number in keep and f.wire_type == _L:
+            if len(kept) == MAX_BLOBS:
+                raise FormatError(too_many(f), path=path, offset=f.offset)
+            kept.append(f)
+            in_a_row = 0
+        else:
+            wire.add_span(spans, f)
+            in_a_row += 1
+    return kept
 
 
 def _split(buf, start: int, end: int, path, names: dict, keep: set, message_cls):
@@ -296,19 +337,15 @@ def _split(buf, start: int, end: int, path, names: dict, keep: set, message_cls)
     The fields in `keep` (blobs, nested layers) are located, not parsed; at
     most MAX_BLOBS (= MAX_LAYERS) of them.
     """
-    kept, spans = [], []
-    for f in wire.iter_fields(buf, start, end, path=path, names=names):
-        if f.number in keep and f.wire_type == _L:
-            if len(kept) == MAX_BLOBS:
-                raise FormatError(f"{message_cls.__name__} holds more than {MAX_BLOBS} "
-                                  f"{names.get(f.number, 'nested')} fields (blobtool's limit)",
-                                  path=path, offset=f.offset)
-            kept.append(f)
-        else:
-            wire.add_span(spans, f)
+    spans = []
+    def too_many(f):
+        return f"{message_cls.__name__} holds more than {MAX_BLOBS} {names.get(f.number, 'nested')} fields " \
+               "(blobtool's limit)"
+
+    kept = _locate(buf, start, end, path, names, keep, too_many, spans)
     message = message_cls()
     try:
-        message.ParseFromString(b"".join(wire.minimal_tags(buf, a, b) for a, b in spans))
+        message.ParseFromString(b"".join(wire.protobuf_ready(buf, a, b) for a, b in spans))
     except parse_errors() as exc:
         raise FormatError(f"invalid {message_cls.__name__} fields ({exc})", path=path, offset=start) from exc
     return message, kept
@@ -334,8 +371,8 @@ def _read_net(doc: Document, buf) -> None:
 
     net, layer_fields = _split(buf, 0, doc.size, doc.path, NET_FIELD_NAMES, {2, 100}, pb.NetParameter)
     doc.meta["name"] = _text(net.name) if net.HasField("name") else None
-    seen = {}
-    for k, lf in enumerate(layer_fields):
+    layers = []  # (name, type, blob field chains, layer field) per layer, in file order
+    for lf in layer_fields:
         if lf.number == 100:
             layer, blob_fields = _split(buf, lf.start, lf.end, doc.path, LAYER_FIELD_NAMES, {7},
                                         pb.LayerParameter)
@@ -352,10 +389,9 @@ def _read_net(doc: Document, buf) -> None:
                 name = name or _text(v0.name)
                 type_ = type_ or _text(v0.type)
                 chains += [(lf, v0f, bf) for bf in v0_blobs]
-        name = name or f"layer{k}"
-        seen[name] = seen.get(name, 0) + 1
-        if seen[name] > 1:
-            name = f"{name}#{seen[name]}"
+        layers.append((name, type_, chains, lf))
+    names = unique_names([name for name, _, _, _ in layers])
+    for name, (_, type_, chains, lf) in zip(names, layers):
         for index, chain in enumerate(chains):
             doc.check_room(chain[-1].offset)
             record = parse_blob(buf, chain[-1].start, chain[-1].end, path=doc.path)
@@ -544,7 +580,7 @@ def write_new(doc: Document, entries: list, blobs: list, dest, *, precision=None
 def save_blob(blob, dest, *, precision=None, write_diff=None, layout=None, transforms=None) -> None:
     """Write `blob` as one BlobProto to a path, "-" or a binary file object (atomically for paths).
 
-    None keeps what the blob came with (see blobproto.resolve_form).
+    None keeps what the blob came with (see blobwrite.resolve_form).
     """
     form = resolve_form(blob, precision=precision, write_diff=write_diff, layout=layout)
     try:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..blobproto import resolve_form, write_parts
+from ..blobwrite import resolve_form, write_parts
 from ..errors import OutputError, UsageError
 from ..source import atomic_output, display_name
 from . import Document
@@ -153,7 +153,7 @@ def _string_dataset(h5py, f, name: str, text: str) -> None:
 
 
 def _write_payloads(target_file, planned) -> None:
-    """Stream each blob's values into its dataset's space, chunk by chunk (blobproto.write_parts).
+    """Stream each blob's values into its dataset's space, chunk by chunk (blobwrite.write_parts).
 
     h5py writes a dataset by N-D hyperslabs only, so a blob whose last axis
     is large (an InnerProduct weight of shape (1, N)) would have to be

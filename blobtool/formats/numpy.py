@@ -45,7 +45,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.lib import format as npy_format
 
-from ..blob import Blob, Origin
+from ..blob import Blob, Origin, exact_values
 from ..errors import BlobToolError, FormatError, UsageError
 from ..source import Source, atomic_output
 from . import MAX_BLOBS, Document, Entry
@@ -390,7 +390,8 @@ def blob_arrays(entries: list, blobs: list, *, with_diff: bool, precision=None, 
     All at once (see iter_blob_arrays for one at a time). Diffs are written
     when `with_diff` (the format holds several arrays) and `write_diff`
     (None: each blob that has one). `precision` converts ("float", "double",
-    "half"); `transforms` are applied to the values first.
+    "half"); None keeps the blob's dtype, or the integer type a blob stored
+    as integers came with. `transforms` are applied to the values first.
     """
     return dict(iter_blob_arrays(entries, blobs, with_diff=with_diff, precision=precision, write_diff=write_diff,
                                  transforms=transforms))
@@ -407,7 +408,9 @@ def iter_blob_arrays(entries: list, blobs: list, *, with_diff: bool, precision=N
         if fns.get(which):
             values = fns[which](values, 0)
         values = values.reshape(blob.shape)
-        if target is not None:
+        if target is None and blob.origin is not None and blob.origin.dtype.kind in "iu":
+            values = exact_values(values, blob.origin.dtype)  # integers stay integers
+        elif target is not None:
             with np.errstate(over="ignore", invalid="ignore"):  # as in the cast on reading
                 values = values.astype(target)
         yield key, values

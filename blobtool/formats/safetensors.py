@@ -34,7 +34,7 @@ BF16 tensors are listed (info) but their values load only with a cast
 next to "<name>" is that blob's diff. Blobs come in the header's order.
 
 Writing streams: the header is built from the blobs' shapes and dtypes, then
-each tensor is converted and written chunk by chunk (blobproto.write_parts),
+each tensor is converted and written chunk by chunk (blobwrite.write_parts),
 releasing the input's pages behind it. The measurement that decided it
 (/usr/bin/time -v, a generated 1.0 GiB caffemodel of four 256 MiB blobs,
 the 2-core reference machine): ``convert -o big.safetensors`` peaks at 39 MB
@@ -62,7 +62,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..blob import MAX_BLOB_AXES, Blob, Origin
-from ..blobproto import resolve_form, write_parts
+from ..blobwrite import resolve_form, write_parts
 from ..errors import BlobToolError, FormatError
 from ..source import atomic_output
 from . import MAX_BLOBS, Document, Entry

@@ -1,0 +1,197 @@
+"""Writing a Blob as a BlobProto: the fields each precision (or the encoding it was read in) writes, in chunks.
+
+The small fields go through protobuf; each payload is written as tag, length
+and raw little-endian bytes, in field-number order, so the bytes equal what
+protobuf's SerializeToString gives for the same message. With no precision
+asked for, each side keeps the field it was read from (a raw INT stays a raw
+INT, ditcaffe's half_data stays half_data), and the fields blobtool does not
+know are written after the known ones, byte for byte (where protobuf writes
+unknown fields): a BlobProto that protobuf wrote comes back as it was. The
+fields each precision writes are a table in blobproto.py, beside
+PAYLOAD_FIELDS.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import wire
+from .blob import LEGACY_FIELDS, Blob, exact_values
+from .blobproto import DIFF_OF, PAYLOAD_BY_NAME, PRECISION_FIELDS, PRECISIONS, RAW_TYPE_OF, RAW_TYPES, SHAPE_FIELD
+from .errors import UsageError
+from .progress import report
+from .source import release_pages
+
+__all__ = ["encode_blob_parts", "check_layout", "resolve_form", "write_parts", "write_blob", "blob_encoded_size"]
+
+# Payloads at least this large are written straight from the array; smaller
+# conversions (float32 <-> float64) go through buffers of this many elements
+# so that converting never doubles the memory of a large blob.
+_WRITE_CHUNK = 1 << 20
+
+
+def encode_blob_parts(blob: Blob, *, precision="float", write_diff: bool = False,
+                      layout: str = "shape", transforms: dict | None = None, unknown: bytes = b""):
+    """The pieces of a BlobProto for `blob`, in field-number order, then `unknown` (fields kept as they were).
+
+    Returns a list whose items are bytes (headers, small fields) or
+    (array, target dtype) pairs for payloads, so callers can stream them.
+    `precision` is "float" (data/diff), "double" (double_data/double_diff),
+    "half" (NVIDIA Caffe's raw_data/raw_diff typed FLOAT16), or a stored
+    encoding (Origin.encoding: each side's field and raw type) to write the
+    blob as it was read.
+
+    `transforms` may map "data"/"diff" to ``fn(chunk, start) -> array``,
+    applied chunk by chunk as the payload is written (how the command line
+    streams scale and update through files larger than memory).
+    """
+    transforms = transforms or {}
+    if layout not in ("shape", "legacy"):
+        raise UsageError(f"layout must be 'shape' or 'legacy', got {layout!r}")
+    sides = _side_encodings(precision)
+    from ._pb.blobtool_caffe_pb2 import BlobProto
+
+    # (field number, piece) pairs, sorted by number at the end: protobuf's
+    # SerializeToString writes fields in that order, and so does blobtool.
+    fields = []
+    legacy = BlobProto()
+    check_layout(blob, layout)
+    if layout == "legacy":
+        for index, name in zip((-4, -3, -2, -1), LEGACY_FIELDS):
+            setattr(legacy, name, blob.legacy_shape(index))
+        fields.append((1, legacy.SerializeToString()))
+    elif blob.shape:
+        # As Caffe's ToProto: a scalar (0-axis) blob gets no shape field at all
+        # (extend() with no dims would still mark `shape` present).
+        shape = BlobProto()
+        shape.shape.dim.extend(blob.shape)
+        fields.append((SHAPE_FIELD, shape.SerializeToString()))
+    for which, values in (("data", blob.cpu_data), ("diff", blob.cpu_diff))[:2 if write_diff else 1]:
+        name, raw_type = sides[which == "diff"]
+        spec = PAYLOAD_BY_NAME[name]
+        values = values()
+        if spec.encoding == "raw":
+            target = RAW_TYPES[raw_type]
+            fields.append((spec.type_field, wire.encode_tag(spec.type_field, wire.VARINT)
+                           + wire.encode_varint(raw_type)))
+        elif not values.size:
+            continue  # an empty repeated field is not written; NVIDIA Caffe writes raw_data even when empty
+        elif spec.encoding == "half":
+            # ditcaffe's varints: their length depends on the values, so the
+            # payload is made whole (ditcaffe's blobs are small).
+            payload = _half_payload(values, transforms.get(which))
+            fields.append((spec.number, wire.len_field_header(spec.number, len(payload))))
+            fields.append((spec.number, payload))
+            continue
+        else:
+            target = spec.dtype
+        fields.append((spec.number, wire.len_field_header(spec.number, values.size * target.itemsize)))
+        fields.append((spec.number, (values, target, transforms.get(which))))
+    fields.sort(key=lambda item: item[0])  # stable: each payload's header stays before its values
+    return [piece for _, piece in fields] + ([bytes(unknown)] if unknown else [])
+
+
+def _side_encodings(precision) -> tuple:
+    """((field, raw type), (field, raw type)) for data and diff: from a precision's name or a stored encoding."""
+    if isinstance(precision, tuple):
+        data, diff = precision
+        if data[0] not in DIFF_OF or (diff is not None and diff[0] not in DIFF_OF.values()):
+            raise UsageError(f"unknown stored encoding {precision!r}")
+        return data, diff if diff is not None else (DIFF_OF[data[0]], data[1])
+    if precision not in PRECISIONS:
+        raise UsageError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+    raw_type = RAW_TYPE_OF.get(precision)
+    return tuple((name, raw_type) for name in PRECISION_FIELDS[precision])
+
+
+def _half_payload(values: np.ndarray, transform) -> bytes:
+    """ditcaffe's half_data bytes for `values` (after `transform`): packed varints of float16 bits."""
+    values = values.reshape(-1)
+    if transform is not None:
+        values = np.concatenate([transform(values[a:a + _WRITE_CHUNK], a)
+                                 for a in range(0, values.size, _WRITE_CHUNK)])
+    with np.errstate(over="ignore", invalid="ignore"):  # as the FLOAT16 raw form: past float16's range is inf
+        bits = values.astype("<f2").view("<u2")
+    report(values.nbytes)
+    return wire.encode_packed_uint16(bits)
+
+
+# The largest legacy dimension: num, channels, height and width are int32 fields.
+INT32_MAX = 2**31 - 1
+
+
+def check_layout(blob: Blob, layout: str | None) -> None:
+    """Refuse the legacy layout (num/channels/height/width) for more than 4 axes, or a dimension past int32."""
+    if layout == "legacy" and blob.num_axes > 4:
+        raise UsageError(f"the legacy layout holds at most 4 axes; this blob has {blob.num_axes}")
+    too_large = [(axis, d) for axis, d in enumerate(blob.shape) if d > INT32_MAX] if layout == "legacy" else []
+    if too_large:
+        axis, dim = too_large[0]
+        raise UsageError(f"the legacy layout holds dimensions up to {INT32_MAX} (int32 fields); dimension {axis} "
+                         f"of shape {tuple(blob.shape)} is {dim}")
+
+
+def resolve_form(blob: Blob, *, precision: str | None = None, write_diff: bool | None = None,
+                 layout: str | None = None) -> dict:
+    """Fill the Nones in a write request from what the blob came with.
+
+    A blob made in Python writes as its dtype, in the `shape` layout, without
+    diff (Caffe's ToProto defaults). A loaded blob keeps its stored encoding
+    (each side's field and raw type), layout, diff and unknown fields; a
+    legacy blob grown past 4 axes falls back to `shape`.
+    """
+    origin = blob.origin
+    if precision is None:
+        if origin is not None and origin.encoding:
+            precision = origin.encoding
+        else:
+            precision = origin.precision if origin else ("double" if blob.dtype == np.float64 else "float")
+    if write_diff is None:
+        write_diff = bool(origin.has_diff) if origin else False
+    if layout is None:
+        layout = origin.layout if origin else "shape"
+        if layout == "legacy" and blob.num_axes > 4:
+            layout = "shape"
+    return {"precision": precision, "write_diff": write_diff, "layout": layout,
+            "unknown": origin.unknown if origin else b""}
+
+
+def blob_encoded_size(parts) -> int:
+    """Bytes that `parts` (from encode_blob_parts) take when written."""
+    return sum(p[0].size * p[1].itemsize if isinstance(p, tuple) else len(p) for p in parts)
+
+
+def write_parts(out, parts) -> None:
+    """Write encode_blob_parts' pieces to a binary file object, chunk by chunk.
+
+    Payloads are written in chunks of _WRITE_CHUNK elements: converted to the
+    target dtype, passed through the part's transform if it has one, and the
+    input pages behind each written chunk are released (source.release_pages),
+    so memory stays bounded whatever the file size.
+    """
+    for part in parts:
+        if not isinstance(part, tuple):  # bytes, or a memoryview of the input
+            out.write(part)
+            continue
+        values, target = part[0].reshape(-1), part[1]
+        transform = part[2] if len(part) > 2 else None
+        # Doubles past float32's range become infinities, as Caffe's cast
+        # makes them; numpy's warning about it would break the one-line stderr.
+        with np.errstate(over="ignore", invalid="ignore"):
+            for start in range(0, values.size, _WRITE_CHUNK):
+                chunk = values[start:start + _WRITE_CHUNK]
+                data = chunk if transform is None else transform(chunk, start)
+                if target.kind in "iu":
+                    data = exact_values(data, target)
+                elif data.dtype != target:
+                    data = data.astype(target)
+                out.write(memoryview(np.ascontiguousarray(data)).cast("B"))
+                report(chunk.nbytes)
+                release_pages(chunk)
+
+
+def write_blob(out, blob: Blob, *, precision="float", write_diff: bool = False,
+               layout: str = "shape", transforms: dict | None = None, unknown: bytes = b"") -> None:
+    """Write `blob` as one BlobProto to the binary file object `out` (see encode_blob_parts)."""
+    write_parts(out, encode_blob_parts(blob, precision=precision, write_diff=write_diff, layout=layout,
+                                       transforms=transforms, unknown=unknown))
