@@ -132,17 +132,22 @@ def check_layout(blob: Blob, layout: str | None) -> None:
 
 
 def resolve_form(blob: Blob, *, precision: str | None = None, write_diff: bool | None = None,
-                 layout: str | None = None) -> dict:
+                 layout: str | None = None, encoded: bool = True) -> dict:
     """Fill the Nones in a write request from what the blob came with.
 
     A blob made in Python writes as its dtype, in the `shape` layout, without
     diff (Caffe's ToProto defaults). A loaded blob keeps its stored encoding
     (each side's field and raw type), layout, diff and unknown fields; a
-    legacy blob grown past 4 axes falls back to `shape`.
+    legacy blob grown past 4 axes falls back to `shape`. For a format that
+    has no BlobProto encodings (`encoded` False: HDF5, safetensors) the
+    precision is "float", "double" or "half" as stored, and "double" for
+    integers (which float64 holds exactly).
     """
     origin = blob.origin
     if precision is None:
-        if origin is not None and origin.encoding:
+        if origin is not None and not encoded:
+            precision = "double" if origin.dtype.kind in "iu" else origin.precision
+        elif origin is not None and origin.encoding:
             precision = origin.encoding
         else:
             precision = origin.precision if origin else ("double" if blob.dtype == np.float64 else "float")

@@ -21,7 +21,7 @@ from safetensors.numpy import load, load_file, save, save_file
 
 import fuzzcases as fc
 from blobtool import BlobToolError, __version__, load_all, open_document, write
-from blobtool.formats import Document, Entry
+from blobtool.formats import MAX_BLOBS, Document, Entry
 from builders import Layer, blob_bytes, npz_bytes, raw_blob_bytes, write_net, write_npz
 from runner import run_blobtool
 
@@ -302,7 +302,7 @@ def test_bad_files_are_refused_with_one_line(tmp_path, name, data, message):
 
 def test_headers_of_too_many_values_are_refused_before_parsing():
     many = b"{" + b",".join(b'"%d":[]' % i for i in range(140_000)) + b"}"
-    with pytest.raises(BlobToolError, match="the header holds more JSON values than 65536 tensors need"):
+    with pytest.raises(BlobToolError, match=f"the header holds more JSON values than {MAX_BLOBS} tensors need"):
         open_document(io.BytesIO(st(many)), "safetensors")
 
 

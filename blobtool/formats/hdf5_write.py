@@ -66,8 +66,8 @@ def write_snapshot(doc: Document | None, entries: list, blobs: list, dest, *, ki
         group, index = _place(entry.name, kind)
         if blob.num_axes == 0:
             raise UsageError(f"blob {entry.name!r} has no axes (a scalar); Caffe's HDF5 datasets have 1 to 32")
-        form = resolve_form(blob, precision=precision, write_diff=write_diff, layout="shape") if selected \
-            else resolve_form(blob, layout="shape")
+        form = resolve_form(blob, precision=precision, write_diff=write_diff, layout="shape", encoded=False) \
+            if selected else resolve_form(blob, layout="shape", encoded=False)
         target = _TARGET[form["precision"]]
         fns = transforms.get(entry.name, {}) if selected else {}
         planned.append(_Planned(f"{group}/{index}", blob.shape, (blob.cpu_data(), target, fns.get("data"))))

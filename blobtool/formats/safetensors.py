@@ -309,8 +309,10 @@ def _plan(entries: list, blobs: list, precision, write_diff, transforms) -> list
     """(key, shape, values, target dtype, transform) for each tensor to write, in the blobs' order."""
     plan, names = [], []
     for k, (entry, blob) in enumerate(zip(entries, blobs)):
-        form = resolve_form(blob, precision=precision, write_diff=write_diff)
+        form = resolve_form(blob, precision=precision, write_diff=write_diff, encoded=False)
         target = PRECISION_DTYPES[form["precision"]].newbyteorder("<")
+        if precision is None and blob.origin is not None and blob.origin.dtype.kind in "iu":
+            target = blob.origin.dtype.newbyteorder("<")  # NVIDIA Caffe's INT/UINT blobs stay integers
         fns = (transforms or {}).get(entry.name, {})
         plan.append((entry.name, blob.shape, blob.cpu_data(), target, fns.get("data")))
         names.append((entry.name, k, "data"))
