@@ -626,7 +626,7 @@ def check_rewrite(data: bytes, kind: str | None = None) -> bool:
     from blobtool import write
     try:
         doc = open_document(io.BytesIO(data), kind)
-        if doc.kind not in CAFFE_KINDS:
+        if doc.kind not in CAFFE_KINDS or doc.format != "caffe":  # Caffe's HDF5 snapshots hold no records
             return False
         before = {e.name: (e.blob(), e.record) for e in doc.entries}
     except BlobToolError:

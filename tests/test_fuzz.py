@@ -644,6 +644,6 @@ def test_many_tiny_fields_are_read(tmp_path, name):
     for command in commands:
         result = run_blobtool(command[0], path, *command[1:], timeout=300)
         assert result.returncode == 0, (command, result.stderr)
-        assert result.stderr == ""
+        assert not result.stderr, (command, result.stderr)
     if len(commands) > 2:
         assert (tmp_path / "out.pb").read_bytes() == data  # unknown fields and all, as they were

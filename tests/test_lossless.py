@@ -189,3 +189,26 @@ def test_packed_uint16_varints_round_trip():
 def test_raw_type_table_matches_the_builders():
     from blobtool.blobproto import RAW_TYPES
     assert {v: np.dtype(k) for k, v in RAW_TYPE.items()} == RAW_TYPES
+
+
+@pytest.mark.parametrize("dtype", ["int32", "uint32"])
+def test_integer_blobs_stay_exact_in_safetensors_and_hdf5(tmp_path, dtype):
+    # 16777217 is the first integer float32 cannot hold: it must survive both outputs.
+    from safetensors.numpy import load_file
+    h5py = pytest.importorskip("h5py", reason="Caffe's HDF5 snapshots need h5py (blobtool[hdf5])")
+
+    values = np.array([16777217, 7, 4294967295 if dtype == "uint32" else -5], dtype=dtype)
+    src = tmp_path / "int.pb"
+    src.write_bytes(raw_blob_bytes(values))
+    result = invoke("convert", src, "-o", tmp_path / "int.safetensors")
+    assert result.exit_code == 0, result.output
+    tensors = load_file(str(tmp_path / "int.safetensors"))
+    assert tensors["0"].dtype == np.dtype(dtype) and tensors["0"].tolist() == values.tolist()
+
+    vector = tmp_path / "int.solverstate"
+    vector.write_bytes(len_field(3, raw_blob_bytes(values)))  # SolverState.history
+    result = invoke("convert", vector, "-o", tmp_path / "int.solverstate.h5")
+    assert result.exit_code == 0, result.output
+    with h5py.File(tmp_path / "int.solverstate.h5", "r") as f:
+        stored = f["history/0"][()]
+    assert stored.dtype == np.float64 and stored.tolist() == values.tolist()

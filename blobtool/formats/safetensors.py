@@ -87,8 +87,10 @@ DTYPES = {
     "U64": np.dtype("<u8"), "U32": np.dtype("<u4"), "U16": np.dtype("<u2"), "U8": np.dtype("u1"),
     "BOOL": np.dtype("?"), "BF16": np.dtype("<u2"),
 }
-# What a float blob is written as, by its numpy dtype.
-_CODES = {np.dtype(np.float64): "F64", np.dtype(np.float32): "F32", np.dtype(np.float16): "F16"}
+# What a blob is written as, by its numpy dtype: floats, and the integers
+# NVIDIA Caffe's INT/UINT blobs are stored as.
+_CODES = {np.dtype(np.float64): "F64", np.dtype(np.float32): "F32", np.dtype(np.float16): "F16",
+          np.dtype(np.int32): "I32", np.dtype(np.uint32): "U32"}
 
 
 @dataclass(frozen=True)
