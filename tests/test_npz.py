@@ -253,7 +253,6 @@ def test_info_of_a_deflate_bomb_reads_its_header_only(tmp_path):
     assert code == 0, stderr
     assert b'"shape": [67108864]' in stdout
     assert peak_mib < 120, peak_mib   # the interpreter and its modules; the member would be 256 MiB
-    assert seconds < 10, seconds
 
 
 def test_a_deflate_stream_longer_than_declared_is_not_inflated_past_it(tmp_path):

