@@ -149,13 +149,19 @@ class BlobtoolGroup(click.Group):
 def cli(debug: bool) -> None:
     """Inspect, compare and convert Caffe blob files.
 
-    Reads BlobProto files (the `shape` field and the legacy num/channels/height/width
-    fields) and .npy arrays; the kind is sniffed from the bytes, not the name.
+    \b
+    Reads (the kind is sniffed from the bytes, not the name):
+      BlobProto (.binaryproto, .pb, .protobin; the `shape` field or the legacy
+        num/channels/height/width), BlobProtoVector, nets (.caffemodel) and
+        solver states (.solverstate) as protobuf, Caffe's HDF5 snapshots
+        (.caffemodel.h5, .solverstate.h5), .npy and .npz arrays, .safetensors.
+    info and norm also take folders (every such file in them, recursively).
 
     \b
     Exit codes: 0 ok, 1 differences found or a check failed, 2 usage error,
     3 input unreadable or invalid, 4 GPU not available, 5 output not writable,
-    128+N stopped by signal N.
+    70 internal error (--debug shows the traceback), 129/130/143 stopped by
+    SIGHUP/SIGINT/SIGTERM (128+N).
 
     \b
     Example:

@@ -10,7 +10,8 @@ from ..errors import ExitCode
 from ..report import text
 from .group import CONTEXT_SETTINGS, say_error
 from .names import names_options, renamed, warn_all
-from .options import INPUT, Tolerance, blob_option, device_option, inputs, jobs_option, json_option, kind_option
+from .options import (INPUT, Tolerance, blob_option, device_option, inputs, jobs_option, json_object_option, json_option,
+                      kind_option)
 from .output import consoles, emit, emit_json, progress
 from .process import records
 from .work import array_module, open_input, place, use_device
@@ -164,7 +165,7 @@ def _norm_target(entry, device_info):
 @device_option
 @blob_option
 @kind_option
-@json_option
+@json_object_option("Print the comparison as one JSON object (one line).")
 @names_options
 def compare(a, b, rtol, atol, quiet, device, patterns, kind, as_json, names, no_fold):
     """Compare two blob files value by value; exit 1 when they differ.
@@ -206,7 +207,7 @@ def compare(a, b, rtol, atol, quiet, device, patterns, kind, as_json, names, no_
 
 
 @click.command(context_settings=CONTEXT_SETTINGS)
-@json_option
+@json_object_option('Print one JSON object: {"devices": [...]}.')
 def devices(as_json):
     """List the visible CUDA devices: index, name, memory and compute capability.
 

@@ -9,8 +9,8 @@ import click
 
 from ..formats import KINDS, OUTPUT_FORMATS
 
-__all__ = ["INPUT", "OUTPUT", "Tolerance", "json_option", "device_option", "blob_option", "kind_option",
-           "output_options", "jobs_option", "inputs", "output_target"]
+__all__ = ["INPUT", "OUTPUT", "Tolerance", "json_option", "json_object_option", "device_option", "blob_option",
+           "kind_option", "output_options", "jobs_option", "inputs", "output_target"]
 
 
 # An input path: checked by blobtool when it is opened, not by click, so that
@@ -40,6 +40,11 @@ def json_option(f):
     return click.option("--json", "as_json", is_flag=True, help="Print JSON Lines: one object per input file.")(f)
 
 
+def json_object_option(help_text: str):
+    """--json for a command that prints one JSON object (compare: the comparison; devices: the device list)."""
+    return click.option("--json", "as_json", is_flag=True, help=help_text)
+
+
 def device_option(f):
     return click.option("--device", "device", type=click.IntRange(min=0), metavar="N", default=None,
                         help="Run the work on CUDA GPU N (needs the CUDA extra).")(f)
@@ -60,7 +65,8 @@ def output_options(f):
                      help="Output format: blob (one BlobProto), npy, npz, safetensors, hdf5 (Caffe's HDF5 snapshot "
                           "of a net or solver state), protobuf (the input's kind as Caffe's protobuf), or same (the "
                           "input's kind and format). Default by extension: .npy, .npz, .safetensors, "
-                          ".pb/.binaryproto (one blob), .h5/.hdf5, .caffemodel/.solverstate (protobuf), else same.")(f)
+                          ".pb/.binaryproto (one blob), .h5/.hdf5, .caffemodel/.solverstate (protobuf); a name without "
+                          "an extension: same; any other extension is refused (exit 2).")(f)
     f = click.option("-o", "--output", type=OUTPUT, default=None, metavar="PATH",
                      help="Where to write ('-' for stdout; default stdout when it is not a terminal).")(f)
     return f
