@@ -56,10 +56,10 @@ INFO_KEYS = {"path", "kind", "bytes", "blobs"}
 INFO_BLOB_KEYS = {"name", "shape", "count", "dtype", "layout", "has_diff", "bytes"}
 STATS_KEYS = {"min", "max", "mean", "std", "nan", "inf", "histogram"}
 NORM_KEYS = {"path", "kind", "blobs", "total"}
-COMPARE_KEYS = {"a", "b", "equal", "blobs"}
+COMPARE_KEYS = {"a", "b", "equal", "rtol", "atol", "blobs"}
 COMPARE_BLOB_KEYS = {"name", "equal", "shape_a", "shape_b", "max_abs", "max_rel", "rel_l2",
-                     "mismatches", "first_mismatch", "diff"}
-VALUE_DIFF_KEYS = {"equal", "max_abs", "max_rel", "mismatches", "rel_l2"}
+                     "mismatches", "nonfinite", "first_mismatch", "diff"}
+VALUE_DIFF_KEYS = {"equal", "max_abs", "max_rel", "mismatches", "rel_l2", "nonfinite"}
 
 # Values with nothing special about them: distinct, signed, not exactly representable sums.
 DATA_23 = np.array([[0.5, -1.25, 2.0], [3.1, -0.7, 4.4]], dtype=np.float32)
@@ -670,7 +670,7 @@ def test_compare_same_file_is_equal(f32):
     (blob,) = record["blobs"]
     assert blob["mismatches"] == 0 and blob["first_mismatch"] is None
     assert blob["max_abs"] == 0 and blob["max_rel"] == 0
-    assert blob["diff"] == {"equal": True, "max_abs": 0.0, "max_rel": 0.0, "mismatches": 0, "rel_l2": 0.0}
+    assert blob["diff"] == {"equal": True, "max_abs": 0.0, "max_rel": 0.0, "mismatches": 0, "rel_l2": 0.0, "nonfinite": 0}
 
 
 @pytest.fixture
