@@ -71,7 +71,7 @@ def save(blob: Blob, dest, *, double: bool | None = None, write_diff: bool | Non
 
 def write(doc: Document | None, blobs, dest, *, format: str | None = None, precision: str | None = None,
           layout: str | None = None, write_diff: bool | None = None, transforms: dict | None = None,
-          release: bool = False) -> str:
+          release: bool = False, half_strict: bool = False, warn=None) -> str:
     """Write blobs to `dest` (a path, "-" or a binary file object) in any format blobtool writes.
 
     Parameters
@@ -90,6 +90,12 @@ def write(doc: Document | None, blobs, dest, *, format: str | None = None, preci
         "blob" otherwise.
     precision : "float", "double" or "half"; layout : "shape" or "legacy";
     write_diff : None keeps each blob's stored form.
+        With "half", a blob whose finite values do not fit float16 (past
+        65504) is written in float32 instead (float64 past float32's range),
+        never as Inf: `warn(line)` is called with one line per such blob and
+        one counting the values that became subnormal or 0 (default:
+        warnings.warn). `half_strict` raises UsageError for such a blob
+        instead, before anything is written.
     transforms : {name: {"data"|"diff": fn(chunk, start) -> array}} applied
         chunk by chunk while writing (how scale and update stream).
     release : hand the input's mapped pages back to the kernel as they are
@@ -114,6 +120,13 @@ def write(doc: Document | None, blobs, dest, *, format: str | None = None, preci
         except UsageError as exc:
             raise UsageError(f"blob {entry.name}: {exc.reason}", path=doc.path if doc is not None else None) from exc
     fmt, kind = output_target(dest, format, doc)
+    if precision == "half":
+        from .float16 import half_precisions
+
+        precision, lines = half_precisions(doc.path if doc is not None else None, entries, blob_list,
+                                           write_diff=write_diff, transforms=transforms, strict=half_strict)
+        for line in lines:
+            _warn(warn, line)
     if doc is not None and doc.naming != "blobtool" and fmt.name == doc.format and kind == doc.kind:
         raise UsageError(f"blobs renamed with --names {doc.naming} cannot be written back into the {kind} they "
                          "came from; write .safetensors, .npz or .npy")
@@ -121,6 +134,15 @@ def write(doc: Document | None, blobs, dest, *, format: str | None = None, preci
         module(fmt).write(doc, entries, blob_list, dest, kind=kind, precision=precision, write_diff=write_diff,
                           layout=layout, transforms=transforms)
     return kind
+
+
+def _warn(warn, line: str) -> None:
+    if warn is not None:
+        warn(line)
+    else:
+        import warnings
+
+        warnings.warn(line, stacklevel=3)
 
 
 def _new_entry(name: str, blob: Blob) -> Entry:

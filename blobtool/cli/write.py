@@ -14,15 +14,18 @@ from .work import load_selected, use_device
 __all__ = ["scale", "update", "convert"]
 
 
-def _write(doc, entries, blobs, output, fmt, *, precision=None, layout=None, write_diff=None, transforms=None):
+def _write(doc, entries, blobs, output, fmt, *, precision=None, layout=None, write_diff=None, transforms=None,
+           half_strict=False):
     """Write the selected blobs (api.write), keeping each blob's stored form unless told otherwise."""
     from ..api import write
+    from .output import say_warning
 
     # The blobs are not used after they are written, so the input's pages
     # can be dropped as each chunk goes out: memory stays bounded.
     with progress(doc, "writing"):
         write(doc, {e.name: b for e, b in zip(entries, blobs)}, output, format=fmt, precision=precision,
-              layout=layout, write_diff=write_diff, transforms=transforms, release=True)
+              layout=layout, write_diff=write_diff, transforms=transforms, release=True, half_strict=half_strict,
+              warn=say_warning)
 
 
 def _streamed(doc, entries, blobs, output, fmt, sides: dict, what: str) -> None:
@@ -145,7 +148,11 @@ def update(file, output, fmt, device, patterns, kind):
 @click.option("--double", "precision", flag_value="double", help="Write float64 values (double_data).")
 @click.option("--float", "precision", flag_value="float", help="Write float32 values (data).")
 @click.option("--half", "precision", flag_value="half",
-              help="Write NVIDIA Caffe's raw FLOAT16 form (half the size; only NVIDIA Caffe and OpenCV read it).")
+              help="Write float16 values: NVIDIA Caffe's raw FLOAT16 form in protobuf (half the size; only NVIDIA "
+                   "Caffe and OpenCV read it), float16 arrays elsewhere. A blob with values past float16's range "
+                   "(65504) stays float32, with a warning.")
+@click.option("--half-strict", is_flag=True,
+              help="As --half, but a blob that float16 cannot hold is an error (exit 2, nothing written).")
 @click.option("--shape", "layout", flag_value="shape", help="Write the `shape` field (Caffe's ToProto).")
 @click.option("--legacy", "layout", flag_value="legacy",
               help="Write legacy num/channels/height/width (at most 4 axes).")
@@ -154,7 +161,7 @@ def update(file, output, fmt, device, patterns, kind):
 @blob_option
 @kind_option
 @names_options
-def convert(file, output, fmt, precision, layout, no_diff, device, patterns, kind, names, no_fold):
+def convert(file, output, fmt, precision, half_strict, layout, no_diff, device, patterns, kind, names, no_fold):
     """Re-save blobs with Caffe's ToProto meaning: as the same kind, a blob file, .npy, .npz, .safetensors or HDF5.
 
     Keeps each blob's dtype, layout and diff unless told otherwise. A .caffemodel,
@@ -180,6 +187,10 @@ def convert(file, output, fmt, precision, layout, no_diff, device, patterns, kin
     """
     from ..formats.numpy import cast_for
 
+    if half_strict:
+        if precision not in (None, "half"):
+            raise click.UsageError(f"--half-strict writes float16; it cannot be combined with --{precision}")
+        precision = "half"
     output = output_target(output)
     npy_cast = cast_for(precision)
     device_info = use_device(device)
@@ -192,4 +203,4 @@ def convert(file, output, fmt, precision, layout, no_diff, device, patterns, kin
         doc, entries = result.document, result.document.entries
         blobs = [e.blob() for e in entries]
     _write(doc, entries, blobs, output, fmt, precision=precision, layout=layout,
-           write_diff=False if no_diff else None)
+           write_diff=False if no_diff else None, half_strict=half_strict)

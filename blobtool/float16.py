@@ -1,0 +1,113 @@
+"""Writing blobs in float16 (--half): which blobs fit, and what the others are written in instead.
+
+float16 holds finite values up to 65504 in magnitude; anything larger
+becomes Inf, and a value below 6.1e-05 (float16's smallest normal number)
+becomes a subnormal, or 0 below 6.0e-08. A running sum that Caffe's
+BatchNorm stores reaches 1e7 in real nets, so a blind cast would turn
+whole blobs into Inf. As OpenCV's FP16 conversion does, a blob whose finite
+values do not all fit stays in float32 (float64 where float32 cannot hold
+them either); every format blobtool writes in float16 (Caffe's protobuf
+with NVIDIA's raw FLOAT16, .npy/.npz, safetensors, HDF5) types each blob on
+its own, so float16 and float32 blobs sit side by side in one file.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .errors import UsageError
+from .kernels import map_chunks
+
+__all__ = ["Float16Fit", "float16_fit", "half_precisions"]
+
+_HALF = np.finfo(np.float16)
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
+
+
+@dataclass
+class Float16Fit:
+    """How one blob's values (data, and the diff when it is written) fare in float16."""
+
+    name: str
+    count: int
+    overflow: int = 0      # finite values past float16's range: they would become Inf
+    subnormal: int = 0     # non-zero values that become float16 subnormals (precision lost)
+    zero: int = 0          # non-zero values that become 0
+    max_abs: float = 0.0   # the largest finite magnitude
+
+    @property
+    def fits(self) -> bool:
+        return self.overflow == 0
+
+    @property
+    def fallback(self) -> str:
+        """The precision to write the blob in when it does not fit: float, or double past float32's range."""
+        return "double" if self.max_abs > _FLOAT32_MAX else "float"
+
+
+def _chunk_counts(part: np.ndarray) -> tuple:
+    with np.errstate(over="ignore", invalid="ignore"):
+        half = part.astype(np.float16)
+    finite = np.isfinite(part)
+    nonzero = finite & (part != 0)
+    magnitude = np.abs(part, where=finite, out=np.zeros(part.shape, np.float64))
+    return (int(np.count_nonzero(finite & np.isinf(half))),
+            int(np.count_nonzero(nonzero & (half != 0) & (np.abs(half) < _HALF.tiny))),
+            int(np.count_nonzero(nonzero & (half == 0))),
+            float(magnitude.max(initial=0.0)))
+
+
+def float16_fit(name: str, arrays) -> Float16Fit:
+    """Count, over `arrays` (a blob's data and diff as flat arrays), what float16 would make of their values."""
+    fit = Float16Fit(name, 0)
+    for values in arrays:
+        fit.count += values.size
+        if values.dtype == np.float16:
+            continue  # already float16: nothing to lose
+        for over, sub, zero, top in map_chunks(_chunk_counts, values, progress=True):
+            fit.overflow += over
+            fit.subnormal += sub
+            fit.zero += zero
+            fit.max_abs = max(fit.max_abs, top)
+    return fit
+
+
+def half_precisions(path, entries, blobs, *, write_diff=None, transforms=None, strict: bool = False) -> tuple:
+    """({name: precision} for writing `blobs` in float16, [warning lines]), or UsageError when `strict`.
+
+    A blob whose finite values all fit is written in "half"; the others in
+    Float16Fit.fallback, each with one warning line saying why. The values
+    that become subnormal or 0 in the blobs written in float16 are counted
+    in one more line. With `strict`, a blob that does not fit is a
+    UsageError, raised before anything is written.
+    """
+    precisions, lines = {}, []
+    lossy = Float16Fit("", 0)
+    where = f"{path}: " if path is not None else ""
+    for entry, blob in zip(entries, blobs):
+        fns = (transforms or {}).get(entry.name, {})
+        sides = [("data", blob.cpu_data)]
+        diff = write_diff if write_diff is not None else bool(blob.origin and blob.origin.has_diff)
+        if diff and blob.diff_memory is not None:
+            sides.append(("diff", blob.cpu_diff))
+        arrays = [fns[side](get(), 0) if fns.get(side) else get() for side, get in sides]
+        fit = float16_fit(entry.name, arrays)
+        if fit.fits:
+            precisions[entry.name] = "half"
+            lossy.subnormal += fit.subnormal
+            lossy.zero += fit.zero
+            lossy.count += 1
+            continue
+        reason = (f"blob {entry.name}: {fit.overflow:,} of {fit.count:,} values are past float16's range "
+                  f"(largest {fit.max_abs:.6g}, float16 holds up to {float(_HALF.max):g})")
+        if strict:
+            raise UsageError(f"--half-strict: {reason}; nothing written", path=path)
+        precisions[entry.name] = fit.fallback
+        lines.append(f"{where}{reason}: kept in {'float32' if fit.fallback == 'float' else 'float64'} "
+                     f"({fit.subnormal:,} values would have become subnormal and {fit.zero:,} zero)")
+    if lossy.subnormal or lossy.zero:
+        lines.append(f"{where}--half: in the {lossy.count:,} blob(s) written in float16, {lossy.subnormal:,} values "
+                     f"became subnormal (below {float(_HALF.tiny):.3g}) and {lossy.zero:,} became 0")
+    return precisions, lines
