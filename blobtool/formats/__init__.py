@@ -67,7 +67,7 @@ from dataclasses import dataclass, field
 
 from ..errors import FormatError, UsageError
 
-__all__ = ["Format", "Output", "FORMATS", "KINDS", "CONTAINER_KINDS", "OUTPUT_FORMATS", "Entry", "Document", "NetLayer",
+__all__ = ["Format", "Output", "FORMATS", "EXTENSIONS", "KINDS", "CONTAINER_KINDS", "OUTPUT_FORMATS", "Entry", "Document", "NetLayer",
            "get_format", "format_by_signature", "module", "open_document", "select", "output_target", "output_extensions",
            "unique_names",
            "MAX_BLOBS"]
@@ -113,6 +113,10 @@ FORMATS = (
     Format("safetensors", ("safetensors",), probe=_safetensors_head,
            outputs=(Output("safetensors", (".safetensors",), "safetensors"),), containers=("safetensors",)),
 )
+
+# The file name extensions of the formats blobtool reads (and writes): how a
+# folder given as input is searched. A file's kind still comes from its bytes.
+EXTENSIONS = tuple(dict.fromkeys(ext for fmt in FORMATS for out in fmt.outputs for ext in out.extensions))
 
 # Every kind --kind accepts, and the ones that hold several named blobs.
 KINDS = tuple(dict.fromkeys(kind for fmt in FORMATS for kind in fmt.kinds))
