@@ -96,7 +96,7 @@ def _native_dtype(header: NpyHeader, cast, path) -> np.dtype:
     if not is_blob_dtype and (cast is None or dtype.kind not in "biuf"):
         hint = " (convert it with --float or --double)" if dtype.kind in "biuf" else ""
         raise FormatError(f".npy holds {dtype} values; blobs are float32 or float64{hint}", path=path)
-    return np.dtype(cast) if cast is not None else dtype.newbyteorder("=")
+    return np.dtype(cast) if cast is not None and not is_blob_dtype else dtype.newbyteorder("=")
 
 
 def _check_shape(header: NpyHeader, native: np.dtype, path) -> None:
