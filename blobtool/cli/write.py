@@ -44,6 +44,8 @@ def _streamed(doc, entries, blobs, output, fmt, sides: dict, what: str) -> None:
 
 def _on_device(doc, entries, blobs, output, fmt, sides: dict, what: str) -> None:
     """Run each side's in-place Blob method on the GPU (`sides`: "data"/"diff" -> fn(blob)), warn, and write."""
+    import numpy
+
     from ..kernels import count_nonfinite
     from .work import array_module
 
@@ -52,8 +54,9 @@ def _on_device(doc, entries, blobs, output, fmt, sides: dict, what: str) -> None
     counts = []
     for blob in blobs:
         before = {side: count_nonfinite(views[side](blob), xp) for side in sides} if blob.count else {}
-        for run in sides.values():
-            run(blob)
+        with numpy.errstate(over="ignore", invalid="ignore"):  # counted below, not warned by numpy
+            for run in sides.values():
+                run(blob)
         counts.append({side: count_nonfinite(views[side](blob), xp) - n for side, n in before.items()})
     _warn_nonfinite(doc, entries, counts, what)
     _write(doc, entries, blobs, output, fmt)
