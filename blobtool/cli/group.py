@@ -18,8 +18,8 @@ from .. import __version__
 from ..errors import BlobToolError, ExitCode
 from ..report.escape import escape
 
-__all__ = ["BlobtoolGroup", "cli", "CONTEXT_SETTINGS", "say_error", "quiet_broken_pipe", "is_output_failure",
-           "fail_output", "stopped"]
+__all__ = ["BlobtoolGroup", "cli", "CONTEXT_SETTINGS", "say_error", "debug_traceback", "quiet_broken_pipe",
+           "is_output_failure", "fail_output", "stopped"]
 
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
@@ -40,6 +40,14 @@ def _print_traceback() -> None:
     import traceback  # only with --debug: not worth loading on every start
 
     traceback.print_exc()
+
+
+def debug_traceback(exc: BaseException) -> None:
+    """With --debug (or BLOBTOOL_DEBUG=1), the traceback of an error that is reported and then gone past."""
+    if _debug_enabled():
+        import traceback
+
+        traceback.print_exception(exc)
 
 
 def say_error(message: str) -> None:
