@@ -86,8 +86,9 @@ def write(doc: Document | None, blobs, dest, *, format: str | None = None, preci
         kind and format, every other byte of a protobuf container kept);
         None chooses from dest's extension (.npy, .npz, .safetensors,
         .pb/.binaryproto/.blob/.protobin, .h5/.hdf5,
-        .caffemodel/.solverstate), else "same" for a container input and
-        "blob" otherwise.
+        .caffemodel/.solverstate); a name without an extension (or a file
+        object) gives "same" for a container input and "blob" otherwise;
+        any other extension is a UsageError.
     precision : "float", "double" or "half"; layout : "shape" or "legacy";
     write_diff : None keeps each blob's stored form.
         With "half", a blob whose finite values do not fit float16 (past

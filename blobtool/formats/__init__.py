@@ -67,10 +67,9 @@ from dataclasses import dataclass, field
 
 from ..errors import FormatError, UsageError
 
-__all__ = ["Format", "Output", "FORMATS", "EXTENSIONS", "KINDS", "CONTAINER_KINDS", "OUTPUT_FORMATS", "Entry", "Document", "NetLayer",
-           "get_format", "format_by_signature", "module", "open_document", "select", "output_target", "output_extensions",
-           "unique_names",
-           "MAX_BLOBS"]
+__all__ = ["Format", "Output", "FORMATS", "EXTENSIONS", "KINDS", "CONTAINER_KINDS", "OUTPUT_FORMATS", "Entry",
+           "Document", "NetLayer", "get_format", "format_by_signature", "module", "open_document", "select",
+           "output_target", "output_extensions", "unique_names", "MAX_BLOBS"]
 
 
 @dataclass(frozen=True)
@@ -357,9 +356,10 @@ def unique_names(names: list, unnamed: str = "layer") -> list:
 def output_target(dest, choice: str | None, doc: Document | None) -> tuple:
     """(Format, kind) to write: the --format `choice`, else by dest's extension, else the input's own.
 
-    With no choice and no known extension, a container input is written as
-    itself ("same") and anything else as one BlobProto ("blob"). Raises
-    UsageError when the input cannot be written back as its own kind.
+    With no choice and a name without an extension, a container input is
+    written as itself ("same") and anything else as one BlobProto ("blob").
+    Raises UsageError for an extension that no format writes (x.json, x.png)
+    and when the input cannot be written back as its own kind.
     """
     if choice is None:
         choice = _choice_by_extension(dest)
