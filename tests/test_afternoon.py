@@ -513,3 +513,23 @@ def test_a_loaded_blob_is_an_array_of_its_file(tmp_path):
     path = write_npy(tmp_path / "v.npy", values)
     np.testing.assert_array_equal(np.asarray(blobtool.load(path)), values)
     assert os.path.exists(path)
+
+
+def test_float16_fit_counts_each_edge_as_numpys_cast_rounds_it():
+    from blobtool.float16 import float16_fit
+
+    tiny, smallest = float(np.finfo(np.float16).tiny), float(np.finfo(np.float16).smallest_subnormal)
+    edges = np.array([65504.0, 65519.99, 65520.0, -65536.0, 1e38, np.inf, -np.inf, np.nan, 0.0, -0.0, tiny,
+                      tiny * 0.999, smallest, smallest / 2, smallest * 0.51, -smallest * 0.49, 1e-30, 1.0],
+                     dtype=np.float32)
+    over = sub = zero = 0
+    for value in edges.tolist():  # one value at a time, through Python floats: the oracle
+        with np.errstate(over="ignore"):
+            half = float(np.float16(value))
+        finite = np.isfinite(value)
+        over += finite and np.isinf(half)
+        sub += finite and value != 0 and half != 0 and abs(half) < tiny
+        zero += finite and value != 0 and half == 0
+    fit = float16_fit("edges", [edges])
+    assert (fit.overflow, fit.subnormal, fit.zero) == (over, sub, zero) == (3, 3, 3)
+    assert fit.max_abs == pytest.approx(1e38) and fit.fallback == "float"
