@@ -533,3 +533,19 @@ def test_float16_fit_counts_each_edge_as_numpys_cast_rounds_it():
     fit = float16_fit("edges", [edges])
     assert (fit.overflow, fit.subnormal, fit.zero) == (over, sub, zero) == (3, 3, 3)
     assert fit.max_abs == pytest.approx(1e38) and fit.fallback == "float"
+
+
+def test_library_save_in_half_keeps_a_blob_float16_cannot_hold(tmp_path):
+    blob = blobtool.Blob(5)
+    blob.data[...] = SUMS
+    with pytest.warns(UserWarning, match="blob 0: 3 of 5 values are past float16's range"):
+        blobtool.save(blob, tmp_path / "s.pb", precision="half")
+    proto = pb.BlobProto.FromString((tmp_path / "s.pb").read_bytes())
+    assert np.array(proto.data, dtype=np.float32).tolist() == SUMS.tolist()
+    with pytest.raises(UsageError, match="--half-strict"):
+        blobtool.save(blob, tmp_path / "t.pb", precision="half", half_strict=True)
+    assert not (tmp_path / "t.pb").exists()
+    small = blobtool.Blob(2)
+    small.data[...] = [0.5, 2.0]
+    blobtool.save(small, tmp_path / "h.pb", precision="half")
+    assert blobtool.load(tmp_path / "h.pb").origin.dtype == np.float16  # NVIDIA Caffe's raw FLOAT16
