@@ -45,7 +45,8 @@ def load_all(src, kind: str | None = None) -> dict:
 
 
 def save(blob: Blob, dest, *, double: bool | None = None, write_diff: bool | None = None,
-         layout: str | None = None, precision: str | None = None, transforms: dict | None = None) -> None:
+         layout: str | None = None, precision: str | None = None, transforms: dict | None = None,
+         half_strict: bool = False, warn=None) -> None:
     """Write `blob` as a BlobProto to a path, "-" or a binary file object.
 
     Parameters
@@ -54,7 +55,8 @@ def save(blob: Blob, dest, *, double: bool | None = None, write_diff: bool | Non
     write_diff : whether to write the diff.
     layout : "shape" (Caffe's ToProto) or "legacy" (num/channels/height/width).
     precision : "float", "double" or "half" (NVIDIA Caffe's raw FLOAT16);
-        overrides `double`.
+        overrides `double`. A blob that float16 cannot hold is written in
+        float32 with a warning (or refused with `half_strict`), as in write.
     transforms : optional {"data"|"diff": fn(chunk, start) -> array} applied
         chunk by chunk while writing (see blobwrite.encode_blob_parts).
 
@@ -66,12 +68,16 @@ def save(blob: Blob, dest, *, double: bool | None = None, write_diff: bool | Non
 
     if precision is None and double is not None:
         precision = "double" if double else "float"
+    if precision == "half":
+        precision = _half_precisions(None, [_new_entry("0", blob)], [blob], write_diff=write_diff,
+                                     transforms={"0": transforms} if transforms else None, strict=half_strict,
+                                     warn=warn)["0"]
     save_blob(blob, dest, precision=precision, write_diff=write_diff, layout=layout, transforms=transforms)
 
 
 def write(doc: Document | None, blobs, dest, *, format: str | None = None, precision: str | None = None,
           layout: str | None = None, write_diff: bool | None = None, transforms: dict | None = None,
-          release: bool = False) -> str:
+          release: bool = False, half_strict: bool = False, warn=None) -> str:
     """Write blobs to `dest` (a path, "-" or a binary file object) in any format blobtool writes.
 
     Parameters
@@ -86,10 +92,17 @@ def write(doc: Document | None, blobs, dest, *, format: str | None = None, preci
         kind and format, every other byte of a protobuf container kept);
         None chooses from dest's extension (.npy, .npz, .safetensors,
         .pb/.binaryproto/.blob/.protobin, .h5/.hdf5,
-        .caffemodel/.solverstate), else "same" for a container input and
-        "blob" otherwise.
+        .caffemodel/.solverstate); a name without an extension (or a file
+        object) gives "same" for a container input and "blob" otherwise;
+        any other extension is a UsageError.
     precision : "float", "double" or "half"; layout : "shape" or "legacy";
     write_diff : None keeps each blob's stored form.
+        With "half", a blob whose finite values do not fit float16 (past
+        65504) is written in float32 instead (float64 past float32's range),
+        never as Inf: `warn(line)` is called with one line per such blob and
+        one counting the values that became subnormal or 0 (default:
+        warnings.warn). `half_strict` raises UsageError for such a blob
+        instead, before anything is written.
     transforms : {name: {"data"|"diff": fn(chunk, start) -> array}} applied
         chunk by chunk while writing (how scale and update stream).
     release : hand the input's mapped pages back to the kernel as they are
@@ -114,6 +127,9 @@ def write(doc: Document | None, blobs, dest, *, format: str | None = None, preci
         except UsageError as exc:
             raise UsageError(f"blob {entry.name}: {exc.reason}", path=doc.path if doc is not None else None) from exc
     fmt, kind = output_target(dest, format, doc)
+    if precision == "half":
+        precision = _half_precisions(doc.path if doc is not None else None, entries, blob_list,
+                                     write_diff=write_diff, transforms=transforms, strict=half_strict, warn=warn)
     if doc is not None and doc.naming != "blobtool" and fmt.name == doc.format and kind == doc.kind:
         raise UsageError(f"blobs renamed with --names {doc.naming} cannot be written back into the {kind} they "
                          "came from; write .safetensors, .npz or .npy")
@@ -121,6 +137,22 @@ def write(doc: Document | None, blobs, dest, *, format: str | None = None, preci
         module(fmt).write(doc, entries, blob_list, dest, kind=kind, precision=precision, write_diff=write_diff,
                           layout=layout, transforms=transforms)
     return kind
+
+
+def _half_precisions(path, entries, blobs, *, write_diff, transforms, strict, warn) -> dict:
+    """{name: precision} for writing in float16 (float16.half_precisions), its warnings handed to `warn`."""
+    from .float16 import half_precisions
+
+    precisions, lines = half_precisions(path, entries, blobs, write_diff=write_diff, transforms=transforms,
+                                        strict=strict)
+    for line in lines:
+        if warn is not None:
+            warn(line)
+        else:
+            import warnings
+
+            warnings.warn(line, stacklevel=4)
+    return precisions
 
 
 def _new_entry(name: str, blob: Blob) -> Entry:

@@ -291,8 +291,12 @@ class Blob:
         return ((n * dims[1] + c) * dims[2] + h) * dims[3] + w
 
     def shape_string(self) -> str:
-        """"2 3 4 5 (120)", as Caffe logs a shape."""
-        return " ".join(str(d) for d in self._shape) + f" ({self._count})"
+        """"2 3 4 5 (120)", as Caffe logs a shape (Blob::shape_string).
+
+        Each dimension is followed by a blank, then the count in parentheses:
+        "(1)" for a scalar (0 axes), "(0)" for an empty Blob.
+        """
+        return "".join(f"{d} " for d in self._shape) + f"({self._count})"
 
     def shape_equals(self, proto) -> bool:
         """Blob::ShapeEquals: compare with a BlobProto's shape.
@@ -377,6 +381,22 @@ class Blob:
     def diff(self) -> np.ndarray:
         """Writable view of the diff in the blob's shape (as pycaffe's Blob.diff)."""
         return self.mutable_cpu_diff().reshape(self._shape)
+
+    def __array__(self, dtype=None, copy=None) -> np.ndarray:
+        """The data in the blob's shape, so that ``np.asarray(blob)`` is an array of its values.
+
+        A read-only view in the stored dtype (no copy, no change of the
+        head) unless `dtype` asks for another type or `copy` is True;
+        ``copy=False`` with a dtype that needs a conversion raises ValueError
+        (numpy 2's protocol). An empty Blob gives an array of shape (0,).
+        """
+        values = self.cpu_data()
+        values = values.reshape(self._shape) if self._count or self._shape else values
+        if dtype is not None and np.dtype(dtype) != values.dtype:
+            if copy is False:
+                raise ValueError(f"a {values.dtype} blob cannot be viewed as {np.dtype(dtype)} without a copy")
+            return values.astype(dtype)
+        return values.copy() if copy else values
 
     def _at(self, which: str, index) -> float:
         return self._host_view(which, False)[index].item()

@@ -22,7 +22,8 @@ from .errors import UsageError
 from .progress import report
 from .source import release_pages
 
-__all__ = ["encode_blob_parts", "check_layout", "resolve_form", "write_parts", "write_blob", "blob_encoded_size"]
+__all__ = ["encode_blob_parts", "check_layout", "resolve_form", "precision_for", "write_parts", "write_blob",
+           "blob_encoded_size"]
 
 # Payloads at least this large are written straight from the array; smaller
 # conversions (float32 <-> float64) go through buffers of this many elements
@@ -129,6 +130,15 @@ def check_layout(blob: Blob, layout: str | None) -> None:
         axis, dim = too_large[0]
         raise UsageError(f"the legacy layout holds dimensions up to {INT32_MAX} (int32 fields); dimension {axis} "
                          f"of shape {tuple(blob.shape)} is {dim}")
+
+
+def precision_for(precision, name: str):
+    """The precision asked for blob `name`: `precision` itself, or its entry when it is a {name: precision} dict.
+
+    A dict gives each blob its own (--half keeps a blob that float16 cannot
+    hold in float32); a name not in it keeps its stored form (None).
+    """
+    return precision.get(name) if isinstance(precision, dict) else precision
 
 
 def resolve_form(blob: Blob, *, precision: str | None = None, write_diff: bool | None = None,

@@ -48,6 +48,7 @@ class ValueDiff:
     l2_a: float
     l2_diff: float
     l2_b: float
+    nonfinite: int = 0           # mismatches where a or b is Inf or NaN: the largest change there is
 
     @property
     def rel_l2(self) -> float:
@@ -86,7 +87,10 @@ def compare_arrays(a, b, *, rtol: float = 0.0, atol: float = 0.0, xp=np) -> Valu
     mismatches = 0
     first = None
     sq_diff = sq_a = sq_b = 0.0
-    for k, (count, first_here, abs_here, rel_here, sq_diff_here, sq_a_here, sq_b_here) in enumerate(parts):
+    nonfinite = 0
+    for k, (count, first_here, abs_here, rel_here, sq_diff_here, sq_a_here, sq_b_here, nonfinite_here) \
+            in enumerate(parts):
+        nonfinite += nonfinite_here
         if count:
             mismatches += count
             if first is None:
@@ -97,11 +101,12 @@ def compare_arrays(a, b, *, rtol: float = 0.0, atol: float = 0.0, xp=np) -> Valu
         sq_a += sq_a_here
         sq_b += sq_b_here
     return ValueDiff(mismatches == 0, max_abs, max_rel, mismatches, first,
-                     math.sqrt(sq_a), math.sqrt(sq_diff), math.sqrt(sq_b))
+                     math.sqrt(sq_a), math.sqrt(sq_diff), math.sqrt(sq_b), nonfinite)
 
 
 def _compare_chunk(a, b, rtol: float, atol: float, xp) -> tuple:
-    """(mismatches, first mismatch in the chunk, max |a-b|, max relative, sum (a-b)^2, sum a^2, sum b^2)."""
+    """(mismatches, first mismatch in the chunk, max |a-b|, max relative, sum (a-b)^2, sum a^2, sum b^2,
+    mismatches whose difference is not finite)."""
     errstate = np.errstate if xp is np else (lambda **_: contextlib.nullcontext())
     with errstate(invalid="ignore"):  # a signalling NaN widens to a quiet one; numpy would warn
         x = a.astype(xp.float64)
@@ -131,7 +136,7 @@ def _compare_chunk(a, b, rtol: float, atol: float, xp) -> tuple:
     fy = y[xp.isfinite(y)]
     with errstate(over="ignore"):  # sums past float64's range are inf; a warning would be a stderr line
         return (count, first, max_abs, max_rel, float(xp.dot(delta[ok], delta[ok])), float(xp.dot(fx, fx)),
-                float(xp.dot(fy, fy)))
+                float(xp.dot(fy, fy)), int(xp.count_nonzero(bad & ~ok)))
 
 
 @dataclass

@@ -21,7 +21,7 @@ from .progress import report_locked
 
 __all__ = ["CHUNK", "set_threads", "get_threads", "using_threads", "map_chunks", "map_chunk_indices", "asum",
            "sumsq", "asum_sumsq", "scal", "axpy", "stats", "finite_values", "scaled", "minus", "nonfinite",
-           "HIST_BINS", "histogram", "finite_range", "widened"]
+           "HIST_BINS", "histogram", "finite_range", "widened", "CountingNonFinite", "count_nonfinite"]
 
 # Elements per chunk: 64K float64 values (512 KiB) stay in L2 cache while they
 # are widened, squared and summed.
@@ -205,6 +205,33 @@ def minus(other: np.ndarray):
     def transform(chunk: np.ndarray, start: int) -> np.ndarray:
         return np.subtract(chunk, other[start:start + chunk.size], dtype=chunk.dtype)
     return transform
+
+
+class CountingNonFinite:
+    """A chunk transform that counts the values it turned into Inf or NaN (finite in, not finite out).
+
+    Wraps scaled() or minus(): the count comes from the chunks as they are
+    written, so warning about an overflow costs no second pass over the
+    data. Overflow is quiet here (no numpy warning line): `count` says it.
+    """
+
+    def __init__(self, transform):
+        self.transform = transform
+        self.count = 0
+
+    def __call__(self, chunk: np.ndarray, start: int) -> np.ndarray:
+        with np.errstate(over="ignore", invalid="ignore"):
+            out = self.transform(chunk, start)
+        if out.dtype.kind in "fc":
+            self.count += int(np.count_nonzero(np.isfinite(chunk) & ~np.isfinite(out)))
+        return out
+
+
+def count_nonfinite(values, xp=np) -> int:
+    """How many of `values` (a numpy or CuPy array) are Inf or NaN."""
+    if values.dtype.kind not in "fc":
+        return 0
+    return int(xp.count_nonzero(~xp.isfinite(values)))
 
 
 def widened(part) -> np.ndarray:

@@ -355,6 +355,18 @@ EXPECTED += [
     ("legacy_overflow.pb", ["convert", "--legacy", "-o", "out.pb"], 2,
      "blobtool: legacy_overflow.pb: blob 0: the legacy layout holds dimensions up to 2147483647 (int32 fields); "
      "dimension 1 of shape (0, 3000000000) is 3000000000"),
+    # Nothing written in another format than asked, no value turned into Inf in silence.
+    ("huge_values.pb", ["convert", "--half-strict", "-o", "out.npz"], 2,
+     "blobtool: huge_values.pb: --half-strict: blob 0: 3 of 3 values are past float16's range (largest 1e+308, "
+     "float16 holds up to 65504); nothing written"),
+    ("huge_values.pb", ["convert", "-o", "out.json"], 2,
+     "blobtool: out.json: blobtool does not write '.json' files; it writes blob (.pb, .binaryproto, .blob, "
+     ".protobin), protobuf (.caffemodel, .solverstate), hdf5 (.h5, .hdf5), npy (.npy), npz (.npz), safetensors "
+     "(.safetensors); or name the format with --format"),
+    ("huge_values.pb", ["convert", "-o", "mean.png"], 2,
+     "blobtool: mean.png: blobtool does not write '.png' files; it writes blob (.pb, .binaryproto, .blob, "
+     ".protobin), protobuf (.caffemodel, .solverstate), hdf5 (.h5, .hdf5), npy (.npy), npz (.npz), safetensors "
+     "(.safetensors); pictures are written by `blobtool show -o PATH.png`"),
     ("hostile_names.caffemodel", ["info", "--stats"], 0, ""),
     ("hostile_names.caffemodel", ["show"], 2,
      "blobtool: hostile_names.caffemodel: show draws one blob; 2 match (\\x1b]0;owned\\x07conv1/0, "

@@ -652,7 +652,7 @@ def _container_cases(tmp: Path) -> list:
         cases.append((net_file(tmp / f"{fmt}_double.caffemodel", fmt, lenet_layers(double=True))[0], "net"))
     state = write_solverstate(tmp / "s.solverstate", [values((2, 3)), values((4,))], unknown=True)
     cases.append((state, "solverstate"))
-    cases.append((write_vector(tmp / "v.vec", [values((2, 3)), values((4,))], [values((2, 3)), None]),
+    cases.append((write_vector(tmp / "vectors", [values((2, 3)), values((4,))], [values((2, 3)), None]),
                   "vector"))
     return cases
 
@@ -717,10 +717,10 @@ def test_convert_selected_blobs_leaves_every_other_byte(tmp_path, options, check
     ok("convert", state, "--blob", "history/1", *options, "-o", tmp_path / "st2.solverstate")
     _same_except(state.read_bytes(), (tmp_path / "st2.solverstate").read_bytes(), "solverstate", ["history/1"])
     vec = write_vector(tmp_path / "v.pb", [values((2, 3)), values((4,))], [values((2, 3)), values((4,))])
-    ok("convert", vec, "--blob", "0", *options, "-o", tmp_path / "v2.vec")
-    _same_except(vec.read_bytes(), (tmp_path / "v2.vec").read_bytes(), "vector", ["0"])
-    assert check(oracle_blobs(vec.read_bytes(), "vector")[0][1], oracle_blobs((tmp_path / "v2.vec").read_bytes(),
-                                                                              "vector")[0][1])
+    ok("convert", vec, "--blob", "0", *options, "-o", tmp_path / "v2_vectors")
+    _same_except(vec.read_bytes(), (tmp_path / "v2_vectors").read_bytes(), "vector", ["0"])
+    written = (tmp_path / "v2_vectors").read_bytes()
+    assert check(oracle_blobs(vec.read_bytes(), "vector")[0][1], oracle_blobs(written, "vector")[0][1])
 
 
 def test_convert_keeps_unknown_fields_and_their_order(tmp_path):

@@ -213,6 +213,18 @@ def test_cli_writes_and_compare_on_device(cupy_state, tmp_path):
         assert json.loads(same.output)["device"]["name"] == "Fake GPU"
 
 
+def test_cli_overflow_on_device_warns_as_on_the_host(cupy_state, tmp_path):
+    path = write_blob(tmp_path / "big.pb", [3e38, 1.0, 0.0, -2e38], [-3e38, 0.0, 1.0, 2e38])
+    for name, extra in (("scale", ["1e39"]), ("update", [])):
+        cpu_out, gpu_out = tmp_path / f"{name}-cpu.pb", tmp_path / f"{name}-gpu.pb"
+        host = _invoke(name, path, *extra, "-o", cpu_out)
+        res = _invoke(name, path, *extra, "--device", "0", "-o", gpu_out)
+        assert res.exit_code == host.exit_code == 0, res.output
+        assert res.stderr == host.stderr
+        assert res.stderr.count("\n") == 1 and "into Inf or NaN (past float32's range)" in res.stderr
+        assert gpu_out.read_bytes() == cpu_out.read_bytes()
+
+
 def test_cli_device_index_out_of_range_writes_nothing(cupy_state, tmp_path):
     path = _blob_file(tmp_path)
     out = tmp_path / "never.pb"

@@ -317,10 +317,10 @@ def test_the_real_snapshot_layout_and_round_trip(tmp_path, realworld):
 
 def test_writing_is_deterministic_and_keeps_hdf5_unless_told(tmp_path):
     src = write_h5(tmp_path / "n.h5", h5_net_bytes(net_layers(), diffs={}))
-    ok("convert", src, "-o", tmp_path / "a.bin")      # no known extension: the input's own format
-    ok("convert", src, "-o", tmp_path / "b.bin")
-    assert (tmp_path / "a.bin").read_bytes() == (tmp_path / "b.bin").read_bytes()
-    assert open_document(tmp_path / "a.bin").format == "hdf5"
+    ok("convert", src, "-o", tmp_path / "a_copy")      # no extension: the input's own format
+    ok("convert", src, "-o", tmp_path / "b_copy")
+    assert (tmp_path / "a_copy").read_bytes() == (tmp_path / "b_copy").read_bytes()
+    assert open_document(tmp_path / "a_copy").format == "hdf5"
     ok("convert", src, "--format", "protobuf", "-o", tmp_path / "c.bin")
     assert open_document(tmp_path / "c.bin").format == "caffe"
     ok("convert", tmp_path / "c.bin", "--format", "hdf5", "-o", tmp_path / "d.bin")

@@ -18,8 +18,8 @@ from .. import __version__
 from ..errors import BlobToolError, ExitCode
 from ..report.escape import escape
 
-__all__ = ["BlobtoolGroup", "cli", "CONTEXT_SETTINGS", "say_error", "quiet_broken_pipe", "is_output_failure",
-           "fail_output", "stopped"]
+__all__ = ["BlobtoolGroup", "cli", "CONTEXT_SETTINGS", "say_error", "debug_traceback", "quiet_broken_pipe",
+           "is_output_failure", "fail_output", "stopped"]
 
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
@@ -40,6 +40,14 @@ def _print_traceback() -> None:
     import traceback  # only with --debug: not worth loading on every start
 
     traceback.print_exc()
+
+
+def debug_traceback(exc: BaseException) -> None:
+    """With --debug (or BLOBTOOL_DEBUG=1), the traceback of an error that is reported and then gone past."""
+    if _debug_enabled():
+        import traceback
+
+        traceback.print_exception(exc)
 
 
 def say_error(message: str) -> None:
@@ -149,13 +157,19 @@ class BlobtoolGroup(click.Group):
 def cli(debug: bool) -> None:
     """Inspect, compare and convert Caffe blob files.
 
-    Reads BlobProto files (the `shape` field and the legacy num/channels/height/width
-    fields) and .npy arrays; the kind is sniffed from the bytes, not the name.
+    \b
+    Reads (the kind is sniffed from the bytes, not the name):
+      BlobProto (.binaryproto, .pb, .protobin; the `shape` field or the legacy
+        num/channels/height/width), BlobProtoVector, nets (.caffemodel) and
+        solver states (.solverstate) as protobuf, Caffe's HDF5 snapshots
+        (.caffemodel.h5, .solverstate.h5), .npy and .npz arrays, .safetensors.
+    info and norm also take folders (every such file in them, recursively).
 
     \b
     Exit codes: 0 ok, 1 differences found or a check failed, 2 usage error,
     3 input unreadable or invalid, 4 GPU not available, 5 output not writable,
-    128+N stopped by signal N.
+    70 internal error (--debug shows the traceback), 129/130/143 stopped by
+    SIGHUP/SIGINT/SIGTERM (128+N).
 
     \b
     Example:

@@ -8,14 +8,45 @@ import click
 
 from ..errors import ExitCode
 from ..report import text
-from .group import CONTEXT_SETTINGS, say_error
+from .group import CONTEXT_SETTINGS, debug_traceback, say_error
 from .names import names_options, renamed, warn_all
-from .options import INPUT, Tolerance, blob_option, device_option, inputs, jobs_option, json_option, kind_option
+from .options import (INPUT, Tolerance, batch_inputs, blob_option, device_option, fail_fast_option, jobs_option,
+                      json_object_option, json_option, kind_option)
 from .output import consoles, emit, emit_json, progress
 from .process import records
 from .work import array_module, open_input, place, use_device
 
 __all__ = ["info", "norm", "compare", "devices"]
+
+
+class _Batch:
+    """The good records of a batch of inputs (files and folders), the bad ones said on stderr as they come.
+
+    Without --fail-fast a bad input is one stderr line and the run goes on;
+    `worst` is then the highest exit code met, to exit with at the end.
+    """
+
+    def __init__(self, files, fail_fast: bool):
+        self.paths = batch_inputs(files)
+        self.fail_fast = fail_fast
+        self.worst = ExitCode.OK
+
+    def records(self, work, jobs):
+        from ..errors import BlobToolError
+
+        for item in records(self.paths, work, jobs, fail_fast=self.fail_fast):
+            if isinstance(item, BlobToolError):
+                debug_traceback(item)
+                say_error(str(item))
+                self.worst = max(self.worst, item.exit_code)
+                continue
+            yield item
+
+    def exit(self, code: int = ExitCode.OK) -> None:
+        """Exit with the worst of `code` and the bad inputs' codes, when it is not 0."""
+        code = max(code, self.worst)
+        if code:
+            click.get_current_context().exit(code)
 
 
 def _tables():
@@ -46,11 +77,15 @@ def _emit_compare(record: dict, as_json: bool, quiet: bool) -> None:
 @kind_option
 @json_option
 @jobs_option
+@fail_fast_option
 @names_options
-def info(files, stats, check, patterns, kind, as_json, jobs, names, no_fold):
+def info(files, stats, check, patterns, kind, as_json, jobs, fail_fast, names, no_fold):
     """Show what a blob file holds: kind, size, and each blob's shape, layout, dtype, count and diff.
 
-    Reads no values unless --stats is given.
+    Reads no values unless --stats is given. FILES may be folders: every file in
+    them that blobtool reads, recursively, in sorted order. A bad input is one
+    stderr line and the others are still shown (exit 3 at the end; --fail-fast
+    stops at the first).
 
     \b
     Example:
@@ -61,23 +96,24 @@ def info(files, stats, check, patterns, kind, as_json, jobs, names, no_fold):
     """
     from ..report.records import check_message
 
+    if names != "blobtool" and (stats or check):
+        raise click.UsageError("--names torch lists the renaming; --stats and --check apply to blobs as stored")
+    batch = _Batch(files, fail_fast)
     if names != "blobtool":
-        if stats or check:
-            raise click.UsageError("--names torch lists the renaming; --stats and --check apply to blobs as stored")
-        for record in records(inputs(files), functools.partial(_mapping_one, kind=kind, patterns=patterns,
-                                                               fold=not no_fold), jobs):
+        for record in batch.records(functools.partial(_mapping_one, kind=kind, patterns=patterns,
+                                                      fold=not no_fold), jobs):
             _emit_mapping(record, as_json)
+        batch.exit()
         return
     work = functools.partial(_info_one, kind=kind, patterns=patterns, stats=stats, check=check)
     failed = False
-    for record in records(inputs(files), work, jobs):
+    for record in batch.records(work, jobs):
         _emit_info(record, as_json)
         message = check_message(record)
         if message:
             say_error(message)
             failed = True
-    if failed:
-        click.get_current_context().exit(ExitCode.DIFFERENT)
+    batch.exit(ExitCode.DIFFERENT if failed else ExitCode.OK)
 
 
 def _info_one(path, *, kind, patterns, stats, check=None, show_progress=True):
@@ -112,10 +148,12 @@ def _emit_mapping(record: dict, as_json: bool) -> None:
 @kind_option
 @json_option
 @jobs_option
-def norm(files, device, patterns, kind, as_json, jobs):
+@fail_fast_option
+def norm(files, device, patterns, kind, as_json, jobs, fail_fast):
     """Report Caffe's asum (L1), sumsq (squared L2) and l2 of each blob's data and diff.
 
-    Sums accumulate in float64, also for float32 blobs.
+    Sums accumulate in float64, also for float32 blobs. FILES may be folders,
+    and a bad input does not stop the others, as for info.
 
     \b
     Example:
@@ -126,8 +164,10 @@ def norm(files, device, patterns, kind, as_json, jobs):
     if device_info is not None:
         jobs = 1  # one process owns the GPU
     work = functools.partial(_norm_one, kind=kind, patterns=patterns, device_info=device_info)
-    for record in records(inputs(files), work, jobs):
+    batch = _Batch(files, fail_fast)
+    for record in batch.records(work, jobs):
         _emit_norm(record, as_json)
+    batch.exit()
 
 
 def _norm_one(path, *, kind, patterns, device_info, show_progress=True):
@@ -164,7 +204,7 @@ def _norm_target(entry, device_info):
 @device_option
 @blob_option
 @kind_option
-@json_option
+@json_object_option("Print the comparison as one JSON object (one line).")
 @names_options
 def compare(a, b, rtol, atol, quiet, device, patterns, kind, as_json, names, no_fold):
     """Compare two blob files value by value; exit 1 when they differ.
@@ -206,7 +246,7 @@ def compare(a, b, rtol, atol, quiet, device, patterns, kind, as_json, names, no_
 
 
 @click.command(context_settings=CONTEXT_SETTINGS)
-@json_option
+@json_object_option('Print one JSON object: {"devices": [...]}.')
 def devices(as_json):
     """List the visible CUDA devices: index, name, memory and compute capability.
 

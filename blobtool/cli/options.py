@@ -9,8 +9,9 @@ import click
 
 from ..formats import KINDS, OUTPUT_FORMATS
 
-__all__ = ["INPUT", "OUTPUT", "Tolerance", "json_option", "device_option", "blob_option", "kind_option",
-           "output_options", "jobs_option", "inputs", "output_target"]
+__all__ = ["INPUT", "OUTPUT", "Tolerance", "json_option", "json_object_option", "device_option", "blob_option",
+           "kind_option", "output_options", "jobs_option", "fail_fast_option", "inputs", "batch_inputs",
+           "output_target"]
 
 
 # An input path: checked by blobtool when it is opened, not by click, so that
@@ -40,6 +41,11 @@ def json_option(f):
     return click.option("--json", "as_json", is_flag=True, help="Print JSON Lines: one object per input file.")(f)
 
 
+def json_object_option(help_text: str):
+    """--json for a command that prints one JSON object (compare: the comparison; devices: the device list)."""
+    return click.option("--json", "as_json", is_flag=True, help=help_text)
+
+
 def device_option(f):
     return click.option("--device", "device", type=click.IntRange(min=0), metavar="N", default=None,
                         help="Run the work on CUDA GPU N (needs the CUDA extra).")(f)
@@ -60,7 +66,8 @@ def output_options(f):
                      help="Output format: blob (one BlobProto), npy, npz, safetensors, hdf5 (Caffe's HDF5 snapshot "
                           "of a net or solver state), protobuf (the input's kind as Caffe's protobuf), or same (the "
                           "input's kind and format). Default by extension: .npy, .npz, .safetensors, "
-                          ".pb/.binaryproto (one blob), .h5/.hdf5, .caffemodel/.solverstate (protobuf), else same.")(f)
+                          ".pb/.binaryproto (one blob), .h5/.hdf5, .caffemodel/.solverstate (protobuf); a name without "
+                          "an extension: same; any other extension is refused (exit 2).")(f)
     f = click.option("-o", "--output", type=OUTPUT, default=None, metavar="PATH",
                      help="Where to write ('-' for stdout; default stdout when it is not a terminal).")(f)
     return f
@@ -71,6 +78,50 @@ def jobs_option(f):
                         help="Use N CPU cores (default: all): several files at once in worker "
                              "processes, or one large blob's sums split over N threads. Output stays in "
                              "input order.")(f)
+
+
+def fail_fast_option(f):
+    return click.option("--fail-fast", is_flag=True,
+                        help="Stop at the first input that cannot be read (default: report every good input, one "
+                             "stderr line per bad one, and exit with the worst code at the end).")(f)
+
+
+def batch_inputs(files) -> list:
+    """inputs(files), each folder among them replaced by the files in it that blobtool reads, recursively.
+
+    A folder contributes its files whose extension is one of
+    formats.EXTENSIONS (case-insensitive), in sorted order; other files, and
+    anything that is not a regular file, are skipped. A folder with no such
+    file, or one that cannot be listed, becomes a FormatError in the list:
+    a bad input like an unreadable file, reported in its place.
+    """
+    import os
+
+    from ..formats import EXTENSIONS
+
+    found = []
+    for path in inputs(files):
+        if path == "-" or not os.path.isdir(path):
+            found.append(path)
+            continue
+        files_here, failures = [], []
+        for folder, subfolders, names in os.walk(path, onerror=failures.append):
+            subfolders.sort()
+            files_here += [os.path.join(folder, n) for n in names if n.lower().endswith(EXTENSIONS)
+                           and os.path.isfile(os.path.join(folder, n))]
+        files_here.sort(key=lambda p: os.path.relpath(p, path).split(os.sep))
+        found += files_here
+        found += [_folder_error(exc.filename or path, f"cannot be listed: {exc.strerror}") for exc in failures]
+        if not files_here and not failures:
+            found.append(_folder_error(path, f"is a folder holding no file that blobtool reads "
+                                             f"({', '.join(EXTENSIONS)})"))
+    return found
+
+
+def _folder_error(path, message):
+    from ..errors import FormatError
+
+    return FormatError(message, path=path)
 
 
 def inputs(files) -> list:

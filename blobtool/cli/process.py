@@ -126,20 +126,38 @@ def _total_size(paths) -> int:
     return total
 
 
-def records(paths: list, work, jobs):
+def records(paths: list, work, jobs, *, fail_fast: bool = True):
     """work(path) for each path, yielded in input order; in worker processes when several files are given.
 
-    The first failing file stops the run, as it would one file at a time.
+    An item of `paths` may be a BlobToolError already (a folder with nothing
+    to read): it fails in its place. With `fail_fast` the first failing input
+    stops the run, as it would one file at a time; without, a BlobToolError
+    of an input is yielded in its place and the run goes on.
     """
+    from ..errors import BlobToolError
+
+    def attempt(run, path):
+        if isinstance(path, BlobToolError):
+            if fail_fast:
+                raise path
+            return path
+        try:
+            return run(path)
+        except BlobToolError as exc:
+            if fail_fast:
+                raise
+            return exc
+
     jobs = jobs or os.cpu_count() or 1
     threshold = env_bytes("BLOBTOOL_PARALLEL_MIN_BYTES", PARALLEL_THRESHOLD)
-    if jobs == 1 or len(paths) < 2 or "-" in paths or _total_size(paths) < threshold:
+    names = [p for p in paths if isinstance(p, str)]
+    if jobs == 1 or len(names) < 2 or "-" in names or _total_size(names) < threshold:
         from ..kernels import using_threads
 
         # One file at a time here: its big reductions use the cores instead.
         with using_threads(jobs):
             for path in paths:
-                yield work(path)
+                yield attempt(work, path)
         return
     import concurrent.futures
     import multiprocessing
@@ -156,9 +174,10 @@ def records(paths: list, work, jobs):
     pool = concurrent.futures.ProcessPoolExecutor(max_workers=min(jobs, len(paths)), mp_context=context,
                                                   initializer=guard_inputs if guarding() else None)
     try:
-        futures = [pool.submit(work, path, show_progress=False) for path in paths]
+        futures = [path if isinstance(path, BlobToolError) else pool.submit(work, path, show_progress=False)
+                   for path in paths]
         for future in futures:
-            yield future.result()
+            yield attempt(lambda f: f.result(), future)
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
         for name, value in saved.items():

@@ -67,15 +67,22 @@ def show(file, name, channel, index, width, output, kind):
                          "choose one with --blob NAME")
     entry = entries[0]
     data = entry.blob().cpu_data().reshape(entry.shape)
+
+    def picture_of(**bounds):
+        try:
+            return view(data, channel=channel, index=index, **bounds)
+        except UsageError as exc:  # the shape is no picture, or --channel/--index out of range
+            raise UsageError(f"blob {entry.name}: {exc.reason}", path=doc.path) from exc
+
     if image_module is None:
         out, _ = consoles()
-        picture = view(data, channel=channel, index=index, width=width or min(out.width, MAX_COLUMNS),
-                       min_size=TERMINAL_MIN_SIZE, max_pixels=TERMINAL_MAX_PIXELS)
+        picture = picture_of(width=width or min(out.width, MAX_COLUMNS), min_size=TERMINAL_MIN_SIZE,
+                             max_pixels=TERMINAL_MAX_PIXELS)
         render_picture(out, doc.path, entry.name, entry.shape, picture)
         return
     from ..source import atomic_output
 
-    picture = view(data, channel=channel, index=index, min_size=PNG_MIN_SIZE, max_pixels=MAX_PIXELS)
+    picture = picture_of(min_size=PNG_MIN_SIZE, max_pixels=MAX_PIXELS)
     with atomic_output(output) as f:
         image_module.fromarray(picture.rgb).save(f, format="PNG")
     for line in picture.limits:

@@ -14,15 +14,63 @@ from .work import load_selected, use_device
 __all__ = ["scale", "update", "convert"]
 
 
-def _write(doc, entries, blobs, output, fmt, *, precision=None, layout=None, write_diff=None, transforms=None):
+def _write(doc, entries, blobs, output, fmt, *, precision=None, layout=None, write_diff=None, transforms=None,
+           half_strict=False):
     """Write the selected blobs (api.write), keeping each blob's stored form unless told otherwise."""
     from ..api import write
+    from .output import say_warning
 
     # The blobs are not used after they are written, so the input's pages
     # can be dropped as each chunk goes out: memory stays bounded.
     with progress(doc, "writing"):
         write(doc, {e.name: b for e, b in zip(entries, blobs)}, output, format=fmt, precision=precision,
-              layout=layout, write_diff=write_diff, transforms=transforms, release=True)
+              layout=layout, write_diff=write_diff, transforms=transforms, release=True, half_strict=half_strict,
+              warn=say_warning)
+
+
+def _streamed(doc, entries, blobs, output, fmt, sides: dict, what: str) -> None:
+    """Write the blobs with each side's chunk transform (`sides`: "data"/"diff" -> a maker of one per blob).
+
+    On the host the kernel runs chunk by chunk as the output is written, so
+    memory stays bounded whatever the file size; the values it turns into
+    Inf or NaN are counted in the same chunks, and warned about.
+    """
+    from ..kernels import CountingNonFinite
+
+    counters = [{side: CountingNonFinite(make(blob)) for side, make in sides.items()} for blob in blobs]
+    _write(doc, entries, blobs, output, fmt, transforms={e.name: c for e, c in zip(entries, counters)})
+    _warn_nonfinite(doc, entries, [{side: c.count for side, c in per.items()} for per in counters], what)
+
+
+def _on_device(doc, entries, blobs, output, fmt, sides: dict, what: str) -> None:
+    """Run each side's in-place Blob method on the GPU (`sides`: "data"/"diff" -> fn(blob)), warn, and write."""
+    import numpy
+
+    from ..kernels import count_nonfinite
+    from .work import array_module
+
+    xp = array_module(True)
+    views = {"data": lambda b: b.gpu_data(), "diff": lambda b: b.gpu_diff()}
+    counts = []
+    for blob in blobs:
+        before = {side: count_nonfinite(views[side](blob), xp) for side in sides} if blob.count else {}
+        with numpy.errstate(over="ignore", invalid="ignore"):  # counted below, not warned by numpy
+            for run in sides.values():
+                run(blob)
+        counts.append({side: count_nonfinite(views[side](blob), xp) - n for side, n in before.items()})
+    _warn_nonfinite(doc, entries, counts, what)
+    _write(doc, entries, blobs, output, fmt)
+
+
+def _warn_nonfinite(doc, entries, counts: list, what: str) -> None:
+    """One stderr line per blob whose values `what` turned into Inf or NaN (past its dtype's range)."""
+    from .output import say_warning
+
+    for entry, per in zip(entries, counts):
+        parts = [f"{n:,} of {entry.count:,} {side} values" for side, n in per.items() if n]
+        if parts:
+            say_warning(f"{doc.path}: blob {entry.name}: {what} turned {' and '.join(parts)} "
+                        f"into Inf or NaN (past {entry.dtype.name}'s range)")
 
 
 @click.command(context_settings={**CONTEXT_SETTINGS, "ignore_unknown_options": True})
@@ -37,28 +85,32 @@ def _write(doc, entries, blobs, output, fmt, *, precision=None, layout=None, wri
 def scale(file, factor, diff_factor, output, fmt, device, patterns, kind):
     """Multiply a blob's data by FACTOR (Caffe's scale_data), in the blob's own dtype.
 
+    Products past the dtype's range become Inf, as in Caffe (a float32 blob
+    scaled by 1e39 is all Inf and NaN): blobtool still writes them and exits
+    0, with one warning line per blob on stderr counting the values that
+    became Inf or NaN.
+
     \b
     Example:
       blobtool scale weights.pb 0.5 -o half.pb
       blobtool scale weights.pb 0.5 --diff-factor 0 -o - | blobtool norm
     """
+    from ..kernels import scaled
+
     output = output_target(output)
     device_info = use_device(device)
     doc, entries, blobs = load_selected(file, kind, patterns, device_info)
+    what = f"scaling by {factor:g}" + (f" (diff by {diff_factor:g})" if diff_factor is not None else "")
     if device_info is not None:
-        for blob in blobs:
-            blob.scale_data(factor)
-            if diff_factor is not None:
-                blob.scale_diff(diff_factor)
-        _write(doc, entries, blobs, output, fmt)
+        sides = {"data": lambda b: b.scale_data(factor)}
+        if diff_factor is not None:
+            sides["diff"] = lambda b: b.scale_diff(diff_factor)
+        _on_device(doc, entries, blobs, output, fmt, sides, what)
         return
-    # On the host the same kernel runs chunk by chunk as the output is
-    # written, so memory stays bounded whatever the file size.
-    from ..kernels import scaled
-    fns = {"data": scaled(factor)}
+    makers = {"data": lambda b: scaled(factor)}
     if diff_factor is not None:
-        fns["diff"] = scaled(diff_factor)
-    _write(doc, entries, blobs, output, fmt, transforms={e.name: fns for e in entries})
+        makers["diff"] = lambda b: scaled(diff_factor)
+    _streamed(doc, entries, blobs, output, fmt, makers, what)
 
 
 @click.command(context_settings=CONTEXT_SETTINGS)
@@ -70,10 +122,16 @@ def scale(file, factor, diff_factor, output, fmt, device, patterns, kind):
 def update(file, output, fmt, device, patterns, kind):
     """Apply Caffe's Blob::Update, data -= diff, and write the result.
 
+    Differences past the dtype's range become Inf, as in Caffe: blobtool
+    writes them and exits 0, with one warning line per blob on stderr
+    counting the values that became Inf or NaN.
+
     \b
     Example:
       blobtool update snapshot.pb -o stepped.pb
     """
+    from ..kernels import minus
+
     output = output_target(output)
     device_info = use_device(device)
     doc, entries, blobs = load_selected(file, kind, patterns, device_info)
@@ -82,14 +140,9 @@ def update(file, output, fmt, device, patterns, kind):
             raise FormatError(f"blob {entry.name!r} has no diff to apply (update computes data -= diff)",
                               path=doc.path)
     if device_info is not None:
-        for blob in blobs:
-            blob.update()
-        _write(doc, entries, blobs, output, fmt)
+        _on_device(doc, entries, blobs, output, fmt, {"data": lambda b: b.update()}, "data -= diff")
         return
-    # On the host, data -= diff runs chunk by chunk as the output is written.
-    from ..kernels import minus
-    _write(doc, entries, blobs, output, fmt,
-           transforms={e.name: {"data": minus(b.cpu_diff())} for e, b in zip(entries, blobs)})
+    _streamed(doc, entries, blobs, output, fmt, {"data": lambda b: minus(b.cpu_diff())}, "data -= diff")
 
 
 @click.command(context_settings=CONTEXT_SETTINGS)
@@ -98,7 +151,11 @@ def update(file, output, fmt, device, patterns, kind):
 @click.option("--double", "precision", flag_value="double", help="Write float64 values (double_data).")
 @click.option("--float", "precision", flag_value="float", help="Write float32 values (data).")
 @click.option("--half", "precision", flag_value="half",
-              help="Write NVIDIA Caffe's raw FLOAT16 form (half the size; only NVIDIA Caffe and OpenCV read it).")
+              help="Write float16 values: NVIDIA Caffe's raw FLOAT16 form in protobuf (half the size; only NVIDIA "
+                   "Caffe and OpenCV read it), float16 arrays elsewhere. A blob with values past float16's range "
+                   "(65504) stays float32, with a warning.")
+@click.option("--half-strict", is_flag=True,
+              help="As --half, but a blob that float16 cannot hold is an error (exit 2, nothing written).")
 @click.option("--shape", "layout", flag_value="shape", help="Write the `shape` field (Caffe's ToProto).")
 @click.option("--legacy", "layout", flag_value="legacy",
               help="Write legacy num/channels/height/width (at most 4 axes).")
@@ -107,7 +164,7 @@ def update(file, output, fmt, device, patterns, kind):
 @blob_option
 @kind_option
 @names_options
-def convert(file, output, fmt, precision, layout, no_diff, device, patterns, kind, names, no_fold):
+def convert(file, output, fmt, precision, half_strict, layout, no_diff, device, patterns, kind, names, no_fold):
     """Re-save blobs with Caffe's ToProto meaning: as the same kind, a blob file, .npy, .npz, .safetensors or HDF5.
 
     Keeps each blob's dtype, layout and diff unless told otherwise. A .caffemodel,
@@ -133,6 +190,10 @@ def convert(file, output, fmt, precision, layout, no_diff, device, patterns, kin
     """
     from ..formats.numpy import cast_for
 
+    if half_strict:
+        if precision not in (None, "half"):
+            raise click.UsageError(f"--half-strict writes float16; it cannot be combined with --{precision}")
+        precision = "half"
     output = output_target(output)
     npy_cast = cast_for(precision)
     device_info = use_device(device)
@@ -145,4 +206,4 @@ def convert(file, output, fmt, precision, layout, no_diff, device, patterns, kin
         doc, entries = result.document, result.document.entries
         blobs = [e.blob() for e in entries]
     _write(doc, entries, blobs, output, fmt, precision=precision, layout=layout,
-           write_diff=False if no_diff else None)
+           write_diff=False if no_diff else None, half_strict=half_strict)

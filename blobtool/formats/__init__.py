@@ -67,9 +67,9 @@ from dataclasses import dataclass, field
 
 from ..errors import FormatError, UsageError
 
-__all__ = ["Format", "Output", "FORMATS", "KINDS", "CONTAINER_KINDS", "OUTPUT_FORMATS", "Entry", "Document", "NetLayer",
-           "get_format", "format_by_signature", "module", "open_document", "select", "output_target", "unique_names",
-           "MAX_BLOBS"]
+__all__ = ["Format", "Output", "FORMATS", "EXTENSIONS", "KINDS", "CONTAINER_KINDS", "OUTPUT_FORMATS", "Entry",
+           "Document", "NetLayer", "get_format", "format_by_signature", "module", "open_document", "select",
+           "output_target", "output_extensions", "unique_names", "MAX_BLOBS"]
 
 
 @dataclass(frozen=True)
@@ -112,6 +112,10 @@ FORMATS = (
     Format("safetensors", ("safetensors",), probe=_safetensors_head,
            outputs=(Output("safetensors", (".safetensors",), "safetensors"),), containers=("safetensors",)),
 )
+
+# The file name extensions of the formats blobtool reads (and writes): how a
+# folder given as input is searched. A file's kind still comes from its bytes.
+EXTENSIONS = tuple(dict.fromkeys(ext for fmt in FORMATS for out in fmt.outputs for ext in out.extensions))
 
 # Every kind --kind accepts, and the ones that hold several named blobs.
 KINDS = tuple(dict.fromkeys(kind for fmt in FORMATS for kind in fmt.kinds))
@@ -352,14 +356,13 @@ def unique_names(names: list, unnamed: str = "layer") -> list:
 def output_target(dest, choice: str | None, doc: Document | None) -> tuple:
     """(Format, kind) to write: the --format `choice`, else by dest's extension, else the input's own.
 
-    With no choice and no known extension, a container input is written as
-    itself ("same") and anything else as one BlobProto ("blob"). Raises
-    UsageError when the input cannot be written back as its own kind.
+    With no choice and a name without an extension, a container input is
+    written as itself ("same") and anything else as one BlobProto ("blob").
+    Raises UsageError for an extension that no format writes (x.json, x.png)
+    and when the input cannot be written back as its own kind.
     """
     if choice is None:
-        lower = os.fspath(dest).lower() if isinstance(dest, (str, os.PathLike)) else ""
-        choice = next((out.name for fmt in FORMATS for out in fmt.outputs
-                       if lower.endswith(out.extensions)), None)
+        choice = _choice_by_extension(dest)
         if choice is None:
             choice = "same" if doc is not None and doc.kind in CONTAINER_KINDS else "blob"
     if choice == "same":
@@ -376,6 +379,38 @@ def output_target(dest, choice: str | None, doc: Document | None) -> tuple:
             if out.name == choice:
                 return fmt, out.kind or _own_kind(fmt, out, doc)
     raise UsageError(f"unknown output format {choice!r}; expected one of {', '.join(OUTPUT_FORMATS)}")
+
+
+# Output names that blobtool never writes itself, and where to go instead.
+_ELSEWHERE = {".png": "pictures are written by `blobtool show -o PATH.png`"}
+
+
+def output_extensions() -> str:
+    """The formats blobtool writes and the extensions that choose them: "blob (.pb, ...), npy (.npy), ..."."""
+    return ", ".join(f"{out.name} ({', '.join(out.extensions)})" for fmt in FORMATS for out in fmt.outputs)
+
+
+def _choice_by_extension(dest) -> str | None:
+    """The --format an output name's extension chooses; None for a name without one (or a file object).
+
+    The extension is the last one of the file name (`x.caffemodel.h5` is
+    HDF5; dots in folder names do not count). An extension no format writes
+    is a UsageError naming those that blobtool writes: writing protobuf bytes
+    under `x.json` or `x.png` would be an output in another format than asked.
+    """
+    if not isinstance(dest, (str, os.PathLike)):
+        return None
+    name = os.path.basename(os.fspath(dest))
+    ext = os.path.splitext(name)[1].lower()
+    if not ext:
+        return None
+    for fmt in FORMATS:
+        for out in fmt.outputs:
+            if ext in out.extensions:
+                return out.name
+    hint = _ELSEWHERE.get(ext, "or name the format with --format")
+    raise UsageError(f"blobtool does not write {ext!r} files; it writes {output_extensions()}; {hint}",
+                     path=os.fspath(dest))
 
 
 def _own_kind(fmt: Format, out: Output, doc: Document | None) -> str:

@@ -56,7 +56,7 @@ import numpy as np
 from .. import wire
 from ..blobproto import (BLOB_FIELD_NAMES, BLOB_WIRE_PAIRS, PAYLOAD_FIELDS, SHAPE_FIELD, TYPE_FIELDS, BlobRecord,
                          parse_blob, parse_errors)
-from ..blobwrite import blob_encoded_size, encode_blob_parts, resolve_form, write_blob, write_parts
+from ..blobwrite import blob_encoded_size, encode_blob_parts, precision_for, resolve_form, write_blob, write_parts
 from ..errors import BlobToolError, FormatError, OutputError, UsageError
 from ..source import atomic_output, display_name
 from . import MAX_BLOBS, Document, Entry, NetLayer, unique_names
@@ -481,7 +481,7 @@ def write_container(doc: Document, blobs: dict, dest, *, precision=None, write_d
     """
     replacements = {}
     for name, blob in blobs.items():
-        form = resolve_form(blob, precision=precision, write_diff=write_diff, layout=layout)
+        form = resolve_form(blob, precision=precision_for(precision, name), write_diff=write_diff, layout=layout)
         replacements[name] = encode_blob_parts(blob, transforms=(transforms or {}).get(name), **form)
     if doc.kind == "blob":
         parts = next(iter(replacements.values()))
@@ -504,7 +504,8 @@ def write(doc: Document | None, entries: list, blobs: list, dest, *, kind: str, 
         if len(blobs) != 1:
             raise UsageError(f"a blob file holds one blob; {len(blobs)} selected (choose one with --blob, "
                              "or write .npz)")
-        save_blob(blobs[0], dest, precision=precision, write_diff=write_diff, layout=layout,
+        save_blob(blobs[0], dest, precision=precision_for(precision, entries[0].name), write_diff=write_diff,
+                  layout=layout,
                   transforms=transforms.get(entries[0].name))
         return
     if doc is None or doc.kind != kind:
@@ -544,7 +545,8 @@ def write_new(doc: Document, entries: list, blobs: list, dest, *, precision=None
     def blob_field(number: int, entry, blob, selected: bool) -> list:
         if not selected:  # as stored
             return field(number, encode_blob_parts(blob, **resolve_form(blob)))
-        form = resolve_form(blob, precision=precision, write_diff=write_diff, layout=layout)
+        form = resolve_form(blob, precision=precision_for(precision, entry.name), write_diff=write_diff,
+                            layout=layout)
         return field(number, encode_blob_parts(blob, transforms=transforms.get(entry.name), **form))
 
     parts = []

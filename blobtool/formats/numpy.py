@@ -46,6 +46,7 @@ import numpy as np
 from numpy.lib import format as npy_format
 
 from ..blob import Blob, Origin, exact_values
+from ..blobwrite import precision_for
 from ..errors import BlobToolError, FormatError, UsageError
 from ..source import Source, atomic_output
 from . import MAX_BLOBS, Document, Entry
@@ -95,7 +96,7 @@ def _native_dtype(header: NpyHeader, cast, path) -> np.dtype:
     if not is_blob_dtype and (cast is None or dtype.kind not in "biuf"):
         hint = " (convert it with --float or --double)" if dtype.kind in "biuf" else ""
         raise FormatError(f".npy holds {dtype} values; blobs are float32 or float64{hint}", path=path)
-    return np.dtype(cast) if cast is not None else dtype.newbyteorder("=")
+    return np.dtype(cast) if cast is not None and not is_blob_dtype else dtype.newbyteorder("=")
 
 
 def _check_shape(header: NpyHeader, native: np.dtype, path) -> None:
@@ -400,9 +401,9 @@ def blob_arrays(entries: list, blobs: list, *, with_diff: bool, precision=None, 
 def iter_blob_arrays(entries: list, blobs: list, *, with_diff: bool, precision=None, write_diff=None,
                      transforms: dict | None = None):
     """blob_arrays' (name, array) pairs, each made when it is asked for (so one converted copy at a time)."""
-    target = PRECISION_DTYPES[precision]
     for key, k, which in member_names(entries, with_diff=with_diff, write_diff=write_diff):
         entry, blob = entries[k], blobs[k]
+        target = PRECISION_DTYPES[precision_for(precision, entry.name)]
         fns = (transforms or {}).get(entry.name, {})
         values = blob.cpu_data() if which == "data" else blob.cpu_diff()
         if fns.get(which):

@@ -62,7 +62,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..blob import MAX_BLOB_AXES, Blob, Origin
-from ..blobwrite import resolve_form, write_parts
+from ..blobwrite import precision_for, resolve_form, write_parts
 from ..errors import BlobToolError, FormatError
 from ..source import atomic_output
 from . import MAX_BLOBS, Document, Entry
@@ -311,15 +311,16 @@ def _plan(entries: list, blobs: list, precision, write_diff, transforms) -> list
     """(key, shape, values, target dtype, transform) for each tensor to write, in the blobs' order."""
     plan, names = [], []
     for k, (entry, blob) in enumerate(zip(entries, blobs)):
-        form = resolve_form(blob, precision=precision, write_diff=write_diff, encoded=False)
+        asked = precision_for(precision, entry.name)
+        form = resolve_form(blob, precision=asked, write_diff=write_diff, encoded=False)
         target = PRECISION_DTYPES[form["precision"]].newbyteorder("<")
-        if precision is None and blob.origin is not None and blob.origin.dtype.kind in "iu":
+        if asked is None and blob.origin is not None and blob.origin.dtype.kind in "iu":
             target = blob.origin.dtype.newbyteorder("<")  # NVIDIA Caffe's INT/UINT blobs stay integers
         fns = (transforms or {}).get(entry.name, {})
         plan.append((entry.name, blob.shape, blob.cpu_data(), target, fns.get("data")))
         names.append((entry.name, k, "data"))
         if form["write_diff"]:
-            diff_target = target if precision is not None else _stored_diff_dtype(entry) or target
+            diff_target = target if asked is not None else _stored_diff_dtype(entry) or target
             plan.append((entry.name + DIFF_SUFFIX, blob.shape, blob.cpu_diff(), diff_target, fns.get("diff")))
             names.append((entry.name + DIFF_SUFFIX, k, "diff"))
     check_member_names(names, ".safetensors")

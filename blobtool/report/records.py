@@ -129,7 +129,7 @@ def norm_record(doc: Document, entries, blobs, device=None) -> dict:
 
 def _value_diff(v) -> dict:
     return {"equal": v.equal, "max_abs": json_float(v.max_abs), "max_rel": json_float(v.max_rel),
-            "mismatches": v.mismatches, "rel_l2": json_float(v.rel_l2)}
+            "mismatches": v.mismatches, "rel_l2": json_float(v.rel_l2), "nonfinite": v.nonfinite}
 
 
 def compare_record(result, device=None) -> dict:
@@ -145,6 +145,7 @@ def compare_record(result, device=None) -> dict:
             "max_rel": json_float(c.data.max_rel) if c.data else None,
             "rel_l2": json_float(c.data.rel_l2) if c.data else None,
             "mismatches": c.data.mismatches if c.data else None,
+            "nonfinite": c.data.nonfinite if c.data else None,
             "first_mismatch": list(c.first_mismatch_index(c.shape_a)) if c.data and c.data.first_mismatch is not None
             else None,
             "diff": _value_diff(c.diff) if c.diff else None,
@@ -156,7 +157,7 @@ def compare_record(result, device=None) -> dict:
         if c.layer is not None:
             row["layer"] = c.layer
         blobs.append(row)
-    out = {"a": result.a, "b": result.b, "equal": result.equal}
+    out = {"a": result.a, "b": result.b, "equal": result.equal, "rtol": result.rtol, "atol": result.atol}
     if device is not None:
         out["device"] = device
     out["blobs"] = blobs

@@ -135,21 +135,33 @@ def compare_verdict(record: dict) -> tuple[str, str]:
     """compare's first line: the verdict word ("equal" or "DIFFERENT") and the rest of the line."""
     blobs = record["blobs"]
     path_a, path_b = escape(record["a"]), escape(record["b"])
+    tolerance = f"rtol={_tolerance(record.get('rtol'))}, atol={_tolerance(record.get('atol'))}"
     if record["equal"]:
-        return "equal", f"  {path_a} and {path_b}: {len(blobs)} blob(s) match"
+        return "equal", f"  {path_a} and {path_b}: {len(blobs)} blob(s) match within {tolerance}"
     differing = sum(1 for b in blobs if not b["equal"])
-    return "DIFFERENT", f"  {path_a} vs {path_b}: {differing} of {len(blobs)} blob(s) differ"
+    return "DIFFERENT", f"  {path_a} vs {path_b}: {differing} of {len(blobs)} blob(s) differ beyond {tolerance}"
+
+
+def _tolerance(value) -> str:
+    """A tolerance as the user would type it back: 0, 0.01, 1e-06."""
+    return "0" if not value else repr(float(value))
+
+
+def _nonfinite(b: dict) -> int:
+    """How many of a blob's differing values (data and diff) are Inf or NaN on one side."""
+    return (b.get("nonfinite") or 0) + ((b.get("diff") or {}).get("nonfinite") or 0)
 
 
 def compare_rows(record: dict) -> list:
     """(cells, is_warning) for each differing blob: blobs in one file only and shape mismatches first,
+    then those with values that are Inf or NaN on one side only (the largest change there is; most first),
     then by relative L2 error, largest first. is_warning marks a "what" cell that is not a value difference."""
     def severity(b):
         if b.get("only_in") or b["shape_a"] != b["shape_b"] and b["max_abs"] is None:
-            return (0, 0.0)
+            return (0, 0, 0.0)
         rel = b["rel_l2"]
         rel = float("inf") if isinstance(rel, str) else (rel or 0.0)
-        return (1, -rel)
+        return (1, -_nonfinite(b), -rel)
 
     rows = []
     for b in sorted((b for b in record["blobs"] if not b["equal"]), key=severity):
@@ -164,6 +176,8 @@ def compare_rows(record: dict) -> list:
                 total *= d
             first = fmt_shape(b["first_mismatch"]) if b["first_mismatch"] is not None else "-"
             what = "values" if b["mismatches"] else "diff"
+            if _nonfinite(b):
+                what += f" ({_nonfinite(b):,} Inf/NaN)"
             if b.get("diff_only_in"):
                 what = ("values, " if b["mismatches"] else "") + f"diff only in {b['diff_only_in']}"
             rows.append(([escape(b["name"]), what, fmt_num(b["max_abs"]),
@@ -173,9 +187,12 @@ def compare_rows(record: dict) -> list:
 
 
 def compare_footer(record: dict) -> str | None:
-    """The line under compare's table that counts the blobs that matched, when some did."""
+    """The lines under compare's table: how many blobs matched, when some did; what a max_rel of inf means."""
     same = sum(1 for b in record["blobs"] if b["equal"])
-    return f"  {same} other blob(s) equal" if same else None
+    lines = [f"  {same} other blob(s) equal"] if same else []
+    if any(b["max_rel"] == "inf" and not b.get("nonfinite") for b in record["blobs"] if not b["equal"]):
+        lines.append("  max_rel inf: b holds 0 where a does not")
+    return "\n".join(lines) or None
 
 
 # -- plain text -------------------------------------------------------------------
