@@ -157,6 +157,9 @@ def test_info_stats_fits_80_columns_with_numbers_whole(wide_net):
     assert len(header) == 1
     shown = header[0][1:]
     assert {"min", "max", "nan", "inf"} <= set(shown)
+    # The histograms' key, too long for 80 columns, is split at its clause, not mid-phrase.
+    assert [line.strip() for line in out.splitlines() if "values exactly 0" in line] == [
+        "after │: ▅ values exactly 0, ! NaN or Inf present"]
     for blob in record["blobs"]:
         for which in ("data", "diff"):
             stats = blob["stats"][which]

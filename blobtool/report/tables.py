@@ -106,7 +106,7 @@ def _render_stats(console: Console, record: dict) -> None:
 def _render_histograms(console: Console, blobs: list) -> None:
     """One line per blob (and diff) under the table: min, the histogram cell, max."""
     blocks, divider = _bar_characters(console)
-    console.print(histogram_key(blocks, divider))
+    console.print(histogram_key(blocks, divider, console.width))
     grid = Table.grid(padding=(0, 1), pad_edge=True)
     grid.add_column()
     grid.add_column(justify="right")
@@ -122,17 +122,22 @@ def _render_histograms(console: Console, blobs: list) -> None:
     console.print(grid)
 
 
-def histogram_key(blocks: str = BLOCKS, divider: str = DIVIDER) -> Text:
-    """The line that explains the histogram cells (drawn with these bar characters)."""
+def histogram_key(blocks: str = BLOCKS, divider: str = DIVIDER, width: int | None = None) -> Text:
+    """The line that explains the histogram cells (drawn with these bar characters).
+
+    Two lines, split at the clause, where one would not fit `width`.
+    """
     # pictures is imported here, not at the top: only --stats output needs it.
     from ..kernels import HIST_BINS
     from .pictures import BAR_STEP
 
-    return Text.assemble(
-        (" histograms", "bold"),
-        (f"  {HIST_BINS} bins from min to max, counts log-scaled (one step = x{BAR_STEP:g}); after ", "dim"),
-        (divider, "dim"), (": ", "dim"), (blocks[4], "yellow"), (" values exactly 0, ", "dim"), ("!", "bold red"),
-        (" NaN or Inf present", "dim"))
+    bins = Text.assemble((" histograms", "bold"),
+                         (f"  {HIST_BINS} bins from min to max, counts log-scaled (one step = x{BAR_STEP:g});", "dim"))
+    marks = Text.assemble((" after ", "dim"), (divider, "dim"), (": ", "dim"), (blocks[4], "yellow"),
+                          (" values exactly 0, ", "dim"), ("!", "bold red"), (" NaN or Inf present", "dim"))
+    if width is not None and bins.cell_len + marks.cell_len > width:
+        return Text("\n").join([bins, Text("           ") + marks])
+    return bins + marks
 
 
 def histogram_cell(s: dict, blocks: str = BLOCKS, divider: str = DIVIDER) -> Text:
