@@ -261,3 +261,27 @@ def test_shape_that_disagrees_with_values_is_exit_3(tmp_path):
     result = run_blobtool("info", path, text=True)
     assert (result.returncode, result.stderr) == (
         3, f"blobtool: {path}: blob 0: shape (2,) needs 2 values, but field 6 (diff) holds 1\n")
+
+
+@pytest.mark.parametrize("columns", [80, 160])
+def test_norm_fits_the_terminal(wide_net, columns):
+    path, _, names = wide_net
+    result = run_blobtool("norm", "--json", path, text=True)
+    record = json.loads(result.stdout)
+    out, err, code = run_on_terminal("norm", path, columns=columns)
+    assert (code, err) == (0, "")
+    assert_fits(out, columns)
+    header = next(line for line in out.splitlines() if line.split()[:1] == ["blob"])
+    shown = re.split(r"\s{2,}", header.strip())[1:]
+    assert "data l2" in shown
+    for blob in [*record["blobs"], {"name": "total", **record["total"]}]:
+        words = row_of(out, blob["name"])
+        expected = []
+        for column in shown:
+            which, key = column.split()
+            expected.append(fmt_num(blob[which][key]) if blob[which] else "-")
+        assert words[1:] == expected
+    if columns == 160:
+        assert len(shown) == 6 and "not shown" not in out
+    else:
+        assert "not shown at 80 columns: diff sumsq, data sumsq" in out

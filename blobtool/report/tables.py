@@ -16,7 +16,7 @@ from rich.text import Text
 
 from .escape import escape
 from .text import (COMPARE_COLUMNS, LAYERS_COLUMNS, compare_footer, compare_rows, compare_verdict, fmt_bytes,
-                   fmt_num, fmt_shape, info_footer, info_table, layers_rows, norm_columns, norm_rows, stats_table,
+                   fmt_num, fmt_shape, info_footer, info_table, layers_rows, norm_table, stats_table,
                    title_parts)
 
 
@@ -159,15 +159,17 @@ def histogram_cell(s: dict, blocks: str = BLOCKS, divider: str = DIVIDER) -> Tex
 
 
 def render_norm(console: Console, record: dict) -> None:
+    """One table per file, fitted to the console's width; the total in bold."""
     console.print(_title(record))
-    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
-    for header, justify in norm_columns():
-        table.add_column(header, justify=justify)
-    for cells, is_total in norm_rows(record):
+    columns, rows, note = norm_table(record, console.width, cell_len)
+    table = _table(columns)
+    for cells, is_total in rows:
         if is_total:
             cells = [Text(cells[0], style="bold"), *cells[1:]]
         table.add_row(*cells)
     console.print(table)
+    if note is not None:
+        console.print(note)
 
 
 def render_compare(console: Console, record: dict, *, quiet: bool = False) -> None:

@@ -23,7 +23,7 @@ from .escape import escape
 
 __all__ = ["fmt_num", "fmt_bytes", "fmt_shape", "title_parts", "info_columns", "info_rows", "info_footer",
            "info_table", "stats_rows", "stats_table", "layers_rows", "fit_columns", "table_width", "LAYERS_COLUMNS",
-           "norm_columns", "norm_rows", "compare_verdict", "compare_rows", "compare_footer", "COMPARE_COLUMNS",
+           "norm_columns", "norm_rows", "norm_table", "compare_verdict", "compare_rows", "compare_footer", "COMPARE_COLUMNS",
            "plain_info", "plain_norm", "plain_compare", "plain_stdout", "plain_width", "stdout_is_terminal",
            "MAX_COLUMNS"]
 
@@ -210,6 +210,25 @@ def norm_rows(record: dict) -> list:
     return rows
 
 
+# norm leaves out the squared sums first (l2 says the same), and the diff's
+# columns before the data's.
+NORM_DROP_ORDER = ("diff sumsq", "data sumsq", "diff asum", "data asum", "diff l2")
+
+
+def norm_table(record: dict, width: int | None, measure=len) -> tuple[list, list, str | None]:
+    """norm's table fitted to `width`: (columns, [(cells, is_total)], the note on left-out columns).
+
+    When no blob has a diff, the diff's columns (all "-") go first.
+    """
+    columns = norm_columns()
+    rows = norm_rows(record)
+    order = NORM_DROP_ORDER
+    if all(b["diff"] is None for b in record["blobs"]):
+        order = ("diff sumsq", "diff asum", "diff l2") + tuple(h for h in order if not h.startswith("diff"))
+    kept, left = fit_columns(columns, [cells for cells, _ in rows], width, order, measure)
+    return pick(columns, kept), [(pick(cells, kept), total) for cells, total in rows], left_out_note(left, width)
+
+
 def compare_verdict(record: dict) -> tuple[str, str]:
     """compare's first line: the verdict word ("equal" or "DIFFERENT") and the rest of the line."""
     blobs = record["blobs"]
@@ -349,10 +368,11 @@ def plain_info(record: dict, width: int) -> str | None:
 def plain_norm(record: dict, width: int) -> str | None:
     """norm's table as rich prints it off a terminal, or None where rich must draw it."""
     title = _plain_title(record, width)
-    table = plain_table(norm_columns(), [cells for cells, _ in norm_rows(record)], width)
-    if title is None or table is None:
+    columns, rows, note = norm_table(record, width)
+    table = plain_table(columns, [cells for cells, _ in rows], width)
+    if title is None or table is None or (note is not None and len(note) > width):
         return None
-    return "\n".join([title, *table]) + "\n"
+    return "\n".join([title, *table, *([note] if note is not None else [])]) + "\n"
 
 
 def plain_compare(record: dict, width: int, quiet: bool = False) -> str | None:
