@@ -285,3 +285,25 @@ def test_norm_fits_the_terminal(wide_net, columns):
         assert len(shown) == 6 and "not shown" not in out
     else:
         assert "not shown at 80 columns: diff sumsq, data sumsq" in out
+
+
+def test_compare_fits_80_columns(wide_net, tmp_path):
+    path, layers, _ = wide_net
+    changed = write_net(tmp_path / "changed.caffemodel", "new", [
+        Layer(layer.name, layer.type, [b * 1.5 if i == 0 else b for i, b in enumerate(layer.blobs)],
+              diffs=layer.diffs) for layer in layers])
+    result = run_blobtool("compare", "--json", path, changed, text=True)
+    record = json.loads(result.stdout)
+    differing = [b for b in record["blobs"] if not b["equal"]]
+    assert len(differing) == 5
+    out, err, code = run_on_terminal("compare", path, changed)
+    assert (code, err) == (1, "")
+    assert_fits(out, 80)
+    header = next(line for line in out.splitlines() if line.split()[:1] == ["blob"])
+    shown = re.split(r"\s{2,}", header.strip())
+    assert shown[:2] == ["blob", "what"] and "rel L2" in shown
+    for blob in differing:
+        words = row_of(out, blob["name"])
+        assert words[shown.index("rel L2")] == fmt_num(blob["rel_l2"])
+    wide, _, _ = run_on_terminal("compare", path, changed, columns=160)
+    assert "not shown" not in wide and "first at" in wide

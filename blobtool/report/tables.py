@@ -15,7 +15,7 @@ from rich.table import Table
 from rich.text import Text
 
 from .escape import escape
-from .text import (COMPARE_COLUMNS, LAYERS_COLUMNS, compare_footer, compare_rows, compare_verdict, fmt_bytes,
+from .text import (LAYERS_COLUMNS, compare_footer, compare_table, compare_verdict, fmt_bytes,
                    fmt_num, fmt_shape, info_footer, info_table, layers_rows, norm_table, stats_table,
                    title_parts)
 
@@ -180,10 +180,9 @@ def render_compare(console: Console, record: dict, *, quiet: bool = False) -> No
     console.print(verdict)
     if record["equal"] or quiet:
         return
-    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
-    for header, justify in COMPARE_COLUMNS:
-        table.add_column(header, justify=justify)
-    for cells, warning in compare_rows(record):
+    columns, rows, note = compare_table(record, console.width, cell_len)
+    table = _table(columns)
+    for cells, warning in rows:
         if warning:
             cells = [cells[0], Text(cells[1], style="yellow"), *cells[2:]]
         table.add_row(*cells)
@@ -191,6 +190,8 @@ def render_compare(console: Console, record: dict, *, quiet: bool = False) -> No
     footer = compare_footer(record)
     if footer is not None:
         console.print(Text(footer, style="dim"))
+    if note is not None:
+        console.print(note)
 
 
 def render_devices(console: Console, devices: list) -> None:

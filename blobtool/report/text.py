@@ -21,9 +21,10 @@ import sys
 
 from .escape import escape
 
-__all__ = ["fmt_num", "fmt_bytes", "fmt_shape", "title_parts", "info_columns", "info_rows", "info_footer",
-           "info_table", "stats_rows", "stats_table", "layers_rows", "fit_columns", "table_width", "LAYERS_COLUMNS",
-           "norm_columns", "norm_rows", "norm_table", "compare_verdict", "compare_rows", "compare_footer", "COMPARE_COLUMNS",
+__all__ = ["fmt_num", "fmt_bytes", "fmt_shape", "title_parts", "fit_columns", "table_width",
+           "info_columns", "info_rows", "info_footer", "info_table", "stats_rows", "stats_table", "layers_rows",
+           "LAYERS_COLUMNS", "norm_columns", "norm_rows", "norm_table",
+           "compare_verdict", "compare_rows", "compare_table", "compare_footer", "COMPARE_COLUMNS",
            "plain_info", "plain_norm", "plain_compare", "plain_stdout", "plain_width", "stdout_is_terminal",
            "MAX_COLUMNS"]
 
@@ -270,6 +271,18 @@ def compare_rows(record: dict) -> list:
     return rows
 
 
+# compare leaves out where the first difference is first, then the other
+# measures; the blob, what differs and the relative L2 change always stay.
+COMPARE_DROP_ORDER = ("first at", "max_rel", "mismatches", "max_abs")
+
+
+def compare_table(record: dict, width: int | None, measure=len) -> tuple[list, list, str | None]:
+    """compare's table fitted to `width`: (columns, [(cells, is_warning)], the note on left-out columns)."""
+    rows = compare_rows(record)
+    kept, left = fit_columns(COMPARE_COLUMNS, [cells for cells, _ in rows], width, COMPARE_DROP_ORDER, measure)
+    return pick(COMPARE_COLUMNS, kept), [(pick(cells, kept), w) for cells, w in rows], left_out_note(left, width)
+
+
 def compare_footer(record: dict) -> str | None:
     """The line under compare's table that counts the blobs that matched, when some did."""
     same = sum(1 for b in record["blobs"] if b["equal"])
@@ -382,8 +395,9 @@ def plain_compare(record: dict, width: int, quiet: bool = False) -> str | None:
         return None
     if record["equal"] or quiet:
         return verdict + "\n"
-    table = plain_table(COMPARE_COLUMNS, [cells for cells, _ in compare_rows(record)], width)
-    footer = compare_footer(record)
-    if table is None or (footer is not None and len(footer) > width):
+    columns, rows, note = compare_table(record, width)
+    table = plain_table(columns, [cells for cells, _ in rows], width)
+    lines = [line for line in (compare_footer(record), note) if line is not None]
+    if table is None or any(len(line) > width for line in lines):
         return None
-    return "\n".join([verdict, *table, *([footer] if footer is not None else [])]) + "\n"
+    return "\n".join([verdict, *table, *lines]) + "\n"
