@@ -513,8 +513,9 @@ def test_blob_pattern_that_selects_nothing_lists_the_names(tmp_path):
 
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_info_reads_no_payload(tmp_path, fmt):
-    # A blob whose shape says 12 values but whose data holds 3: info reports
-    # the shape (it never counts the payload); reading the values fails.
+    # A blob whose shape says 12 values but whose data holds 3: info lists
+    # every blob (reading no value: the count is the payload's length) and
+    # flags this one, exit 3; reading the values fails.
     bad = blob_proto([1.0, 2.0, 3.0], shape=[3, 4])
     layers = lenet_layers()
     path = tmp_path / "bad.caffemodel"
@@ -530,12 +531,20 @@ def test_info_reads_no_payload(tmp_path, fmt):
         v0.blobs.append(bad)
         body = len_field(1, v0.SerializeToString())
     path.write_bytes(raw + len_field(number, body))
-    record = one_json(ok("info", "--json", path))
+    result = invoke("info", "--json", path)
+    assert result.exit_code == 3, (result.exit_code, result.stderr)
+    assert result.stderr == (f"blobtool: {path}: blob broken/0: shape (3, 4) needs 12 values, "
+                             "but field 5 (data) holds 3\n")
+    record = one_json(result)
     assert record["blobs"][-1]["name"] == "broken/0"
     assert record["blobs"][-1]["shape"] == [3, 4] and record["blobs"][-1]["count"] == 12
+    assert record["invalid"] == [{"name": "broken/0", "shape": [3, 4], "count": 12, "which": "data",
+                                  "field": "field 5 (data)", "values": 3}]
+    assert [b["name"] for b in record["blobs"][:-1]] == LENET_NAMES
     assert_error(invoke("norm", path), 3, "field 5 (data)", "12")
     # Selecting around it works.
     ok("norm", path, "--blob", "conv1")
+    assert "invalid" not in one_json(ok("info", "--json", path, "--blob", "conv1"))
 
 
 def _norms(arr) -> tuple[float, float]:

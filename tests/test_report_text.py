@@ -174,7 +174,13 @@ def test_plain_table_at_exactly_the_width():
                                                           "diff": None}]}
     width = natural_width(render.render_norm, record)
     assert layout.plain_norm(record, width) == rich_text(render.render_norm, record, width)
-    assert layout.plain_norm(record, width - 1) is None
+    assert "not shown" not in layout.plain_norm(record, width)
+    # One column less: a column is left out (and said so), as rich's table leaves it out.
+    narrower = layout.plain_norm(record, width - 1)
+    assert narrower == rich_text(render.render_norm, record, width - 1)
+    assert f"not shown at {width - 1} columns: diff sumsq" in narrower
+    # Narrower than the columns that always stay: rich draws (and wraps) it.
+    assert layout.plain_table(layout.norm_columns()[:2], [["0", "1.5"]], 2) is None
 
 
 def test_info_with_stats_is_left_to_rich():

@@ -73,13 +73,14 @@ def _emit_compare(record: dict, as_json: bool, quiet: bool) -> None:
 @click.option("--check", type=click.Choice(["finite"]), default=None,
               help="Exit 1 when a check fails; finite: no NaN or Inf in the selected blobs' data and diff "
                    "(reads the values).")
+@click.option("--all-layers", is_flag=True, help="Also list every layer of a net with its type, blobs or not.")
 @blob_option
 @kind_option
 @json_option
 @jobs_option
 @fail_fast_option
 @names_options
-def info(files, stats, check, patterns, kind, as_json, jobs, fail_fast, names, no_fold):
+def info(files, stats, check, all_layers, patterns, kind, as_json, jobs, fail_fast, names, no_fold):
     """Show what a blob file holds: kind, size, and each blob's shape, layout, dtype, count and diff.
 
     Reads no values unless --stats is given. FILES may be folders: every file in
@@ -94,7 +95,7 @@ def info(files, stats, check, patterns, kind, as_json, jobs, fail_fast, names, n
       blobtool info --check finite snapshot.caffemodel
       blobtool info --names torch model.caffemodel    # the PyTorch names convert would give
     """
-    from ..report.records import check_message
+    from ..report.records import check_message, invalid_message
 
     if names != "blobtool" and (stats or check):
         raise click.UsageError("--names torch lists the renaming; --stats and --check apply to blobs as stored")
@@ -105,25 +106,27 @@ def info(files, stats, check, patterns, kind, as_json, jobs, fail_fast, names, n
             _emit_mapping(record, as_json)
         batch.exit()
         return
-    work = functools.partial(_info_one, kind=kind, patterns=patterns, stats=stats, check=check)
-    failed = False
+    work = functools.partial(_info_one, kind=kind, patterns=patterns, stats=stats, check=check,
+                             all_layers=all_layers)
+    failed = ExitCode.OK
     for record in batch.records(work, jobs):
         _emit_info(record, as_json)
-        message = check_message(record)
-        if message:
-            say_error(message)
-            failed = True
-    batch.exit(ExitCode.DIFFERENT if failed else ExitCode.OK)
+        for message, code in ((invalid_message(record), ExitCode.INPUT),
+                              (check_message(record), ExitCode.DIFFERENT)):
+            if message:
+                say_error(message)
+                failed = max(failed, code)
+    batch.exit(failed)
 
 
-def _info_one(path, *, kind, patterns, stats, check=None, show_progress=True):
+def _info_one(path, *, kind, patterns, stats, check=None, all_layers=False, show_progress=True):
     """info's record for one file (runs in a worker process when several files are given)."""
     from ..formats import select
     from ..report.records import info_record
 
     doc = open_input(path, kind)
     with progress(doc, "reading", show_progress):
-        return info_record(doc, select(doc, patterns), stats=stats, check=check)
+        return info_record(doc, select(doc, patterns), stats=stats, check=check, all_layers=all_layers)
 
 
 def _mapping_one(path, *, kind, patterns, fold, show_progress=True):

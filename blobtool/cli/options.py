@@ -8,6 +8,7 @@ import sys
 import click
 
 from ..formats import KINDS, OUTPUT_FORMATS
+from .completion import complete_blob_names
 
 __all__ = ["INPUT", "OUTPUT", "Tolerance", "json_option", "json_object_option", "device_option", "blob_option",
            "kind_option", "output_options", "jobs_option", "fail_fast_option", "inputs", "batch_inputs",
@@ -52,7 +53,7 @@ def device_option(f):
 
 
 def blob_option(f):
-    return click.option("--blob", "patterns", multiple=True, metavar="PATTERN",
+    return click.option("--blob", "patterns", multiple=True, metavar="PATTERN", shell_complete=complete_blob_names,
                         help="Select blobs by name, glob (conv*/0) or layer name; repeatable.")(f)
 
 

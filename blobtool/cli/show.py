@@ -8,6 +8,7 @@ import click
 
 from ..errors import UsageError
 from ..report.text import MAX_COLUMNS
+from .completion import complete_blob_names
 from .group import CONTEXT_SETTINGS
 from .options import INPUT, OUTPUT, kind_option
 from .output import consoles, say_warning
@@ -18,7 +19,7 @@ __all__ = ["show"]
 
 @click.command(context_settings=CONTEXT_SETTINGS)
 @click.argument("file", type=INPUT)
-@click.option("--blob", "name", metavar="NAME", default=None,
+@click.option("--blob", "name", metavar="NAME", default=None, shell_complete=complete_blob_names,
               help="The blob to show (name or glob that matches one blob); needed when the file holds several.")
 @click.option("--channel", type=click.IntRange(min=0), metavar="C", default=None,
               help="Show channel C (from 0) as a heat map; in a filter grid, channel C of every filter.")

@@ -6,13 +6,16 @@ prints.
 
 from __future__ import annotations
 
+import collections
 import math
 
 from .. import kernels
+from ..blobproto import PAYLOAD_BY_NAME
 from ..formats import Document, Entry
+from .text import fmt_shape
 
 __all__ = ["json_float", "info_record", "norm_record", "norm_values", "compare_record", "CHECKS",
-           "check_finite", "check_message"]
+           "check_finite", "check_message", "value_count_mismatch", "invalid_message"]
 
 
 def json_float(x):
@@ -55,14 +58,61 @@ def entry_info(entry: Entry, *, stats: bool = False) -> dict:
     return out
 
 
-def info_record(doc: Document, entries, *, stats: bool = False, check: str | None = None) -> dict:
-    """info's JSON object for one file; with `check` ("finite"), its result under "check"."""
+def info_record(doc: Document, entries, *, stats: bool = False, check: str | None = None,
+                all_layers: bool = False) -> dict:
+    """info's JSON object for one file; with `check` ("finite"), its result under "check".
+
+    A net's record counts its layers ("layers", "layers_without_blobs"), and
+    with `all_layers` lists them all ("all_layers": name, type, blobs). Blobs
+    whose shape disagrees with the values stored go under "invalid".
+    """
     out = {"path": doc.path, "kind": doc.kind, "bytes": doc.size}
     out.update(doc.meta)
+    invalid = [found for found in map(value_count_mismatch, entries) if found is not None]
     out["blobs"] = [entry_info(e, stats=stats) for e in entries]
+    if doc.kind == "net" and doc.layers:
+        held = collections.Counter(e.layer for e in doc.entries)
+        out["layers"] = len(doc.layers)
+        out["layers_without_blobs"] = sum(1 for layer in doc.layers if not held[layer.name])
+        if all_layers:
+            out["all_layers"] = [{"name": layer.name, "type": layer.type, "blobs": held[layer.name]}
+                                 for layer in doc.layers]
+    if invalid:
+        out["invalid"] = invalid
     if check == "finite":
         out["check"] = check_finite(entries)
     return out
+
+
+def value_count_mismatch(entry: Entry) -> dict | None:
+    """Where a BlobProto's shape and its stored values disagree (read from the lengths, no value read).
+
+    {"name", "shape", "count", "which": "data" or "diff", "field", "values"}, or None
+    when every payload holds the shape's count (or the blob is no BlobProto).
+    Caffe's FromProto refuses such a blob, and so does every command that
+    reads its values; info, which reads none, reports it from this.
+    """
+    record = entry.record
+    if record is None or not hasattr(record, "payloads"):
+        return None
+    count = entry.count
+    for which, payload in (("data", record.data_payload), ("diff", record.diff_payload)):
+        if payload is None or (which == "data" and not payload.count and record.suspicious):
+            continue
+        if payload.count != count:
+            return {"name": entry.name, "shape": list(entry.shape), "count": count, "which": which,
+                    "field": PAYLOAD_BY_NAME[payload.name].label, "values": payload.count}
+    return None
+
+
+def invalid_message(record: dict) -> str | None:
+    """The stderr line for an info record whose blobs' shapes disagree with their values, or None."""
+    found = record.get("invalid")
+    if not found:
+        return None
+    return f"{record['path']}: " + "; ".join(
+        f"blob {f['name']}: shape {fmt_shape(f['shape'])} needs {f['count']:,} values, but {f['field']} "
+        f"holds {f['values']:,}" for f in found)
 
 
 # What `info --check` can check.

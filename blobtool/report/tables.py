@@ -9,13 +9,15 @@ are drawn with ASCII characters instead.
 from __future__ import annotations
 
 from rich import box
+from rich.cells import cell_len
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
 from .escape import escape
-from .text import (COMPARE_COLUMNS, compare_footer, compare_rows, compare_verdict, fmt_bytes, fmt_num, fmt_shape,
-                     info_columns, info_footer, info_rows, norm_columns, norm_rows, title_parts)
+from .text import (LAYERS_COLUMNS, compare_footer, compare_table, compare_verdict, fmt_bytes,
+                   fmt_num, fmt_shape, info_footer, info_table, layers_rows, norm_table, stats_table,
+                   title_parts)
 
 
 __all__ = ["fmt_num", "fmt_bytes", "fmt_shape", "render_info", "render_norm", "render_compare",
@@ -52,36 +54,59 @@ def _title(record: dict) -> Text:
 
 
 def render_info(console: Console, record: dict) -> None:
-    """One table per file; for nets, one row per blob grouped by layer (layer and type shown once)."""
+    """One table per file, one row per blob (its full name), fitted to the console's width.
+
+    With --stats, the statistics follow in a table of their own and then the
+    histograms; with --all-layers, a table of every layer of a net.
+    """
     console.print(_title(record))
-    with_stats = any("stats" in b for b in record["blobs"])
-    has_layers = any("layer" in b for b in record["blobs"])
-    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
-    for header, justify in info_columns(record):
-        table.add_column(header, justify=justify)
-    if with_stats:
-        for col in ("min", "max", "mean", "std", "nan", "inf"):
-            table.add_column(col, justify="right")
-    for row, b in info_rows(record):
-        if with_stats:
-            row += _stat_cells(b["stats"]["data"])
-        table.add_row(*row)
-        if with_stats and b["stats"].get("diff"):
-            name = Text(f"{escape(b['name'])} diff", style="dim")
-            pad = ["", "", Text("diff", style="dim")] if has_layers else [name]
-            table.add_row(*pad, "", "", "", "", "", "", *_stat_cells(b["stats"]["diff"]))
+    columns, rows, note = info_table(record, console.width, cell_len)
+    table = _table(columns)
+    for cells, _ in rows:
+        table.add_row(*cells)
     console.print(table)
-    footer = info_footer(record)
-    if footer is not None:
-        console.print(footer)
-    if with_stats:
+    for line in (info_footer(record), note):
+        if line is not None:
+            console.print(line)
+    if "all_layers" in record:
+        layers = _table(LAYERS_COLUMNS)
+        for cells in layers_rows(record):
+            layers.add_row(*cells)
+        console.print(layers)
+    if any("stats" in b for b in record["blobs"]):
+        _render_stats(console, record)
         _render_histograms(console, record["blobs"])
+
+
+def _table(columns: list) -> Table:
+    """A SIMPLE_HEAD table of these (header, justify) columns; cells never wrap (the columns are fitted)."""
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+    for header, justify in columns:
+        table.add_column(header, justify=justify, no_wrap=True)
+    return table
+
+
+def _render_stats(console: Console, record: dict) -> None:
+    """info --stats' table: min, max, mean, std and the NaN and Inf counts of each blob's data and diff."""
+    columns, rows, note = stats_table(record, console.width, cell_len)
+    table = _table(columns)
+    headers = [h for h, _ in columns]
+    for cells, is_diff in rows:
+        styled = [Text(cells[0], style="dim") if is_diff else cells[0], *cells[1:]]
+        for col in ("nan", "inf"):
+            if col in headers:
+                i = headers.index(col)
+                styled[i] = Text(cells[i], style="red" if cells[i] != "0" else "")
+        table.add_row(*styled)
+    console.print(table)
+    if note is not None:
+        console.print(note)
 
 
 def _render_histograms(console: Console, blobs: list) -> None:
     """One line per blob (and diff) under the table: min, the histogram cell, max."""
     blocks, divider = _bar_characters(console)
-    console.print(histogram_key(blocks, divider))
+    console.print(histogram_key(blocks, divider, console.width))
     grid = Table.grid(padding=(0, 1), pad_edge=True)
     grid.add_column()
     grid.add_column(justify="right")
@@ -97,24 +122,22 @@ def _render_histograms(console: Console, blobs: list) -> None:
     console.print(grid)
 
 
-def _stat_cells(s: dict) -> list:
-    return [fmt_num(s[k]) for k in ("min", "max", "mean", "std")] + [
-        Text(str(s["nan"]), style="red" if s["nan"] else ""),
-        Text(str(s["inf"]), style="red" if s["inf"] else ""),
-    ]
+def histogram_key(blocks: str = BLOCKS, divider: str = DIVIDER, width: int | None = None) -> Text:
+    """The line that explains the histogram cells (drawn with these bar characters).
 
-
-def histogram_key(blocks: str = BLOCKS, divider: str = DIVIDER) -> Text:
-    """The line that explains the histogram cells (drawn with these bar characters)."""
+    Two lines, split at the clause, where one would not fit `width`.
+    """
     # pictures is imported here, not at the top: only --stats output needs it.
     from ..kernels import HIST_BINS
     from .pictures import BAR_STEP
 
-    return Text.assemble(
-        (" histograms", "bold"),
-        (f"  {HIST_BINS} bins from min to max, counts log-scaled (one step = x{BAR_STEP:g}); after ", "dim"),
-        (divider, "dim"), (": ", "dim"), (blocks[4], "yellow"), (" values exactly 0, ", "dim"), ("!", "bold red"),
-        (" NaN or Inf present", "dim"))
+    bins = Text.assemble((" histograms", "bold"),
+                         (f"  {HIST_BINS} bins from min to max, counts log-scaled (one step = x{BAR_STEP:g});", "dim"))
+    marks = Text.assemble((" after ", "dim"), (divider, "dim"), (": ", "dim"), (blocks[4], "yellow"),
+                          (" values exactly 0, ", "dim"), ("!", "bold red"), (" NaN or Inf present", "dim"))
+    if width is not None and bins.cell_len + marks.cell_len > width:
+        return Text("\n").join([bins, Text("           ") + marks])
+    return bins + marks
 
 
 def histogram_cell(s: dict, blocks: str = BLOCKS, divider: str = DIVIDER) -> Text:
@@ -136,15 +159,17 @@ def histogram_cell(s: dict, blocks: str = BLOCKS, divider: str = DIVIDER) -> Tex
 
 
 def render_norm(console: Console, record: dict) -> None:
+    """One table per file, fitted to the console's width; the total in bold."""
     console.print(_title(record))
-    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
-    for header, justify in norm_columns():
-        table.add_column(header, justify=justify)
-    for cells, is_total in norm_rows(record):
+    columns, rows, note = norm_table(record, console.width, cell_len)
+    table = _table(columns)
+    for cells, is_total in rows:
         if is_total:
             cells = [Text(cells[0], style="bold"), *cells[1:]]
         table.add_row(*cells)
     console.print(table)
+    if note is not None:
+        console.print(note)
 
 
 def render_compare(console: Console, record: dict, *, quiet: bool = False) -> None:
@@ -155,10 +180,9 @@ def render_compare(console: Console, record: dict, *, quiet: bool = False) -> No
     console.print(verdict)
     if record["equal"] or quiet:
         return
-    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
-    for header, justify in COMPARE_COLUMNS:
-        table.add_column(header, justify=justify)
-    for cells, warning in compare_rows(record):
+    columns, rows, note = compare_table(record, console.width, cell_len)
+    table = _table(columns)
+    for cells, warning in rows:
         if warning:
             cells = [cells[0], Text(cells[1], style="yellow"), *cells[2:]]
         table.add_row(*cells)
@@ -166,6 +190,8 @@ def render_compare(console: Console, record: dict, *, quiet: bool = False) -> No
     footer = compare_footer(record)
     if footer is not None:
         console.print(Text(footer, style="dim"))
+    if note is not None:
+        console.print(note)
 
 
 def render_devices(console: Console, devices: list) -> None:

@@ -21,8 +21,10 @@ import sys
 
 from .escape import escape
 
-__all__ = ["fmt_num", "fmt_bytes", "fmt_shape", "title_parts", "info_columns", "info_rows", "info_footer",
-           "norm_columns", "norm_rows", "compare_verdict", "compare_rows", "compare_footer", "COMPARE_COLUMNS",
+__all__ = ["fmt_num", "fmt_bytes", "fmt_shape", "title_parts", "fit_columns", "table_width",
+           "info_columns", "info_rows", "info_footer", "info_table", "stats_rows", "stats_table", "layers_rows",
+           "LAYERS_COLUMNS", "norm_columns", "norm_rows", "norm_table",
+           "compare_verdict", "compare_rows", "compare_table", "compare_footer", "COMPARE_COLUMNS",
            "plain_info", "plain_norm", "plain_compare", "plain_stdout", "plain_width", "stdout_is_terminal",
            "MAX_COLUMNS"]
 
@@ -80,39 +82,117 @@ def _has_layers(record: dict) -> bool:
     return any("layer" in b for b in record["blobs"])
 
 
+# The columns a table leaves out, in this order, until it fits the width:
+# names, shapes, counts and statistics' extremes are never cut or wrapped.
+INFO_DROP_ORDER = ("layout", "bytes", "diff", "dtype", "type")
+STATS_DROP_ORDER = ("std", "mean")
+STATS_COLUMNS = [("blob", "left")] + [(c, "right") for c in ("min", "max", "mean", "std", "nan", "inf")]
+LAYERS_COLUMNS = [("layer", "left"), ("type", "left"), ("blobs", "right")]
+
+
+def table_width(widths) -> int:
+    """The width of a SIMPLE_HEAD table (pad_edge=False) whose columns are this wide."""
+    return 2 + sum(widths) + 3 * (len(widths) - 1)
+
+
+def fit_columns(columns: list, rows: list, width: int | None, drop_order=(), measure=len) -> tuple[list, list]:
+    """(indexes of the columns kept, headers left out) so that the table fits `width` (None: no limit).
+
+    Columns in `drop_order` are left out one by one, in that order, until the
+    table fits; the others are always kept, whole.
+    """
+    widths = [measure(h) for h, _ in columns]
+    for row in rows:
+        widths = [max(w, measure(cell)) for w, cell in zip(widths, row)]
+    kept = list(range(len(columns)))
+    left = []
+    headers = [h for h, _ in columns]
+    for header in drop_order:
+        if width is None or table_width([widths[i] for i in kept]) <= width:
+            break
+        if header in headers and headers.index(header) in kept:
+            kept.remove(headers.index(header))
+            left.append(header)
+    return kept, left
+
+
+def pick(cells: list, kept: list) -> list:
+    return [cells[i] for i in kept]
+
+
+def left_out_note(left: list, width: int | None) -> str | None:
+    """The line saying which columns a table left out to fit, or None when it left out none."""
+    if not left:
+        return None
+    return f"  not shown at {width} columns: {', '.join(left)} (--json has them)"
+
+
 def info_columns(record: dict) -> list:
     """(header, justify) of info's columns, without the --stats ones."""
-    head = [("layer", "left"), ("type", "left"), ("#", "left")] if _has_layers(record) else [("blob", "left")]
+    head = [("blob", "left"), ("type", "left")] if _has_layers(record) else [("blob", "left")]
     return head + [("shape", "left"), ("layout", "left"), ("dtype", "left"), ("count", "right"),
                    ("bytes", "right"), ("diff", "left")]
 
 
 def info_rows(record: dict):
-    """Yield (cells, blob) for each blob of info's table; a net's layer and type are shown once per layer."""
+    """Yield (cells, blob) for each blob of info's table: each row its blob's full name (as --blob takes it)."""
     has_layers = _has_layers(record)
-    previous_layer = None
     for b in record["blobs"]:
+        row = [escape(b["name"])]
         if has_layers:
-            layer = b.get("layer") or ""
-            first = layer != previous_layer
-            previous_layer = layer
-            row = [escape(layer) if first else "", escape(b.get("type") or "") if first else "",
-                   escape(b["name"].rsplit("/", 1)[-1])]
-        else:
-            row = [escape(b["name"])]
+            row.append(escape(b.get("type") or "-"))
         row += [fmt_shape(b["shape"]), b["layout"], b["dtype"], fmt_num(b["count"]),
                 fmt_bytes(b["bytes"]), "yes" if b["has_diff"] else "no"]
         yield row, b
 
 
+def info_table(record: dict, width: int | None, measure=len) -> tuple[list, list, str | None]:
+    """info's main table fitted to `width`: (columns, [(cells, blob)], the note on left-out columns)."""
+    columns = info_columns(record)
+    rows = list(info_rows(record))
+    kept, left = fit_columns(columns, [cells for cells, _ in rows], width, INFO_DROP_ORDER, measure)
+    return pick(columns, kept), [(pick(cells, kept), b) for cells, b in rows], left_out_note(left, width)
+
+
+def stats_rows(record: dict) -> list:
+    """(cells, is_diff) for info --stats' table: one row per blob's data, one per diff ("<name> diff")."""
+    rows = []
+    for b in record["blobs"]:
+        for which in ("data", "diff"):
+            s = b["stats"].get(which)
+            if s is None:
+                continue
+            name = escape(b["name"]) + (" diff" if which == "diff" else "")
+            rows.append(([name] + [fmt_num(s[k]) for k in ("min", "max", "mean", "std")]
+                         + [str(s["nan"]), str(s["inf"])], which == "diff"))
+    return rows
+
+
+def stats_table(record: dict, width: int | None, measure=len) -> tuple[list, list, str | None]:
+    """info --stats' table fitted to `width`: (columns, [(cells, is_diff)], the note on left-out columns)."""
+    rows = stats_rows(record)
+    kept, left = fit_columns(STATS_COLUMNS, [cells for cells, _ in rows], width, STATS_DROP_ORDER, measure)
+    return pick(STATS_COLUMNS, kept), [(pick(cells, kept), d) for cells, d in rows], left_out_note(left, width)
+
+
+def layers_rows(record: dict) -> list:
+    """info --all-layers' table: every layer of a net, its type and how many blobs it holds."""
+    return [[escape(layer["name"]), escape(layer["type"] or "-"), fmt_num(layer["blobs"])]
+            for layer in record.get("all_layers", ())]
+
+
 def info_footer(record: dict) -> str | None:
-    """The totals line under info's table, when the file holds more than one blob."""
+    """The totals line under info's table: blobs when the file holds more than one; a net's layers."""
     blobs = record["blobs"]
-    if len(blobs) <= 1:
-        return None
-    count = sum(b["count"] for b in blobs)
-    nbytes = sum(b["bytes"] for b in blobs)
-    return f"  {len(blobs)} blobs, {fmt_num(count)} parameters, {fmt_bytes(nbytes)}"
+    parts = []
+    if len(blobs) > 1:
+        count = sum(b["count"] for b in blobs)
+        nbytes = sum(b["bytes"] for b in blobs)
+        parts.append(f"{len(blobs)} blobs, {fmt_num(count)} parameters, {fmt_bytes(nbytes)}")
+    if "layers" in record:
+        empty = record["layers_without_blobs"]
+        parts.append(f"{record['layers']} layer{'s' if record['layers'] != 1 else ''}, {empty} without blobs")
+    return "  " + "; ".join(parts) if parts else None
 
 
 def norm_columns() -> list:
@@ -129,6 +209,25 @@ def norm_rows(record: dict) -> list:
         t = record["total"]
         rows.append((["total", *cells(t["data"]), *cells(t["diff"])], True))
     return rows
+
+
+# norm leaves out the squared sums first (l2 says the same), and the diff's
+# columns before the data's.
+NORM_DROP_ORDER = ("diff sumsq", "data sumsq", "diff asum", "data asum", "diff l2")
+
+
+def norm_table(record: dict, width: int | None, measure=len) -> tuple[list, list, str | None]:
+    """norm's table fitted to `width`: (columns, [(cells, is_total)], the note on left-out columns).
+
+    When no blob has a diff, the diff's columns (all "-") go first.
+    """
+    columns = norm_columns()
+    rows = norm_rows(record)
+    order = NORM_DROP_ORDER
+    if all(b["diff"] is None for b in record["blobs"]):
+        order = ("diff sumsq", "diff asum", "diff l2") + tuple(h for h in order if not h.startswith("diff"))
+    kept, left = fit_columns(columns, [cells for cells, _ in rows], width, order, measure)
+    return pick(columns, kept), [(pick(cells, kept), total) for cells, total in rows], left_out_note(left, width)
 
 
 def compare_verdict(record: dict) -> tuple[str, str]:
@@ -184,6 +283,18 @@ def compare_rows(record: dict) -> list:
                           fmt_num(b["max_rel"]), fmt_num(b["rel_l2"]), f"{b['mismatches']:,} / {total:,}", first],
                          bool(b.get("diff_only_in"))))
     return rows
+
+
+# compare leaves out where the first difference is first, then the other
+# measures; the blob, what differs and the relative L2 change always stay.
+COMPARE_DROP_ORDER = ("first at", "max_rel", "mismatches", "max_abs")
+
+
+def compare_table(record: dict, width: int | None, measure=len) -> tuple[list, list, str | None]:
+    """compare's table fitted to `width`: (columns, [(cells, is_warning)], the note on left-out columns)."""
+    rows = compare_rows(record)
+    kept, left = fit_columns(COMPARE_COLUMNS, [cells for cells, _ in rows], width, COMPARE_DROP_ORDER, measure)
+    return pick(COMPARE_COLUMNS, kept), [(pick(cells, kept), w) for cells, w in rows], left_out_note(left, width)
 
 
 def compare_footer(record: dict) -> str | None:
@@ -266,24 +377,32 @@ def _plain_title(record: dict, width: int) -> str | None:
 
 
 def plain_info(record: dict, width: int) -> str | None:
-    """info's table as rich prints it off a terminal, or None where rich must draw it (--stats, wrapping)."""
+    """info's tables as rich prints them off a terminal, or None where rich must draw them (--stats, wrapping)."""
     if any("stats" in b for b in record["blobs"]):
         return None
     title = _plain_title(record, width)
-    table = plain_table(info_columns(record), [cells for cells, _ in info_rows(record)], width)
-    footer = info_footer(record)
-    if title is None or table is None or (footer is not None and len(footer) > width):
+    columns, rows, note = info_table(record, width)
+    table = plain_table(columns, [cells for cells, _ in rows], width)
+    lines = [info_footer(record), note]
+    if title is None or table is None or any(line is not None and len(line) > width for line in lines):
         return None
-    return "\n".join([title, *table, *([footer] if footer is not None else [])]) + "\n"
+    out = [title, *table, *(line for line in lines if line is not None)]
+    if "all_layers" in record:
+        layers = plain_table(LAYERS_COLUMNS, layers_rows(record), width)
+        if layers is None:
+            return None
+        out += layers
+    return "\n".join(out) + "\n"
 
 
 def plain_norm(record: dict, width: int) -> str | None:
     """norm's table as rich prints it off a terminal, or None where rich must draw it."""
     title = _plain_title(record, width)
-    table = plain_table(norm_columns(), [cells for cells, _ in norm_rows(record)], width)
-    if title is None or table is None:
+    columns, rows, note = norm_table(record, width)
+    table = plain_table(columns, [cells for cells, _ in rows], width)
+    if title is None or table is None or (note is not None and len(note) > width):
         return None
-    return "\n".join([title, *table]) + "\n"
+    return "\n".join([title, *table, *([note] if note is not None else [])]) + "\n"
 
 
 def plain_compare(record: dict, width: int, quiet: bool = False) -> str | None:
@@ -293,8 +412,9 @@ def plain_compare(record: dict, width: int, quiet: bool = False) -> str | None:
         return None
     if record["equal"] or quiet:
         return verdict + "\n"
-    table = plain_table(COMPARE_COLUMNS, [cells for cells, _ in compare_rows(record)], width)
-    footer = compare_footer(record)
-    if table is None or (footer is not None and len(footer) > width):
+    columns, rows, note = compare_table(record, width)
+    table = plain_table(columns, [cells for cells, _ in rows], width)
+    lines = [line for line in (compare_footer(record), note) if line is not None]
+    if table is None or any(len(line) > width for line in lines):
         return None
-    return "\n".join([verdict, *table, *([footer] if footer is not None else [])]) + "\n"
+    return "\n".join([verdict, *table, *lines]) + "\n"
