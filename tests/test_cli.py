@@ -622,7 +622,22 @@ def test_npy_input_becomes_a_blob(tmp_path, array):
     assert record["blobs"][0]["shape"] == list(array.shape)
 
 
-@pytest.mark.parametrize("dtype", ["float16", "int32", "uint8"])
+def test_float16_npy_and_npz_read_as_float32_so_half_outputs_read_back(tmp_path):
+    array = np.array([[0.5, -2.0, 65504.0], [6e-8, 0.0, 1.0]], np.float16)
+    src = tmp_path / "h.npy"
+    write_npy(src, array)
+    record = one_json(invoke("info", "--json", src))
+    assert record["blobs"][0]["shape"] == [2, 3]
+    proto = convert(src, tmp_path / "h.pb")  # exact: float16 widens to float32
+    np.testing.assert_array_equal(np.array(proto.data, np.float32), array.astype(np.float32).ravel())
+    out = tmp_path / "h.npz"
+    result = invoke("convert", "--half", src, "-o", out)
+    assert result.exit_code == 0, result.output
+    compared = invoke("compare", src, out)
+    assert compared.exit_code == 0, compared.output
+
+
+@pytest.mark.parametrize("dtype", ["int32", "uint8"])
 def test_npy_of_other_dtypes_needs_float_or_double(tmp_path, dtype):
     array = np.arange(6).reshape(2, 3).astype(dtype)
     src = tmp_path / "a.npy"

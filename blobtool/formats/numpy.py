@@ -88,10 +88,16 @@ def read(doc: Document, cast=None) -> None:
 
 
 def _native_dtype(header: NpyHeader, cast, path) -> np.dtype:
-    """The dtype the blob holds: float32/float64 as stored (native order), else `cast`; FormatError if neither."""
+    """The dtype the blob holds: float32/float64 as stored (native order), else `cast`; FormatError if neither.
+
+    float16 needs no `cast`: it widens to float32 exactly (as Caffe's forks'
+    float16 blobs are held), so a `--half` output reads back as it was written.
+    """
     dtype = header.dtype
     if dtype.hasobject:
         raise FormatError(f".npy holds {dtype} values (object arrays are never unpickled)", path=path)
+    if dtype.kind == "f" and dtype.itemsize == 2 and cast is None:
+        return np.dtype(np.float32)
     is_blob_dtype = dtype.kind == "f" and dtype.itemsize in (4, 8)
     if not is_blob_dtype and (cast is None or dtype.kind not in "biuf"):
         hint = " (convert it with --float or --double)" if dtype.kind in "biuf" else ""
@@ -134,7 +140,7 @@ def _blob_from_values(header: NpyHeader, values: np.ndarray, native: np.dtype, d
         blob.fill_from(header.shape, values, diff, adopt=True)
     except BlobToolError as exc:
         raise exc.with_path(path) from exc
-    blob.origin = Origin("shape", native, diff is not None)
+    blob.origin = Origin("shape", native, diff is not None)  # float16: written as float32 unless --half
     return blob
 
 
