@@ -19,7 +19,8 @@ import numpy as np
 
 from .blob import legacy_shapes_equal
 from .errors import UsageError
-from .kernels import CHUNK, map_chunk_indices
+from . import kernels
+from .kernels import map_chunk_indices, widened
 from .progress import report_locked
 
 # Elements per chunk on a GPU: enough work per kernel launch to fill the device.
@@ -71,14 +72,20 @@ def compare_arrays(a, b, *, rtol: float = 0.0, atol: float = 0.0, xp=np) -> Valu
             raise UsageError(f"{name} must be a finite number >= 0, got {tol!r}")
     a = a.reshape(-1)
     b = b.reshape(-1)
-    chunk = CHUNK if xp is np else DEVICE_CHUNK
+    chunk = kernels.CHUNK if xp is np else DEVICE_CHUNK
     chunks = -(-a.size // chunk)
 
     def one(k):
         return _compare_chunk(a[k * chunk:(k + 1) * chunk], b[k * chunk:(k + 1) * chunk], rtol, atol, xp)
 
+    def on_host(k):
+        found = _compare_host_chunk(a[k * chunk:(k + 1) * chunk], b[k * chunk:(k + 1) * chunk], rtol, atol)
+        kernels.chunk_done(a, k, progress=True, chunk=chunk)
+        kernels.chunk_done(b, k, progress=True, chunk=chunk)
+        return found
+
     if xp is np:
-        parts = map_chunk_indices(one, chunks, a.nbytes + b.nbytes)
+        parts = map_chunk_indices(on_host, chunks, a.nbytes + b.nbytes)
     else:
         parts = [one(k) for k in range(chunks)]  # one device, one stream: in order
     max_abs = 0.0
@@ -100,13 +107,48 @@ def compare_arrays(a, b, *, rtol: float = 0.0, atol: float = 0.0, xp=np) -> Valu
                      math.sqrt(sq_a), math.sqrt(sq_diff), math.sqrt(sq_b))
 
 
-def _compare_chunk(a, b, rtol: float, atol: float, xp) -> tuple:
-    """(mismatches, first mismatch in the chunk, max |a-b|, max relative, sum (a-b)^2, sum a^2, sum b^2)."""
-    errstate = np.errstate if xp is np else (lambda **_: contextlib.nullcontext())
-    with errstate(invalid="ignore"):  # a signalling NaN widens to a quiet one; numpy would warn
-        x = a.astype(xp.float64)
-        y = b.astype(xp.float64)
-    report_locked(x.size * (a.itemsize + b.itemsize))
+def _compare_host_chunk(a: np.ndarray, b: np.ndarray, rtol: float, atol: float) -> tuple:
+    """_compare_chunk's figures for a host chunk, bit for bit, working only where the values differ.
+
+    Byte-identical chunks (the common case of equal files) cost one
+    comparison of the bytes and the sums of squares of one side. Otherwise
+    the values that differ as stored (NaN differs from itself) are the only
+    ones with a non-zero delta: they alone are widened and weighed, and the
+    sum of squared deltas is taken over the chunk's deltas laid out as the
+    dense computation lays them out (zeros elsewhere), so BLAS adds them in
+    the same order. Chunks where many values differ take the dense path.
+    """
+    if a.dtype == b.dtype and a.flags.c_contiguous and b.flags.c_contiguous:
+        bits = np.dtype(f"u{a.itemsize}")
+        if np.array_equal(a.view(bits), b.view(bits)):
+            sq = _finite_sumsq(a)
+            return 0, None, 0.0, 0.0, 0.0, sq, sq
+    where = np.flatnonzero(a != b)
+    if where.size * 8 > a.size:
+        return _compare_chunk(a, b, rtol, atol, np, report=False)
+    count, first, max_abs, max_rel, delta, ok = _weigh(widened(a[where]), widened(b[where]), rtol, atol, np,
+                                                       np.errstate)
+    if count:
+        first = int(where[first])
+    # The dense computation's delta[ok]: zeros, with the finite deltas where
+    # they fall once the non-finite ones are taken out.
+    dense = np.zeros(a.size - int(where.size - np.count_nonzero(ok)), dtype=np.float64)
+    dense[where[ok] - (np.cumsum(~ok) - ~ok)[ok]] = delta[ok]
+    with np.errstate(over="ignore"):  # sums past float64's range are inf; a warning would be a stderr line
+        sq_diff = float(np.dot(dense, dense))
+    return count, first, max_abs, max_rel, sq_diff, _finite_sumsq(a), _finite_sumsq(b)
+
+
+def _finite_sumsq(part: np.ndarray) -> float:
+    """Sum of squares of the chunk's finite values in float64, as the dense computation takes it."""
+    finite = np.isfinite(part)
+    values = widened(part) if finite.all() else widened(part[finite])
+    with np.errstate(over="ignore"):
+        return float(np.dot(values, values))
+
+
+def _weigh(x, y, rtol: float, atol: float, xp, errstate) -> tuple:
+    """(mismatches, first mismatch's position, max |x-y|, max relative, |x-y|, isfinite(|x-y|)) of float64 x, y."""
     both_nan = xp.isnan(x) & xp.isnan(y)
     with errstate(invalid="ignore", over="ignore"):
         delta = xp.abs(x - y)
@@ -126,7 +168,18 @@ def _compare_chunk(a, b, rtol: float, atol: float, xp) -> tuple:
             rel = xp.where(finite_delta == 0, 0.0, finite_delta / xp.abs(y))
         rel = xp.where(xp.isnan(rel), xp.inf, rel)
         max_rel = float(rel.max())
-    ok = xp.isfinite(delta)
+    return count, first, max_abs, max_rel, delta, xp.isfinite(delta)
+
+
+def _compare_chunk(a, b, rtol: float, atol: float, xp, report: bool = True) -> tuple:
+    """(mismatches, first mismatch in the chunk, max |a-b|, max relative, sum (a-b)^2, sum a^2, sum b^2)."""
+    errstate = np.errstate if xp is np else (lambda **_: contextlib.nullcontext())
+    with errstate(invalid="ignore"):  # a signalling NaN widens to a quiet one; numpy would warn
+        x = a.astype(xp.float64)
+        y = b.astype(xp.float64)
+    if report:
+        report_locked(x.size * (a.itemsize + b.itemsize))
+    count, first, max_abs, max_rel, delta, ok = _weigh(x, y, rtol, atol, xp, errstate)
     fx = x[xp.isfinite(x)]
     fy = y[xp.isfinite(y)]
     with errstate(over="ignore"):  # sums past float64's range are inf; a warning would be a stderr line
