@@ -259,12 +259,19 @@ def _moments(part: np.ndarray, scale: float = 1.0) -> tuple:
     finite = np.isfinite(part)
     if finite.all():
         values, nans, infs = widened(part), 0, 0
+        # The extremes as stored are the same numbers, found faster; a zero
+        # is taken from the widened values, whose choice between -0.0 and
+        # 0.0 is the one blobtool has always reported.
+        lo, hi = (float(part.min()), float(part.max())) if part.size else (0.0, 0.0)
+        if lo == 0 or hi == 0:
+            lo, hi = float(values.min()), float(values.max())
     else:
         nans, infs = _nan_inf(part, finite)
         values = widened(part[finite])
+        if values.size:
+            lo, hi = float(values.min()), float(values.max())
     if values.size == 0:
         return 0, 0.0, 0.0, np.inf, -np.inf, nans, infs
-    lo, hi = float(values.min()), float(values.max())
     if scale != 1.0:
         values *= scale
     # Past float64's range the sums are inf or NaN, without a stderr warning;
@@ -336,10 +343,12 @@ def nonfinite(x: np.ndarray) -> tuple[int, int]:
 HIST_BINS = 16
 
 
-def histogram(x: np.ndarray, bins: int = HIST_BINS, lo=None, hi=None) -> dict:
+def histogram(x: np.ndarray, bins: int = HIST_BINS, lo=None, hi=None, *, spans: bool = False) -> dict:
     """Counts of the finite values in `bins` equal bins from `lo` to `hi`.
 
-    `lo` and `hi` default to the finite minimum and maximum (one extra pass).
+    `lo` and `hi` default to the finite minimum and maximum (one extra pass);
+    `spans` says that the given ones are (as stats() gives them), which
+    spares counting the values outside.
     Bins and counts are numpy.histogram's with ``range=(lo, hi)`` (the last
     bin includes `hi`; equal `lo` and `hi` widen to lo-0.5..hi+0.5), except
     where that range is too narrow for `bins` distinct float64 edges at its
@@ -353,6 +362,7 @@ def histogram(x: np.ndarray, bins: int = HIST_BINS, lo=None, hi=None) -> dict:
     x = x.reshape(-1)
     if lo is None or hi is None:
         lo, hi, _ = finite_range(x)
+        spans = True
     counts = np.zeros(bins, dtype=np.int64)
     zeros = nans = infs = 0
     edges = None
@@ -361,13 +371,14 @@ def histogram(x: np.ndarray, bins: int = HIST_BINS, lo=None, hi=None) -> dict:
         if not math.isfinite(hi - lo):
             # numpy's bin arithmetic overflows past ~1.8e308 of range; halving
             # the values halves the edges and keeps every value's bin.
-            return _halved(histogram(x / 2.0, bins, lo / 2.0, hi / 2.0), 2.0)
+            return _halved(histogram(x / 2.0, bins, lo / 2.0, hi / 2.0, spans=spans), 2.0)
         edges = bin_edges(lo, hi, bins)
 
     # Counts are integers, the same for any chunking: large chunks keep
     # numpy's per-call cost small against the comparisons.
     parts = [] if not x.size else map_chunk_indices(
-        functools.partial(_bin_counts_of, x, edges=edges, dtype=x.dtype), -(-x.size // _HIST_CHUNK), x.nbytes)
+        functools.partial(_bin_counts_of, x, edges=edges, dtype=x.dtype, spans=spans), -(-x.size // _HIST_CHUNK),
+        x.nbytes)
     for part_counts, zeros_here, nan_here, inf_here in parts:
         nans += nan_here
         infs += inf_here
@@ -384,10 +395,10 @@ def histogram(x: np.ndarray, bins: int = HIST_BINS, lo=None, hi=None) -> dict:
 _HIST_CHUNK = 4 * CHUNK
 
 
-def _bin_counts_of(x: np.ndarray, k: int, edges, dtype) -> tuple:
+def _bin_counts_of(x: np.ndarray, k: int, edges, dtype, spans: bool) -> tuple:
     """_bin_counts of chunk k of flat x (_HIST_CHUNK elements), then its pages released."""
     found = _bin_counts(x[k * _HIST_CHUNK:(k + 1) * _HIST_CHUNK], edges,
-                        None if edges is None else _thresholds_for(tuple(edges), dtype))
+                        None if edges is None else _thresholds_for(tuple(edges), dtype), spans)
     chunk_done(x, k, progress=False, chunk=_HIST_CHUNK)
     return found
 
@@ -397,7 +408,7 @@ def _thresholds_for(edges: tuple, dtype) -> list:
     return _thresholds(edges, np.dtype(dtype) if np.dtype(dtype).kind == "f" else np.dtype(np.float64))
 
 
-def _bin_counts(part: np.ndarray, edges, thresholds=None) -> tuple:
+def _bin_counts(part: np.ndarray, edges, thresholds=None, spans: bool = False) -> tuple:
     """(counts per bin or None, zeros, NaNs, Infs) of one chunk: numpy.histogram's counts over `edges`.
 
     numpy.histogram puts a value v in bin i when edges[i] <= v < edges[i+1]
@@ -421,7 +432,11 @@ def _bin_counts(part: np.ndarray, edges, thresholds=None) -> tuple:
     # the bins when lo and hi do not span the values).
     if thresholds is None:
         thresholds = _thresholds(edges, part.dtype)
-    beyond = [int(np.count_nonzero(part >= c)) - above for c in thresholds]
+    if spans:  # every finite value is at or above the first edge, none above the last
+        inner = [int(np.count_nonzero(part >= c)) - above for c in thresholds[1:-1]]
+        beyond = [size - nans - infs, *inner, 0]
+    else:
+        beyond = [int(np.count_nonzero(part >= c)) - above for c in thresholds]
     return -np.diff(np.array(beyond, dtype=np.int64)), zeros, nans, infs
 
 

@@ -141,6 +141,11 @@ def _inputs(dtype):
     mixed[7::1013] = np.inf
     mixed[9::777] = np.nan
     cases["zeros of both signs, NaN, Inf"] = mixed
+    signed = np.abs(plain)
+    signed[::89] = -0.0
+    signed[3::91] = 0.0
+    cases["non-negative, the least a zero of either sign"] = signed
+    cases["non-positive, the greatest a zero of either sign"] = -signed
     huge = (plain * (big / 8)).astype(dtype)
     cases["near the largest value"] = huge
     cases["all NaN"] = np.full(SIZE, np.nan, dtype=dtype)
@@ -163,8 +168,10 @@ def test_norms_stats_and_histograms_match_the_plain_computation(small_chunks, dt
             assert repr(found) == repr(reference_stats(x)), name
         if found["min"] is None:
             continue
-        hist = kernels.histogram(x, lo=found["min"], hi=found["max"])
-        assert (hist["counts"], hist["zeros"]) == reference_histogram(x, found["min"], found["max"]), name
+        expected = reference_histogram(x, found["min"], found["max"])
+        for spans in (True, False):
+            hist = kernels.histogram(x, lo=found["min"], hi=found["max"], spans=spans)
+            assert (hist["counts"], hist["zeros"]) == expected, (name, spans)
         # A given range narrower than the values: the values outside are left out.
         lo, hi = found["min"] / 2, found["max"] / 3
         if lo < hi:
