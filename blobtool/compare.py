@@ -26,6 +26,10 @@ from .progress import report_locked
 # Elements per chunk on a GPU: enough work per kernel launch to fill the device.
 DEVICE_CHUNK = 1 << 24
 
+# Chunks per block on the host: the values that differ in a block are
+# weighed at once, so that numpy's per-call cost is paid once per block.
+BLOCK = 8
+
 __all__ = ["ValueDiff", "BlobComparison", "FileComparison", "compare_arrays", "shapes_equal",
            "compare_documents"]
 
@@ -78,14 +82,17 @@ def compare_arrays(a, b, *, rtol: float = 0.0, atol: float = 0.0, xp=np) -> Valu
     def one(k):
         return _compare_chunk(a[k * chunk:(k + 1) * chunk], b[k * chunk:(k + 1) * chunk], rtol, atol, xp)
 
-    def on_host(k):
-        found = _compare_host_chunk(a[k * chunk:(k + 1) * chunk], b[k * chunk:(k + 1) * chunk], rtol, atol)
-        kernels.chunk_done(a, k, progress=True, chunk=chunk)
-        kernels.chunk_done(b, k, progress=True, chunk=chunk)
+    def on_host(j):
+        first, stop = j * BLOCK, min((j + 1) * BLOCK, chunks)
+        found = _compare_host_block(a, b, first, stop, chunk, rtol, atol)
+        for k in range(first, stop):
+            kernels.chunk_done(a, k, progress=True, chunk=chunk)
+            kernels.chunk_done(b, k, progress=True, chunk=chunk)
         return found
 
     if xp is np:
-        parts = map_chunk_indices(on_host, chunks, a.nbytes + b.nbytes)
+        blocks = map_chunk_indices(on_host, -(-chunks // BLOCK), a.nbytes + b.nbytes)
+        parts = [part for block in blocks for part in block]
     else:
         parts = [one(k) for k in range(chunks)]  # one device, one stream: in order
     max_abs = 0.0
@@ -107,36 +114,59 @@ def compare_arrays(a, b, *, rtol: float = 0.0, atol: float = 0.0, xp=np) -> Valu
                      math.sqrt(sq_a), math.sqrt(sq_diff), math.sqrt(sq_b))
 
 
-def _compare_host_chunk(a: np.ndarray, b: np.ndarray, rtol: float, atol: float) -> tuple:
-    """_compare_chunk's figures for a host chunk, bit for bit, working only where the values differ.
+def _compare_host_block(a: np.ndarray, b: np.ndarray, first: int, stop: int, chunk: int, rtol: float,
+                        atol: float) -> list:
+    """_compare_chunk's figures for chunks first..stop-1 of flat host arrays, bit for bit, working only where
+    the values differ.
 
-    Byte-identical chunks (the common case of equal files) cost one
-    comparison of the bytes and the sums of squares of one side. Otherwise
-    the values that differ as stored (NaN differs from itself) are the only
-    ones with a non-zero delta: they alone are widened and weighed, and the
-    sum of squared deltas is taken over the chunk's deltas laid out as the
-    dense computation lays them out (zeros elsewhere), so BLAS adds them in
-    the same order. Chunks where many values differ take the dense path.
+    Chunks whose values compare equal as stored (the common case of equal
+    files) cost one comparison and the sums of squares of one side. In the
+    others, the values that differ as stored (NaN differs from itself) are
+    the only ones with a non-zero delta: those of the whole block are widened
+    and weighed at once, and each chunk's sum of squared deltas is taken over
+    its deltas laid out as the dense computation lays them out (zeros
+    elsewhere), so BLAS adds them in the same order. Chunks where many values
+    differ take the dense path. The block's mismatch count, first mismatch
+    and maxima are reported in one of its chunks (the sums stay per chunk):
+    combined in order, they give the same figures.
     """
-    if a.dtype == b.dtype and a.flags.c_contiguous and b.flags.c_contiguous:
-        bits = np.dtype(f"u{a.itemsize}")
-        if np.array_equal(a.view(bits), b.view(bits)):
-            sq = _finite_sumsq(a)
-            return 0, None, 0.0, 0.0, 0.0, sq, sq
-    where = np.flatnonzero(a != b)
-    if where.size * 8 > a.size:
-        return _compare_chunk(a, b, rtol, atol, np, report=False)
-    count, first, max_abs, max_rel, delta, ok = _weigh(widened(a[where]), widened(b[where]), rtol, atol, np,
-                                                       np.errstate)
-    if count:
-        first = int(where[first])
-    # The dense computation's delta[ok]: zeros, with the finite deltas where
-    # they fall once the non-finite ones are taken out.
-    dense = np.zeros(a.size - int(where.size - np.count_nonzero(ok)), dtype=np.float64)
-    dense[where[ok] - (np.cumsum(~ok) - ~ok)[ok]] = delta[ok]
-    with np.errstate(over="ignore"):  # sums past float64's range are inf; a warning would be a stderr line
-        sq_diff = float(np.dot(dense, dense))
-    return count, first, max_abs, max_rel, sq_diff, _finite_sumsq(a), _finite_sumsq(b)
+    results = []
+    sparse = []  # (chunk index, positions within it)
+    for k in range(first, stop):
+        pa, pb = a[k * chunk:(k + 1) * chunk], b[k * chunk:(k + 1) * chunk]
+        differ = pa != pb
+        n = np.count_nonzero(differ)
+        if not n:
+            # Equal values (byte-identical, or zeros of either sign): equal
+            # squares, no delta.
+            sq = _finite_sumsq(pa)
+            results.append([0, None, 0.0, 0.0, 0.0, sq, sq])
+        elif n * 8 > pa.size:
+            results.append(list(_compare_chunk(pa, pb, rtol, atol, np, report=False)))
+        else:
+            sparse.append((k, np.flatnonzero(differ)))
+            results.append([0, None, 0.0, 0.0, 0.0, _finite_sumsq(pa), _finite_sumsq(pb)])
+    if not sparse:
+        return results
+    where = np.concatenate([k * chunk + w for k, w in sparse])
+    count, first_here, max_abs, max_rel, delta, ok = _weigh(widened(a[where]), widened(b[where]), rtol, atol, np,
+                                                            np.errstate)
+    start = 0
+    for k, w in sparse:
+        d, o = delta[start:start + w.size], ok[start:start + w.size]
+        start += w.size
+        # The dense computation's delta[ok]: zeros, with the finite deltas
+        # where they fall once the non-finite ones are taken out.
+        dense = np.zeros(min(chunk, a.size - k * chunk) - int(w.size - np.count_nonzero(o)), dtype=np.float64)
+        dense[w[o] - (np.cumsum(~o) - ~o)[o]] = d[o]
+        with np.errstate(over="ignore"):  # sums past float64's range are inf; a warning would be a stderr line
+            results[k - first][4] = float(np.dot(dense, dense))
+    at = int(where[first_here]) // chunk if count else sparse[0][0]
+    row = results[at - first]
+    row[0] = count
+    row[1] = int(where[first_here]) - at * chunk if count else None
+    row[2], row[3] = max_abs, max_rel
+    return results
 
 
 def _finite_sumsq(part: np.ndarray) -> float:

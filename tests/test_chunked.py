@@ -19,7 +19,7 @@ import sys
 import numpy as np
 import pytest
 
-from blobtool import kernels
+from blobtool import compare, kernels
 from blobtool.compare import compare_arrays
 
 from builders import half_blob_bytes, write_blob
@@ -33,6 +33,7 @@ SMALL_CHUNK = 1 << 10
 def small_chunks(monkeypatch, threaded):
     monkeypatch.setattr(kernels, "CHUNK", SMALL_CHUNK)
     monkeypatch.setattr(kernels, "_HIST_CHUNK", 3 * SMALL_CHUNK)
+    monkeypatch.setattr(compare, "BLOCK", 2)
     return threaded
 
 
@@ -203,6 +204,15 @@ def _pairs(dtype):
     pairs["one in a thousand"] = (a, sparse)
     dense = (a * dtype(1.001)).astype(dtype)
     pairs["every value"] = (a, dense)
+    mixed = a.copy()
+    mixed[SMALL_CHUNK:2 * SMALL_CHUNK] *= dtype(1.5)  # a chunk where every value differs ...
+    mixed[500] += dtype(1)  # ... after one with a single difference
+    mixed[3 * SMALL_CHUNK + 7] = np.nan
+    pairs["chunks where many differ beside chunks where few do"] = (a, mixed)
+    dense_first = a.copy()
+    dense_first[:SMALL_CHUNK] *= dtype(1.5)
+    dense_first[SMALL_CHUNK + 3] += dtype(1)
+    pairs["many differ in the first chunk, few in the next"] = (a, dense_first)
     special = a.copy()
     special[::50] = np.nan
     other = special.copy()
