@@ -327,7 +327,9 @@ def main() -> int:
         # made a norm taking 28 ms take 62 ms.
         os.sync()
         print(f"measuring {len(cases)} cases x {reps} repetitions", file=sys.stderr)
+        load = [os.getloadavg()]
         res = measure(cases, reps)
+        load.append(os.getloadavg())
         huge = None
         if args.huge:
             huge = run_huge(work, bt, rng)
@@ -336,7 +338,7 @@ def main() -> int:
         shutil.rmtree(work, ignore_errors=True)
 
     report = render(res, huge, blob_mib, net_mib, net_layers, files, file_mib, reps, args.smoke,
-                    big_count * 4, {name: path_size for name, path_size in flood_sizes.items()})
+                    big_count * 4, flood_sizes, load)
     print(report)
     args.out.write_text(report)
     print(f"wrote {args.out}", file=sys.stderr)
@@ -377,7 +379,7 @@ def flood_goal(size: int) -> float:
 
 
 def render(res: dict, huge, blob_mib, net_mib, net_layers, files, file_mib, reps, smoke, big_bytes=0,
-           flood_sizes=None) -> str:
+           flood_sizes=None, load=None) -> str:
     def t(name):
         return res[name][0]
 
@@ -393,6 +395,12 @@ def render(res: dict, huge, blob_mib, net_mib, net_layers, files, file_mib, reps
         "largest of the repetitions (/usr/bin/time %M). blobtool is byte-compiled first, as `pip install` "
         "does, and the generated data is flushed to disk before the timings start.",
         "",
+    ]
+    if load:
+        lines += [f"Load average (1, 5, 15 min) when the timings started: {', '.join(f'{v:.2f}' for v in load[0])}; "
+                  f"when they ended: {', '.join(f'{v:.2f}' for v in load[-1])} "
+                  f"({os.cpu_count()} cores: a load above that means the figures include waiting for a core).", ""]
+    lines += [
         f"Inputs: a {blob_mib} MiB float32 blob, a {blob_mib} MiB float64 blob, a {net_mib} MiB "
         f"caffemodel-like net ({net_layers} layers, {2 * net_layers} blobs), {files} nets of {file_mib} MiB.",
         "",
