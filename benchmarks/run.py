@@ -17,7 +17,14 @@ prints). It compares:
 - blobtool convert --double and scale (streaming: bounded memory);
 - blobtool info on the net (reads no payload) against start-up;
 - blobtool info on a small file against python -c "import numpy";
-- norm over 32 files, one at a time against --jobs (all cores).
+- norm over 32 files, one at a time against --jobs (all cores);
+- big files (1 GiB of float32): norm, info --stats, show, and compare of two
+  such files where one value in 1000 differs (and of a file with itself),
+  each as its time beyond start-up (info on the same file) against the time
+  to read the same bytes from the page cache (`cat FILE > /dev/null`), with
+  peak RSS;
+- floods: files of millions of tiny fields (tests/test_fuzz.py's
+  TINY_FIELD_FLOODS), info and norm against 1 s + 0.2 s per MB.
 
 The table is printed and written to benchmarks/RESULTS.md (or --out) with
 the machine it ran on.
@@ -87,7 +94,7 @@ for layer in net.layer:
 
 # -- data ------------------------------------------------------------------------------
 
-def write_blob_file(path: Path, count: int, dtype: str, rng) -> int:
+def write_blob_file(path: Path, count: int, dtype: str, rng, shape=None) -> int:
     """A BlobProto with `count` random values in data (float32) or double_data; returns the payload offset."""
     field = 5 if dtype == "<f4" else 8
     itemsize = np.dtype(dtype).itemsize
@@ -98,10 +105,37 @@ def write_blob_file(path: Path, count: int, dtype: str, rng) -> int:
         for start in range(0, count, step):
             n = min(step, count - start)
             out.write(rng.standard_normal(n, dtype=np.float32).astype(dtype).tobytes())
-        shape = pb.BlobProto()
-        shape.shape.dim.append(count)
-        out.write(shape.SerializeToString())
+        tail = pb.BlobProto()
+        tail.shape.dim.extend(shape or [count])
+        out.write(tail.SerializeToString())
     return len(header)
+
+
+def write_changed_copy(src: Path, dst: Path, offset: int, count: int, every: int = 1000) -> None:
+    """A copy of a float32 blob file with one value in `every` changed (value + 1)."""
+    step = 8 * MIB
+    with open(src, "rb") as f, open(dst, "wb") as out:
+        out.write(f.read(offset))
+        for start in range(0, count, step):
+            x = np.frombuffer(f.read(min(step, count - start) * 4), dtype="<f4").copy()
+            x[(-start) % every::every] += 1
+            out.write(x.tobytes())
+        out.write(f.read())
+
+
+def flood_files(work: Path, smoke: bool) -> dict:
+    """tests/test_fuzz.py's TINY_FIELD_FLOODS written out: {name: path} (two of them in a smoke run)."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    try:
+        from test_fuzz import TINY_FIELD_FLOODS
+    finally:
+        sys.path.remove(str(ROOT / "tests"))
+    names = list(TINY_FIELD_FLOODS)[:2] if smoke else list(TINY_FIELD_FLOODS)
+    paths = {}
+    for i, name in enumerate(names):
+        paths[name] = work / f"flood{i}.pb"
+        paths[name].write_bytes(TINY_FIELD_FLOODS[name])
+    return paths
 
 
 def write_net_file(path: Path, total_bytes: int, layers: int, rng) -> list:
@@ -142,7 +176,7 @@ def write_net_file(path: Path, total_bytes: int, layers: int, rng) -> list:
 TIME = shutil.which("time") or ("/usr/bin/time" if os.path.exists("/usr/bin/time") else None)
 
 
-def run_once(cmd: list) -> tuple[float, float]:
+def run_once(cmd: list, expect=(0,)) -> tuple[float, float]:
     """(wall seconds, peak RSS in MiB) of one process.
 
     Peak RSS comes from /usr/bin/time (%M): the rusage a parent gets from
@@ -157,7 +191,7 @@ def run_once(cmd: list) -> tuple[float, float]:
     start = time.perf_counter()
     proc = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     wall = time.perf_counter() - start
-    if proc.returncode != 0:
+    if proc.returncode not in expect:
         raise RuntimeError(f"{' '.join(map(str, cmd))} exited {proc.returncode}: "
                            f"{proc.stderr.decode(errors='replace').strip()}")
     if report:
@@ -170,12 +204,15 @@ def run_once(cmd: list) -> tuple[float, float]:
 
 
 def measure(cases: dict, reps: int) -> dict:
-    """Run every case `reps` times, round-robin; {name: (median s, max of peak RSS MiB)}."""
+    """Run every case `reps` times, round-robin; {name: (median s, max of peak RSS MiB)}.
+
+    A case named "... differ" is a compare of different files: it exits 1.
+    """
     walls = {name: [] for name in cases}
     rss = {name: [] for name in cases}
     for rep in range(reps):
         for name, cmd in cases.items():
-            w, m = run_once(cmd)
+            w, m = run_once(cmd, (1,) if name.endswith("differ") else (0,))
             walls[name].append(w)
             rss[name].append(m)
         print(f"  repetition {rep + 1}/{reps} done", file=sys.stderr)
@@ -213,10 +250,10 @@ def main() -> int:
     parser.add_argument("--workdir", type=Path, default=None, help="where to put the data (default: a temp dir)")
     args = parser.parse_args()
 
-    blob_mib, net_mib, net_layers, files, file_mib = 256, 500, 15, 32, 64
+    blob_mib, net_mib, net_layers, files, file_mib, big_side = 256, 500, 15, 32, 64, 16384
     reps = args.reps or 7
     if args.smoke:
-        blob_mib, net_mib, net_layers, files, file_mib = 4, 8, 15, 4, 1
+        blob_mib, net_mib, net_layers, files, file_mib, big_side = 4, 8, 15, 4, 1, 1024
         reps = args.reps or 2
 
     # pip byte-compiles a package when it installs it; do the same, so that
@@ -243,6 +280,11 @@ def main() -> int:
             p = work / f"m{i:02d}.caffemodel"
             write_net_file(p, file_mib * MIB, 4, rng)
             many.append(str(p))
+        big_a, big_b = work / "big_a.pb", work / "big_b.pb"
+        big_count = big_side * big_side
+        big_off = write_blob_file(big_a, big_count, "<f4", rng, shape=[big_side, big_side])
+        write_changed_copy(big_a, big_b, big_off, big_count)
+        floods = flood_files(work, args.smoke)
         scripts = {}
         for name, text in (("floor_blob", FLOOR_BLOB), ("floor_net", FLOOR_NET),
                            ("pycaffe_blob", PYCAFFE_BLOB), ("pycaffe_net", PYCAFFE_NET)):
@@ -269,20 +311,34 @@ def main() -> int:
             "import numpy": [py, "-c", "import numpy"],
             f"norm {files} files --jobs 1": bt + ["norm", "--jobs", "1"] + many,
             f"norm {files} files (all cores)": bt + ["norm"] + many,
+            "big: read floor (cat)": ["cat", str(big_a)],
+            "big: info (start-up)": bt + ["info", str(big_a)],
+            "big: norm": bt + ["norm", str(big_a)],
+            "big: info --stats": bt + ["info", "--stats", str(big_a)],
+            "big: show": bt + ["show", str(big_a)],
+            "big: compare, 1 in 1000 differ": bt + ["compare", "-q", str(big_a), str(big_b)],
+            "big: compare, equal files": bt + ["compare", "-q", str(big_a), str(big_a)],
         }
+        for name, path in floods.items():
+            cases[f"flood info: {name}"] = bt + ["info", str(path)]
+            cases[f"flood norm: {name}"] = bt + ["norm", str(path)]
         # Write the new data back to disk before timing: the kernel's writeback
         # of 3.7 GB of dirty pages otherwise runs during the first cases, and
         # made a norm taking 28 ms take 62 ms.
         os.sync()
         print(f"measuring {len(cases)} cases x {reps} repetitions", file=sys.stderr)
+        load = [os.getloadavg()]
         res = measure(cases, reps)
+        load.append(os.getloadavg())
         huge = None
         if args.huge:
             huge = run_huge(work, bt, rng)
+        flood_sizes = {name: path.stat().st_size for name, path in floods.items()}
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
-    report = render(res, huge, blob_mib, net_mib, net_layers, files, file_mib, reps, args.smoke)
+    report = render(res, huge, blob_mib, net_mib, net_layers, files, file_mib, reps, args.smoke,
+                    big_count * 4, flood_sizes, load)
     print(report)
     args.out.write_text(report)
     print(f"wrote {args.out}", file=sys.stderr)
@@ -292,12 +348,16 @@ def main() -> int:
 def run_huge(work: Path, bt: list, rng) -> dict:
     """A blob whose payload is over 2 GiB: norm and convert --double, once each."""
     path = work / "huge.pb"
-    count = (5 << 30) // 2 // 4  # 2.5 GiB of float32
+    side = 1 << 15
+    count = side * side * 5 // 8  # 2.5 GiB of float32, 20480 x 32768
     print("generating the 2.5 GiB blob", file=sys.stderr)
-    write_blob_file(path, count, "<f4", rng)
+    write_blob_file(path, count, "<f4", rng, shape=[count // side, side])
     os.sync()
     results = {"bytes": path.stat().st_size}
     results["norm"] = run_once(bt + ["norm", "--json", str(path)])
+    results["info --stats"] = run_once(bt + ["info", "--stats", "--json", str(path)])
+    results["show"] = run_once(bt + ["show", str(path)])
+    results["compare with itself"] = run_once(bt + ["compare", "-q", str(path), str(path)])
     out = work / "huge64.pb"
     results["convert --double"] = run_once(bt + ["convert", "--double", str(path), "-o", str(out)])
     results["out_bytes"] = out.stat().st_size
@@ -308,7 +368,18 @@ def run_huge(work: Path, bt: list, rng) -> dict:
     return results
 
 
-def render(res: dict, huge, blob_mib, net_mib, net_layers, files, file_mib, reps, smoke) -> str:
+HUGE_READERS = ("norm", "info --stats", "show", "compare with itself")
+
+# The memory bound of the reading commands: "about 200 MB" at any file size.
+READER_RSS_MIB = 200e6 / MIB
+
+# The floods' goal: seconds for a file of `size` bytes.
+def flood_goal(size: int) -> float:
+    return 1.0 + 0.2 * size / 1e6
+
+
+def render(res: dict, huge, blob_mib, net_mib, net_layers, files, file_mib, reps, smoke, big_bytes=0,
+           flood_sizes=None, load=None) -> str:
     def t(name):
         return res[name][0]
 
@@ -324,6 +395,12 @@ def render(res: dict, huge, blob_mib, net_mib, net_layers, files, file_mib, reps
         "largest of the repetitions (/usr/bin/time %M). blobtool is byte-compiled first, as `pip install` "
         "does, and the generated data is flushed to disk before the timings start.",
         "",
+    ]
+    if load:
+        lines += [f"Load average (1, 5, 15 min) when the timings started: {', '.join(f'{v:.2f}' for v in load[0])}; "
+                  f"when they ended: {', '.join(f'{v:.2f}' for v in load[-1])} "
+                  f"({os.cpu_count()} cores: a load above that means the figures include waiting for a core).", ""]
+    lines += [
         f"Inputs: a {blob_mib} MiB float32 blob, a {blob_mib} MiB float64 blob, a {net_mib} MiB "
         f"caffemodel-like net ({net_layers} layers, {2 * net_layers} blobs), {files} nets of {file_mib} MiB.",
         "",
@@ -353,12 +430,37 @@ def render(res: dict, huge, blob_mib, net_mib, net_layers, files, file_mib, reps
     if huge:
         lines += ["", f"Over 2 GiB (`--huge`): a {huge['bytes'] / 2**30:.2f} GiB float32 blob.", "",
                   "| case | s | peak RSS MiB |", "|---|---:|---:|"]
-        for name in ("norm", "convert --double"):
+        for name in HUGE_READERS + ("convert --double",):
             lines.append(f"| {name} | {huge[name][0]:.2f} | {huge[name][1]:.0f} |")
         lines.append("")
         lines.append(f"convert wrote {huge['out_bytes'] / 2**30:.2f} GiB; `compare` of input and output "
                      f"exited {huge['compare_exit']} ({'equal' if huge['compare_exit'] == 0 else 'DIFFERENT'}).")
+    lines += big_section(res, big_bytes)
+    flood_sizes = flood_sizes or {}
+    if flood_sizes:
+        lines += ["", "Floods (files of millions of tiny fields, from tests/test_fuzz.py), against 1 s + 0.2 s "
+                  "per MB:", "", "| file | MB | info s | norm s | goal s |", "|---|---:|---:|---:|---:|"]
+        for name, size in flood_sizes.items():
+            lines.append(f"| {name} | {size / 1e6:.1f} | {t('flood info: ' + name):.2f} | "
+                         f"{t('flood norm: ' + name):.2f} | {flood_goal(size):.2f} |")
+    big = big_figures(res)
+    reader_rss = max(m(name) for name in BIG_READERS)
     targets = [
+        ("big: norm <= 2x the read floor beyond start-up", big["big: norm"] <= 2),
+        ("big: compare (1 in 1000 differ) <= 4x reading both beyond start-up",
+         big["big: compare, 1 in 1000 differ"] <= 4),
+        ("big: info --stats <= 6x the read floor beyond start-up", big["big: info --stats"] <= 6),
+        (f"big: peak RSS of norm, compare, info --stats and show <= 200 MB ({reader_rss:.0f} MiB)",
+         reader_rss <= READER_RSS_MIB),
+        ("floods: info and norm within 1 s + 0.2 s per MB",
+         all(max(t("flood info: " + name), t("flood norm: " + name)) <= flood_goal(size)
+             for name, size in flood_sizes.items())),
+    ]
+    if huge:
+        huge_rss = max(huge[name][1] for name in HUGE_READERS)
+        targets.append((f"--huge: peak RSS of norm, info --stats, show and compare <= 200 MB ({huge_rss:.0f} MiB)",
+                        huge_rss <= READER_RSS_MIB))
+    targets += [
         ("norm f32 <= 1.2x floor", t("norm f32: blobtool") <= 1.2 * t("norm f32: floor")),
         ("norm f32 >= 3x faster than pycaffe", t("norm f32: pycaffe idiom") >= 3 * t("norm f32: blobtool")),
         ("norm f32 peak RSS <= 1.1x file + 120 MB", m("norm f32: blobtool") <= 1.1 * blob_mib + 120),
@@ -370,6 +472,35 @@ def render(res: dict, huge, blob_mib, net_mib, net_layers, files, file_mib, reps
     lines += ["", "Targets:", ""]
     lines += [f"- {'met' if ok else 'NOT met'}: {name}" for name, ok in targets]
     return "\n".join(lines) + "\n"
+
+
+BIG_READERS = ("big: norm", "big: info --stats", "big: show", "big: compare, 1 in 1000 differ",
+               "big: compare, equal files")
+
+
+def big_figures(res: dict) -> dict:
+    """Each big-file command's time beyond start-up (info on the same file) over the read floor (cat).
+
+    A compare reads two files: its time is set against reading both.
+    """
+    start = res["big: info (start-up)"][0]
+    floor = res["big: read floor (cat)"][0]
+    return {name: (res[name][0] - start) / (floor * (2 if "compare" in name else 1)) for name in BIG_READERS}
+
+
+def big_section(res: dict, big_bytes: int) -> list:
+    ratios = big_figures(res)
+    lines = ["", f"Big files: a {big_bytes / 2**30:.2f} GiB float32 blob (and a copy with one value in 1000 "
+             "changed, for compare). Each command's time beyond start-up (`blobtool info` on the same file) "
+             "against the page-cache read floor (`cat FILE > /dev/null`; a compare against reading both files).",
+             "", "| case | median s | peak RSS MiB | beyond start-up |", "|---|---:|---:|---|"]
+    for name in ("big: read floor (cat)", "big: info (start-up)"):
+        lines.append(f"| {name} | {res[name][0]:.3f} | {res[name][1]:.0f} | |")
+    start = res["big: info (start-up)"][0]
+    for name in BIG_READERS:
+        lines.append(f"| {name} | {res[name][0]:.3f} | {res[name][1]:.0f} | {res[name][0] - start:+.3f} s, "
+                     f"{ratios[name]:.1f}x the read |")
+    return lines
 
 
 if __name__ == "__main__":

@@ -19,11 +19,16 @@ import numpy as np
 
 from .blob import legacy_shapes_equal
 from .errors import UsageError
-from .kernels import CHUNK, map_chunk_indices
+from . import kernels
+from .kernels import map_chunk_indices, widened
 from .progress import report_locked
 
 # Elements per chunk on a GPU: enough work per kernel launch to fill the device.
 DEVICE_CHUNK = 1 << 24
+
+# Chunks per block on the host: the values that differ in a block are
+# weighed at once, so that numpy's per-call cost is paid once per block.
+BLOCK = 8
 
 __all__ = ["ValueDiff", "BlobComparison", "FileComparison", "compare_arrays", "shapes_equal",
            "compare_documents"]
@@ -72,14 +77,26 @@ def compare_arrays(a, b, *, rtol: float = 0.0, atol: float = 0.0, xp=np) -> Valu
             raise UsageError(f"{name} must be a finite number >= 0, got {tol!r}")
     a = a.reshape(-1)
     b = b.reshape(-1)
-    chunk = CHUNK if xp is np else DEVICE_CHUNK
+    chunk = kernels.CHUNK if xp is np else DEVICE_CHUNK
     chunks = -(-a.size // chunk)
 
     def one(k):
         return _compare_chunk(a[k * chunk:(k + 1) * chunk], b[k * chunk:(k + 1) * chunk], rtol, atol, xp)
 
+    # Blocks small enough that every thread gets some.
+    block = max(1, min(BLOCK, chunks // kernels.get_threads()))
+
+    def on_host(j):
+        first, stop = j * block, min((j + 1) * block, chunks)
+        found = _compare_host_block(a, b, first, stop, chunk, rtol, atol)
+        for k in range(first, stop):
+            kernels.chunk_done(a, k, progress=True, chunk=chunk)
+            kernels.chunk_done(b, k, progress=True, chunk=chunk)
+        return found
+
     if xp is np:
-        parts = map_chunk_indices(one, chunks, a.nbytes + b.nbytes)
+        blocks = map_chunk_indices(on_host, -(-chunks // block), a.nbytes + b.nbytes)
+        parts = [part for block in blocks for part in block]
     else:
         parts = [one(k) for k in range(chunks)]  # one device, one stream: in order
     max_abs = 0.0
@@ -104,14 +121,74 @@ def compare_arrays(a, b, *, rtol: float = 0.0, atol: float = 0.0, xp=np) -> Valu
                      math.sqrt(sq_a), math.sqrt(sq_diff), math.sqrt(sq_b), nonfinite)
 
 
-def _compare_chunk(a, b, rtol: float, atol: float, xp) -> tuple:
-    """(mismatches, first mismatch in the chunk, max |a-b|, max relative, sum (a-b)^2, sum a^2, sum b^2,
-    mismatches whose difference is not finite)."""
-    errstate = np.errstate if xp is np else (lambda **_: contextlib.nullcontext())
-    with errstate(invalid="ignore"):  # a signalling NaN widens to a quiet one; numpy would warn
-        x = a.astype(xp.float64)
-        y = b.astype(xp.float64)
-    report_locked(x.size * (a.itemsize + b.itemsize))
+def _compare_host_block(a: np.ndarray, b: np.ndarray, first: int, stop: int, chunk: int, rtol: float,
+                        atol: float) -> list:
+    """_compare_chunk's figures for chunks first..stop-1 of flat host arrays, bit for bit, working only where
+    the values differ.
+
+    Chunks whose values compare equal as stored (the common case of equal
+    files) cost one comparison and the sums of squares of one side. In the
+    others, the values that differ as stored (NaN differs from itself) are
+    the only ones with a non-zero delta: those of the whole block are widened
+    and weighed at once, and each chunk's sum of squared deltas is taken over
+    its deltas laid out as the dense computation lays them out (zeros
+    elsewhere), so BLAS adds them in the same order. Chunks where many values
+    differ take the dense path. The block's mismatch count, first mismatch
+    and maxima are reported in one of its chunks (the sums stay per chunk):
+    combined in order, they give the same figures.
+    """
+    results = []
+    sparse = []  # (chunk index, positions within it)
+    for k in range(first, stop):
+        pa, pb = a[k * chunk:(k + 1) * chunk], b[k * chunk:(k + 1) * chunk]
+        with np.errstate(invalid="ignore"):  # a signalling NaN against a wider type; numpy would warn
+            differ = pa != pb
+        n = np.count_nonzero(differ)
+        if not n:
+            # Equal values (byte-identical, or zeros of either sign): equal
+            # squares, no delta.
+            sq = _finite_sumsq(pa)
+            results.append([0, None, 0.0, 0.0, 0.0, sq, sq, 0])
+        elif n * 8 > pa.size:
+            results.append(list(_compare_chunk(pa, pb, rtol, atol, np, report=False)))
+        else:
+            sparse.append((k, np.flatnonzero(differ)))
+            results.append([0, None, 0.0, 0.0, 0.0, _finite_sumsq(pa), _finite_sumsq(pb), 0])
+    if not sparse:
+        return results
+    where = np.concatenate([k * chunk + w for k, w in sparse])
+    count, first_here, max_abs, max_rel, delta, ok, nonfinite = _weigh(widened(a[where]), widened(b[where]), rtol,
+                                                                       atol, np, np.errstate)
+    start = 0
+    for k, w in sparse:
+        d, o = delta[start:start + w.size], ok[start:start + w.size]
+        start += w.size
+        # The dense computation's delta[ok]: zeros, with the finite deltas
+        # where they fall once the non-finite ones are taken out.
+        dense = np.zeros(min(chunk, a.size - k * chunk) - int(w.size - np.count_nonzero(o)), dtype=np.float64)
+        dense[w[o] - (np.cumsum(~o) - ~o)[o]] = d[o]
+        with np.errstate(over="ignore"):  # sums past float64's range are inf; a warning would be a stderr line
+            results[k - first][4] = float(np.dot(dense, dense))
+    at = int(where[first_here]) // chunk if count else sparse[0][0]
+    row = results[at - first]
+    row[0] = count
+    row[1] = int(where[first_here]) - at * chunk if count else None
+    row[2], row[3] = max_abs, max_rel
+    row[7] = nonfinite
+    return results
+
+
+def _finite_sumsq(part: np.ndarray) -> float:
+    """Sum of squares of the chunk's finite values in float64, as the dense computation takes it."""
+    finite = np.isfinite(part)
+    values = widened(part) if finite.all() else widened(part[finite])
+    with np.errstate(over="ignore"):
+        return float(np.dot(values, values))
+
+
+def _weigh(x, y, rtol: float, atol: float, xp, errstate) -> tuple:
+    """(mismatches, first mismatch's position, max |x-y|, max relative, |x-y|, isfinite(|x-y|), mismatches whose
+    |x-y| is not finite) of float64 x, y."""
     both_nan = xp.isnan(x) & xp.isnan(y)
     with errstate(invalid="ignore", over="ignore"):
         delta = xp.abs(x - y)
@@ -132,11 +209,24 @@ def _compare_chunk(a, b, rtol: float, atol: float, xp) -> tuple:
         rel = xp.where(xp.isnan(rel), xp.inf, rel)
         max_rel = float(rel.max())
     ok = xp.isfinite(delta)
+    return count, first, max_abs, max_rel, delta, ok, int(xp.count_nonzero(bad & ~ok))
+
+
+def _compare_chunk(a, b, rtol: float, atol: float, xp, report: bool = True) -> tuple:
+    """(mismatches, first mismatch in the chunk, max |a-b|, max relative, sum (a-b)^2, sum a^2, sum b^2,
+    mismatches whose difference is not finite)."""
+    errstate = np.errstate if xp is np else (lambda **_: contextlib.nullcontext())
+    with errstate(invalid="ignore"):  # a signalling NaN widens to a quiet one; numpy would warn
+        x = a.astype(xp.float64)
+        y = b.astype(xp.float64)
+    if report:
+        report_locked(x.size * (a.itemsize + b.itemsize))
+    count, first, max_abs, max_rel, delta, ok, nonfinite = _weigh(x, y, rtol, atol, xp, errstate)
     fx = x[xp.isfinite(x)]
     fy = y[xp.isfinite(y)]
     with errstate(over="ignore"):  # sums past float64's range are inf; a warning would be a stderr line
         return (count, first, max_abs, max_rel, float(xp.dot(delta[ok], delta[ok])), float(xp.dot(fx, fx)),
-                float(xp.dot(fy, fy)), int(xp.count_nonzero(bad & ~ok)))
+                float(xp.dot(fy, fy)), nonfinite)
 
 
 @dataclass

@@ -18,10 +18,11 @@ import threading
 import numpy as np
 
 from .progress import report_locked
+from .source import release_pages
 
 __all__ = ["CHUNK", "set_threads", "get_threads", "using_threads", "map_chunks", "map_chunk_indices", "asum",
            "sumsq", "asum_sumsq", "scal", "axpy", "stats", "finite_values", "scaled", "minus", "nonfinite",
-           "HIST_BINS", "histogram", "finite_range", "widened", "CountingNonFinite", "count_nonfinite"]
+           "HIST_BINS", "histogram", "finite_range", "widened", "chunk_done", "CountingNonFinite", "count_nonfinite"]
 
 # Elements per chunk: 64K float64 values (512 KiB) stay in L2 cache while they
 # are widened, squared and summed.
@@ -94,7 +95,22 @@ def _chunk_sums(x: np.ndarray, first: int, stop: int, abs_parts: np.ndarray, sq_
             np.absolute(part, out=wide)
             sq_parts[k] = np.dot(wide, wide)
             abs_parts[k] = wide.sum()
-            report_locked(part.nbytes)
+            chunk_done(x, k, progress=True)
+
+
+def chunk_done(x: np.ndarray, k: int, *, progress: bool, chunk: int | None = None) -> None:
+    """Chunk k of flat x is worked through: report it (with `progress`), and release its input pages.
+
+    Inside source.releasing() (the command line's reading commands) the mapped
+    pages behind the chunk go back to the kernel, with the page it shares
+    with chunk k-1, so memory stays bounded by the chunks in flight at any
+    file size; a page released while another thread still reads it is read
+    again from the file (the mapping is copy-on-write and unchanged).
+    """
+    chunk = chunk or CHUNK
+    if progress:
+        report_locked(min(chunk, x.size - k * chunk) * x.itemsize)
+    release_pages(x[max(k - 1, 0) * chunk:(k + 1) * chunk])
 
 
 def _in_threads(fn, arg_lists) -> None:
@@ -142,10 +158,8 @@ def map_chunks(fn, x: np.ndarray, *, progress: bool = False) -> list:
     x = x.reshape(-1)
 
     def one(k):
-        part = x[k * CHUNK:(k + 1) * CHUNK]
-        result = fn(part)
-        if progress:
-            report_locked(part.nbytes)
+        result = fn(x[k * CHUNK:(k + 1) * CHUNK])
+        chunk_done(x, k, progress=progress)
         return result
 
     return map_chunk_indices(one, -(-x.size // CHUNK), x.nbytes)
@@ -265,19 +279,34 @@ def _moments(part: np.ndarray, scale: float = 1.0) -> tuple:
     """(count, mean, sum of squared deviations, min, max, NaNs, Infs) of one chunk's finite values.
 
     The mean and the sum of squares are of the values times `scale` (a power
-    of two, so exact); min and max are of the values themselves.
+    of two, so exact); min and max are of the values themselves. One widened
+    copy of the chunk, which stays in cache: the finiteness test runs on the
+    chunk as stored, the deviations overwrite the copy.
     """
-    values, nans, infs = finite_values(part)
+    finite = np.isfinite(part)
+    if finite.all():
+        values, nans, infs = widened(part), 0, 0
+        # The extremes as stored are the same numbers, found faster; a zero
+        # is taken from the widened values, whose choice between -0.0 and
+        # 0.0 is the one blobtool has always reported.
+        lo, hi = (float(part.min()), float(part.max())) if part.size else (0.0, 0.0)
+        if lo == 0 or hi == 0:
+            lo, hi = float(values.min()), float(values.max())
+    else:
+        nans, infs = _nan_inf(part, finite)
+        values = widened(part[finite])
+        if values.size:
+            lo, hi = float(values.min()), float(values.max())
     if values.size == 0:
         return 0, 0.0, 0.0, np.inf, -np.inf, nans, infs
-    lo, hi = float(values.min()), float(values.max())
     if scale != 1.0:
         values *= scale
     # Past float64's range the sums are inf or NaN, without a stderr warning;
     # stats() then starts again with a smaller scale.
     with np.errstate(over="ignore", invalid="ignore"):
         mean = float(values.mean())
-        m2 = float(np.dot(values - mean, values - mean))
+        np.subtract(values, mean, out=values)
+        m2 = float(np.dot(values, values))
     return values.size, mean, m2, lo, hi, nans, infs
 
 
@@ -341,10 +370,12 @@ def nonfinite(x: np.ndarray) -> tuple[int, int]:
 HIST_BINS = 16
 
 
-def histogram(x: np.ndarray, bins: int = HIST_BINS, lo=None, hi=None) -> dict:
+def histogram(x: np.ndarray, bins: int = HIST_BINS, lo=None, hi=None, *, spans: bool = False) -> dict:
     """Counts of the finite values in `bins` equal bins from `lo` to `hi`.
 
-    `lo` and `hi` default to the finite minimum and maximum (one extra pass).
+    `lo` and `hi` default to the finite minimum and maximum (one extra pass);
+    `spans` says that the given ones are (as stats() gives them), which
+    spares counting the values outside.
     Bins and counts are numpy.histogram's with ``range=(lo, hi)`` (the last
     bin includes `hi`; equal `lo` and `hi` widen to lo-0.5..hi+0.5), except
     where that range is too narrow for `bins` distinct float64 edges at its
@@ -358,6 +389,7 @@ def histogram(x: np.ndarray, bins: int = HIST_BINS, lo=None, hi=None) -> dict:
     x = x.reshape(-1)
     if lo is None or hi is None:
         lo, hi, _ = finite_range(x)
+        spans = True
     counts = np.zeros(bins, dtype=np.int64)
     zeros = nans = infs = 0
     edges = None
@@ -366,17 +398,15 @@ def histogram(x: np.ndarray, bins: int = HIST_BINS, lo=None, hi=None) -> dict:
         if not math.isfinite(hi - lo):
             # numpy's bin arithmetic overflows past ~1.8e308 of range; halving
             # the values halves the edges and keeps every value's bin.
-            return _halved(histogram(x / 2.0, bins, lo / 2.0, hi / 2.0), 2.0)
+            return _halved(histogram(x / 2.0, bins, lo / 2.0, hi / 2.0, spans=spans), 2.0)
         edges = bin_edges(lo, hi, bins)
 
-    def count(part):
-        values, nan_here, inf_here = finite_values(part)
-        zeros = int(values.size - np.count_nonzero(values))
-        if edges is None or not values.size:
-            return None, zeros, nan_here, inf_here
-        return np.histogram(values, bins=bins, range=(edges[0], edges[-1]))[0], zeros, nan_here, inf_here
-
-    for part_counts, zeros_here, nan_here, inf_here in map_chunks(count, x):
+    # Counts are integers, the same for any chunking: large chunks keep
+    # numpy's per-call cost small against the comparisons.
+    parts = [] if not x.size else map_chunk_indices(
+        functools.partial(_bin_counts_of, x, edges=edges, dtype=x.dtype, spans=spans), -(-x.size // _HIST_CHUNK),
+        x.nbytes)
+    for part_counts, zeros_here, nan_here, inf_here in parts:
         nans += nan_here
         infs += inf_here
         zeros += zeros_here
@@ -386,6 +416,69 @@ def histogram(x: np.ndarray, bins: int = HIST_BINS, lo=None, hi=None) -> dict:
         return {"edges": [], "counts": [], "zeros": zeros, "nan": nans, "inf": infs}
     return {"edges": [float(e) for e in edges], "counts": [int(c) for c in counts], "zeros": zeros,
             "nan": nans, "inf": infs}
+
+
+# Elements per chunk of the histogram's counting (1 MiB of float32).
+_HIST_CHUNK = 4 * CHUNK
+
+
+def _bin_counts_of(x: np.ndarray, k: int, edges, dtype, spans: bool) -> tuple:
+    """_bin_counts of chunk k of flat x (_HIST_CHUNK elements), then its pages released."""
+    found = _bin_counts(x[k * _HIST_CHUNK:(k + 1) * _HIST_CHUNK], edges,
+                        None if edges is None else _thresholds_for(tuple(edges), dtype), spans)
+    chunk_done(x, k, progress=False, chunk=_HIST_CHUNK)
+    return found
+
+
+@functools.lru_cache(maxsize=64)
+def _thresholds_for(edges: tuple, dtype) -> list:
+    return _thresholds(edges, np.dtype(dtype) if np.dtype(dtype).kind == "f" else np.dtype(np.float64))
+
+
+def _bin_counts(part: np.ndarray, edges, thresholds=None, spans: bool = False) -> tuple:
+    """(counts per bin or None, zeros, NaNs, Infs) of one chunk: numpy.histogram's counts over `edges`.
+
+    numpy.histogram puts a value v in bin i when edges[i] <= v < edges[i+1]
+    (the last bin closed), after correcting its estimate against the edges.
+    Counting the values at or above each inner edge gives the same counts in
+    one comparison pass per edge over the chunk as stored, without widening
+    it (about 10x faster than numpy.histogram on a 64K-value chunk here).
+    """
+    if part.dtype.kind != "f":
+        part = widened(part)
+    finite = np.isfinite(part)
+    nans = infs = above = 0
+    size = part.size
+    if not finite.all():
+        nans, infs = _nan_inf(part, finite)
+        above = int(np.count_nonzero(part == np.inf))  # +Inf is at or above every threshold
+    zeros = int(np.count_nonzero(part == 0))
+    if edges is None or size == nans + infs:
+        return None, zeros, nans, infs
+    # Values at or above each edge but the last, and above the last (outside
+    # the bins when lo and hi do not span the values).
+    if thresholds is None:
+        thresholds = _thresholds(edges, part.dtype)
+    if spans:  # every finite value is at or above the first edge, none above the last
+        inner = [int(np.count_nonzero(part >= c)) - above for c in thresholds[1:-1]]
+        beyond = [size - nans - infs, *inner, 0]
+    else:
+        beyond = [int(np.count_nonzero(part >= c)) - above for c in thresholds]
+    return -np.diff(np.array(beyond, dtype=np.int64)), zeros, nans, infs
+
+
+def _thresholds(edges, dtype) -> list:
+    """Thresholds in `dtype` for the float64 edges: for v of that dtype, v >= edges[i] iff v >= out[i], and
+    v > edges[-1] iff v >= out[-1]."""
+    out = []
+    up = dtype.type(np.inf)
+    with np.errstate(over="ignore"):  # an edge past the dtype's largest value has the threshold inf
+        for i, e in enumerate(edges):
+            c = dtype.type(e)
+            if float(c) < e or (i == len(edges) - 1 and float(c) == e):
+                c = np.nextafter(c, up)
+            out.append(c)
+    return out
 
 
 def bin_edges(lo: float, hi: float, bins: int) -> np.ndarray:

@@ -24,6 +24,9 @@ def test_harness_smoke_run_writes_its_table(tmp_path):
         assert f"| {case}" in text, case
     assert "files --jobs 1 |" in text
     # Every target is judged, met or not.
-    assert text.count("met: ") == 6
+    assert text.count("met: ") == 11
+    for case in ("big: read floor (cat)", "big: norm", "big: info --stats", "big: show", "big: compare, 1 in 1000 differ"):
+        assert f"| {case} |" in text, case
+    assert "Floods" in text
     # Nothing is left behind in the work folder.
     assert [p.name for p in tmp_path.iterdir()] == ["RESULTS.md"]

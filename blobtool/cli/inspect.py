@@ -124,8 +124,11 @@ def _info_one(path, *, kind, patterns, stats, check=None, all_layers=False, show
     from ..formats import select
     from ..report.records import info_record
 
+    from ..source import releasing
+
     doc = open_input(path, kind)
-    with progress(doc, "reading", show_progress):
+    # Nothing changes the values here: their pages can go back as they are read.
+    with progress(doc, "reading", show_progress), releasing():
         return info_record(doc, select(doc, patterns), stats=stats, check=check, all_layers=all_layers)
 
 
@@ -177,12 +180,13 @@ def _norm_one(path, *, kind, patterns, device_info, show_progress=True):
     """norm's record for one file (runs in a worker process when several files are given)."""
     from ..formats import select
     from ..report.records import norm_record
+    from ..source import releasing
 
     doc = open_input(path, kind)
     entries = select(doc, patterns)
     doc.source.will_read_through()
     blobs = [_norm_target(e, device_info) for e in entries]
-    with progress(doc, "summing", show_progress):
+    with progress(doc, "summing", show_progress), releasing():
         return norm_record(doc, entries, blobs, device=device_info)
 
 
@@ -225,6 +229,7 @@ def compare(a, b, rtol, atol, quiet, device, patterns, kind, as_json, names, no_
     from ..formats import select
     from ..kernels import using_threads
     from ..report.records import compare_record
+    from ..source import releasing
 
     if a == "-" and b == "-":
         raise click.UsageError("standard input ('-') can be read only once")
@@ -240,7 +245,7 @@ def compare(a, b, rtol, atol, quiet, device, patterns, kind, as_json, names, no_
         entries_b = select(doc_b, patterns)
     doc_a.source.will_read_through()
     doc_b.source.will_read_through()
-    with progress(doc_a, "comparing"), using_threads(None):
+    with progress(doc_a, "comparing"), using_threads(None), releasing():
         result = compare_documents(doc_a, doc_b, entries_a, entries_b, rtol=rtol, atol=atol,
                                    fetch=lambda e: place(e.blob(), device_info), xp=array_module(device_info))
     record = compare_record(result, device=device_info)

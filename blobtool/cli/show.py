@@ -50,8 +50,7 @@ def show(file, name, channel, index, width, output, kind):
       blobtool show net.caffemodel --blob conv2/0 --index 3 --channel 0
     """
     from ..formats import select
-    from ..report.pictures import MAX_PIXELS, PNG_MIN_SIZE, TERMINAL_MAX_PIXELS, TERMINAL_MIN_SIZE, view
-    from ..report.tables import render_picture
+    from ..source import releasing
 
     image_module = None
     if output is not None:
@@ -67,7 +66,14 @@ def show(file, name, channel, index, width, output, kind):
         raise UsageError(f"{doc.path}: show draws one blob; {len(entries)} match ({names}): "
                          "choose one with --blob NAME")
     entry = entries[0]
-    data = entry.blob().cpu_data().reshape(entry.shape)
+    with releasing():  # the values are only read: their pages can go back as they are
+        _draw(doc, entry, entry.blob().cpu_data().reshape(entry.shape), channel, index, width, output,
+              image_module)
+
+
+def _draw(doc, entry, data, channel, index, width, output, image_module) -> None:
+    from ..report.pictures import MAX_PIXELS, PNG_MIN_SIZE, TERMINAL_MIN_SIZE, TERMINAL_MAX_PIXELS, view
+    from ..report.tables import render_picture
 
     def picture_of(**bounds):
         try:

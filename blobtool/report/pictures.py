@@ -42,6 +42,7 @@ import numpy as np
 from .. import kernels
 from ..errors import UsageError
 from ..kernels import finite_range
+from ..source import release_pages
 from .text import fmt_num, fmt_shape
 
 __all__ = ["BAR_LEVELS", "histogram_bars", "Picture", "view", "heat_map",
@@ -401,6 +402,9 @@ def block_mean(plane: np.ndarray, factor: int) -> np.ndarray:
         counts = np.add.reduceat(np.add.reduceat(finite.astype(np.int64), blocks, axis=0), starts, axis=1)
         with np.errstate(invalid="ignore", divide="ignore"):
             out[start // factor:start // factor + blocks.size] = np.where(counts > 0, sums / counts, np.nan)
+        # Inside source.releasing(), the rows' mapped pages go back (with the
+        # page shared with the rows before): memory stays bounded.
+        release_pages(plane[max(0, start - rows):start + rows])
     return out
 
 

@@ -31,7 +31,7 @@ def json_float(x):
 def _stats(values) -> dict:
     found = kernels.stats(values)
     out = {k: (json_float(v) if k not in ("nan", "inf") else v) for k, v in found.items()}
-    hist = kernels.histogram(values, lo=found["min"], hi=found["max"])
+    hist = kernels.histogram(values, lo=found["min"], hi=found["max"], spans=True)
     out["histogram"] = {"edges": [json_float(e) for e in hist["edges"]], "counts": hist["counts"],
                         "zeros": hist["zeros"]}
     return out
