@@ -307,3 +307,20 @@ def test_command_line_figures_do_not_depend_on_jobs_or_encoding(tmp_path):
     assert all(r == first for r in records.values()), records
     stats = first[1]["blobs"][0]["stats"]["data"]
     assert stats["nan"] == 1 and sum(stats["histogram"]["counts"]) == values.size - 1
+
+
+@pytest.mark.parametrize("spread", [1, 10000])
+def test_nonfinite_mismatches_are_counted_in_sparse_and_dense_chunks(spread):
+    # A few differing values in a chunk take the sparse path, many the dense one:
+    # both count the mismatches whose difference is Inf or NaN.
+    n = 3 * kernels.CHUNK + 17
+    a = np.linspace(-1, 1, n).astype(np.float32)
+    b = a.copy()
+    where = np.arange(kernels.CHUNK + 3, kernels.CHUNK + 3 + spread)
+    b[where] += 1.0                         # finite differences
+    b[2 * kernels.CHUNK + 1] = np.inf       # Inf on one side
+    b[2 * kernels.CHUNK + 2] = np.nan       # NaN on one side
+    got = compare_arrays(a, b)
+    assert got.mismatches == spread + 2
+    assert got.nonfinite == 2
+    assert got.first_mismatch == kernels.CHUNK + 3
