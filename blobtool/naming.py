@@ -87,18 +87,6 @@ class Mapped:
 
 
 @dataclass
-class _Renamed(Entry):
-    """An Entry under a PyTorch name whose Blob is made on first use (a view of the Caffe blob, or computed)."""
-
-    make: object = None
-
-    def blob(self):
-        if self._blob is None:
-            self._blob = self.make()
-        return self._blob
-
-
-@dataclass
 class TorchNames:
     """The result of torch_names: the renamed document, a row per Caffe blob, the warnings to print."""
 
@@ -273,8 +261,8 @@ def _view(entry: Entry, name: str, shape: tuple, module: str, done: str | None =
         blob.origin = _origin(src)
         return blob
 
-    renamed = _Renamed(name, tuple(shape), "shape", entry.dtype, False, layer=entry.layer, type=entry.type,
-                       make=make)
+    # Its Blob is made on first use: a view of the Caffe blob, or computed.
+    renamed = Entry(name, tuple(shape), "shape", entry.dtype, False, layer=entry.layer, type=entry.type, build=make)
     return _Row(Mapped(entry, name, tuple(shape), done or _reshaped(entry.shape, shape) or "renamed", module),
                 renamed)
 
@@ -312,7 +300,7 @@ def _batchnorm(doc: Document, layer: str, blobs: list, warnings: list) -> list:
         blob.set_cpu_data(stored)
         blob.origin = _origin(src)
         shape = (entry.count,)
-        renamed = _Renamed(name, shape, "shape", entry.dtype, False, layer=entry.layer, type=entry.type, _blob=blob)
+        renamed = Entry(name, shape, "shape", entry.dtype, False, layer=entry.layer, type=entry.type, _blob=blob)
         rows.append(_Row(Mapped(entry, name, shape, done + _reshaped(entry.shape, shape, "; "), layer), renamed))
     rows.append(_Row(Mapped(blobs[2], None, None, "not written: the factor of running_mean and running_var",
                             layer), None))

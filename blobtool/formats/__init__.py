@@ -185,8 +185,9 @@ class Entry:
     `record` locates a BlobProto in the bytes (protobuf kinds); `chain` holds
     the fields from the top-level message down to the blob's own field, so a
     writer can replace it in place. Formats that build the Blob at once
-    (.npy) set `_blob`; others may override blob() (.npz members inflate
-    their values there).
+    (.npy) set `_blob`; formats without a BlobProto record give `build`, a
+    callable that makes the Blob on first use (.npz members inflate their
+    values there, HDF5 datasets are viewed or read).
     """
 
     name: str
@@ -200,6 +201,7 @@ class Entry:
     chain: tuple = ()
     warning: str | None = None
     _blob: object = None
+    build: object = None     # () -> Blob, for an entry without a record
 
     @property
     def count(self) -> int:
@@ -212,8 +214,11 @@ class Entry:
     def blob(self):
         """The Blob, built on first use; float data views the file (no copy)."""
         if self._blob is None:
-            from ..blobproto import blob_from_record
-            self._blob = blob_from_record(self.record)
+            if self.build is not None:
+                self._blob = self.build()
+            else:
+                from ..blobproto import blob_from_record
+                self._blob = blob_from_record(self.record)
         return self._blob
 
 

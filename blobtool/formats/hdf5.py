@@ -71,7 +71,8 @@ _UNSTORED_BYTES = 1 << 20
 # The largest learned_net string read (Caffe's is a file name).
 _MAX_STRING = 1 << 16
 # Everything h5py raises on a damaged or unexpected file: HDF5's errors come as
-# OSError, KeyError, ValueError, RuntimeError or TypeError subclasses.
+# OSError, KeyError, ValueError, RuntimeError or TypeError subclasses, and a
+# datatype or filter h5py does not support as NotImplementedError.
 H5_ERRORS = (OSError, KeyError, ValueError, RuntimeError, TypeError, IndexError, OverflowError,
               UnicodeDecodeError, NotImplementedError)
 
@@ -180,18 +181,6 @@ def _names(group, doc_path, where) -> list:
 
 
 # -- reading ------------------------------------------------------------------------
-
-@dataclass
-class _Entry(Entry):
-    """An Entry whose Blob is built on first use by `load` (a view of the input, or a read through h5py)."""
-
-    load: object = None
-
-    def blob(self):
-        if self._blob is None:
-            self._blob = self.load()
-        return self._blob
-
 
 @dataclass(frozen=True)
 class _Stored:
@@ -358,8 +347,8 @@ def _loader(doc: Document, data: _Stored, diff: _Stored | None):
 
 def _add(doc: Document, name: str, data: _Stored, diff: _Stored | None, layer=None) -> None:
     doc.check_room(data.offset)
-    doc.entries.append(_Entry(name, data.shape, "shape", data.dtype.newbyteorder("="), diff is not None, layer=layer,
-                              load=_loader(doc, data, diff)))
+    doc.entries.append(Entry(name, data.shape, "shape", data.dtype.newbyteorder("="), diff is not None, layer=layer,
+                             build=_loader(doc, data, diff)))
 
 
 def _read_net(doc: Document, f) -> None:

@@ -236,22 +236,13 @@ class _Member:
     path: str        # "<file>[<member>]", for messages about its contents
 
 
-class _MemberEntry(Entry):
-    """An .npz blob: its values (and its diff's) are inflated when the blob is first used."""
-
-    def __init__(self, name, member: _Member, diff: _Member | None, archive, doc_path):
-        super().__init__(name, member.header.shape, "shape", member.native, diff is not None)
-        self._parts = (member, diff, archive, doc_path)
-
-    def blob(self):
-        if self._blob is None:
-            member, diff, archive, doc_path = self._parts
-            values = _inflate(archive, member, doc_path)
-            diff_values = None
-            if diff is not None:
-                diff_values = _c_order(diff.header, _inflate(archive, diff, doc_path))
-            self._blob = _blob_from_values(member.header, values, member.native, diff_values, member.path)
-        return self._blob
+def _member_blob(member: _Member, diff: _Member | None, archive, doc_path) -> Blob:
+    """An .npz blob, its values (and its diff's) inflated now: an Entry's `build`, run when the blob is first used."""
+    values = _inflate(archive, member, doc_path)
+    diff_values = None
+    if diff is not None:
+        diff_values = _c_order(diff.header, _inflate(archive, diff, doc_path))
+    return _blob_from_values(member.header, values, member.native, diff_values, member.path)
 
 
 def _read_npz(doc: Document, cast) -> None:
@@ -277,7 +268,8 @@ def _read_npz(doc: Document, cast) -> None:
         if diff is not None and diff.header.count != member.header.count:
             raise FormatError(f"array {diff.info.filename[:-4]} has {diff.header.count} values, {name} has "
                               f"{member.header.count}", path=doc.path)
-        doc.entries.append(_MemberEntry(name, member, diff, archive, doc.path))
+        doc.entries.append(Entry(name, member.header.shape, "shape", member.native, diff is not None,
+                                 build=functools.partial(_member_blob, member, diff, archive, doc.path)))
 
 
 def _open_member(archive: zipfile.ZipFile, info: zipfile.ZipInfo, path, cast) -> _Member:
