@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import threading
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -20,7 +21,7 @@ import numpy as np
 from .blob import legacy_shapes_equal
 from .errors import UsageError
 from . import kernels
-from .kernels import map_chunk_indices, widened
+from .kernels import Chunks, map_chunk_indices, scratch, widened
 from .progress import report_locked
 
 # Elements per chunk on a GPU: enough work per kernel launch to fill the device.
@@ -88,10 +89,14 @@ def compare_arrays(a, b, *, rtol: float = 0.0, atol: float = 0.0, xp=np) -> Valu
 
     def on_host(j):
         first, stop = j * block, min((j + 1) * block, chunks)
-        found = _compare_host_block(a, b, first, stop, chunk, rtol, atol)
+        # The block's values of each side: slices, or (from mapped files)
+        # read into buffers of this thread's.
+        sides = Chunks(a, first, stop, chunk, slot="a"), Chunks(b, first, stop, chunk, slot="b")
+        found = _compare_host_block(sides[0].span(first, stop), sides[1].span(first, stop), 0, stop - first,
+                                    chunk, rtol, atol)
         for k in range(first, stop):
-            kernels.chunk_done(a, k, progress=True, chunk=chunk)
-            kernels.chunk_done(b, k, progress=True, chunk=chunk)
+            for side in sides:
+                side.done(k, progress=True)
         return found
 
     if xp is np:
@@ -124,7 +129,7 @@ def compare_arrays(a, b, *, rtol: float = 0.0, atol: float = 0.0, xp=np) -> Valu
 def _compare_host_block(a: np.ndarray, b: np.ndarray, first: int, stop: int, chunk: int, rtol: float,
                         atol: float) -> list:
     """_compare_chunk's figures for chunks first..stop-1 of flat host arrays, bit for bit, working only where
-    the values differ.
+    the values differ (`a` and `b` may be the block itself: first 0).
 
     Chunks whose values compare equal as stored (the common case of equal
     files) cost one comparison and the sums of squares of one side. In the
@@ -139,21 +144,28 @@ def _compare_host_block(a: np.ndarray, b: np.ndarray, first: int, stop: int, chu
     """
     results = []
     sparse = []  # (chunk index, positions within it)
+    block_a, block_b = a[first * chunk:stop * chunk], b[first * chunk:stop * chunk]
+    with np.errstate(invalid="ignore"):  # a signalling NaN against a wider type; numpy would warn
+        differ = block_a != block_b
+    counts = _row_counts(differ, chunk)
+    # The sums of squares of each side, for the whole block at once (the
+    # dense chunks' are taken again below, with the rest of their figures).
+    sq_a = _finite_sumsqs(block_a, chunk)
+    sq_b = sq_a if not counts.any() else _finite_sumsqs(block_b, chunk)
     for k in range(first, stop):
-        pa, pb = a[k * chunk:(k + 1) * chunk], b[k * chunk:(k + 1) * chunk]
-        with np.errstate(invalid="ignore"):  # a signalling NaN against a wider type; numpy would warn
-            differ = pa != pb
-        n = np.count_nonzero(differ)
+        n = int(counts[k - first])
+        at = (k - first) * chunk
         if not n:
             # Equal values (byte-identical, or zeros of either sign): equal
             # squares, no delta.
-            sq = _finite_sumsq(pa)
+            sq = sq_a[k - first]
             results.append([0, None, 0.0, 0.0, 0.0, sq, sq, 0])
-        elif n * 8 > pa.size:
-            results.append(list(_compare_chunk(pa, pb, rtol, atol, np, report=False)))
+        elif n * 8 > min(chunk, block_a.size - at):
+            results.append(list(_compare_chunk(block_a[at:at + chunk], block_b[at:at + chunk], rtol, atol, np,
+                                               report=False)))
         else:
-            sparse.append((k, np.flatnonzero(differ)))
-            results.append([0, None, 0.0, 0.0, 0.0, _finite_sumsq(pa), _finite_sumsq(pb), 0])
+            sparse.append((k, np.flatnonzero(differ[at:at + chunk])))
+            results.append([0, None, 0.0, 0.0, 0.0, sq_a[k - first], sq_b[k - first], 0])
     if not sparse:
         return results
     where = np.concatenate([k * chunk + w for k, w in sparse])
@@ -165,10 +177,14 @@ def _compare_host_block(a: np.ndarray, b: np.ndarray, first: int, stop: int, chu
         start += w.size
         # The dense computation's delta[ok]: zeros, with the finite deltas
         # where they fall once the non-finite ones are taken out.
-        dense = np.zeros(min(chunk, a.size - k * chunk) - int(w.size - np.count_nonzero(o)), dtype=np.float64)
-        dense[w[o] - (np.cumsum(~o) - ~o)[o]] = d[o]
-        with np.errstate(over="ignore"):  # sums past float64's range are inf; a warning would be a stderr line
-            results[k - first][4] = float(np.dot(dense, dense))
+        dense = _zeros(min(chunk, a.size - k * chunk) - int(w.size - np.count_nonzero(o)))
+        places = w[o] - (np.cumsum(~o) - ~o)[o]
+        try:
+            dense[places] = d[o]
+            with np.errstate(over="ignore"):  # sums past float64's range are inf; a warning would be a stderr line
+                results[k - first][4] = float(np.dot(dense, dense))
+        finally:
+            dense[places] = 0.0
     at = int(where[first_here]) // chunk if count else sparse[0][0]
     row = results[at - first]
     row[0] = count
@@ -178,10 +194,45 @@ def _compare_host_block(a: np.ndarray, b: np.ndarray, first: int, stop: int, chu
     return results
 
 
+_zeroed = threading.local()
+
+
+def _zeros(n: int) -> np.ndarray:
+    """n zeros in a buffer this thread keeps, to be left all zeros after use.
+
+    A new zeroed array for each chunk faulted in fresh pages, and filling a
+    kept one with zeros cost more than the dot product over it.
+    """
+    kept = getattr(_zeroed, "values", None)
+    if kept is None or kept.size < n:
+        kept = _zeroed.values = np.zeros(n, dtype=np.float64)
+    return kept[:n]
+
+
+def _row_counts(flags: np.ndarray, chunk: int) -> np.ndarray:
+    """The count of true `flags` in each `chunk`-element chunk (the last may be short)."""
+    full = flags.size // chunk
+    counts = np.count_nonzero(flags[:full * chunk].reshape(full, chunk), axis=1) if full else np.zeros(0, np.intp)
+    if flags.size > full * chunk:
+        counts = np.append(counts, np.count_nonzero(flags[full * chunk:]))
+    return counts
+
+
+def _finite_sumsqs(values: np.ndarray, chunk: int) -> list:
+    """[_finite_sumsq(each `chunk`-element chunk of values)]: tested and widened at once when all are finite."""
+    chunks = range(0, values.size, chunk)
+    lo, hi = (values.min(), values.max()) if values.size else (0, 0)
+    if not (np.isfinite(lo) and np.isfinite(hi)):  # a NaN makes both NaN
+        return [_finite_sumsq(values[k:k + chunk]) for k in chunks]
+    wide = widened(values, scratch(values.size))
+    with np.errstate(over="ignore"):
+        return [float(np.dot(wide[k:k + chunk], wide[k:k + chunk])) for k in chunks]
+
+
 def _finite_sumsq(part: np.ndarray) -> float:
     """Sum of squares of the chunk's finite values in float64, as the dense computation takes it."""
     finite = np.isfinite(part)
-    values = widened(part) if finite.all() else widened(part[finite])
+    values = widened(part, scratch(part.size)) if finite.all() else widened(part[finite])
     with np.errstate(over="ignore"):
         return float(np.dot(values, values))
 

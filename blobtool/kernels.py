@@ -18,9 +18,9 @@ import threading
 import numpy as np
 
 from .progress import report_locked
-from .source import release_pages
+from .source import file_behind, read_mapped, release_pages
 
-__all__ = ["CHUNK", "set_threads", "get_threads", "using_threads", "map_chunks", "map_chunk_indices", "asum",
+__all__ = ["CHUNK", "Chunks", "buffer", "scratch", "set_threads", "get_threads", "using_threads", "map_chunks", "map_chunk_indices", "asum",
            "sumsq", "asum_sumsq", "scal", "axpy", "stats", "finite_values", "scaled", "minus", "nonfinite",
            "HIST_BINS", "histogram", "finite_range", "widened", "chunk_done", "CountingNonFinite", "count_nonfinite"]
 
@@ -71,7 +71,7 @@ def asum_sumsq(x: np.ndarray) -> tuple[float, float]:
     chunks = -(-n // CHUNK)
     abs_parts = np.empty(chunks, dtype=np.float64)
     sq_parts = np.empty(chunks, dtype=np.float64)
-    _run_ranges(_chunk_sums, x, chunks, x.nbytes, abs_parts, sq_parts)
+    _run_ranges(_chunk_sums, x, chunks, x.nbytes, abs_parts, sq_parts, unit=GROUP)
     total_abs = 0.0
     total_sq = 0.0
     for a, q in zip(abs_parts.tolist(), sq_parts.tolist()):
@@ -82,20 +82,139 @@ def asum_sumsq(x: np.ndarray) -> tuple[float, float]:
 
 def _chunk_sums(x: np.ndarray, first: int, stop: int, abs_parts: np.ndarray, sq_parts: np.ndarray) -> None:
     """abs_parts[k], sq_parts[k] = sum |chunk k|, sum chunk k ** 2 for chunks first..stop-1."""
-    buf = np.empty(min(CHUNK, x.size), dtype=np.float64)
+    groups = Chunks(x, first // GROUP, -(-stop // GROUP), GROUP * CHUNK)
     # Huge values overflow to inf and NaNs propagate, as in Caffe; numpy's
     # warnings about it would break the one-line stderr. (errstate is per
     # thread, so each worker sets its own.)
     with np.errstate(over="ignore", invalid="ignore"):
-        for k in range(first, stop):
-            part = x[k * CHUNK:(k + 1) * CHUNK]
-            wide = buf[:part.size]
+        for g in range(first // GROUP, -(-stop // GROUP)):
+            part = groups[g]
             # |x| widened in one pass (abs and widening are both exact), then
-            # squared and summed from the cached float64 copy.
-            np.absolute(part, out=wide)
-            sq_parts[k] = np.dot(wide, wide)
-            abs_parts[k] = wide.sum()
-            chunk_done(x, k, progress=True)
+            # squared and summed chunk by chunk from the float64 copy.
+            wide = np.absolute(part, out=scratch(part.size))
+            ks = range(max(first, g * GROUP), min(stop, (g + 1) * GROUP))
+            for k in ks:
+                row = wide[(k - g * GROUP) * CHUNK:(k - g * GROUP + 1) * CHUNK]
+                sq_parts[k] = np.dot(row, row)
+            abs_parts[ks.start:ks.stop] = _row_sums(wide, ks.start - g * GROUP, ks.stop - g * GROUP)
+            groups.done(g, progress=False)
+            report_locked(sum(min(CHUNK, x.size - k * CHUNK) for k in ks) * x.itemsize)
+
+
+def _row_sums(wide: np.ndarray, first: int, stop: int) -> np.ndarray:
+    """[wide[k*CHUNK:(k+1)*CHUNK].sum() for k in first..stop-1] (the last may be short), in one call per shape.
+
+    numpy reduces each row of a C-contiguous 2-D array along its last axis
+    with the same pairwise summation as the row on its own, so the sums are
+    the same bits (tests/test_kernels.py checks it); fewer calls matter when
+    two threads share the interpreter.
+    """
+    full = min(stop, wide.size // CHUNK)
+    sums = np.empty(stop - first, dtype=np.float64)
+    if full > first:
+        sums[:full - first] = np.add.reduce(wide[first * CHUNK:full * CHUNK].reshape(-1, CHUNK), axis=1)
+    if stop > max(full, first):
+        sums[-1] = wide[full * CHUNK:].sum()
+    return sums
+
+
+class Chunks:
+    """One thread's way through chunks first..stop-1 of flat array x, in order.
+
+    ``chunks[k]`` is chunk k: a slice of x, or, inside source.releasing()
+    when x views a mapped input, the file's bytes read into a buffer of this
+    thread's, several chunks at a time, that the next chunk may overwrite
+    (so a chunk's results must not keep a view of it). ``done(k)`` says
+    that chunk k is worked through: it is counted in the progress and, when
+    it was a slice of the mapping, its pages are released (chunk_done).
+    """
+
+    def __init__(self, x: np.ndarray, first: int, stop: int, chunk: int | None = None, *, slot: str = "read"):
+        self.x = x
+        self.chunk = chunk or CHUNK
+        self.stop = min(stop, -(-x.size // self.chunk))
+        self.file = file_behind(x)
+        self.slot = slot
+        self.held = (0, 0)  # the chunks the buffer holds
+        self.buffer = None
+
+    def __getitem__(self, k: int) -> np.ndarray:
+        c = self.chunk
+        if self.file is None:
+            return self.x[k * c:(k + 1) * c]
+        held_first, held_stop = self.held
+        if not held_first <= k < held_stop:
+            # About 1 MiB per read: fewer calls, and still in cache when used.
+            group = max(1, (READ_BYTES // self.x.itemsize) // c)
+            held_first, held_stop = k, min(k + group, self.stop)
+            start, end = held_first * c, min(held_stop * c, self.x.size)
+            self.buffer = buffer(self.slot, end - start, self.x.dtype)
+            fd, offset = self.file
+            read_mapped(fd, offset + start * self.x.itemsize, self.buffer)
+            self.held = (held_first, held_stop)
+        start = (k - held_first) * c
+        return self.buffer[start:start + c]
+
+    def span(self, first: int, stop: int) -> np.ndarray:
+        """Chunks first..stop-1 as one array (a slice of x, or read into this thread's buffer)."""
+        c = self.chunk
+        if self.file is None:
+            return self.x[first * c:stop * c]
+        start, end = first * c, min(stop * c, self.x.size)
+        out = buffer(self.slot, end - start, self.x.dtype)
+        fd, offset = self.file
+        read_mapped(fd, offset + start * self.x.itemsize, out)
+        self.held = (0, 0)
+        return out
+
+    def done(self, k: int, *, progress: bool) -> None:
+        if progress:
+            report_locked(min(self.chunk, self.x.size - k * self.chunk) * self.x.itemsize)
+        if self.file is None:
+            chunk_done(self.x, k, progress=False, chunk=self.chunk)
+
+
+# Bytes read from a file per call when Chunks reads a mapped input.
+READ_BYTES = 1 << 20
+
+# Chunks worked on together by asum_sumsq and stats: each numpy call costs
+# the same whatever its size, and with two threads every call also hands the
+# interpreter over; the sums are still taken chunk by chunk. Measured on 2
+# cores, 1 GiB of float32 from the page cache: stats took 0.72 s with
+# groups of 1 chunk, 0.49 s (2), 0.32 s (4), 0.24 s (8) and 0.29 s (16).
+GROUP = 8
+
+_local = threading.local()
+
+
+def buffer(slot: str, n: int, dtype) -> np.ndarray:
+    """n values of `dtype` in a buffer this thread keeps for `slot`, reused from call to call.
+
+    Allocating the chunk-sized temporaries anew for each chunk cost more
+    than the work on them with two threads (each large allocation maps and
+    faults in fresh pages): stats() on 1 GiB took 0.29 s in one thread and
+    0.54 s in two.
+    """
+    dtype = np.dtype(dtype)
+    kept = _local.__dict__.setdefault("buffers", {})
+    raw = kept.get(slot)
+    nbytes = n * dtype.itemsize
+    if raw is None or raw.nbytes < nbytes:
+        # Page-aligned: the kernel's copy from the page cache into a buffer
+        # that starts 8 or 16 bytes past a 64-byte boundary ran at 0.35-0.40
+        # s/GiB here, into a page-aligned one at 0.07 s/GiB.
+        block = np.empty(max(nbytes, 64) + _PAGE, dtype=np.uint8)
+        start = -block.ctypes.data % _PAGE
+        raw = kept[slot] = block[start:start + max(nbytes, 64)]
+    return raw[:nbytes].view(dtype)
+
+
+_PAGE = 4096
+
+
+def scratch(n: int) -> np.ndarray:
+    """n float64 values of this thread's scratch buffer (for a chunk widened to float64)."""
+    return buffer("wide", n, np.float64)
 
 
 def chunk_done(x: np.ndarray, k: int, *, progress: bool, chunk: int | None = None) -> None:
@@ -133,36 +252,47 @@ def _in_threads(fn, arg_lists) -> None:
         raise errors[0]
 
 
-def _ranges(chunks: int, nbytes: int) -> list:
-    """The chunk ranges (first, stop) the threads take: one range unless the data is large and threads are allowed."""
-    workers = max(1, min(_threads, chunks)) if nbytes >= PARALLEL_MIN_BYTES else 1
-    return [(chunks * i // workers, chunks * (i + 1) // workers) for i in range(workers)]
+def _ranges(chunks: int, nbytes: int, unit: int = 1) -> list:
+    """The chunk ranges (first, stop) the threads take: one range unless the data is large and threads are allowed.
+
+    Each range but the last starts and ends at a multiple of `unit` chunks.
+    """
+    units = -(-chunks // unit)
+    workers = max(1, min(_threads, units)) if nbytes >= PARALLEL_MIN_BYTES else 1
+    return [(units * i // workers * unit, min(units * (i + 1) // workers * unit, chunks)) for i in range(workers)]
 
 
-def _run_ranges(fn, x, chunks: int, nbytes: int, *extra) -> None:
+def _run_ranges(fn, x, chunks: int, nbytes: int, *extra, unit: int = 1) -> None:
     """fn(x, first, stop, *extra) over the chunk ranges, in threads when there are several."""
-    ranges = _ranges(chunks, nbytes)
+    ranges = _ranges(chunks, nbytes, unit)
     if len(ranges) == 1:
         fn(x, *ranges[0], *extra)
     else:
         _in_threads(fn, [(x, first, stop, *extra) for first, stop in ranges])
 
 
-def map_chunks(fn, x: np.ndarray, *, progress: bool = False) -> list:
-    """[fn(chunk) for each CHUNK-element chunk of x], in order; a large x is split over the threads.
+def map_chunks(fn, x: np.ndarray, *, progress: bool = False, chunk: int | None = None) -> list:
+    """[fn(part) for each `chunk`-element part of x (CHUNK by default)], in order; a large x is split over the
+    threads.
 
     fn runs in worker threads: it must not depend on the caller's numpy
-    errstate (errstate is per thread) and must not write shared state.
-    Combining the results in order gives the same answer for any thread count.
+    errstate (errstate is per thread), must not write shared state, and must
+    not keep a view of its part (Chunks may reuse its memory). Combining the
+    results in order gives the same answer for any thread count.
     """
     x = x.reshape(-1)
+    chunk = chunk or CHUNK
+    chunks = -(-x.size // chunk)
+    results = [None] * chunks
 
-    def one(k):
-        result = fn(x[k * CHUNK:(k + 1) * CHUNK])
-        chunk_done(x, k, progress=progress)
-        return result
+    def work(_, first, stop):
+        parts = Chunks(x, first, stop, chunk)
+        for k in range(first, stop):
+            results[k] = fn(parts[k])
+            parts.done(k, progress=progress)
 
-    return map_chunk_indices(one, -(-x.size // CHUNK), x.nbytes)
+    _run_ranges(work, None, chunks, x.nbytes)
+    return results
 
 
 def map_chunk_indices(fn, chunks: int, nbytes: int) -> list:
@@ -248,8 +378,8 @@ def count_nonfinite(values, xp=np) -> int:
     return int(xp.count_nonzero(~xp.isfinite(values)))
 
 
-def widened(part) -> np.ndarray:
-    """`part` as a new float64 array, quietly: a signalling NaN becomes a quiet NaN.
+def widened(part, out: np.ndarray | None = None) -> np.ndarray:
+    """`part` as float64 (a new array, or `out` filled), quietly: a signalling NaN becomes a quiet NaN.
 
     numpy reports the cast of a signalling NaN as an invalid operation (a
     RuntimeWarning, a second line on stderr); the NaN itself is kept, and
@@ -257,7 +387,10 @@ def widened(part) -> np.ndarray:
     in map_chunks' workers.
     """
     with np.errstate(invalid="ignore"):
-        return np.array(part, dtype=np.float64)
+        if out is None:
+            return np.array(part, dtype=np.float64)
+        np.copyto(out, part, casting="unsafe")
+        return out
 
 
 def finite_values(part: np.ndarray) -> tuple[np.ndarray, int, int]:
@@ -285,7 +418,7 @@ def _moments(part: np.ndarray, scale: float = 1.0) -> tuple:
     """
     finite = np.isfinite(part)
     if finite.all():
-        values, nans, infs = widened(part), 0, 0
+        values, nans, infs = widened(part, scratch(part.size)), 0, 0
         # The extremes as stored are the same numbers, found faster; a zero
         # is taken from the widened values, whose choice between -0.0 and
         # 0.0 is the one blobtool has always reported.
@@ -320,14 +453,57 @@ def stats(x: np.ndarray) -> dict:
     or squares overflow, are summed again scaled by a power of two that
     brings the largest magnitude below 1, so mean and std stay finite.
     """
-    n, mean, m2, lo, hi, nans, infs = _combined(map_chunks(_moments, x, progress=True))
+    n, mean, m2, lo, hi, nans, infs = _combined(_grouped_moments(x, progress=True))
     if n == 0:
         return {"min": None, "max": None, "mean": None, "std": None, "nan": nans, "inf": infs}
     if not (math.isfinite(mean) and math.isfinite(m2)):
         scale = 2.0 ** -math.frexp(max(-lo, hi))[1]
-        _, mean, m2, *_ = _combined(map_chunks(functools.partial(_moments, scale=scale), x))
+        _, mean, m2, *_ = _combined(_grouped_moments(x, scale=scale))
         return {"min": lo, "max": hi, "mean": mean / scale, "std": (m2 / n) ** 0.5 / scale, "nan": nans, "inf": infs}
     return {"min": lo, "max": hi, "mean": mean, "std": (m2 / n) ** 0.5, "nan": nans, "inf": infs}
+
+
+def _grouped_moments(x: np.ndarray, scale: float = 1.0, progress: bool = False) -> list:
+    """[_moments(chunk k of x, scale) for each chunk k], but for GROUP chunks at a time where that is the same.
+
+    A group whose extremes are finite and not zero (the common case) is
+    tested, widened and centred with one numpy call each; only the squared
+    deviations (BLAS's dot) are taken chunk by chunk. The group's extremes
+    stand in its first chunk's figures (the others carry inf and -inf): the
+    combined minimum and maximum are the same. Other groups go chunk by
+    chunk.
+    """
+    x = x.reshape(-1)
+    per_group = map_chunks(functools.partial(_group_moments, scale=scale), x, progress=progress,
+                           chunk=GROUP * CHUNK)
+    return [part for group in per_group for part in group]
+
+
+def _group_moments(group: np.ndarray, scale: float = 1.0) -> list:
+    """_moments of each CHUNK-element chunk of `group` (see _grouped_moments)."""
+    chunks = -(-group.size // CHUNK)
+    if group.size == 0:
+        return []
+    lo, hi = group.min(), group.max()
+    if not (np.isfinite(lo) and np.isfinite(hi)) or lo == 0 or hi == 0:
+        return [_moments(group[k * CHUNK:(k + 1) * CHUNK], scale) for k in range(chunks)]
+    values = widened(group, scratch(group.size))
+    if scale != 1.0:
+        values *= scale
+    sizes = [min(CHUNK, group.size - k * CHUNK) for k in range(chunks)]
+    out = []
+    with np.errstate(over="ignore", invalid="ignore"):
+        means = _row_sums(values, 0, chunks) / np.array(sizes, dtype=np.float64)
+        full = group.size // CHUNK
+        np.subtract(values[:full * CHUNK].reshape(-1, CHUNK), means[:full, None],
+                    out=values[:full * CHUNK].reshape(-1, CHUNK))
+        if full < chunks:
+            np.subtract(values[full * CHUNK:], means[full], out=values[full * CHUNK:])
+        for k in range(chunks):
+            row = values[k * CHUNK:k * CHUNK + sizes[k]]
+            out.append((sizes[k], float(means[k]), float(np.dot(row, row)),
+                        float(lo) if k == 0 else math.inf, float(hi) if k == 0 else -math.inf, 0, 0))
+    return out
 
 
 def _combined(parts) -> tuple:
@@ -370,12 +546,14 @@ def nonfinite(x: np.ndarray) -> tuple[int, int]:
 HIST_BINS = 16
 
 
-def histogram(x: np.ndarray, bins: int = HIST_BINS, lo=None, hi=None, *, spans: bool = False) -> dict:
+def histogram(x: np.ndarray, bins: int = HIST_BINS, lo=None, hi=None, *, spans: bool = False,
+              finite: bool = False) -> dict:
     """Counts of the finite values in `bins` equal bins from `lo` to `hi`.
 
     `lo` and `hi` default to the finite minimum and maximum (one extra pass);
     `spans` says that the given ones are (as stats() gives them), which
-    spares counting the values outside.
+    spares counting the values outside; `finite` that no value is NaN or
+    Inf (stats() counted none), which spares looking for them.
     Bins and counts are numpy.histogram's with ``range=(lo, hi)`` (the last
     bin includes `hi`; equal `lo` and `hi` widen to lo-0.5..hi+0.5), except
     where that range is too narrow for `bins` distinct float64 edges at its
@@ -398,14 +576,14 @@ def histogram(x: np.ndarray, bins: int = HIST_BINS, lo=None, hi=None, *, spans: 
         if not math.isfinite(hi - lo):
             # numpy's bin arithmetic overflows past ~1.8e308 of range; halving
             # the values halves the edges and keeps every value's bin.
-            return _halved(histogram(x / 2.0, bins, lo / 2.0, hi / 2.0, spans=spans), 2.0)
+            return _halved(histogram(x / 2.0, bins, lo / 2.0, hi / 2.0, spans=spans, finite=finite), 2.0)
         edges = bin_edges(lo, hi, bins)
 
     # Counts are integers, the same for any chunking: large chunks keep
     # numpy's per-call cost small against the comparisons.
-    parts = [] if not x.size else map_chunk_indices(
-        functools.partial(_bin_counts_of, x, edges=edges, dtype=x.dtype, spans=spans), -(-x.size // _HIST_CHUNK),
-        x.nbytes)
+    thresholds = None if edges is None else _thresholds_for(tuple(edges), x.dtype)
+    parts = map_chunks(functools.partial(_bin_counts, edges=edges, thresholds=thresholds, spans=spans,
+                                         finite=finite), x, chunk=_HIST_CHUNK)
     for part_counts, zeros_here, nan_here, inf_here in parts:
         nans += nan_here
         infs += inf_here
@@ -418,16 +596,9 @@ def histogram(x: np.ndarray, bins: int = HIST_BINS, lo=None, hi=None, *, spans: 
             "nan": nans, "inf": infs}
 
 
-# Elements per chunk of the histogram's counting (1 MiB of float32).
-_HIST_CHUNK = 4 * CHUNK
-
-
-def _bin_counts_of(x: np.ndarray, k: int, edges, dtype, spans: bool) -> tuple:
-    """_bin_counts of chunk k of flat x (_HIST_CHUNK elements), then its pages released."""
-    found = _bin_counts(x[k * _HIST_CHUNK:(k + 1) * _HIST_CHUNK], edges,
-                        None if edges is None else _thresholds_for(tuple(edges), dtype), spans)
-    chunk_done(x, k, progress=False, chunk=_HIST_CHUNK)
-    return found
+# Elements per chunk of the histogram's counting (2 MiB of float32): on 1 GiB,
+# 0.45 s with chunks of 2 CHUNKs, 0.34 s (4), 0.31 s (8), 0.30 s (16).
+_HIST_CHUNK = 8 * CHUNK
 
 
 @functools.lru_cache(maxsize=64)
@@ -435,7 +606,7 @@ def _thresholds_for(edges: tuple, dtype) -> list:
     return _thresholds(edges, np.dtype(dtype) if np.dtype(dtype).kind == "f" else np.dtype(np.float64))
 
 
-def _bin_counts(part: np.ndarray, edges, thresholds=None, spans: bool = False) -> tuple:
+def _bin_counts(part: np.ndarray, edges, thresholds=None, spans: bool = False, finite: bool = False) -> tuple:
     """(counts per bin or None, zeros, NaNs, Infs) of one chunk: numpy.histogram's counts over `edges`.
 
     numpy.histogram puts a value v in bin i when edges[i] <= v < edges[i+1]
@@ -446,11 +617,11 @@ def _bin_counts(part: np.ndarray, edges, thresholds=None, spans: bool = False) -
     """
     if part.dtype.kind != "f":
         part = widened(part)
-    finite = np.isfinite(part)
     nans = infs = above = 0
     size = part.size
-    if not finite.all():
-        nans, infs = _nan_inf(part, finite)
+    mask = None if finite else np.isfinite(part)
+    if mask is not None and not mask.all():
+        nans, infs = _nan_inf(part, mask)
         above = int(np.count_nonzero(part == np.inf))  # +Inf is at or above every threshold
     zeros = int(np.count_nonzero(part == 0))
     if edges is None or size == nans + infs:

@@ -41,8 +41,8 @@ from dataclasses import dataclass
 
 from .errors import ExitCode, FormatError, OutputError, Stopped, UsageError
 
-__all__ = ["Source", "open_source", "atomic_output", "display_name", "release_pages", "releasing", "guard_inputs",
-           "guarding", "stream_limit", "STDIO", "STREAM_LIMIT"]
+__all__ = ["Source", "open_source", "atomic_output", "display_name", "release_pages", "releasing", "file_behind",
+           "read_mapped", "guard_inputs", "guarding", "stream_limit", "STDIO", "STREAM_LIMIT"]
 
 STDIO = "-"
 
@@ -168,7 +168,22 @@ def _map(fd: int, name: str, size: int) -> Source:
         mapped = mmap.mmap(fd, size, access=mmap.ACCESS_COPY)
     except (OSError, ValueError) as exc:
         raise FormatError(f"cannot map the file: {exc}", path=name) from exc
+    if hasattr(os, "preadv"):
+        # A descriptor of its own, so that read_mapped() can read the file's
+        # bytes for as long as arrays view the mapping.
+        reader = os.dup(fd)
+        _mapped[id(mapped)] = (reader, name)
+        weakref.finalize(mapped, _forget, id(mapped), reader)
     return Source(name, mapped, size)
+
+
+_mapped: dict = {}  # id of a mapping -> (a descriptor of its file, the input's name)
+
+
+def _forget(key: int, fd: int) -> None:
+    _mapped.pop(key, None)
+    with contextlib.suppress(OSError):
+        os.close(fd)
 
 
 def _read_file(fd: int, name: str) -> Source:
@@ -453,8 +468,20 @@ def release_pages(view) -> None:
     again; pages shared with bytes outside the view are kept. Anything else
     (bytes in memory, other arrays) is left alone.
     """
-    if not _release:
+    found = _mapping_of(view) if _release and hasattr(mmap, "MADV_DONTNEED") else None
+    if found is None or view.size == 0:
         return
+    base, first = found
+    last = first + view.nbytes
+    page = mmap.PAGESIZE
+    start = -(-first // page) * page
+    stop = last // page * page
+    if stop > start:
+        base.madvise(mmap.MADV_DONTNEED, start, stop - start)
+
+
+def _mapping_of(view):
+    """(the mmap that numpy array `view` looks into, the view's offset in it), or None."""
     import numpy as np  # not at start-up: the command line imports this module before numpy's settings
 
     base = view
@@ -462,13 +489,55 @@ def release_pages(view) -> None:
         base = base.base
     if isinstance(base, memoryview):
         base = base.obj
-    if not isinstance(base, mmap.mmap) or view.size == 0 or not hasattr(mmap, "MADV_DONTNEED"):
-        return
-    origin = np.frombuffer(base, dtype=np.uint8, count=1).ctypes.data
-    first = view.ctypes.data - origin
-    last = first + view.nbytes
-    page = mmap.PAGESIZE
-    start = -(-first // page) * page
-    stop = last // page * page
-    if stop > start:
-        base.madvise(mmap.MADV_DONTNEED, start, stop - start)
+    if not isinstance(base, mmap.mmap):
+        return None
+    origin = np.frombuffer(base, dtype=np.uint8, count=1).ctypes.data if len(base) else view.ctypes.data
+    return base, view.ctypes.data - origin
+
+
+# -- reading a mapped input's bytes from its file ------------------------------
+#
+# Inside releasing() the values of a mapped input are the file's bytes (what
+# was changed in memory would be lost with its pages anyway), so a reader
+# that goes through them once can copy them from the file into a small
+# buffer of its own instead of touching the mapping: measured on 2 cores,
+# 1 GiB of float32 summed from the mapping took 0.27-0.30 s, read with
+# preadv into a 1 MiB buffer and summed there 0.13 s (4 KiB pages cost a
+# fault and a TLB entry each; the buffer stays in cache), and there are no
+# pages to release afterwards.
+
+def file_behind(view):
+    """(descriptor, offset) where the file holds the bytes of `view`, or None.
+
+    Only inside releasing(), for a C-contiguous numpy array viewing a mapped
+    input; read them with read_mapped().
+    """
+    if not _release or not view.flags.c_contiguous:
+        return None
+    found = _mapping_of(view)
+    if found is None or id(found[0]) not in _mapped:
+        return None
+    return _mapped[id(found[0])][0], found[1]
+
+
+def read_mapped(fd: int, offset: int, into) -> None:
+    """Fill writable buffer `into` with the file's bytes from `offset` (a file_behind() pair).
+
+    A file that came to an end before them changed while it was read (its
+    lease keeps writers out, so only a file read without one): exit 3.
+    """
+    view = memoryview(into).cast("B")
+    done = 0
+    while done < len(view):
+        try:
+            n = os.preadv(fd, [view[done:]], offset + done)
+        except OSError as exc:
+            raise FormatError(f"cannot read: {exc.strerror or exc}", path=_name_of(fd)) from exc
+        if n == 0:
+            raise FormatError(f"changed while it was read: it ends at byte {offset + done}, before the "
+                              f"{len(view)} bytes wanted from byte {offset}", path=_name_of(fd))
+        done += n
+
+
+def _name_of(fd: int) -> str | None:
+    return next((name for reader, name in list(_mapped.values()) if reader == fd), None)

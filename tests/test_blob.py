@@ -1319,7 +1319,7 @@ def test_threaded_asum_sumsq_reports_every_byte_once(threaded):
 
 def test_threaded_asum_sumsq_raises_a_worker_error(threaded, monkeypatch):
     threaded(2)
-    x = np.ones(4 * kernels.CHUNK, dtype=np.float32)
+    x = np.ones(2 * kernels.GROUP * kernels.CHUNK, dtype=np.float32)  # a group of chunks for each thread
     real = kernels._chunk_sums
 
     def failing(x, first, stop, abs_parts, sq_parts):

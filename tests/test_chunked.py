@@ -19,7 +19,8 @@ import sys
 import numpy as np
 import pytest
 
-from blobtool import compare, kernels
+from blobtool import compare, kernels, source
+from blobtool.errors import ExitCode, FormatError
 from blobtool.compare import compare_arrays
 
 from builders import half_blob_bytes, write_blob
@@ -180,6 +181,38 @@ def test_norms_stats_and_histograms_match_the_plain_computation(small_chunks, dt
             assert narrower["counts"] == reference_histogram(x, lo, hi)[0], name
 
 
+def test_a_histogram_told_the_values_are_finite_counts_the_same(small_chunks):
+    small_chunks(2)
+    for dtype in DTYPES:
+        for name, x in _inputs(dtype).items():
+            found = kernels.stats(x)
+            if found["nan"] or found["inf"] or found["min"] is None:
+                continue
+            hist = kernels.histogram(x, lo=found["min"], hi=found["max"], spans=True, finite=True)
+            assert (hist["counts"], hist["zeros"]) == reference_histogram(x, found["min"], found["max"]), name
+
+
+def test_row_sums_are_the_sums_of_each_chunk_on_its_own():
+    # At the real chunk size: numpy's pairwise sum of a row of a 2-D array is
+    # the sum of that row alone, bit for bit (what _row_sums relies on).
+    rng = np.random.default_rng(8)
+    for size in (3 * kernels.CHUNK, 3 * kernels.CHUNK + 999, 5):
+        wide = (rng.standard_normal(size) * 10.0 ** rng.integers(-30, 30, size)).astype(np.float64)
+        chunks = -(-size // kernels.CHUNK)
+        expected = [wide[k * kernels.CHUNK:(k + 1) * kernels.CHUNK].sum() for k in range(chunks)]
+        assert repr(kernels._row_sums(wide, 0, chunks).tolist()) == repr([float(e) for e in expected])
+        assert repr(kernels._row_sums(wide, 1, chunks).tolist()) == repr([float(e) for e in expected[1:]])
+
+
+def test_group_moments_are_each_chunks_moments():
+    rng = np.random.default_rng(9)
+    size = kernels.GROUP * kernels.CHUNK - 5
+    for dtype in DTYPES:
+        x = rng.standard_normal(size).astype(dtype)
+        per_chunk = [kernels._moments(x[k:k + kernels.CHUNK]) for k in range(0, size, kernels.CHUNK)]
+        assert repr(kernels._combined(kernels._group_moments(x))) == repr(kernels._combined(per_chunk)), dtype
+
+
 def test_histogram_counts_values_on_and_beside_every_edge(small_chunks):
     small_chunks(2)
     edges = kernels.bin_edges(-1.0, 1.0, kernels.HIST_BINS)
@@ -244,6 +277,63 @@ def test_the_first_mismatch_is_the_earliest_whatever_the_threads(small_chunks):
         small_chunks(threads)
         found = compare_arrays(a, b)
         assert (found.first_mismatch, found.mismatches) == (2 * SMALL_CHUNK + 9, 3)
+
+
+# -- mapped inputs read from their file ------------------------------------------------
+
+def _mapped(tmp_path, name, values):
+    """`values` as a view of a mapped file, at an odd offset (a blob's values after its header)."""
+    path = tmp_path / name
+    path.write_bytes(b"\x01\x02\x03" + values.tobytes())
+    src = source.open_source(path)
+    return path, src, np.frombuffer(src.buf, dtype=values.dtype, count=values.size, offset=3)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_values_read_from_the_file_give_the_same_figures(small_chunks, tmp_path, monkeypatch, dtype):
+    small_chunks(2)
+    monkeypatch.setattr(kernels, "READ_BYTES", 3 * SMALL_CHUNK * np.dtype(dtype).itemsize)  # reads cross groups
+    reads = []
+    real_read = kernels.read_mapped
+    monkeypatch.setattr(kernels, "read_mapped", lambda *args: reads.append(args[1]) or real_read(*args))
+    for case, (a, b) in _pairs(dtype).items():
+        if a.dtype != b.dtype:
+            continue
+        _, _, ma = _mapped(tmp_path, "a", a)
+        _, _, mb = _mapped(tmp_path, "b", b)
+        with source.releasing():
+            assert source.file_behind(ma) is not None
+            found = kernels.stats(ma)
+            figures = (kernels.asum_sumsq(ma), found, kernels.nonfinite(ma))
+            if found["min"] is not None:
+                figures += (kernels.histogram(ma, lo=found["min"], hi=found["max"], spans=True),)
+            diff = compare_arrays(ma, mb, rtol=1e-3, atol=1e-6)
+        assert reads, case
+        expected = (kernels.asum_sumsq(a), kernels.stats(a), kernels.nonfinite(a))
+        if found["min"] is not None:
+            expected += (kernels.histogram(a, lo=found["min"], hi=found["max"], spans=True),)
+        assert repr(figures) == repr(expected), case
+        assert repr(_figures(diff)) == repr(reference_compare(a, b, 1e-3, 1e-6)), case
+        reads.clear()
+
+
+def test_values_are_read_from_the_file_only_inside_releasing(tmp_path):
+    _, _, mapped = _mapped(tmp_path, "a", np.arange(10, dtype=np.float32))
+    assert source.file_behind(mapped) is None
+    with source.releasing():
+        assert source.file_behind(mapped) is not None
+        assert source.file_behind(mapped[::2]) is None  # not contiguous: read through the mapping
+        assert source.file_behind(np.arange(10.0)) is None  # not mapped
+
+
+def test_a_file_cut_short_while_its_values_are_read_stops_with_exit_3(small_chunks, tmp_path):
+    small_chunks(1)
+    path, _, mapped = _mapped(tmp_path, "cut", np.ones(8 * SMALL_CHUNK, dtype=np.float32))
+    os.truncate(path, 100)
+    with source.releasing(), pytest.raises(FormatError, match="changed while it was read") as caught:
+        kernels.asum_sumsq(mapped)
+    assert caught.value.exit_code == ExitCode.INPUT
+    assert str(path) in str(caught.value)
 
 
 # -- the command line: same figures with pages released, memory bounded ------------------

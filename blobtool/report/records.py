@@ -31,7 +31,8 @@ def json_float(x):
 def _stats(values) -> dict:
     found = kernels.stats(values)
     out = {k: (json_float(v) if k not in ("nan", "inf") else v) for k, v in found.items()}
-    hist = kernels.histogram(values, lo=found["min"], hi=found["max"], spans=True)
+    hist = kernels.histogram(values, lo=found["min"], hi=found["max"], spans=True,
+                             finite=not (found["nan"] or found["inf"]))
     out["histogram"] = {"edges": [json_float(e) for e in hist["edges"]], "counts": hist["counts"],
                         "zeros": hist["zeros"]}
     return out
