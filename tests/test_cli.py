@@ -1283,7 +1283,8 @@ def test_norm_gives_the_same_sums_with_one_job_or_all_cores(tmp_path, monkeypatc
     from blobtool import kernels
 
     monkeypatch.setattr(kernels, "PARALLEL_MIN_BYTES", 0)
-    values = np.random.default_rng(5).standard_normal(5 * kernels.CHUNK + 3).astype(np.float32)
+    # Groups of chunks enough for four threads (asum_sumsq splits at group boundaries).
+    values = np.random.default_rng(5).standard_normal(4 * kernels.GROUP * kernels.CHUNK + 3).astype(np.float32)
     path = write_blob(tmp_path / "big.pb", values)
     split = []
     real = kernels._in_threads
