@@ -18,7 +18,10 @@ and open descriptors (/dev/stdout) are written in place.
 
 Pages of a mapped input that a writer has streamed out can be handed back
 to the kernel (``release_pages`` inside ``releasing()``), so converting a
-file larger than memory keeps memory bounded.
+file larger than memory keeps memory bounded. Inside the same block the
+reading commands' kernels copy a mapped input's values from the file into
+small buffers of their own (``file_behind``, ``read_mapped``) instead of
+touching the mapping at all.
 """
 
 from __future__ import annotations
