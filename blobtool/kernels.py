@@ -4,6 +4,14 @@ The reductions accumulate in float64 even for float32 arrays. Caffe's own
 asum/sumsq accumulate in the blob's type; numpy's float32 sum over 64M values
 is off by about 1e-3 relative, float64 over 64K-element chunks by about 1e-12,
 for about the same time, because the chunk stays in cache while it is widened.
+
+Inside source.releasing() (the command line's reading commands) the values of
+a mapped input are copied from its file into small per-thread buffers
+(Chunks) rather than read through the mapping, and several chunks are worked
+on per numpy call where the figures are the same bits (GROUP). With these,
+numpy alone meets blobtool's throughput goals on 2 cores (norm of 1 GiB about
+1.5x the time `cat` takes to read it, info --stats about 5x, see
+docs/performance.md), so there is no compiled kernel.
 """
 
 from __future__ import annotations
@@ -20,9 +28,10 @@ import numpy as np
 from .progress import report_locked
 from .source import file_behind, read_mapped, release_pages
 
-__all__ = ["CHUNK", "Chunks", "buffer", "scratch", "set_threads", "get_threads", "using_threads", "map_chunks", "map_chunk_indices", "asum",
-           "sumsq", "asum_sumsq", "scal", "axpy", "stats", "finite_values", "scaled", "minus", "nonfinite",
-           "HIST_BINS", "histogram", "finite_range", "widened", "chunk_done", "CountingNonFinite", "count_nonfinite"]
+__all__ = ["CHUNK", "GROUP", "Chunks", "buffer", "scratch", "set_threads", "get_threads", "using_threads",
+           "map_chunks", "map_chunk_indices", "asum", "sumsq", "asum_sumsq", "scal", "axpy", "stats",
+           "finite_values", "scaled", "minus", "nonfinite", "HIST_BINS", "histogram", "finite_range", "widened",
+           "chunk_done", "CountingNonFinite", "count_nonfinite"]
 
 # Elements per chunk: 64K float64 values (512 KiB) stay in L2 cache while they
 # are widened, squared and summed.
@@ -106,7 +115,7 @@ def _row_sums(wide: np.ndarray, first: int, stop: int) -> np.ndarray:
 
     numpy reduces each row of a C-contiguous 2-D array along its last axis
     with the same pairwise summation as the row on its own, so the sums are
-    the same bits (tests/test_kernels.py checks it); fewer calls matter when
+    the same bits (tests/test_chunked.py checks it); fewer calls matter when
     two threads share the interpreter.
     """
     full = min(stop, wide.size // CHUNK)
@@ -185,6 +194,7 @@ READ_BYTES = 1 << 20
 GROUP = 8
 
 _local = threading.local()
+_PAGE = 4096
 
 
 def buffer(slot: str, n: int, dtype) -> np.ndarray:
@@ -207,9 +217,6 @@ def buffer(slot: str, n: int, dtype) -> np.ndarray:
         start = -block.ctypes.data % _PAGE
         raw = kept[slot] = block[start:start + max(nbytes, 64)]
     return raw[:nbytes].view(dtype)
-
-
-_PAGE = 4096
 
 
 def scratch(n: int) -> np.ndarray:
