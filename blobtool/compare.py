@@ -226,7 +226,7 @@ def _finite_sumsqs(values: np.ndarray, chunk: int) -> list:
         return [_finite_sumsq(values[k:k + chunk]) for k in chunks]
     wide = widened(values, scratch(values.size))
     with np.errstate(over="ignore"):
-        return [float(np.dot(wide[k:k + chunk], wide[k:k + chunk])) for k in chunks]
+        return kernels.row_dots(wide, 0, len(chunks)).tolist()  # chunk is kernels.CHUNK
 
 
 def _finite_sumsq(part: np.ndarray) -> float:

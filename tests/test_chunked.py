@@ -204,6 +204,18 @@ def test_row_sums_are_the_sums_of_each_chunk_on_its_own():
         assert repr(kernels._row_sums(wide, 1, chunks).tolist()) == repr([float(e) for e in expected[1:]])
 
 
+def test_row_dots_are_each_chunks_dot_product():
+    # At the real chunk size: matmul of stacked 1 x n by n x 1 gives what np.dot gives for each row.
+    rng = np.random.default_rng(10)
+    for size in (5 * kernels.CHUNK, 2 * kernels.CHUNK + 77, 3):
+        wide = (rng.standard_normal(size) * 10.0 ** rng.integers(-30, 30, size)).astype(np.float64)
+        chunks = -(-size // kernels.CHUNK)
+        expected = [float(np.dot(wide[k:k + kernels.CHUNK], wide[k:k + kernels.CHUNK]))
+                    for k in range(0, size, kernels.CHUNK)]
+        assert repr(kernels.row_dots(wide, 0, chunks).tolist()) == repr(expected)
+        assert repr(kernels.row_dots(wide, 1, chunks).tolist()) == repr(expected[1:])
+
+
 def test_group_moments_are_each_chunks_moments():
     rng = np.random.default_rng(9)
     size = kernels.GROUP * kernels.CHUNK - 5
