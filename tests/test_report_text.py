@@ -183,11 +183,38 @@ def test_plain_table_at_exactly_the_width():
     assert layout.plain_table(layout.norm_columns()[:2], [["0", "1.5"]], 2) is None
 
 
-def test_info_with_stats_is_left_to_rich():
-    record = {"path": "w.pb", "kind": "blob", "bytes": 10,
-              "blobs": [{"name": "0", "shape": [2], "layout": "shape", "dtype": "float32", "count": 2, "bytes": 8,
-                         "has_diff": False, "stats": {}}]}
-    assert layout.plain_info(record, 160) is None
+STAT_NUMBERS = st.one_of(st.floats(allow_nan=False, allow_infinity=False), st.integers(-10 ** 6, 10 ** 6))
+
+
+@st.composite
+def blob_stats(draw):
+    """One side's figures as records.py gives them: no finite value (None and no bins), or 16 counted bins."""
+    nan, inf = draw(st.integers(0, 10 ** 9)), draw(st.integers(0, 3))
+    if draw(st.integers(0, 5)) == 0:
+        return {"min": None, "max": None, "mean": None, "std": None, "nan": nan, "inf": inf,
+                "histogram": {"edges": [], "counts": [], "zeros": 0}}
+    counts = draw(st.lists(st.integers(0, 10 ** 9), min_size=16, max_size=16))
+    return {"min": draw(STAT_NUMBERS), "max": draw(STAT_NUMBERS), "mean": draw(STAT_NUMBERS),
+            "std": draw(STAT_NUMBERS), "nan": nan, "inf": inf,
+            "histogram": {"edges": [0.0] * 17, "counts": counts, "zeros": draw(st.integers(0, 10 ** 9))}}
+
+
+@st.composite
+def info_stats_records(draw):
+    record = draw(info_records())
+    for blob in record["blobs"]:
+        blob["stats"] = {"data": draw(blob_stats()), "diff": draw(blob_stats()) if blob["has_diff"] else None}
+    return record
+
+
+def info_stats_texts(record: dict) -> list:
+    return info_texts(record) + [cell for cells, _ in layout.stats_rows(record) for cell in cells]
+
+
+@settings(max_examples=300, deadline=None)
+@given(record=info_stats_records(), width=WIDTHS)
+def test_plain_info_with_stats_is_richs_text(record, width):
+    check(layout.plain_info, render.render_info, info_stats_texts(record), record, width)
 
 
 ENVIRONMENTS = [{}, {"FORCE_COLOR": "1"}, {"FORCE_COLOR": ""}, {"TTY_COMPATIBLE": "1"}, {"TTY_COMPATIBLE": "0"},
@@ -237,14 +264,14 @@ def small_net(tmp_path) -> Path:
                      name="tiny")
 
 
-@pytest.mark.parametrize("command", ["info", "norm"])
+@pytest.mark.parametrize("command", [["info"], ["info", "--stats"], ["norm"]], ids=" ".join)
 def test_command_off_a_terminal_prints_richs_text_without_loading_rich(tmp_path, small_net, command):
-    plain = _run([command, str(small_net)], tmp_path)
+    plain = _run([*command, str(small_net)], tmp_path)
     assert plain.returncode == 0, plain.stderr
     assert " rich" not in plain.stderr, "rich was imported"
-    as_json = _run([command, "--json", str(small_net)], tmp_path)
+    as_json = _run([*command, "--json", str(small_net)], tmp_path)
     assert as_json.returncode == 0, as_json.stderr
-    renderer = render.render_info if command == "info" else render.render_norm
+    renderer = render.render_info if command[0] == "info" else render.render_norm
     assert plain.stdout == rich_text(renderer, json.loads(as_json.stdout), layout.DEFAULT_PLAIN_WIDTH)
     assert "conv1" in plain.stdout
 

@@ -15,22 +15,14 @@ from rich.table import Table
 from rich.text import Text
 
 from .escape import escape
-from .text import (LAYERS_COLUMNS, compare_footer, compare_table, compare_verdict, fmt_bytes,
-                   fmt_num, fmt_shape, info_footer, info_table, layers_rows, norm_table, stats_table,
-                   title_parts)
+from .text import (ASCII_BLOCKS, ASCII_DIVIDER, BLOCKS, DIVIDER, KEY_INDENT, LAYERS_COLUMNS, compare_footer,
+                   compare_table, compare_verdict, fmt_bytes, fmt_num, fmt_shape, histogram_cell_segments,
+                   histogram_key_segments, histogram_rows, info_footer, info_table, layers_rows, norm_table,
+                   stats_table, title_parts)
 
 
 __all__ = ["fmt_num", "fmt_bytes", "fmt_shape", "render_info", "render_norm", "render_compare",
            "render_devices", "render_written", "histogram_cell", "render_picture"]
-
-# The eight bar heights of a histogram cell, lowest first, and the bar
-# between the bins and the zero count; then the same in ASCII, for a console
-# that cannot encode them.
-BLOCKS = "▁▂▃▄▅▆▇█"
-DIVIDER = "│"
-ASCII_BLOCKS = ".:-=+*#@"
-ASCII_DIVIDER = "|"
-
 
 def can_encode(console: Console, chars: str) -> bool:
     """Whether the console's output encoding can write these characters."""
@@ -112,13 +104,9 @@ def _render_histograms(console: Console, blobs: list) -> None:
     grid.add_column(justify="right")
     grid.add_column(no_wrap=True)
     grid.add_column()
-    for b in blobs:
-        for which in ("data", "diff"):
-            s = b["stats"].get(which)
-            if s is None:
-                continue
-            name = Text(escape(b["name"])) if which == "data" else Text(f"{escape(b['name'])} diff", style="dim")
-            grid.add_row(name, fmt_num(s["min"]), histogram_cell(s, blocks, divider), fmt_num(s["max"]))
+    for name, is_diff, s in histogram_rows(blobs):
+        label = Text(f"{escape(name)} diff", style="dim") if is_diff else Text(escape(name))
+        grid.add_row(label, fmt_num(s["min"]), histogram_cell(s, blocks, divider), fmt_num(s["max"]))
     console.print(grid)
 
 
@@ -127,35 +115,15 @@ def histogram_key(blocks: str = BLOCKS, divider: str = DIVIDER, width: int | Non
 
     Two lines, split at the clause, where one would not fit `width`.
     """
-    # pictures is imported here, not at the top: only --stats output needs it.
-    from ..kernels import HIST_BINS
-    from .pictures import BAR_STEP
-
-    bins = Text.assemble((" histograms", "bold"),
-                         (f"  {HIST_BINS} bins from min to max, counts log-scaled (one step = x{BAR_STEP:g});", "dim"))
-    marks = Text.assemble((" after ", "dim"), (divider, "dim"), (": ", "dim"), (blocks[4], "yellow"),
-                          (" values exactly 0, ", "dim"), ("!", "bold red"), (" NaN or Inf present", "dim"))
+    bins, marks = (Text.assemble(*part) for part in histogram_key_segments(blocks, divider))
     if width is not None and bins.cell_len + marks.cell_len > width:
-        return Text("\n").join([bins, Text("           ") + marks])
+        return Text("\n").join([bins, Text(KEY_INDENT) + marks])
     return bins + marks
 
 
 def histogram_cell(s: dict, blocks: str = BLOCKS, divider: str = DIVIDER) -> Text:
     """A fixed-width histogram: one block per bin, then │, the zero count's block and ! for NaN/Inf."""
-    from ..kernels import HIST_BINS
-    from .pictures import histogram_bars
-
-    hist = s.get("histogram") or {"counts": [], "zeros": 0}
-    bars = histogram_bars(hist["counts"], hist["zeros"], s["nan"] + s["inf"])
-    cell = Text()
-    if bars["bars"]:
-        cell.append("".join(blocks[h - 1] if h else " " for h in bars["bars"]), style="cyan")
-    else:
-        cell.append("no finite value".center(HIST_BINS)[:HIST_BINS], style="dim")
-    cell.append(divider, style="dim")
-    cell.append(blocks[bars["zeros"] - 1] if bars["zeros"] else " ", style="yellow")
-    cell.append("!" if bars["nonfinite"] else " ", style="bold red")
-    return cell
+    return Text.assemble(*histogram_cell_segments(s, blocks, divider))
 
 
 def render_norm(console: Console, record: dict) -> None:

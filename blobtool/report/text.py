@@ -26,7 +26,7 @@ __all__ = ["fmt_num", "fmt_bytes", "fmt_shape", "title_parts", "fit_columns", "t
            "LAYERS_COLUMNS", "norm_columns", "norm_rows", "norm_table",
            "compare_verdict", "compare_rows", "compare_table", "compare_footer", "COMPARE_COLUMNS",
            "plain_info", "plain_norm", "plain_compare", "plain_stdout", "plain_width", "stdout_is_terminal",
-           "MAX_COLUMNS"]
+           "MAX_COLUMNS", "BLOCKS", "DIVIDER", "ASCII_BLOCKS", "ASCII_DIVIDER", "histogram_key_segments", "histogram_cell_segments", "histogram_rows", "KEY_INDENT"]
 
 NORM_COLUMNS = [("blob", "left")] + [(c, "right") for c in ("data asum", "data sumsq", "data l2", "diff asum",
                                                              "diff sumsq", "diff l2")]
@@ -39,6 +39,14 @@ DEFAULT_PLAIN_WIDTH = 160
 # The widest COLUMNS taken: wider than any terminal, and a bound on what a
 # line (or a picture's row) may cost.
 MAX_COLUMNS = 10_000
+
+# The eight bar heights of a histogram cell, lowest first, and the bar
+# between the bins and the zero count; then the same in ASCII, for an output
+# that cannot encode them.
+BLOCKS = "▁▂▃▄▅▆▇█"
+DIVIDER = "│"
+ASCII_BLOCKS = ".:-=+*#@"
+ASCII_DIVIDER = "|"
 
 
 def fmt_num(x) -> str:
@@ -376,10 +384,74 @@ def _plain_title(record: dict, width: int) -> str | None:
     return text if _simple(text) and len(text) <= width else None
 
 
-def plain_info(record: dict, width: int) -> str | None:
-    """info's tables as rich prints them off a terminal, or None where rich must draw them (--stats, wrapping)."""
-    if any("stats" in b for b in record["blobs"]):
+def histogram_key_segments(blocks: str, divider: str) -> tuple[list, list]:
+    """The line that explains the histogram cells, as two clauses of (text, style) segments."""
+    from ..kernels import HIST_BINS
+    from .pictures import BAR_STEP
+
+    bins = [(" histograms", "bold"),
+            (f"  {HIST_BINS} bins from min to max, counts log-scaled (one step = x{BAR_STEP:g});", "dim")]
+    marks = [(" after ", "dim"), (divider, "dim"), (": ", "dim"), (blocks[4], "yellow"),
+             (" values exactly 0, ", "dim"), ("!", "bold red"), (" NaN or Inf present", "dim")]
+    return bins, marks
+
+
+# Where the key's second clause starts when it needs a line of its own.
+KEY_INDENT = "           "
+
+
+def histogram_cell_segments(s: dict, blocks: str, divider: str) -> list:
+    """A fixed-width histogram as (text, style) segments: one block per bin, │, the zero count's block, ! for
+    NaN/Inf."""
+    from ..kernels import HIST_BINS
+    from .pictures import histogram_bars
+
+    hist = s.get("histogram") or {"counts": [], "zeros": 0}
+    bars = histogram_bars(hist["counts"], hist["zeros"], s["nan"] + s["inf"])
+    if bars["bars"]:
+        cell = [("".join(blocks[h - 1] if h else " " for h in bars["bars"]), "cyan")]
+    else:
+        cell = [("no finite value".center(HIST_BINS)[:HIST_BINS], "dim")]
+    return cell + [(divider, "dim"), (blocks[bars["zeros"] - 1] if bars["zeros"] else " ", "yellow"),
+                   ("!" if bars["nonfinite"] else " ", "bold red")]
+
+
+def histogram_rows(blobs: list) -> list:
+    """(name, is_diff, stats) for each histogram line: a blob's data, then its diff."""
+    return [(b["name"], which == "diff", b["stats"][which]) for b in blobs for which in ("data", "diff")
+            if b["stats"].get(which) is not None]
+
+
+def _plain_stats(record: dict, width: int) -> list | None:
+    """info --stats' table, the histogram key and one histogram line per row, as rich prints them off a
+    terminal (a grid: one blank between cells and at each edge), or None."""
+    columns, rows, note = stats_table(record, width)
+    table = plain_table(columns, [cells for cells, _ in rows], width)
+    if table is None or (note is not None and len(note) > width):
         return None
+    blocks, divider = BLOCKS, DIVIDER  # the plain text is written only to UTF outputs (plain_stdout)
+    bins, marks = ("".join(text for text, _ in part) for part in histogram_key_segments(blocks, divider))
+    key = [bins + marks] if len(bins) + len(marks) <= width else [bins, KEY_INDENT + marks]
+    grid = [[escape(name) + (" diff" if is_diff else ""), fmt_num(s["min"]),
+             "".join(text for text, _ in histogram_cell_segments(s, blocks, divider)), fmt_num(s["max"])]
+            for name, is_diff, s in histogram_rows(record["blobs"])]
+    if any(not _simple(cells[0]) for cells in grid):
+        return None
+    widths = [max((len(cells[i]) for cells in grid), default=0) for i in range(4)]
+    lines = [" " + " ".join((cells[i].rjust if i == 1 else cells[i].ljust)(widths[i]) for i in range(4)) + " "
+             for cells in grid]
+    out = [*table, *([note] if note is not None else []), *key, *lines]
+    return out if all(len(line) <= width for line in out) else None
+
+
+def plain_info(record: dict, width: int) -> str | None:
+    """info's tables (and --stats' table and histograms) as rich prints them off a terminal with a UTF
+    encoding, or None where rich must draw them (wrapping)."""
+    stats = None
+    if any("stats" in b for b in record["blobs"]):
+        stats = _plain_stats(record, width)
+        if stats is None:
+            return None
     title = _plain_title(record, width)
     columns, rows, note = info_table(record, width)
     table = plain_table(columns, [cells for cells, _ in rows], width)
@@ -392,7 +464,7 @@ def plain_info(record: dict, width: int) -> str | None:
         if layers is None:
             return None
         out += layers
-    return "\n".join(out) + "\n"
+    return "\n".join(out + (stats or [])) + "\n"
 
 
 def plain_norm(record: dict, width: int) -> str | None:
