@@ -277,6 +277,38 @@ def test_block_mean_handles_edge_blocks_and_chunks():
     assert got.shape == expected.shape and np.allclose(got, expected, rtol=1e-12, atol=1e-12)
 
 
+@pytest.mark.parametrize("shape, factor", [((301, 50), 5), ((37, 203), 7), ((9, 1000), 4)])
+def test_block_mean_in_parts_of_a_band_is_the_band_at_once(monkeypatch, shape, factor):
+    # Bands of `factor` rows wider than a chunk are summed a few rows at a time; the rows are still added
+    # in order, so the means are the same bits as a band summed at once (as when the band fits a chunk).
+    rng = np.random.default_rng(6)
+    plane = rng.normal(size=shape) * 10.0 ** rng.integers(-8, 8, size=shape)
+    plane[::7, ::5] = np.nan
+    plane[1, :] = np.inf
+    monkeypatch.setattr(pictures, "CHUNK", 1 << 22)
+    at_once = pictures.block_mean(plane, factor)
+    # The plain computation: each band's rows added in order, then each block's columns summed.
+    h, w = shape
+    finite = np.isfinite(plane)
+    values = np.where(finite, plane, 0.0)
+    starts = np.arange(0, w, factor)
+    expected = []
+    for b in range(0, h, factor):
+        sums, counts = values[b].copy(), finite[b].astype(np.int64)
+        for row in range(b + 1, min(h, b + factor)):
+            sums = sums + values[row]
+            counts = counts + finite[row]
+        block_sums, block_counts = np.add.reduceat(sums, starts), np.add.reduceat(counts, starts)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            expected.append(np.where(block_counts > 0, block_sums / block_counts, np.nan).tolist())
+    assert repr(at_once.tolist()) == repr(expected)
+    monkeypatch.setattr(pictures, "CHUNK", 2 * shape[1] - 1)  # one row at a time
+    in_parts = pictures.block_mean(plane, factor)
+    assert repr(in_parts.tolist()) == repr(at_once.tolist())
+    monkeypatch.setattr(pictures, "CHUNK", 1)
+    assert repr(pictures.block_mean(plane, factor).tolist()) == repr(at_once.tolist())
+
+
 USAGE_ERRORS = {
     # name: (shape, options, text in the message)
     "1-D": ((6,), {}, "a blob of shape (6,) is no picture"),

@@ -29,7 +29,9 @@ MAX_TILES filters, the first ones. ``Picture.limits`` says what a bound left
 out or shrank.
 
 Large planes are read in chunks of rows, so no full-size float temporary is
-made: the values are widened, averaged and coloured a chunk at a time.
+made: the values are widened, averaged and coloured a chunk at a time (a
+band of rows averaged into one row of blocks is summed a chunk of rows at a
+time), so memory stays bounded by a few rows of the plane.
 """
 
 from __future__ import annotations
@@ -385,27 +387,67 @@ def block_mean(plane: np.ndarray, factor: int) -> np.ndarray:
     """Mean of the finite values in each factor x factor block (edge blocks may be smaller).
 
     Returns (ceil(H/factor), ceil(W/factor)) float64, NaN where a block holds
-    no finite value. Reads rows a chunk at a time.
+    no finite value. Reads about CHUNK values at a time (whole rows), so the
+    temporaries stay small at any plane size: a band of `factor` rows larger
+    than that is summed a few rows at a time.
     """
     h, w = plane.shape
     if factor <= 1:
         return kernels.widened(plane)
     starts = np.arange(0, w, factor)
     out = np.empty((-(-h // factor), starts.size), dtype=np.float64)
-    rows = max(1, CHUNK // max(w, 1) // factor) * factor
-    for start in range(0, h, rows):
-        part = kernels.widened(plane[start:start + rows])
-        finite = np.isfinite(part)
-        part = np.where(finite, part, 0.0)
-        blocks = np.arange(0, part.shape[0], factor)
-        sums = np.add.reduceat(np.add.reduceat(part, blocks, axis=0), starts, axis=1)
-        counts = np.add.reduceat(np.add.reduceat(finite.astype(np.int64), blocks, axis=0), starts, axis=1)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            out[start // factor:start // factor + blocks.size] = np.where(counts > 0, sums / counts, np.nan)
-        # Inside source.releasing(), the rows' mapped pages go back (with the
-        # page shared with the rows before): memory stays bounded.
-        release_pages(plane[max(0, start - rows):start + rows])
+    rows = max(1, CHUNK // max(w, 1))
+    if rows >= factor:  # whole bands of blocks fit a chunk
+        band = rows // factor * factor
+        for start in range(0, h, band):
+            sums, counts = _column_sums(plane[start:start + band], factor)
+            out[start // factor:start // factor + sums.shape[0]] = _means(sums, counts, starts)
+            # Inside source.releasing(), the rows' mapped pages go back (with the
+            # page shared with the rows before): memory stays bounded.
+            release_pages(plane[max(0, start - band):start + band])
+        return out
+    for b in range(out.shape[0]):
+        sums = counts = None
+        for start in range(b * factor, min(h, (b + 1) * factor), rows):
+            stop = min(h, (b + 1) * factor, start + rows)
+            sums, counts = _column_sums(plane[start:stop], stop - start, sums, counts)
+            release_pages(plane[max(0, start - rows):stop])
+        out[b] = _means(sums, counts, starts)[0]
     return out
+
+
+def _column_sums(rows: np.ndarray, factor: int, sums=None, counts=None) -> tuple:
+    """Per column, the sum and count of the finite values in each band of `factor` rows.
+
+    The rows are added in order, one after the other (numpy reduces a
+    C-ordered array over an outer axis so), on top of `sums`/`counts`, the
+    rows of the band added before: a band summed in parts gives the same
+    bits as a band summed at once.
+    """
+    part = kernels.widened(rows)
+    finite = np.isfinite(part)
+    part = np.where(finite, part, 0.0)
+    tally = finite.astype(np.int64)
+    if sums is not None:
+        part[0] += sums[0]
+        tally[0] += counts[0]
+    r, w = part.shape
+    full = r // factor * factor
+    out = []
+    for values in (part, tally):
+        bands = [np.add.reduce(values[:full].reshape(-1, factor, w), axis=1)] if full else []
+        if full < r:
+            bands.append(np.add.reduce(values[full:], axis=0, keepdims=True))
+        out.append(np.concatenate(bands) if len(bands) > 1 else bands[0])
+    return out[0], out[1]
+
+
+def _means(sums: np.ndarray, counts: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """Block means from per-column band sums and counts: columns summed in blocks from `starts`."""
+    sums = np.add.reduceat(sums, starts, axis=1)
+    counts = np.add.reduceat(counts, starts, axis=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(counts > 0, sums / counts, np.nan)
 
 
 def enlarge(rgb: np.ndarray, factor: int) -> np.ndarray:
