@@ -77,6 +77,12 @@ def asum_sumsq(x: np.ndarray) -> tuple[float, float]:
     n = x.size
     if n == 0:
         return 0.0, 0.0
+    if n <= CHUNK:  # one chunk (most blobs of a net): no threads, groups or buffers
+        with np.errstate(over="ignore", invalid="ignore"):
+            wide = np.absolute(x, out=np.empty(n, dtype=np.float64))
+            sq, total = float(np.dot(wide, wide)), float(wide.sum())
+        chunk_done(x, 0, progress=True)
+        return 0.0 + total, 0.0 + sq
     chunks = -(-n // CHUNK)
     abs_parts = np.empty(chunks, dtype=np.float64)
     sq_parts = np.empty(chunks, dtype=np.float64)
@@ -158,7 +164,8 @@ class Chunks:
         self.x = x
         self.chunk = chunk or CHUNK
         self.stop = min(stop, -(-x.size // self.chunk))
-        self.file = file_behind(x)
+        # A small array is read through the mapping: a few pages cost less than a read of their own.
+        self.file = file_behind(x) if x.nbytes >= READ_BYTES else None
         self.slot = slot
         self.held = (0, 0)  # the chunks the buffer holds
         self.buffer = None

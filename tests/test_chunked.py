@@ -329,6 +329,17 @@ def test_values_read_from_the_file_give_the_same_figures(small_chunks, tmp_path,
         reads.clear()
 
 
+def test_small_arrays_are_read_through_the_mapping(small_chunks, tmp_path, monkeypatch):
+    small_chunks(1)
+    reads = []
+    monkeypatch.setattr(kernels, "read_mapped", lambda *args: reads.append(args))
+    _, _, small = _mapped(tmp_path, "small", np.ones(kernels.READ_BYTES // 4 - 1, dtype=np.float32))
+    with source.releasing():
+        assert kernels.asum_sumsq(small) == (small.size, small.size)
+        assert kernels.stats(small)["mean"] == 1.0
+    assert reads == []
+
+
 def test_values_are_read_from_the_file_only_inside_releasing(tmp_path):
     _, _, mapped = _mapped(tmp_path, "a", np.arange(10, dtype=np.float32))
     assert source.file_behind(mapped) is None
@@ -338,8 +349,9 @@ def test_values_are_read_from_the_file_only_inside_releasing(tmp_path):
         assert source.file_behind(np.arange(10.0)) is None  # not mapped
 
 
-def test_a_file_cut_short_while_its_values_are_read_stops_with_exit_3(small_chunks, tmp_path):
+def test_a_file_cut_short_while_its_values_are_read_stops_with_exit_3(small_chunks, tmp_path, monkeypatch):
     small_chunks(1)
+    monkeypatch.setattr(kernels, "READ_BYTES", SMALL_CHUNK)  # read from the file, not through the mapping
     path, _, mapped = _mapped(tmp_path, "cut", np.ones(8 * SMALL_CHUNK, dtype=np.float32))
     os.truncate(path, 100)
     with source.releasing(), pytest.raises(FormatError, match="changed while it was read") as caught:
