@@ -110,8 +110,7 @@ def _chunk_sums(x: np.ndarray, first: int, stop: int, abs_parts: np.ndarray, sq_
             ks = range(max(first, g * GROUP), min(stop, (g + 1) * GROUP))
             sq_parts[ks.start:ks.stop] = row_dots(wide, ks.start - g * GROUP, ks.stop - g * GROUP)
             abs_parts[ks.start:ks.stop] = _row_sums(wide, ks.start - g * GROUP, ks.stop - g * GROUP)
-            groups.done(g, progress=False)
-            report_locked(sum(min(CHUNK, x.size - k * CHUNK) for k in ks) * x.itemsize)
+            groups.done(g, progress=True)  # asum_sumsq's thread ranges hold whole groups
 
 
 def row_dots(wide: np.ndarray, first: int, stop: int) -> np.ndarray:
@@ -179,24 +178,24 @@ class Chunks:
             # About 1 MiB per read: fewer calls, and still in cache when used.
             group = max(1, (READ_BYTES // self.x.itemsize) // c)
             held_first, held_stop = k, min(k + group, self.stop)
-            start, end = held_first * c, min(held_stop * c, self.x.size)
-            self.buffer = buffer(self.slot, end - start, self.x.dtype)
-            fd, offset = self.file
-            read_mapped(fd, offset + start * self.x.itemsize, self.buffer)
+            self.buffer = self._read(held_first, held_stop)
             self.held = (held_first, held_stop)
         start = (k - held_first) * c
         return self.buffer[start:start + c]
 
     def span(self, first: int, stop: int) -> np.ndarray:
         """Chunks first..stop-1 as one array (a slice of x, or read into this thread's buffer)."""
-        c = self.chunk
         if self.file is None:
-            return self.x[first * c:stop * c]
-        start, end = first * c, min(stop * c, self.x.size)
+            return self.x[first * self.chunk:stop * self.chunk]
+        self.held = (0, 0)
+        return self._read(first, stop)
+
+    def _read(self, first: int, stop: int) -> np.ndarray:
+        """Chunks first..stop-1 read from the file into this thread's buffer."""
+        start, end = first * self.chunk, min(stop * self.chunk, self.x.size)
         out = buffer(self.slot, end - start, self.x.dtype)
         fd, offset = self.file
         read_mapped(fd, offset + start * self.x.itemsize, out)
-        self.held = (0, 0)
         return out
 
     def done(self, k: int, *, progress: bool) -> None:
