@@ -313,6 +313,62 @@ def test_sniffing_tells_it_from_the_other_formats(tmp_path):
         assert open_document(io.BytesIO(seed.data)).kind == seed.kind
 
 
+HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
+
+
+def _with_signature_at(offset: int, dtype, before: int) -> np.ndarray:
+    """Values whose bytes, placed `before` bytes into a file, hold HDF5's signature at file offset `offset`."""
+    raw = bytearray(2048)
+    at = offset - before
+    raw[at:at + len(HDF5_SIGNATURE)] = HDF5_SIGNATURE
+    return np.frombuffer(bytes(raw), dtype).copy()
+
+
+def test_a_header_at_byte_0_wins_over_hdf5s_signature_deeper(tmp_path):
+    import h5py
+
+    # safetensors: the tensor's bytes hold the signature at file offset 1024.
+    probe = save({"w": np.zeros(512, np.float32)})
+    before = 8 + struct.unpack("<Q", probe[:8])[0]
+    values = _with_signature_at(1024, np.float32, before)
+    save_file({"w": values}, tmp_path / "sig.safetensors")
+    data = (tmp_path / "sig.safetensors").read_bytes()
+    assert data[1024:1032] == HDF5_SIGNATURE
+    result = run_blobtool("info", "--json", tmp_path / "sig.safetensors", text=True)
+    assert result.returncode == 0, result.stderr
+    record = json.loads(result.stdout)
+    assert (record["kind"], record["blobs"][0]["name"], record["blobs"][0]["shape"]) == ("safetensors", "w", [512])
+    out = tmp_path / "back.safetensors"
+    assert run_blobtool("convert", tmp_path / "sig.safetensors", "-o", out).returncode == 0
+    assert load_file(out)["w"].tobytes() == values.tobytes()
+    # .npy: the data holds it at 512 (numpy's header takes the first 128 bytes).
+    values = _with_signature_at(512, np.float32, 128)
+    np.save(tmp_path / "sig.npy", values)
+    assert (tmp_path / "sig.npy").read_bytes()[512:520] == HDF5_SIGNATURE
+    record = json.loads(run_blobtool("info", "--json", tmp_path / "sig.npy", text=True).stdout)
+    assert record["kind"] == "npy"
+    # A Caffe blob's values, and an .npz member's, holding it at 512.
+    before = blob_bytes(np.zeros(512, np.float32)).index(bytes(2048))
+    blob = blob_bytes(_with_signature_at(512, np.float32, before))
+    assert blob[512:520] == HDF5_SIGNATURE
+    (tmp_path / "sig.pb").write_bytes(blob)
+    record = json.loads(run_blobtool("info", "--json", tmp_path / "sig.pb", text=True).stdout)
+    assert record["kind"] == "blob" and record["blobs"][0]["shape"] == [512]
+    before = npz_bytes({"w": np.zeros(512, np.float32)}).index(bytes(2048))
+    zipped = npz_bytes({"w": _with_signature_at(1024, np.float32, before)})
+    assert zipped[1024:1032] == HDF5_SIGNATURE
+    (tmp_path / "sig.npz").write_bytes(zipped)
+    assert open_document(tmp_path / "sig.npz").kind == "npz"
+    # Real HDF5 files after a user block still sniff as HDF5, in both superblock layouts.
+    for libver in ("earliest", "latest"):
+        path = tmp_path / f"ub_{libver}.caffemodel.h5"
+        with h5py.File(path, "w", userblock_size=1024, libver=libver) as f:
+            f.create_dataset("data/conv1/0", data=np.ones((2, 3), np.float32))
+        assert path.read_bytes()[1024:1032] == HDF5_SIGNATURE
+        record = json.loads(run_blobtool("info", "--json", path, text=True).stdout)
+        assert (record["kind"], record["format"], record["blobs"][0]["name"]) == ("net", "hdf5", "conv1/0")
+
+
 # -- writing: atomic, streamed ------------------------------------------------------------------
 
 def test_a_failed_write_leaves_the_earlier_file(tmp_path):

@@ -149,24 +149,48 @@ def module(fmt: Format):
 def format_by_signature(buf) -> Format | None:
     """The format whose signature a file's bytes `buf` (bytes, mmap, bytearray) hold, or None.
 
-    Signatures are at the start, or for a format with a user block (HDF5)
-    also at 512, 1024, 2048, ... bytes; a format with a probe is asked
-    about the file's first bytes.
+    A format whose own header is at byte 0 (a signature there, or a probe of
+    the first bytes) wins. Only when none is does a format with a user block
+    (HDF5) get its signature looked for at 512, 1024, 2048, ... bytes, and
+    then only a superblock there that gives its own offset as the file's base
+    address (as HDF5 writes it after a user block) counts: those eight bytes
+    inside an .npy, a safetensors tensor or a Caffe blob's values do not make
+    the file HDF5.
     """
     size = len(buf)
     for fmt in FORMATS:
-        offsets = [0]
-        if fmt.userblock:
-            offset = 512
-            while offset < size:
-                offsets.append(offset)
-                offset *= 2
-        for offset in offsets:
-            if any(buf[offset:offset + len(m)] == m for m in fmt.magic):
-                return fmt
+        if any(buf[:len(m)] == m for m in fmt.magic):
+            return fmt
         if fmt.probe is not None and fmt.probe(bytes(buf[:16])):
             return fmt
+    for fmt in FORMATS:
+        if not fmt.userblock:
+            continue
+        offset = _USERBLOCK_START
+        while offset < size:
+            if any(buf[offset:offset + len(m)] == m for m in fmt.magic) and _based_at(buf, offset):
+                return fmt
+            offset *= 2
     return None
+
+
+# The smallest HDF5 user block; larger ones double it.
+_USERBLOCK_START = 512
+# Where an HDF5 superblock's base address sits, after its signature, by
+# superblock version; the size of an address (1 byte) is at the offset given.
+_BASE_ADDRESS_AT = {0: (24, 13), 1: (28, 13), 2: (12, 9), 3: (12, 9)}
+
+
+def _based_at(buf, offset: int) -> bool:
+    """Whether the HDF5 superblock at `offset` names `offset` as its base address (the file's first HDF5 byte)."""
+    head = bytes(buf[offset:offset + 40])
+    if len(head) < 9 or head[8] not in _BASE_ADDRESS_AT:
+        return False
+    at, size_at = _BASE_ADDRESS_AT[head[8]]
+    width = head[size_at] if len(head) > size_at else 0
+    if width not in (2, 4, 8, 16) or len(head) < at + width:
+        return False
+    return int.from_bytes(head[at:at + width], "little") == offset
 
 
 def _format_for_kind(kind: str, head) -> Format:

@@ -1,8 +1,11 @@
 """What a file is, from its bytes: its format and kind, or why it is none blobtool reads.
 
-A format with a signature (numpy's ".npy" and zip magic, HDF5's at 0, 512,
-1024, ... bytes) is known by it, listed in the registry (formats.FORMATS);
-its module's sniff() then tells the kind. Other well-known signatures (gzip,
+A format with a signature (numpy's ".npy" and zip magic, safetensors' header
+length and brace, HDF5's at 0, 512, 1024, ... bytes) is known by it, listed
+in the registry (formats.FORMATS); its module's sniff() then tells the kind.
+A header at byte 0 wins over a signature found deeper: HDF5's signature after
+a user block counts only when no format starts at byte 0 and the superblock
+found there is HDF5's own (formats.format_by_signature). Other well-known signatures (gzip,
 bzip2, xz, a macOS '._' file) are refused with a line saying what the file is and what
 to do. Everything else goes to the format without a signature, Caffe's
 protobuf, whose sniff() reads the kind from the top-level fields (see
