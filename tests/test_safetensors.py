@@ -369,6 +369,30 @@ def test_a_header_at_byte_0_wins_over_hdf5s_signature_deeper(tmp_path):
         assert (record["kind"], record["format"], record["blobs"][0]["name"]) == ("net", "hdf5", "conv1/0")
 
 
+def test_names_utf8_cannot_hold_are_refused_or_escaped(tmp_path):
+    # JSON may spell a lone surrogate; UTF-8 cannot hold it, so no safetensors header can.
+    src = tmp_path / "sur.safetensors"
+    src.write_bytes(st(b'{"\\udc80":' + json.dumps(F4).encode() + b"}", np.ones(2, np.float32).tobytes()))
+    assert run_blobtool("info", src).returncode == 0
+    out = tmp_path / "out.safetensors"
+    result = run_blobtool("convert", src, "-o", out, text=True)
+    assert result.returncode == 3
+    assert result.stderr == (f"blobtool: {src}: blob name '\\udc80' holds a lone surrogate (surrogates not "
+                             "allowed), which a safetensors header (UTF-8 JSON) cannot hold\n")
+    assert not out.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["sur.safetensors"]
+    # Metadata blobtool writes: the input's file name (bytes that are not UTF-8) and a scheme
+    # name read with a lone surrogate are written with backslash escapes.
+    odd = os.path.join(os.fsencode(tmp_path), b"n\xffame.safetensors")
+    with open(odd, "wb") as f:
+        f.write(st({"__metadata__": {"names": "\ud800x"}, "w": F4}, np.ones(2, np.float32).tobytes()))
+    result = run_blobtool("convert", os.fsdecode(odd), "-o", out, text=True)
+    assert (result.returncode, result.stderr) == (0, "")
+    with safe_open(out, "np") as f:
+        meta = f.metadata()
+        assert f.get_tensor("w").tolist() == [1.0, 1.0]
+    assert (meta["source"], meta["names"]) == ("n\\xffame.safetensors", "\\ud800x")
+
+
 # -- writing: atomic, streamed ------------------------------------------------------------------
 
 def test_a_failed_write_leaves_the_earlier_file(tmp_path):

@@ -63,7 +63,7 @@ import numpy as np
 
 from ..blob import MAX_BLOB_AXES, Blob, Origin
 from ..blobwrite import precision_for, resolve_form, write_parts
-from ..errors import BlobToolError, FormatError
+from ..errors import BlobToolError, FormatError, UsageError
 from ..source import atomic_output
 from . import MAX_BLOBS, Document, Entry
 from .numpy import DIFF_SUFFIX, PRECISION_DTYPES, check_member_names, pair_diffs
@@ -343,15 +343,34 @@ def metadata(doc: Document | None) -> dict:
 
     meta = {}
     if doc is not None:
-        meta["source"] = os.path.basename(doc.path) if doc.path not in ("<stdin>", "<stream>") else doc.path
+        source = os.path.basename(doc.path) if doc.path not in ("<stdin>", "<stream>") else doc.path
+        meta["source"] = _utf8_text(source)
         meta["source_kind"] = doc.kind
     naming = doc.naming if doc is not None else "blobtool"
     if naming == "blobtool" and doc is not None and doc.kind == "safetensors":
         # A safetensors input keeps the names it was written with.
         naming = doc.meta.get("metadata", {}).get("names", naming)
-    meta["names"] = naming
+    meta["names"] = _utf8_text(naming)
     meta["blobtool_version"] = __version__
     return meta
+
+
+def _utf8_text(text: str) -> str:
+    """A metadata value as UTF-8 can hold it.
+
+    A file name that is not UTF-8 (Python holds its bytes as surrogates) or
+    a value read with a lone surrogate gets backslash escapes, as blobtool
+    prints such names.
+    """
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        pass
+    try:
+        return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def header_bytes(tensors: list, meta: dict | None) -> tuple[bytes, list]:
@@ -378,6 +397,26 @@ def header_bytes(tensors: list, meta: dict | None) -> tuple[bytes, list]:
     return len(text).to_bytes(_LENGTH_BYTES, "little") + text, order
 
 
+def _check_utf8_names(doc, entries: list) -> None:
+    """Refuse a blob name that UTF-8 cannot hold (a lone surrogate), before anything is written.
+
+    A safetensors header is UTF-8 JSON, and a lone surrogate ("\\udc80", which
+    a JSON header may spell and Python then holds) has no UTF-8 form: such a
+    name cannot be written as it is, and writing another would lose it in
+    silence. When the name came from an input file, that file is bad input.
+    """
+    for entry in entries:
+        try:
+            entry.name.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            shown = entry.name.encode("utf-8", "backslashreplace").decode("ascii", "backslashreplace")
+            message = (f"blob name '{shown}' holds a lone surrogate ({exc.reason}), which a safetensors "
+                       "header (UTF-8 JSON) cannot hold")
+            if doc is not None:
+                raise FormatError(message, path=doc.path) from exc
+            raise UsageError(message) from exc
+
+
 def write(doc, entries: list, blobs: list, dest, *, kind: str, precision=None, write_diff=None, layout=None,
           transforms: dict | None = None) -> None:
     """Write the selected blobs (and their diffs, unless `write_diff` is False) as one safetensors file.
@@ -385,6 +424,7 @@ def write(doc, entries: list, blobs: list, dest, *, kind: str, precision=None, w
     `layout` does not apply (a tensor has a shape only). Values stream out
     chunk by chunk in the precision asked for, else as stored.
     """
+    _check_utf8_names(doc, entries)
     plan = _plan(entries, blobs, precision, write_diff, transforms)
     head, order = header_bytes([(key, shape, target) for key, shape, _, target, _ in plan], metadata(doc))
     with atomic_output(dest) as out:
