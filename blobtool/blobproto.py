@@ -28,6 +28,18 @@ Caffe's forks add fields blobtool reads too (it writes them only when asked):
 Values come from double_data when it is non-empty, else data, else raw_data
 (by its type), else half_data: Caffe's precedence, extended.
 
+Other forks reuse the same numbers for other things (a ternary-quantization
+Caffe writes ``repeated float ternary = 10 [packed]`` and fixed32 fields 12
+and 13 beside its values in ``data``). BVLC Caffe reads such a file: the
+fork's fields are unknown to it. So when Caffe's own payload (double_data or
+data) holds the values, a fork field that does not decode as the fork
+blobtool knows (half varints that end mid-value, a raw payload whose length
+does not fit its type), or that decodes but is not where the values come
+from, or a raw type field with no raw payload in use, is read as BVLC Caffe
+reads it: an unknown field, kept byte for byte on rewrite and listed in
+BlobRecord.kept_fork_fields (``info`` says so). Without Caffe's payload such
+a field is the values, and one that does not decode is an error.
+
 Reading: the four payload fields are located in the bytes and viewed in
 place (a field split over several occurrences, or written unpacked, is
 gathered into one new array: the only case that copies). Every other field
@@ -179,6 +191,7 @@ class BlobRecord:
     path: object = None
     field_offsets: dict = dc_field(default_factory=dict)  # number -> first offset, for errors
     unknown: bytes = b""         # the fields BlobProto does not hold, as they were
+    kept_fork_fields: tuple = ()  # fork fields read as unknown ones (see the module docstring): (number, why)
 
     def __post_init__(self):
         # Caffe's FromProto order, extended with the forks' fields
@@ -273,6 +286,8 @@ def parse_blob(buf, start: int = 0, end: int | None = None, *, path=None) -> Blo
     end = len(buf) if end is None else end
     payloads = {}
     raw = {}          # raw payload name -> Field of its last occurrence (optional bytes: last wins)
+    forks = []        # the forks' half payload fields, as found
+    failed = []       # (Field, FormatError) for the forks' payload fields that do not decode
     small = _SmallFields()
     pos = start
     in_a_row = 0
@@ -298,13 +313,23 @@ def parse_blob(buf, start: int = 0, end: int | None = None, *, path=None) -> Blo
         if spec.encoding == "raw":
             raw[spec.name] = f
             continue
-        payload = payloads.setdefault(spec.name, Payload(spec.name, spec.dtype))
         if spec.encoding == "half":
             # ditcaffe's half_data: packed uint32 varints, each holding float16 bits.
+            forks.append(f)
             label = wire.field_label(f.number, BLOB_FIELD_NAMES)
-            payload.chunks.append(wire.packed_uint16(buf, f, path=path, label=label,
-                                                     value_name="half_data value").view("<f2"))
-        elif f.wire_type == wire.LEN:
+            try:
+                values = wire.packed_uint16(buf, f, path=path, label=label, value_name="half_data value")
+            except FormatError as exc:
+                failed.append((f, exc))
+                continue
+            payload = payloads.setdefault(spec.name, Payload(spec.name, spec.dtype))
+            payload.chunks.append(values.view("<f2"))
+            _check_pieces(payload, f, path)
+            if payload.offset is None:
+                payload.offset = f.offset
+            continue
+        payload = payloads.setdefault(spec.name, Payload(spec.name, spec.dtype))
+        if f.wire_type == wire.LEN:
             nbytes = f.end - f.start
             if nbytes % spec.dtype.itemsize:
                 raise FormatError(f"packed {spec.label} holds {nbytes} bytes, not a multiple of "
@@ -323,13 +348,19 @@ def parse_blob(buf, start: int = 0, end: int | None = None, *, path=None) -> Blo
             payload.offset = f.offset
     field_offsets = small.field_offsets
     for name, f in raw.items():
-        payloads[name] = _raw_payload(buf, PAYLOAD_BY_NAME[name], f, small.raw_types.get(name, 0), path)
+        try:
+            payloads[name] = _raw_payload(buf, PAYLOAD_BY_NAME[name], f, small.raw_types.get(name, 0), path)
+        except FormatError as exc:
+            failed.append((f, exc))
     if not any(n in field_offsets for n in range(1, len(LEGACY_FIELDS) + 1)):  # the shape comes from `shape`
         check_axes(buf, small.shapes, path, counted=small.counted_dims, first=small.first_counted)
     header = simple_header(buf, small.spans)
     if header is None:
         header = parse_header(buf, small.spans, path)
-    return BlobRecord(header, payloads, start, end, path, field_offsets, bytes(small.unknown))
+    kept = ()
+    if failed or forks or raw or small.type_fields:
+        kept = _keep_fork_fields(buf, payloads, failed, forks + list(raw.values()), small, header)
+    return BlobRecord(header, payloads, start, end, path, field_offsets, small.unknown_bytes(), kept)
 
 
 class _SmallFields:
@@ -337,7 +368,8 @@ class _SmallFields:
 
     def __init__(self):
         self.spans = []             # (start, end) of the fields protobuf parses: all but the payloads
-        self.unknown = bytearray()  # the fields BlobProto does not hold, copied (a span each would cost more)
+        self.unknown = []           # (offset, bytes): the fields BlobProto does not hold, copied by runs
+        self.type_fields = {}       # raw payload name -> [(offset, end)] of its type fields
         self.field_offsets = {}     # number -> where it first occurs, for errors
         self.raw_types = {}         # raw payload name -> the value of its type field (the last one)
         self.shapes = []            # (offset, start, end) of the shape fields read one by one, for check_axes
@@ -349,12 +381,22 @@ class _SmallFields:
         unexpected wire type (protobuf keeps those as unknown fields; so does blobtool)."""
         if f.number in TYPE_FIELDS and f.wire_type == wire.VARINT:
             self.raw_types[TYPE_FIELDS[f.number]] = f.value
+            self.type_fields.setdefault(TYPE_FIELDS[f.number], []).append((f.offset, f.end))
             return
         wire.add_span(self.spans, f)
         if (f.number, f.wire_type) not in BLOB_WIRE_PAIRS:
-            self.unknown += buf[f.offset:f.end]
+            self.keep(f.offset, bytes(buf[f.offset:f.end]))
         elif f.number == SHAPE_FIELD:
             self.shapes.append((f.offset, f.start, f.end))
+
+    def keep(self, offset: int, data: bytes) -> None:
+        """Keep fields BlobProto does not hold (`data`, from `offset`) to be written back as they were."""
+        self.unknown.append((offset, data))
+
+    def unknown_bytes(self) -> bytes:
+        """The kept fields in file order."""
+        self.unknown.sort(key=lambda piece: piece[0])
+        return b"".join(data for _, data in self.unknown)
 
     def take_runs(self, buf, pos: int, end: int) -> int:
         """Take the fields from `pos` in bulk up to the next payload (or a field left to read_field); its position."""
@@ -363,7 +405,7 @@ class _SmallFields:
             wire.add_bytes(self.spans, run.start, run.end)
             known = np.isin(keys, _KNOWN_KEYS)
             if not known.all():
-                self.unknown += _fields_bytes(buf, run, ~known)
+                self.keep(int(run.offsets[~known][0]), _fields_bytes(buf, run, ~known))
             named = run.numbers <= max(BLOB_FIELD_NAMES)
             numbers, first = np.unique(run.numbers[named], return_index=True)
             for number, at in zip(numbers.tolist(), run.offsets[named][first].tolist()):
@@ -372,6 +414,8 @@ class _SmallFields:
                 typed = np.flatnonzero((run.numbers == number) & (run.wire_types == wire.VARINT))
                 if typed.size:  # the last one wins
                     self.raw_types[name] = wire.read_field(buf, int(run.offsets[typed[-1]]), end).value
+                    self.type_fields.setdefault(name, []).extend(
+                        zip(run.offsets[typed].tolist(), run.ends[typed].tolist()))
             shapes = (run.numbers == SHAPE_FIELD) & (run.wire_types == wire.LEN)
             if shapes.any():
                 dims = count_dims(buf, run.starts[shapes], run.ends[shapes])
@@ -396,6 +440,68 @@ def _fields_bytes(buf, run, chosen) -> bytes:
     edges[run.offsets[chosen] - run.start] += 1
     edges[run.ends[chosen] - run.start] -= 1
     return data[np.cumsum(edges[:-1]) > 0].tobytes()
+
+
+def _keep_fork_fields(buf, payloads: dict, failed: list, forks: list, small, header) -> tuple:
+    """Read the forks' fields as BVLC Caffe does when its own payload holds the values; ((number, why), ...).
+
+    Without double_data or data, the first fork field that did not decode is
+    the error. With them, each fork payload that did not decode or is not
+    the one its side takes values from, and each raw type field whose raw
+    payload is not in use, becomes an unknown field kept as it was; the
+    payloads they were read as are dropped.
+    """
+    standard = any(p.count > 0 for name, p in payloads.items() if PAYLOAD_BY_NAME[name].encoding == "packed"
+                   and PAYLOAD_BY_NAME[name].which == "data")
+    if not standard:
+        if failed:
+            raise min(failed, key=lambda item: item[0].offset)[1]
+        return ()
+    why = {f.offset: exc.reason.split(": ", 1)[-1] for f, exc in failed}
+    for f, _ in failed:  # a payload with an occurrence that did not decode is not in use
+        payloads.pop(_PAYLOAD_BY_WIRE[(f.number, f.wire_type)].name, None)
+    diff = _pick_from(payloads, _DIFF_ORDER)
+    count = _shape_count(header)
+    if diff is not None and PAYLOAD_BY_NAME[diff].encoding != "packed" and count is not None \
+            and payloads[diff].count != count:
+        # A fork's diff beside Caffe's data that does not fit the shape is another fork's field.
+        reason = f"holds {payloads[diff].count} values as {diff}, the shape {count}"
+        why.update({f.offset: reason for f in forks if _PAYLOAD_BY_WIRE[(f.number, f.wire_type)].name == diff})
+        payloads.pop(diff)
+        diff = _pick_from(payloads, _DIFF_ORDER)
+    used = {_pick_from(payloads, _DATA_ORDER), diff}
+    kept = []
+    for f in sorted(forks + [f for f, _ in failed if f not in forks], key=lambda f: f.offset):
+        spec = _PAYLOAD_BY_WIRE[(f.number, f.wire_type)]
+        if spec.name in used:
+            continue
+        small.keep(f.offset, bytes(buf[f.offset:f.end]))
+        payloads.pop(spec.name, None)
+        kept.append((f.number, why.get(f.offset, f"not read as {spec.name}: the values are in Caffe's own fields")))
+    for name, spans in small.type_fields.items():
+        if name in used and name in payloads:
+            continue
+        for a, b in spans:
+            small.keep(a, bytes(buf[a:b]))
+        kept.append((PAYLOAD_BY_NAME[name].type_field, f"{name}_type without {name} in use"))
+    # One entry per field number, in number order.
+    return tuple(sorted(dict(reversed(kept)).items()))
+
+
+def _shape_count(header) -> int | None:
+    """The count of the shape a header gives, or None when it gives none that is valid (reported later)."""
+    try:
+        return math.prod(proto_shape(header)[0])
+    except FormatError:
+        return None
+
+
+def _pick_from(payloads: dict, names) -> str | None:
+    for name in names:
+        payload = payloads.get(name)
+        if payload is not None and payload.count > 0:
+            return name
+    return None
 
 
 def _check_pieces(payload: Payload, f, path) -> None:

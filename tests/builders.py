@@ -23,6 +23,7 @@ serialized (kept as they are).
 from __future__ import annotations
 
 import io
+import struct
 from pathlib import Path
 
 import numpy as np
@@ -135,6 +136,24 @@ def half_blob_bytes(data: np.ndarray, diff: np.ndarray | None = None) -> bytes:
             bits = np.asarray(values, np.float16).view(np.uint16).ravel()
             out += len_field(number, b"".join(varint(int(b)) for b in bits))
     return out
+
+
+def ternary_fork_fields(scale: float = 0.5) -> bytes:
+    """A ternary-quantization fork's own BlobProto fields, as raw wire bytes.
+
+    Field 10 ``repeated float ternary [packed]`` (values whose bytes end with
+    a byte of 0x80 or more: no valid run of varints), field 11 packed floats
+    that do read as 7 varints, fixed32 fields 12 (alpha) and 13 (delta), and
+    a varint field 14.
+    """
+    ternary = np.array([1, 0, -1, 1, 0, -1], "<f4") * np.float32(scale)
+    return (len_field(10, ternary.tobytes()) + len_field(11, np.array([0.0, 1.0], "<f4").tobytes())
+            + tag(12, 5) + struct.pack("<f", scale) + tag(13, 5) + struct.pack("<f", 0.7) + varint_field(14, 3))
+
+
+def ternary_blob_bytes(data: np.ndarray) -> bytes:
+    """The fork's BlobProto: Caffe's data (5) and shape (7) as protobuf writes them, then ternary_fork_fields."""
+    return blob_bytes(data) + ternary_fork_fields()
 
 
 # -- BlobProtoVector --------------------------------------------------------------------

@@ -35,7 +35,7 @@ from blobtool.formats import open_document
 from blobtool.errors import BlobToolError
 from builders import (I32, I64, Layer, blob_bytes, blob_proto, h5_net_bytes, h5_solverstate_bytes, half_blob_bytes,
                       net_bytes, npy_bytes, npy_header_bytes, npz_bytes, raw_blob_bytes, solverstate_bytes, tag,
-                      vector_bytes, zip_bytes)
+                      ternary_blob_bytes, vector_bytes, zip_bytes)
 
 # The format modules are imported here, not inside the first traced case
 # (the registry imports each when a file of its format is first met).
@@ -194,6 +194,7 @@ def generated_seeds() -> list:
         Seed("solverstate", "solverstate", _solverstate()),
         Seed("nvidia_raw", "blob", _nvidia_raw()),
         Seed("ditcaffe_half", "blob", _ditcaffe_half()),
+        Seed("ternary_fork", "blob", ternary_blob_bytes(np.asarray(_values(8, 71), np.float32).reshape(2, 4))),
         Seed("blob_unknown", "blob", _blob_with_unknown()),
         Seed("net_repeated_names", "net", _net_repeated_names()),
         Seed("vector_unknown", "vector", _vector_unknown()),

@@ -26,8 +26,9 @@ from blobtool._pb import blobtool_caffe_pb2 as pb
 from blobtool.formats import open_document
 from blobtool.errors import BlobToolError, FormatError
 from builders import (LAYER_UNKNOWN_HEAD, LAYER_UNKNOWN_TAIL, NET_UNKNOWN, Layer, blob_bytes, blob_proto,
-                      half_blob_bytes, layer_bytes, len_field, net_bytes, raw_blob_bytes, varint_field, write_net,
-                      write_npy, write_npz, write_solverstate, write_vector)
+                      half_blob_bytes, layer_bytes, len_field, net_bytes, raw_blob_bytes, ternary_blob_bytes,
+                      ternary_fork_fields, varint_field, write_net, write_npy, write_npz, write_solverstate,
+                      write_vector)
 from runner import invoke, one_json
 
 FORMATS = ("new", "v1", "v0")
@@ -1099,6 +1100,68 @@ def test_ditcaffe_half_data_dispatches_on_wire_type(tmp_path):
     proto.ParseFromString((tmp_path / "std.pb").read_bytes())
     np.testing.assert_array_equal(np.array(proto.data, np.float32).reshape(2, 7), data.astype(np.float32))
     assert {n for n, _ in fields_of((tmp_path / "std.pb").read_bytes())} == {5, 7}
+
+
+TERNARY_KEPT = [{"field": 10, "why": "packed varints end mid-value"},
+                {"field": 11, "why": "holds 7 values as half_diff, the shape 8"}]
+
+
+def test_a_fork_reusing_field_10_is_read_as_bvlc_caffe_reads_it(tmp_path):
+    data = values((2, 4))
+    raw = ternary_blob_bytes(data)
+    fork = ternary_fork_fields()
+    # The oracle: BVLC Caffe's schema reads the values from `data`, the fork's fields unknown to it.
+    proto = pb.BlobProto()
+    proto.ParseFromString(raw)
+    np.testing.assert_array_equal(np.array(proto.data, np.float32).reshape(2, 4), data)
+    path = tmp_path / "ternary.pb"
+    path.write_bytes(raw)
+    record = one_json(ok("info", "--json", path))
+    blob = record["blobs"][0]
+    assert (blob["shape"], blob["dtype"], blob["has_diff"]) == ([2, 4], "float32", False)
+    assert blob["kept_fork_fields"] == TERNARY_KEPT
+    text = ok("info", path).stdout
+    assert "  note: fork fields (10, 11) in 1 blob read as unknown fields, as BVLC Caffe reads them; kept as " \
+           "they were" in text
+    norm = one_json(ok("norm", "--json", path))["blobs"][0]["data"]
+    assert (norm["asum"], norm["sumsq"]) == pytest.approx(_norms(data), rel=1e-12)
+    # A rewrite keeps the fork's fields byte for byte, after Caffe's own.
+    ok("convert", path, "-o", tmp_path / "same.pb")
+    assert (tmp_path / "same.pb").read_bytes() == raw
+    ok("convert", "--double", path, "-o", tmp_path / "double.pb")
+    out = (tmp_path / "double.pb").read_bytes()
+    assert out.endswith(fork)
+    proto.ParseFromString(out)
+    np.testing.assert_array_equal(np.array(proto.double_data).reshape(2, 4), data.astype(np.float64))
+    ok("convert", path, "-o", tmp_path / "ternary.npz")
+    np.testing.assert_array_equal(np.load(tmp_path / "ternary.npz")["0"], data)
+    # In a net (fixed32 fields 12 and 13 inside a layer's blobs), a vector and a solver state.
+    weights, bias = values((2, 4)), values((8,))
+    plain = values((3,))
+    net = write_net(tmp_path / "ternary.caffemodel", "new", [
+        Layer("conv1", "Convolution", [ternary_blob_bytes(weights), ternary_blob_bytes(bias)]),
+        Layer("ip", "InnerProduct", [plain])])
+    record = one_json(ok("info", "--json", net))
+    assert record["kind"] == "net"
+    assert [b.get("kept_fork_fields") for b in record["blobs"]] == [TERNARY_KEPT, TERNARY_KEPT, None]
+    assert "in 2 blobs read as unknown fields" in ok("info", net).stdout
+    ok("convert", net, "-o", tmp_path / "same.caffemodel")
+    assert (tmp_path / "same.caffemodel").read_bytes() == net.read_bytes()
+    ok("scale", "--blob", "conv1/0", net, "2", "-o", tmp_path / "scaled.caffemodel")
+    scaled = pb.NetParameter()
+    scaled.ParseFromString((tmp_path / "scaled.caffemodel").read_bytes())
+    np.testing.assert_array_equal(np.array(scaled.layer[0].blobs[0].data, np.float32).reshape(2, 4), weights * 2)
+    assert scaled.layer[0].blobs[0].SerializeToString().endswith(fork)
+    assert scaled.layer[0].blobs[1].SerializeToString() == ternary_blob_bytes(bias)
+    for kind, container in (("vector", len_field(1, raw) + len_field(1, blob_bytes(plain))),
+                            ("solverstate", varint_field(1, 100) + len_field(3, raw))):
+        (tmp_path / kind).write_bytes(container)
+        record = one_json(ok("info", "--json", tmp_path / kind))
+        assert record["kind"] == kind and record["blobs"][0]["kept_fork_fields"] == TERNARY_KEPT
+    # Without Caffe's own payload, field 10 is the values: one that does not decode is an error.
+    (tmp_path / "bare.pb").write_bytes(blob_bytes(shape=(6,)) + fork[:fork.index(bytes([11 << 3 | 2]))])
+    assert_error(invoke("info", "--stats", tmp_path / "bare.pb"), 3,
+                 "bare.pb: at byte 5: field 10 (raw_data_type/half_data): packed varints end mid-value")
 
 
 def test_diff_without_data_is_reported_not_silent(tmp_path):

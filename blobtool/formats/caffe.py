@@ -150,7 +150,17 @@ def _is_blob_message(buf, f) -> bool:
     except FormatError:
         return False
     known = {p for p in pairs if p[0] in BLOB_FIELD_NAMES}
-    return known <= BLOB_WIRE_PAIRS and (bool(known) or not pairs)
+    return _fits_blob(known) and (bool(known) or not pairs)
+
+
+def _fits_blob(known: set) -> bool:
+    """Whether BlobProto's known (number, wire type) pairs are ones it may hold.
+
+    The forks' numbers (10-13) are exempt: other forks reuse them with other
+    wire types (a ternary-quantization Caffe's fixed32 fields 12 and 13), and
+    BVLC Caffe reads those as unknown fields.
+    """
+    return {p for p in known if p[0] not in _FORK_NUMBERS} <= BLOB_WIRE_PAIRS
 
 
 def _first_fields(buf, f):
@@ -239,7 +249,7 @@ def _scores(pairs: set, first: dict, buf) -> dict:
     # input, its force_backward) rules the blob out, as the rules below do for
     # the vector and the solver state; if nothing else fits, the fallback in
     # _decide still reads it as a blob.
-    if {p for p in known if p[0] in BLOB_FIELD_NAMES} - BLOB_WIRE_PAIRS:
+    if not _fits_blob({p for p in known if p[0] in BLOB_FIELD_NAMES}):
         score["blob"] = 0
     if known - {(1, _L)}:
         score["vector"] = 0

@@ -52,6 +52,9 @@ def entry_info(entry: Entry, *, stats: bool = False) -> dict:
     if entry.layer is not None:
         out["layer"] = entry.layer
         out["type"] = entry.type
+    kept = getattr(entry.record, "kept_fork_fields", ())
+    if kept:
+        out["kept_fork_fields"] = [{"field": number, "why": why} for number, why in kept]
     if stats:
         blob = entry.blob()
         out["stats"] = {"data": _stats(blob.cpu_data()),

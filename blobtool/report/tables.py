@@ -17,7 +17,7 @@ from rich.text import Text
 from .escape import escape
 from .text import (ASCII_BLOCKS, ASCII_DIVIDER, BLOCKS, DIVIDER, KEY_INDENT, LAYERS_COLUMNS, compare_footer,
                    compare_table, compare_verdict, fmt_bytes, fmt_num, fmt_shape, histogram_cell_segments,
-                   histogram_key_segments, histogram_rows, info_footer, info_table, layers_rows, norm_table,
+                   histogram_key_segments, histogram_rows, fork_note, info_footer, info_table, layers_rows, norm_table,
                    stats_table, title_parts)
 
 
@@ -57,7 +57,7 @@ def render_info(console: Console, record: dict) -> None:
     for cells, _ in rows:
         table.add_row(*cells)
     console.print(table)
-    for line in (info_footer(record), note):
+    for line in (info_footer(record), fork_note(record), note):
         if line is not None:
             console.print(line)
     if "all_layers" in record:

@@ -22,7 +22,7 @@ import sys
 from .escape import escape
 
 __all__ = ["fmt_num", "fmt_bytes", "fmt_shape", "title_parts", "fit_columns", "table_width",
-           "info_columns", "info_rows", "info_footer", "info_table", "stats_rows", "stats_table", "layers_rows",
+           "info_columns", "info_rows", "info_footer", "fork_note", "info_table", "stats_rows", "stats_table", "layers_rows",
            "LAYERS_COLUMNS", "norm_columns", "norm_rows", "norm_table",
            "compare_verdict", "compare_rows", "compare_table", "compare_footer", "COMPARE_COLUMNS",
            "plain_info", "plain_norm", "plain_compare", "plain_stdout", "plain_width", "stdout_is_terminal",
@@ -201,6 +201,16 @@ def info_footer(record: dict) -> str | None:
         empty = record["layers_without_blobs"]
         parts.append(f"{record['layers']} layer{'s' if record['layers'] != 1 else ''}, {empty} without blobs")
     return "  " + "; ".join(parts) if parts else None
+
+
+def fork_note(record: dict) -> str | None:
+    """The note under info's table on the forks' fields read as unknown ones (blobproto.py), or None."""
+    blobs = [b for b in record["blobs"] if b.get("kept_fork_fields")]
+    if not blobs:
+        return None
+    numbers = ", ".join(str(n) for n in sorted({k["field"] for b in blobs for k in b["kept_fork_fields"]}))
+    return (f"  note: fork fields ({numbers}) in {len(blobs)} blob{'s' if len(blobs) != 1 else ''} read as unknown "
+            "fields, as BVLC Caffe reads them; kept as they were")
 
 
 def norm_columns() -> list:
@@ -455,7 +465,7 @@ def plain_info(record: dict, width: int) -> str | None:
     title = _plain_title(record, width)
     columns, rows, note = info_table(record, width)
     table = plain_table(columns, [cells for cells, _ in rows], width)
-    lines = [info_footer(record), note]
+    lines = [info_footer(record), fork_note(record), note]
     if title is None or table is None or any(line is not None and len(line) > width for line in lines):
         return None
     out = [title, *table, *(line for line in lines if line is not None)]
