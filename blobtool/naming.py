@@ -8,21 +8,37 @@ Caffe layer type               blobs under PyTorch names
 =============================  ===========================================================
 Convolution, Deconvolution,    0 -> ``<layer>.weight``, 1 -> ``<layer>.bias`` (1-D); an
 InnerProduct, Embed            InnerProduct weight in the legacy 4-D layout (1, 1, N, K)
-                               becomes (N, K)
+                               becomes (N, K); one stored (K, N) by
+                               ``inner_product_param { transpose: true }`` is transposed
+                               to Linear's (out, in) = (N, K)
 BatchNorm                      0 -> ``<layer>.running_mean`` = blob 0 / s, 1 ->
                                ``<layer>.running_var`` = blob 1 / s, s = blob 2's value
                                (the moving-average factor; 0 when s is 0, as Caffe's
                                BatchNormLayer does), computed in float64 and stored in the
                                blob's dtype; blob 2 is not written, and neither is
-                               ``num_batches_tracked`` (PyTorch fills it in)
+                               ``num_batches_tracked`` (PyTorch fills it in). NVIDIA
+                               Caffe's BatchNorm (``scale_bias: true``) holds two more:
+                               3 -> ``<layer>.weight``, 4 -> ``<layer>.bias`` (1-D)
 Scale                          0 -> ``<layer>.weight``, 1 -> ``<layer>.bias``; a Scale
                                whose bottom is the top of a BatchNorm (the last layer to
                                write that blob) is folded into it: ``<bn>.weight``,
                                ``<bn>.bias``, so the pair loads into one BatchNorm2d
-                               (unless fold is off: ``--no-fold``)
-PReLU                          0 -> ``<layer>.weight``
+                               (unless fold is off: ``--no-fold``), when the Scale is
+                               the only reader of that output, scales per channel
+                               (axis 1, one axis) as many channels as the BatchNorm
+                               has, and the BatchNorm holds no scale of its own;
+                               otherwise it keeps its own name and a warning says why.
+                               A Scale with two bottoms (its scale is the second) holds
+                               only its bias: 0 -> ``<layer>.bias``
+PReLU                          0 -> ``<layer>.weight`` (1-D: a shared slope,
+                               ``channel_shared: true``, stored with no axes, is (1,), as
+                               PReLU(num_parameters=1) holds it)
 any other                      ``<layer>.<index>``, and a warning listing those layers
 =============================  ===========================================================
+
+Layer settings that do not change what a blob holds are not read: a
+Convolution's or InnerProduct's ``axis`` chooses the input's axes, not the
+weight's layout; Embed's weight (input_dim, num_output) is nn.Embedding's.
 
 V1 nets carry enum types (formats/caffe.py turns them into today's type
 strings); V0 layers carry the lower-case strings of Caffe's first format
@@ -123,7 +139,7 @@ def torch_names(doc: Document, entries: list | None = None, *, fold: bool = True
     each blob made on first use), a Mapped row per selected Caffe blob, and
     the warnings (layer types without a rule, values made infinite).
     Raises UsageError for a file without layer types, FormatError for a
-    BatchNorm without its three blobs.
+    BatchNorm without its three blobs (or NVIDIA Caffe's five).
     """
     if not has_layer_types(doc):
         raise _refuse(doc)
@@ -131,7 +147,7 @@ def torch_names(doc: Document, entries: list | None = None, *, fold: bool = True
     groups: dict = {}
     for e in doc.entries:
         groups.setdefault(e.layer, []).append(e)
-    folded = _fold_targets(doc) if fold else {}
+    folded, apart = _fold_targets(doc, groups) if fold else ({}, {})
     rows, warnings, unruled, batchnorms = [], [], {}, []
     for layer in doc.layers:
         blobs = groups.get(layer.name, [])
@@ -140,7 +156,7 @@ def torch_names(doc: Document, entries: list | None = None, *, fold: bool = True
             batchnorms.append(layer.name)
         if not any(id(e) in chosen for e in blobs):
             continue
-        for row in _map_layer(doc, layer.name, kind, blobs, folded.get(layer.name), warnings):
+        for row in _map_layer(doc, layer, kind, blobs, folded.get(layer.name), apart.get(layer.name), warnings):
             if id(row.mapped.entry) not in chosen:
                 continue
             rows.append(row)
@@ -150,6 +166,11 @@ def torch_names(doc: Document, entries: list | None = None, *, fold: bool = True
         listed = "; ".join(f"{kind}: {_some(names)}" for kind, names in unruled.items())
         warnings.insert(0, f"{doc.path}: --names torch has no rule for these layers, whose blobs are named "
                            f"<layer>.<index>: {listed}")
+    shown = [f"{scale} ({why})" for scale, (_, why) in apart.items()
+             if any(id(e) in chosen for e in groups.get(scale, []))]
+    if shown:
+        warnings.append(f"{doc.path}: --names torch did not fold these Scale layers into the BatchNorm before "
+                        f"them; each keeps its own name: {_some(shown)}")
     _check_unique(doc, [row.mapped for row in rows])
     out = Document(doc.path, doc.kind, doc.source, entries=[row.out for row in rows if row.out is not None],
                    meta=doc.meta, format=doc.format, layers=doc.layers, naming="torch")
@@ -172,28 +193,71 @@ def _check_unique(doc: Document, rows: list) -> None:
         seen[row.name] = row.entry.name
 
 
-def _fold_targets(doc: Document) -> dict:
-    """{Scale layer: BatchNorm layer} for each Scale whose bottom was last written by a BatchNorm.
+def _fold_targets(doc: Document, groups: dict) -> tuple[dict, dict]:
+    """({Scale layer: BatchNorm layer} to fold, {Scale layer: (BatchNorm layer, why not)}).
 
-    Each BatchNorm takes at most one Scale (the first); in-place chains
-    (Convolution, BatchNorm, Scale, ReLU all writing "conv1") follow the
-    last writer of the blob.
+    A Scale is folded into the BatchNorm that last wrote its bottom when it
+    is the only layer to read that output: in an in-place chain
+    (Convolution, BatchNorm, Scale, ReLU all writing "conv1") a layer that
+    reads "conv1" after the Scale reads the Scale's output, but one that
+    reads it between the BatchNorm and the Scale, or reads a BatchNorm top
+    the Scale does not overwrite, sees the BatchNorm's output, which must
+    stay without gamma and beta. It must also scale per channel (axis 1,
+    one axis), as many channels as the BatchNorm's, and the BatchNorm must
+    hold no scale of its own (NVIDIA Caffe's five blobs).
     """
-    from .formats.caffe import layer_links
+    from .formats.caffe import layer_links, layer_param_varints
 
-    writer: dict = {}
-    taken = set()
-    targets = {}
-    for layer in doc.layers:
+    current: dict = {}    # blob name -> (writer layer, version number) of what it holds now
+    readers: dict = {}    # version number -> names of the layers that read it
+    candidates = []       # (Scale layer, its bottoms, BatchNorm layer, version)
+    for number, layer in enumerate(doc.layers):
         bottoms, tops = layer_links(doc, layer)
-        if layer_type(layer.type) == "Scale" and bottoms:
-            source = writer.get(bottoms[0])
-            if source is not None and layer_type(source.type) == "BatchNorm" and source.name not in taken:
-                targets[layer.name] = source.name
-                taken.add(source.name)
+        for bottom in dict.fromkeys(bottoms):
+            held = current.get(bottom)
+            if held is not None:
+                readers.setdefault(held[1], []).append(layer.name)
+        if layer_type(layer.type) == "Scale" and bottoms and groups.get(layer.name):
+            held = current.get(bottoms[0])
+            if held is not None and layer_type(held[0].type) == "BatchNorm":
+                candidates.append((layer, bottoms, held[0], held[1]))
         for top in tops:
-            writer[top] = layer
-    return targets
+            current[top] = (layer, number)
+    targets, apart = {}, {}
+    for scale, bottoms, bn, version in candidates:
+        why = _why_not_fold(doc, scale, bottoms, bn, [r for r in readers.get(version, []) if r != scale.name],
+                            groups, layer_param_varints)
+        if why is None:
+            targets[scale.name] = bn.name
+        else:
+            apart[scale.name] = (bn.name, why)
+    return targets, apart
+
+
+def _why_not_fold(doc, scale, bottoms, bn, others: list, groups: dict, param_varints) -> str | None:
+    """Why a Scale after BatchNorm `bn` cannot become that BatchNorm's weight and bias, or None when it can."""
+    if others:
+        return f"{_some(others)} also read{'s' if len(others) == 1 else ''} {bn.name}'s output"
+    if len(bottoms) > 1:
+        return "its scale is its second bottom, not a blob"
+    bn_blobs = groups.get(bn.name, [])
+    if len(bn_blobs) == 5:
+        return f"{bn.name} holds its own scale and bias (NVIDIA Caffe's BatchNorm)"
+    settings = param_varints(doc, scale, "scale_param")
+    axis = _signed(settings.get(1, 1))
+    if axis != 1 or settings.get(2, 1) != 1:
+        return f"scale_param axis {axis}, num_axes {_signed(settings.get(2, 1))}: not one value per channel"
+    channels = bn_blobs[0].count if bn_blobs else None
+    gamma = groups[scale.name][0].count
+    if channels is not None and gamma != channels:
+        return f"it holds {gamma} values, {bn.name} {channels} channels"
+    return None
+
+
+def _signed(value: int) -> int:
+    """An int32 field's value as read from its varint (negative ones are 10-byte varints)."""
+    value &= (1 << 64) - 1
+    return value - (1 << 64) if value >> 63 else value
 
 
 @dataclass
@@ -203,30 +267,83 @@ class _Row:
     unruled: bool = False    # named <layer>.<index>: no rule for it
 
 
-def _map_layer(doc: Document, layer: str, kind: str, blobs: list, fold_into: str | None, warnings: list) -> list:
+def _map_layer(doc: Document, layer, kind: str, blobs: list, fold_into: str | None, apart, warnings: list) -> list:
     """The rows of one layer's blobs (in blob order)."""
+    name = layer.name
     if kind == "BatchNorm":
-        return _batchnorm(doc, layer, blobs, warnings)
+        return _batchnorm(doc, name, blobs, warnings)
     rows = []
+    bias_only = kind == "Scale" and _bottom_count(doc, layer) > 1
     for index, entry in enumerate(blobs):
         if kind in _WEIGHT_BIAS and index < 2:
+            if index == 0 and kind == "InnerProduct" and _transposed(doc, layer):
+                rows.append(_transposed_weight(doc, entry, name))
+                continue
             shape = _weight_shape(kind, entry.shape) if index == 0 else (entry.count,)
-            rows.append(_view(entry, f"{layer}.{_PARAMS[index]}", shape, layer))
-        elif kind == "Scale" and index < 2:
-            module = fold_into or layer
+            rows.append(_view(entry, f"{name}.{_PARAMS[index]}", shape, name))
+        elif kind == "Scale" and bias_only and index == 0:
+            row = _view(entry, f"{name}.bias", (entry.count,), name)
+            row.mapped.done += "; the Scale's scale is its second bottom: blob 0 is its bias"
+            rows.append(row)
+        elif kind == "Scale" and index < 2 and not bias_only:
+            module = fold_into or name
             shape = (entry.count,) if fold_into or index == 1 else entry.shape
             row = _view(entry, f"{module}.{_PARAMS[index]}", shape, module)
             if fold_into:
                 row.mapped.done = f"folded into {fold_into}" + _reshaped(entry.shape, shape, "; ")
+            elif apart is not None:
+                row.mapped.done += f"; not folded into {apart[0]}: {apart[1]}"
             rows.append(row)
         elif kind == "PReLU" and index == 0:
-            rows.append(_view(entry, f"{layer}.weight", entry.shape, layer))
+            row = _view(entry, f"{name}.weight", (entry.count,), name)
+            if entry.shape == () and entry.count == 1:
+                row.mapped.done += " (a slope shared by all channels: PReLU(num_parameters=1))"
+            rows.append(row)
         else:
-            row = _view(entry, f"{layer}.{index}", entry.shape, layer,
+            row = _view(entry, f"{name}.{index}", entry.shape, name,
                         done=f"kept (no rule for {kind or 'no type'})")
             row.unruled = True
             rows.append(row)
     return rows
+
+
+def _bottom_count(doc: Document, layer) -> int:
+    from .formats.caffe import layer_links
+
+    return len(layer_links(doc, layer)[0])
+
+
+def _transposed(doc: Document, layer) -> bool:
+    """Whether an InnerProduct stores its weight (K, N): inner_product_param.transpose (field 6) is true."""
+    from .formats.caffe import layer_param_varints
+
+    return bool(layer_param_varints(doc, layer, "inner_product_param").get(6, 0))
+
+
+def _transposed_weight(doc: Document, entry: Entry, layer: str) -> _Row:
+    """An InnerProduct weight stored (K, N) (transpose: true), as Linear's (N, K): a transposed copy, made on first use."""
+    stored = _weight_shape("InnerProduct", entry.shape)
+    if len(stored) != 2:
+        raise FormatError(f"InnerProduct layer {layer!r} has inner_product_param.transpose true and a weight of "
+                          f"shape {entry.shape}; Caffe's is (K, N), 2 axes", path=doc.path)
+    shape = (stored[1], stored[0])
+
+    def make():
+        import numpy as np
+
+        from .blob import Blob
+
+        src = entry.blob()
+        blob = Blob(shape, dtype=src.dtype)
+        blob.set_cpu_data(np.ascontiguousarray(src.cpu_data().reshape(stored).T))
+        blob.origin = _origin(src)
+        return blob
+
+    name = f"{layer}.weight"
+    renamed = Entry(name, shape, "shape", entry.dtype, False, layer=entry.layer, type=entry.type, build=make)
+    done = (_reshaped(entry.shape, stored, "", "; ") + f"transposed {_fmt(stored)} -> {_fmt(shape)}: "
+            "inner_product_param.transpose is true, Linear's weight is (out, in)")
+    return _Row(Mapped(entry, name, shape, done, layer), renamed)
 
 
 def _weight_shape(kind: str, shape: tuple) -> tuple:
@@ -236,11 +353,14 @@ def _weight_shape(kind: str, shape: tuple) -> tuple:
     return shape
 
 
-def _reshaped(before: tuple, after: tuple, lead: str = "") -> str:
+def _fmt(shape: tuple) -> str:
+    return "(" + ", ".join(map(str, shape)) + ("," if len(shape) == 1 else "") + ")"
+
+
+def _reshaped(before: tuple, after: tuple, lead: str = "", tail: str = "") -> str:
     if tuple(before) == tuple(after):
         return ""
-    fmt = (lambda s: "(" + ", ".join(map(str, s)) + ("," if len(s) == 1 else "") + ")")
-    return f"{lead}reshaped {fmt(before)} -> {fmt(after)}"
+    return f"{lead}reshaped {_fmt(before)} -> {_fmt(after)}{tail}"
 
 
 def _origin(src):
@@ -273,10 +393,12 @@ def _batchnorm(doc: Document, layer: str, blobs: list, warnings: list) -> list:
 
     from .blob import Blob
 
-    if len(blobs) != 3 or blobs[2].count != 1:
+    channels = blobs[0].count if blobs else 0
+    if len(blobs) not in (3, 5) or blobs[2].count != 1 or any(e.count != channels for e in blobs[3:]):
         raise FormatError(f"BatchNorm layer {layer!r} holds {len(blobs)} blobs "
                           f"({', '.join(str(e.shape) for e in blobs)}); Caffe's BatchNorm holds 3: the sums "
-                          "of the mean and variance, and a factor of shape (1,)", path=doc.path)
+                          "of the mean and variance, and a factor of shape (1,); NVIDIA Caffe's holds 5: "
+                          "those, then its scale and bias, one value per channel", path=doc.path)
     factor = float(blobs[2].blob().cpu_data().reshape(-1)[0].astype(np.float64))
     if factor == 0:
         done = f"set to 0: the factor ({blobs[2].name}) is 0, as Caffe then does"
@@ -304,6 +426,11 @@ def _batchnorm(doc: Document, layer: str, blobs: list, warnings: list) -> list:
         rows.append(_Row(Mapped(entry, name, shape, done + _reshaped(entry.shape, shape, "; "), layer), renamed))
     rows.append(_Row(Mapped(blobs[2], None, None, "not written: the factor of running_mean and running_var",
                             layer), None))
+    for index, entry in enumerate(blobs[3:5]):
+        # NVIDIA Caffe's BatchNorm with scale_bias: its own affine weight and bias.
+        row = _view(entry, f"{layer}.{_PARAMS[index]}", (entry.count,), layer)
+        row.mapped.done += f" (NVIDIA Caffe's BatchNorm {'scale' if index == 0 else 'bias'})"
+        rows.append(row)
     return rows
 
 

@@ -193,9 +193,13 @@ class Layer:
     Blobs given as arrays are written with `diffs`, `double` and `legacy`; BlobProto
     messages and bytes as they are. `bottom` and `top` default to each format's
     usual connections (bottom "in", or "data" in V0; top the layer's name, none in V1).
+    `params` are raw bytes of more LayerParameter (or V1LayerParameter) fields, such as a
+    layer parameter message (``len_field(117, varint_field(6, 1))``: inner_product_param
+    { transpose: true }), written after the name, type, bottoms and tops.
     """
 
-    def __init__(self, name, type_, blobs=(), diffs=None, double=False, legacy=False, *, bottom=None, top=None):
+    def __init__(self, name, type_, blobs=(), diffs=None, double=False, legacy=False, *, bottom=None, top=None,
+                 params: bytes = b""):
         self.name = name
         self.type = type_
         self.blobs = [b if isinstance(b, (bytes, bytearray, pb.BlobProto)) else np.asarray(b) for b in blobs]
@@ -204,6 +208,7 @@ class Layer:
         self.legacy = legacy
         self.bottom = bottom
         self.top = top
+        self.params = params
 
     def blob_bytes(self) -> list:
         layout = "legacy" if self.legacy else "shape"
@@ -220,7 +225,7 @@ def layer_bytes(fmt: str, layer: Layer, *, unknown: bool = False) -> tuple[int, 
         head.type = layer.type
         head.bottom.extend(["in"] if layer.bottom is None else layer.bottom)
         head.top.extend([layer.name or "out"] if layer.top is None else layer.top)
-        body = head.SerializeToString()
+        body = head.SerializeToString() + layer.params
         if unknown:
             body += LAYER_UNKNOWN_HEAD
         for i, b in enumerate(blobs):
@@ -237,7 +242,7 @@ def layer_bytes(fmt: str, layer: Layer, *, unknown: bool = False) -> tuple[int, 
         head.type = pb.V1LayerParameter.LayerType.Value(NEW_TYPE_OF_V1[layer.type])
         head.bottom.extend(["in"] if layer.bottom is None else layer.bottom)
         head.top.extend(layer.top or [])
-        body = head.SerializeToString()
+        body = head.SerializeToString() + layer.params
         if unknown:
             body += len_field(100, b"\x08\x01")  # V1's include (NetStateRule)
         for b in blobs:

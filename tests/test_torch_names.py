@@ -16,7 +16,8 @@ from safetensors.numpy import load_file, save_file
 from blobtool._pb import blobtool_caffe_pb2 as pb
 from blobtool.formats import open_document
 from blobtool.naming import torch_names
-from builders import Layer, write_blob, write_net, write_npz, write_solverstate, write_vector
+from builders import (Layer, blob_proto, len_field, varint_field, write_blob, write_net, write_npz, write_solverstate,
+                      write_vector)
 from runner import run_blobtool
 
 RNG = np.random.default_rng(2024)
@@ -201,7 +202,8 @@ def test_batchnorm_without_its_three_blobs_is_bad_input(tmp_path):
     result = run_blobtool("convert", "--names", "torch", net, "-o", tmp_path / "o.safetensors", text=True)
     assert result.returncode == 3
     assert result.stderr == (f"blobtool: {net}: BatchNorm layer 'bn' holds 2 blobs ((4,), (4,)); Caffe's BatchNorm "
-                             "holds 3: the sums of the mean and variance, and a factor of shape (1,)\n")
+                             "holds 3: the sums of the mean and variance, and a factor of shape (1,); NVIDIA Caffe's "
+                             "holds 5: those, then its scale and bias, one value per channel\n")
 
 
 def test_a_tiny_factor_that_overflows_is_said(tmp_path):
@@ -346,3 +348,166 @@ def test_the_real_mtcnn_keeps_float16_and_names_prelu(realworld, tmp_path):
         assert array.tobytes() == entry.blob().cpu_data().astype(entry.dtype).tobytes()
     assert {a.dtype for a in got.values()} == {np.dtype(np.float16), np.dtype(np.float32)}
     assert run_blobtool("compare", "--names", "torch", src, out).returncode == 0
+
+
+# -- layer settings that change what a blob holds -------------------------------------------------
+
+def inner_product_param(num_output: int, transpose: bool, *, v1: bool = False) -> bytes:
+    """LayerParameter.inner_product_param (117; V1: 17) { num_output = 1, transpose = 6 }, as raw fields."""
+    return len_field(17 if v1 else 117, varint_field(1, num_output) + varint_field(6, int(transpose)))
+
+
+def linear(x, weight, bias):
+    """PyTorch's Linear: x @ weight.T + bias."""
+    return x @ weight.T + bias
+
+
+@pytest.mark.parametrize("fmt", ["new", "v1"])
+def test_a_transposed_inner_product_is_transposed_for_linear(tmp_path, fmt):
+    k, n = 6, 4
+    stored, bias = rand(k, n) * 3, rand(n)   # transpose: true stores the weight (K, N)
+    x = rand(5, k).astype(np.float64)
+    caffe = x @ stored.astype(np.float64) + bias   # Caffe's forward with transpose: bottom * W, (M, K) x (K, N)
+    square = rand(6, 6)
+    layers = [Layer("ip", "InnerProduct", [stored, bias], legacy=fmt == "v1", bottom=["data"], top=["ip"],
+                    params=inner_product_param(n, True, v1=fmt == "v1")),
+              Layer("sq", "InnerProduct", [square, bias[:1].repeat(6)], bottom=["ip"], top=["sq"],
+                    params=inner_product_param(6, True, v1=fmt == "v1")),
+              Layer("plain", "InnerProduct", [W["ip"], W["ip_b"]], bottom=["sq"], top=["plain"],
+                    params=inner_product_param(5, False, v1=fmt == "v1"))]
+    net = write_net(tmp_path / "t.caffemodel", fmt, layers)
+    out = tmp_path / "t.safetensors"
+    result = run_blobtool("convert", "--names", "torch", net, "-o", out, text=True)
+    assert (result.returncode, result.stderr) == (0, "")
+    got = load_file(out)
+    assert got["ip.weight"].shape == (n, k) and got["ip.weight"].tobytes() == np.ascontiguousarray(stored.T).tobytes()
+    np.testing.assert_allclose(linear(x, got["ip.weight"].astype(np.float64), got["ip.bias"]), caffe, rtol=1e-12)
+    y = rand(3, 6).astype(np.float64)
+    np.testing.assert_allclose(linear(y, got["sq.weight"].astype(np.float64), 0), y @ square, rtol=1e-12)
+    assert got["plain.weight"].tobytes() == W["ip"].tobytes()   # transpose: false is Caffe's usual (N, K)
+    rows = {r["name"]: r for r in json.loads(run_blobtool("info", "--json", "--names", "torch", net,
+                                                          text=True).stdout)["blobs"]}
+    lead = "reshaped (1, 1, 6, 4) -> (6, 4); " if fmt == "v1" else ""
+    assert rows["ip/0"]["done"] == (f"{lead}transposed (6, 4) -> (4, 6): inner_product_param.transpose is true, "
+                                    "Linear's weight is (out, in)")
+    assert rows["ip/0"]["torch_shape"] == [4, 6]
+    assert rows["plain/0"]["done"] == "renamed"
+    # compare --names torch transposes the same way: a port holding (N, K) is equal, one holding (K, N) is not.
+    save_file(got, tmp_path / "port.safetensors")
+    assert run_blobtool("compare", "-q", "--names", "torch", net, tmp_path / "port.safetensors").returncode == 0
+    got["sq.weight"] = np.ascontiguousarray(got["sq.weight"].T)
+    save_file(got, tmp_path / "wrong.safetensors")
+    result = run_blobtool("compare", "--json", "--names", "torch", net, tmp_path / "wrong.safetensors", text=True)
+    assert result.returncode == 1
+    assert [b["name"] for b in json.loads(result.stdout)["blobs"] if not b["equal"]] == ["sq.weight"]
+
+
+def test_a_shared_prelu_slope_and_a_two_bottom_scale(tmp_path):
+    layers = [Layer("prelu", "PReLU", [blob_proto(np.float32(0.25), shape=())], bottom=["data"], top=["data"],
+                    params=len_field(131, varint_field(2, 1))),
+              Layer("scale", "Scale", [W["beta"]], bottom=["data", "gamma"], top=["out"],
+                    params=len_field(142, varint_field(4, 1)))]
+    net = write_net(tmp_path / "p.caffemodel", "new", layers)
+    out = tmp_path / "p.safetensors"
+    result = run_blobtool("convert", "--names", "torch", net, "-o", out, text=True)
+    assert (result.returncode, result.stderr) == (0, "")
+    assert_exported(out, {"prelu.weight": np.array([0.25], np.float32), "scale.bias": W["beta"]})
+    rows = {r["name"]: r for r in json.loads(run_blobtool("info", "--json", "--names", "torch", net,
+                                                          text=True).stdout)["blobs"]}
+    assert rows["prelu/0"]["done"] == ("reshaped () -> (1,) (a slope shared by all channels: "
+                                       "PReLU(num_parameters=1))")
+    assert rows["scale/0"]["done"] == "renamed; the Scale's scale is its second bottom: blob 0 is its bias"
+
+
+# -- folding a Scale only into a BatchNorm it alone reads -----------------------------------------
+
+def branch_layers(kind: str) -> list:
+    """conv1 -> bn1, whose output a ReLU also reads: beside a separate Scale, or before an in-place one."""
+    bn = Layer("bn1", "BatchNorm", [W["mean"], W["var"], np.array([FACTOR])], bottom=["conv1"],
+               top=["bn1" if kind == "branch" else "conv1"])
+    conv = Layer("conv1", "Convolution", [W["conv1"], W["conv1_b"]], bottom=["data"], top=["conv1"])
+    if kind == "branch":
+        return [conv, bn, Layer("relu1", "ReLU", bottom=["bn1"], top=["relu1"]),
+                Layer("scale1", "Scale", [W["gamma"], W["beta"]], bottom=["bn1"], top=["scale1"])]
+    return [conv, bn, Layer("relu1", "ReLU", bottom=["conv1"], top=["relu1"]),
+            Layer("scale1", "Scale", [W["gamma"], W["beta"]], bottom=["conv1"], top=["conv1"]),
+            Layer("pool", "Pooling", bottom=["conv1"], top=["pool"])]
+
+
+@pytest.mark.parametrize("kind", ["branch", "in-place"])
+def test_a_scale_is_folded_only_when_it_alone_reads_the_batchnorm(tmp_path, kind):
+    net = write_net(tmp_path / "b.caffemodel", "new", branch_layers(kind))
+    out = tmp_path / "b.safetensors"
+    result = run_blobtool("convert", "--names", "torch", net, "-o", out, text=True)
+    warning = (f"blobtool: warning: {net}: --names torch did not fold these Scale layers into the BatchNorm "
+               "before them; each keeps its own name: scale1 (relu1 also reads bn1's output)\n")
+    assert (result.returncode, result.stderr) == (0, warning)
+    expected = {k: EXPECTED[k] for k in ("conv1.weight", "conv1.bias", "bn1.running_mean", "bn1.running_var")}
+    expected.update({"scale1.weight": W["gamma"], "scale1.bias": W["beta"]})
+    assert_exported(out, expected)
+    result = run_blobtool("info", "--json", "--names", "torch", net, text=True)
+    assert result.stderr == warning
+    rows = {r["name"]: r for r in json.loads(result.stdout)["blobs"]}
+    assert rows["scale1/0"]["torch"] == "scale1.weight"
+    assert rows["scale1/1"]["done"] == "renamed; not folded into bn1: relu1 also reads bn1's output"
+    # The same chain with the ReLU after the in-place Scale folds (it reads the Scale's output).
+    layers = branch_layers("in-place")
+    layers[2], layers[3] = layers[3], layers[2]
+    net = write_net(tmp_path / "c.caffemodel", "new", layers)
+    result = run_blobtool("convert", "--names", "torch", net, "-o", out, text=True)
+    assert (result.returncode, result.stderr) == (0, "")
+    assert load_file(out)["bn1.weight"].tobytes() == W["gamma"].tobytes()
+
+
+def test_the_real_resnet_still_folds_every_scale(realworld):
+    src = realworld / "resnet20_cifar10.caffemodel"
+    result = run_blobtool("info", "--json", "--names", "torch", src, text=True)
+    assert (result.returncode, result.stderr) == (0, "")
+    scales = [r for r in json.loads(result.stdout)["blobs"] if r["type"] == "Scale"]
+    assert len(scales) == 42 and all(r["done"].startswith("folded into ") for r in scales)
+
+
+# -- NVIDIA Caffe's BatchNorm with its own scale and bias -----------------------------------------
+
+def test_nvidia_batchnorm_of_five_blobs(tmp_path):
+    c = 4
+    four_d = (1, c, 1, 1)
+    layers = [Layer("conv1", "Convolution", [W["conv1"], W["conv1_b"]], bottom=["data"], top=["conv1"]),
+              Layer("bn1", "BatchNorm", [W["mean"].reshape(four_d), W["var"].reshape(four_d), np.array([FACTOR]),
+                                         W["gamma"].reshape(four_d), W["beta"]], bottom=["conv1"], top=["conv1"],
+                    params=len_field(139, varint_field(1, 1))),
+              Layer("scale1", "Scale", [W["gamma2"], W["beta2"]], bottom=["conv1"], top=["conv1"])]
+    net = write_net(tmp_path / "nv.caffemodel", "new", layers)
+    out = tmp_path / "nv.safetensors"
+    result = run_blobtool("convert", "--names", "torch", net, "-o", out, text=True)
+    warning = (f"blobtool: warning: {net}: --names torch did not fold these Scale layers into the BatchNorm "
+               "before them; each keeps its own name: scale1 (bn1 holds its own scale and bias (NVIDIA Caffe's "
+               "BatchNorm))\n")
+    assert (result.returncode, result.stderr) == (0, warning)
+    expected = {k: EXPECTED[k] for k in ("conv1.weight", "conv1.bias", "bn1.running_mean", "bn1.running_var")}
+    expected.update({"bn1.weight": W["gamma"], "bn1.bias": W["beta"], "scale1.weight": W["gamma2"],
+                     "scale1.bias": W["beta2"]})
+    assert_exported(out, expected)
+    result = run_blobtool("info", "--json", "--names", "torch", net, text=True)
+    assert result.stderr == warning
+    rows = {r["name"]: r for r in json.loads(result.stdout)["blobs"]}
+    assert rows["bn1/3"]["torch"] == "bn1.weight" and rows["bn1/4"]["torch"] == "bn1.bias"
+    assert rows["bn1/3"]["done"] == "reshaped (1, 4, 1, 1) -> (4,) (NVIDIA Caffe's BatchNorm scale)"
+    assert rows["bn1/4"]["done"] == "renamed (NVIDIA Caffe's BatchNorm bias)"
+    assert rows["bn1/0"]["done"] == "divided by the factor 2.5 (bn1/2) in float64; reshaped (1, 4, 1, 1) -> (4,)"
+    table = run_blobtool("info", "--names", "torch", "--blob", "bn1", net, text=True).stdout
+    assert table.splitlines()[-1] == "  5 Caffe blobs, 4 PyTorch tensors"
+    # A PyTorch port of it compares equal; one with the Scale's values in the BatchNorm does not.
+    port = dict(expected, **{"bn1.num_batches_tracked": np.array(0, np.int64)})
+    save_file(port, tmp_path / "port.safetensors")
+    assert run_blobtool("compare", "-q", "--names", "torch", net, tmp_path / "port.safetensors").returncode == 0
+    port["bn1.weight"] = W["gamma2"]
+    save_file(port, tmp_path / "wrong.safetensors")
+    result = run_blobtool("compare", "--json", "--names", "torch", tmp_path / "wrong.safetensors", net, text=True)
+    assert result.returncode == 1
+    assert [b["name"] for b in json.loads(result.stdout)["blobs"] if not b["equal"]] == ["bn1.weight"]
+    # Five blobs whose scale does not hold one value per channel are bad input.
+    layers[1] = Layer("bn1", "BatchNorm", [W["mean"], W["var"], np.array([FACTOR]), np.ones(3), W["beta"]])
+    net = write_net(tmp_path / "bad.caffemodel", "new", layers)
+    result = run_blobtool("info", "--names", "torch", net, text=True)
+    assert result.returncode == 3 and result.stderr.count("\n") == 1 and "NVIDIA Caffe's holds 5" in result.stderr

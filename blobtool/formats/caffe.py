@@ -62,7 +62,7 @@ from ..source import atomic_output, display_name
 from . import MAX_BLOBS, Document, Entry, NetLayer, unique_names
 
 __all__ = ["sniff", "read", "write", "write_new", "save_blob", "container_parts", "MAX_LAYERS", "V1_TYPE_NAMES",
-           "layer_links"]
+           "layer_links", "layer_param_varints", "LAYER_PARAMS"]
 
 
 NET_FIELD_NAMES = {1: "name", 2: "layers", 3: "input", 4: "input_dim", 5: "force_backward", 6: "state",
@@ -425,6 +425,42 @@ def layer_links(doc: Document, layer: NetLayer) -> tuple[tuple, tuple]:
     else:
         message, _ = _split(buf, f.start, f.end, doc.path, V1_FIELD_NAMES, {1, 6}, pb.V1LayerParameter)
     return tuple(_text(b) for b in message.bottom), tuple(_text(t) for t in message.top)
+
+
+# Layer parameter messages --names torch reads a setting of: their field number in
+# LayerParameter (100) and in V1LayerParameter (2; None where V1 has none).
+LAYER_PARAMS = {"inner_product_param": (117, 17), "scale_param": (142, None), "prelu_param": (131, None),
+                "batch_norm_param": (139, None)}
+# A layer parameter message as Caffe writes it has a handful of fields; one
+# holding more is forged, and is refused rather than walked field by field.
+_MAX_PARAM_FIELDS = 1024
+
+
+def layer_param_varints(doc: Document, layer: NetLayer, param: str) -> dict:
+    """{field number: value} of the varint fields of a layer's `param` message (LAYER_PARAMS), last value winning.
+
+    Only that message is read (its occurrences merge, as protobuf merges
+    them); the layer's blobs and other fields are skipped in bulk, not parsed.
+    An absent message gives {}: every setting at its default.
+    """
+    f = layer.field
+    number = LAYER_PARAMS[param][0 if f.number == 100 else 1]
+    if number is None:
+        return {}
+    buf = memoryview(doc.source.buf)
+
+    def too_many(g):
+        return f"a layer holds more than {MAX_BLOBS} {param} fields (blobtool's limit)"
+
+    values = {}
+    for g in _locate(buf, f.start, f.end, doc.path, {number: param}, {number}, too_many, []):
+        for k, h in enumerate(wire.iter_fields(buf, g.start, g.end, path=doc.path)):
+            if k == _MAX_PARAM_FIELDS:
+                raise FormatError(f"{param} of layer {layer.name!r} holds more than {_MAX_PARAM_FIELDS} fields",
+                                  path=doc.path, offset=h.offset)
+            if h.wire_type == _V:
+                values[h.number] = h.value
+    return values
 
 
 def _read_solverstate(doc: Document, buf) -> None:
