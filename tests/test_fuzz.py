@@ -30,7 +30,7 @@ from blobtool import BlobToolError, load, load_all, wire
 from blobtool._pb import blobtool_caffe_pb2 as pb
 from blobtool.formats import MAX_BLOBS, open_document
 from blobtool.formats.caffe import MAX_LAYERS
-from builders import blob_bytes, npy_bytes, npy_header_bytes
+from builders import blob_bytes, npy_bytes, npy_header_bytes, ternary_fork_fields
 from runner import run_blobtool
 
 EXAMPLES = int(os.environ.get("BLOBTOOL_FUZZ_EXAMPLES", "300"))
@@ -110,6 +110,13 @@ def test_seeds_are_valid_and_cover_every_reader():
     for name in ("nvidia_raw", "ditcaffe_half"):
         entry = open_document(io.BytesIO(dict(zip(SEED_IDS, SEEDS))[name].data)).entries[0]
         assert entry.dtype == np.float16 and entry.has_diff
+    # A fork that reuses field 10 for packed floats beside Caffe's data: read as BVLC Caffe reads
+    # it, its fields kept on a rewrite.
+    entry = open_document(io.BytesIO(seeds["ternary_fork"].data)).entries[0]
+    assert entry.dtype == np.float32 and not entry.has_diff
+    assert [n for n, _ in entry.record.kept_fork_fields] == [10, 11]
+    assert entry.record.unknown == ternary_fork_fields()
+    assert fc.check_rewrite(seeds["ternary_fork"].data)
 
 
 @pytest.mark.parametrize("failure, expected", [
