@@ -1158,6 +1158,13 @@ def test_a_fork_reusing_field_10_is_read_as_bvlc_caffe_reads_it(tmp_path):
         (tmp_path / kind).write_bytes(container)
         record = one_json(ok("info", "--json", tmp_path / kind))
         assert record["kind"] == kind and record["blobs"][0]["kept_fork_fields"] == TERNARY_KEPT
+    # The same for NVIDIA's numbers: a raw type no Caffe has and a raw_data that fits no type.
+    nv_fork = varint_field(10, 7) + len_field(12, b"abcdef")
+    (tmp_path / "nv.pb").write_bytes(blob_bytes(data) + nv_fork)
+    blob = one_json(ok("info", "--json", tmp_path / "nv.pb"))["blobs"][0]
+    assert [k["field"] for k in blob["kept_fork_fields"]] == [10, 12]
+    ok("convert", "--double", tmp_path / "nv.pb", "-o", tmp_path / "nv2.pb")
+    assert (tmp_path / "nv2.pb").read_bytes().endswith(nv_fork)
     # Without Caffe's own payload, field 10 is the values: one that does not decode is an error.
     (tmp_path / "bare.pb").write_bytes(blob_bytes(shape=(6,)) + fork[:fork.index(bytes([11 << 3 | 2]))])
     assert_error(invoke("info", "--stats", tmp_path / "bare.pb"), 3,
