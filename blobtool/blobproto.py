@@ -357,10 +357,12 @@ def parse_blob(buf, start: int = 0, end: int | None = None, *, path=None) -> Blo
     header = simple_header(buf, small.spans)
     if header is None:
         header = parse_header(buf, small.spans, path)
-    kept = ()
-    if failed or forks or raw or small.type_fields:
-        kept = _keep_fork_fields(buf, payloads, failed, forks + list(raw.values()), small, header)
-    return BlobRecord(header, payloads, start, end, path, field_offsets, small.unknown_bytes(), kept)
+    kept, unknown = (), bytes(small.unknown)
+    if failed or forks or raw or small.raw_types:
+        kept, pairs = _keep_fork_fields(payloads, failed, forks + list(raw.values()), small.raw_types, header)
+        if pairs:
+            unknown = _unknown_bytes(buf, start, end, pairs)
+    return BlobRecord(header, payloads, start, end, path, field_offsets, unknown, kept)
 
 
 class _SmallFields:
@@ -368,8 +370,7 @@ class _SmallFields:
 
     def __init__(self):
         self.spans = []             # (start, end) of the fields protobuf parses: all but the payloads
-        self.unknown = []           # (offset, bytes): the fields BlobProto does not hold, copied by runs
-        self.type_fields = {}       # raw payload name -> [(offset, end)] of its type fields
+        self.unknown = bytearray()  # the fields BlobProto does not hold, copied (a span each would cost more)
         self.field_offsets = {}     # number -> where it first occurs, for errors
         self.raw_types = {}         # raw payload name -> the value of its type field (the last one)
         self.shapes = []            # (offset, start, end) of the shape fields read one by one, for check_axes
@@ -381,22 +382,12 @@ class _SmallFields:
         unexpected wire type (protobuf keeps those as unknown fields; so does blobtool)."""
         if f.number in TYPE_FIELDS and f.wire_type == wire.VARINT:
             self.raw_types[TYPE_FIELDS[f.number]] = f.value
-            self.type_fields.setdefault(TYPE_FIELDS[f.number], []).append((f.offset, f.end))
             return
         wire.add_span(self.spans, f)
         if (f.number, f.wire_type) not in BLOB_WIRE_PAIRS:
-            self.keep(f.offset, bytes(buf[f.offset:f.end]))
+            self.unknown += buf[f.offset:f.end]
         elif f.number == SHAPE_FIELD:
             self.shapes.append((f.offset, f.start, f.end))
-
-    def keep(self, offset: int, data: bytes) -> None:
-        """Keep fields BlobProto does not hold (`data`, from `offset`) to be written back as they were."""
-        self.unknown.append((offset, data))
-
-    def unknown_bytes(self) -> bytes:
-        """The kept fields in file order."""
-        self.unknown.sort(key=lambda piece: piece[0])
-        return b"".join(data for _, data in self.unknown)
 
     def take_runs(self, buf, pos: int, end: int) -> int:
         """Take the fields from `pos` in bulk up to the next payload (or a field left to read_field); its position."""
@@ -405,7 +396,7 @@ class _SmallFields:
             wire.add_bytes(self.spans, run.start, run.end)
             known = np.isin(keys, _KNOWN_KEYS)
             if not known.all():
-                self.keep(int(run.offsets[~known][0]), _fields_bytes(buf, run, ~known))
+                self.unknown += _fields_bytes(buf, run, ~known)
             named = run.numbers <= max(BLOB_FIELD_NAMES)
             numbers, first = np.unique(run.numbers[named], return_index=True)
             for number, at in zip(numbers.tolist(), run.offsets[named][first].tolist()):
@@ -414,8 +405,6 @@ class _SmallFields:
                 typed = np.flatnonzero((run.numbers == number) & (run.wire_types == wire.VARINT))
                 if typed.size:  # the last one wins
                     self.raw_types[name] = wire.read_field(buf, int(run.offsets[typed[-1]]), end).value
-                    self.type_fields.setdefault(name, []).extend(
-                        zip(run.offsets[typed].tolist(), run.ends[typed].tolist()))
             shapes = (run.numbers == SHAPE_FIELD) & (run.wire_types == wire.LEN)
             if shapes.any():
                 dims = count_dims(buf, run.starts[shapes], run.ends[shapes])
@@ -442,13 +431,14 @@ def _fields_bytes(buf, run, chosen) -> bytes:
     return data[np.cumsum(edges[:-1]) > 0].tobytes()
 
 
-def _keep_fork_fields(buf, payloads: dict, failed: list, forks: list, small, header) -> tuple:
-    """Read the forks' fields as BVLC Caffe does when its own payload holds the values; ((number, why), ...).
+def _keep_fork_fields(payloads: dict, failed: list, forks: list, raw_types: dict, header) -> tuple:
+    """Read the forks' fields as BVLC Caffe does when its own payload holds the values.
 
-    Without double_data or data, the first fork field that did not decode is
-    the error. With them, each fork payload that did not decode or is not
-    the one its side takes values from, and each raw type field whose raw
-    payload is not in use, becomes an unknown field kept as it was; the
+    Returns (((number, why), ...), {(number, wire type)} to keep as unknown
+    fields). Without double_data or data, the first fork field that did not
+    decode is the error. With them, each fork payload that did not decode or
+    is not the one its side takes values from, and each raw type field whose
+    raw payload is not in use, becomes an unknown field kept as it was; the
     payloads they were read as are dropped.
     """
     standard = any(p.count > 0 for name, p in payloads.items() if PAYLOAD_BY_NAME[name].encoding == "packed"
@@ -456,7 +446,7 @@ def _keep_fork_fields(buf, payloads: dict, failed: list, forks: list, small, hea
     if not standard:
         if failed:
             raise min(failed, key=lambda item: item[0].offset)[1]
-        return ()
+        return (), set()
     why = {f.offset: exc.reason.split(": ", 1)[-1] for f, exc in failed}
     for f, _ in failed:  # a payload with an occurrence that did not decode is not in use
         payloads.pop(_PAYLOAD_BY_WIRE[(f.number, f.wire_type)].name, None)
@@ -470,22 +460,41 @@ def _keep_fork_fields(buf, payloads: dict, failed: list, forks: list, small, hea
         payloads.pop(diff)
         diff = _pick_from(payloads, _DIFF_ORDER)
     used = {_pick_from(payloads, _DATA_ORDER), diff}
-    kept = []
+    kept, pairs = [], set()
     for f in sorted(forks + [f for f, _ in failed if f not in forks], key=lambda f: f.offset):
         spec = _PAYLOAD_BY_WIRE[(f.number, f.wire_type)]
         if spec.name in used:
             continue
-        small.keep(f.offset, bytes(buf[f.offset:f.end]))
+        pairs.add((f.number, f.wire_type))
         payloads.pop(spec.name, None)
         kept.append((f.number, why.get(f.offset, f"not read as {spec.name}: the values are in Caffe's own fields")))
-    for name, spans in small.type_fields.items():
-        if name in used and name in payloads:
-            continue
-        for a, b in spans:
-            small.keep(a, bytes(buf[a:b]))
-        kept.append((PAYLOAD_BY_NAME[name].type_field, f"{name}_type without {name} in use"))
-    # One entry per field number, in number order.
-    return tuple(sorted(dict(reversed(kept)).items()))
+    for name in raw_types:
+        if name not in used:
+            number = PAYLOAD_BY_NAME[name].type_field
+            pairs.add((number, wire.VARINT))
+            kept.append((number, f"{name}_type without {name} in use"))
+    # One entry per field number (its first reason), in number order.
+    return tuple(sorted(dict(reversed(kept)).items())), pairs
+
+
+def _unknown_bytes(buf, start: int, end: int, kept: set) -> bytes:
+    """The fields of the BlobProto in buf[start:end] that BlobProto does not hold, or whose (number, wire type)
+    is in `kept`, in file order (parse_blob has read it once: nothing here is damaged)."""
+    keys = np.array(sorted(n * 8 + t for n, t in BLOB_WIRE_PAIRS - kept))
+    out = bytearray()
+    pos = start
+    while pos < end:
+        for run in wire.iter_runs(buf, pos, end):
+            other = ~np.isin(run.numbers * 8 + run.wire_types, keys)
+            if other.any():
+                out += _fields_bytes(buf, run, other)
+            pos = run.end
+        if pos < end:  # a field bulk indexing leaves (one longer than its window: a payload)
+            f = wire.read_field(buf, pos, end)
+            if (f.number, f.wire_type) not in BLOB_WIRE_PAIRS - kept:
+                out += buf[f.offset:f.end]
+            pos = f.end
+    return bytes(out)
 
 
 def _shape_count(header) -> int | None:
