@@ -288,6 +288,7 @@ def parse_blob(buf, start: int = 0, end: int | None = None, *, path=None) -> Blo
     raw = {}          # raw payload name -> Field of its last occurrence (optional bytes: last wins)
     forks = []        # the forks' half payload fields, as found
     failed = []       # (Field, FormatError) for the forks' payload fields that do not decode
+    halves = {}       # field number -> occurrences of a half payload met so far
     small = _SmallFields()
     pos = start
     in_a_row = 0
@@ -317,6 +318,11 @@ def parse_blob(buf, start: int = 0, end: int | None = None, *, path=None) -> Blo
             # ditcaffe's half_data: packed uint32 varints, each holding float16 bits.
             forks.append(f)
             label = wire.field_label(f.number, BLOB_FIELD_NAMES)
+            halves[f.number] = halves.get(f.number, 0) + 1
+            if halves[f.number] > _MAX_PIECES:
+                # Counted whether or not they decode: each costs a record kept until the end.
+                raise FormatError(f"{label} is split into more than {_MAX_PIECES} pieces (blobtool's limit)",
+                                  path=path, offset=f.offset)
             try:
                 values = wire.packed_uint16(buf, f, path=path, label=label, value_name="half_data value")
             except FormatError as exc:
