@@ -7,7 +7,7 @@ import signal
 import sys
 
 __all__ = ["single_threaded_blas", "keep_freed_memory", "stop_on_signals", "guard_standard_streams", "records",
-           "env_bytes", "PARALLEL_THRESHOLD"]
+           "env_bytes", "jobs_to_use", "PARALLEL_THRESHOLD"]
 
 # Below this much input in all, starting worker processes (about 0.25 s each
 # here) costs more than it saves; BLOBTOOL_PARALLEL_MIN_BYTES overrides it.
@@ -126,6 +126,19 @@ def _total_size(paths) -> int:
     return total
 
 
+def jobs_to_use(jobs) -> int:
+    """--jobs as it is used: the cores this process may run on (its CPU affinity) when not given, and never more.
+
+    More workers or threads than cores only take turns on them (each worker
+    process also costs its start-up and its memory), so a larger --jobs is
+    capped, without a message; `taskset -c 0 blobtool ...` works in one.
+    """
+    from ..kernels import available_cores
+
+    cores = available_cores()
+    return min(jobs, cores) if jobs else cores
+
+
 def records(paths: list, work, jobs, *, fail_fast: bool = True):
     """work(path) for each path, yielded in input order; in worker processes when several files are given.
 
@@ -148,7 +161,7 @@ def records(paths: list, work, jobs, *, fail_fast: bool = True):
                 raise
             return exc
 
-    jobs = jobs or os.cpu_count() or 1
+    jobs = jobs_to_use(jobs)
     threshold = env_bytes("BLOBTOOL_PARALLEL_MIN_BYTES", PARALLEL_THRESHOLD)
     names = [p for p in paths if isinstance(p, str)]
     if jobs == 1 or len(names) < 2 or "-" in names or _total_size(names) < threshold:
