@@ -40,6 +40,10 @@ try:
     import fcntl
 except ImportError:  # not on Windows: no leases there
     fcntl = None
+try:
+    import resource  # at start-up: with no descriptor left, the import itself would fail
+except ImportError:  # not on Windows
+    resource = None
 from dataclasses import dataclass
 
 from .errors import ExitCode, FormatError, OutputError, Stopped, UsageError
@@ -110,7 +114,7 @@ def open_source(src) -> Source:
         try:
             fd = os.open(os.fspath(src), os.O_RDONLY | getattr(os, "O_BINARY", 0))
         except OSError as exc:
-            raise FormatError(f"cannot open: {exc.strerror}", path=name) from exc
+            raise FormatError(cannot("open", exc), path=name) from exc
         try:
             return _open_fd(fd, name)
         finally:
@@ -129,6 +133,30 @@ def open_source(src) -> Source:
     raise UsageError(f"expected a path, '-' or a binary file object, got {type(src).__name__}")
 
 
+def cannot(verb: str, exc: OSError) -> str:
+    """'cannot VERB: <the OS's reason>', naming the limit that was reached when it is a resource.
+
+    Too many open files and a mapping refused for memory are the process's
+    environment, not the file (ulimit -n, ulimit -v); the message says which
+    limit, so that the line alone tells what to change.
+    """
+    import errno
+
+    reason = exc.strerror or str(exc)
+    limit = {errno.EMFILE: ("RLIMIT_NOFILE", "open files", "ulimit -n", 1),
+             errno.ENOMEM: ("RLIMIT_AS", "address space", "ulimit -v", 1024)}.get(exc.errno)
+    try:
+        soft = resource.getrlimit(getattr(resource, limit[0]))[0] if limit and resource else None
+    except (AttributeError, OSError, ValueError):
+        soft = None
+    if soft is not None and soft != resource.RLIM_INFINITY:
+        _, what, command, unit = limit
+        reason += f" (this process's limit on {what}, {command}, is {soft // unit}{' KiB' if unit > 1 else ''})"
+    elif exc.errno == errno.ENFILE:
+        reason += " (the system's limit on open files)"
+    return f"cannot {verb}: {reason}"
+
+
 def _refuse_device(st: os.stat_result, name: str) -> None:
     # A device has no size to check lengths against, and /dev/zero never
     # ends; /dev/null, the conventional nothing, reads as an empty stream.
@@ -143,10 +171,15 @@ def _refuse_device(st: os.stat_result, name: str) -> None:
 
 
 def _open_fd(fd: int, name: str) -> Source:
+    """Map or read the file open on `fd`; any OS error on the way (EMFILE, ENOMEM, EIO) is exit 3, one line."""
     try:
-        st = os.fstat(fd)
+        return _open_file(fd, name)
     except OSError as exc:
-        raise FormatError(f"cannot read: {exc.strerror}", path=name) from exc
+        raise FormatError(cannot("open", exc), path=name) from exc
+
+
+def _open_file(fd: int, name: str) -> Source:
+    st = os.fstat(fd)
     _refuse_device(st, name)
     if not stat.S_ISREG(st.st_mode) or st.st_size == 0:
         # A pipe, a socket, or a file whose size the kernel does not know (/proc/self/status).
@@ -169,7 +202,9 @@ def _open_fd(fd: int, name: str) -> Source:
 def _map(fd: int, name: str, size: int) -> Source:
     try:
         mapped = mmap.mmap(fd, size, access=mmap.ACCESS_COPY)
-    except (OSError, ValueError) as exc:
+    except OSError as exc:
+        raise FormatError(cannot("map the file", exc), path=name) from exc
+    except ValueError as exc:
         raise FormatError(f"cannot map the file: {exc}", path=name) from exc
     if hasattr(os, "preadv"):
         # A descriptor of its own, so that read_mapped() can read the file's
@@ -337,7 +372,7 @@ def atomic_output(dest):
     try:
         fd, tmp = tempfile.mkstemp(prefix=_temp_prefix(path), suffix=".tmp", dir=folder)
     except OSError as exc:
-        raise OutputError(f"cannot create a file in {folder}: {exc.strerror}", path=name) from exc
+        raise OutputError(cannot(f"create a file in {folder}", exc), path=name) from exc
     try:
         with os.fdopen(fd, "wb") as out:
             yield out
@@ -349,7 +384,7 @@ def atomic_output(dest):
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         if isinstance(exc, OSError):
-            raise OutputError(f"cannot write: {exc.strerror or exc}", path=name) from exc
+            raise OutputError(cannot("write", exc), path=name) from exc
         raise
     with contextlib.suppress(OSError):
         dir_fd = os.open(folder, os.O_RDONLY)

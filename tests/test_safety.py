@@ -685,3 +685,49 @@ def test_a_file_name_that_is_not_utf8_is_kept_byte_for_byte_in_json(tmp_path, sm
         assert base64.b64decode(record[key + "_base64"]) == raw
         assert list(record).index(key + "_base64") == list(record).index(key) + 1
         assert "path_base64" not in json.loads(run_blobtool("info", "--json", "small.pb", cwd=tmp_path).stdout)
+
+
+# -- the process's own limits: one line naming the limit, never a traceback --------------------------
+
+def _limited(which, value):
+    def preexec():
+        resource.setrlimit(which, (value, resource.getrlimit(which)[1]))
+    return preexec
+
+
+@pytest.mark.parametrize("command", ["compare in.pb in.pb", "info in.pb in.pb", "norm in.pb in.pb",
+                                     "convert in.pb -o out.npy"])
+def test_too_few_descriptors_is_exit_3_naming_the_limit(tmp_path, command):
+    write_float_blob(tmp_path / "in.pb", 1000)
+    outcomes = set()
+    for limit in range(5, 16):  # with 4, Python itself cannot start
+        res = subprocess.run(blobtool_cmd(*command.split()), cwd=tmp_path, env=subprocess_env(), capture_output=True,
+                             text=True, timeout=60, preexec_fn=_limited(resource.RLIMIT_NOFILE, limit))
+        if res.returncode == 0:
+            assert res.stderr == ""
+            outcomes.add(0)
+            continue
+        assert res.returncode in (3, 5), (limit, res.stderr)
+        # One line (info and norm: one per input they could not open).
+        for line in res.stderr.splitlines(keepends=True):
+            assert re.fullmatch(r"blobtool: (in|out)\.\w+: cannot [^:]+: Too many open files \(this process's "
+                                rf"limit on open files, ulimit -n, is {limit}\)\n", line), (limit, res.stderr)
+        assert command.startswith(("info", "norm")) or res.stderr.count("\n") == 1
+        outcomes.add(res.returncode)
+    assert 0 in outcomes and 3 in outcomes  # the limits tried reach from too few to enough
+    assert temps(tmp_path) == []
+
+
+@pytest.mark.skipif(sys.maxsize < 2 ** 40, reason="needs a 64-bit address space")
+def test_a_mapping_refused_for_address_space_is_exit_3_naming_the_limit(tmp_path):
+    # A sparse file of 3 GiB of zeros: more than the address space allowed (ulimit -v) can map.
+    count = 3 << 28
+    path = tmp_path / "in.pb"
+    with open(path, "wb") as f:
+        f.write(blob_bytes(shape=[count]) + wire.len_field_header(5, 4 * count))
+        f.truncate(f.tell() + 4 * count)
+    limit = 2 << 30
+    res = run_blobtool("norm", path, text=True, preexec_fn=_limited(resource.RLIMIT_AS, limit))
+    assert res.returncode == 3, res.stderr
+    assert res.stderr == (f"blobtool: {path}: cannot map the file: Cannot allocate memory (this process's limit on "
+                          f"address space, ulimit -v, is {limit // 1024} KiB)\n")
