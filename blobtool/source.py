@@ -418,26 +418,79 @@ def _temp_prefix(path: str) -> str:
 
 
 def _resolve_output(path: str) -> tuple:
-    """(the path to write, whether to write it in place instead of replacing it)."""
-    for _ in range(_MAX_LINKS):
+    """(the path to write, whether to write it in place instead of replacing it).
+
+    Every symbolic link on the way (the last component and the folders
+    before it) is followed here, one at a time, each only where the kernel's
+    protected_symlinks rule would follow it (_check_protected), whatever the
+    system's setting: what is then written is the file the links lead to.
+    """
+    # `resolved` is the path walked so far, with no link left in it.
+    resolved, rest, links = os.sep, _parts(os.path.abspath(path)), 0
+    while rest:
+        part = rest.pop(0)
+        if part in ("", "."):
+            continue
+        if part == "..":
+            resolved = os.path.dirname(resolved)
+            continue
+        here = os.path.join(resolved, part)
         try:
-            st = os.lstat(path)
-        except OSError:
-            return path, False  # a new file (a missing folder is reported when the file is made)
-        if stat.S_ISREG(st.st_mode):
-            return path, False
-        if stat.S_ISDIR(st.st_mode):
-            raise UsageError("is a directory", path=path)
-        if stat.S_ISBLK(st.st_mode):
-            raise UsageError("is a block device: blobtool writes files, FIFOs, character devices and sockets",
-                             path=path)
+            st = os.lstat(here)
+        except OSError:  # a new file (a missing folder is reported when the file is made)
+            return os.path.join(here, *rest), False
         if not stat.S_ISLNK(st.st_mode):
-            return path, True  # a FIFO, a character device or a socket
-        folder = os.path.dirname(os.path.abspath(path))
-        if _PROC_FD.match(os.path.realpath(folder)):
-            return path, True  # an open file of a process (/dev/stdout): written through it
-        path = os.path.join(folder, os.readlink(path))
-    raise OutputError("too many levels of symbolic links", path=path)
+            resolved = here
+            continue
+        if _PROC_FD.match(resolved):
+            return os.path.join(here, *rest), True  # an open file of a process (/dev/stdout): written through it
+        links += 1
+        if links > _MAX_LINKS:
+            raise OutputError("too many levels of symbolic links", path=path)
+        _check_protected(here, st, resolved, path)
+        target = os.readlink(here)
+        if os.path.isabs(target):
+            resolved = os.sep
+        rest = _parts(target) + rest
+    st = os.lstat(resolved)
+    if stat.S_ISREG(st.st_mode):
+        return resolved, False
+    if stat.S_ISDIR(st.st_mode):
+        raise UsageError("is a directory", path=path)
+    if stat.S_ISBLK(st.st_mode):
+        raise UsageError("is a block device: blobtool writes files, FIFOs, character devices and sockets",
+                         path=path)
+    return resolved, True  # a FIFO, a character device or a socket
+
+
+def _parts(path: str) -> list:
+    return path.replace(os.altsep or os.sep, os.sep).split(os.sep)
+
+
+def _check_protected(link: str, st: os.stat_result, folder: str, name: str) -> None:
+    """Refuse to follow `link` (lstat `st`, in `folder`) where the kernel's protected_symlinks rule would.
+
+    In a folder that is sticky and writable by everyone (/tmp, /var/tmp),
+    anyone may plant a link, and only its owner or the folder's owner may
+    remove it: following another user's link there would let that user
+    choose which file blobtool replaces (as root: any file). Linux refuses
+    such a follow when fs.protected_symlinks is 1 (most distributions set
+    it); blobtool applies the same rule whatever the setting, and on every
+    system: the link is followed only when it belongs to the user blobtool
+    runs as (the effective uid) or to the folder's owner.
+    """
+    if not hasattr(os, "geteuid"):
+        return
+    try:
+        where = os.stat(folder)
+    except OSError:
+        return
+    mode = where.st_mode
+    if not (mode & stat.S_ISVTX and mode & stat.S_IWOTH) or st.st_uid in (os.geteuid(), where.st_uid):
+        return
+    which = "a symbolic link" if os.path.abspath(name) == link else f"the symbolic link {link}"
+    raise OutputError(f"cannot write: refusing to follow {which} owned by uid {st.st_uid} in the sticky "
+                      f"world-writable folder {folder} (as the kernel's protected_symlinks rule)", path=name)
 
 
 def _open_direct(path: str, name: str):
