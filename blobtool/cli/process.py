@@ -147,7 +147,7 @@ def records(paths: list, work, jobs, *, fail_fast: bool = True):
     stops the run, as it would one file at a time; without, a BlobToolError
     of an input is yielded in its place and the run goes on.
     """
-    from ..errors import BlobToolError
+    from ..errors import BlobToolError, ExitCode
 
     def attempt(run, path):
         if isinstance(path, BlobToolError):
@@ -173,6 +173,7 @@ def records(paths: list, work, jobs, *, fail_fast: bool = True):
                 yield attempt(work, path)
         return
     import concurrent.futures
+    import concurrent.futures.process
     import multiprocessing
 
     # Fresh worker processes (spawn), each with one BLAS thread: forked
@@ -190,7 +191,15 @@ def records(paths: list, work, jobs, *, fail_fast: bool = True):
         futures = [path if isinstance(path, BlobToolError) else pool.submit(work, path, show_progress=False)
                    for path in paths]
         for future in futures:
-            yield attempt(lambda f: f.result(), future)
+            try:
+                yield attempt(lambda f: f.result(), future)
+            except concurrent.futures.process.BrokenProcessPool:
+                # A worker that found its input cut short under its memory map
+                # said so itself and left with exit 3 (source._on_fault).
+                codes = [p.exitcode for p in (getattr(pool, "_processes", None) or {}).values()]
+                if ExitCode.INPUT in codes:
+                    raise SystemExit(ExitCode.INPUT) from None
+                raise
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
         for name, value in saved.items():
