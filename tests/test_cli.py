@@ -1283,6 +1283,7 @@ def test_norm_gives_the_same_sums_with_one_job_or_all_cores(tmp_path, monkeypatc
     from blobtool import kernels
 
     monkeypatch.setattr(kernels, "PARALLEL_MIN_BYTES", 0)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3}, raising=False)  # --jobs 4 is not capped
     # Groups of chunks enough for four threads (asum_sumsq splits at group boundaries).
     values = np.random.default_rng(5).standard_normal(4 * kernels.GROUP * kernels.CHUNK + 3).astype(np.float32)
     path = write_blob(tmp_path / "big.pb", values)
@@ -1441,3 +1442,21 @@ def test_jobs_to_use_caps_at_the_cores_and_falls_back_to_the_cpu_count(monkeypat
     monkeypatch.setattr(os, "sched_getaffinity", no_affinity, raising=False)
     monkeypatch.setattr(os, "cpu_count", lambda: 3)
     assert (jobs_to_use(None), jobs_to_use(16)) == (3, 3)
+
+
+def _leave_with_exit_3(path, show_progress=True):
+    """A worker's work that ends its process as blobtool's SIGBUS handler does (its line said, exit 3)."""
+    if path.endswith("b.pb"):
+        os._exit(3)
+    return path
+
+
+def test_a_worker_that_leaves_with_exit_3_ends_the_command_with_exit_3(tmp_path, monkeypatch):
+    from blobtool.cli.process import records
+
+    monkeypatch.setenv("BLOBTOOL_PARALLEL_MIN_BYTES", "0")
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    paths = [str(write_blob(tmp_path / f"{name}.pb", np.arange(4, dtype=np.float32))) for name in "abc"]
+    with pytest.raises(SystemExit) as stopped:
+        list(records(paths, _leave_with_exit_3, None, fail_fast=False))
+    assert stopped.value.code == 3

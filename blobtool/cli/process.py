@@ -196,8 +196,11 @@ def records(paths: list, work, jobs, *, fail_fast: bool = True):
             except concurrent.futures.process.BrokenProcessPool:
                 # A worker that found its input cut short under its memory map
                 # said so itself and left with exit 3 (source._on_fault).
-                codes = [p.exitcode for p in (getattr(pool, "_processes", None) or {}).values()]
-                if ExitCode.INPUT in codes:
+                workers = list((getattr(pool, "_processes", None) or {}).values())
+                pool.shutdown(wait=True, cancel_futures=True)
+                for worker in workers:
+                    worker.join(timeout=10)
+                if ExitCode.INPUT in [worker.exitcode for worker in workers]:
                     raise SystemExit(ExitCode.INPUT) from None
                 raise
     finally:
