@@ -531,6 +531,58 @@ def test_an_input_that_cannot_be_leased_is_read_in_bounded_memory_with_the_same_
         assert res.stdout == leased[args[0]]  # the same figures, bit for bit
 
 
+# Runs a command as root (which loads every module it needs, where another user may not read them),
+# then as another user, on a file of root's: that user cannot lease it. Prints the second run's
+# output, then a JSON line: the inputs watched without a lease, and the process's peak RSS in KiB.
+AS_ANOTHER_USER = """
+import json, os, sys
+import blobtool.cli
+from blobtool import source
+uid, args = int(sys.argv[1]), sys.argv[2:]
+try:
+    blobtool.cli.main(args)
+except SystemExit:
+    pass
+os.setgroups([])
+os.setgid(uid)
+os.setuid(uid)
+watched, real = [], source._watch
+source._watch = lambda fd, name, mapped, st: (watched.append(name), real(fd, name, mapped, st))[1]
+sys.stdout.write("--\\n")
+try:
+    blobtool.cli.main(args)
+except SystemExit as exc:
+    code = exc.code
+peak = int([l for l in open("/proc/self/status") if l.startswith("VmHWM")][0].split()[1])
+print(json.dumps({"code": code, "watched": watched, "peak": peak}))
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0 or not os.path.exists("/proc/self/status"),
+                    reason="runs as root, then as another user (uid 65534); peak RSS from /proc")
+def test_another_users_file_is_read_without_a_lease_in_bounded_memory():
+    import tempfile
+
+    folder = Path(tempfile.mkdtemp(prefix="blobtool-test-"))  # pytest's own folder is root's alone
+    try:
+        folder.chmod(0o755)
+        path = write_float_blob(folder / "in.pb", 48 << 20)  # 192 MiB
+        path.chmod(0o644)
+        for command in (["norm", "--json"], ["info", "--stats", "--json"]):
+            res = subprocess.run([sys.executable, "-c", AS_ANOTHER_USER, "65534", *command, str(path)], cwd="/",
+                                 capture_output=True, text=True, env=subprocess_env(), timeout=300)
+            assert res.returncode == 0, res.stderr
+            as_root, rest = res.stdout.split("--\n")
+            as_nobody, report = rest.rsplit("\n", 2)[:2]
+            report = json.loads(report)
+            assert report["code"] in (0, None) and res.stderr == ""
+            assert report["watched"] == [str(path)]  # no lease for this user: mapped and watched
+            assert as_nobody.strip() == as_root.strip()  # the same figures, bit for bit
+            assert report["peak"] < 160 << 10  # KiB, both runs: a copy would be 192 MiB
+    finally:
+        shutil.rmtree(folder)
+
+
 @pytest.mark.parametrize("command", ["norm in.pb", "info --stats in.pb", "compare in.pb in.pb",
                                      "convert --double in.pb -o out.pb"])
 @pytest.mark.parametrize("lease", [True, False], ids=["leased", "unleased"])
