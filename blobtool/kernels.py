@@ -31,20 +31,33 @@ from .source import file_behind, read_mapped, release_pages
 __all__ = ["CHUNK", "GROUP", "Chunks", "buffer", "scratch", "set_threads", "get_threads", "using_threads",
            "map_chunks", "map_chunk_indices", "asum", "sumsq", "asum_sumsq", "scal", "axpy", "stats", "row_dots",
            "finite_values", "scaled", "minus", "nonfinite", "HIST_BINS", "histogram", "finite_range", "widened",
-           "chunk_done", "CountingNonFinite", "count_nonfinite"]
+           "chunk_done", "CountingNonFinite", "count_nonfinite", "available_cores"]
 
 # Elements per chunk: 64K float64 values (512 KiB) stay in L2 cache while they
 # are widened, squared and summed.
 CHUNK = 1 << 16
 
 # Threads the reductions (asum_sumsq, stats, nonfinite, map_chunks) may use:
-# 1 in the library unless set_threads() says otherwise, the core count (or
-# --jobs) in the blobtool command. Arrays smaller than PARALLEL_MIN_BYTES are
+# 1 in the library unless set_threads() says otherwise, the cores the process
+# may run on (or --jobs, at most that) in the blobtool command. Arrays smaller than PARALLEL_MIN_BYTES are
 # reduced in the calling thread.
 # Measured on 2 cores, 256 MiB of float32 with BLAS single-threaded: 56 ms
 # in one thread, 31 ms in two.
 _threads = 1
 PARALLEL_MIN_BYTES = 16 << 20
+
+def available_cores() -> int:
+    """The cores this process may run on: its CPU affinity (taskset, cgroup cpusets), else the CPU count.
+
+    os.cpu_count() counts the machine's cores; a process started with
+    `taskset -c 0` runs on one of them, and threads beyond that only take
+    turns on it.
+    """
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):  # no affinity on macOS and Windows
+        return os.cpu_count() or 1
+
 
 def set_threads(n: int) -> None:
     """Let the reductions split arrays over PARALLEL_MIN_BYTES across `n` threads (1: none)."""
@@ -58,9 +71,9 @@ def get_threads() -> int:
 
 @contextlib.contextmanager
 def using_threads(n: int | None):
-    """set_threads(n) for the duration of a with block (None: the CPU count)."""
+    """set_threads(n) for the duration of a with block (None: the cores this process may run on)."""
     previous = _threads
-    set_threads(n or os.cpu_count() or 1)
+    set_threads(n or available_cores())
     try:
         yield
     finally:

@@ -4,8 +4,9 @@ Inputs are memory-mapped copy-on-write (``mmap.ACCESS_COPY``): the blob's
 arrays view the file's pages directly, writes to them (scale, update) touch a
 private copy of the touched pages only, and the file itself never changes.
 Under guard_inputs() (the command line) each mapped file is also leased, so
-that a writer that truncates it cannot kill the reader with SIGBUS (see
-"guarding" below). Standard input, pipes and files the kernel reports as
+that a writer that truncates it cannot kill the reader with SIGBUS, or,
+where no lease can be had, watched for writes, with SIGBUS caught (see
+"guarding" and "watching" below). Standard input, pipes and files the kernel reports as
 empty (/proc) are read into memory once, at most stream_limit() bytes;
 devices and folders are refused.
 
@@ -33,13 +34,19 @@ import os
 import re
 import signal
 import stat
+import struct
 import sys
+import threading
 import weakref
 
 try:
     import fcntl
 except ImportError:  # not on Windows: no leases there
     fcntl = None
+try:
+    import resource  # at start-up: with no descriptor left, the import itself would fail
+except ImportError:  # not on Windows
+    resource = None
 from dataclasses import dataclass
 
 from .errors import ExitCode, FormatError, OutputError, Stopped, UsageError
@@ -95,8 +102,8 @@ def display_name(src) -> str:
 def open_source(src) -> Source:
     """Open a path, "-" (standard input) or a binary file object for reading.
 
-    Regular files are memory-mapped copy-on-write (or, when inputs are
-    guarded but the file cannot be leased, copied in and checked for changes);
+    Regular files are memory-mapped copy-on-write (when inputs are guarded,
+    leased, or watched where no lease can be had: see guard_inputs);
     pipes, sockets and files the kernel reports as empty (/proc) are read
     once into a bytearray (writable, so adopted arrays can be scaled in
     place), at most stream_limit() bytes. Devices and folders are refused.
@@ -110,7 +117,7 @@ def open_source(src) -> Source:
         try:
             fd = os.open(os.fspath(src), os.O_RDONLY | getattr(os, "O_BINARY", 0))
         except OSError as exc:
-            raise FormatError(f"cannot open: {exc.strerror}", path=name) from exc
+            raise FormatError(cannot("open", exc), path=name) from exc
         try:
             return _open_fd(fd, name)
         finally:
@@ -129,6 +136,30 @@ def open_source(src) -> Source:
     raise UsageError(f"expected a path, '-' or a binary file object, got {type(src).__name__}")
 
 
+def cannot(verb: str, exc: OSError) -> str:
+    """'cannot VERB: <the OS's reason>', naming the limit that was reached when it is a resource.
+
+    Too many open files and a mapping refused for memory are the process's
+    environment, not the file (ulimit -n, ulimit -v); the message says which
+    limit, so that the line alone tells what to change.
+    """
+    import errno
+
+    reason = exc.strerror or str(exc)
+    limit = {errno.EMFILE: ("RLIMIT_NOFILE", "open files", "ulimit -n", 1),
+             errno.ENOMEM: ("RLIMIT_AS", "address space", "ulimit -v", 1024)}.get(exc.errno)
+    try:
+        soft = resource.getrlimit(getattr(resource, limit[0]))[0] if limit and resource else None
+    except (AttributeError, OSError, ValueError):
+        soft = None
+    if soft is not None and soft != resource.RLIM_INFINITY:
+        _, what, command, unit = limit
+        reason += f" (this process's limit on {what}, {command}, is {soft // unit}{' KiB' if unit > 1 else ''})"
+    elif exc.errno == errno.ENFILE:
+        reason += " (the system's limit on open files)"
+    return f"cannot {verb}: {reason}"
+
+
 def _refuse_device(st: os.stat_result, name: str) -> None:
     # A device has no size to check lengths against, and /dev/zero never
     # ends; /dev/null, the conventional nothing, reads as an empty stream.
@@ -143,10 +174,15 @@ def _refuse_device(st: os.stat_result, name: str) -> None:
 
 
 def _open_fd(fd: int, name: str) -> Source:
+    """Map or read the file open on `fd`; any OS error on the way (EMFILE, ENOMEM, EIO) is exit 3, one line."""
     try:
-        st = os.fstat(fd)
+        return _open_file(fd, name)
     except OSError as exc:
-        raise FormatError(f"cannot read: {exc.strerror}", path=name) from exc
+        raise FormatError(cannot("open", exc), path=name) from exc
+
+
+def _open_file(fd: int, name: str) -> Source:
+    st = os.fstat(fd)
     _refuse_device(st, name)
     if not stat.S_ISREG(st.st_mode) or st.st_size == 0:
         # A pipe, a socket, or a file whose size the kernel does not know (/proc/self/status).
@@ -155,7 +191,11 @@ def _open_fd(fd: int, name: str) -> Source:
     if not _guarded:
         return _map(fd, name, st.st_size)
     if not _lease(fd):
-        return _read_file(fd, name)
+        if not _faults_caught:  # nothing would turn a truncation under the mapping into exit 3
+            return _read_file(fd, name)
+        source = _map(fd, name, st.st_size)
+        _watch(fd, name, source.buf, st)
+        return source
     st = os.fstat(fd)  # as it is now that no writer can come unnoticed
     if st.st_size == 0:
         return _read_file(fd, name)
@@ -169,7 +209,13 @@ def _open_fd(fd: int, name: str) -> Source:
 def _map(fd: int, name: str, size: int) -> Source:
     try:
         mapped = mmap.mmap(fd, size, access=mmap.ACCESS_COPY)
-    except (OSError, ValueError) as exc:
+    except OSError as exc:
+        raise FormatError(cannot("map the file", exc), path=name) from exc
+    except ValueError as exc:
+        now = os.fstat(fd).st_size
+        if now < size:  # cut short since it was opened (a file that cannot be leased)
+            raise FormatError(f"changed while it was read: {size} bytes when it was opened, {now} when it was "
+                              "mapped", path=name) from exc
         raise FormatError(f"cannot map the file: {exc}", path=name) from exc
     if hasattr(os, "preadv"):
         # A descriptor of its own, so that read_mapped() can read the file's
@@ -177,6 +223,8 @@ def _map(fd: int, name: str, size: int) -> Source:
         reader = os.dup(fd)
         _mapped[id(mapped)] = (reader, name)
         weakref.finalize(mapped, _forget, id(mapped), reader)
+    if _faults_caught:
+        _map_span(mapped, name)  # for the SIGBUS handler's line
     return Source(name, mapped, size)
 
 
@@ -185,12 +233,18 @@ _mapped: dict = {}  # id of a mapping -> (a descriptor of its file, the input's 
 
 def _forget(key: int, fd: int) -> None:
     _mapped.pop(key, None)
+    _spans.pop(key, None)
     with contextlib.suppress(OSError):
         os.close(fd)
 
 
 def _read_file(fd: int, name: str) -> Source:
-    """A regular file copied into memory, refused if it changed while it was read."""
+    """A regular file copied into memory, refused if it changed while it was read.
+
+    Only where a file can be neither leased nor watched safely: a leased
+    file the kernel reports as empty, or a system where blobtool cannot
+    catch SIGBUS (not Linux on x86-64 or ARM64).
+    """
     before = os.fstat(fd)
     data = bytearray(before.st_size)
     view = memoryview(data)
@@ -211,7 +265,8 @@ def _read_file(fd: int, name: str) -> Source:
 
 
 def _identity(st: os.stat_result) -> tuple:
-    return st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns
+    # Not the times: `touch` changes them and not the bytes (see "watching" below).
+    return st.st_dev, st.st_ino, st.st_size
 
 
 def stream_limit() -> int:
@@ -257,18 +312,20 @@ def _read_stream(stream, name: str) -> Source:
 # after removing its temporary output, and the lease goes with the mapping
 # at exit. A file that cannot be leased (another user's file without
 # CAP_LEASE, a file already open for writing, a file system without leases)
-# is copied into memory instead and refused if it changed meanwhile.
+# is mapped all the same and watched instead: see "watching" below.
 
 _guarded = False
+_signalled = False  # a watched input's change was reported by SIGIO
 _leases: dict = {}  # watched fd -> the input's name
 
 
 def guard_inputs() -> None:
-    """Lease mapped inputs from now on (the command line; call from the main thread)."""
+    """Lease mapped inputs from now on, and watch those that cannot be leased (the command line; main thread)."""
     global _guarded
     if _guarded or not hasattr(fcntl, "F_SETLEASE") or not hasattr(signal, "SIGIO"):
         return
     signal.signal(signal.SIGIO, _lease_broken)
+    _catch_faults()
     _guarded = True
 
 
@@ -285,6 +342,16 @@ def _lease(fd: int) -> bool:
     return True
 
 
+def _in_finalizer(frame) -> bool:
+    """Whether `frame` runs inside a weakref finalizer (at exit too), where an exception would be dropped."""
+    codes = (weakref.finalize.__call__.__code__, weakref.finalize._exitfunc.__code__)
+    while frame is not None:
+        if frame.f_code in codes:
+            return True
+        frame = frame.f_back
+    return False
+
+
 def _unwatch(fd: int) -> None:
     _leases.pop(fd, None)
     with contextlib.suppress(OSError):
@@ -292,6 +359,17 @@ def _unwatch(fd: int) -> None:
 
 
 def _lease_broken(signum, frame) -> None:
+    global _signalled
+    if _signalled or frame is not None and frame.f_code is _on_fault.__code__:
+        return  # stopping already (or inside the SIGBUS handler, which stops the command with this news)
+    changed = _changed_watched()
+    if changed:
+        if _in_finalizer(frame):
+            # An exception raised in a finalizer is printed and dropped: come back once it is done.
+            signal.pthread_kill(threading.main_thread().ident, signal.SIGIO)
+            return
+        _signalled = True  # one stop, however many writes come (read_mapped and commits still check)
+        raise Stopped(f"{changed}: {WRITTEN}", ExitCode.INPUT)
     for fd, name in list(_leases.items()):
         try:
             breaking = fcntl.fcntl(fd, fcntl.F_GETLEASE) != fcntl.F_RDLCK
@@ -301,6 +379,191 @@ def _lease_broken(signum, frame) -> None:
             _leases.clear()  # one stop, however many writers come
             raise Stopped(f"{name}: changed while it was read: another process opened it for writing "
                           "or truncated it", ExitCode.INPUT)
+
+
+# -- watching mapped inputs that cannot be leased ------------------------------
+#
+# Without a lease nothing holds a writer back, so the file is mapped as
+# usual (no copy: memory stays what it is with a lease) and three things
+# stand in for the lease:
+#
+# - inotify (Linux) reports every write and truncate of the file
+#   (IN_MODIFY), by any process, and tells blobtool with SIGIO as a broken
+#   lease does: the command stops with exit 3. Timestamps (`touch`,
+#   IN_ATTRIB) are not watched: they change no byte. The reads of values
+#   from the file (read_mapped) and the commit of an output also look for
+#   such events themselves, and compare the file's size and inode with what
+#   they were when it was opened.
+# - The values are read from the file with preadv (read_mapped), where a
+#   file that came to an end early is a short read, never a signal.
+# - What still goes through the mapping (headers, small arrays, the values
+#   a writer copies out) would die of SIGBUS at a page past a new end. A
+#   SIGBUS handler (_catch_faults) turns that into the same one line and
+#   exit 3, after removing the temporary outputs; it does not return to the
+#   faulting code, which cannot go on.
+#
+# Limits: a write through another process's shared mapping of the file, or
+# by another machine on a network file system, raises no inotify event; a
+# write of the same length then goes unseen, as it would by any reader that
+# does not lock. Where inotify is missing or its limits are reached, only the
+# size and inode are compared. Where the SIGBUS handler cannot be installed
+# (other systems or processors), the file is copied into memory as before.
+
+WRITTEN = "changed while it was read: another process wrote to it or truncated it"
+_CUT_UNDER_MAP = ("changed while it was read: it ended before a byte read through its memory map (another process "
+                  "truncated it, or its storage failed)")
+_watched: dict = {}  # a reader descriptor of a mapped input -> (name, identity at open, inotify watch or None)
+_watches: dict = {}  # inotify watch -> [name, how many mapped inputs use it]
+_inotify = None  # the process's inotify descriptor (None: not made yet; -1: none to be had)
+_changes: list = []  # names of watched inputs that changed (found by any thread)
+_IN_MODIFY = 0x2
+
+
+def _watch(fd: int, name: str, mapped, st: os.stat_result) -> None:
+    """Watch the unleased input open on `fd` (mapped as `mapped`) for as long as the mapping lives."""
+    reader = _mapped.get(id(mapped), (None,))[0]
+    wd = _add_watch(fd, name)
+    if reader is not None:
+        _watched[reader] = (name, _identity(st), wd)
+    weakref.finalize(mapped, _stop_watching, reader, wd)
+
+
+def _libc():
+    import ctypes
+
+    return ctypes.CDLL(None, use_errno=True)
+
+
+def _add_watch(fd: int, name: str):
+    global _inotify
+    if _inotify is None:
+        _inotify = -1
+        with contextlib.suppress(Exception):
+            libc = _libc()
+            made = libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
+            if made >= 0:
+                # SIGIO when an event arrives, as for a broken lease.
+                fcntl.fcntl(made, fcntl.F_SETOWN, os.getpid())
+                fcntl.fcntl(made, fcntl.F_SETFL, fcntl.fcntl(made, fcntl.F_GETFL) | os.O_ASYNC | os.O_NONBLOCK)
+                _inotify = made
+    if _inotify < 0:
+        return None
+    try:
+        wd = _libc().inotify_add_watch(_inotify, f"/proc/self/fd/{fd}".encode(), _IN_MODIFY)
+    except Exception:  # noqa: BLE001 - a missing inotify leaves the size and inode checks
+        return None
+    if wd < 0:
+        return None
+    _watches.setdefault(wd, [name, 0])[1] += 1
+    return wd
+
+
+def _stop_watching(reader, wd) -> None:
+    if reader is not None:
+        _watched.pop(reader, None)
+    if wd is not None and wd in _watches:
+        _watches[wd][1] -= 1
+        if _watches[wd][1] == 0:
+            del _watches[wd]
+            with contextlib.suppress(Exception):
+                _libc().inotify_rm_watch(_inotify, wd)
+
+
+def _changed_watched() -> str | None:
+    """The name of a watched input that another process wrote to or truncated since it was opened, or None."""
+    if _inotify is not None and _inotify >= 0 and _watches:
+        while True:
+            try:
+                events = os.read(_inotify, 65536)
+            except OSError:  # EAGAIN: none pending
+                break
+            pos = 0
+            while pos + 16 <= len(events):
+                wd, mask, _, length = struct.unpack_from("iIII", events, pos)
+                pos += 16 + length
+                if mask & _IN_MODIFY and wd in _watches:
+                    _changes.append(_watches[wd][0])
+    for reader, (name, identity, _) in list(_watched.items()):
+        with contextlib.suppress(OSError):
+            if _identity(os.fstat(reader)) != identity:
+                _changes.append(name)
+    return _changes[0] if _changes else None
+
+
+def check_inputs() -> None:
+    """Raise FormatError (exit 3) if a watched input changed (before an output is committed)."""
+    changed = _changed_watched()
+    if changed:
+        raise FormatError(WRITTEN, path=changed)
+
+
+# -- SIGBUS: a page of a mapped input that is no longer there -------------------
+
+_faults_caught = False
+_spans: dict = {}  # id of a mapping -> (first address, end address, the line to print)
+_temporaries: set = set()  # temporary outputs being written (removed before a SIGBUS exit)
+_handler = None  # the C-callable handler, kept alive
+
+
+def _map_span(mapped, name: str) -> None:
+    import ctypes
+
+    if not len(mapped):
+        return
+    start = ctypes.addressof(ctypes.c_char.from_buffer(mapped))
+    shown = "".join(c if c.isprintable() else repr(c)[1:-1] for c in name)
+    line = f"blobtool: {shown}: {_CUT_UNDER_MAP}\n"
+    _spans[id(mapped)] = (start, start + len(mapped), line.encode("utf-8", "backslashreplace"))
+
+
+def _catch_faults() -> None:
+    """Install the SIGBUS handler that ends the command with exit 3 and one line (Linux, x86-64 and ARM64).
+
+    Python's own signal handlers run between bytecodes, and a fault inside
+    numpy's or the parser's C code would be retried forever; this handler
+    is called by the C library directly (ctypes), prints the line, removes
+    the temporary outputs and leaves with os._exit(3).
+    """
+    global _faults_caught, _handler, _ctypes
+    if _faults_caught or not sys.platform.startswith("linux") or os.uname().machine not in ("x86_64", "aarch64"):
+        return
+    try:
+        import ctypes
+
+        _ctypes = ctypes
+
+        class SigAction(ctypes.Structure):  # glibc's and musl's struct sigaction on these processors
+            _fields_ = [("handler", ctypes.c_void_p), ("mask", ctypes.c_ubyte * 128), ("flags", ctypes.c_int),
+                        ("restorer", ctypes.c_void_p)]
+
+        handler_type = ctypes.CFUNCTYPE(None, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p)
+        _handler = handler_type(_on_fault)
+        action = SigAction()
+        action.handler = ctypes.cast(_handler, ctypes.c_void_p)
+        action.flags = 4  # SA_SIGINFO
+        if _libc().sigaction(signal.SIGBUS, ctypes.byref(action), None) != 0:
+            return
+    except Exception:  # noqa: BLE001 - no handler: unleased inputs are copied instead
+        return
+    _faults_caught = True
+
+
+def _on_fault(signum, info, context) -> None:
+    try:
+        address = _ctypes.cast(info, _ctypes.POINTER(_ctypes.c_void_p))[2] or 0  # siginfo_t's si_addr (64-bit)
+        line = next((text for start, end, text in list(_spans.values()) if start <= address < end), _UNKNOWN_FAULT)
+        with contextlib.suppress(OSError):
+            os.write(2, line)
+        for tmp in list(_temporaries):
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+    finally:
+        os._exit(ExitCode.INPUT)  # never back to the faulting instruction
+
+
+_UNKNOWN_FAULT = (b"blobtool: an input changed while it was read: it ended before a byte read through its memory map "
+                  b"(another process truncated it, or its storage failed)\n")
+_ctypes = None
 
 
 @contextlib.contextmanager
@@ -337,20 +600,25 @@ def atomic_output(dest):
     try:
         fd, tmp = tempfile.mkstemp(prefix=_temp_prefix(path), suffix=".tmp", dir=folder)
     except OSError as exc:
-        raise OutputError(f"cannot create a file in {folder}: {exc.strerror}", path=name) from exc
+        raise OutputError(cannot(f"create a file in {folder}", exc), path=name) from exc
+    _temporaries.add(tmp)
     try:
         with os.fdopen(fd, "wb") as out:
             yield out
             out.flush()
             os.fsync(out.fileno())
         _copy_mode(path, tmp)
+        check_inputs()
         os.replace(tmp, path)
     except BaseException as exc:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         if isinstance(exc, OSError):
-            raise OutputError(f"cannot write: {exc.strerror or exc}", path=name) from exc
+            _input_fault(exc)
+            raise OutputError(cannot("write", exc), path=name) from exc
         raise
+    finally:
+        _temporaries.discard(tmp)
     with contextlib.suppress(OSError):
         dir_fd = os.open(folder, os.O_RDONLY)
         try:
@@ -367,7 +635,23 @@ def _direct(out, name: str):
     except BrokenPipeError:
         raise  # the reader went away: the command line stops quietly
     except OSError as exc:
+        _input_fault(exc)
         raise OutputError(f"cannot write: {exc.strerror or exc}", path=name) from exc
+
+
+def _input_fault(exc: OSError) -> None:
+    """Raise FormatError (exit 3) when a failed write failed for its input: bytes gone from under the mapping.
+
+    A write(2) of bytes from a mapped input whose file was cut short since
+    is EFAULT ("Bad address") where touching them would be SIGBUS.
+    """
+    import errno
+
+    if exc.errno == errno.EFAULT:
+        check_inputs()
+        name = next((name for _, name in list(_mapped.values())), None)
+        if name is not None:
+            raise FormatError(_CUT_UNDER_MAP, path=name) from exc
 
 
 # Temporary names stay within NAME_MAX (255 bytes on most file systems): the
@@ -383,26 +667,79 @@ def _temp_prefix(path: str) -> str:
 
 
 def _resolve_output(path: str) -> tuple:
-    """(the path to write, whether to write it in place instead of replacing it)."""
-    for _ in range(_MAX_LINKS):
+    """(the path to write, whether to write it in place instead of replacing it).
+
+    Every symbolic link on the way (the last component and the folders
+    before it) is followed here, one at a time, each only where the kernel's
+    protected_symlinks rule would follow it (_check_protected), whatever the
+    system's setting: what is then written is the file the links lead to.
+    """
+    # `resolved` is the path walked so far, with no link left in it.
+    resolved, rest, links = os.sep, _parts(os.path.abspath(path)), 0
+    while rest:
+        part = rest.pop(0)
+        if part in ("", "."):
+            continue
+        if part == "..":
+            resolved = os.path.dirname(resolved)
+            continue
+        here = os.path.join(resolved, part)
         try:
-            st = os.lstat(path)
-        except OSError:
-            return path, False  # a new file (a missing folder is reported when the file is made)
-        if stat.S_ISREG(st.st_mode):
-            return path, False
-        if stat.S_ISDIR(st.st_mode):
-            raise UsageError("is a directory", path=path)
-        if stat.S_ISBLK(st.st_mode):
-            raise UsageError("is a block device: blobtool writes files, FIFOs, character devices and sockets",
-                             path=path)
+            st = os.lstat(here)
+        except OSError:  # a new file (a missing folder is reported when the file is made)
+            return os.path.join(here, *rest), False
         if not stat.S_ISLNK(st.st_mode):
-            return path, True  # a FIFO, a character device or a socket
-        folder = os.path.dirname(os.path.abspath(path))
-        if _PROC_FD.match(os.path.realpath(folder)):
-            return path, True  # an open file of a process (/dev/stdout): written through it
-        path = os.path.join(folder, os.readlink(path))
-    raise OutputError("too many levels of symbolic links", path=path)
+            resolved = here
+            continue
+        if _PROC_FD.match(resolved):
+            return os.path.join(here, *rest), True  # an open file of a process (/dev/stdout): written through it
+        links += 1
+        if links > _MAX_LINKS:
+            raise OutputError("too many levels of symbolic links", path=path)
+        _check_protected(here, st, resolved, path)
+        target = os.readlink(here)
+        if os.path.isabs(target):
+            resolved = os.sep
+        rest = _parts(target) + rest
+    st = os.lstat(resolved)
+    if stat.S_ISREG(st.st_mode):
+        return resolved, False
+    if stat.S_ISDIR(st.st_mode):
+        raise UsageError("is a directory", path=path)
+    if stat.S_ISBLK(st.st_mode):
+        raise UsageError("is a block device: blobtool writes files, FIFOs, character devices and sockets",
+                         path=path)
+    return resolved, True  # a FIFO, a character device or a socket
+
+
+def _parts(path: str) -> list:
+    return path.replace(os.altsep or os.sep, os.sep).split(os.sep)
+
+
+def _check_protected(link: str, st: os.stat_result, folder: str, name: str) -> None:
+    """Refuse to follow `link` (lstat `st`, in `folder`) where the kernel's protected_symlinks rule would.
+
+    In a folder that is sticky and writable by everyone (/tmp, /var/tmp),
+    anyone may plant a link, and only its owner or the folder's owner may
+    remove it: following another user's link there would let that user
+    choose which file blobtool replaces (as root: any file). Linux refuses
+    such a follow when fs.protected_symlinks is 1 (most distributions set
+    it); blobtool applies the same rule whatever the setting, and on every
+    system: the link is followed only when it belongs to the user blobtool
+    runs as (the effective uid) or to the folder's owner.
+    """
+    if not hasattr(os, "geteuid"):
+        return
+    try:
+        where = os.stat(folder)
+    except OSError:
+        return
+    mode = where.st_mode
+    if not (mode & stat.S_ISVTX and mode & stat.S_IWOTH) or st.st_uid in (os.geteuid(), where.st_uid):
+        return
+    which = "a symbolic link" if os.path.abspath(name) == link else f"the symbolic link {link}"
+    raise OutputError(f"cannot write: refusing to follow {which} owned by uid {st.st_uid} in the sticky "
+                      f"world-writable folder {folder} (as the kernel's protected_symlinks rule)", path=name)
 
 
 def _open_direct(path: str, name: str):
@@ -540,6 +877,8 @@ def read_mapped(fd: int, offset: int, into) -> None:
             raise FormatError(f"changed while it was read: it ends at byte {offset + done}, before the "
                               f"{len(view)} bytes wanted from byte {offset}", path=_name_of(fd))
         done += n
+    if fd in _watched:  # not leased: look for writers here too (about 2 us a read)
+        check_inputs()
 
 
 def _name_of(fd: int) -> str | None:

@@ -1283,6 +1283,7 @@ def test_norm_gives_the_same_sums_with_one_job_or_all_cores(tmp_path, monkeypatc
     from blobtool import kernels
 
     monkeypatch.setattr(kernels, "PARALLEL_MIN_BYTES", 0)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3}, raising=False)  # --jobs 4 is not capped
     # Groups of chunks enough for four threads (asum_sumsq splits at group boundaries).
     values = np.random.default_rng(5).standard_normal(4 * kernels.GROUP * kernels.CHUNK + 3).astype(np.float32)
     path = write_blob(tmp_path / "big.pb", values)
@@ -1341,6 +1342,7 @@ def test_compare_splits_large_blobs_over_the_cores_and_restores_the_setting(tmp_
     from blobtool import kernels
 
     monkeypatch.setattr(kernels, "PARALLEL_MIN_BYTES", 0)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2}, raising=False)
     monkeypatch.setattr(os, "cpu_count", lambda: 3)
     split = []
     real = kernels._in_threads
@@ -1354,3 +1356,107 @@ def test_compare_splits_large_blobs_over_the_cores_and_restores_the_setting(tmp_
     assert result.exit_code == 0, result.stderr
     assert split and set(split) == {3}
     assert kernels.get_threads() == previous
+
+
+# -- --jobs: the cores the process may run on -------------------------------------------------
+
+# Runs blobtool in a child pinned to the CPUs given first (as `taskset -c` does) and prints, after
+# the command's own output, how many worker processes and threads its work was split over.
+_PINNED = """
+import os, sys, json, concurrent.futures
+os.sched_setaffinity(0, {int(c) for c in sys.argv[1].split(',')})
+from blobtool import kernels
+seen = {"threads": [], "workers": []}
+real_in_threads, real_pool = kernels._in_threads, concurrent.futures.ProcessPoolExecutor
+def in_threads(fn, arg_lists):
+    seen["threads"].append(len(arg_lists))
+    return real_in_threads(fn, arg_lists)
+def pool(*args, **kw):
+    seen["workers"].append(kw["max_workers"])
+    return real_pool(*args, **kw)
+kernels._in_threads, concurrent.futures.ProcessPoolExecutor = in_threads, pool
+from blobtool.cli import main
+try:
+    main(sys.argv[2:])
+except SystemExit as exc:
+    print(json.dumps(seen))
+    raise
+"""
+
+
+needs_affinity = pytest.mark.skipif(not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2,
+                                    reason="needs CPU affinity (Linux) and at least 2 cores to pin to one")
+
+
+def _pinned(cpus: str, *args, env=None):
+    res = subprocess.run([sys.executable, "-c", _PINNED, cpus, *map(str, args)], capture_output=True, text=True,
+                         env=env or subprocess_env(), timeout=120)
+    *records, seen = res.stdout.splitlines()
+    return res, records, json.loads(seen)
+
+
+@needs_affinity
+@pytest.mark.parametrize("jobs", [[], ["--jobs", "16"]])
+def test_jobs_default_and_cap_follow_the_cpu_affinity(tmp_path, jobs):
+    from blobtool import kernels
+
+    # One large blob (split over threads above PARALLEL_MIN_BYTES) and several files (worker processes).
+    big = write_blob(tmp_path / "big.pb", np.ones((kernels.PARALLEL_MIN_BYTES // 4) * 2, dtype=np.float32))
+    small = [write_blob(tmp_path / f"s{k}.pb", np.arange(10, dtype=np.float32) + k) for k in range(3)]
+    env = subprocess_env(BLOBTOOL_PARALLEL_MIN_BYTES="0")
+    one_core, records, seen = _pinned("0", "norm", "--json", *jobs, big)
+    assert one_core.returncode == 0, one_core.stderr
+    assert seen["threads"] == []  # one core: the sums stay in the calling thread
+    assert json.loads(records[0])["blobs"][0]["data"]["asum"] == float(2 * kernels.PARALLEL_MIN_BYTES // 4)
+    res, records, seen = _pinned("0", "norm", "--json", *jobs, *small, env=env)
+    assert res.returncode == 0, res.stderr
+    assert seen["workers"] == [] and len(records) == 3  # one core: no worker processes
+    res, _, seen = _pinned("0,1", "norm", "--json", *jobs, big)
+    assert res.returncode == 0, res.stderr
+    assert seen["threads"] and set(seen["threads"]) == {2}
+    res, records, seen = _pinned("0,1", "norm", "--json", *jobs, *small, env=env)
+    assert res.returncode == 0, res.stderr
+    assert seen["workers"] == [2] and len(records) == 3
+
+
+@needs_affinity
+def test_compare_uses_the_cores_of_its_affinity(tmp_path):
+    from blobtool import kernels
+
+    values = np.ones((kernels.PARALLEL_MIN_BYTES // 4) * 2, dtype=np.float32)
+    a, b = write_blob(tmp_path / "a.pb", values), write_blob(tmp_path / "b.pb", values)
+    res, _, seen = _pinned("0", "compare", a, b)
+    assert res.returncode == 0, res.stderr
+    assert seen["threads"] == []
+
+
+def test_jobs_to_use_caps_at_the_cores_and_falls_back_to_the_cpu_count(monkeypatch):
+    from blobtool.cli.process import jobs_to_use
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {3, 5}, raising=False)
+    assert (jobs_to_use(None), jobs_to_use(1), jobs_to_use(2), jobs_to_use(16)) == (2, 1, 2, 2)
+
+    def no_affinity(pid):
+        raise AttributeError("no sched_getaffinity here")
+
+    monkeypatch.setattr(os, "sched_getaffinity", no_affinity, raising=False)
+    monkeypatch.setattr(os, "cpu_count", lambda: 3)
+    assert (jobs_to_use(None), jobs_to_use(16)) == (3, 3)
+
+
+def _leave_with_exit_3(path, show_progress=True):
+    """A worker's work that ends its process as blobtool's SIGBUS handler does (its line said, exit 3)."""
+    if path.endswith("b.pb"):
+        os._exit(3)
+    return path
+
+
+def test_a_worker_that_leaves_with_exit_3_ends_the_command_with_exit_3(tmp_path, monkeypatch):
+    from blobtool.cli.process import records
+
+    monkeypatch.setenv("BLOBTOOL_PARALLEL_MIN_BYTES", "0")
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    paths = [str(write_blob(tmp_path / f"{name}.pb", np.arange(4, dtype=np.float32))) for name in "abc"]
+    with pytest.raises(SystemExit) as stopped:
+        list(records(paths, _leave_with_exit_3, None, fail_fast=False))
+    assert stopped.value.code == 3

@@ -194,6 +194,165 @@ def test_a_symlink_loop_is_exit_5_one_line(tmp_path, small):
     assert os.readlink(tmp_path / "a.pb") == "b.pb"
 
 
+# -- links in sticky world-writable folders (the kernel's protected_symlinks rule) -----------------
+
+OTHER_UID = 65534  # nobody
+can_chown = pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0,
+                               reason="giving a link to another user (os.lchown) needs root")
+
+
+def sticky(folder: Path, owner: int | None = None) -> Path:
+    """`folder` made, sticky and writable by everyone (as /tmp), owned by `owner` when given."""
+    folder.mkdir()
+    folder.chmod(0o1777)
+    if owner is not None:
+        os.chown(folder, owner, -1)
+    return folder
+
+
+def link(path: Path, target, owner: int | None = None) -> Path:
+    path.symlink_to(target)
+    if owner is not None:
+        os.lchown(path, owner, -1)
+    return path
+
+
+def refusal(name, uid: int, folder: Path, link_path=None) -> str:
+    which = "a symbolic link" if link_path is None else f"the symbolic link {link_path}"
+    return (f"blobtool: {name}: cannot write: refusing to follow {which} owned by uid {uid} in the sticky "
+            f"world-writable folder {folder} (as the kernel's protected_symlinks rule)\n")
+
+
+@can_chown
+@pytest.mark.parametrize("fmt", ["blob", "npz"])
+def test_another_users_link_in_a_sticky_world_writable_folder_is_not_followed(tmp_path, small, fmt):
+    target = tmp_path / "config"
+    target.write_bytes(EARLIER)
+    shared = sticky(tmp_path / "shared")
+    planted = link(shared / "out.pb", target, OTHER_UID)
+    result = run_blobtool("convert", "--format", fmt, small, "-o", planted, text=True)
+    assert result.returncode == 5
+    assert result.stderr == refusal(planted, OTHER_UID, shared)
+    assert target.read_bytes() == EARLIER
+    assert planted.is_symlink() and leftovers(tmp_path) == [] and leftovers(shared) == []
+
+
+@can_chown
+@pytest.mark.parametrize("case", ["mine", "the folder owner's", "not sticky", "sticky, not world-writable"])
+def test_links_the_rule_allows_are_followed(tmp_path, small, expected, case):
+    target = tmp_path / "w.pb"
+    target.write_bytes(EARLIER)
+    if case == "mine":
+        folder, owner = sticky(tmp_path / "shared"), None
+    elif case == "the folder owner's":
+        folder, owner = sticky(tmp_path / "shared", OTHER_UID), OTHER_UID
+    else:
+        folder, owner = tmp_path / "shared", OTHER_UID
+        folder.mkdir()
+        folder.chmod(0o777 if case == "not sticky" else 0o1775)
+    planted = link(folder / "out.pb", target, owner)
+    result = run_blobtool("convert", "--double", small, "-o", planted, text=True)
+    assert result.returncode == 0, result.stderr
+    assert target.read_bytes() == expected["blob"]
+    assert planted.is_symlink()
+
+
+@can_chown
+def test_every_link_of_a_chain_and_of_the_folders_is_checked_in_its_own_folder(tmp_path, small, expected):
+    target = tmp_path / "w.pb"
+    target.write_bytes(EARLIER)
+    first, second = sticky(tmp_path / "first"), sticky(tmp_path / "second")
+    # Mine in the first folder, leading to another user's link in the second: refused at the second.
+    link(second / "b.pb", target, OTHER_UID)
+    chain = link(first / "a.pb", second / "b.pb")
+    result = run_blobtool("convert", small, "-o", chain, text=True)
+    assert result.returncode == 5
+    assert result.stderr == refusal(chain, OTHER_UID, second, second / "b.pb")
+    # A folder reached through another user's link in a sticky folder: refused the same way.
+    (tmp_path / "real").mkdir()
+    through = link(first / "d", tmp_path / "real", OTHER_UID)
+    result = run_blobtool("convert", small, "-o", through / "out.pb", text=True)
+    assert result.returncode == 5
+    assert result.stderr == refusal(through / "out.pb", OTHER_UID, first, through)
+    assert list((tmp_path / "real").iterdir()) == []
+    assert target.read_bytes() == EARLIER
+    # The same chain made of links the rule allows is followed to its end.
+    (second / "b.pb").unlink()
+    link(second / "b.pb", target)
+    result = run_blobtool("convert", "--double", small, "-o", chain, text=True)
+    assert result.returncode == 0, result.stderr
+    assert target.read_bytes() == expected["blob"]
+
+
+# Runs blobtool as another user: the interpreter and blobtool are loaded as root (they may lie
+# where that user cannot read; a first run of the command, as root into a folder of its own, loads
+# every module it needs), then the process becomes the user and runs the command.
+AS_USER = """
+import os, shutil, sys, tempfile
+import blobtool.cli
+uid, args = int(sys.argv[1]), sys.argv[2:]
+scratch = tempfile.mkdtemp()
+try:
+    blobtool.cli.main([*args[:-1], os.path.join(scratch, os.path.basename(args[-1]))])
+except SystemExit:
+    pass
+shutil.rmtree(scratch)
+os.setgroups([])
+os.setgid(uid)
+os.setuid(uid)
+blobtool.cli.main(args)
+"""
+
+
+def run_as(uid: int, *args):
+    import subprocess
+    import sys
+
+    from runner import subprocess_env
+
+    # (the last argument is the output, which the first run replaces with its own)
+    return subprocess.run([sys.executable, "-c", AS_USER, str(uid), *map(str, args)], capture_output=True, text=True,
+                          env=subprocess_env(), timeout=60, cwd="/")
+
+
+@pytest.fixture
+def open_folder():
+    """A folder in the system's temporary folder that every user may reach (pytest's own is root's alone)."""
+    import shutil
+    import tempfile
+
+    folder = Path(tempfile.mkdtemp(prefix="blobtool-test-"))
+    folder.chmod(0o755)
+    yield folder
+    shutil.rmtree(folder)
+
+
+@can_chown
+def test_as_another_user_only_its_own_links_and_the_folder_owners_are_followed(open_folder):
+    # blobtool runs as nobody; the sticky folder belongs to root; links by nobody, root and a third user.
+    shared = sticky(open_folder / "shared")
+    source = write_blob(open_folder / "small.pb", VALUES)
+    source.chmod(0o644)
+    out = open_folder / "mine"
+    out.mkdir()
+    os.chown(out, OTHER_UID, -1)
+    target = out / "w.pb"
+    target.write_bytes(EARLIER)
+    os.chown(target, OTHER_UID, -1)
+    outcomes = {}
+    for owner in (OTHER_UID, 0, OTHER_UID - 1):
+        planted = link(shared / f"by{owner}.pb", target, owner)
+        result = run_as(OTHER_UID, "convert", source, "-o", planted)
+        outcomes[owner] = result.returncode
+        if result.returncode:
+            assert result.stderr == refusal(planted, owner, shared)
+            assert target.read_bytes() == EARLIER
+        else:
+            assert result.stderr == "" and target.read_bytes() != EARLIER
+            target.write_bytes(EARLIER)
+    assert outcomes == {OTHER_UID: 0, 0: 0, OTHER_UID - 1: 5}
+
+
 # -- long names ----------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("name", ["a" * 240 + ".pb", "b" * 252 + ".pb", "é" * 126 + ".pb"],

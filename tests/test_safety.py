@@ -10,7 +10,7 @@
 - SIGINT, SIGTERM, SIGHUP mid-write: exit 128 + the signal, one line, no
   traceback, no partial output; a signal ignored at start stays ignored.
 - An input truncated or rewritten while it is read: exit 3, one line, never
-  SIGBUS, no partial output (leased inputs, and copied ones).
+  SIGBUS, no partial output (leased inputs, and watched ones); a touch does not stop a read.
 - A closed pipe (| head -1) is a quiet exit 0.
 - The input is never changed, including when -o names it.
 """
@@ -18,6 +18,7 @@
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import json
 import os
@@ -436,8 +437,8 @@ def test_an_input_truncated_in_a_worker_process_is_exit_3_one_line(tmp_path):
     assert stderr in ("", f"blobtool: b.pb: {CHANGED}\n")
 
 
-def test_an_input_open_for_writing_elsewhere_is_read_as_a_copy(tmp_path):
-    # The lease is refused while another process may write; the file is copied in instead.
+def test_an_input_open_for_writing_elsewhere_is_read_without_a_lease(tmp_path):
+    # The lease is refused while another process may write; the file is mapped and watched instead.
     path = write_float_blob(tmp_path / "in.pb", 1_000_000)
     writer = os.open(path, os.O_WRONLY)
     try:
@@ -470,8 +471,239 @@ def test_an_input_changing_while_it_is_copied_is_exit_3_one_line(tmp_path):
         thread.join(timeout=60)
         os.close(writer)
     assert result.returncode == 3
-    assert re.fullmatch(rf"blobtool: {re.escape(str(path))}: (changed while it was read"
-                        r"|shrank while it was read: \d+ bytes at first, \d+ by the end)\n", result.stderr)
+    assert re.fullmatch(rf"blobtool: {re.escape(str(path))}: changed while it was read: "
+                        r"(another process wrote to it or truncated it|\d+ bytes when it was opened, \d+ when it "
+                        r"was mapped|it ends at byte \d+, before the \d+ bytes "
+                        r"wanted from byte \d+|it ended before a byte read through its memory map \(another process "
+                        r"truncated it, or its storage failed\))\n", result.stderr)
+
+
+# -- an input that cannot be leased: mapped and watched, not copied ---------------------------------
+
+@pytest.fixture
+def unleased():
+    """Hold `path` open for writing, as a writer elsewhere would: no read lease can be had on it then."""
+    opened = []
+
+    def hold(path: Path) -> Path:
+        opened.append(os.open(path, os.O_WRONLY))
+        return path
+
+    yield hold
+    for fd in opened:
+        os.close(fd)
+
+
+# A blobtool process whose inputs are not watched with inotify (size and inode are still compared):
+# so that a truncation reaches the mapping, and the SIGBUS handler is what stops the command.
+UNWATCHED = """
+import sys
+from blobtool import source
+source._add_watch = lambda fd, name: None
+from blobtool.cli import main
+main(sys.argv[1:])
+"""
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="peak RSS is read from /proc (Linux)")
+def test_an_input_that_cannot_be_leased_is_read_in_bounded_memory_with_the_same_figures(tmp_path, unleased):
+    from test_chunked import _peak_rss_run
+
+    count = 48 << 20  # 192 MiB of float32: far more than the commands may keep
+    rng = np.random.default_rng(5)
+    data = rng.standard_normal(count, dtype=np.float32)
+    a = tmp_path / "a.pb"
+    a.write_bytes(blob_bytes(shape=[count]) + wire.len_field_header(5, 4 * count) + data.tobytes())
+    data[::1000] += 1
+    b = tmp_path / "b.pb"
+    b.write_bytes(blob_bytes(shape=[count]) + wire.len_field_header(5, 4 * count) + data.tobytes())
+    del data
+    commands = (("norm", "--json", a), ("info", "--stats", "--json", a), ("compare", "--json", a, b))
+    leased = {args[0]: _peak_rss_run(tmp_path, *args)[0].stdout for args in commands}
+    unleased(a)
+    unleased(b)
+    limit = 160 << 10  # KiB: start-up plus the chunks in flight; a copy would be 192 MiB a file
+    for args in commands:
+        res, peak = _peak_rss_run(tmp_path, *args)
+        assert res.returncode in (0, 1), res.stderr
+        assert res.stderr == ""
+        assert peak < limit, (args[0], peak)
+        assert res.stdout == leased[args[0]]  # the same figures, bit for bit
+
+
+# Runs a command as root (which loads every module it needs, where another user may not read them),
+# then as another user, on a file of root's: that user cannot lease it. Prints the second run's
+# output, then a JSON line: the inputs watched without a lease, and the process's peak RSS in KiB.
+AS_ANOTHER_USER = """
+import json, os, sys
+import blobtool.cli
+from blobtool import source
+uid, args = int(sys.argv[1]), sys.argv[2:]
+try:
+    blobtool.cli.main(args)
+except SystemExit:
+    pass
+os.setgroups([])
+os.setgid(uid)
+os.setuid(uid)
+watched, real = [], source._watch
+source._watch = lambda fd, name, mapped, st: (watched.append(name), real(fd, name, mapped, st))[1]
+sys.stdout.write("--\\n")
+try:
+    blobtool.cli.main(args)
+except SystemExit as exc:
+    code = exc.code
+peak = int([l for l in open("/proc/self/status") if l.startswith("VmHWM")][0].split()[1])
+print(json.dumps({"code": code, "watched": watched, "peak": peak}))
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0 or not os.path.exists("/proc/self/status"),
+                    reason="runs as root, then as another user (uid 65534); peak RSS from /proc")
+def test_another_users_file_is_read_without_a_lease_in_bounded_memory():
+    import tempfile
+
+    folder = Path(tempfile.mkdtemp(prefix="blobtool-test-"))  # pytest's own folder is root's alone
+    try:
+        folder.chmod(0o755)
+        path = write_float_blob(folder / "in.pb", 48 << 20)  # 192 MiB
+        path.chmod(0o644)
+        for command in (["norm", "--json"], ["info", "--stats", "--json"]):
+            res = subprocess.run([sys.executable, "-c", AS_ANOTHER_USER, "65534", *command, str(path)], cwd="/",
+                                 capture_output=True, text=True, env=subprocess_env(), timeout=300)
+            assert res.returncode == 0, res.stderr
+            as_root, rest = res.stdout.split("--\n")
+            as_nobody, report = rest.rsplit("\n", 2)[:2]
+            report = json.loads(report)
+            assert report["code"] in (0, None) and res.stderr == ""
+            assert report["watched"] == [str(path)]  # no lease for this user: mapped and watched
+            assert as_nobody.strip() == as_root.strip()  # the same figures, bit for bit
+            assert report["peak"] < 160 << 10  # KiB, both runs: a copy would be 192 MiB
+    finally:
+        shutil.rmtree(folder)
+
+
+@pytest.mark.parametrize("command", ["norm in.pb", "info --stats in.pb", "compare in.pb in.pb",
+                                     "convert --double in.pb -o out.pb"])
+@pytest.mark.parametrize("lease", [True, False], ids=["leased", "unleased"])
+def test_touching_an_input_while_it_is_read_does_not_stop_the_command(tmp_path, unleased, command, lease):
+    path = write_float_blob(tmp_path / "in.pb", 20_000_000)
+    expected = run_blobtool(*command.split(), cwd=tmp_path, text=True, timeout=120)
+    assert expected.returncode == 0, expected.stderr
+    if "convert" in command:
+        expected_out = digest(tmp_path / "out.pb")
+        (tmp_path / "out.pb").unlink()
+    if not lease:
+        unleased(path)
+    proc = subprocess.Popen(blobtool_cmd(*command.split()), cwd=tmp_path, env=subprocess_env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    touches = 0
+    while proc.poll() is None:
+        os.utime(path)  # new access and modification times; ctime changes too
+        touches += 1
+        time.sleep(0.002)
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 0, stderr
+    assert stderr == "" and touches > 1
+    assert stdout == expected.stdout
+    if "convert" in command:
+        assert digest(tmp_path / "out.pb") == expected_out
+
+
+def _wait_for_map(proc, path: Path, timeout: float = 60.0) -> None:
+    """Until process `proc` maps `path` (/proc/PID/maps)."""
+    deadline = time.monotonic() + timeout
+    inode = str(path.stat().st_ino)
+    while proc.poll() is None and time.monotonic() < deadline:
+        with contextlib.suppress(OSError), open(f"/proc/{proc.pid}/maps") as maps:
+            if any(len(fields) > 5 and fields[4] == inode for fields in map(str.split, maps)):
+                return
+        time.sleep(0.002)
+    raise AssertionError("blobtool did not map its input")
+
+
+def _change(writer: int, path: Path, change: str) -> None:
+    if change == "truncate":
+        os.ftruncate(writer, 1000)
+    elif change == "rewrite":  # cut and grown back to its length: the same size, other bytes
+        size = path.stat().st_size
+        os.ftruncate(writer, size // 2)
+        os.ftruncate(writer, size)
+    else:  # bytes overwritten in place: no size, no inode changes
+        os.pwrite(writer, b"\x7f" * 4096, path.stat().st_size // 2)
+
+
+CHANGES = ["truncate", "rewrite", "same size"]
+UNLEASED_CHANGED = "blobtool: {}: changed while it was read: another process wrote to it or truncated it\n"
+
+
+@needs_leases
+@pytest.mark.parametrize("change", CHANGES)
+def test_an_unleased_input_written_to_while_it_is_written_out_is_exit_3_one_line(tmp_path, unleased, change):
+    # Standard output is a pipe nobody reads yet: blobtool is held mid-write, deterministically.
+    path = write_float_blob(tmp_path / "in.pb", 10_000_000)
+    writer = os.open(path, os.O_WRONLY)
+    unleased(path)
+    proc = subprocess.Popen(blobtool_cmd("convert", "--double", path, "-o", "-"), env=subprocess_env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        _wait_for_map(proc, path)
+        assert proc.stdout.read(1000)  # it is writing
+        assert not _leased(path)
+        _change(writer, path, change)
+        _, stderr = proc.communicate(timeout=60)
+    finally:
+        os.close(writer)
+    assert proc.returncode == 3, stderr
+    assert stderr.decode() == UNLEASED_CHANGED.format(path)
+
+
+@pytest.mark.parametrize("delay", [0.0, 0.05])
+@pytest.mark.parametrize("change", CHANGES)
+@pytest.mark.parametrize("command", ["norm in.pb", "info --stats in.pb", "compare in.pb in.pb"])
+def test_an_unleased_input_written_to_while_it_is_read_is_never_a_signal(tmp_path, unleased, command, change, delay):
+    # Whenever the change comes, blobtool finishes (exit 0) or says so (exit 3); never SIGBUS.
+    path = write_float_blob(tmp_path / "in.pb", 40_000_000)
+    writer = os.open(path, os.O_WRONLY)
+    unleased(path)
+    proc = subprocess.Popen(blobtool_cmd(*command.split()), cwd=tmp_path, env=subprocess_env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        _wait_for_map(proc, path)
+        time.sleep(delay)
+        _change(writer, path, change)
+        _, stderr = proc.communicate(timeout=120)
+    finally:
+        os.close(writer)
+    assert proc.returncode in (0, 3), stderr
+    # compare opens the file twice: the second open may find it cut short already (a bad input then).
+    assert stderr == "" or re.fullmatch(r"blobtool: in\.pb: (changed while it was read: |truncated at )[^\n]+\n",
+                                        stderr), stderr
+
+
+@pytest.mark.parametrize("how", ["--double", "--float"], ids=["numpy (SIGBUS)", "write(2) (EFAULT)"])
+def test_a_truncation_under_the_mapping_is_exit_3_one_line_never_sigbus(tmp_path, unleased, how):
+    # Without inotify, convert copies the values out through the mapping: the truncated pages fault
+    # in numpy (--double widens them: SIGBUS, caught by blobtool's handler) or in the kernel's write
+    # from them (--float writes them as they are: EFAULT). Either is exit 3, one line, the temporary
+    # output removed.
+    path = write_float_blob(tmp_path / "in.pb", 50_000_000)
+    (tmp_path / "out.pb").write_bytes(EARLIER)
+    writer = os.open(path, os.O_WRONLY)
+    unleased(path)
+    proc = subprocess.Popen([sys.executable, "-c", UNWATCHED, "convert", how, "in.pb", "-o", "out.pb"], cwd=tmp_path,
+                            env=subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert _wait_for_temp(proc, tmp_path, 1 << 20) is not None
+        os.ftruncate(writer, 1000)
+        _, stderr = proc.communicate(timeout=120)
+    finally:
+        os.close(writer)
+    assert proc.returncode == 3, stderr
+    assert stderr == ("blobtool: in.pb: changed while it was read: it ended before a byte read through its memory "
+                      "map (another process truncated it, or its storage failed)\n")
+    assert (tmp_path / "out.pb").read_bytes() == EARLIER
+    assert temps(tmp_path) == []
 
 
 # -- a closed pipe --------------------------------------------------------------------------------
@@ -685,3 +917,49 @@ def test_a_file_name_that_is_not_utf8_is_kept_byte_for_byte_in_json(tmp_path, sm
         assert base64.b64decode(record[key + "_base64"]) == raw
         assert list(record).index(key + "_base64") == list(record).index(key) + 1
         assert "path_base64" not in json.loads(run_blobtool("info", "--json", "small.pb", cwd=tmp_path).stdout)
+
+
+# -- the process's own limits: one line naming the limit, never a traceback --------------------------
+
+def _limited(which, value):
+    def preexec():
+        resource.setrlimit(which, (value, resource.getrlimit(which)[1]))
+    return preexec
+
+
+@pytest.mark.parametrize("command", ["compare in.pb in.pb", "info in.pb in.pb", "norm in.pb in.pb",
+                                     "convert in.pb -o out.npy"])
+def test_too_few_descriptors_is_exit_3_naming_the_limit(tmp_path, command):
+    write_float_blob(tmp_path / "in.pb", 1000)
+    outcomes = set()
+    for limit in range(5, 16):  # with 4, Python itself cannot start
+        res = subprocess.run(blobtool_cmd(*command.split()), cwd=tmp_path, env=subprocess_env(), capture_output=True,
+                             text=True, timeout=60, preexec_fn=_limited(resource.RLIMIT_NOFILE, limit))
+        if res.returncode == 0:
+            assert res.stderr == ""
+            outcomes.add(0)
+            continue
+        assert res.returncode in (3, 5), (limit, res.stderr)
+        # One line (info and norm: one per input they could not open).
+        for line in res.stderr.splitlines(keepends=True):
+            assert re.fullmatch(r"blobtool: (in|out)\.\w+: cannot [^:]+: Too many open files \(this process's "
+                                rf"limit on open files, ulimit -n, is {limit}\)\n", line), (limit, res.stderr)
+        assert command.startswith(("info", "norm")) or res.stderr.count("\n") == 1
+        outcomes.add(res.returncode)
+    assert 0 in outcomes and 3 in outcomes  # the limits tried reach from too few to enough
+    assert temps(tmp_path) == []
+
+
+@pytest.mark.skipif(sys.maxsize < 2 ** 40, reason="needs a 64-bit address space")
+def test_a_mapping_refused_for_address_space_is_exit_3_naming_the_limit(tmp_path):
+    # A sparse file of 3 GiB of zeros: more than the address space allowed (ulimit -v) can map.
+    count = 3 << 28
+    path = tmp_path / "in.pb"
+    with open(path, "wb") as f:
+        f.write(blob_bytes(shape=[count]) + wire.len_field_header(5, 4 * count))
+        f.truncate(f.tell() + 4 * count)
+    limit = 2 << 30
+    res = run_blobtool("norm", path, text=True, preexec_fn=_limited(resource.RLIMIT_AS, limit))
+    assert res.returncode == 3, res.stderr
+    assert res.stderr == (f"blobtool: {path}: cannot map the file: Cannot allocate memory (this process's limit on "
+                          f"address space, ulimit -v, is {limit // 1024} KiB)\n")

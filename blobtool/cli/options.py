@@ -76,9 +76,9 @@ def output_options(f):
 
 def jobs_option(f):
     return click.option("-j", "--jobs", type=click.IntRange(min=1), default=None, metavar="N",
-                        help="Use N CPU cores (default: all): several files at once in worker "
-                             "processes, or one large blob's sums split over N threads. Output stays in "
-                             "input order.")(f)
+                        help="Use N CPU cores (default and most: the cores blobtool may run on, which "
+                             "taskset and cpusets limit): several files at once in worker processes, or one "
+                             "large blob's sums split over N threads. Output stays in input order.")(f)
 
 
 def fail_fast_option(f):

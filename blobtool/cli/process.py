@@ -7,7 +7,7 @@ import signal
 import sys
 
 __all__ = ["single_threaded_blas", "keep_freed_memory", "stop_on_signals", "guard_standard_streams", "records",
-           "env_bytes", "PARALLEL_THRESHOLD"]
+           "env_bytes", "jobs_to_use", "PARALLEL_THRESHOLD"]
 
 # Below this much input in all, starting worker processes (about 0.25 s each
 # here) costs more than it saves; BLOBTOOL_PARALLEL_MIN_BYTES overrides it.
@@ -126,6 +126,19 @@ def _total_size(paths) -> int:
     return total
 
 
+def jobs_to_use(jobs) -> int:
+    """--jobs as it is used: the cores this process may run on (its CPU affinity) when not given, and never more.
+
+    More workers or threads than cores only take turns on them (each worker
+    process also costs its start-up and its memory), so a larger --jobs is
+    capped, without a message; `taskset -c 0 blobtool ...` works in one.
+    """
+    from ..kernels import available_cores
+
+    cores = available_cores()
+    return min(jobs, cores) if jobs else cores
+
+
 def records(paths: list, work, jobs, *, fail_fast: bool = True):
     """work(path) for each path, yielded in input order; in worker processes when several files are given.
 
@@ -134,7 +147,7 @@ def records(paths: list, work, jobs, *, fail_fast: bool = True):
     stops the run, as it would one file at a time; without, a BlobToolError
     of an input is yielded in its place and the run goes on.
     """
-    from ..errors import BlobToolError
+    from ..errors import BlobToolError, ExitCode
 
     def attempt(run, path):
         if isinstance(path, BlobToolError):
@@ -148,7 +161,7 @@ def records(paths: list, work, jobs, *, fail_fast: bool = True):
                 raise
             return exc
 
-    jobs = jobs or os.cpu_count() or 1
+    jobs = jobs_to_use(jobs)
     threshold = env_bytes("BLOBTOOL_PARALLEL_MIN_BYTES", PARALLEL_THRESHOLD)
     names = [p for p in paths if isinstance(p, str)]
     if jobs == 1 or len(names) < 2 or "-" in names or _total_size(names) < threshold:
@@ -160,6 +173,7 @@ def records(paths: list, work, jobs, *, fail_fast: bool = True):
                 yield attempt(work, path)
         return
     import concurrent.futures
+    import concurrent.futures.process
     import multiprocessing
 
     # Fresh worker processes (spawn), each with one BLAS thread: forked
@@ -177,7 +191,18 @@ def records(paths: list, work, jobs, *, fail_fast: bool = True):
         futures = [path if isinstance(path, BlobToolError) else pool.submit(work, path, show_progress=False)
                    for path in paths]
         for future in futures:
-            yield attempt(lambda f: f.result(), future)
+            try:
+                yield attempt(lambda f: f.result(), future)
+            except concurrent.futures.process.BrokenProcessPool:
+                # A worker that found its input cut short under its memory map
+                # said so itself and left with exit 3 (source._on_fault).
+                workers = list((getattr(pool, "_processes", None) or {}).values())
+                pool.shutdown(wait=True, cancel_futures=True)
+                for worker in workers:
+                    worker.join(timeout=10)
+                if ExitCode.INPUT in [worker.exitcode for worker in workers]:
+                    raise SystemExit(ExitCode.INPUT) from None
+                raise
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
         for name, value in saved.items():
