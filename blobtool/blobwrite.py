@@ -19,6 +19,7 @@ from . import wire
 from .blob import LEGACY_FIELDS, Blob, exact_values
 from .blobproto import DIFF_OF, PAYLOAD_BY_NAME, PRECISION_FIELDS, PRECISIONS, RAW_TYPE_OF, RAW_TYPES, SHAPE_FIELD
 from .errors import UsageError
+from .kernels import cast_written
 from .progress import report
 from .source import release_pages
 
@@ -108,11 +109,11 @@ def _side_encodings(precision) -> tuple:
 def _half_payload(values: np.ndarray, transform) -> bytes:
     """ditcaffe's half_data bytes for `values` (after `transform`): packed varints of float16 bits."""
     values = values.reshape(-1)
-    if transform is not None:
-        values = np.concatenate([transform(values[a:a + _WRITE_CHUNK], a)
-                                 for a in range(0, values.size, _WRITE_CHUNK)])
-    with np.errstate(over="ignore", invalid="ignore"):  # as the FLOAT16 raw form: past float16's range is inf
-        bits = values.astype("<f2").view("<u2")
+    # As the FLOAT16 raw form: past float16's range is Inf (counted by a counting transform).
+    halves = [cast_written(values[a:a + _WRITE_CHUNK] if transform is None
+                           else transform(values[a:a + _WRITE_CHUNK], a), np.dtype("<f2"), transform)
+              for a in range(0, values.size, _WRITE_CHUNK)]
+    bits = (np.concatenate(halves) if halves else np.zeros(0, "<f2")).view("<u2")
     report(values.nbytes)
     return wire.encode_packed_uint16(bits)
 
@@ -226,8 +227,8 @@ def write_parts(out, parts) -> None:
                 data = chunk if transform is None else transform(chunk, start)
                 if target.kind in "iu":
                     data = exact_values(data, target)
-                elif data.dtype != target:
-                    data = data.astype(target)
+                else:
+                    data = cast_written(data, target, transform)
                 out.write(memoryview(np.ascontiguousarray(data)).cast("B"))
                 report(chunk.nbytes)
                 release_pages(chunk)

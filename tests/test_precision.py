@@ -23,12 +23,15 @@ import pytest
 import blobtool
 from blobtool import Blob
 from blobtool._pb import blobtool_caffe_pb2 as pb
-from builders import h5_net_bytes, write_blob, write_h5, write_npz
-from runner import invoke, one_json
+from builders import h5_net_bytes, half_blob_bytes, raw_blob_bytes, write_blob, write_h5, write_npz
+from runner import invoke, one_json, run_blobtool
 
 WARNING = re.compile(r"^blobtool: warning: (?P<path>.+): blob (?P<name>\S+): (?P<what>.+) turned "
                      r"(?P<n>[\d,]+) of (?P<count>[\d,]+) (?P<side>data|diff) values into Inf or NaN "
                      r"\(past (?P<dtype>\w+)'s range\)$")
+# float16 holds up to 65504: these overflow when scaled by 100, the others do not.
+HALF = np.array([1000.0, -700.0, 2.0, 0.5, 655.0, -3.0], np.float16)
+HALF_OVERFLOWS = 2
 
 
 def warnings(stderr: str) -> dict:
@@ -45,6 +48,133 @@ def ok(*args):
     result = invoke(*args)
     assert result.exit_code == 0, (args, result.exit_code, result.stdout, result.stderr)
     return result
+
+
+def infs(values) -> int:
+    return int(np.count_nonzero(np.isinf(np.asarray(values, np.float64))))
+
+
+# -- item: float16 stores count overflow against float16 ---------------------------------------
+
+def test_scaling_the_real_float16_net_warns_about_each_value_that_becomes_inf(realworld, tmp_path):
+    """NVIDIA Caffe's own float16 MTCNN net times 1e5: every Inf written is counted and named, blob by blob."""
+    source = realworld / "mtcnn_det1_half.caffemodel"
+    if not source.exists():
+        pytest.skip(f"{source} is not in the real-files folder")
+    out = tmp_path / "scaled.caffemodel"
+    result = run_blobtool("scale", source, "1e5", "-o", out, text=True)
+    assert result.returncode == 0, result.stderr
+    said = warnings(result.stderr)
+    written = blobtool.load_all(out)
+    stored = blobtool.load_all(source)
+    # Each blob written as stored: the convolutions in NVIDIA's raw FLOAT16, PReLU's slopes in float32.
+    assert {name: blob.origin.encoding for name, blob in written.items()} == \
+        {name: blob.origin.encoding for name, blob in stored.items()}
+    assert sum(blob.origin.dtype == np.float16 for blob in written.values()) == 10
+    for name, blob in written.items():
+        new = infs(blob.cpu_data()) - infs(stored[name].cpu_data())
+        assert said.get(name, (0, "float16"))[0] == new, name
+    assert {dtype for _, dtype in said.values()} == {"float16"}
+    assert sum(n for n, _ in said.values()) == 42  # what the issue measured: 42 Inf, none in silence
+
+
+@pytest.mark.parametrize("encoding", ["raw FLOAT16", "half_data"])
+def test_scaling_a_float16_blobproto_warns_against_float16(tmp_path, encoding):
+    build = raw_blob_bytes if encoding == "raw FLOAT16" else half_blob_bytes
+    path = tmp_path / "half.pb"
+    path.write_bytes(build(HALF))
+    out = tmp_path / "scaled.pb"
+    result = ok("scale", path, "100", "-o", out)
+    assert warnings(result.stderr) == {"0": (HALF_OVERFLOWS, "float16")}
+    assert f"scaling by 100 turned {HALF_OVERFLOWS} of {HALF.size} data values" in result.stderr
+    blob = blobtool.load(out)
+    assert blob.origin.encoding == blobtool.load(path).origin.encoding  # written back as stored
+    assert infs(blob.cpu_data()) == HALF_OVERFLOWS
+
+
+def test_scaling_that_float16_holds_says_nothing(tmp_path):
+    path = tmp_path / "half.pb"
+    path.write_bytes(raw_blob_bytes(HALF))
+    result = ok("scale", path, "10", "-o", tmp_path / "x.pb")
+    assert result.stderr == ""
+
+
+def test_scaling_safetensors_f16_warns_and_f16_is_kept(tmp_path):
+    from safetensors.numpy import load_file, save_file
+
+    path = tmp_path / "half.safetensors"
+    save_file({"w": HALF, "b": np.array([1.0, 2.0], np.float16)}, str(path))
+    out = tmp_path / "scaled.safetensors"
+    result = ok("scale", path, "100", "-o", out)
+    assert warnings(result.stderr) == {"w": (HALF_OVERFLOWS, "float16")}
+    back = load_file(str(out))
+    assert back["w"].dtype == np.float16 and infs(back["w"]) == HALF_OVERFLOWS
+    # Written as float32 (.npz keeps no float16 unless --half), nothing overflows.
+    npz = ok("scale", path, "100", "-o", tmp_path / "scaled.npz")
+    assert npz.stderr == ""
+    assert infs(np.load(tmp_path / "scaled.npz")["w"]) == 0
+
+
+def test_scaling_an_hdf5_float16_net_warns_against_float16(tmp_path):
+    h5py = pytest.importorskip("h5py")
+    path = write_h5(tmp_path / "half.caffemodel.h5", h5_net_bytes([("conv", [HALF.reshape(2, 3)])]))
+    out = tmp_path / "scaled.caffemodel.h5"
+    result = ok("scale", path, "100", "-o", out)
+    assert warnings(result.stderr) == {"conv/0": (HALF_OVERFLOWS, "float16")}
+    with h5py.File(out, "r") as f:
+        written = f["data/conv/0"][()]
+    assert written.dtype == np.float16 and infs(written) == HALF_OVERFLOWS
+
+
+def test_update_of_float16_blobs_warns_against_float16(tmp_path):
+    data = np.array([65000.0, 1.0, -65000.0], np.float16)
+    diff = np.array([-1000.0, 0.5, 1000.0], np.float16)
+    path = tmp_path / "half.pb"
+    path.write_bytes(raw_blob_bytes(data, diff))
+    out = tmp_path / "stepped.pb"
+    result = ok("update", path, "-o", out)
+    assert warnings(result.stderr) == {"0": (2, "float16")}
+    assert "data -= diff turned 2 of 3 data values" in result.stderr
+    assert infs(blobtool.load(out).cpu_data()) == 2
+
+
+def test_scaling_a_float16_diff_warns_about_the_diff(tmp_path):
+    path = tmp_path / "half.pb"
+    path.write_bytes(raw_blob_bytes(np.ones(6, np.float16), HALF))
+    result = ok("scale", path, "2", "--diff-factor", "100", "-o", tmp_path / "x.pb")
+    assert f"turned {HALF_OVERFLOWS} of 6 diff values into Inf or NaN (past float16's range)" in result.stderr
+    assert result.stderr.count("\n") == 1
+
+
+def test_convert_half_still_keeps_what_float16_cannot_hold(tmp_path):
+    """--half never narrows into Inf: a blob past float16's range stays float32, with its warning."""
+    from safetensors.numpy import load_file, save_file
+
+    path = tmp_path / "wide.safetensors"
+    save_file({"w": HALF.astype(np.float32) * 100, "b": HALF.astype(np.float32)}, str(path))
+    out = tmp_path / "half.safetensors"
+    result = ok("convert", "--half", path, "-o", out)
+    assert "blob w: 2 of 6 values are past float16's range" in result.stderr
+    back = load_file(str(out))
+    assert back["w"].dtype == np.float32 and back["b"].dtype == np.float16 and infs(back["w"]) == 0
+
+
+def test_scaling_float16_on_a_device_warns_as_on_the_host(tmp_path):
+    import fakecupy
+    from blobtool.syncedmem import get_backend, set_backend
+
+    path = tmp_path / "half.pb"
+    path.write_bytes(raw_blob_bytes(HALF, HALF))
+    host = ok("scale", path, "100", "--diff-factor", "100", "-o", tmp_path / "host.pb")
+    previous = get_backend()
+    with fakecupy.installed(count=1):
+        device = invoke("scale", path, "100", "--diff-factor", "100", "--device", "0", "-o", tmp_path / "gpu.pb")
+        set_backend(None)
+    set_backend(previous)
+    assert device.exit_code == 0, device.output
+    assert device.stderr == host.stderr
+    assert f"{HALF_OVERFLOWS} of 6 data values and {HALF_OVERFLOWS} of 6 diff values" in host.stderr
+    assert (tmp_path / "gpu.pb").read_bytes() == (tmp_path / "host.pb").read_bytes()
 
 
 # -- item: a diff stored wider than its data keeps its width ----------------------------------
@@ -199,6 +329,15 @@ def test_update_with_a_wider_diff_computes_in_the_datas_type_and_warns(tmp_path)
         expected = DATA - WIDE.astype(np.float32)
     assert np.array_equal(np.array(written.data, np.float32), expected)
     assert list(written.double_diff) == WIDE.tolist()  # the diff is written back at its width
+
+
+def test_scaling_the_wider_diff_counts_against_float64(tmp_path):
+    path = tmp_path / "wide.pb"
+    path.write_bytes(wide_blob_bytes())
+    result = ok("scale", path, "1", "--diff-factor", "1e10", "-o", tmp_path / "x.pb")
+    assert warnings(result.stderr) == {"0": (1, "float64")}  # 1e300 * 1e10; 1e110 still fits a double
+    written = pb.BlobProto.FromString((tmp_path / "x.pb").read_bytes())
+    assert written.double_diff[0] == 1e110
 
 
 # -- the Blob API ---------------------------------------------------------------------------

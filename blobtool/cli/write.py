@@ -33,13 +33,15 @@ def _streamed(doc, entries, blobs, output, fmt, sides: dict, what: str) -> None:
 
     On the host the kernel runs chunk by chunk as the output is written, so
     memory stays bounded whatever the file size; the values it turns into
-    Inf or NaN are counted in the same chunks, and warned about.
+    Inf or NaN are counted in the same chunks, against the type each side is
+    written in (a float16 blob is computed in float32 and narrowed when
+    written), and warned about.
     """
     from ..kernels import CountingNonFinite
 
     counters = [{side: CountingNonFinite(make(blob)) for side, make in sides.items()} for blob in blobs]
     _write(doc, entries, blobs, output, fmt, transforms={e.name: c for e, c in zip(entries, counters)})
-    _warn_nonfinite(doc, entries, [{side: c.count for side, c in per.items()} for per in counters], what)
+    _warn_nonfinite(doc, entries, [{side: (c.count, c.dtype) for side, c in per.items()} for per in counters], what)
 
 
 def _on_device(doc, entries, blobs, output, fmt, sides: dict, what: str) -> None:
@@ -48,6 +50,8 @@ def _on_device(doc, entries, blobs, output, fmt, sides: dict, what: str) -> None
 
     from ..kernels import count_nonfinite
     from .work import array_module
+
+    from ..kernels import CountingNonFinite
 
     xp = array_module(True)
     views = {"data": lambda b: b.gpu_data(), "diff": lambda b: b.gpu_diff()}
@@ -58,19 +62,31 @@ def _on_device(doc, entries, blobs, output, fmt, sides: dict, what: str) -> None
             for run in sides.values():
                 run(blob)
         counts.append({side: count_nonfinite(views[side](blob), xp) - n for side, n in before.items()})
-    _warn_nonfinite(doc, entries, counts, what)
-    _write(doc, entries, blobs, output, fmt)
+    # The values are written in the type they are stored in: a float16 blob
+    # computed in float32 on the device is narrowed while writing, and that
+    # narrowing is counted too.
+    narrowing = [{side: CountingNonFinite() for side in sides} for _ in blobs]
+    _write(doc, entries, blobs, output, fmt, transforms={e.name: n for e, n in zip(entries, narrowing)})
+    dtypes = {"data": lambda b: b.dtype, "diff": lambda b: b.diff_dtype}
+    _warn_nonfinite(doc, entries, [{side: (n + narrow[side].count, narrow[side].dtype or dtypes[side](blob))
+                                    for side, n in per.items()}
+                                   for per, narrow, blob in zip(counts, narrowing, blobs)], what)
 
 
 def _warn_nonfinite(doc, entries, counts: list, what: str) -> None:
-    """One stderr line per blob whose values `what` turned into Inf or NaN (past its dtype's range)."""
+    """One stderr line per blob whose values `what` turned into Inf or NaN (past the range of the type written).
+
+    `counts` holds, per blob, {side: (values turned non-finite, the dtype they were written in)}.
+    """
     from .output import say_warning
 
     for entry, per in zip(entries, counts):
-        parts = [f"{n:,} of {entry.count:,} {side} values" for side, n in per.items() if n]
-        if parts:
+        hit = {side: (n, dtype) for side, (n, dtype) in per.items() if n}
+        if hit:
+            parts = [f"{n:,} of {entry.count:,} {side} values" for side, (n, _) in hit.items()]
+            ranges = " and ".join(dict.fromkeys(f"{(dtype or entry.dtype).name}'s" for _, dtype in hit.values()))
             say_warning(f"{doc.path}: blob {entry.name}: {what} turned {' and '.join(parts)} "
-                        f"into Inf or NaN (past {entry.dtype.name}'s range)")
+                        f"into Inf or NaN (past {ranges} range)")
 
 
 @click.command(context_settings={**CONTEXT_SETTINGS, "ignore_unknown_options": True})

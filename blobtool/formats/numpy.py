@@ -48,6 +48,7 @@ from numpy.lib import format as npy_format
 from ..blob import Blob, Origin, exact_values, held_dtype
 from ..blobwrite import precision_for
 from ..errors import BlobToolError, FormatError, UsageError
+from ..kernels import cast_written
 from ..source import Source, atomic_output
 from . import MAX_BLOBS, Document, Entry
 from .npyheader import NPY_HEADER_READ, NPY_MAGIC, NPY_VERSIONS, NpyHeader, parse_npy_header
@@ -411,15 +412,15 @@ def iter_blob_arrays(entries: list, blobs: list, *, with_diff: bool, precision=N
         target = PRECISION_DTYPES[precision_for(precision, entry.name)]
         fns = (transforms or {}).get(entry.name, {})
         values = blob.cpu_data() if which == "data" else blob.cpu_diff()
-        if fns.get(which):
-            values = fns[which](values, 0)
+        transform = fns.get(which)
+        if transform:
+            values = transform(values, 0)
         values = values.reshape(blob.shape)
         stored = _stored_dtype(blob, which)
         if target is None and stored is not None and stored.kind in "iu":
             values = exact_values(values, stored)  # integers stay integers
         elif target is not None:
-            with np.errstate(over="ignore", invalid="ignore"):  # as in the cast on reading
-                values = values.astype(target)
+            values = cast_written(values, target, transform)  # quietly, as in the cast on reading
         yield key, values
 
 
