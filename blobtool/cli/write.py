@@ -48,10 +48,8 @@ def _on_device(doc, entries, blobs, output, fmt, sides: dict, what: str) -> None
     """Run each side's in-place Blob method on the GPU (`sides`: "data"/"diff" -> fn(blob)), warn, and write."""
     import numpy
 
-    from ..kernels import count_nonfinite
+    from ..kernels import CountingNonFinite, count_nonfinite
     from .work import array_module
-
-    from ..kernels import CountingNonFinite
 
     xp = array_module(True)
     views = {"data": lambda b: b.gpu_data(), "diff": lambda b: b.gpu_diff()}

@@ -19,7 +19,8 @@ no ".npy" member is not an .npz.
 
 Diffs (DIFF_SUFFIX): a member "<name>/diff" is the diff of the blob "<name>"
 when a member "<name>" exists and is not itself a diff. So every member is
-either a blob or the diff of exactly one blob, and none is dropped: with
+either a blob or the diff of exactly one blob, and none is dropped (a diff
+keeps its own dtype: float64 beside float32 data stays float64): with
 members "x", "x/diff" and "x/diff/diff", "x/diff" is the diff of "x" and
 "x/diff/diff" is a blob of its own (its base is a diff). Names are decided
 shortest first, so the answer never depends on the members' order.

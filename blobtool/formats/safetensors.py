@@ -31,7 +31,8 @@ file's bytes, no copy); float16 is converted to a float32 blob that keeps
 BF16 tensors are listed (info) but their values load only with a cast
 (convert --float / --double), as for .npy; a PyTorch state_dict's
 ``num_batches_tracked`` counters are such tensors. A tensor "<name>/diff"
-next to "<name>" is that blob's diff. Blobs come in the header's order.
+next to "<name>" is that blob's diff, held and written back at its own width
+(an F64 diff beside F32 data stays F64). Blobs come in the header's order.
 
 Writing streams: the header is built from the blobs' shapes and dtypes, then
 each tensor is converted and written chunk by chunk (blobwrite.write_parts),
