@@ -296,6 +296,20 @@ def test_float_and_double_convert_both_sides(tmp_path):
     assert not floated.double_data and not floated.double_diff
 
 
+def test_float_says_how_many_doubles_became_inf(tmp_path):
+    """--float narrows as asked, as Caffe's cast does, but never in silence."""
+    path = tmp_path / "wide.pb"
+    path.write_bytes(wide_blob_bytes())
+    result = ok("convert", "--float", path, "-o", tmp_path / "f.pb")
+    # 1e100 and 1e300 are past float32's range; -3.5e38 too.
+    assert warnings(result.stderr) == {"0": (2, "float32")}
+    assert "converting to float32 turned 2 of 6 diff values" in result.stderr
+    floated = pb.BlobProto.FromString((tmp_path / "f.pb").read_bytes())
+    assert int(np.count_nonzero(np.isinf(np.array(floated.diff, np.float32)))) == 2
+    fits = write_blob(tmp_path / "fits.pb", [1.0, 2.0], [3.0, 4.0], double=True)
+    assert ok("convert", "--float", fits, "-o", tmp_path / "g.pb").stderr == ""
+
+
 def test_half_keeps_a_diff_float16_cannot_hold(tmp_path):
     path = tmp_path / "wide.pb"
     path.write_bytes(wide_blob_bytes())

@@ -163,7 +163,8 @@ def update(file, output, fmt, device, patterns, kind):
 @click.argument("file", type=INPUT)
 @output_options
 @click.option("--double", "precision", flag_value="double", help="Write float64 values (double_data).")
-@click.option("--float", "precision", flag_value="float", help="Write float32 values (data).")
+@click.option("--float", "precision", flag_value="float",
+              help="Write float32 values (data); a double past float32's range becomes Inf, with a warning line.")
 @click.option("--half", "precision", flag_value="half",
               help="Write float16 values: NVIDIA Caffe's raw FLOAT16 form in protobuf (half the size; only NVIDIA "
                    "Caffe and OpenCV read it), float16 arrays elsewhere. A blob with values past float16's range "
@@ -219,5 +220,16 @@ def convert(file, output, fmt, precision, half_strict, layout, no_diff, device, 
                       f"{result.dropped_diffs} blobs' diffs left out"])
         doc, entries = result.document, result.document.entries
         blobs = [e.blob() for e in entries]
+    if precision != "float":
+        _write(doc, entries, blobs, output, fmt, precision=precision, layout=layout,
+               write_diff=False if no_diff else None, half_strict=half_strict)
+        return
+    # float64 values past float32's range become Inf, as Caffe's cast makes
+    # them: counted as they are narrowed while writing, and warned about.
+    from ..kernels import CountingNonFinite
+
+    counters = [{"data": CountingNonFinite(), "diff": CountingNonFinite()} for _ in blobs]
     _write(doc, entries, blobs, output, fmt, precision=precision, layout=layout,
-           write_diff=False if no_diff else None, half_strict=half_strict)
+           write_diff=False if no_diff else None, transforms={e.name: c for e, c in zip(entries, counters)})
+    _warn_nonfinite(doc, entries, [{side: (c.count, c.dtype) for side, c in per.items()} for per in counters],
+                    "converting to float32")
