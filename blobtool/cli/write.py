@@ -99,10 +99,11 @@ def _warn_nonfinite(doc, entries, counts: list, what: str) -> None:
 def scale(file, factor, diff_factor, output, fmt, device, patterns, kind):
     """Multiply a blob's data by FACTOR (Caffe's scale_data), in the blob's own dtype.
 
-    Products past the dtype's range become Inf, as in Caffe (a float32 blob
-    scaled by 1e39 is all Inf and NaN): blobtool still writes them and exits
-    0, with one warning line per blob on stderr counting the values that
-    became Inf or NaN.
+    Products past the range of the type written become Inf, as in Caffe (a
+    float32 blob scaled by 1e39 is all Inf and NaN; a float16 blob is scaled
+    in float32 and counted against float16, the type it is written back in):
+    blobtool still writes them and exits 0, with one warning line per blob on
+    stderr counting the values that became Inf or NaN.
 
     \b
     Example:
@@ -136,9 +137,10 @@ def scale(file, factor, diff_factor, output, fmt, device, patterns, kind):
 def update(file, output, fmt, device, patterns, kind):
     """Apply Caffe's Blob::Update, data -= diff, and write the result.
 
-    Differences past the dtype's range become Inf, as in Caffe: blobtool
-    writes them and exits 0, with one warning line per blob on stderr
-    counting the values that became Inf or NaN.
+    Computed in the data's type (a diff stored wider is rounded to it
+    first). Differences past the range of the type written become Inf, as
+    in Caffe: blobtool writes them and exits 0, with one warning line per
+    blob on stderr counting the values that became Inf or NaN.
 
     \b
     Example:
