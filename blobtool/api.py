@@ -158,5 +158,6 @@ def _half_precisions(path, entries, blobs, *, write_diff, transforms, strict, wa
 def _new_entry(name: str, blob: Blob) -> Entry:
     origin = blob.origin
     return Entry(name, blob.shape, origin.layout if origin else "shape", blob.dtype,
-                 bool(origin and origin.has_diff), _blob=blob)
+                 bool(origin and origin.has_diff), _blob=blob,
+                 diff_dtype=blob.diff_dtype if blob.diff_dtype != blob.dtype else None)
 

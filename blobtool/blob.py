@@ -10,6 +10,11 @@ Where blobtool differs from Caffe, on purpose:
   they return Python floats.
 - Blob counts are not capped at INT_MAX, so payloads over 2 GiB load.
 - Index checks are strict (Caffe's 4-argument offset() lets n == num through).
+- The diff may be held in a wider type than the data (`diff_dtype`): a file
+  may store float data with a double diff (a BlobProto's data beside
+  double_diff, an F32 tensor beside an F64 "<name>/diff"), and narrowing it
+  would turn values past float32's range into Inf. Caffe's Blob<Dtype> has
+  one type for both; a Blob made in Python has one too unless asked.
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ from .errors import FormatError, UsageError
 from .syncedmem import SyncedHead, SyncedMemory
 
 __all__ = ["Blob", "Origin", "MAX_BLOB_AXES", "LEGACY_FIELDS", "proto_shape", "legacy_shapes_equal", "DTYPES",
-           "exact_values"]
+           "exact_values", "held_dtype"]
 
 # Caffe's kMaxBlobAxes.
 MAX_BLOB_AXES = 32
@@ -122,15 +127,39 @@ class Origin:
     # The message's fields the reader does not know, as they were in the file,
     # written back after the known ones (where protobuf puts unknown fields).
     unknown: bytes = b""
+    # The diff's stored type where it differs from the data's (float data
+    # beside a double diff); None when the diff is stored as the data is.
+    diff_dtype: np.dtype | None = None
 
     @property
     def precision(self) -> str:
-        """The precision to write this blob back in: "double", "half" or "float"."""
-        if self.dtype == np.float64:
-            return "double"
-        if self.dtype == np.float16:
-            return "half"
-        return "float"
+        """The precision to write this blob's data back in: "double", "half" or "float"."""
+        return _precision_of(self.dtype)
+
+    @property
+    def diff_precision(self) -> str:
+        """The precision to write this blob's diff back in (its own where it was stored apart from the data's)."""
+        return _precision_of(self.diff_dtype if self.diff_dtype is not None else self.dtype)
+
+
+def _precision_of(dtype) -> str:
+    if dtype == np.float64:
+        return "double"
+    if dtype == np.float16:
+        return "half"
+    return "float"
+
+
+def held_dtype(stored, data=None) -> np.dtype:
+    """The Blob dtype holding `stored` values exactly: float64 (doubles, 32-bit integers), else float32.
+
+    For a diff, `data` is the data's Blob dtype: the diff is held in the wider
+    of the two, so a double diff beside float data stays float64, and a float
+    diff beside double data is widened as Caffe's FromProto widens it.
+    """
+    stored = np.dtype(stored)
+    wide = stored.itemsize >= 4 and stored != np.float32
+    return np.dtype(np.float64) if wide or (data is not None and np.dtype(data) == np.float64) else np.dtype(np.float32)
 
 
 class Blob:
@@ -142,6 +171,12 @@ class Blob:
         ``Blob()`` is empty (0 axes, count 0); ``Blob(2, 3, 4, 5)``;
         ``Blob([3, 2])``.
     dtype : numpy.float32 or numpy.float64
+    diff_dtype : numpy.float32, numpy.float64 or None
+        The diff's type; None (the default) makes it `dtype`, as in Caffe,
+        whose Blob<Dtype> has one type. A blob read from a file whose diff
+        is stored wider than its data (float data, double diff) holds each
+        side in its own type, so that no diff value is narrowed (a blobtool
+        extension).
 
     Attributes
     ----------
@@ -156,8 +191,9 @@ class Blob:
     memory never written are 0, as in Caffe.
     """
 
-    def __init__(self, *dims, dtype=np.float32):
+    def __init__(self, *dims, dtype=np.float32, diff_dtype=None):
         self._dtype = _check_dtype(dtype)
+        self._diff_dtype = self._dtype if diff_dtype is None else _check_dtype(diff_dtype)
         self._shape: tuple[int, ...] = ()
         self._count = 0
         self._capacity = 0
@@ -179,7 +215,7 @@ class Blob:
         if len(shape) > MAX_BLOB_AXES:
             raise UsageError(f"a blob has at most {MAX_BLOB_AXES} axes, got {len(shape)}")
         count = 1
-        extent = self._dtype.itemsize  # bytes spanned by the non-zero dimensions
+        extent = max(self._dtype.itemsize, self._diff_dtype.itemsize)  # bytes spanned by the non-zero dimensions
         for axis, d in enumerate(shape):
             if d < 0:
                 raise UsageError(f"dimension {axis} is negative ({d}) in shape {shape}")
@@ -188,15 +224,14 @@ class Blob:
         # numpy refuses such a shape even with a zero dimension in it; Caffe
         # caps counts at INT_MAX, blobtool at what numpy can address.
         if extent > _MAX_EXTENT:
-            raise UsageError(f"shape {shape} spans {extent} bytes of {self._dtype.name}, "
+            raise UsageError(f"shape {shape} spans {extent} bytes of {self._wider.name}, "
                              f"more than the {_MAX_EXTENT} an array can address")
         self._shape = shape
         self._count = count
         if count > self._capacity:
             self._capacity = count
-            nbytes = count * self._dtype.itemsize
-            self._data = SyncedMemory(nbytes)
-            self._diff = SyncedMemory(nbytes)
+            self._data = SyncedMemory(count * self._dtype.itemsize)
+            self._diff = SyncedMemory(count * self._diff_dtype.itemsize)
 
     def reshape_like(self, other: "Blob") -> None:
         """Take `other`'s shape (Blob::ReshapeLike)."""
@@ -217,7 +252,23 @@ class Blob:
 
     @property
     def dtype(self) -> np.dtype:
+        """The data's type (and the diff's, unless diff_dtype says otherwise)."""
         return self._dtype
+
+    @property
+    def diff_dtype(self) -> np.dtype:
+        """The diff's type: the data's, or a wider one for a diff stored wider than its data."""
+        return self._diff_dtype
+
+    @property
+    def _wider(self) -> np.dtype:
+        return self._diff_dtype if self._diff_dtype.itemsize > self._dtype.itemsize else self._dtype
+
+    def _side_dtype(self, which: str) -> np.dtype:
+        return self._dtype if which == _DATA else self._diff_dtype
+
+    def _side_nbytes(self, which: str) -> int:
+        return self._count * self._side_dtype(which).itemsize
 
     @property
     def nbytes(self) -> int:
@@ -326,19 +377,20 @@ class Blob:
 
     def _host_view(self, which: str, mutable: bool) -> np.ndarray:
         mem = self._mem(which)
+        dtype = self._side_dtype(which)
         if mem is None:
-            out = np.zeros(0, dtype=self._dtype)
+            out = np.zeros(0, dtype=dtype)
             out.flags.writeable = mutable
             return out
         raw = mem.mutable_cpu_data() if mutable else mem.cpu_data()
-        return raw[: self.nbytes].view(self._dtype)
+        return raw[: self._side_nbytes(which)].view(dtype)
 
     def _device_view(self, which: str, mutable: bool):
         mem = self._mem(which)
         if mem is None:
             raise UsageError("an empty blob has no device memory")
         raw = mem.mutable_gpu_data() if mutable else mem.gpu_data()
-        return raw[: self.nbytes].view(self._dtype)
+        return raw[: self._side_nbytes(which)].view(self._side_dtype(which))
 
     def cpu_data(self) -> np.ndarray:
         """Read-only flat view of the data's `count` elements (copies from the GPU if newer)."""
@@ -414,26 +466,26 @@ class Blob:
         self._adopt(_DATA, array)
 
     def set_cpu_diff(self, array) -> None:
-        """Adopt `array` as the diff, without copying."""
+        """Adopt `array` (count elements of diff_dtype) as the diff, without copying."""
         self._adopt(_DIFF, array)
 
     def _adopt(self, which: str, array) -> None:
         array = np.asarray(array)
-        if array.dtype != self._dtype:
-            raise UsageError(f"set_cpu_{which}: array dtype {array.dtype} differs from the blob's {self._dtype}")
+        dtype = self._side_dtype(which)
+        if array.dtype != dtype:
+            raise UsageError(f"set_cpu_{which}: array dtype {array.dtype} differs from the blob's {dtype}")
         if array.size != self._count:
             raise UsageError(f"set_cpu_{which}: array has {array.size} elements, the blob {self._count}")
         mem = self._mem(which)
         if mem is None:
             return
-        nbytes = self.nbytes
-        if mem.size != nbytes:
+        if mem.size != self._side_nbytes(which):
             # Blob::set_cpu_data / set_cpu_diff: a blob shrunk below its
             # capacity gets memory of exactly count elements (data and diff
             # for the data, the diff alone for the diff) so the buffer fits.
             if which == _DATA:
-                self._data = SyncedMemory(nbytes)
-            self._diff = SyncedMemory(nbytes)
+                self._data = SyncedMemory(self.nbytes)
+            self._diff = SyncedMemory(self._side_nbytes(_DIFF))
             # Growing again must reallocate rather than read past the buffer.
             self._capacity = self._count
         self._mem(which).set_cpu_data(array)
@@ -449,8 +501,9 @@ class Blob:
     def _share(self, which: str, other: "Blob") -> None:
         if other.count != self._count:
             raise UsageError(f"share_{which}: counts differ ({self._count} vs {other.count})")
-        if other.dtype != self._dtype:
-            raise UsageError(f"share_{which}: dtypes differ ({self._dtype} vs {other.dtype})")
+        mine, theirs = self._side_dtype(which), other._side_dtype(which)
+        if mine != theirs:
+            raise UsageError(f"share_{which}: dtypes differ ({mine} vs {theirs})")
         if which == _DATA:
             self._data = other._data
         else:
@@ -515,19 +568,31 @@ class Blob:
         self._scale(_DATA, factor)
 
     def scale_diff(self, factor: float) -> None:
-        """diff *= factor in the blob's dtype (Blob::scale_diff)."""
+        """diff *= factor in the diff's dtype (Blob::scale_diff)."""
         self._scale(_DIFF, factor)
 
     def update(self) -> None:
-        """data -= diff (Blob::Update), on the device when the data's head is there."""
+        """data -= diff (Blob::Update), on the device when the data's head is there.
+
+        Computed in the data's dtype, as Caffe's caffe_axpy<Dtype>: a diff
+        held wider than the data is first rounded to the data's type (a
+        value past its range becomes Inf there, as Caffe's cast makes it).
+        """
         where = self._where(_DATA)
         if where is None:
             raise UsageError("update: the blob's data was never initialised")
         if where == "cpu":
-            kernels.axpy(-1.0, self._host_view(_DIFF, False), self._host_view(_DATA, True))
+            diff = self._host_view(_DIFF, False)
+            axpy = kernels.axpy
+            data = self._host_view(_DATA, True)
         else:
-            backend = self._data._gpu_backend
-            backend.axpy(-1.0, self._device_view(_DIFF, False), self._device_view(_DATA, True))
+            diff = self._device_view(_DIFF, False)
+            axpy = self._data._gpu_backend.axpy
+            data = self._device_view(_DATA, True)
+        if diff.dtype != data.dtype:
+            with np.errstate(over="ignore", invalid="ignore"):
+                diff = diff.astype(data.dtype)
+        axpy(-1.0, diff, data)
 
     # -- protobuf ------------------------------------------------------------
 
@@ -536,7 +601,8 @@ class Blob:
 
         Accepts any protobuf message with BlobProto's fields (blobtool's own
         or a caffe_pb2 of the user's). The values are copied and converted to
-        the blob's dtype; double_data wins over data when it is non-empty.
+        the blob's dtype (the diff to diff_dtype); double_data wins over data
+        when it is non-empty.
         """
         shape, _ = proto_shape(proto)
         data = _repeated(proto, "double_data", np.float64)
@@ -551,8 +617,8 @@ class Blob:
                   reshape: bool = True, shape_proto=None, adopt: bool = False) -> None:
         """The body of FromProto once the arrays are found; used by from_proto and the codec.
 
-        With `adopt`, arrays already in the blob's dtype are adopted without a
-        copy (set_cpu_data); otherwise values are copied.
+        With `adopt`, arrays already in the side's dtype (dtype, diff_dtype)
+        are adopted without a copy (set_cpu_data); otherwise values are copied.
         """
         if reshape:
             try:
@@ -572,7 +638,7 @@ class Blob:
                 )
             if self._count == 0:
                 continue
-            if adopt and values.dtype == self._dtype and values.flags.c_contiguous:
+            if adopt and values.dtype == self._side_dtype(which) and values.flags.c_contiguous:
                 self._adopt(which, values)
             else:
                 # Out-of-range doubles become inf, as Caffe's cast makes them.
@@ -583,7 +649,7 @@ class Blob:
         """Return a BlobProto holding this blob (Blob::ToProto).
 
         Writes `shape`, then data (float32 blob) or double_data (float64
-        blob), and diff/double_diff when `write_diff`. Builds a blobtool
+        blob), and diff/double_diff (by diff_dtype) when `write_diff`. Builds a blobtool
         message unless `proto` (any BlobProto-like message) is given; it is
         cleared first.
         """
@@ -593,14 +659,16 @@ class Blob:
         proto.Clear()
         if self._shape:  # Caffe writes no shape field for a 0-axis blob
             proto.shape.dim.extend(self._shape)
-        values_field, diff_field = ("double_data", "double_diff") if self._dtype == np.float64 else ("data", "diff")
+        values_field = "double_data" if self._dtype == np.float64 else "data"
+        diff_field = "double_diff" if self._diff_dtype == np.float64 else "diff"
         getattr(proto, values_field).extend(self.cpu_data().tolist())
         if write_diff:
             getattr(proto, diff_field).extend(self.cpu_diff().tolist())
         return proto
 
     def __repr__(self) -> str:
-        return f"Blob(shape={self._shape}, dtype={self._dtype.name})"
+        diff = f", diff_dtype={self._diff_dtype.name}" if self._diff_dtype != self._dtype else ""
+        return f"Blob(shape={self._shape}, dtype={self._dtype.name}{diff})"
 
 
 def _repeated(proto, name: str, dtype) -> np.ndarray | None:

@@ -58,7 +58,7 @@ from dataclasses import dataclass, field as dc_field
 import numpy as np
 
 from . import wire
-from .blob import LEGACY_FIELDS, MAX_BLOB_AXES, Blob, Origin, proto_shape
+from .blob import LEGACY_FIELDS, MAX_BLOB_AXES, Blob, Origin, held_dtype, proto_shape
 from .blobheader import (BLOB_FIELD_NAMES, SHAPE_FIELD, SimpleHeader, check_axes, count_dims, parse_errors,
                          parse_header, simple_header)
 from .errors import FormatError
@@ -245,10 +245,20 @@ class BlobRecord:
         return self._data.dtype.newbyteorder("=")
 
     @property
+    def stored_diff_dtype(self) -> np.dtype | None:
+        """The diff's element type in the file, or None without a diff."""
+        return self._diff.dtype.newbyteorder("=") if self._diff is not None else None
+
+    @property
     def dtype(self) -> np.dtype:
         """The Blob's dtype: float64 for double or 32-bit integer values, else float32."""
-        stored = self.stored_dtype
-        return np.dtype(np.float64) if stored.itemsize >= 4 and stored != np.float32 else np.dtype(np.float32)
+        return held_dtype(self.stored_dtype)
+
+    @property
+    def diff_dtype(self) -> np.dtype:
+        """The Blob's diff dtype: the data's, or float64 for a diff stored wider (float data, double_diff)."""
+        stored = self.stored_diff_dtype
+        return self.dtype if stored is None else held_dtype(stored, self.dtype)
 
     @property
     def suspicious(self) -> str | None:
@@ -275,7 +285,9 @@ class BlobRecord:
 
     @property
     def origin(self) -> Origin:
-        return Origin(self.layout, self.stored_dtype, self.has_diff, self.encoding, self.unknown)
+        diff = self.stored_diff_dtype
+        return Origin(self.layout, self.stored_dtype, self.has_diff, self.encoding, self.unknown,
+                      diff if diff is not None and diff != self.stored_dtype else None)
 
 
 def parse_blob(buf, start: int = 0, end: int | None = None, *, path=None) -> BlobRecord:
@@ -544,9 +556,11 @@ def blob_from_record(record: BlobRecord) -> Blob:
     """Build a Blob from a located BlobProto with Caffe's FromProto rules, adopting the payload views.
 
     float32/float64 payloads are adopted without a copy; a fork's float16 or
-    integer payloads are converted (float32 or float64) into new memory.
+    integer payloads are converted (float32 or float64) into new memory. Each
+    side is held in the type that holds its stored values exactly, so a
+    double_diff beside float data stays float64 (Blob.diff_dtype).
     """
-    blob = Blob(dtype=record.dtype)
+    blob = Blob(dtype=record.dtype, diff_dtype=record.diff_dtype)
     data = record.data_payload
     diff = record.diff_payload
     if record.suspicious and record.count:

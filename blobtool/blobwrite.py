@@ -19,6 +19,7 @@ from . import wire
 from .blob import LEGACY_FIELDS, Blob, exact_values
 from .blobproto import DIFF_OF, PAYLOAD_BY_NAME, PRECISION_FIELDS, PRECISIONS, RAW_TYPE_OF, RAW_TYPES, SHAPE_FIELD
 from .errors import UsageError
+from .kernels import cast_written
 from .progress import report
 from .source import release_pages
 
@@ -108,11 +109,11 @@ def _side_encodings(precision) -> tuple:
 def _half_payload(values: np.ndarray, transform) -> bytes:
     """ditcaffe's half_data bytes for `values` (after `transform`): packed varints of float16 bits."""
     values = values.reshape(-1)
-    if transform is not None:
-        values = np.concatenate([transform(values[a:a + _WRITE_CHUNK], a)
-                                 for a in range(0, values.size, _WRITE_CHUNK)])
-    with np.errstate(over="ignore", invalid="ignore"):  # as the FLOAT16 raw form: past float16's range is inf
-        bits = values.astype("<f2").view("<u2")
+    # As the FLOAT16 raw form: past float16's range is Inf (counted by a counting transform).
+    halves = [cast_written(values[a:a + _WRITE_CHUNK] if transform is None
+                           else transform(values[a:a + _WRITE_CHUNK], a), np.dtype("<f2"), transform)
+              for a in range(0, values.size, _WRITE_CHUNK)]
+    bits = (np.concatenate(halves) if halves else np.zeros(0, "<f2")).view("<u2")
     report(values.nbytes)
     return wire.encode_packed_uint16(bits)
 
@@ -151,24 +152,52 @@ def resolve_form(blob: Blob, *, precision: str | None = None, write_diff: bool |
     legacy blob grown past 4 axes falls back to `shape`. For a format that
     has no BlobProto encodings (`encoded` False: HDF5, safetensors) the
     precision is "float", "double" or "half" as stored, and "double" for
-    integers (which float64 holds exactly).
+    integers (which float64 holds exactly); the dict then also says the
+    diff's ("diff_precision").
+
+    With no precision asked for, a diff stored (or held) wider than its data
+    keeps its own width: float data beside a double diff writes data and
+    double_diff, never a diff narrowed into Inf. A precision asked for
+    applies to both sides.
     """
     origin = blob.origin
+    diff_precision = precision
     if precision is None:
+        data_side, diff_side = _stored_precisions(blob)
         if origin is not None and not encoded:
-            precision = "double" if origin.dtype.kind in "iu" else origin.precision
+            precision, diff_precision = data_side, diff_side
         elif origin is not None and origin.encoding:
             precision = origin.encoding
+        elif diff_side != data_side:
+            precision = ((PRECISION_FIELDS[data_side][0], RAW_TYPE_OF.get(data_side)),
+                         (PRECISION_FIELDS[diff_side][1], RAW_TYPE_OF.get(diff_side)))
         else:
-            precision = origin.precision if origin else ("double" if blob.dtype == np.float64 else "float")
+            precision = data_side
     if write_diff is None:
         write_diff = bool(origin.has_diff) if origin else False
     if layout is None:
         layout = origin.layout if origin else "shape"
         if layout == "legacy" and blob.num_axes > 4:
             layout = "shape"
-    return {"precision": precision, "write_diff": write_diff, "layout": layout,
+    form = {"precision": precision, "write_diff": write_diff, "layout": layout,
             "unknown": origin.unknown if origin else b""}
+    if not encoded:
+        form["diff_precision"] = diff_precision
+    return form
+
+
+def _stored_precisions(blob: Blob) -> tuple:
+    """The precisions ("float", "double", "half") of the data and the diff as stored, or as held for a new blob.
+
+    Integers (NVIDIA Caffe's INT/UINT) count as "double", which holds them exactly.
+    """
+    origin = blob.origin
+    if origin is None:
+        return tuple("double" if dtype == np.float64 else "float" for dtype in (blob.dtype, blob.diff_dtype))
+    data = "double" if origin.dtype.kind in "iu" else origin.precision
+    diff_stored = origin.diff_dtype if origin.diff_dtype is not None else origin.dtype
+    diff = "double" if diff_stored.kind in "iu" else origin.diff_precision
+    return data, diff
 
 
 def blob_encoded_size(parts) -> int:
@@ -198,8 +227,8 @@ def write_parts(out, parts) -> None:
                 data = chunk if transform is None else transform(chunk, start)
                 if target.kind in "iu":
                     data = exact_values(data, target)
-                elif data.dtype != target:
-                    data = data.astype(target)
+                else:
+                    data = cast_written(data, target, transform)
                 out.write(memoryview(np.ascontiguousarray(data)).cast("B"))
                 report(chunk.nbytes)
                 release_pages(chunk)

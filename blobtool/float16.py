@@ -86,7 +86,8 @@ def half_precisions(path, entries, blobs, *, write_diff=None, transforms=None, s
     """({name: precision} for writing `blobs` in float16, [warning lines]), or UsageError when `strict`.
 
     A blob whose finite values all fit is written in "half"; the others in
-    Float16Fit.fallback, each with one warning line saying why. The values
+    Float16Fit.fallback (or as stored, None, for a blob whose diff is held
+    wider than its data), each with one warning line saying why. The values
     that become subnormal or 0 in the blobs written in float16 are counted
     in one more line. With `strict`, a blob that does not fit is a
     UsageError, raised before anything is written.
@@ -112,8 +113,15 @@ def half_precisions(path, entries, blobs, *, write_diff=None, transforms=None, s
                   f"(largest {fit.max_abs:.6g}, float16 holds up to {float(_HALF.max):g})")
         if strict:
             raise UsageError(f"--half-strict: {reason}; nothing written", path=path)
-        precisions[entry.name] = fit.fallback
-        lines.append(f"{where}{reason}: kept in {'float32' if fit.fallback == 'float' else 'float64'} "
+        if len(sides) == 2 and blob.diff_dtype != blob.dtype:
+            # A diff held wider than its data (float data, double diff):
+            # both sides as stored, so neither is narrowed.
+            precisions[entry.name] = None
+            kept = f"as stored ({blob.dtype.name}, diff {blob.diff_dtype.name})"
+        else:
+            precisions[entry.name] = fit.fallback
+            kept = f"in {'float32' if fit.fallback == 'float' else 'float64'}"
+        lines.append(f"{where}{reason}: kept {kept} "
                      f"({fit.subnormal:,} values would have become subnormal and {fit.zero:,} zero)")
     if lossy.subnormal or lossy.zero:
         lines.append(f"{where}--half: in the {lossy.count:,} blob(s) written in float16, {lossy.subnormal:,} values "

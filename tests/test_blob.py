@@ -1377,3 +1377,39 @@ def test_map_chunks_keeps_order_and_reports_progress(threaded):
     assert firsts == [float(k * kernels.CHUNK) for k in range(8)]
     assert sum(seen) == x.nbytes
     assert kernels.map_chunks(len, np.zeros(0)) == []
+
+
+# -- a diff held wider than the data (blobtool extension) ---------------------------------------
+
+
+def test_a_wider_diff_has_its_own_memory_and_views():
+    blob = Blob(2, 3, dtype=np.float32, diff_dtype=np.float64)
+    assert blob.dtype == np.float32 and blob.diff_dtype == np.float64
+    assert blob.data_memory.size == 24 and blob.diff_memory.size == 48
+    assert blob.cpu_data().dtype == np.float32 and blob.cpu_diff().dtype == np.float64
+    blob.diff[...] = 1e300
+    assert blob.diff_at(1, 2) == 1e300 and blob.asum_diff() == pytest.approx(6e300)
+    with pytest.raises(BlobToolError, match="differs from the blob's float64"):
+        blob.set_cpu_diff(np.zeros(6, np.float32))
+    blob.set_cpu_diff(np.full(6, 0.5))
+    assert blob.cpu_diff().tolist() == [0.5] * 6
+    with pytest.raises(BlobToolError, match="dtypes differ"):
+        Blob(2, 3).share_diff(blob)
+    with pytest.raises(BlobToolError, match="Blob dtype must be float32 or float64"):
+        Blob(2, diff_dtype=np.float16)
+
+
+@pytest.mark.parametrize("on_device", [False, True], ids=["host", "device"])
+def test_update_with_a_wider_diff_runs_in_the_datas_type(fake, on_device):
+    # Caffe's caffe_axpy<float>: the diff is rounded to float first; 1e300 is Inf there.
+    blob = Blob(3, dtype=np.float32, diff_dtype=np.float64)
+    blob.mutable_cpu_data()[:] = [1, 1, 1]
+    blob.mutable_cpu_diff()[:] = [1e300, 1 / 3, -1e-300]
+    if on_device:
+        blob.gpu_data()
+    with np.errstate(over="ignore"):
+        blob.update()
+    expected = np.float32(1) - np.array([np.inf, np.float32(1 / 3), np.float32(-1e-300)], np.float32)
+    assert blob.cpu_data().dtype == np.float32
+    assert blob.cpu_data().tolist() == expected.tolist()
+    assert blob.cpu_diff().tolist() == [1e300, 1 / 3, -1e-300]

@@ -551,9 +551,9 @@ def test_no_numpy_warning_reaches_stderr_in_any_command(tmp_path, name, args):
     _edge_value_inputs(tmp_path)
     result = run_blobtool(*[name if a == "{}" else a for a in args], cwd=tmp_path, text=True)
     assert result.returncode == 0, result.stderr
-    # Values pushed past their dtype's range (float16 by --half, float64 by scale and
-    # update) get blobtool's own one line, never numpy's warnings.
-    if name == "near_max.pb" and (args[0] in ("scale", "update") or "--half" in args):
+    # Values pushed past their dtype's range (float16 by --half, float32 by --float,
+    # float64 by scale and update) get blobtool's own one line, never numpy's warnings.
+    if name == "near_max.pb" and (args[0] in ("scale", "update") or "--half" in args or "--float" in args):
         (line,) = result.stderr.splitlines()
         assert line.startswith("blobtool: warning: near_max.pb: blob 0: ")
     else:

@@ -212,3 +212,74 @@ def test_integer_blobs_stay_exact_in_safetensors_and_hdf5(tmp_path, dtype):
     with h5py.File(tmp_path / "int.solverstate.h5", "r") as f:
         stored = f["history/0"][()]
     assert stored.dtype == np.float64 and stored.tolist() == values.tolist()
+
+
+# A diff stored wider than its data: values past float32's range and below its
+# smallest subnormal, which float32 would turn into Inf and 0.
+WIDE_DIFF = np.array([1e300, -1e-300, 0.1, -3.5e38, 2.0, 1e-46])
+NARROW_DATA = np.array([1.0, -2.5, 3.0, 0.1, 7.0, -8.0], np.float32)
+
+
+@pytest.mark.parametrize("kind", ["blob", "vector", "net", "solverstate"])
+def test_float_data_with_double_diff_rewrites_byte_for_byte(tmp_path, kind):
+    proto = pb.BlobProto()
+    proto.shape.dim.extend([2, 3])
+    proto.data.extend(NARROW_DATA.tolist())
+    proto.double_diff.extend(WIDE_DIFF.tolist())
+    raw, name = _blob_kinds(proto.SerializeToString())[kind]
+    path = tmp_path / "in.bin"
+    path.write_bytes(raw)
+    out = tmp_path / "out.bin"
+    for selection in ([], ["--blob", name]):
+        ok("convert", path, "-o", out, "--format", "same", *selection)
+        assert out.read_bytes() == raw
+    # Scaled by 1: every blob re-encoded, the double diff still as it was.
+    ok("scale", path, "1", "-o", out, "--format", "same")
+    assert out.read_bytes() == raw
+    assert one_json(ok("compare", "--json", path, out))["equal"] is True
+
+
+def test_f32_data_with_f64_diff_rewrites_in_npz_and_safetensors(tmp_path):
+    from safetensors.numpy import load_file, save_file
+
+    arrays = {"w": NARROW_DATA.reshape(2, 3), "w/diff": WIDE_DIFF.reshape(2, 3)}
+    src = tmp_path / "w.safetensors"
+    save_file(arrays, str(src))
+    (tmp_path / "out").mkdir()
+    first = tmp_path / "out" / "w.safetensors"  # the same name: __metadata__ records the source's
+    ok("convert", src, "-o", first)
+    back = load_file(str(first))
+    assert back["w"].dtype == np.float32 and back["w/diff"].dtype == np.float64
+    assert back["w/diff"].tobytes() == arrays["w/diff"].tobytes()
+    written = first.read_bytes()
+    ok("convert", first, "-o", first)
+    assert first.read_bytes() == written  # blobtool's own output rewrites byte for byte
+
+    npz = tmp_path / "in.npz"
+    np.savez(npz, **arrays)
+    ok("convert", npz, "-o", tmp_path / "out.npz")
+    with np.load(tmp_path / "out.npz") as got:
+        assert got["w/diff"].dtype == np.float64 and got["w/diff"].tobytes() == arrays["w/diff"].tobytes()
+        assert got["w"].dtype == np.float32 and got["w"].tobytes() == arrays["w"].tobytes()
+
+
+def test_hdf5_double_diff_beside_float_data_is_kept(tmp_path):
+    h5py = pytest.importorskip("h5py", reason="Caffe's HDF5 snapshots need h5py (blobtool[hdf5])")
+    from builders import h5_net_bytes
+
+    src = tmp_path / "in.caffemodel.h5"
+    src.write_bytes(h5_net_bytes([("fc", [NARROW_DATA.reshape(2, 3)])], diffs={("fc", 0): WIDE_DIFF.reshape(2, 3)}))
+    out = tmp_path / "out.caffemodel.h5"
+    ok("convert", src, "-o", out)
+    with h5py.File(out, "r") as f:
+        data, diff = f["data/fc/0"][()], f["diff/fc/0"][()]
+    assert data.dtype == np.float32 and data.tobytes() == NARROW_DATA.tobytes()
+    assert diff.dtype == np.float64 and diff.reshape(-1).tobytes() == WIDE_DIFF.tobytes()
+    again = tmp_path / "again.caffemodel.h5"
+    ok("convert", out, "-o", again)
+    assert again.read_bytes() == out.read_bytes()
+    # To protobuf: data beside double_diff.
+    ok("convert", src, "-o", tmp_path / "out.caffemodel")
+    blob = blobtool.load_all(tmp_path / "out.caffemodel")["fc/0"]
+    assert blob.origin.encoding == (("data", None), ("double_diff", None))
+    assert blob.cpu_diff().tobytes() == WIDE_DIFF.tobytes()

@@ -33,20 +33,22 @@ def _streamed(doc, entries, blobs, output, fmt, sides: dict, what: str) -> None:
 
     On the host the kernel runs chunk by chunk as the output is written, so
     memory stays bounded whatever the file size; the values it turns into
-    Inf or NaN are counted in the same chunks, and warned about.
+    Inf or NaN are counted in the same chunks, against the type each side is
+    written in (a float16 blob is computed in float32 and narrowed when
+    written), and warned about.
     """
     from ..kernels import CountingNonFinite
 
     counters = [{side: CountingNonFinite(make(blob)) for side, make in sides.items()} for blob in blobs]
     _write(doc, entries, blobs, output, fmt, transforms={e.name: c for e, c in zip(entries, counters)})
-    _warn_nonfinite(doc, entries, [{side: c.count for side, c in per.items()} for per in counters], what)
+    _warn_nonfinite(doc, entries, [{side: (c.count, c.dtype) for side, c in per.items()} for per in counters], what)
 
 
 def _on_device(doc, entries, blobs, output, fmt, sides: dict, what: str) -> None:
     """Run each side's in-place Blob method on the GPU (`sides`: "data"/"diff" -> fn(blob)), warn, and write."""
     import numpy
 
-    from ..kernels import count_nonfinite
+    from ..kernels import CountingNonFinite, count_nonfinite
     from .work import array_module
 
     xp = array_module(True)
@@ -58,19 +60,31 @@ def _on_device(doc, entries, blobs, output, fmt, sides: dict, what: str) -> None
             for run in sides.values():
                 run(blob)
         counts.append({side: count_nonfinite(views[side](blob), xp) - n for side, n in before.items()})
-    _warn_nonfinite(doc, entries, counts, what)
-    _write(doc, entries, blobs, output, fmt)
+    # The values are written in the type they are stored in: a float16 blob
+    # computed in float32 on the device is narrowed while writing, and that
+    # narrowing is counted too.
+    narrowing = [{side: CountingNonFinite() for side in sides} for _ in blobs]
+    _write(doc, entries, blobs, output, fmt, transforms={e.name: n for e, n in zip(entries, narrowing)})
+    dtypes = {"data": lambda b: b.dtype, "diff": lambda b: b.diff_dtype}
+    _warn_nonfinite(doc, entries, [{side: (n + narrow[side].count, narrow[side].dtype or dtypes[side](blob))
+                                    for side, n in per.items()}
+                                   for per, narrow, blob in zip(counts, narrowing, blobs)], what)
 
 
 def _warn_nonfinite(doc, entries, counts: list, what: str) -> None:
-    """One stderr line per blob whose values `what` turned into Inf or NaN (past its dtype's range)."""
+    """One stderr line per blob whose values `what` turned into Inf or NaN (past the range of the type written).
+
+    `counts` holds, per blob, {side: (values turned non-finite, the dtype they were written in)}.
+    """
     from .output import say_warning
 
     for entry, per in zip(entries, counts):
-        parts = [f"{n:,} of {entry.count:,} {side} values" for side, n in per.items() if n]
-        if parts:
+        hit = {side: (n, dtype) for side, (n, dtype) in per.items() if n}
+        if hit:
+            parts = [f"{n:,} of {entry.count:,} {side} values" for side, (n, _) in hit.items()]
+            ranges = " and ".join(dict.fromkeys(f"{(dtype or entry.dtype).name}'s" for _, dtype in hit.values()))
             say_warning(f"{doc.path}: blob {entry.name}: {what} turned {' and '.join(parts)} "
-                        f"into Inf or NaN (past {entry.dtype.name}'s range)")
+                        f"into Inf or NaN (past {ranges} range)")
 
 
 @click.command(context_settings={**CONTEXT_SETTINGS, "ignore_unknown_options": True})
@@ -85,10 +99,11 @@ def _warn_nonfinite(doc, entries, counts: list, what: str) -> None:
 def scale(file, factor, diff_factor, output, fmt, device, patterns, kind):
     """Multiply a blob's data by FACTOR (Caffe's scale_data), in the blob's own dtype.
 
-    Products past the dtype's range become Inf, as in Caffe (a float32 blob
-    scaled by 1e39 is all Inf and NaN): blobtool still writes them and exits
-    0, with one warning line per blob on stderr counting the values that
-    became Inf or NaN.
+    Products past the range of the type written become Inf, as in Caffe (a
+    float32 blob scaled by 1e39 is all Inf and NaN; a float16 blob is scaled
+    in float32 and counted against float16, the type it is written back in):
+    blobtool still writes them and exits 0, with one warning line per blob on
+    stderr counting the values that became Inf or NaN.
 
     \b
     Example:
@@ -122,9 +137,10 @@ def scale(file, factor, diff_factor, output, fmt, device, patterns, kind):
 def update(file, output, fmt, device, patterns, kind):
     """Apply Caffe's Blob::Update, data -= diff, and write the result.
 
-    Differences past the dtype's range become Inf, as in Caffe: blobtool
-    writes them and exits 0, with one warning line per blob on stderr
-    counting the values that became Inf or NaN.
+    Computed in the data's type (a diff stored wider is rounded to it
+    first). Differences past the range of the type written become Inf, as
+    in Caffe: blobtool writes them and exits 0, with one warning line per
+    blob on stderr counting the values that became Inf or NaN.
 
     \b
     Example:
@@ -149,7 +165,8 @@ def update(file, output, fmt, device, patterns, kind):
 @click.argument("file", type=INPUT)
 @output_options
 @click.option("--double", "precision", flag_value="double", help="Write float64 values (double_data).")
-@click.option("--float", "precision", flag_value="float", help="Write float32 values (data).")
+@click.option("--float", "precision", flag_value="float",
+              help="Write float32 values (data); a double past float32's range becomes Inf, with a warning line.")
 @click.option("--half", "precision", flag_value="half",
               help="Write float16 values: NVIDIA Caffe's raw FLOAT16 form in protobuf (half the size; only NVIDIA "
                    "Caffe and OpenCV read it), float16 arrays elsewhere. A blob with values past float16's range "
@@ -205,5 +222,16 @@ def convert(file, output, fmt, precision, half_strict, layout, no_diff, device, 
                       f"{result.dropped_diffs} blobs' diffs left out"])
         doc, entries = result.document, result.document.entries
         blobs = [e.blob() for e in entries]
+    if precision != "float":
+        _write(doc, entries, blobs, output, fmt, precision=precision, layout=layout,
+               write_diff=False if no_diff else None, half_strict=half_strict)
+        return
+    # float64 values past float32's range become Inf, as Caffe's cast makes
+    # them: counted as they are narrowed while writing, and warned about.
+    from ..kernels import CountingNonFinite
+
+    counters = [{"data": CountingNonFinite(), "diff": CountingNonFinite()} for _ in blobs]
     _write(doc, entries, blobs, output, fmt, precision=precision, layout=layout,
-           write_diff=False if no_diff else None, half_strict=half_strict)
+           write_diff=False if no_diff else None, transforms={e.name: c for e, c in zip(entries, counters)})
+    _warn_nonfinite(doc, entries, [{side: (c.count, c.dtype) for side, c in per.items()} for per in counters],
+                    "converting to float32")

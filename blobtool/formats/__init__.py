@@ -226,6 +226,7 @@ class Entry:
     warning: str | None = None
     _blob: object = None
     build: object = None     # () -> Blob, for an entry without a record
+    diff_dtype: object = None  # the diff's stored dtype where it differs from the data's (float data, double diff)
 
     @property
     def count(self) -> int:

@@ -285,8 +285,11 @@ def read(doc: Document, cast=None) -> None:
 
 def _entry(name: str, record: BlobRecord, **extra) -> Entry:
     shape, layout = record.shape_layout
+    diff = record.stored_diff_dtype
+    if diff == record.stored_dtype:
+        diff = None
     return Entry(name, shape, layout, record.stored_dtype, record.has_diff, record=record,
-                 warning=record.suspicious, **extra)
+                 warning=record.suspicious, diff_dtype=diff, **extra)
 
 
 def _read_blob(doc: Document, buf) -> None:

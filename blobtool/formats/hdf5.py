@@ -47,7 +47,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..blob import MAX_BLOB_AXES, Blob, Origin
+from ..blob import MAX_BLOB_AXES, Blob, Origin, held_dtype
 from ..errors import BlobToolError, FormatError, UsageError
 from . import MAX_BLOBS, Document, Entry, NetLayer
 
@@ -335,20 +335,25 @@ def _values(doc: Document, stored: _Stored) -> np.ndarray:
 
 def _loader(doc: Document, data: _Stored, diff: _Stored | None):
     def load() -> Blob:
-        blob = Blob(dtype=_blob_dtype(data.dtype))
+        held = _blob_dtype(data.dtype)
+        blob = Blob(dtype=held, diff_dtype=held_dtype(diff.dtype, held) if diff else None)
         try:
             blob.fill_from(data.shape, _values(doc, data), _values(doc, diff) if diff else None, adopt=True)
         except BlobToolError as exc:
             raise _error(doc.path, data.where, exc.reason) from exc
-        blob.origin = Origin("shape", data.dtype.newbyteorder("="), diff is not None)
+        stored_diff = diff.dtype.newbyteorder("=") if diff else None
+        blob.origin = Origin("shape", data.dtype.newbyteorder("="), diff is not None,
+                             diff_dtype=stored_diff if stored_diff != data.dtype.newbyteorder("=") else None)
         return blob
     return load
 
 
 def _add(doc: Document, name: str, data: _Stored, diff: _Stored | None, layer=None) -> None:
     doc.check_room(data.offset)
-    doc.entries.append(Entry(name, data.shape, "shape", data.dtype.newbyteorder("="), diff is not None, layer=layer,
-                             build=_loader(doc, data, diff)))
+    stored = data.dtype.newbyteorder("=")
+    diff_dtype = diff.dtype.newbyteorder("=") if diff is not None else None
+    doc.entries.append(Entry(name, data.shape, "shape", stored, diff is not None, layer=layer,
+                             build=_loader(doc, data, diff), diff_dtype=diff_dtype if diff_dtype != stored else None))
 
 
 def _read_net(doc: Document, f) -> None:

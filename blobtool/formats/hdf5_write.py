@@ -77,7 +77,7 @@ def write_snapshot(doc: Document | None, entries: list, blobs: list, dest, *, ki
                              "(use --no-diff to drop it)")
         if form["write_diff"]:
             planned.append(_Planned(f"/diff{group[len('/data'):]}/{index}", blob.shape,
-                                    (blob.cpu_diff(), target, fns.get("diff"))))
+                                    (blob.cpu_diff(), _TARGET[form["diff_precision"]], fns.get("diff"))))
     layers = [layer.name for layer in doc.layers] if kind == "net" else []
     for layer in layers:
         _check_layer_name(layer)

@@ -19,7 +19,8 @@ no ".npy" member is not an .npz.
 
 Diffs (DIFF_SUFFIX): a member "<name>/diff" is the diff of the blob "<name>"
 when a member "<name>" exists and is not itself a diff. So every member is
-either a blob or the diff of exactly one blob, and none is dropped: with
+either a blob or the diff of exactly one blob, and none is dropped (a diff
+keeps its own dtype: float64 beside float32 data stays float64): with
 members "x", "x/diff" and "x/diff/diff", "x/diff" is the diff of "x" and
 "x/diff/diff" is a blob of its own (its base is a diff). Names are decided
 shortest first, so the answer never depends on the members' order.
@@ -45,9 +46,10 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.lib import format as npy_format
 
-from ..blob import Blob, Origin, exact_values
+from ..blob import Blob, Origin, exact_values, held_dtype
 from ..blobwrite import precision_for
 from ..errors import BlobToolError, FormatError, UsageError
+from ..kernels import cast_written
 from ..source import Source, atomic_output
 from . import MAX_BLOBS, Document, Entry
 from .npyheader import NPY_HEADER_READ, NPY_MAGIC, NPY_VERSIONS, NpyHeader, parse_npy_header
@@ -126,8 +128,10 @@ def _c_order(header: NpyHeader, values: np.ndarray) -> np.ndarray:
     return values
 
 
-def _blob_from_values(header: NpyHeader, values: np.ndarray, native: np.dtype, diff=None, path=None) -> Blob:
-    """A Blob of `values` (flat, in the header's dtype and order) and `diff` (flat, C order);
+def _blob_from_values(header: NpyHeader, values: np.ndarray, native: np.dtype, diff=None, path=None,
+                      diff_native: np.dtype | None = None) -> Blob:
+    """A Blob of `values` (flat, in the header's dtype and order) and `diff` (flat, C order, held as
+    `diff_native`: its own type, so a float64 diff beside float32 data is not narrowed);
     float32/float64 values adopted without a copy."""
     values = _c_order(header, values)
     if values.dtype != native:
@@ -135,12 +139,14 @@ def _blob_from_values(header: NpyHeader, values: np.ndarray, native: np.dtype, d
         # one. numpy's warnings about either would be a second stderr line.
         with np.errstate(over="ignore", invalid="ignore"):
             values = values.astype(native)
-    blob = Blob(dtype=native)
+    diff_native = native if diff is None or diff_native is None else held_dtype(diff_native, native)
+    blob = Blob(dtype=native, diff_dtype=diff_native)
     try:
         blob.fill_from(header.shape, values, diff, adopt=True)
     except BlobToolError as exc:
         raise exc.with_path(path) from exc
-    blob.origin = Origin("shape", native, diff is not None)  # float16: written as float32 unless --half
+    # float16: written as float32 unless --half
+    blob.origin = Origin("shape", native, diff is not None, diff_dtype=diff_native if diff_native != native else None)
     return blob
 
 
@@ -242,7 +248,8 @@ def _member_blob(member: _Member, diff: _Member | None, archive, doc_path) -> Bl
     diff_values = None
     if diff is not None:
         diff_values = _c_order(diff.header, _inflate(archive, diff, doc_path))
-    return _blob_from_values(member.header, values, member.native, diff_values, member.path)
+    return _blob_from_values(member.header, values, member.native, diff_values, member.path,
+                             diff_native=diff.native if diff is not None else None)
 
 
 def _read_npz(doc: Document, cast) -> None:
@@ -269,7 +276,9 @@ def _read_npz(doc: Document, cast) -> None:
             raise FormatError(f"array {diff.info.filename[:-4]} has {diff.header.count} values, {name} has "
                               f"{member.header.count}", path=doc.path)
         doc.entries.append(Entry(name, member.header.shape, "shape", member.native, diff is not None,
-                                 build=functools.partial(_member_blob, member, diff, archive, doc.path)))
+                                 build=functools.partial(_member_blob, member, diff, archive, doc.path),
+                                 diff_dtype=diff.native if diff is not None and diff.native != member.native
+                                 else None))
 
 
 def _open_member(archive: zipfile.ZipFile, info: zipfile.ZipInfo, path, cast) -> _Member:
@@ -404,15 +413,24 @@ def iter_blob_arrays(entries: list, blobs: list, *, with_diff: bool, precision=N
         target = PRECISION_DTYPES[precision_for(precision, entry.name)]
         fns = (transforms or {}).get(entry.name, {})
         values = blob.cpu_data() if which == "data" else blob.cpu_diff()
-        if fns.get(which):
-            values = fns[which](values, 0)
+        transform = fns.get(which)
+        if transform:
+            values = transform(values, 0)
         values = values.reshape(blob.shape)
-        if target is None and blob.origin is not None and blob.origin.dtype.kind in "iu":
-            values = exact_values(values, blob.origin.dtype)  # integers stay integers
+        stored = _stored_dtype(blob, which)
+        if target is None and stored is not None and stored.kind in "iu":
+            values = exact_values(values, stored)  # integers stay integers
         elif target is not None:
-            with np.errstate(over="ignore", invalid="ignore"):  # as in the cast on reading
-                values = values.astype(target)
+            values = cast_written(values, target, transform)  # quietly, as in the cast on reading
         yield key, values
+
+
+def _stored_dtype(blob: Blob, which: str) -> np.dtype | None:
+    """The dtype one side of a loaded blob was stored in (the diff may differ from the data); None for a new blob."""
+    origin = blob.origin
+    if origin is None:
+        return None
+    return origin.diff_dtype if which == "diff" and origin.diff_dtype is not None else origin.dtype
 
 
 def write(doc, entries: list, blobs: list, dest, *, kind: str, precision=None, write_diff=None, layout=None,

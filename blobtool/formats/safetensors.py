@@ -31,7 +31,8 @@ file's bytes, no copy); float16 is converted to a float32 blob that keeps
 BF16 tensors are listed (info) but their values load only with a cast
 (convert --float / --double), as for .npy; a PyTorch state_dict's
 ``num_batches_tracked`` counters are such tensors. A tensor "<name>/diff"
-next to "<name>" is that blob's diff. Blobs come in the header's order.
+next to "<name>" is that blob's diff, held and written back at its own width
+(an F64 diff beside F32 data stays F64). Blobs come in the header's order.
 
 Writing streams: the header is built from the blobs' shapes and dtypes, then
 each tensor is converted and written chunk by chunk (blobwrite.write_parts),
@@ -61,7 +62,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..blob import MAX_BLOB_AXES, Blob, Origin
+from ..blob import MAX_BLOB_AXES, Blob, Origin, held_dtype
 from ..blobwrite import precision_for, resolve_form, write_parts
 from ..errors import BlobToolError, FormatError, UsageError
 from ..source import atomic_output
@@ -164,9 +165,12 @@ def read(doc: Document, cast=None) -> None:
         if diff is not None and diff.count != t.count:
             raise FormatError(f"tensor {diff.name!r} has {diff.count} values, {t.name!r} has {t.count}",
                               path=doc.path, offset=diff.start)
-        dtype = _BF16 if t.code == "BF16" else DTYPES[t.code]
+        dtype = _BF16 if t.code == "BF16" else DTYPES[t.code].newbyteorder("=")
+        diff_dtype = None
+        if diff is not None and diff.code != t.code:
+            diff_dtype = _BF16 if diff.code == "BF16" else DTYPES[diff.code].newbyteorder("=")
         doc.entries.append(TensorEntry(t.name, t.shape, "shape", dtype, diff is not None, tensor=t,
-                                       diff_tensor=diff, source=doc.source, cast=cast))
+                                       diff_tensor=diff, source=doc.source, cast=cast, diff_dtype=diff_dtype))
 
 
 def _read_header(source, path) -> tuple[int, dict]:
@@ -295,14 +299,23 @@ def _build_blob(entry: TensorEntry) -> Blob:
     t, path = entry.tensor, entry.source.name
     data = _values(t, entry.source, entry.cast, path)
     diff = _values(entry.diff_tensor, entry.source, entry.cast, path) if entry.diff_tensor else None
-    blob = Blob(dtype=np.float64 if data.dtype == np.float64 else np.float32)
+    # Each side in its own type: an F64 diff beside F32 data stays float64.
+    held = held_dtype(data.dtype)
+    blob = Blob(dtype=held, diff_dtype=held_dtype(diff.dtype, held) if diff is not None else None)
     try:
         blob.fill_from(t.shape, data, diff, adopt=True)
     except BlobToolError as exc:
         raise exc.with_path(path) from exc
-    stored = DTYPES[t.code] if t.code in ("F16", "F32", "F64") else blob.dtype
-    blob.origin = Origin("shape", stored, diff is not None)
+    stored = _stored(t, blob.dtype)
+    diff_stored = _stored(entry.diff_tensor, blob.diff_dtype) if diff is not None else None
+    blob.origin = Origin("shape", stored, diff is not None,
+                         diff_dtype=diff_stored if diff_stored is not None and diff_stored != stored else None)
     return blob
+
+
+def _stored(t: _Tensor, held: np.dtype) -> np.dtype:
+    """The dtype a tensor is written back in with no precision asked: its own float type, else the one it is held in."""
+    return DTYPES[t.code].newbyteorder("=") if t.code in ("F16", "F32", "F64") else held
 
 
 # -- writing ----------------------------------------------------------------------------
@@ -313,28 +326,28 @@ def _plan(entries: list, blobs: list, precision, write_diff, transforms) -> list
     for k, (entry, blob) in enumerate(zip(entries, blobs)):
         asked = precision_for(precision, entry.name)
         form = resolve_form(blob, precision=asked, write_diff=write_diff, encoded=False)
-        target = PRECISION_DTYPES[form["precision"]].newbyteorder("<")
-        if asked is None and blob.origin is not None and blob.origin.dtype.kind in "iu":
-            target = blob.origin.dtype.newbyteorder("<")  # NVIDIA Caffe's INT/UINT blobs stay integers
         fns = (transforms or {}).get(entry.name, {})
-        plan.append((entry.name, blob.shape, blob.cpu_data(), target, fns.get("data")))
+        plan.append((entry.name, blob.shape, blob.cpu_data(), _target(blob, form, asked, "data"), fns.get("data")))
         names.append((entry.name, k, "data"))
         if form["write_diff"]:
-            diff_target = target if asked is not None else _stored_diff_dtype(entry) or target
-            plan.append((entry.name + DIFF_SUFFIX, blob.shape, blob.cpu_diff(), diff_target, fns.get("diff")))
+            plan.append((entry.name + DIFF_SUFFIX, blob.shape, blob.cpu_diff(), _target(blob, form, asked, "diff"),
+                         fns.get("diff")))
             names.append((entry.name + DIFF_SUFFIX, k, "diff"))
     check_member_names(names, ".safetensors")
     return plan
 
 
-def _stored_diff_dtype(entry):
-    """The float dtype a blob's diff is stored in, where it may differ from its data's (NVIDIA Caffe's raw_diff)."""
-    if isinstance(entry, TensorEntry):
-        stored = DTYPES[entry.diff_tensor.code] if entry.diff_tensor is not None else None
-    else:
-        payload = entry.record.diff_payload if entry.record is not None else None
-        stored = payload.dtype if payload is not None else None
-    return stored.newbyteorder("<") if stored is not None and np.dtype(stored).newbyteorder("=") in _CODES else None
+def _target(blob: Blob, form: dict, asked, which: str) -> np.dtype:
+    """The dtype one side of a blob is written in: the precision asked for, else as stored (each side its own).
+
+    NVIDIA Caffe's INT/UINT payloads stay integers when no precision is asked for.
+    """
+    origin = blob.origin
+    if asked is None and origin is not None:
+        stored = origin.dtype if which == "data" or origin.diff_dtype is None else origin.diff_dtype
+        if stored.kind in "iu":
+            return stored.newbyteorder("<")
+    return PRECISION_DTYPES[form["precision" if which == "data" else "diff_precision"]].newbyteorder("<")
 
 
 def metadata(doc: Document | None) -> dict:

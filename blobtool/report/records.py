@@ -49,6 +49,8 @@ def entry_info(entry: Entry, *, stats: bool = False) -> dict:
         "has_diff": entry.has_diff,
         "bytes": entry.nbytes,
     }
+    if entry.diff_dtype is not None:  # only where the diff is stored in another type than the data
+        out["diff_dtype"] = entry.diff_dtype.name
     if entry.layer is not None:
         out["layer"] = entry.layer
         out["type"] = entry.type

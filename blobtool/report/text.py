@@ -149,7 +149,8 @@ def info_rows(record: dict):
         row = [escape(b["name"])]
         if has_layers:
             row.append(escape(b.get("type") or "-"))
-        row += [fmt_shape(b["shape"]), b["layout"], b["dtype"], fmt_num(b["count"]),
+        dtype = b["dtype"] + (f", diff {b['diff_dtype']}" if b.get("diff_dtype") else "")
+        row += [fmt_shape(b["shape"]), b["layout"], dtype, fmt_num(b["count"]),
                 fmt_bytes(b["bytes"]), "yes" if b["has_diff"] else "no"]
         yield row, b
 
