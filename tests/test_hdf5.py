@@ -488,7 +488,7 @@ BAD = [
     ("nested_group", _nested, "HDF5 /data/conv1/7x7: not a blob"),
     ("int_history", _solver_int_history, "HDF5 /history/0: holds int32 values"),
     ("no_iter", _solver_no_iter, "HDF5 /iter: missing"),
-    ("soft_link", _soft_link, "HDF5 /data/alias: is a SoftLink"),
+    ("soft_link", _soft_link, "HDF5 /data/alias: is a soft link to '/data/conv1'"),
     ("forged_shape", _forged_shape, "HDF5 /data/conv1/0: declares 40000000000 bytes of values, more than its 0 "
                                     "stored bytes can hold"),
     ("keras", _keras_like, "HDF5 /: not a Caffe snapshot: the file holds model_weights"),
