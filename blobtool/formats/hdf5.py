@@ -86,7 +86,7 @@ MAX_CHUNK_BYTES = 64 << 20
 _IMAGE_BYTES = 32 << 20
 # A read through the file object at least this large is a dataset's values
 # (the structure is read in small pieces): its mapped pages are released.
-_RELEASE_READ = 1 << 20
+_RELEASE_READ = 1 << 12
 # Everything h5py raises on a damaged or unexpected file: HDF5's errors come as
 # OSError, KeyError, ValueError, RuntimeError or TypeError subclasses, and a
 # datatype or filter h5py does not support as NotImplementedError.
