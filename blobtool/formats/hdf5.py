@@ -24,15 +24,21 @@ Such a parameter is not a blob of the document: info lists it under
 "shared", and it is not written back. Caffe creates groups without tracking
 creation order, so the layers come back ordered by name.
 
-Reading: the structure goes through h5py; a blob's values are viewed in the
-input's bytes without a copy when its dataset is what Caffe writes
-(contiguous, unfiltered, native float32/float64); any other float dataset
-(chunked, compressed, big-endian, float16) is read through h5py, converted,
-when the blob is built. Anything else where a blob belongs (strings,
-integers, a scalar or empty dataset, a group, an object Caffe does not write)
-is refused naming its HDF5 path. h5py is imported only here, the first time
-an HDF5 file is met; without it, HDF5 input or output is a usage error
-naming the extra to install.
+Reading: the structure goes through h5py's low-level API (see "walking the
+file" below). A file names only itself: a link that is not a hard link
+(soft, external, user-defined), a dataset with external storage or a
+virtual one is refused, naming its HDF5 path, before anything is read
+through it, and so is a name that is not UTF-8 or that a damaged group lists
+twice. A blob's values are viewed in the input's bytes without a copy when
+its dataset is what Caffe writes (contiguous, unfiltered, native IEEE
+float32/float64); any other float dataset (chunked, compressed, big-endian,
+float16, compact) is read through HDF5, converted a chunk at a time, when
+the blob is built (a chunk over MAX_CHUNK_BYTES is refused). Anything else
+where a blob belongs (strings, integers, a scalar or empty dataset, a group,
+an object Caffe does not write) is refused naming its HDF5 path, and so are
+an `iter` or `current_step` outside Caffe's int32. h5py is imported only
+here, the first time an HDF5 file is met; without it, HDF5 input or output
+is a usage error naming the extra to install.
 
 Writing (formats/hdf5_write.py, imported when a snapshot is written): Caffe's
 layout for the input's kind, each payload streamed into its dataset's space
@@ -200,9 +206,10 @@ def _opened(source):
 # as bytes (a name that is not UTF-8 is refused, not guessed at), a link's
 # kind is known before anything is opened through it, and a dataset's
 # creation property list (its layout, external files) is checked before its
-# dataspace, its type or a byte of its values is touched. Per object this
-# costs a few microseconds, against tens through h5py's Group and Dataset
-# objects (a net of 8000 one-value layers: 3 s for info before).
+# dataspace, its type or a byte of its values is touched. It also skips the
+# work h5py's Group and Dataset objects do per object (numpy dtypes, path
+# strings): a net of 8000 one-value layers is read in about 40% of the time
+# it took through them (docs/performance.md).
 
 def _join(where: str, name: str) -> str:
     return f"/{name}" if where == "/" else f"{where}/{name}"
