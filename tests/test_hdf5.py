@@ -179,13 +179,18 @@ def test_reads_from_standard_input_and_file_objects(tmp_path):
         float(np.abs(layers[0][1][0].astype(np.float64)).sum()))
 
 
-@pytest.mark.parametrize("how", ["chunked_gzip", "big_endian", "float16"])
+@pytest.mark.parametrize("how", ["chunked_gzip", "big_endian", "float16", "compact"])
 def test_other_float_datasets_are_read_through_h5py(tmp_path, how):
     array = values((6, 5))
     def build(f):
         group = f.create_group("data").create_group("ip")
         if how == "chunked_gzip":
             group.create_dataset("0", data=array, chunks=(2, 5), compression="gzip")
+        elif how == "compact":  # values in the object header, inside the file
+            dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
+            dcpl.set_layout(h5py.h5d.COMPACT)
+            dsid = h5py.h5d.create(group.id, b"0", h5py.h5t.IEEE_F32LE, h5py.h5s.create_simple((6, 5)), dcpl=dcpl)
+            dsid.write(h5py.h5s.ALL, h5py.h5s.ALL, array)
         elif how == "big_endian":
             group.create_dataset("0", data=array.astype(">f4"))
         else:
