@@ -24,7 +24,8 @@ prints). It compares:
   to read the same bytes from the page cache (`cat FILE > /dev/null`), with
   peak RSS;
 - floods: files of millions of tiny fields (tests/test_fuzz.py's
-  TINY_FIELD_FLOODS), info and norm against 1 s + 0.2 s per MB.
+  TINY_FIELD_FLOODS) and an HDF5 net of 8000 one-value layers, info and
+  norm against 1 s + 0.2 s per MB.
 
 The table is printed and written to benchmarks/RESULTS.md (or --out) with
 the machine it ran on.
@@ -135,7 +136,28 @@ def flood_files(work: Path, smoke: bool) -> dict:
     for i, name in enumerate(names):
         paths[name] = work / f"flood{i}.pb"
         paths[name].write_bytes(TINY_FIELD_FLOODS[name])
+    if not smoke:
+        path = hdf5_flood(work / "flood_layers.caffemodel.h5", HDF5_FLOOD_LAYERS)
+        if path is not None:
+            paths[f"HDF5 net of {HDF5_FLOOD_LAYERS} one-value layers"] = path
     return paths
+
+
+# An HDF5 snapshot whose cost is all per object (issue: 3 s for info at first).
+HDF5_FLOOD_LAYERS = 8000
+
+
+def hdf5_flood(path: Path, layers: int) -> Path | None:
+    """A net snapshot of `layers` one-value layers (h5py's latest file format: 3.5 MB), or None without h5py."""
+    try:
+        import h5py
+    except ImportError:
+        return None
+    with h5py.File(path, "w", libver="latest") as f:
+        data = f.create_group("data")
+        for i in range(layers):
+            data.create_group(f"layer{i:05d}").create_dataset("0", data=np.array([i], np.float32))
+    return path
 
 
 def write_net_file(path: Path, total_bytes: int, layers: int, rng) -> list:

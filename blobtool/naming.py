@@ -128,6 +128,10 @@ def layer_type(stored: str | None) -> str:
 
 
 def _refuse(doc: Document) -> UsageError:
+    if doc.kind == "net" and doc.format == "hdf5":
+        return UsageError(f"{doc.path}: --names torch renames a .caffemodel's blobs by layer type, and Caffe's "
+                          "HDF5 snapshots carry no layer types (only names); the matching .caffemodel (the same "
+                          "layer names) carries them: convert that one")
     what = f"a {doc.kind} file" if doc.kind != "net" else "a net without layer types (not a .caffemodel)"
     return UsageError(f"{doc.path}: --names torch renames a .caffemodel's blobs by layer type; {what} has none")
 

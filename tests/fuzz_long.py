@@ -6,7 +6,10 @@
 With atheris (pip install atheris) the run is coverage-guided: libFuzzer's own
 byte mutations, half the time replaced by fuzzcases' protobuf-aware ones
 (cuts at field boundaries, forged lengths, replaced tags ...), starting from
-the generated seeds and the first 64 KiB of each real Caffe file in
+the generated seeds (HDF5 among them: chunked, compressed, big-endian,
+float16 and compact datasets, and files refused whole for naming other files:
+external storage, virtual datasets, external and soft links, names that are
+not UTF-8) and the first 64 KiB of each real Caffe file in
 ../shared/realworld (when present). Without it, fuzzcases' mutations are
 applied at random to the seeds and the whole real files.
 
@@ -84,10 +87,13 @@ def seeds(fc, *, head: int | None):
     except ImportError:
         pass
     else:
-        found += fc.hdf5_seeds()
+        found += fc.hdf5_seeds() + fc.hdf5_refused_seeds()
         real += fc.realworld_hdf5_seeds(REALWORLD) if REALWORLD.is_dir() else []
     for seed in found:  # the readers' own imports (protobuf, h5py) happen here, not inside a traced case
-        fc.read_everything(seed.data, None)
+        try:
+            fc.read_everything(seed.data, None)
+        except fc.BlobToolError:
+            pass  # the seeds of files refused whole (HDF5 that names other files)
     return found + [fc.Seed(s.name, s.kind, s.data[:head] if head else s.data) for s in real]
 
 

@@ -33,9 +33,9 @@ from blobtool import wire
 from blobtool._pb import blobtool_caffe_pb2 as pb
 from blobtool.formats import open_document
 from blobtool.errors import BlobToolError
-from builders import (I32, I64, Layer, blob_bytes, blob_proto, h5_net_bytes, h5_solverstate_bytes, half_blob_bytes,
-                      net_bytes, npy_bytes, npy_header_bytes, npz_bytes, raw_blob_bytes, solverstate_bytes, tag,
-                      ternary_blob_bytes, vector_bytes, zip_bytes)
+from builders import (I32, I64, Layer, blob_bytes, blob_proto, h5_bytes, h5_net_bytes, h5_solverstate_bytes, h5_string,
+                      half_blob_bytes, net_bytes, npy_bytes, npy_header_bytes, npz_bytes, raw_blob_bytes,
+                      solverstate_bytes, tag, ternary_blob_bytes, vector_bytes, zip_bytes)
 
 # The format modules are imported here, not inside the first traced case
 # (the registry imports each when a file of its format is first met).
@@ -229,11 +229,93 @@ def hdf5_seeds() -> list:
     float_layers = [("conv1", arrays(91, (2, 1, 2, 2), (2,))), ("relu1", []), ("ip1", arrays(93, (3, 4), (3,)))]
     double_layers = [("ip1", arrays(95, (3, 4), (3,), dtype=np.float64)), ("ip2", arrays(97, (3, 4), (3,)))]
     diffs = {(name, i): a * 0.5 for name, blobs in float_layers for i, a in enumerate(blobs)}
+    def other_storage(f):
+        # What other writers make and blobtool reads through h5py: chunked and
+        # compressed, big-endian, float16, compact.
+        data = f.create_group("data")
+        conv, ip = arrays(101, (4, 2, 3, 3), (6, 5))
+        data.create_group("conv1").create_dataset("0", data=conv, chunks=(1, 2, 3, 3), compression="gzip",
+                                                  shuffle=True)
+        data.create_group("ip1").create_dataset("0", data=ip.astype(">f4"), chunks=(2, 5))
+        data.create_group("ip2").create_dataset("0", data=ip.astype(np.float16))
+        dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
+        dcpl.set_layout(h5py.h5d.COMPACT)
+        dsid = h5py.h5d.create(data.create_group("ip3").id, b"0", h5py.h5t.IEEE_F64LE,
+                               h5py.h5s.create_simple((6, 5)), dcpl=dcpl)
+        dsid.write(h5py.h5s.ALL, h5py.h5s.ALL, ip.astype(np.float64))
+
+    import h5py
+
     return [
         Seed("h5_net_float_diff", "net", h5_net_bytes(float_layers, diffs=diffs)),
         Seed("h5_net_double_shared", "net", h5_net_bytes(double_layers, shared={("ip2", 0)})),
         Seed("h5_solverstate", "solverstate", h5_solverstate_bytes(arrays(99, (2, 1, 2, 2), (2,), (3, 2)),
                                                                    iter_=1000, current_step=2)),
+        Seed("h5_net_other_storage", "net", h5_bytes(other_storage)),
+    ]
+
+
+def hdf5_refused_seeds() -> list:
+    """Files that name other files or damage names, each refused whole (exit 3) before a value is read.
+
+    External storage (/dev/zero: never read), a virtual dataset whose source
+    is the file itself ("."), an external link, a soft link, a layer name
+    that is not UTF-8. Their mutations reach the same checks from damaged
+    bytes.
+    """
+    import h5py
+
+    ones = np.ones((2, 3), np.float32)
+
+    def net(extra):
+        def build(f):
+            data = f.create_group("data")
+            data.create_group("conv1").create_dataset("0", data=ones)
+            extra(f, data)
+        return build
+
+    def external(f, data):
+        data.create_group("ip1").create_dataset("0", shape=(4,), dtype="<f4", external=[("/dev/zero", 0, 16)])
+
+    def untimed():  # no timestamps: the same bytes every time
+        dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
+        dcpl.set_obj_track_times(False)
+        return dcpl
+
+    def virtual(f, data):
+        dcpl = untimed()
+        dcpl.set_layout(h5py.h5d.VIRTUAL)
+        dcpl.set_virtual(h5py.h5s.create_simple((6,)), b".", b"/data/ip1/0", h5py.h5s.create_simple((6,)))
+        h5py.h5d.create(data.create_group("ip1").id, b"0", h5py.h5t.IEEE_F32LE, h5py.h5s.create_simple((6,)),
+                        dcpl=dcpl)
+
+    def external_link(f, data):
+        data.create_group("ip1")["0"] = h5py.ExternalLink("/nonexistent/other.h5", "/data/conv1/0")
+
+    def soft_link(f, data):
+        data.create_group("ip1")["0"] = h5py.SoftLink("/data/conv1/0")
+
+    def not_utf8(f, data):
+        gcpl = h5py.h5p.create(h5py.h5p.GROUP_CREATE)
+        gcpl.set_obj_track_times(False)
+        group = h5py.h5g.create(data.id, b"ip\xff", gcpl=gcpl)
+        h5py.h5d.create(group, b"0", h5py.h5t.IEEE_F32LE, h5py.h5s.create_simple((2,)), dcpl=untimed())
+
+    def external_iter(f):
+        dcpl = untimed()
+        dcpl.set_external(b"/dev/zero", 0, 4)
+        h5py.h5d.create(f.id, b"iter", h5py.h5t.STD_I32LE, h5py.h5s.create_simple((1,)), dcpl=dcpl)
+        h5_string(f, "learned_net", "x")
+        f.create_dataset("current_step", data=np.array([0], np.int32))
+        f.create_group("history").create_dataset("0", data=ones)
+
+    return [
+        Seed("h5_refused_external", "net", h5_bytes(net(external))),
+        Seed("h5_refused_virtual", "net", h5_bytes(net(virtual))),
+        Seed("h5_refused_external_link", "net", h5_bytes(net(external_link))),
+        Seed("h5_refused_soft_link", "net", h5_bytes(net(soft_link))),
+        Seed("h5_refused_not_utf8", "net", h5_bytes(net(not_utf8))),
+        Seed("h5_refused_external_iter", "solverstate", h5_bytes(external_iter)),
     ]
 
 

@@ -87,8 +87,37 @@ def hdf5_files() -> dict:
         f.create_dataset("current_step", data=np.array([0], np.int32))
         f.create_group("history").create_dataset("0", data=np.arange(3, dtype=np.int32))
 
+    def solver(iter_):
+        def build(f):
+            f.create_dataset("iter", data=np.array([iter_], np.int64))
+            h5_string(f, "learned_net", "net_iter_1.caffemodel.h5")
+            f.create_dataset("current_step", data=np.array([0], np.int32))
+            f.create_group("history").create_dataset("0", data=values)
+        return build
+
+    def training_data(f):
+        f.create_dataset("data", data=values)
+        f.create_dataset("label", data=np.arange(2, dtype=np.float32))
+
+    def huge_chunks(f):
+        # Never written: a few KB that declare one 256 MiB chunk.
+        f.create_group("data").create_group("ip1").create_dataset("0", shape=(1 << 26,), dtype="<f4",
+                                                                  chunks=(1 << 26,), compression="gzip")
+
+    refused = {seed.name: seed.data for seed in fuzzcases.hdf5_refused_seeds()}
     net = h5_net_bytes([("conv1", [values, values[0, 0]]), ("relu1", [])], diffs={})
+    twice = h5_solverstate_bytes([values, values[0]])
+    assert twice.count(b"1\0") == 1
     return {
+        "external_storage.caffemodel.h5": refused["h5_refused_external"],
+        "external_iter.solverstate.h5": refused["h5_refused_external_iter"],
+        "virtual_self.caffemodel.h5": refused["h5_refused_virtual"],
+        "external_link.caffemodel.h5": refused["h5_refused_external_link"],
+        "not_utf8.caffemodel.h5": refused["h5_refused_not_utf8"],
+        "listed_twice.solverstate.h5": twice.replace(b"1\0", b"0\0"),
+        "iter_2_40.solverstate.h5": h5_bytes(solver(1 << 40)),
+        "training_data.h5": h5_bytes(training_data),
+        "huge_chunks.caffemodel.h5": h5_bytes(huge_chunks),
         "truncated.caffemodel.h5": cut(net, len(net) // 2),
         "truncated.solverstate.h5": cut(h5_solverstate_bytes([values]), 1000),
         "other_groups.caffemodel.h5": h5_bytes(other_groups),
@@ -340,6 +369,32 @@ EXPECTED += [
                                         "a blob is a float dataset (float32 or float64)"),
     ("int_history.solverstate.h5", INFO, 3, "blobtool: int_history.solverstate.h5: HDF5 /history/0: holds int32 "
                                             "values; a blob is a float dataset (float32 or float64)"),
+    # A file names only itself: what points elsewhere is refused before a value is read.
+    ("external_storage.caffemodel.h5", INFO, 3, "blobtool: external_storage.caffemodel.h5: HDF5 /data/ip1/0: keeps "
+                                                "its values in another file ('/dev/zero') (HDF5 external storage); "
+                                                "a file names only itself: blobtool never reads another"),
+    ("external_iter.solverstate.h5", INFO, 3, "blobtool: external_iter.solverstate.h5: HDF5 /iter: keeps its values "
+                                              "in another file ('/dev/zero') (HDF5 external storage); a file names "
+                                              "only itself: blobtool never reads another"),
+    ("virtual_self.caffemodel.h5", ["norm"], 3, "blobtool: virtual_self.caffemodel.h5: HDF5 /data/ip1/0: is a virtual "
+                                                "dataset (its values are mapped from other datasets, maybe in other "
+                                                "files); a file names only itself: blobtool never follows one"),
+    ("external_link.caffemodel.h5", INFO, 3, "blobtool: external_link.caffemodel.h5: HDF5 /data/ip1/0: is an "
+                                             "external link to '/nonexistent/other.h5:/data/conv1/0'; a file names "
+                                             "only itself: blobtool never follows a link into another file"),
+    ("not_utf8.caffemodel.h5", INFO, 3, "blobtool: not_utf8.caffemodel.h5: HDF5 /data/ip\\xff: a name that is not "
+                                        "UTF-8 (Caffe's layer names are text)"),
+    ("listed_twice.solverstate.h5", INFO, 3, "blobtool: listed_twice.solverstate.h5: HDF5 /history/0: listed twice "
+                                             "in its group (a damaged file)"),
+    ("iter_2_40.solverstate.h5", ["convert", "-o", "out.solverstate"], 3,
+     "blobtool: iter_2_40.solverstate.h5: HDF5 /iter: 1099511627776 does not fit Caffe's iter (a 32-bit integer)"),
+    ("training_data.h5", INFO, 3, "blobtool: training_data.h5: HDF5 /: an HDF5 dataset file (training data, as "
+                                  "Caffe's HDF5Data layer reads: data, label), not a Caffe snapshot; blobtool reads "
+                                  "snapshots (.caffemodel.h5, .solverstate.h5)"),
+    ("huge_chunks.caffemodel.h5", ["norm"], 3, "blobtool: huge_chunks.caffemodel.h5: HDF5 /data/ip1/0: is stored in "
+                                               "chunks of 268435456 bytes, more than blobtool's bound of 64 MiB "
+                                               "(HDF5 reads a chunk whole); rechunk it, for example h5repack -l "
+                                               "CONTI"),
     ("keras_weights.h5", INFO, 3, "blobtool: keras_weights.h5: HDF5 /: not a Caffe snapshot: the file holds "
                                   "model_weights; expected a group 'data' (a net) or iter, learned_net, "
                                   "current_step, history (a solver state)"),

@@ -196,17 +196,22 @@ def _hdf5_seeds():
     return seeds
 
 
+HDF5_IDS = ["net_float_diff", "net_double_shared", "solverstate", "net_other_storage"]
+
+
 def test_hdf5_seeds_are_valid():
     seeds = _hdf5_seeds()
-    assert [s.kind for s in seeds] == ["net", "net", "solverstate"]
+    assert [s.kind for s in seeds] == ["net", "net", "solverstate", "net"]
     for seed in seeds:
         doc = open_document(io.BytesIO(seed.data))
         assert (doc.kind, doc.format) == (seed.kind, "hdf5") and doc.entries
         assert fc.check_case(seed.data).error is None
     assert open_document(io.BytesIO(seeds[1].data)).names() == ["ip1/0", "ip1/1", "ip2/1"]  # ip2/0 is shared
+    assert [str(e.dtype) for e in open_document(io.BytesIO(seeds[3].data)).entries] == \
+        ["float32", "float32", "float16", "float64"]
 
 
-@pytest.mark.parametrize("index", range(3), ids=["net_float_diff", "net_double_shared", "solverstate"])
+@pytest.mark.parametrize("index", range(len(HDF5_IDS)), ids=HDF5_IDS)
 def test_fuzz_hdf5_generated(index):
     fuzz_seed(_hdf5_seeds()[index])
 
@@ -217,9 +222,32 @@ def test_fuzz_hdf5_realworld(realworld):
     fuzz_seed(seed)
 
 
-@pytest.mark.parametrize("index", range(3), ids=["net_float_diff", "net_double_shared", "solverstate"])
+@pytest.mark.parametrize("index", range(len(HDF5_IDS)), ids=HDF5_IDS)
 def test_hdf5_truncated_at_every_boundary_and_every_address_forged(index):
     assert _every_cut_and_forged_length(_hdf5_seeds()[index], fc.HUGE_VALUES) > 8
+
+
+HDF5_REFUSED = {"h5_refused_external": "HDF5 /data/ip1/0: keeps its values in another file ('/dev/zero')",
+                "h5_refused_virtual": "HDF5 /data/ip1/0: is a virtual dataset",
+                "h5_refused_external_link": "HDF5 /data/ip1/0: is an external link",
+                "h5_refused_soft_link": "HDF5 /data/ip1/0: is a soft link",
+                "h5_refused_not_utf8": "HDF5 /data/ip\\xff: a name that is not UTF-8",
+                "h5_refused_external_iter": "HDF5 /iter: keeps its values in another file ('/dev/zero')"}
+
+
+def _hdf5_refused_seeds():
+    _hdf5_seeds()
+    return {seed.name: seed for seed in fc.hdf5_refused_seeds()}
+
+
+@pytest.mark.parametrize("name", sorted(HDF5_REFUSED))
+def test_fuzz_hdf5_that_names_other_files(name):
+    # Refused whole, before a value is read; mutated, never followed either (a case that read
+    # /dev/zero would blow the memory bound, one that crashed HDF5 would end the run).
+    seed = _hdf5_refused_seeds()[name]
+    for kind in (None, seed.kind):
+        assert HDF5_REFUSED[name] in fc.check_case(seed.data, kind).error
+    fuzz_seed(seed)
 
 
 # -- exhaustive: every field boundary, every length prefix ------------------------------------

@@ -11,6 +11,7 @@ a reason where that folder is absent).
 from __future__ import annotations
 
 import io
+import os
 import json
 import subprocess
 import sys
@@ -178,13 +179,18 @@ def test_reads_from_standard_input_and_file_objects(tmp_path):
         float(np.abs(layers[0][1][0].astype(np.float64)).sum()))
 
 
-@pytest.mark.parametrize("how", ["chunked_gzip", "big_endian", "float16"])
+@pytest.mark.parametrize("how", ["chunked_gzip", "big_endian", "float16", "compact"])
 def test_other_float_datasets_are_read_through_h5py(tmp_path, how):
     array = values((6, 5))
     def build(f):
         group = f.create_group("data").create_group("ip")
         if how == "chunked_gzip":
             group.create_dataset("0", data=array, chunks=(2, 5), compression="gzip")
+        elif how == "compact":  # values in the object header, inside the file
+            dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
+            dcpl.set_layout(h5py.h5d.COMPACT)
+            dsid = h5py.h5d.create(group.id, b"0", h5py.h5t.IEEE_F32LE, h5py.h5s.create_simple((6, 5)), dcpl=dcpl)
+            dsid.write(h5py.h5s.ALL, h5py.h5s.ALL, array)
         elif how == "big_endian":
             group.create_dataset("0", data=array.astype(">f4"))
         else:
@@ -488,7 +494,7 @@ BAD = [
     ("nested_group", _nested, "HDF5 /data/conv1/7x7: not a blob"),
     ("int_history", _solver_int_history, "HDF5 /history/0: holds int32 values"),
     ("no_iter", _solver_no_iter, "HDF5 /iter: missing"),
-    ("soft_link", _soft_link, "HDF5 /data/alias: is a SoftLink"),
+    ("soft_link", _soft_link, "HDF5 /data/alias: is a soft link to '/data/conv1'"),
     ("forged_shape", _forged_shape, "HDF5 /data/conv1/0: declares 40000000000 bytes of values, more than its 0 "
                                     "stored bytes can hold"),
     ("keras", _keras_like, "HDF5 /: not a Caffe snapshot: the file holds model_weights"),
@@ -561,3 +567,334 @@ def test_the_registry_names_the_format_and_its_outputs():
     assert [(o.name, o.extensions, o.kind) for o in fmt.outputs] == [("hdf5", (".h5", ".hdf5"), None)]
     with pytest.raises(UsageError, match="no input file"):
         blobtool.write(None, {"a/0": blobtool.Blob(2)}, io.BytesIO(), format="hdf5")
+
+
+# =====================================================================================
+# A file names only itself: external storage, virtual datasets, external links
+# =====================================================================================
+
+SECRET = b"blobtool-secret-7f3a9c" * 64
+
+
+@pytest.fixture
+def elsewhere(tmp_path):
+    """{what: path} of the files a crafted snapshot points at: a secret, a FIFO nobody writes, /dev/zero."""
+    secret = tmp_path / "secret.txt"
+    secret.write_bytes(SECRET)
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    return {"secret": str(secret), "fifo": str(fifo), "zero": "/dev/zero"}
+
+
+def _external_net(target):
+    def build(f):
+        data = f.create_group("data")
+        data.create_group("conv1").create_dataset("0", data=values((4,)))
+        data.create_group("ip1").create_dataset("0", shape=(len(SECRET) // 4,), dtype="<f4",
+                                                external=[(target, 0, len(SECRET))])
+    return build, "/data/ip1/0", "ip1/0"
+
+
+def _external_scalar(f, name, target, tid, space):
+    dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
+    dcpl.set_external(target.encode(), 0, 1 << 16)
+    h5py.h5d.create(f.id, name.encode(), tid, space, dcpl=dcpl)
+
+
+def _external_solverstate(field):
+    def make(target):
+        def build(f):
+            if field == "iter":
+                _external_scalar(f, "iter", target, h5py.h5t.STD_I32LE, h5py.h5s.create_simple((1,)))
+            else:
+                f.create_dataset("iter", data=np.array([10], np.int32))
+            if field == "learned_net":
+                tid = h5py.h5t.C_S1.copy()
+                tid.set_size(64)
+                _external_scalar(f, "learned_net", target, tid, h5py.h5s.create(h5py.h5s.SCALAR))
+            else:
+                h5_string(f, "learned_net", "net.caffemodel.h5")
+            if field == "current_step":
+                _external_scalar(f, "current_step", target, h5py.h5t.STD_I32LE, h5py.h5s.create_simple((1,)))
+            else:
+                f.create_dataset("current_step", data=np.array([0], np.int32))
+            history = f.create_group("history")
+            if field == "history":
+                history.create_dataset("0", shape=(16,), dtype="<f4", external=[(target, 0, 64)])
+            else:
+                history.create_dataset("0", data=values((3,)))
+        return build, f"/{field}" if field != "history" else "/history/0", "history/0"
+    return make
+
+
+CRAFTED = {"net": _external_net, **{f"solverstate_{field}": _external_solverstate(field)
+                                    for field in ("iter", "learned_net", "current_step", "history")}}
+
+
+def _refused_everywhere(tmp_path, path, where, blob, *fragments):
+    """Every reading command: exit 3, one line naming the file and HDF5 path, no output file, no secret shown."""
+    out = tmp_path / "x.npy"
+    for args in (("info", path), ("info", "--json", path), ("norm", path),
+                 ("convert", path, "--blob", blob, "-o", out)):
+        result = run_blobtool(*args, timeout=30, text=True)
+        assert result.returncode == 3, (args, result.returncode, result.stdout, result.stderr)
+        assert len(result.stderr.splitlines()) == 1 and "Traceback" not in result.stderr, result.stderr
+        assert f"{path}: HDF5 {where}: " in result.stderr, result.stderr
+        for fragment in fragments:
+            assert fragment in result.stderr, (fragment, result.stderr)
+        assert "blobtool-secret" not in result.stdout + result.stderr
+        assert not out.exists()
+    from test_completion import complete
+    assert complete("info", path, "--blob", "") == ([], "", 0)
+
+
+@pytest.mark.parametrize("target", ["secret", "fifo", "zero"])
+@pytest.mark.parametrize("kind", sorted(CRAFTED))
+def test_external_storage_is_refused_before_a_byte_is_read(tmp_path, elsewhere, kind, target):
+    build, where, blob = CRAFTED[kind](elsewhere[target])
+    name = f"crafted.{'caffemodel' if kind == 'net' else 'solverstate'}.h5"
+    path = write_h5(tmp_path / name, h5_bytes(build))
+    with h5py.File(path, "r") as f:  # the oracle: the file really names the other file
+        assert f[where].id.get_create_plist().get_external_count() == 1
+    _refused_everywhere(tmp_path, path, where, blob, "HDF5 external storage", elsewhere[target])
+
+
+def _virtual(source_of):
+    def build(f):
+        data = f.create_group("data")
+        data.create_group("conv1").create_dataset("0", data=values((4,)))
+        layout = h5py.VirtualLayout(shape=(4,), dtype="<f4")
+        layout[:] = h5py.VirtualSource(source_of(f), "/data/ip1/0", shape=(4,))
+        data.create_group("ip1").create_virtual_dataset("0", layout)
+    return build
+
+
+@pytest.mark.parametrize("source", ["itself", "missing", "each_other"])
+def test_virtual_datasets_are_refused(tmp_path, source):
+    path = tmp_path / "v.caffemodel.h5"
+    other = tmp_path / "w.caffemodel.h5"
+    if source == "itself":
+        h5py_build = _virtual(lambda f: str(path))
+    elif source == "missing":
+        h5py_build = _virtual(lambda f: str(tmp_path / "nothere.h5"))
+    else:
+        h5py_build = _virtual(lambda f: str(other))
+        with h5py.File(other, "w") as f:
+            _virtual(lambda f: str(path))(f)
+    with h5py.File(path, "w") as f:
+        h5py_build(f)
+    with h5py.File(path, "r") as f:
+        assert f["/data/ip1/0"].id.get_create_plist().get_layout() == h5py.h5d.VIRTUAL
+    _refused_everywhere(tmp_path, path, "/data/ip1/0", "ip1/0", "is a virtual dataset")
+    assert_error(invoke("info", "--stats", path), 3, "/data/ip1/0", "virtual dataset")
+
+
+@pytest.mark.parametrize("at", ["/data", "/data/ip1", "/data/ip1/0", "/history"])
+def test_external_links_are_never_followed(tmp_path, elsewhere, at):
+    target = write_h5(tmp_path / "target.h5", h5_net_bytes([("ip1", [values((4,))])]))
+    def build(f):
+        if at == "/history":
+            f.create_dataset("iter", data=np.array([1], np.int32))
+            h5_string(f, "learned_net", "x")
+            f.create_dataset("current_step", data=np.array([0], np.int32))
+            f["history"] = h5py.ExternalLink(str(target), "/data/ip1")
+            return
+        if at == "/data":
+            f["data"] = h5py.ExternalLink(str(target), "/data")
+            return
+        data = f.create_group("data")
+        if at == "/data/ip1":
+            data["ip1"] = h5py.ExternalLink(str(target), "/data/ip1")
+        else:
+            data.create_group("ip1")["0"] = h5py.ExternalLink(str(target), "/data/ip1/0")
+    path = write_h5(tmp_path / "links.h5", h5_bytes(build))
+    blob = "history/0" if at == "/history" else "ip1/0"
+    _refused_everywhere(tmp_path, path, at, blob, "is an external link to", "never follows a link into another file")
+
+
+def test_a_soft_link_is_refused_without_being_followed(tmp_path):
+    def build(f):
+        data = f.create_group("data")
+        data.create_group("conv1").create_dataset("0", data=values((2,)))
+        data["ip1"] = h5py.SoftLink("/nowhere/at/all")  # dangling: following it would fail differently
+    path = write_h5(tmp_path / "soft.h5", h5_bytes(build))
+    assert_error(invoke("info", path), 3, "HDF5 /data/ip1: is a soft link to '/nowhere/at/all'")
+
+
+# =====================================================================================
+# Names that are not UTF-8, names listed twice, solver fields out of Caffe's range
+# =====================================================================================
+
+def _raw_group(parent, raw: bytes):
+    return h5py.h5g.create(parent.id, raw)
+
+
+@pytest.mark.parametrize("where", ["top", "layer", "blob", "history"])
+def test_names_that_are_not_utf8(tmp_path, where):
+    def build(f):
+        if where == "history":
+            f.create_dataset("iter", data=np.array([1], np.int32))
+            h5_string(f, "learned_net", "x")
+            f.create_dataset("current_step", data=np.array([0], np.int32))
+            history = f.create_group("history")
+            h5py.h5d.create(history.id, b"0\xff", h5py.h5t.IEEE_F32LE, h5py.h5s.create_simple((2,)))
+            return
+        if where == "top":
+            _raw_group(f, b"\xc3(")
+            return
+        data = f.create_group("data")
+        if where == "layer":
+            group = _raw_group(data, b"conv\xff")
+            h5py.h5d.create(group, b"0", h5py.h5t.IEEE_F32LE, h5py.h5s.create_simple((2,)))
+        else:
+            h5py.h5d.create(data.create_group("conv1").id, b"\xfe", h5py.h5t.IEEE_F32LE, h5py.h5s.create_simple((2,)))
+    path = write_h5(tmp_path / "names.h5", h5_bytes(build))
+    expected = {"top": "HDF5 /\\xc3(: a name that is not UTF-8", "layer": "HDF5 /data/conv\\xff: a name that is not UTF-8",
+                "blob": "HDF5 /data/conv1/\\xfe: a name that is not UTF-8",
+                "history": "HDF5 /history/0\\xff: a name that is not UTF-8"}[where]
+    for command in (("info",), ("info", "--json"), ("norm",), ("convert", "-o", tmp_path / "o.npz")):
+        assert_error(invoke(*command, path), 3, str(path), expected)
+    result = run_blobtool("info", path, text=True)
+    assert result.returncode == 3 and expected in result.stderr and len(result.stderr.splitlines()) == 1
+    assert not (tmp_path / "o.npz").exists()
+
+
+def _listed_twice(data: bytes, name: bytes) -> bytes:
+    """A damaged copy of a libver='earliest' file whose group lists `name` twice: a second entry's name
+    in the local heap rewritten to the first's (the same length)."""
+    twin = name[:-1] + bytes([name[-1] + 1])
+    assert data.count(twin + b"\0") == 1
+    return data.replace(twin + b"\0", name + b"\0")
+
+
+def test_a_name_listed_twice_in_a_damaged_file(tmp_path):
+    data = h5_solverstate_bytes([values((3,)), values((2,))])
+    damaged = _listed_twice(data, b"0")
+    path = write_h5(tmp_path / "twice.solverstate.h5", damaged)
+    with h5py.File(path, "r") as f:  # the oracle lists it twice too
+        assert list(f["history"].keys()) == ["0", "0"]
+    for command in (("info",), ("norm",), ("convert", "-o", tmp_path / "o.solverstate")):
+        assert_error(invoke(*command, path), 3, str(path), "HDF5 /history/0: listed twice in its group")
+    assert not (tmp_path / "o.solverstate").exists()
+
+
+@pytest.mark.parametrize("field", ["iter", "current_step"])
+@pytest.mark.parametrize("value", [2**40, -2**31 - 1, 2**63 + 5])
+def test_solver_fields_out_of_caffes_range(tmp_path, field, value):
+    dtype = np.uint64 if value >= 2**63 else np.int64
+    def build(f):
+        f.create_dataset("iter", data=np.array([value if field == "iter" else 1], dtype))
+        h5_string(f, "learned_net", "x")
+        f.create_dataset("current_step", data=np.array([value if field == "current_step" else 0], dtype))
+        f.create_group("history").create_dataset("0", data=values((3,)))
+    path = write_h5(tmp_path / "big.solverstate.h5", h5_bytes(build))
+    for out in ("o.solverstate", "o.h5", "o.npz"):
+        assert_error(invoke("convert", path, "-o", tmp_path / out), 3, str(path),
+                     f"HDF5 /{field}: {value} does not fit Caffe's {field} (a 32-bit integer)")
+        assert not (tmp_path / out).exists()
+    assert_error(invoke("info", "--json", path), 3, f"HDF5 /{field}")
+
+
+def test_int64_fields_within_range_are_read(tmp_path):
+    def build(f):
+        f.create_dataset("iter", data=np.array([2**31 - 1], np.int64))
+        h5_string(f, "learned_net", "x")
+        f.create_dataset("current_step", data=np.array([-2**31], np.int64))
+        f.create_group("history").create_dataset("0", data=values((3,)))
+    path = write_h5(tmp_path / "edge.solverstate.h5", h5_bytes(build))
+    ok("convert", path, "-o", tmp_path / "o.solverstate")
+    record = one_json(ok("info", "--json", tmp_path / "o.solverstate"))
+    assert (record["iter"], record["current_step"]) == (2**31 - 1, -2**31)
+
+
+# =====================================================================================
+# What the file is, and what --names torch needs
+# =====================================================================================
+
+def test_an_hdf5_dataset_file_is_named_as_such(tmp_path):
+    def build(f):
+        f.create_dataset("data", data=values((4, 3, 2, 2)))
+        f.create_dataset("label", data=np.arange(4, dtype=np.float32))
+    path = write_h5(tmp_path / "train.h5", h5_bytes(build))
+    line = assert_error(invoke("info", path), 3, str(path), "an HDF5 dataset file (training data",
+                        "HDF5Data", "data, label", "not a Caffe snapshot")
+    assert "expected a group" not in line
+
+
+def test_names_torch_on_a_snapshot_names_the_caffemodel(tmp_path):
+    path = write_h5(tmp_path / "n.caffemodel.h5", h5_net_bytes(net_layers()))
+    line = assert_error(invoke("convert", path, "-o", tmp_path / "y.safetensors", "--names", "torch"), 2,
+                        "HDF5 snapshots carry no layer types", "matching .caffemodel")
+    assert "(not a .caffemodel) has none" not in line
+    assert not (tmp_path / "y.safetensors").exists()
+
+
+@pytest.mark.parametrize("before", [b"", b"HEADER-KEEP-ME\n", b"x" * 5000])
+def test_standard_output_opened_read_write_keeps_what_stands_before(tmp_path, before):
+    src = write_h5(tmp_path / "n.h5", h5_net_bytes(net_layers()))
+    ok("convert", src, "-o", tmp_path / "whole.h5")
+    expected = (tmp_path / "whole.h5").read_bytes()
+    out = tmp_path / "out.bin"
+    out.write_bytes(b"")
+    printed = before.decode()
+    result = run_pipeline(f"{{ printf '%s' '{printed}'; {BLOBTOOL} convert n.h5 -o - --format hdf5; }} 1<> out.bin",
+                          tmp_path)
+    assert result.returncode == 0, result.stderr
+    data = out.read_bytes()
+    assert data[:len(before)] == before
+    assert data[len(before):] == expected  # the same snapshot, written where the stream stood
+    # npz output does the same
+    out.write_bytes(b"")
+    result = run_pipeline(f"{{ printf '%s' '{printed}'; {BLOBTOOL} convert n.h5 -o - --format npz; }} 1<> out.bin",
+                          tmp_path)
+    assert result.returncode == 0 and out.read_bytes()[:len(before)] == before
+
+
+def test_a_file_object_standing_past_its_start_gets_the_snapshot_there(tmp_path):
+    src = write_h5(tmp_path / "n.h5", h5_net_bytes(net_layers()))
+    ok("convert", src, "-o", tmp_path / "whole.h5")
+    stream = io.BytesIO()
+    stream.write(b"prefix")
+    doc = open_document(src)
+    from blobtool.formats.hdf5 import write
+    write(doc, doc.entries, [e.blob() for e in doc.entries], stream, kind="net")
+    assert stream.getvalue() == b"prefix" + (tmp_path / "whole.h5").read_bytes()
+
+
+# =====================================================================================
+# Chunked datasets: at most one bounded chunk beside the blob
+# =====================================================================================
+
+PEAK_RSS = ("import resource, subprocess, sys; "
+            "rc = subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE).returncode; "
+            "print(rc, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)")
+
+
+def peak_rss_mib(*args) -> tuple:
+    """(exit code, peak resident MiB) of `blobtool ARGS` in a process of its own."""
+    from runner import blobtool_cmd
+    out = subprocess.run([sys.executable, "-c", PEAK_RSS, *blobtool_cmd(*args)], capture_output=True, text=True,
+                         env=subprocess_env(), cwd=REPO, timeout=120, check=True).stdout.split()
+    return int(out[0]), int(out[1]) / 1024
+
+
+def test_a_chunk_past_the_bound_is_refused_before_it_is_inflated(tmp_path):
+    from blobtool.formats.hdf5 import MAX_CHUNK_BYTES
+    count = MAX_CHUNK_BYTES // 4 + (1 << 20)  # one chunk of 68 MiB of zeros: a few hundred KB gzipped
+    def build(f):
+        ds = f.create_group("data").create_group("ip").create_dataset("0", shape=(count,), dtype="<f4",
+                                                                      chunks=(count,), compression="gzip")
+        ds[...] = 0
+    path = write_h5(tmp_path / "bomb.h5", h5_bytes(build))
+    assert path.stat().st_size < 1 << 20
+    for command in (("norm",), ("info", "--stats"), ("convert", "-o", tmp_path / "o.npz")):
+        assert_error(invoke(*command, path), 3, "HDF5 /data/ip/0: is stored in chunks of", "64 MiB")
+    code, peak = peak_rss_mib("norm", path)
+    assert code == 3 and peak < 150, peak  # refused from the chunk's declared size: nothing inflated
+    # Under the bound the values are read (a chunk at a time).
+    n = 1 << 22
+    small = write_h5(tmp_path / "ok.h5", h5_bytes(lambda f: f.create_group("data").create_group("ip")
+                                                   .create_dataset("0", data=np.arange(n, dtype="<f4"),
+                                                                   chunks=(1 << 18,), compression="gzip")))
+    norm = one_json(ok("norm", "--json", small))
+    assert norm["blobs"][0]["data"]["asum"] == pytest.approx(float(n) * (n - 1) / 2, rel=1e-6)

@@ -24,15 +24,21 @@ Such a parameter is not a blob of the document: info lists it under
 "shared", and it is not written back. Caffe creates groups without tracking
 creation order, so the layers come back ordered by name.
 
-Reading: the structure goes through h5py; a blob's values are viewed in the
-input's bytes without a copy when its dataset is what Caffe writes
-(contiguous, unfiltered, native float32/float64); any other float dataset
-(chunked, compressed, big-endian, float16) is read through h5py, converted,
-when the blob is built. Anything else where a blob belongs (strings,
-integers, a scalar or empty dataset, a group, an object Caffe does not write)
-is refused naming its HDF5 path. h5py is imported only here, the first time
-an HDF5 file is met; without it, HDF5 input or output is a usage error
-naming the extra to install.
+Reading: the structure goes through h5py's low-level API (see "walking the
+file" below). A file names only itself: a link that is not a hard link
+(soft, external, user-defined), a dataset with external storage or a
+virtual one is refused, naming its HDF5 path, before anything is read
+through it, and so is a name that is not UTF-8 or that a damaged group lists
+twice. A blob's values are viewed in the input's bytes without a copy when
+its dataset is what Caffe writes (contiguous, unfiltered, native IEEE
+float32/float64); any other float dataset (chunked, compressed, big-endian,
+float16, compact) is read through HDF5, converted a chunk at a time, when
+the blob is built (a chunk over MAX_CHUNK_BYTES is refused). Anything else
+where a blob belongs (strings, integers, a scalar or empty dataset, a group,
+an object Caffe does not write) is refused naming its HDF5 path, and so are
+an `iter` or `current_step` outside Caffe's int32. h5py is imported only
+here, the first time an HDF5 file is met; without it, HDF5 input or output
+is a usage error naming the extra to install.
 
 Writing (formats/hdf5_write.py, imported when a snapshot is written): Caffe's
 layout for the input's kind, each payload streamed into its dataset's space
@@ -49,9 +55,10 @@ import numpy as np
 
 from ..blob import MAX_BLOB_AXES, Blob, Origin, held_dtype
 from ..errors import BlobToolError, FormatError, UsageError
+from ..source import release_pages
 from . import MAX_BLOBS, Document, Entry, NetLayer
 
-__all__ = ["sniff", "read", "write", "h5py_module", "reason", "H5_ERRORS", "EXTRA"]
+__all__ = ["sniff", "read", "write", "h5py_module", "reason", "H5_ERRORS", "EXTRA", "MAX_CHUNK_BYTES"]
 
 # (The signature, "\x89HDF\r\n\x1a\n" at byte 0, 512, 1024, ..., is in the registry: formats.FORMATS.)
 # What to install for HDF5 support (pyproject.toml's optional extra).
@@ -70,6 +77,22 @@ _MAX_EXPANSION = 1032
 _UNSTORED_BYTES = 1 << 20
 # The largest learned_net string read (Caffe's is a file name).
 _MAX_STRING = 1 << 16
+# Caffe's iter and current_step are C++ ints (and SolverState's fields int32).
+_INT32 = (-(1 << 31), (1 << 31) - 1)
+# The largest chunk of a chunked dataset read, uncompressed. HDF5 reads and
+# inflates a chunk whole, so this bounds what a read holds beside the blob
+# itself: one 512 MiB gzip chunk of zeros fits in a 527 KB file. h5py's own
+# chunk guess stays under 1 MiB, netCDF-4's default is 4 MiB, and HDF5's
+# guide advises chunks well under its default 1 MiB cache; 64 MiB leaves
+# room for any writer's choice at a bounded cost.
+MAX_CHUNK_BYTES = 64 << 20
+# A file at most this large is read from a copy HDF5 holds (a file image):
+# its structure then costs no call into Python per read. A net of 8000
+# one-value layers (11 MB) is read in half the time so.
+_IMAGE_BYTES = 32 << 20
+# A read through the file object at least this large is a dataset's values
+# (the structure is read in small pieces): its mapped pages are released.
+_RELEASE_READ = 1 << 12
 # Everything h5py raises on a damaged or unexpected file: HDF5's errors come as
 # OSError, KeyError, ValueError, RuntimeError or TypeError subclasses, and a
 # datatype or filter h5py does not support as NotImplementedError.
@@ -100,9 +123,17 @@ def _error(doc_path, where: str, message: str, offset=None) -> FormatError:
 
 
 class _BufferFile(io.RawIOBase):
-    """A read-only, seekable file over a Source's bytes, for h5py's file-object driver (no copy)."""
+    """A read-only, seekable file over a Source's bytes, for h5py's file-object driver (no copy).
+
+    A large read (a chunk's or a converted dataset's values, never the
+    structure) lets the mapped pages it copied go back to the kernel
+    (source.release_pages, inside the command line's releasing()): h5py
+    copies them into its own buffers, so keeping them would count each such
+    dataset twice.
+    """
 
     def __init__(self, buf):
+        self._buf = buf
         self._view = memoryview(buf).cast("B") if len(buf) else memoryview(b"")
         self._pos = 0
 
@@ -115,6 +146,8 @@ class _BufferFile(io.RawIOBase):
     def readinto(self, b) -> int:
         n = max(0, min(len(b), len(self._view) - self._pos))
         b[:n] = self._view[self._pos:self._pos + n]
+        if n >= _RELEASE_READ:
+            release_pages(np.frombuffer(self._buf, dtype=np.uint8, count=n, offset=self._pos))
         self._pos += n
         return n
 
@@ -128,6 +161,7 @@ class _BufferFile(io.RawIOBase):
 
     def close(self) -> None:
         self._view.release()
+        self._buf = None
         super().close()
 
 
@@ -135,14 +169,25 @@ class _BufferFile(io.RawIOBase):
 def _opened(source):
     """The HDF5 file in a Source's bytes, open read-only; closed (always) on leaving.
 
-    Files are never left open: h5py's file-object driver calls back into
-    Python when a file is closed, which must not happen at interpreter exit.
+    A file of at most _IMAGE_BYTES is handed to HDF5 as a file image (its
+    core driver, which copies it), so that reading its structure makes no
+    call back into Python; a larger one is read through a file object over
+    the Source's bytes (no copy). Files are never left open: h5py's
+    file-object driver calls back into Python when a file is closed, which
+    must not happen at interpreter exit.
     """
     h5py = h5py_module(source.name)
-    stream = _BufferFile(source.buf)
+    stream = None
     try:
         try:
-            f = h5py.File(stream, "r")
+            if 0 < source.size <= _IMAGE_BYTES:
+                fapl = h5py.h5p.create(h5py.h5p.FILE_ACCESS)
+                fapl.set_fapl_core(backing_store=False)
+                fapl.set_file_image(source.buf)
+                f = h5py.File(h5py.h5f.open(b"blobtool-input", h5py.h5f.ACC_RDONLY, fapl=fapl))
+            else:
+                stream = _BufferFile(source.buf)
+                f = h5py.File(stream, "r")
         except H5_ERRORS as exc:
             raise _error(source.name, "/", f"not a readable HDF5 file: {reason(exc)}") from exc
         try:
@@ -151,33 +196,161 @@ def _opened(source):
             with contextlib.suppress(*H5_ERRORS):
                 f.close()
     finally:
-        stream.close()
+        if stream is not None:
+            stream.close()
+
+
+# -- walking the file: links, never followed out of it ------------------------------------
+#
+# The structure is read with h5py's low-level API (h5l, h5o, h5d): names come
+# as bytes (a name that is not UTF-8 is refused, not guessed at), a link's
+# kind is known before anything is opened through it, and a dataset's
+# creation property list (its layout, external files) is checked before its
+# dataspace, its type or a byte of its values is touched. It also skips the
+# work h5py's Group and Dataset objects do per object (numpy dtypes, path
+# strings): a net of 8000 one-value layers is read in about 40% of the time
+# it took through them (docs/performance.md).
+
+def _join(where: str, name: str) -> str:
+    return f"/{name}" if where == "/" else f"{where}/{name}"
+
+
+def _shown(raw: bytes) -> str:
+    return _text(raw.decode("utf-8", "backslashreplace"))
+
+
+def _links(h5py, gid, doc_path, where) -> list:
+    """[(name, raw name)] of a group's links, in HDF5's name order; only hard links within the file pass.
+
+    A soft link, an external link (another file) or a user-defined one is
+    refused without being followed, and so are a name that is not UTF-8 and
+    what only a damaged file holds (a name listed twice, an empty one, one
+    with '/'). At most MAX_BLOBS names (a forged file of millions of links).
+    """
+    listed = []
+
+    def visit(raw, info):
+        listed.append((bytes(raw), info.type))
+        return 1 if len(listed) > MAX_BLOBS else None
+
+    with _At(where):
+        gid.links.iterate(visit, idx_type=h5py.h5.INDEX_NAME, order=h5py.h5.ITER_INC, info=True)
+    if len(listed) > MAX_BLOBS:
+        raise _error(doc_path, where, f"holds more than {MAX_BLOBS} objects (blobtool's limit)")
+    found, seen = [], set()
+    for raw, kind in listed:
+        path = _join(where, _shown(raw))
+        try:
+            name = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise _error(doc_path, path, "a name that is not UTF-8 (Caffe's layer names are text)") from None
+        if not raw or b"/" in raw or b"\0" in raw or raw == b".":
+            raise _error(doc_path, path, f"a link named {name!r}, which HDF5 never writes (a damaged file)")
+        if name in seen:
+            raise _error(doc_path, path, "listed twice in its group (a damaged file)")
+        seen.add(name)
+        if kind != h5py.h5l.TYPE_HARD:
+            raise _error(doc_path, path, _link_refusal(h5py, gid, raw, kind))
+        found.append((name, raw))
+    return found
+
+
+def _link_refusal(h5py, gid, raw: bytes, kind: int) -> str:
+    """Why a link that is not a hard link is refused; its value is read (never followed) to say where it leads."""
+    target = None
+    with contextlib.suppress(*H5_ERRORS):
+        value = gid.links.get_val(raw)
+        if kind == h5py.h5l.TYPE_EXTERNAL:
+            target = b":".join(value)
+        elif isinstance(value, bytes):
+            target = value
+    to = f" to {_shown(target)!r}" if target is not None else ""
+    if kind == h5py.h5l.TYPE_EXTERNAL:
+        return (f"is an external link{to}; a file names only itself: blobtool never follows a link into "
+                "another file")
+    what = "a soft link" if kind == h5py.h5l.TYPE_SOFT else f"a user-defined link (type {kind})"
+    return f"is {what}{to}; Caffe's snapshots hold plain groups and datasets"
+
+
+def _open(h5py, gid, raw: bytes, where, doc_path, *, group_expected: bool):
+    """The group a hard link names, or (dataset, its creation property list), its storage checked (_check_storage)."""
+    with _At(where):
+        obj = h5py.h5o.open(gid, raw)
+    if group_expected and not isinstance(obj, h5py.h5g.GroupID):
+        raise _error(doc_path, where, f"expected a group, found {_what(obj, h5py)}")
+    if not group_expected:
+        if not isinstance(obj, h5py.h5d.DatasetID):
+            raise _error(doc_path, where, f"expected a dataset, found {_what(obj, h5py)}")
+        return obj, _check_storage(h5py, obj, where, doc_path)
+    return obj
+
+
+def _what(obj, h5py) -> str:
+    if isinstance(obj, h5py.h5g.GroupID):
+        return "a group"
+    if isinstance(obj, h5py.h5d.DatasetID):
+        return "a dataset"
+    if isinstance(obj, h5py.h5t.TypeID):
+        return "a named datatype"
+    return f"a {type(obj).__name__}"
+
+
+def _check_storage(h5py, dsid, where, doc_path):
+    """Refuse a dataset whose values are not in this file, from its creation property list alone.
+
+    External storage (values in other files: a crafted snapshot could name
+    /etc/shadow, a FIFO or /dev/zero) and virtual datasets (values mapped
+    from other datasets, in other files or, crashing HDF5, in this very one)
+    are refused before the dataset's dataspace, type or values are read.
+    Contiguous (Caffe's), chunked and compact (values in the object header)
+    storage are read. Returns the creation property list.
+    """
+    with _At(where):
+        plist = dsid.get_create_plist()
+        layout = plist.get_layout()
+        external = plist.get_external_count() if layout == h5py.h5d.CONTIGUOUS else 0
+        first = plist.get_external(0)[0] if external else b""
+    if layout == h5py.h5d.VIRTUAL:
+        raise _error(doc_path, where, "is a virtual dataset (its values are mapped from other datasets, maybe "
+                                      "in other files); a file names only itself: blobtool never follows one")
+    if layout not in (h5py.h5d.CONTIGUOUS, h5py.h5d.CHUNKED, h5py.h5d.COMPACT):
+        raise _error(doc_path, where, f"has a storage layout blobtool does not know (HDF5 layout {layout})")
+    if external:
+        files = f"another file ({_shown(first)!r})" if external == 1 else f"{external} other files"
+        raise _error(doc_path, where, f"keeps its values in {files} (HDF5 external storage); a file names only "
+                                      "itself: blobtool never reads another")
+    return plist
 
 
 # -- sniffing ------------------------------------------------------------------------
 
 def sniff(source) -> str:
     """"net" or "solverstate", from the objects at the top of an HDF5 file (its signature matched)."""
+    h5py = h5py_module(source.name)
     with _opened(source) as f:
         try:
-            top = _names(f, source.name, "/")
+            root = h5py.h5g.open(f.id, b"/")
+            top = dict(_links(h5py, root, source.name, "/"))
+            data_is_dataset = "data" in top and isinstance(_open_any(h5py, root, top["data"]), h5py.h5d.DatasetID)
         except H5_ERRORS as exc:
-            raise _error(source.name, "/", f"unreadable: {reason(exc)}") from exc
+            raise _error(source.name, getattr(exc, "blobtool_where", "/"), f"unreadable: {reason(exc)}") from exc
+    if data_is_dataset:
+        found = ", ".join(list(top)[:8])
+        raise _error(source.name, "/", f"an HDF5 dataset file (training data, as Caffe's HDF5Data layer reads: "
+                                       f"{found}), not a Caffe snapshot; blobtool reads snapshots "
+                                       "(.caffemodel.h5, .solverstate.h5)")
     if "data" in top:
         return "net"
     if set(top) & set(_SOLVER_TOP):
         return "solverstate"
-    found = ", ".join(top[:8]) or "nothing"
+    found = ", ".join(_text(name) for name in list(top)[:8]) or "nothing"
     raise _error(source.name, "/", f"not a Caffe snapshot: the file holds {found}; expected a group 'data' "
                                    f"(a net) or {', '.join(_SOLVER_TOP)} (a solver state)")
 
 
-def _names(group, doc_path, where) -> list:
-    """The names in a group (at most MAX_BLOBS: a forged file of millions of links is refused)."""
-    count = len(group)
-    if count > MAX_BLOBS:
-        raise _error(doc_path, where, f"holds {count} objects, more than {MAX_BLOBS} (blobtool's limit)")
-    return list(group.keys())
+def _open_any(h5py, gid, raw):
+    with _At(_join("/", raw.decode("utf-8"))):
+        return h5py.h5o.open(gid, raw)
 
 
 # -- reading ------------------------------------------------------------------------
@@ -187,6 +360,7 @@ class _Stored:
     """Where a dataset's values are: at `offset` in the input (viewable), or only through h5py (offset None)."""
 
     where: str          # its HDF5 path
+    raw: bytes          # the same, as HDF5 names it
     shape: tuple
     dtype: np.dtype     # as stored
     offset: int | None
@@ -195,13 +369,15 @@ class _Stored:
 def read(doc: Document, cast=None) -> None:
     """Locate the blobs of a Caffe HDF5 snapshot of kind doc.kind (`cast` applies to numpy's kinds only)."""
     doc.meta["format"] = "hdf5"
+    h5py = h5py_module(doc.path)
     with _opened(doc.source) as f:
         where = "/"
         try:
+            root = h5py.h5g.open(f.id, b"/")
             if doc.kind == "net":
-                _read_net(doc, f)
+                _read_net(doc, h5py, root)
             elif doc.kind == "solverstate":
-                _read_solverstate(doc, f)
+                _read_solverstate(doc, h5py, root)
             else:
                 raise UsageError(f"Caffe's HDF5 snapshots hold a net or a solver state, not a {doc.kind}",
                                  path=doc.path)
@@ -226,67 +402,62 @@ class _At:
         return False
 
 
-def _member(group, name, where, doc_path, h5py, *, group_expected: bool):
-    with _At(where):
-        link = group.get(name, getlink=True)
-        if link is not None and not isinstance(link, h5py.HardLink):
-            # A soft or external link: Caffe writes neither, and following an
-            # external one would open another file.
-            raise _error(doc_path, where, f"is a {type(link).__name__}; Caffe's snapshots hold plain groups "
-                                          "and datasets")
-        obj = group.get(name) if link is not None else None
-        if obj is None:
-            raise _error(doc_path, where, "missing (Caffe writes it; a damaged snapshot or not Caffe's)")
-        if group_expected and not isinstance(obj, h5py.Group):
-            raise _error(doc_path, where, f"expected a group, found {_what(obj, h5py)}")
-        if not group_expected and not isinstance(obj, h5py.Dataset):
-            raise _error(doc_path, where, f"expected a dataset, found {_what(obj, h5py)}")
-        return obj
-
-
-def _what(obj, h5py) -> str:
-    if isinstance(obj, h5py.Group):
-        return "a group"
-    if isinstance(obj, h5py.Dataset):
-        return "a dataset"
-    return f"a {type(obj).__name__}"
-
-
 def _text(name: str) -> str:
     return name if len(name) <= _MAX_NAME else name[:_MAX_NAME] + "..."
 
 
-def _check_top(doc, f, allowed) -> list:
-    top = _names(f, doc.path, "/")
+def _top(doc, h5py, root, allowed) -> dict:
+    top = dict(_links(h5py, root, doc.path, "/"))
     for name in top:
         if name not in allowed:
-            raise _error(doc.path, f"/{name}", f"not part of Caffe's {doc.kind} snapshot "
-                                               f"(which holds {', '.join(allowed)})")
+            raise _error(doc.path, f"/{_text(name)}", f"not part of Caffe's {doc.kind} snapshot "
+                                                      f"(which holds {', '.join(allowed)})")
     return top
 
 
-def _indexed(group, where, doc_path, h5py) -> list:
-    """[(index, dataset)] of a group of blobs (datasets named 0, 1, ...), by index."""
+def _member(doc, h5py, gid, top: dict, name: str, *, group_expected: bool):
+    if name not in top:
+        raise _error(doc.path, f"/{name}", "missing (Caffe writes it; a damaged snapshot or not Caffe's)")
+    return _open(h5py, gid, top[name], f"/{name}", doc.path, group_expected=group_expected)
+
+
+def _indexed(h5py, gid, where, doc_path) -> list:
+    """[(index, dataset id, its path)] of a group of blobs (datasets named 0, 1, ...), by index."""
     found = []
-    for name in _names(group, doc_path, where):
-        path = f"{where}/{name}"
+    for name, raw in _links(h5py, gid, doc_path, where):
+        path = _join(where, _text(name))
         if not (name.isdigit() and name.isascii() and str(int(name)) == name):
             raise _error(doc_path, path, "not a blob: a blob's dataset is named by its index (0, 1, ...)")
-        found.append((int(name), _member(group, name, path, doc_path, h5py, group_expected=False)))
-    return sorted(found, key=lambda pair: pair[0])
+        found.append((int(name), *_open(h5py, gid, raw, path, doc_path, group_expected=False), path))
+    return sorted(found, key=lambda item: item[0])
 
 
-def _stored(ds, where, doc) -> _Stored:
-    """Check a dataset that holds a blob; where its values are."""
+def _stored(h5py, dsid, plist, where, raw: bytes, doc) -> _Stored:
+    """Check a dataset that holds a blob (its storage already checked: _open); where its values are.
+
+    The type and dataspace are read through h5py's low-level calls (numpy's
+    dtype for an HDF5 type costs more than the rest of a dataset together).
+    Only a dataset whose type is exactly IEEE float32 or float64 in this
+    machine's byte order, contiguous and unfiltered, is viewed in place.
+    """
     with _At(where):
-        dtype = ds.dtype
-        shape = ds.shape
-    if dtype.kind != "f" or dtype.itemsize not in (2, 4, 8):
-        what = "string" if dtype.kind in "SUO" else str(dtype) if dtype.kind in "iub" else f"{dtype.kind!r}-kind"
+        tid = dsid.get_type()
+        size = tid.get_size()
+        dtype = None
+        if tid.get_class() == h5py.h5t.FLOAT and size in (2, 4, 8):
+            dtype = np.dtype(("<" if tid.get_order() == h5py.h5t.ORDER_LE else ">") + f"f{size}")
+            standard = size != 2 and tid.equal(h5py.h5t.IEEE_F32LE if size == 4 else h5py.h5t.IEEE_F64LE)
+        space = dsid.get_space()
+        extent = space.get_simple_extent_type()
+        shape = space.get_simple_extent_dims() if extent == h5py.h5s.SIMPLE else None
+    if dtype is None:
+        with _At(where):
+            found = dsid.dtype
+        what = "string" if found.kind in "SUO" else str(found) if found.kind in "iub" else f"{found.kind!r}-kind"
         raise _error(doc.path, where, f"holds {what} values; a blob is a float dataset (float32 or float64)")
-    if shape is None:
+    if extent == h5py.h5s.NULL:
         raise _error(doc.path, where, "is an empty dataset (no dataspace); a blob has 1 to 32 axes")
-    if len(shape) == 0:
+    if extent == h5py.h5s.SCALAR:
         raise _error(doc.path, where, "is a 0-d (scalar) dataset; a blob's dataset has 1 to 32 axes")
     if len(shape) > MAX_BLOB_AXES:
         raise _error(doc.path, where, f"has {len(shape)} axes; a blob has at most {MAX_BLOB_AXES}")
@@ -296,19 +467,26 @@ def _stored(ds, where, doc) -> _Stored:
         raise _error(doc.path, where, f"invalid blob shape: {exc.reason}") from exc
     offset = None
     with _At(where):
-        plist = ds.id.get_create_plist()
-        contiguous = plist.get_layout() == h5py_module(doc.path).h5d.CONTIGUOUS and plist.get_nfilters() == 0
-        if contiguous and dtype.isnative and dtype.itemsize in (4, 8):
-            offset = ds.id.get_offset()
-        stored = ds.id.get_storage_size()
+        layout = plist.get_layout()
+        contiguous = layout == h5py.h5d.CONTIGUOUS and plist.get_nfilters() == 0
+        if contiguous and standard and dtype.isnative:
+            offset = dsid.get_offset()
+        chunk = plist.get_chunk() if layout == h5py.h5d.CHUNKED else None
+        stored = dsid.get_storage_size()
     nbytes = int(np.prod(shape, dtype=object)) * dtype.itemsize
     if offset is not None and offset + nbytes > doc.size:
         raise _error(doc.path, where, f"truncated: its {nbytes} bytes of values at byte {offset} run past "
                                       f"the end of the file ({doc.size} bytes)", offset=offset)
+    if chunk is not None:
+        chunk_bytes = int(np.prod(chunk, dtype=object)) * dtype.itemsize
+        if chunk_bytes > MAX_CHUNK_BYTES:
+            raise _error(doc.path, where, f"is stored in chunks of {chunk_bytes} bytes, more than blobtool's bound "
+                                          f"of {MAX_CHUNK_BYTES >> 20} MiB (HDF5 reads a chunk whole); rechunk it, "
+                                          "for example h5repack -l CONTI")
     if offset is None and nbytes > _MAX_EXPANSION * stored + _UNSTORED_BYTES:
         raise _error(doc.path, where, f"declares {nbytes} bytes of values, more than its {stored} stored "
                                       "bytes can hold")
-    return _Stored(where, tuple(int(d) for d in shape), dtype, offset)
+    return _Stored(where, raw, tuple(int(d) for d in shape), dtype, offset)
 
 
 def _blob_dtype(stored: np.dtype) -> np.dtype:
@@ -316,7 +494,14 @@ def _blob_dtype(stored: np.dtype) -> np.dtype:
 
 
 def _values(doc: Document, stored: _Stored) -> np.ndarray:
-    """The values of a dataset as a flat array of the blob's dtype: a view of the input, or read through h5py."""
+    """The values of a dataset as a flat array of the blob's dtype: a view of the input, or read through h5py.
+
+    Read through h5py (chunked, compressed, compact, big-endian, float16),
+    HDF5 converts the values into the blob's array a chunk at a time (each
+    chunk at most MAX_CHUNK_BYTES, checked in _stored), through its own
+    bounded conversion buffer, and without a chunk cache: beyond the array
+    itself, memory holds at most one chunk.
+    """
     target = _blob_dtype(stored.dtype)
     count = int(np.prod(stored.shape, dtype=object))
     if count == 0:
@@ -324,10 +509,15 @@ def _values(doc: Document, stored: _Stored) -> np.ndarray:
     if stored.offset is not None:
         return np.frombuffer(doc.source.buf, dtype=stored.dtype, count=count, offset=stored.offset)
     values = np.empty(stored.shape, dtype=target)
+    h5py = h5py_module(doc.path)
     with _opened(doc.source) as f:
         try:
+            dapl = h5py.h5p.create(h5py.h5p.DATASET_ACCESS)
+            dapl.set_chunk_cache(0, 0, 1.0)  # no cache: a chunk is read, converted and let go
+            dsid = h5py.h5d.open(f.id, stored.raw, dapl=dapl)
+            _check_storage(h5py, dsid, stored.where, doc.path)
             with np.errstate(over="ignore", invalid="ignore"):
-                f[stored.where].read_direct(values)
+                dsid.read(h5py.h5s.ALL, h5py.h5s.ALL, values)
         except H5_ERRORS as exc:
             raise _error(doc.path, stored.where, f"unreadable values: {reason(exc)}") from exc
     return values.reshape(-1)
@@ -356,30 +546,31 @@ def _add(doc: Document, name: str, data: _Stored, diff: _Stored | None, layer=No
                              build=_loader(doc, data, diff), diff_dtype=diff_dtype if diff_dtype != stored else None))
 
 
-def _read_net(doc: Document, f) -> None:
-    h5py = h5py_module(doc.path)
-    top = _check_top(doc, f, _NET_TOP)
-    data = _member(f, "data", "/data", doc.path, h5py, group_expected=True)
-    diff = _member(f, "diff", "/diff", doc.path, h5py, group_expected=True) if "diff" in top else None
-    diff_layers = set(_names(diff, doc.path, "/diff")) if diff is not None else set()
+def _read_net(doc: Document, h5py, root) -> None:
+    top = _top(doc, h5py, root, _NET_TOP)
+    data = _member(doc, h5py, root, top, "data", group_expected=True)
+    diff = _member(doc, h5py, root, top, "diff", group_expected=True) if "diff" in top else None
+    diff_layers = dict(_links(h5py, diff, doc.path, "/diff")) if diff is not None else {}
     doc.meta["name"] = None
     shared = []
-    for layer in _names(data, doc.path, "/data"):
-        group = _member(data, layer, f"/data/{layer}", doc.path, h5py, group_expected=True)
-        blobs = _indexed(group, f"/data/{layer}", doc.path, h5py)
+    for layer, raw in _links(h5py, data, doc.path, "/data"):
+        name = _text(layer)
+        where = f"/data/{name}"
+        group = _open(h5py, data, raw, where, doc.path, group_expected=True)
+        blobs = _indexed(h5py, group, where, doc.path)
         diffs = {}
         if layer in diff_layers:
-            diff_group = _member(diff, layer, f"/diff/{layer}", doc.path, h5py, group_expected=True)
-            diffs = dict(_indexed(diff_group, f"/diff/{layer}", doc.path, h5py))
-            diff_layers.discard(layer)
-        name = _text(layer)
+            diff_where = f"/diff/{name}"
+            diff_group = _open(h5py, diff, diff_layers.pop(layer), diff_where, doc.path, group_expected=True)
+            diffs = {index: (dsid, plist, path)
+                     for index, dsid, plist, path in _indexed(h5py, diff_group, diff_where, doc.path)}
         doc.layers.append(NetLayer(name))
         held = set()
-        for index, ds in blobs:
-            stored = _stored(ds, f"/data/{layer}/{index}", doc)
+        for index, dsid, plist, path in blobs:
+            stored = _stored(h5py, dsid, plist, path, _raw_path(b"data", raw, index), doc)
             stored_diff = None
             if index in diffs:
-                stored_diff = _stored(diffs[index], f"/diff/{layer}/{index}", doc)
+                stored_diff = _stored(h5py, *diffs[index], _raw_path(b"diff", raw, index), doc)
                 if stored_diff.shape != stored.shape:
                     raise _error(doc.path, stored_diff.where, f"shape {stored_diff.shape} differs from its "
                                                               f"data's {stored.shape}")
@@ -387,42 +578,52 @@ def _read_net(doc: Document, f) -> None:
             held.add(index)
         for index in sorted(set(diffs) - held):
             # Caffe saves a shared parameter's data with its owner only.
-            _stored(diffs[index], f"/diff/{layer}/{index}", doc)
+            _stored(h5py, *diffs[index], _raw_path(b"diff", raw, index), doc)
             shared.append(f"{name}/{index}")
     if diff_layers:
-        layer = sorted(diff_layers)[0]
-        raise _error(doc.path, f"/diff/{layer}", "a diff for a layer that has no group in /data")
+        layer = next(iter(diff_layers))
+        raise _error(doc.path, f"/diff/{_text(layer)}", "a diff for a layer that has no group in /data")
     if shared:
         doc.meta["shared"] = shared
 
 
-def _scalar(f, name, doc, h5py, kinds: str):
-    ds = _member(f, name, f"/{name}", doc.path, h5py, group_expected=False)
+def _raw_path(top: bytes, layer: bytes, index: int) -> bytes:
+    return b"/%s/%s/%d" % (top, layer, index)
+
+
+def _scalar(doc, h5py, root, top: dict, name: str, kinds: str):
+    """The one value of a solver field (iter, current_step: an integer; learned_net: a string)."""
+    dsid, _ = _member(doc, h5py, root, top, name, group_expected=False)
     where = f"/{name}"
     with _At(where):
-        dtype, shape = ds.dtype, ds.shape
+        dtype, shape = dsid.dtype, dsid.shape
         if shape is None or int(np.prod(shape, dtype=object)) != 1 or dtype.kind not in kinds:
             expected = "one integer" if kinds == "iu" else "one string"
             raise _error(doc.path, where, f"holds {dtype} values of shape {shape}; Caffe writes {expected}")
         if dtype.kind in "SU" and dtype.itemsize > _MAX_STRING:
             raise _error(doc.path, where, f"a {dtype.itemsize}-byte string; Caffe writes a file name")
-        return ds[()].reshape(-1)[0] if shape else ds[()]
+        if dtype.kind == "O" and h5py.check_string_dtype(dtype) is None:
+            raise _error(doc.path, where, f"holds {dtype} values; Caffe writes a string")
+        value = h5py.Dataset(dsid)[()]
+    value = value.reshape(-1)[0] if shape else value
+    if kinds == "iu" and not _INT32[0] <= int(value) <= _INT32[1]:
+        raise _error(doc.path, where, f"{int(value)} does not fit Caffe's {name} (a 32-bit integer)")
+    return value
 
 
-def _read_solverstate(doc: Document, f) -> None:
-    h5py = h5py_module(doc.path)
-    _check_top(doc, f, _SOLVER_TOP)
-    doc.meta["iter"] = int(_scalar(f, "iter", doc, h5py, "iu"))
-    learned = _scalar(f, "learned_net", doc, h5py, "SO")
-    if isinstance(learned, bytes):
-        learned = learned.split(b"\0", 1)[0][:_MAX_STRING].decode("utf-8", "backslashreplace")
+def _read_solverstate(doc: Document, h5py, root) -> None:
+    top = _top(doc, h5py, root, _SOLVER_TOP)
+    doc.meta["iter"] = int(_scalar(doc, h5py, root, top, "iter", "iu"))
+    learned = _scalar(doc, h5py, root, top, "learned_net", "SO")
+    if isinstance(learned, (bytes, np.bytes_)):
+        learned = bytes(learned).split(b"\0", 1)[0][:_MAX_STRING].decode("utf-8", "backslashreplace")
     if not isinstance(learned, str):
         raise _error(doc.path, "/learned_net", f"holds {type(learned).__name__}; Caffe writes a string")
     doc.meta["learned_net"] = _text(learned)
-    doc.meta["current_step"] = int(_scalar(f, "current_step", doc, h5py, "iu"))
-    history = _member(f, "history", "/history", doc.path, h5py, group_expected=True)
-    for index, ds in _indexed(history, "/history", doc.path, h5py):
-        _add(doc, f"history/{index}", _stored(ds, f"/history/{index}", doc), None)
+    doc.meta["current_step"] = int(_scalar(doc, h5py, root, top, "current_step", "iu"))
+    history = _member(doc, h5py, root, top, "history", group_expected=True)
+    for index, dsid, plist, path in _indexed(h5py, history, "/history", doc.path):
+        _add(doc, f"history/{index}", _stored(h5py, dsid, plist, path, b"/history/%d" % index, doc), None)
 
 
 # -- writing (formats/hdf5_write.py) ------------------------------------------------------

@@ -5,7 +5,9 @@ hdf5_save_nd_dataset makes them, their space allocated at creation) are made
 with h5py; each blob's values are then streamed into the space HDF5
 allocated for its dataset, chunk by chunk (see _write_payloads for why).
 The file is built in atomic_output's temporary file, or, for an output that
-cannot seek (a pipe), in an anonymous temporary file copied out at the end.
+cannot seek (a pipe) or that already holds bytes before where it stands (a
+standard output opened read-write), in an anonymous temporary file copied
+out at the end, where the output stands.
 """
 
 from __future__ import annotations
@@ -176,23 +178,40 @@ def _random_access(out):
 
     atomic_output's temporary file is opened read-write (mkstemp) but
     wrapped write-only: a second file object over the same descriptor
-    reads too. Outputs that cannot seek (standard output, a pipe) get the
-    snapshot built in an anonymous temporary file first, then copied.
+    reads too. h5py writes at offsets from the start of the file, so that
+    is done only for an empty file standing at its start (the temporary
+    file, `1<> new_file`). Everything else gets the snapshot built in an
+    anonymous temporary file first, then copied where the output stands, as
+    every other format writes: a pipe, and a file opened read-write that
+    already holds bytes (`1<> file` after a header), whose bytes before the
+    write position are kept as .npz output keeps them.
     """
     fd = _read_write_fd(out)
     if fd is not None:
         out.flush()
-        with os.fdopen(os.dup(fd), "r+b") as both:
-            both.seek(0)
-            both.truncate()
-            yield both
-    elif _random_access_object(out):
+        if os.lseek(fd, 0, os.SEEK_CUR) == 0 and os.fstat(fd).st_size == 0:
+            with os.fdopen(os.dup(fd), "r+b") as both:
+                yield both
+            return
+    elif _random_access_object(out) and _empty_at_start(out):
         yield out
-    else:
-        with tempfile.TemporaryFile() as spool:
-            yield spool
-            spool.seek(0)
-            shutil.copyfileobj(spool, out, 1 << 20)
+        return
+    with tempfile.TemporaryFile() as spool:
+        yield spool
+        spool.seek(0)
+        shutil.copyfileobj(spool, out, 1 << 20)
+
+
+def _empty_at_start(out) -> bool:
+    """Whether a seekable file object stands at its start and holds nothing."""
+    try:
+        if out.tell() != 0:
+            return False
+        end = out.seek(0, io.SEEK_END)
+        out.seek(0)
+        return end == 0
+    except (AttributeError, ValueError, OSError):
+        return False
 
 
 def _read_write_fd(out) -> int | None:
