@@ -9,7 +9,9 @@ byte mutations, half the time replaced by fuzzcases' protobuf-aware ones
 the generated seeds (HDF5 among them: chunked, compressed, big-endian,
 float16 and compact datasets, and files refused whole for naming other files:
 external storage, virtual datasets, external and soft links, names that are
-not UTF-8) and the first 64 KiB of each real Caffe file in
+not UTF-8; safetensors files that blobtool and the safetensors package wrote,
+whose length field and JSON values are also forged) and the first 64 KiB of
+each real Caffe file in
 ../shared/realworld (when present). Without it, fuzzcases' mutations are
 applied at random to the seeds and the whole real files.
 
@@ -35,7 +37,7 @@ sys.path.insert(0, str(HERE))
 
 REALWORLD = HERE.parents[1] / "shared" / "realworld"
 # Kinds an input may be forced to (one per input, chosen from its last byte).
-FORCED = ("blob", "vector", "net", "solverstate", "npy", "npz")
+FORCED = ("blob", "vector", "net", "solverstate", "npy", "npz", "safetensors")
 
 
 class Stats:
@@ -89,6 +91,12 @@ def seeds(fc, *, head: int | None):
     else:
         found += fc.hdf5_seeds() + fc.hdf5_refused_seeds()
         real += fc.realworld_hdf5_seeds(REALWORLD) if REALWORLD.is_dir() else []
+    try:
+        import stcases  # safetensors seeds (the safetensors package writes one of them)
+    except ImportError:
+        pass
+    else:
+        found += stcases.seeds()
     for seed in found:  # the readers' own imports (protobuf, h5py) happen here, not inside a traced case
         try:
             fc.read_everything(seed.data, None)
@@ -97,16 +105,32 @@ def seeds(fc, *, head: int | None):
     return found + [fc.Seed(s.name, s.kind, s.data[:head] if head else s.data) for s in real]
 
 
+def layout_for(fc, seed):
+    """Where a seed's fields lie: safetensors' header and tensors, else fuzzcases' own reading."""
+    if seed.kind == "safetensors":
+        import stcases
+        return stcases.st_layout(seed.data)
+    return fc.layout_of(seed)
+
+
+def mutate_any(fc, seed, lay, pick, rounds: int) -> bytes:
+    """fuzzcases' mutations, plus forged lengths and hostile JSON values for a safetensors seed."""
+    if seed.kind == "safetensors":
+        import stcases
+        return stcases.mutate(seed, lay, pick, rounds)
+    return fc.mutate(seed, lay, pick, rounds)
+
+
 def run_random(fc, args, stats: Stats) -> int:
     rng = random.Random(args.seed)
     pick = fc.random_picker(rng)
     pool = seeds(fc, head=None)
-    layouts = {s.name: fc.layout_of(s) for s in pool}
+    layouts = {s.name: layout_for(fc, s) for s in pool}
     failures = args.workdir / "failures"
     deadline = time.monotonic() + args.seconds
     while time.monotonic() < deadline:
         seed = rng.choice(pool)
-        data = fc.mutate(seed, layouts[seed.name], pick, rng.randint(1, 4))
+        data = mutate_any(fc, seed, layouts[seed.name], pick, rng.randint(1, 4))
         try:
             outcomes = run_one(fc, data)
         except fc.FuzzFailure as exc:
@@ -141,7 +165,11 @@ def run_atheris(fc, args, stats: Stats) -> int:
         mutations_rng.seed(seed)
         kind = "npz" if data.startswith(b"PK") else "npy" if data.startswith(b"\x93NUMPY") else "blob"
         base = fc.Seed("input", kind, data)
-        out = fc.mutate(base, fc.layout_of(base), fc.random_picker(mutations_rng), 1)
+        try:
+            lay = fc.layout_of(base)
+        except Exception:  # noqa: BLE001 - a header past its own length: mutate as plain bytes
+            lay = fc.Layout((0, len(data)), (), ())
+        out = fc.mutate(base, lay, fc.random_picker(mutations_rng), 1)
         return out[:max_size]
 
     libfuzzer_args = [sys.argv[0], str(corpus), f"-max_total_time={args.seconds}", "-timeout=10",
