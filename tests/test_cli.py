@@ -602,6 +602,26 @@ def test_convert_format_overrides_the_extension(f32, tmp_path):
     assert bad.exit_code == 2
 
 
+def test_a_one_blob_extension_on_a_net_says_what_chose_it_and_how_to_keep_the_net(tmp_path):
+    # A net without blobs, named .protobin (a blob-file extension, as Caffe's own examples name nets).
+    empty = write_net(tmp_path / "net.protobin", "new", [Layer("relu", "ReLU", [])])
+    two = write_net(tmp_path / "ip.caffemodel", "new", [Layer("ip", "InnerProduct", [np.ones((2, 2)), np.ones(2)])])
+    result = invoke("convert", empty, "-o", tmp_path / "x.protobin")
+    assert_one_line_error(result, 2, f"the extension .protobin of {tmp_path / 'x.protobin'} chose the one-blob "
+                                     "format (a BlobProto file): 0 selected; --format same keeps the input's kind (net)")
+    result = invoke("convert", two, "-o", tmp_path / "x.pb")
+    assert_one_line_error(result, 2, "the extension .pb of", "2 selected; choose one with --blob, keep the input's "
+                                     "kind (net) with --format same, or write .npz")
+    result = invoke("convert", two, "--format", "blob", "-o", tmp_path / "x.npy")
+    assert_one_line_error(result, 2, "--format blob writes one blob (a BlobProto file): 2 selected")
+    assert not {"x.protobin", "x.pb", "x.npy"} & folder_listing(tmp_path)
+    # What the message names works: --format same writes the net back as it was, under the name asked for.
+    result = invoke("convert", empty, "--format", "same", "-o", tmp_path / "x.protobin")
+    assert result.exit_code == 0, result.stderr
+    assert (tmp_path / "x.protobin").read_bytes() == empty.read_bytes()
+    assert "--format [blob|protobuf|hdf5|npy|npz|safetensors|same]" in invoke("convert", "--help").stdout
+
+
 @pytest.mark.parametrize("array", [
     np.arange(6, dtype=np.float32).reshape(2, 3) / 7,
     np.arange(6, dtype=np.float64).reshape(3, 2) / 7,
