@@ -622,6 +622,36 @@ def test_a_one_blob_extension_on_a_net_says_what_chose_it_and_how_to_keep_the_ne
     assert "--format [blob|protobuf|hdf5|npy|npz|safetensors|same]" in invoke("convert", "--help").stdout
 
 
+def test_values_only_convert_reads_name_convert_whatever_the_command(tmp_path):
+    # bfloat16 tensors (a PyTorch export's) and an int32 .npy: only convert takes a precision to read them as.
+    from safetensors.numpy import save_file
+
+    bf16 = tmp_path / "w.safetensors"
+    values = np.array([1.0, 2.0, -0.5], np.float32)
+    header = json.dumps({"w": {"dtype": "BF16", "shape": [3], "data_offsets": [0, 6]}}).encode()
+    bf16.write_bytes(len(header).to_bytes(8, "little") + header + (values.view(np.uint32) >> 16).astype("<u2").tobytes())
+    ints = write_npy(tmp_path / "i.npy", np.arange(4, dtype=np.int32))
+    f32 = tmp_path / "w32.safetensors"
+    save_file({"w": values}, f32)
+    hint = "(blobtool convert --float or --double reads it, into a file every command reads)"
+    for args in (["compare", f32, bf16], ["compare", bf16, f32], ["norm", bf16], ["info", "--stats", bf16],
+                 ["scale", bf16, "2", "-o", tmp_path / "x.npz"], ["update", bf16, "-o", tmp_path / "x.npz"],
+                 ["show", bf16], ["norm", ints], ["compare", ints, ints]):
+        err = assert_one_line_error(invoke(*args), 3, "blobs are float32 or float64", hint)
+        assert "convert it with" not in err
+    # What it names works: convert, then compare.
+    assert invoke("convert", "--float", bf16, "-o", tmp_path / "w.float32.safetensors").exit_code == 0
+    assert invoke("compare", f32, tmp_path / "w.float32.safetensors").exit_code == 0
+    # A blob stored as integers (NVIDIA Caffe's raw INT) that scale would make fractional: scale has no --float.
+    from builders import raw_blob_bytes
+
+    raw = tmp_path / "int.pb"
+    raw.write_bytes(raw_blob_bytes(np.arange(4, dtype=np.int32)))
+    err = assert_one_line_error(invoke("scale", raw, "0.5", "-o", tmp_path / "half.pb"), 2, "is not an int32",
+                                "scale and update keep the stored type; blobtool convert --float or --double")
+    assert "a precision (--float" not in err
+
+
 @pytest.mark.parametrize("array", [
     np.arange(6, dtype=np.float32).reshape(2, 3) / 7,
     np.arange(6, dtype=np.float64).reshape(3, 2) / 7,
