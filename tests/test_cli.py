@@ -652,6 +652,47 @@ def test_values_only_convert_reads_name_convert_whatever_the_command(tmp_path):
     assert "a precision (--float" not in err
 
 
+@pytest.mark.parametrize("command", ["info", "norm"])
+def test_a_folder_says_what_it_skipped_and_all_files_reads_it(tmp_path, command):
+    # Old Caffe named its snapshots without an extension: a V1 net, valid, that a folder batch skips by name.
+    folder = tmp_path / "snapshots"
+    (folder / "old").mkdir(parents=True)
+    layers = [Layer("ip", "InnerProduct", [np.ones((2, 2)), np.ones(2)])]
+    write_net(folder / "old" / "cifar10_quick_iter_4000", "v1", layers)
+    write_net(folder / "cifar10_quick_iter_5000.caffemodel", "new", layers)
+    (folder / "solver.prototxt").write_text("net: 'x'\n")
+    (folder / "README").write_text("snapshots\n")
+    (folder / "z.log").write_text("log\n")
+    os.mkfifo(folder / "pipe")  # never read from a folder, with or without --all-files
+    result = run_blobtool(command, "--json", folder, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert [r["path"] for r in map(json.loads, result.stdout.splitlines())] == [
+        str(folder / "cifar10_quick_iter_5000.caffemodel")]
+    assert result.stderr == (f"blobtool: warning: {folder}: skipped 4 files without an extension blobtool reads "
+                             "(README, old/cifar10_quick_iter_4000, solver.prototxt, ...); name them as arguments, "
+                             "or give --all-files, to read them\n")
+    # Named as an argument, the V1 net is read (its kind comes from its bytes).
+    named = run_blobtool(command, "--json", folder / "old" / "cifar10_quick_iter_4000", text=True)
+    assert (named.returncode, named.stderr) == (0, "")
+    assert json.loads(named.stdout)["kind"] == "net"
+    # --all-files reads every regular file: the net, and a bad-input line for each file that is no blob file.
+    every = run_blobtool(command, "--json", "--all-files", folder, text=True, timeout=60)
+    assert every.returncode == 3
+    assert [r["path"] for r in map(json.loads, every.stdout.splitlines())] == [
+        str(folder / name) for name in ("cifar10_quick_iter_5000.caffemodel", "old/cifar10_quick_iter_4000")]
+    assert [line.split(": ")[1] for line in every.stderr.splitlines()] == [
+        str(folder / name) for name in ("README", "solver.prototxt", "z.log")]
+    # A folder of extensionless snapshots only: one line, saying how to read them.
+    only = tmp_path / "only"
+    only.mkdir()
+    write_net(only / "snap_iter_10", "v1", layers)
+    result = invoke(command, only)
+    assert_one_line_error(result, 3, f"{only}: is a folder holding no file with an extension blobtool reads (",
+                          "and 1 file without one (snap_iter_10): name it as an argument, or give --all-files, "
+                          "to read it")
+    assert invoke(command, "--all-files", only).exit_code == 0
+
+
 @pytest.mark.parametrize("array", [
     np.arange(6, dtype=np.float32).reshape(2, 3) / 7,
     np.arange(6, dtype=np.float64).reshape(3, 2) / 7,
