@@ -1,15 +1,17 @@
 """Human-readable output: rich tables drawn from report records. Computes nothing.
 
 Names and paths from the files are escaped (escape.escape) before they are
-drawn. Nothing is cut with an ellipsis: a table leaves out its least needed
+drawn. Where the console's encoding cannot write the block characters (a
+stream encoded as ASCII, PYTHONIOENCODING=ascii), histograms and pictures
+are drawn with ASCII characters instead.
+
+Nothing is cut with an ellipsis: a table leaves out its least needed
 columns to fit the console (report.text), and where the columns it always
 keeps are still too wide, off a terminal it is drawn at its own width, one
 line per row (as report.text writes it); on a terminal its name columns fold
 onto further lines, or, where they would be narrower than text.MIN_FOLD,
 the table is drawn at its own width and the terminal wraps its lines. Off a
-terminal no line is wrapped, titles and notes included. Where the console's encoding cannot write the block characters (a
-stream encoded as ASCII, PYTHONIOENCODING=ascii), histograms and pictures
-are drawn with ASCII characters instead.
+terminal no line is wrapped, titles and notes included.
 """
 
 from __future__ import annotations

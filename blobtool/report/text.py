@@ -7,8 +7,9 @@ about 19 ms on the 2-core reference machine, a tenth of a whole
 `blobtool norm` of a 256 MiB blob (benchmarks/RESULTS.md). The plain text is
 rich's own layout for these tables (box.SIMPLE_HEAD, pad_edge=False), and
 tests/test_report_text.py checks it against rich character for character. Where
-rich would have to wrap, or a cell holds anything but printable ASCII, the
-plain functions return None and rich draws the table.
+a cell or a title holds anything but printable ASCII (where a character's
+width on screen is rich's to measure), the plain functions return None and
+rich draws the table.
 
 Nothing is cut: a table leaves out its least needed columns to fit the
 width, and where even the columns that always stay are wider, it is drawn
@@ -28,7 +29,8 @@ import sys
 from .escape import escape
 
 __all__ = ["fmt_num", "fmt_bytes", "fmt_shape", "title_parts", "fit_columns", "table_width",
-           "fold_widths", "grid_width", "FOLD_COLUMNS", "MIN_FOLD", "pick", "left_out_note", "info_columns", "info_rows", "info_footer", "info_table", "stats_rows", "stats_table", "layers_rows",
+           "grid_width", "fold_widths", "FOLD_COLUMNS", "MIN_FOLD", "pick", "left_out_note",
+           "info_columns", "info_rows", "info_footer", "info_table", "stats_rows", "stats_table", "layers_rows",
            "LAYERS_COLUMNS", "norm_columns", "norm_rows", "norm_table",
            "compare_verdict", "compare_rows", "compare_table", "compare_footer", "COMPARE_COLUMNS",
            "plain_info", "plain_norm", "plain_compare", "plain_stdout", "plain_width", "stdout_is_terminal",
