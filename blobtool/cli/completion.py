@@ -21,7 +21,7 @@ import shlex
 import click
 from click.shell_completion import BashComplete, add_completion_class, split_arg_string
 
-__all__ = ["complete_blob_names", "bash_word", "opening_quote"]
+__all__ = ["complete_blob_names", "bash_word", "last_word"]
 
 
 # What bash treats specially within double quotes (! for history expansion).
