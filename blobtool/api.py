@@ -8,6 +8,7 @@ selection of blobs in any format blobtool writes, with the same options.
 from __future__ import annotations
 
 import contextlib
+import os
 
 from .blob import Blob
 from .blobwrite import check_layout
@@ -127,6 +128,8 @@ def write(doc: Document | None, blobs, dest, *, format: str | None = None, preci
         except UsageError as exc:
             raise UsageError(f"blob {entry.name}: {exc.reason}", path=doc.path if doc is not None else None) from exc
     fmt, kind = output_target(dest, format, doc)
+    if kind == "blob" and len(blob_list) != 1:
+        raise UsageError(_one_blob_message(dest, format, doc, len(blob_list)))
     if precision == "half":
         precision = _half_precisions(doc.path if doc is not None else None, entries, blob_list,
                                      write_diff=write_diff, transforms=transforms, strict=half_strict, warn=warn)
@@ -137,6 +140,22 @@ def write(doc: Document | None, blobs, dest, *, format: str | None = None, preci
         module(fmt).write(doc, entries, blob_list, dest, kind=kind, precision=precision, write_diff=write_diff,
                           layout=layout, transforms=transforms)
     return kind
+
+
+def _one_blob_message(dest, format: str | None, doc: Document | None, selected: int) -> str:
+    """Why a one-blob output refuses `selected` blobs: what chose that format, and what writes them instead."""
+    ext = os.path.splitext(os.fspath(dest))[1] if isinstance(dest, (str, os.PathLike)) else ""
+    if format is None and ext:
+        chosen = f"the extension {ext} of {os.fspath(dest)} chose the one-blob format (a BlobProto file)"
+    else:
+        chosen = f"--format {format or 'blob'} writes one blob (a BlobProto file)"
+    own = doc is not None and doc.kind != "blob"
+    if not selected:
+        ways = f"--format same keeps the input's kind ({doc.kind})" if own else "select a blob with --blob"
+    else:
+        ways = ", ".join(["choose one with --blob", *([f"keep the input's kind ({doc.kind}) with --format same"]
+                                                       if own else []), "or write .npz"])
+    return f"{chosen}: {selected} selected; {ways}"
 
 
 def _half_precisions(path, entries, blobs, *, write_diff, transforms, strict, warn) -> dict:

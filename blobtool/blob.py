@@ -84,8 +84,8 @@ def exact_values(values: np.ndarray, dtype) -> np.ndarray:
         bad = np.flatnonzero(converted != values)
     if bad.size:
         raise UsageError(f"value {values[bad[0]]!r} (at {int(bad[0])}) is not an {target.name}: a blob stored as "
-                         f"integers is written back as {target.name} unless a precision (--float, --double) "
-                         "is asked for")
+                         f"integers is written back as {target.name} (scale and update keep the stored type; "
+                         "blobtool convert --float or --double writes float32 or float64)")
     return converted
 
 

@@ -278,7 +278,7 @@ EXPECTED = [
     ("snapshot.caffemodel.h5", INFO, 3, "blobtool: snapshot.caffemodel.h5: HDF5 /: not a readable HDF5 file: "
                                         "ring type mismatch occurred for cache entry"),
     ("int32.npy", INFO, 3, "blobtool: int32.npy: .npy holds int32 values; blobs are float32 or float64 "
-                           "(convert it with --float or --double)"),
+                           "(blobtool convert --float or --double reads it, into a file every command reads)"),
     ("object.npy", INFO, 3, "blobtool: object.npy: .npy holds object values (object arrays are never unpickled)"),
     ("object.npy", ["convert", "--double", "-o", "out.pb"], 3,
      "blobtool: object.npy: .npy holds object values (object arrays are never unpickled)"),

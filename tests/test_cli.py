@@ -602,6 +602,97 @@ def test_convert_format_overrides_the_extension(f32, tmp_path):
     assert bad.exit_code == 2
 
 
+def test_a_one_blob_extension_on_a_net_says_what_chose_it_and_how_to_keep_the_net(tmp_path):
+    # A net without blobs, named .protobin (a blob-file extension, as Caffe's own examples name nets).
+    empty = write_net(tmp_path / "net.protobin", "new", [Layer("relu", "ReLU", [])])
+    two = write_net(tmp_path / "ip.caffemodel", "new", [Layer("ip", "InnerProduct", [np.ones((2, 2)), np.ones(2)])])
+    result = invoke("convert", empty, "-o", tmp_path / "x.protobin")
+    assert_one_line_error(result, 2, f"the extension .protobin of {tmp_path / 'x.protobin'} chose the one-blob "
+                                     "format (a BlobProto file): 0 selected; --format same keeps the input's kind (net)")
+    result = invoke("convert", two, "-o", tmp_path / "x.pb")
+    assert_one_line_error(result, 2, "the extension .pb of", "2 selected; choose one with --blob, keep the input's "
+                                     "kind (net) with --format same, or write .npz")
+    result = invoke("convert", two, "--format", "blob", "-o", tmp_path / "x.npy")
+    assert_one_line_error(result, 2, "--format blob writes one blob (a BlobProto file): 2 selected")
+    assert not {"x.protobin", "x.pb", "x.npy"} & folder_listing(tmp_path)
+    # What the message names works: --format same writes the net back as it was, under the name asked for.
+    result = invoke("convert", empty, "--format", "same", "-o", tmp_path / "x.protobin")
+    assert result.exit_code == 0, result.stderr
+    assert (tmp_path / "x.protobin").read_bytes() == empty.read_bytes()
+    assert "--format [blob|protobuf|hdf5|npy|npz|safetensors|same]" in invoke("convert", "--help").stdout
+
+
+def test_values_only_convert_reads_name_convert_whatever_the_command(tmp_path):
+    # bfloat16 tensors (a PyTorch export's) and an int32 .npy: only convert takes a precision to read them as.
+    from safetensors.numpy import save_file
+
+    bf16 = tmp_path / "w.safetensors"
+    values = np.array([1.0, 2.0, -0.5], np.float32)
+    header = json.dumps({"w": {"dtype": "BF16", "shape": [3], "data_offsets": [0, 6]}}).encode()
+    bf16.write_bytes(len(header).to_bytes(8, "little") + header + (values.view(np.uint32) >> 16).astype("<u2").tobytes())
+    ints = write_npy(tmp_path / "i.npy", np.arange(4, dtype=np.int32))
+    f32 = tmp_path / "w32.safetensors"
+    save_file({"w": values}, f32)
+    hint = "(blobtool convert --float or --double reads it, into a file every command reads)"
+    for args in (["compare", f32, bf16], ["compare", bf16, f32], ["norm", bf16], ["info", "--stats", bf16],
+                 ["scale", bf16, "2", "-o", tmp_path / "x.npz"], ["update", bf16, "-o", tmp_path / "x.npz"],
+                 ["show", bf16], ["norm", ints], ["compare", ints, ints]):
+        err = assert_one_line_error(invoke(*args), 3, "blobs are float32 or float64", hint)
+        assert "convert it with" not in err
+    # What it names works: convert, then compare.
+    assert invoke("convert", "--float", bf16, "-o", tmp_path / "w.float32.safetensors").exit_code == 0
+    assert invoke("compare", f32, tmp_path / "w.float32.safetensors").exit_code == 0
+    # A blob stored as integers (NVIDIA Caffe's raw INT) that scale would make fractional: scale has no --float.
+    from builders import raw_blob_bytes
+
+    raw = tmp_path / "int.pb"
+    raw.write_bytes(raw_blob_bytes(np.arange(4, dtype=np.int32)))
+    err = assert_one_line_error(invoke("scale", raw, "0.5", "-o", tmp_path / "half.pb"), 2, "is not an int32",
+                                "scale and update keep the stored type; blobtool convert --float or --double")
+    assert "a precision (--float" not in err
+
+
+@pytest.mark.parametrize("command", ["info", "norm"])
+def test_a_folder_says_what_it_skipped_and_all_files_reads_it(tmp_path, command):
+    # Old Caffe named its snapshots without an extension: a V1 net, valid, that a folder batch skips by name.
+    folder = tmp_path / "snapshots"
+    (folder / "old").mkdir(parents=True)
+    layers = [Layer("ip", "InnerProduct", [np.ones((2, 2)), np.ones(2)])]
+    write_net(folder / "old" / "cifar10_quick_iter_4000", "v1", layers)
+    write_net(folder / "cifar10_quick_iter_5000.caffemodel", "new", layers)
+    (folder / "solver.prototxt").write_text("net: 'x'\n")
+    (folder / "README").write_text("snapshots\n")
+    (folder / "z.log").write_text("log\n")
+    os.mkfifo(folder / "pipe")  # never read from a folder, with or without --all-files
+    result = run_blobtool(command, "--json", folder, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert [r["path"] for r in map(json.loads, result.stdout.splitlines())] == [
+        str(folder / "cifar10_quick_iter_5000.caffemodel")]
+    assert result.stderr == (f"blobtool: warning: {folder}: skipped 4 files without an extension blobtool reads "
+                             "(README, old/cifar10_quick_iter_4000, solver.prototxt, ...); name them as arguments, "
+                             "or give --all-files, to read them\n")
+    # Named as an argument, the V1 net is read (its kind comes from its bytes).
+    named = run_blobtool(command, "--json", folder / "old" / "cifar10_quick_iter_4000", text=True)
+    assert (named.returncode, named.stderr) == (0, "")
+    assert json.loads(named.stdout)["kind"] == "net"
+    # --all-files reads every regular file: the net, and a bad-input line for each file that is no blob file.
+    every = run_blobtool(command, "--json", "--all-files", folder, text=True, timeout=60)
+    assert every.returncode == 3
+    assert [r["path"] for r in map(json.loads, every.stdout.splitlines())] == [
+        str(folder / name) for name in ("cifar10_quick_iter_5000.caffemodel", "old/cifar10_quick_iter_4000")]
+    assert [line.split(": ")[1] for line in every.stderr.splitlines()] == [
+        str(folder / name) for name in ("README", "solver.prototxt", "z.log")]
+    # A folder of extensionless snapshots only: one line, saying how to read them.
+    only = tmp_path / "only"
+    only.mkdir()
+    write_net(only / "snap_iter_10", "v1", layers)
+    result = invoke(command, only)
+    assert_one_line_error(result, 3, f"{only}: is a folder holding no file with an extension blobtool reads (",
+                          "and 1 file without one (snap_iter_10): name it as an argument, or give --all-files, "
+                          "to read it")
+    assert invoke(command, "--all-files", only).exit_code == 0
+
+
 @pytest.mark.parametrize("array", [
     np.arange(6, dtype=np.float32).reshape(2, 3) / 7,
     np.arange(6, dtype=np.float64).reshape(3, 2) / 7,

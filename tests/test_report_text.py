@@ -3,6 +3,8 @@
 Off a terminal, blobtool writes info's and norm's tables itself rather than
 loading rich; the text must be what rich would have printed, character for
 character, and where blobtool cannot promise that it must hand over to rich.
+Neither cuts anything: a table too wide for the width even without its
+least needed columns is drawn wider, one line per row.
 """
 
 from __future__ import annotations
@@ -46,6 +48,14 @@ def rich_text(renderer, record: dict, width: int) -> str:
 
 def natural_width(renderer, record: dict) -> int:
     return max(len(line) for line in rich_text(renderer, record, 100_000).splitlines())
+
+
+def assert_whole(text: str, texts) -> None:
+    """No ellipsis, and every name, shape and number of the table present whole on a line of its own row."""
+    assert "…" not in text
+    lines = text.splitlines()
+    for cell in texts:
+        assert any(cell in line for line in lines), cell
 
 
 def all_simple(texts) -> bool:
@@ -141,32 +151,53 @@ def norm_texts(record: dict) -> list:
     return ["".join(layout.title_parts(record))] + [cell for cells, _ in layout.norm_rows(record) for cell in cells]
 
 
-def check(plain, renderer, texts, record, width):
+# What each table always shows, whatever the width: the title (or verdict), then (header, cells) of
+# the columns that are never left out.
+def compare_whole(record: dict, quiet: bool = False) -> list:
+    rows = [] if record["equal"] or quiet else [cells for cells, _ in layout.compare_rows(record)]
+    return ["".join(layout.compare_verdict(record))] + [cell for cells in rows for cell in cells[:2] + cells[4:5]]
+
+
+def info_whole(record: dict) -> list:
+    shape = 2 if any("layer" in b for b in record["blobs"]) else 1
+    return ["".join(layout.title_parts(record))] + [cell for cells, _ in layout.info_rows(record)
+                                                    for cell in (cells[0], cells[shape], cells[shape + 3])]
+
+
+def norm_whole(record: dict) -> list:
+    return ["".join(layout.title_parts(record))] + [cells[0] for cells, _ in layout.norm_rows(record)]
+
+
+def check(plain, renderer, texts, record, width, whole=()):
     text = plain(record, width)
+    drawn = rich_text(renderer, record, width)
     if text is not None:
-        assert text == rich_text(renderer, record, width)
+        assert text == drawn
     else:
         # Handing over to rich is allowed only where the plain writer cannot promise rich's text.
-        assert not all_simple(texts) or natural_width(renderer, record) > width
+        assert not all_simple(texts)
+    # Off a terminal nothing is cut or wrapped, however narrow the width: rich's text neither.
+    assert_whole(drawn, [t for t in whole if all_simple([t])])
 
 
 @settings(max_examples=300, deadline=None)
 @given(record=info_records(), width=WIDTHS)
 def test_plain_info_is_richs_text(record, width):
-    check(layout.plain_info, render.render_info, info_texts(record), record, width)
+    check(layout.plain_info, render.render_info, info_texts(record), record, width, info_whole(record))
 
 
 @settings(max_examples=300, deadline=None)
 @given(record=norm_records(), width=WIDTHS)
 def test_plain_norm_is_richs_text(record, width):
-    check(layout.plain_norm, render.render_norm, norm_texts(record), record, width)
+    check(layout.plain_norm, render.render_norm, norm_texts(record), record, width, norm_whole(record))
 
 
 @settings(max_examples=300, deadline=None)
 @given(record=compare_records(), width=WIDTHS, quiet=st.booleans())
 def test_plain_compare_is_richs_text(record, width, quiet):
     renderer = functools.partial(render.render_compare, quiet=quiet)
-    check(functools.partial(layout.plain_compare, quiet=quiet), renderer, compare_texts(record), record, width)
+    check(functools.partial(layout.plain_compare, quiet=quiet), renderer, compare_texts(record), record, width,
+          compare_whole(record, quiet))
 
 
 def test_plain_table_at_exactly_the_width():
@@ -179,8 +210,9 @@ def test_plain_table_at_exactly_the_width():
     narrower = layout.plain_norm(record, width - 1)
     assert narrower == rich_text(render.render_norm, record, width - 1)
     assert f"not shown at {width - 1} columns: diff sumsq" in narrower
-    # Narrower than the columns that always stay: rich draws (and wraps) it.
-    assert layout.plain_table(layout.norm_columns()[:2], [["0", "1.5"]], 2) is None
+    # Narrower than the columns that always stay: drawn wider than the width, as rich draws it off a terminal.
+    assert layout.plain_norm(record, 2) == rich_text(render.render_norm, record, 2)
+    assert " 0          1.5 " in layout.plain_norm(record, 2).splitlines()
 
 
 STAT_NUMBERS = st.one_of(st.floats(allow_nan=False, allow_infinity=False), st.integers(-10 ** 6, 10 ** 6))
@@ -214,7 +246,8 @@ def info_stats_texts(record: dict) -> list:
 @settings(max_examples=300, deadline=None)
 @given(record=info_stats_records(), width=WIDTHS)
 def test_plain_info_with_stats_is_richs_text(record, width):
-    check(layout.plain_info, render.render_info, info_stats_texts(record), record, width)
+    whole = info_whole(record) + [cells[0] for cells, _ in layout.stats_rows(record)]
+    check(layout.plain_info, render.render_info, info_stats_texts(record), record, width, whole)
 
 
 ENVIRONMENTS = [{}, {"FORCE_COLOR": "1"}, {"FORCE_COLOR": ""}, {"TTY_COMPATIBLE": "1"}, {"TTY_COMPATIBLE": "0"},

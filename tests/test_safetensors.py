@@ -220,7 +220,8 @@ def test_integer_and_bf16_tensors_load_only_with_a_cast(tmp_path):
     assert result.returncode == 3
     assert result.stderr.startswith(f"blobtool: {path}: at byte ")
     assert result.stderr.endswith("tensor 'bn.num_batches_tracked' holds int64 values; blobs are float32 or "
-                                  "float64 (convert it with --float or --double)\n")
+                                  "float64 (blobtool convert --float or --double reads it, into a file every "
+                                  "command reads)\n")
     out = tmp_path / "f.npz"
     assert run_blobtool("convert", "--double", path, "-o", out).returncode == 0
     assert float(np.load(out)["bn.num_batches_tracked"]) == 7.0

@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 from rich.cells import cell_len
 
-from blobtool.report.text import fmt_bytes, fmt_num, fmt_shape
+from blobtool.report.text import compare_rows, fmt_bytes, fmt_num, fmt_shape
 from builders import Layer, blob_proto, write_net
 from runner import blobtool_cmd, one_json, run_blobtool, subprocess_env
 
@@ -185,7 +185,10 @@ def test_off_a_terminal_one_line_per_blob(wide_net):
         assert line.split() == [word for column in ALL_COLUMNS for word in cells[column]]
     # COLUMNS narrows it as it would a terminal: still one whole line per blob.
     narrow = run_blobtool("info", path, text=True, env=subprocess_env(COLUMNS="80")).stdout
-    assert_fits(narrow, 80)
+    title, *table = narrow.splitlines()
+    assert_fits("\n".join(table), 80)
+    # The title is longer than 80 columns here: one line all the same, never wrapped off a terminal.
+    assert title.startswith(str(path)) and title.endswith("name testnet")
     for blob in record["blobs"]:
         (line,) = [line for line in narrow.splitlines() if line.split()[:1] == [blob["name"]]]
         assert fmt_shape(blob["shape"]) in line
@@ -307,3 +310,215 @@ def test_compare_fits_80_columns(wide_net, tmp_path):
         assert words[shown.index("rel L2")] == fmt_num(blob["rel_l2"])
     wide, _, _ = run_on_terminal("compare", path, changed, columns=160)
     assert "not shown" not in wide and "first at" in wide
+
+
+# -- nothing is cut: names, shapes and numbers wider than the width ---------------------------
+
+# A layer name as long as a deep PyTorch export's (155 characters with "/0"): the
+# fewest columns a table keeps are wider than 80 columns, and than 160 with --names torch.
+LONG_LAYER = "backbone_stage4_unit3_bottleneck_branch2b_conv3x3_grouped_dilated_" \
+             "with_squeeze_excitation_and_stochastic_depth_projection_shortcut_fused_bn_relu_v2_final"
+assert len(LONG_LAYER + "/0") == 155
+
+
+def long_name_layers(stem: str = LONG_LAYER) -> list:
+    """Convolution, BatchNorm, Scale and InnerProduct layers whose names start with `stem`."""
+    rng = np.random.default_rng(22)
+
+    def values(*shape):
+        return rng.normal(0, 0.05, shape).astype(np.float32) + 1.234567
+
+    return [
+        Layer(stem, "Convolution", [values(64, 32, 3, 3), values(64)], bottom=["data"], top=[stem]),
+        Layer(stem + "_bn", "BatchNorm", [values(64), np.abs(values(64)), np.float32([999.0])],
+              bottom=[stem], top=[stem]),
+        Layer(stem + "_scale", "Scale", [values(64), values(64)], bottom=[stem], top=[stem]),
+        Layer(stem + "_fc", "InnerProduct", [values(10, 64), values(10)], bottom=[stem], top=[stem + "_fc"]),
+    ]
+
+
+@pytest.fixture(scope="module")
+def long_net(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("long")
+    layers = long_name_layers()
+    path = write_net(folder / "long.caffemodel", "new", layers)
+    # The same net, every weight changed: compare lists every blob.
+    changed = write_net(folder / "changed.caffemodel", "new", [
+        Layer(layer.name, layer.type, [b * 1.5 for b in layer.blobs], bottom=layer.bottom, top=layer.top)
+        for layer in layers])
+    names = [f"{layer.name}/{i}" for layer in layers for i in range(len(layer.blobs))]
+    return path, changed, names
+
+
+def off_terminal(*args, columns: int | None = None) -> str:
+    """blobtool ARGS through a pipe, COLUMNS unset (the default width) or `columns`; its stdout."""
+    env = subprocess_env()
+    for name in ("COLUMNS", "FORCE_COLOR", "TTY_COMPATIBLE"):
+        env.pop(name, None)
+    if columns is not None:
+        env["COLUMNS"] = str(columns)
+    result = run_blobtool(*args, text=True, env=env)
+    assert result.returncode in (0, 1), result.stderr
+    return result.stdout
+
+
+def assert_one_line_per_name(out: str, names: list, per_table: int = 1) -> None:
+    """No ellipsis; each name whole on `per_table` lines (one per table that lists it), never broken over two."""
+    assert "…" not in out
+    lines = out.splitlines()
+    for name in names:
+        whole = [line for line in lines if line.split()[:1] == [name]]
+        assert len(whole) == per_table, (name, whole)
+    # No piece of a name on a line of its own: every line that holds the stem holds a whole name (or layer).
+    layers = [name.rsplit("/", 1)[0] for name in names]
+    for line in lines:
+        if LONG_LAYER[:40] in line:
+            assert any(name in line.split() for name in names + layers), line
+
+
+@pytest.mark.parametrize("args, per_table", [
+    (["info"], 1), (["info", "--all-layers"], 1), (["info", "--stats"], 3), (["norm"], 1)], ids=str)
+def test_a_155_character_name_off_a_terminal_is_one_whole_line(long_net, args, per_table):
+    path, _, names = long_net
+    record = info_json(path, "--stats")
+    out = off_terminal(*args, path)
+    # info --stats lists each blob in info's table, in the statistics and in the histograms.
+    assert_one_line_per_name(out, names, per_table)
+    for blob in record["blobs"]:
+        line = next(line for line in out.splitlines() if line.split()[:1] == [blob["name"]])
+        if args[0] == "info":  # the shape and the count, whole
+            assert fmt_shape(blob["shape"]) in line and f" {fmt_num(blob['count'])} " in line + " "
+    if args == ["info", "--stats"]:
+        for blob in record["blobs"]:
+            stats = row_of(out, blob["name"], table=1)
+            assert stats[1:3] == [fmt_num(blob["stats"]["data"]["min"]), fmt_num(blob["stats"]["data"]["max"])]
+    if args == ["info", "--all-layers"]:
+        assert [line.split() for line in out.splitlines() if line.split()[:1] == [LONG_LAYER + "_fc"]] == [
+            [LONG_LAYER + "_fc", "InnerProduct", "2"]]
+
+
+def test_a_155_character_name_in_compare_and_torch_names_off_a_terminal(long_net):
+    path, changed, names = long_net
+    record = json.loads(run_blobtool("compare", "--json", path, changed, text=True).stdout)
+    out = off_terminal("compare", path, changed)
+    assert_one_line_per_name(out, names)
+    for blob in record["blobs"]:
+        assert row_of(out, blob["name"])[1] == "values" and fmt_num(blob["rel_l2"]) in row_of(out, blob["name"])
+    mapping = json.loads(run_blobtool("info", "--names", "torch", "--json", path, text=True).stdout)
+    for columns in (None, 80):
+        out = off_terminal("info", "--names", "torch", path, columns=columns)
+        assert_one_line_per_name(out, names)
+        for blob in mapping["blobs"]:
+            assert row_of(out, blob["name"])[1] == (blob["torch"] or "-")
+
+
+def test_a_long_name_that_is_not_ascii_is_whole_off_a_terminal_too(tmp_path):
+    # Not printable ASCII: rich draws this table (the plain writer hands over), and cuts nothing either.
+    stem = "слой_" * 40
+    path = write_net(tmp_path / "wide.caffemodel", "new", long_name_layers(stem))
+    names = [blob["name"] for blob in info_json(path)["blobs"]]
+    for args in (["info"], ["info", "--stats"], ["norm"], ["info", "--names", "torch"]):
+        out = off_terminal(*args, path)
+        assert "…" not in out
+        for name in names:
+            assert [line for line in out.splitlines() if line.split()[:1] == [name]], (args, name)
+
+
+def _folded(out: str, header: str, names: list) -> str:
+    """The pieces of the column `header` (the table's first with that header), joined: the names folded in it."""
+    lines = out.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.split()[:1] == ["blob"] and header in line)
+    start = lines[at].index(header)
+    following = re.search(r"\S", lines[at][start + len(header):])
+    end = start + len(header) + following.start() if following else None
+    pieces = []
+    for line in lines[at + 2:]:
+        if not line.strip():
+            break
+        pieces.append(line[start:end].strip())
+    return "".join(pieces)
+
+
+@pytest.mark.parametrize("columns", [80, 100])
+def test_torch_names_on_a_terminal_fold_long_names_and_cut_none(long_net, columns):
+    path, _, names = long_net
+    mapping = json.loads(run_blobtool("info", "--names", "torch", "--json", path, text=True).stdout)
+    out, err, code = run_on_terminal("info", "--names", "torch", path, columns=columns)
+    assert (code, err) == (0, "")
+    assert "…" not in out
+    table = [line for line in out.splitlines() if line.startswith(" ")]
+    assert all(cell_len(line) <= columns for line in table), table
+    # Folded within their columns, the names read back whole, in order.
+    assert _folded(out, "blob", names) == "".join(names)
+    assert _folded(out, "torch name", names) == "".join(b["torch"] or "-" for b in mapping["blobs"])
+
+
+@pytest.mark.parametrize("columns", [80, 100])
+def test_real_resnet_torch_names_whole_at_80_and_100_columns(realworld, columns):
+    path = realworld / "resnet20_cifar10.caffemodel"
+    mapping = json.loads(run_blobtool("info", "--names", "torch", "--json", path, text=True).stdout)
+    terminal, err, code = run_on_terminal("info", "--names", "torch", path, columns=columns)
+    assert (code, err) == (0, "")
+    for out in (terminal, off_terminal("info", "--names", "torch", path, columns=columns)):
+        assert "…" not in out
+        rows = [line for line in out.splitlines() if line.split()[:1] in ([b["name"]] for b in mapping["blobs"])]
+        assert len(rows) == len(mapping["blobs"]) and all(cell_len(line) <= columns for line in rows)
+        for blob in mapping["blobs"]:
+            words = row_of(out, blob["name"])
+            assert words[1] == (blob["torch"] or "-")
+            if blob["torch"] is not None:
+                assert " ".join(words[2:]).startswith(fmt_shape(blob["torch_shape"]))
+        assert f"not shown at {columns} columns: type, done (--json has them)" in out
+
+
+def _rich_terminal(render, record: dict, width: int) -> str:
+    """What a terminal `width` columns wide shows (rich, colour off to read the text)."""
+    import io
+
+    from rich.console import Console
+
+    out = io.StringIO()
+    console = Console(file=out, width=width, force_terminal=True, color_system=None, markup=False, emoji=False,
+                      highlight=False)
+    render(console, record)
+    return out.getvalue()
+
+
+@pytest.mark.parametrize("width", [60, 80, 100, 160])
+def test_on_a_simulated_terminal_nothing_is_cut(long_net, width):
+    from blobtool.report import mapping, tables
+
+    path, changed, names = long_net
+    records = {
+        "info": (tables.render_info, info_json(path, "--stats", "--all-layers")),
+        "norm": (tables.render_norm, json.loads(run_blobtool("norm", "--json", path, text=True).stdout)),
+        "compare": (tables.render_compare,
+                    json.loads(run_blobtool("compare", "--json", path, changed, text=True).stdout)),
+        "mapping": (mapping.render_mapping,
+                    json.loads(run_blobtool("info", "--names", "torch", "--json", path, text=True).stdout)),
+    }
+    for what, (render, record) in records.items():
+        out = _rich_terminal(render, record, width)
+        assert "…" not in out, what
+        table = [line for line in out.splitlines() if line.startswith(" ")]
+        assert all(cell_len(line) <= width for line in table), (what, table)
+        listed = names + ["total"] if what == "norm" else names
+        if what == "compare":  # most changed first
+            listed = [cells[0] for cells, _ in compare_rows(record)]
+        assert _folded(out, "blob", names) == "".join(listed), what
+    # info's numbers whole: the shapes and counts.
+    out = _rich_terminal(*records["info"], width)
+    for blob in records["info"][1]["blobs"]:
+        assert fmt_shape(blob["shape"]) in out
+
+
+def test_on_a_terminal_too_narrow_to_fold_the_table_is_drawn_wider():
+    from blobtool.report import tables
+
+    record = {"path": "n.pb", "kind": "blob", "bytes": 1,
+              "blobs": [{"name": "a_name_of_thirty_characters_xx", "shape": [10 ** 6] * 6, "layout": "shape",
+                         "dtype": "float32", "count": 10 ** 36, "bytes": 4, "has_diff": False}]}
+    out = _rich_terminal(tables.render_info, record, 30)
+    assert "…" not in out
+    (row,) = [line for line in out.splitlines() if "a_name_of_thirty_characters_xx" in line]
+    assert fmt_shape(record["blobs"][0]["shape"]) in row and fmt_num(10 ** 36) in row

@@ -10,8 +10,8 @@ from ..errors import ExitCode
 from ..report import text
 from .group import CONTEXT_SETTINGS, debug_traceback, say_error
 from .names import names_options, renamed, warn_all
-from .options import (INPUT, Tolerance, batch_inputs, blob_option, device_option, fail_fast_option, jobs_option,
-                      json_object_option, json_option, kind_option)
+from .options import (INPUT, Tolerance, all_files_option, batch_inputs, blob_option, device_option,
+                      fail_fast_option, jobs_option, json_object_option, json_option, kind_option)
 from .output import consoles, emit, emit_json, progress
 from .process import records
 from .work import array_module, open_input, place, use_device
@@ -26,8 +26,12 @@ class _Batch:
     `worst` is then the highest exit code met, to exit with at the end.
     """
 
-    def __init__(self, files, fail_fast: bool):
-        self.paths = batch_inputs(files)
+    def __init__(self, files, fail_fast: bool, all_files: bool = False):
+        from .output import say_warning
+
+        self.paths, warnings = batch_inputs(files, all_files)
+        for line in warnings:
+            say_warning(line)
         self.fail_fast = fail_fast
         self.worst = ExitCode.OK
 
@@ -79,14 +83,16 @@ def _emit_compare(record: dict, as_json: bool, quiet: bool) -> None:
 @json_option
 @jobs_option
 @fail_fast_option
+@all_files_option
 @names_options
-def info(files, stats, check, all_layers, patterns, kind, as_json, jobs, fail_fast, names, no_fold):
+def info(files, stats, check, all_layers, patterns, kind, as_json, jobs, fail_fast, all_files, names, no_fold):
     """Show what a blob file holds: kind, size, and each blob's shape, layout, dtype, count and diff.
 
     Reads no values unless --stats is given. FILES may be folders: every file in
-    them that blobtool reads, recursively, in sorted order. A bad input is one
-    stderr line and the others are still shown (exit 3 at the end; --fail-fast
-    stops at the first).
+    them with an extension blobtool reads (every file with --all-files),
+    recursively, in sorted order; a stderr line counts the files skipped. A bad
+    input is one stderr line and the others are still shown (exit 3 at the end;
+    --fail-fast stops at the first).
 
     \b
     Example:
@@ -99,7 +105,7 @@ def info(files, stats, check, all_layers, patterns, kind, as_json, jobs, fail_fa
 
     if names != "blobtool" and (stats or check):
         raise click.UsageError("--names torch lists the renaming; --stats and --check apply to blobs as stored")
-    batch = _Batch(files, fail_fast)
+    batch = _Batch(files, fail_fast, all_files)
     if names != "blobtool":
         for record in batch.records(functools.partial(_mapping_one, kind=kind, patterns=patterns,
                                                       fold=not no_fold), jobs):
@@ -155,7 +161,8 @@ def _emit_mapping(record: dict, as_json: bool) -> None:
 @json_option
 @jobs_option
 @fail_fast_option
-def norm(files, device, patterns, kind, as_json, jobs, fail_fast):
+@all_files_option
+def norm(files, device, patterns, kind, as_json, jobs, fail_fast, all_files):
     """Report Caffe's asum (L1), sumsq (squared L2) and l2 of each blob's data and diff.
 
     Sums accumulate in float64, also for float32 blobs. FILES may be folders,
@@ -170,7 +177,7 @@ def norm(files, device, patterns, kind, as_json, jobs, fail_fast):
     if device_info is not None:
         jobs = 1  # one process owns the GPU
     work = functools.partial(_norm_one, kind=kind, patterns=patterns, device_info=device_info)
-    batch = _Batch(files, fail_fast)
+    batch = _Batch(files, fail_fast, all_files)
     for record in batch.records(work, jobs):
         _emit_norm(record, as_json)
     batch.exit()

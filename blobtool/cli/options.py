@@ -11,7 +11,8 @@ from ..formats import KINDS, OUTPUT_FORMATS
 from .completion import complete_blob_names
 
 __all__ = ["INPUT", "OUTPUT", "Tolerance", "json_option", "json_object_option", "device_option", "blob_option",
-           "kind_option", "output_options", "jobs_option", "fail_fast_option", "inputs", "batch_inputs",
+           "kind_option", "output_options", "jobs_option", "fail_fast_option", "all_files_option", "inputs",
+           "batch_inputs",
            "output_target"]
 
 
@@ -87,36 +88,70 @@ def fail_fast_option(f):
                              "stderr line per bad one, and exit with the worst code at the end).")(f)
 
 
-def batch_inputs(files) -> list:
+def all_files_option(f):
+    return click.option("--all-files", is_flag=True,
+                        help="In folders, read every regular file, whatever its name (default: only those with an "
+                             "extension blobtool reads; the others are counted on stderr).")(f)
+
+
+# How many of a folder's skipped files its stderr line names.
+SKIPPED_NAMED = 3
+
+
+def batch_inputs(files, all_files: bool = False) -> tuple[list, list]:
     """inputs(files), each folder among them replaced by the files in it that blobtool reads, recursively.
 
-    A folder contributes its files whose extension is one of
-    formats.EXTENSIONS (case-insensitive), in sorted order; other files, and
-    anything that is not a regular file, are skipped. A folder with no such
-    file, or one that cannot be listed, becomes a FormatError in the list:
-    a bad input like an unreadable file, reported in its place.
+    A folder contributes its regular files whose extension is one of
+    formats.EXTENSIONS (case-insensitive; every regular file with
+    `all_files`), in sorted order; anything that is not a regular file (a
+    FIFO, a device) is never read from a folder. A folder with no such file,
+    or one that cannot be listed, becomes a FormatError in the list: a bad
+    input like an unreadable file, reported in its place.
+
+    Returns (the paths, the warnings): one line per folder whose files
+    without such an extension were skipped, counting and naming them.
     """
     import os
 
     from ..formats import EXTENSIONS
 
-    found = []
+    found, warnings = [], []
     for path in inputs(files):
         if path == "-" or not os.path.isdir(path):
             found.append(path)
             continue
-        files_here, failures = [], []
+        files_here, skipped, failures = [], [], []
         for folder, subfolders, names in os.walk(path, onerror=failures.append):
             subfolders.sort()
-            files_here += [os.path.join(folder, n) for n in names if n.lower().endswith(EXTENSIONS)
-                           and os.path.isfile(os.path.join(folder, n))]
-        files_here.sort(key=lambda p: os.path.relpath(p, path).split(os.sep))
+            for name in names:
+                full = os.path.join(folder, name)
+                if os.path.isfile(full):
+                    (files_here if all_files or name.lower().endswith(EXTENSIONS) else skipped).append(full)
+
+        def in_order(p):
+            return os.path.relpath(p, path).split(os.sep)
+
+        files_here.sort(key=in_order)
         found += files_here
         found += [_folder_error(exc.filename or path, f"cannot be listed: {exc.strerror}") for exc in failures]
-        if not files_here and not failures:
+        if skipped:
+            skipped.sort(key=in_order)
+            named = ", ".join(os.path.relpath(p, path) for p in skipped[:SKIPPED_NAMED])
+            more = ", ..." if len(skipped) > SKIPPED_NAMED else ""
+            count = f"{len(skipped)} file{'s' if len(skipped) != 1 else ''}"
+            them, args = ("them", "arguments") if len(skipped) > 1 else ("it", "an argument")
+            how = f"name {them} as {args}, or give --all-files, to read {them}"
+            if not files_here and not failures:
+                found.append(_folder_error(path, f"is a folder holding no file with an extension blobtool reads "
+                                                 f"({', '.join(EXTENSIONS)}), and {count} without one ({named}{more}): "
+                                                 f"{how}"))
+            else:
+                warnings.append(f"{path}: skipped {count} without an extension blobtool reads ({named}{more}); "
+                                f"{how}")
+        elif not files_here and not failures:
             found.append(_folder_error(path, f"is a folder holding no file that blobtool reads "
                                              f"({', '.join(EXTENSIONS)})"))
-    return found
+    return found, warnings
 
 
 def _folder_error(path, message):

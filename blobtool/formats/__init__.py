@@ -411,6 +411,10 @@ def output_target(dest, choice: str | None, doc: Document | None) -> tuple:
     raise UsageError(f"unknown output format {choice!r}; expected one of {', '.join(OUTPUT_FORMATS)}")
 
 
+# What reads values that are not float32 or float64 (integers, bfloat16):
+# only convert takes a precision, whichever command met them.
+CAST_HINT = "blobtool convert --float or --double reads it, into a file every command reads"
+
 # Output names that blobtool never writes itself, and where to go instead.
 _ELSEWHERE = {".png": "pictures are written by `blobtool show -o PATH.png`"}
 

@@ -51,7 +51,7 @@ from ..blobwrite import precision_for
 from ..errors import BlobToolError, FormatError, UsageError
 from ..kernels import cast_written
 from ..source import Source, atomic_output
-from . import MAX_BLOBS, Document, Entry
+from . import CAST_HINT, MAX_BLOBS, Document, Entry
 from .npyheader import NPY_HEADER_READ, NPY_MAGIC, NPY_VERSIONS, NpyHeader, parse_npy_header
 
 __all__ = ["sniff", "read", "write", "cast_for", "load_npy", "save_arrays", "blob_arrays", "iter_blob_arrays",
@@ -102,7 +102,7 @@ def _native_dtype(header: NpyHeader, cast, path) -> np.dtype:
         return np.dtype(np.float32)
     is_blob_dtype = dtype.kind == "f" and dtype.itemsize in (4, 8)
     if not is_blob_dtype and (cast is None or dtype.kind not in "biuf"):
-        hint = " (convert it with --float or --double)" if dtype.kind in "biuf" else ""
+        hint = f" ({CAST_HINT})" if dtype.kind in "biuf" else ""
         raise FormatError(f".npy holds {dtype} values; blobs are float32 or float64{hint}", path=path)
     return np.dtype(cast) if cast is not None and not is_blob_dtype else dtype.newbyteorder("=")
 

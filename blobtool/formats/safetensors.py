@@ -66,7 +66,7 @@ from ..blob import MAX_BLOB_AXES, Blob, Origin, held_dtype
 from ..blobwrite import precision_for, resolve_form, write_parts
 from ..errors import BlobToolError, FormatError, UsageError
 from ..source import atomic_output
-from . import MAX_BLOBS, Document, Entry
+from . import CAST_HINT, MAX_BLOBS, Document, Entry
 from .numpy import DIFF_SUFFIX, PRECISION_DTYPES, check_member_names, pair_diffs
 
 __all__ = ["sniff", "read", "write", "header_bytes", "DTYPES", "MAX_HEADER", "METADATA_KEY"]
@@ -289,7 +289,7 @@ def _values(t: _Tensor, source, cast, path) -> np.ndarray:
     if cast is None:
         stored = "bfloat16" if t.code == "BF16" else DTYPES[t.code].name
         raise FormatError(f"tensor {t.name!r} holds {stored} values; blobs are float32 or float64 "
-                          "(convert it with --float or --double)", path=path, offset=t.start)
+                          f"({CAST_HINT})", path=path, offset=t.start)
     if t.code == "BF16":  # the high half of a float32: widening is exact
         return (raw.astype(np.uint32) << 16).view(np.float32).astype(cast)
     return raw.astype(cast)

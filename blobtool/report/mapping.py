@@ -7,9 +7,9 @@ text (report.text's table, as rich would) and render_mapping with rich.
 from __future__ import annotations
 
 from .escape import escape
-from .text import fmt_shape, plain_table, title_parts
+from .text import fit_columns, fmt_shape, left_out_note, pick, plain_table, title_parts
 
-__all__ = ["mapping_record", "mapping_columns", "mapping_rows", "plain_mapping", "render_mapping"]
+__all__ = ["mapping_record", "mapping_columns", "mapping_rows", "mapping_table", "plain_mapping", "render_mapping"]
 
 
 def mapping_record(doc, result, *, fold: bool) -> dict:
@@ -34,6 +34,19 @@ def mapping_rows(record: dict) -> list:
              escape(b["done"])] for b in record["blobs"]]
 
 
+# The columns left out, in this order, where the table is too wide: the
+# Caffe and PyTorch names always stay, whole.
+MAPPING_DROP_ORDER = ("type", "done", "shape")
+
+
+def mapping_table(record: dict, width: int | None, measure=len) -> tuple[list, list, str | None]:
+    """The mapping table fitted to `width`: (columns, rows, the note on left-out columns)."""
+    columns = mapping_columns()
+    rows = mapping_rows(record)
+    kept, left = fit_columns(columns, rows, width, MAPPING_DROP_ORDER, measure)
+    return pick(columns, kept), [pick(cells, kept) for cells in rows], left_out_note(left, width)
+
+
 def _footer(record: dict) -> str:
     written = sum(1 for b in record["blobs"] if b["torch"] is not None)
     return f"  {len(record['blobs'])} Caffe blobs, {written} PyTorch tensors"
@@ -42,26 +55,26 @@ def _footer(record: dict) -> str:
 def plain_mapping(record: dict, width: int) -> str | None:
     """The mapping table as rich prints it off a terminal, or None where rich must draw it."""
     title = "".join(title_parts(record))
-    table = plain_table(mapping_columns(), mapping_rows(record), width)
-    if table is None or not (title.isascii() and title.isprintable()) or len(title) > width:
+    columns, rows, note = mapping_table(record, width)
+    table = plain_table(columns, rows)
+    if table is None or not (title.isascii() and title.isprintable()):
         return None
-    return "\n".join([title, *table, _footer(record)]) + "\n"
+    return "\n".join([title, *table, _footer(record), *([note] if note is not None else [])]) + "\n"
 
 
 def render_mapping(console, record: dict) -> None:
-    """The mapping table with rich."""
-    from rich import box
-    from rich.table import Table
+    """The mapping table with rich, fitted to the console as info's is."""
+    from rich.cells import cell_len
     from rich.text import Text
+
+    from .tables import print_line, print_table
 
     path, extra = title_parts(record)
     title = Text(path, style="bold")
     title.append(extra, style="dim")
-    console.print(title)
-    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
-    for header, justify in mapping_columns():
-        table.add_column(header, justify=justify)
-    for row in mapping_rows(record):
-        table.add_row(*row)
-    console.print(table)
-    console.print(_footer(record))
+    print_line(console, title)
+    columns, rows, note = mapping_table(record, console.width, cell_len)
+    print_table(console, columns, rows)
+    print_line(console, _footer(record))
+    if note is not None:
+        print_line(console, note)

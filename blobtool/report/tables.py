@@ -4,6 +4,14 @@ Names and paths from the files are escaped (escape.escape) before they are
 drawn. Where the console's encoding cannot write the block characters (a
 stream encoded as ASCII, PYTHONIOENCODING=ascii), histograms and pictures
 are drawn with ASCII characters instead.
+
+Nothing is cut with an ellipsis: a table leaves out its least needed
+columns to fit the console (report.text), and where the columns it always
+keeps are still too wide, off a terminal it is drawn at its own width, one
+line per row (as report.text writes it); on a terminal its name columns fold
+onto further lines, or, where they would be narrower than text.MIN_FOLD,
+the table is drawn at its own width and the terminal wraps its lines. Off a
+terminal no line is wrapped, titles and notes included.
 """
 
 from __future__ import annotations
@@ -16,13 +24,14 @@ from rich.text import Text
 
 from .escape import escape
 from .text import (ASCII_BLOCKS, ASCII_DIVIDER, BLOCKS, DIVIDER, KEY_INDENT, LAYERS_COLUMNS, compare_footer,
-                   compare_table, compare_verdict, fmt_bytes, fmt_num, fmt_shape, histogram_cell_segments,
-                   histogram_key_segments, histogram_rows, fork_note, info_footer, info_table, layers_rows, norm_table,
-                   stats_table, title_parts)
+                   compare_table, compare_verdict, fmt_bytes, fmt_num, fmt_shape, fold_widths, fork_note, grid_width,
+                   histogram_cell_segments, histogram_key_segments, histogram_rows, info_footer, info_table,
+                   layers_rows, norm_table, stats_table, table_width, title_parts)
 
 
 __all__ = ["fmt_num", "fmt_bytes", "fmt_shape", "render_info", "render_norm", "render_compare",
-           "render_devices", "render_written", "histogram_cell", "render_picture"]
+           "render_devices", "render_written", "histogram_cell", "render_picture", "print_table", "print_line"]
+
 
 def can_encode(console: Console, chars: str) -> bool:
     """Whether the console's output encoding can write these characters."""
@@ -45,69 +54,109 @@ def _title(record: dict) -> Text:
     return title
 
 
+def print_line(console: Console, line) -> None:
+    """A title or a note: one line off a terminal, however long (on a terminal rich wraps it at its blanks)."""
+    console.print(line, soft_wrap=not console.is_terminal)
+
+
+def _cells(cell) -> int:
+    return cell.cell_len if isinstance(cell, Text) else cell_len(cell)
+
+
+def _whole(console: Console, headers: list, widths: list, total) -> tuple[list | None, bool]:
+    """How a table whose columns are `widths` wide is drawn whole: (the folded widths or None, whether wider
+    than the console).
+
+    It fits: as it is. Off a terminal: at its own width. On a terminal: its
+    name columns folded, or at its own width where folding cannot fit it.
+    """
+    if total(widths) <= console.width:
+        return None, False
+    folded = fold_widths(headers, widths, console.width, total) if console.is_terminal else None
+    return folded, folded is None
+
+
+def print_table(console: Console, columns: list, rows: list) -> None:
+    """A SIMPLE_HEAD table of these (header, justify) columns and rows (str or Text cells), nothing cut.
+
+    The columns are fitted to the console beforehand (report.text); where they
+    are still wider, see _whole.
+    """
+    headers = [h for h, _ in columns]
+    widths = [max([cell_len(h)] + [_cells(row[i]) for row in rows]) for i, h in enumerate(headers)]
+    folded, wider = _whole(console, headers, widths, table_width)
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+    for i, (header, justify) in enumerate(columns):
+        if folded is not None and folded[i] < widths[i]:
+            table.add_column(header, justify=justify, width=folded[i], overflow="fold")
+        else:
+            table.add_column(header, justify=justify, no_wrap=True)
+    for row in rows:
+        table.add_row(*row)
+    if wider:
+        table.width = table_width(widths)
+    console.print(table, crop=not wider)
+
+
 def render_info(console: Console, record: dict) -> None:
     """One table per file, one row per blob (its full name), fitted to the console's width.
 
     With --stats, the statistics follow in a table of their own and then the
     histograms; with --all-layers, a table of every layer of a net.
     """
-    console.print(_title(record))
+    print_line(console, _title(record))
     columns, rows, note = info_table(record, console.width, cell_len)
-    table = _table(columns)
-    for cells, _ in rows:
-        table.add_row(*cells)
-    console.print(table)
+    print_table(console, columns, [cells for cells, _ in rows])
     for line in (info_footer(record), fork_note(record), note):
         if line is not None:
-            console.print(line)
+            print_line(console, line)
     if "all_layers" in record:
-        layers = _table(LAYERS_COLUMNS)
-        for cells in layers_rows(record):
-            layers.add_row(*cells)
-        console.print(layers)
+        print_table(console, LAYERS_COLUMNS, layers_rows(record))
     if any("stats" in b for b in record["blobs"]):
         _render_stats(console, record)
         _render_histograms(console, record["blobs"])
 
 
-def _table(columns: list) -> Table:
-    """A SIMPLE_HEAD table of these (header, justify) columns; cells never wrap (the columns are fitted)."""
-    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
-    for header, justify in columns:
-        table.add_column(header, justify=justify, no_wrap=True)
-    return table
-
-
 def _render_stats(console: Console, record: dict) -> None:
     """info --stats' table: min, max, mean, std and the NaN and Inf counts of each blob's data and diff."""
     columns, rows, note = stats_table(record, console.width, cell_len)
-    table = _table(columns)
     headers = [h for h, _ in columns]
+    styled_rows = []
     for cells, is_diff in rows:
         styled = [Text(cells[0], style="dim") if is_diff else cells[0], *cells[1:]]
         for col in ("nan", "inf"):
             if col in headers:
                 i = headers.index(col)
                 styled[i] = Text(cells[i], style="red" if cells[i] != "0" else "")
-        table.add_row(*styled)
-    console.print(table)
+        styled_rows.append(styled)
+    print_table(console, columns, styled_rows)
     if note is not None:
-        console.print(note)
+        print_line(console, note)
 
 
 def _render_histograms(console: Console, blobs: list) -> None:
     """One line per blob (and diff) under the table: min, the histogram cell, max."""
     blocks, divider = _bar_characters(console)
-    console.print(histogram_key(blocks, divider, console.width))
-    grid = Table.grid(padding=(0, 1), pad_edge=True)
-    grid.add_column()
-    grid.add_column(justify="right")
-    grid.add_column(no_wrap=True)
-    grid.add_column()
+    print_line(console, histogram_key(blocks, divider, console.width))
+    rows = []
     for name, is_diff, s in histogram_rows(blobs):
         label = Text(f"{escape(name)} diff", style="dim") if is_diff else Text(escape(name))
-        grid.add_row(label, fmt_num(s["min"]), histogram_cell(s, blocks, divider), fmt_num(s["max"]))
-    console.print(grid)
+        rows.append([label, Text(fmt_num(s["min"])), histogram_cell(s, blocks, divider), Text(fmt_num(s["max"]))])
+    widths = [max((row[i].cell_len for row in rows), default=0) for i in range(4)]
+    folded, wider = _whole(console, ["blob", "min", "histogram", "max"], widths, grid_width)
+    grid = Table.grid(padding=(0, 1), pad_edge=True)
+    if folded is not None:
+        grid.add_column(width=folded[0], overflow="fold")
+    else:
+        grid.add_column(no_wrap=True)
+    grid.add_column(justify="right", no_wrap=True)
+    grid.add_column(no_wrap=True)
+    grid.add_column(no_wrap=True)
+    for row in rows:
+        grid.add_row(*row)
+    if wider:
+        grid.width = grid_width(widths)
+    console.print(grid, crop=not wider)
 
 
 def histogram_key(blocks: str = BLOCKS, divider: str = DIVIDER, width: int | None = None) -> Text:
@@ -128,16 +177,12 @@ def histogram_cell(s: dict, blocks: str = BLOCKS, divider: str = DIVIDER) -> Tex
 
 def render_norm(console: Console, record: dict) -> None:
     """One table per file, fitted to the console's width; the total in bold."""
-    console.print(_title(record))
+    print_line(console, _title(record))
     columns, rows, note = norm_table(record, console.width, cell_len)
-    table = _table(columns)
-    for cells, is_total in rows:
-        if is_total:
-            cells = [Text(cells[0], style="bold"), *cells[1:]]
-        table.add_row(*cells)
-    console.print(table)
+    print_table(console, columns, [[Text(cells[0], style="bold"), *cells[1:]] if is_total else cells
+                                   for cells, is_total in rows])
     if note is not None:
-        console.print(note)
+        print_line(console, note)
 
 
 def render_compare(console: Console, record: dict, *, quiet: bool = False) -> None:
@@ -145,21 +190,17 @@ def render_compare(console: Console, record: dict, *, quiet: bool = False) -> No
     word, rest = compare_verdict(record)
     verdict = Text(word, style="bold green" if record["equal"] else "bold red")
     verdict.append(rest)
-    console.print(verdict)
+    print_line(console, verdict)
     if record["equal"] or quiet:
         return
     columns, rows, note = compare_table(record, console.width, cell_len)
-    table = _table(columns)
-    for cells, warning in rows:
-        if warning:
-            cells = [cells[0], Text(cells[1], style="yellow"), *cells[2:]]
-        table.add_row(*cells)
-    console.print(table)
+    print_table(console, columns, [[cells[0], Text(cells[1], style="yellow"), *cells[2:]] if warning else cells
+                                   for cells, warning in rows])
     footer = compare_footer(record)
     if footer is not None:
-        console.print(Text(footer, style="dim"))
+        print_line(console, Text(footer, style="dim"))
     if note is not None:
-        console.print(note)
+        print_line(console, note)
 
 
 def render_devices(console: Console, devices: list) -> None:

@@ -7,8 +7,15 @@ about 19 ms on the 2-core reference machine, a tenth of a whole
 `blobtool norm` of a 256 MiB blob (benchmarks/RESULTS.md). The plain text is
 rich's own layout for these tables (box.SIMPLE_HEAD, pad_edge=False), and
 tests/test_report_text.py checks it against rich character for character. Where
-rich would have to wrap, or a cell holds anything but printable ASCII, the
-plain functions return None and rich draws the table.
+a cell or a title holds anything but printable ASCII (where a character's
+width on screen is rich's to measure), the plain functions return None and
+rich draws the table.
+
+Nothing is cut: a table leaves out its least needed columns to fit the
+width, and where even the columns that always stay are wider, it is drawn
+at its own width, one line per row, longer than the width (off a terminal;
+on a terminal tables.py folds the names instead). Lines of prose (titles,
+notes) are never wrapped off a terminal either.
 
 Names, types and paths from the files are escaped here (escape.escape), so
 that both the plain and the rich tables print them safely.
@@ -22,6 +29,7 @@ import sys
 from .escape import escape
 
 __all__ = ["fmt_num", "fmt_bytes", "fmt_shape", "title_parts", "fit_columns", "table_width",
+           "grid_width", "fold_widths", "FOLD_COLUMNS", "MIN_FOLD", "pick", "left_out_note",
            "info_columns", "info_rows", "info_footer", "fork_note", "info_table", "stats_rows", "stats_table", "layers_rows",
            "LAYERS_COLUMNS", "norm_columns", "norm_rows", "norm_table",
            "compare_verdict", "compare_rows", "compare_table", "compare_footer", "COMPARE_COLUMNS",
@@ -103,11 +111,50 @@ def table_width(widths) -> int:
     return 2 + sum(widths) + 3 * (len(widths) - 1)
 
 
+def grid_width(widths) -> int:
+    """The width of the histograms' grid (one blank between cells and at each edge) whose columns are this wide."""
+    return 2 + sum(widths) + len(widths) - 1
+
+
+# The columns that hold names from the files. On a terminal narrower than
+# the columns a table always keeps, these fold onto further lines (no
+# character is lost) while every other cell stays whole on its line.
+FOLD_COLUMNS = ("blob", "layer", "torch name")
+# The narrowest a name column is folded to: narrower, a name would take more
+# lines than it is worth, and the table is drawn wider than the terminal.
+MIN_FOLD = 12
+
+
+def fold_widths(headers, widths, width: int, total=table_width) -> list | None:
+    """Column widths that fit a table into `width` by folding its name columns (FOLD_COLUMNS), or None.
+
+    The widest name column is narrowed first, none below MIN_FOLD; None when
+    that is not enough. `total` gives a table's width from its columns'.
+    """
+    widths = list(widths)
+    foldable = [i for i, header in enumerate(headers) if header in FOLD_COLUMNS]
+    excess = total(widths) - width
+    while excess > 0:
+        # The widest name columns give first, together, down to the next widest.
+        widest = max((widths[i] for i in foldable), default=0)
+        if widest <= MIN_FOLD:
+            return None
+        at = [i for i in foldable if widths[i] == widest]
+        below = max([widths[i] for i in foldable if widths[i] < widest] + [MIN_FOLD])
+        give = min(excess, (widest - below) * len(at))
+        each, extra = divmod(give, len(at))
+        for k, i in enumerate(at):
+            widths[i] -= each + (k < extra)
+        excess -= give
+    return widths
+
+
 def fit_columns(columns: list, rows: list, width: int | None, drop_order=(), measure=len) -> tuple[list, list]:
     """(indexes of the columns kept, headers left out) so that the table fits `width` (None: no limit).
 
     Columns in `drop_order` are left out one by one, in that order, until the
-    table fits; the others are always kept, whole.
+    table fits; the others are always kept, whole, even where they are wider
+    than `width` together (the table is then drawn wider, or its names folded).
     """
     widths = [measure(h) for h, _ in columns]
     for row in rows:
@@ -365,20 +412,20 @@ def _simple(text: str) -> bool:
     return text.isascii() and text.isprintable() and text == text.strip(" ")
 
 
-def plain_table(columns: list, rows: list, width: int) -> list | None:
-    """rich's SIMPLE_HEAD table with pad_edge=False, off a terminal: its lines, or None when it would not fit.
+def plain_table(columns: list, rows: list) -> list | None:
+    """rich's SIMPLE_HEAD table with pad_edge=False, off a terminal: its lines, or None where rich must draw it.
 
     Each row is edge, cells separated by three blanks (padding, divider,
     padding), edge; blank lines above and below, a rule under the header.
+    The table is as wide as its cells make it: where that is wider than the
+    output, its lines are longer (tables.py draws it so off a terminal too).
     """
     if any(not _simple(cell) for row in rows for cell in row) or any(not _simple(h) for h, _ in columns):
         return None
     widths = [len(h) for h, _ in columns]
     for row in rows:
         widths = [max(w, len(cell)) for w, cell in zip(widths, row)]
-    total = 2 + sum(widths) + 3 * (len(widths) - 1)
-    if total > width:
-        return None
+    total = table_width(widths)
 
     def line(cells):
         parts = [cell.rjust(w) if justify == "right" else cell.ljust(w)
@@ -390,9 +437,9 @@ def plain_table(columns: list, rows: list, width: int) -> list | None:
             *(line(row) for row in rows), blank]
 
 
-def _plain_title(record: dict, width: int) -> str | None:
+def _plain_title(record: dict) -> str | None:
     text = "".join(title_parts(record))
-    return text if _simple(text) and len(text) <= width else None
+    return text if _simple(text) else None
 
 
 def histogram_key_segments(blocks: str, divider: str) -> tuple[list, list]:
@@ -437,8 +484,8 @@ def _plain_stats(record: dict, width: int) -> list | None:
     """info --stats' table, the histogram key and one histogram line per row, as rich prints them off a
     terminal (a grid: one blank between cells and at each edge), or None."""
     columns, rows, note = stats_table(record, width)
-    table = plain_table(columns, [cells for cells, _ in rows], width)
-    if table is None or (note is not None and len(note) > width):
+    table = plain_table(columns, [cells for cells, _ in rows])
+    if table is None:
         return None
     blocks, divider = BLOCKS, DIVIDER  # the plain text is written only to UTF outputs (plain_stdout)
     bins, marks = ("".join(text for text, _ in part) for part in histogram_key_segments(blocks, divider))
@@ -451,27 +498,25 @@ def _plain_stats(record: dict, width: int) -> list | None:
     widths = [max((len(cells[i]) for cells in grid), default=0) for i in range(4)]
     lines = [" " + " ".join((cells[i].rjust if i == 1 else cells[i].ljust)(widths[i]) for i in range(4)) + " "
              for cells in grid]
-    out = [*table, *([note] if note is not None else []), *key, *lines]
-    return out if all(len(line) <= width for line in out) else None
+    return [*table, *([note] if note is not None else []), *key, *lines]
 
 
 def plain_info(record: dict, width: int) -> str | None:
     """info's tables (and --stats' table and histograms) as rich prints them off a terminal with a UTF
-    encoding, or None where rich must draw them (wrapping)."""
+    encoding, or None where rich must draw them (a name that is not printable ASCII)."""
     stats = None
     if any("stats" in b for b in record["blobs"]):
         stats = _plain_stats(record, width)
         if stats is None:
             return None
-    title = _plain_title(record, width)
+    title = _plain_title(record)
     columns, rows, note = info_table(record, width)
-    table = plain_table(columns, [cells for cells, _ in rows], width)
-    lines = [info_footer(record), fork_note(record), note]
-    if title is None or table is None or any(line is not None and len(line) > width for line in lines):
+    table = plain_table(columns, [cells for cells, _ in rows])
+    if title is None or table is None:
         return None
-    out = [title, *table, *(line for line in lines if line is not None)]
+    out = [title, *table, *(line for line in (info_footer(record), fork_note(record), note) if line is not None)]
     if "all_layers" in record:
-        layers = plain_table(LAYERS_COLUMNS, layers_rows(record), width)
+        layers = plain_table(LAYERS_COLUMNS, layers_rows(record))
         if layers is None:
             return None
         out += layers
@@ -480,10 +525,10 @@ def plain_info(record: dict, width: int) -> str | None:
 
 def plain_norm(record: dict, width: int) -> str | None:
     """norm's table as rich prints it off a terminal, or None where rich must draw it."""
-    title = _plain_title(record, width)
+    title = _plain_title(record)
     columns, rows, note = norm_table(record, width)
-    table = plain_table(columns, [cells for cells, _ in rows], width)
-    if title is None or table is None or (note is not None and len(note) > width):
+    table = plain_table(columns, [cells for cells, _ in rows])
+    if title is None or table is None:
         return None
     return "\n".join([title, *table, *([note] if note is not None else [])]) + "\n"
 
@@ -491,13 +536,13 @@ def plain_norm(record: dict, width: int) -> str | None:
 def plain_compare(record: dict, width: int, quiet: bool = False) -> str | None:
     """compare's verdict (and table of differences) as rich prints it off a terminal, or None where rich must."""
     verdict = "".join(compare_verdict(record))
-    if not (verdict.isascii() and verdict.isprintable()) or len(verdict) > width:
+    if not (verdict.isascii() and verdict.isprintable()):
         return None
     if record["equal"] or quiet:
         return verdict + "\n"
     columns, rows, note = compare_table(record, width)
-    table = plain_table(columns, [cells for cells, _ in rows], width)
+    table = plain_table(columns, [cells for cells, _ in rows])
     lines = [line for line in (compare_footer(record), note) if line is not None]
-    if table is None or any(len(line) > width for line in lines):
+    if table is None:
         return None
     return "\n".join([verdict, *table, *lines]) + "\n"
