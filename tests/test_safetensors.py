@@ -381,6 +381,12 @@ def test_names_utf8_cannot_hold_are_refused_or_escaped(tmp_path):
     assert result.stderr == (f"blobtool: {src}: blob name '\\udc80' holds a lone surrogate (surrogates not "
                              "allowed), which a safetensors header (UTF-8 JSON) cannot hold\n")
     assert not out.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["sur.safetensors"]
+    # Nor can a zip member's name: the same bad input for an .npz output.
+    npz = tmp_path / "out.npz"
+    result = run_blobtool("convert", src, "-o", npz, text=True)
+    assert (result.returncode, result.stderr) == (3, f"blobtool: {src}: blob name '\\udc80' is not valid Unicode "
+                                                     "text (surrogates not allowed), which a zip member name cannot hold\n")
+    assert not npz.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["sur.safetensors"]
     # Metadata blobtool writes: the input's file name (bytes that are not UTF-8) and a scheme
     # name read with a lone surrogate are written with backslash escapes.
     odd = os.path.join(os.fsencode(tmp_path), b"n\xffame.safetensors")

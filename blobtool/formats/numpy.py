@@ -358,10 +358,12 @@ def member_names(entries: list, *, with_diff: bool, write_diff=None) -> list:
     return names
 
 
-def check_member_names(names: list, what: str = ".npz") -> None:
+def check_member_names(names: list, what: str = ".npz", source: str | None = None) -> None:
     """Refuse array names a `what` file (.npz, .safetensors) cannot hold or would read back otherwise.
 
-    A UsageError, raised before anything is written.
+    A UsageError, raised before anything is written; a name that is not
+    text at all (a lone surrogate) read from the input `source` makes that
+    input bad (FormatError).
     """
     keys = [key for key, _, _ in names]
     seen = set()
@@ -370,7 +372,7 @@ def check_member_names(names: list, what: str = ".npz") -> None:
             raise UsageError(f"two arrays would be named {key!r} in the {what} (a blob's diff is \"<name>/diff\")")
         seen.add(key)
         if what == ".npz":
-            _check_zip_name(key)
+            _check_zip_name(key, source)
     read_as_diff = set(pair_diffs(keys)[1].values())
     for key, _, which in names:  # a blob's data comes before its diff: the first mismatch is a data array
         if (which == "diff") != (key in read_as_diff):
@@ -379,14 +381,22 @@ def check_member_names(names: list, what: str = ".npz") -> None:
                              "\"<name>/diff\"); select the blobs to write with --blob, or write another format")
 
 
-def _check_zip_name(key: str) -> None:
-    """Refuse a name that a zip member cannot hold as it is (zipfile would cut it at a NUL)."""
+def _check_zip_name(key: str, source: str | None = None) -> None:
+    """Refuse a name that a zip member cannot hold as it is (zipfile would cut it at a NUL).
+
+    A name with a lone surrogate has no UTF-8 form: when it came from the
+    input `source`, that input is bad (exit 3), as for safetensors' names.
+    """
     if "\x00" in key:
         raise UsageError(f"blob name {key!r} holds a NUL character, which a zip member name cannot")
     try:
         size = len((key + ".npy").encode("utf-8"))
     except UnicodeEncodeError as exc:
-        raise UsageError(f"blob name {key!r} is not valid Unicode text ({exc.reason})") from exc
+        shown = key.encode("utf-8", "backslashreplace").decode("ascii", "backslashreplace")
+        message = f"blob name '{shown}' is not valid Unicode text ({exc.reason}), which a zip member name cannot hold"
+        if source is not None:
+            raise FormatError(message, path=source) from exc
+        raise UsageError(message) from exc
     if size > 0xFFFF:
         raise UsageError(f"blob name of {size} bytes; a zip member name holds at most 65535")
 
@@ -438,7 +448,7 @@ def write(doc, entries: list, blobs: list, dest, *, kind: str, precision=None, w
     """Write the selected blobs as an .npy (`kind` "npy": one blob's data) or .npz ("npz": every blob and diff)."""
     names = member_names(entries, with_diff=kind == "npz", write_diff=write_diff)
     if kind == "npz":
-        check_member_names(names)
+        check_member_names(names, source=doc.path if doc is not None else None)
     elif len(names) != 1:
         raise UsageError(f".npy holds one array; {len(names)} selected (choose one with --blob, or use .npz)")
     arrays = iter_blob_arrays(entries, blobs, with_diff=kind == "npz", precision=precision, write_diff=write_diff,
