@@ -898,3 +898,71 @@ def test_a_chunk_past_the_bound_is_refused_before_it_is_inflated(tmp_path):
                                                                    chunks=(1 << 18,), compression="gzip")))
     norm = one_json(ok("norm", "--json", small))
     assert norm["blobs"][0]["data"]["asum"] == pytest.approx(float(n) * (n - 1) / 2, rel=1e-6)
+
+
+# HDF5 itself crashing on damaged metadata: every HDF5 call runs in a child process
+
+def _threes_made_twos(tmp_path) -> list:
+    """The fuzzers' seed of a virtual dataset whose source is the file itself, built here, with each byte 3 in
+    turn made 2 (one of them turns the layout class virtual into chunked): [(path, h5py's return code opening
+    /data/ip1/0 in a process of its own)]."""
+    from fuzzcases import hdf5_refused_seeds
+
+    data = next(seed for seed in hdf5_refused_seeds() if seed.name == "h5_refused_virtual").data
+    found = []
+    for at in (at for at, byte in enumerate(data) if byte == 3):
+        flipped = bytearray(data)
+        flipped[at] = 2
+        out = write_h5(tmp_path / f"flip{at}.caffemodel.h5", bytes(flipped))
+        oracle = subprocess.run([sys.executable, "-c", "import h5py, sys\nf = h5py.File(sys.argv[1], 'r')\n"
+                                 "try:\n    f['/data/ip1/0']\nexcept Exception:\n    pass\n", str(out)],
+                                capture_output=True, timeout=60)
+        found.append((out, oracle.returncode))
+    return found
+
+
+def test_hdf5_crashing_on_damaged_metadata_is_exit_3(tmp_path):
+    flipped = _threes_made_twos(tmp_path)
+    crashing = [path for path, code in flipped if code == -11]
+    assert crashing, flipped  # the oracle: h5py itself dies of SIGSEGV opening the dataset
+    out = tmp_path / "x.npy"
+    every = (("info", "--stats"), ("norm",), ("convert", "--blob", "ip1/0", "-o", out))
+    for path, _ in flipped:
+        for args in (("info", path), *((*a[:1], path, *a[1:]) for a in every if path in crashing),
+                     *((("compare", path, path),) if path in crashing else ())):
+            result = run_blobtool(*args, timeout=60, text=True)
+            assert result.returncode in ((3,) if path in crashing else (0, 3)), (args, result)
+            if result.returncode == 3:
+                assert len(result.stderr.splitlines()) == 1 and "Traceback" not in result.stderr, result.stderr
+                assert result.stderr.startswith(f"blobtool: {path}: "), result.stderr
+            if path in crashing:
+                assert "HDF5's library crashed (SIGSEGV)" in result.stderr and "damaged metadata" in result.stderr
+            assert not out.exists()
+    # the library: an error, and the calling process lives on
+    script = ("import sys, blobtool\nfrom blobtool.errors import FormatError\n"
+              "try:\n    blobtool.load_all(sys.argv[1])\nexcept FormatError as exc:\n    print('refused:', exc)\n")
+    result = subprocess.run([sys.executable, "-c", script, str(crashing[0])], capture_output=True, text=True,
+                            timeout=60, env=subprocess_env())
+    assert result.returncode == 0 and result.stdout.startswith("refused: ") and "crashed" in result.stdout, result
+
+
+@pytest.mark.parametrize("dtype", ["<f4", ">f4", "<f2", ">f8"])
+def test_values_read_in_a_child_process_are_hdf5s(tmp_path, dtype):
+    """Chunked datasets past what the walk sends (read later in a child, a slab at a time), and small ones
+    (sent with the walk), give h5py's values exactly."""
+    big = values((700, 3, 41)).astype(dtype)      # over 1 MiB as the blob's dtype: read when built
+    small = values((5, 7)).astype(dtype)
+    def build(f):
+        data = f.create_group("data")
+        data.create_group("a").create_dataset("0", data=big, chunks=(9, 2, 41), compression="gzip")
+        data.create_group("b").create_dataset("0", data=small, chunks=(2, 7))
+        data["b"].create_dataset("1", data=small[:1], compression="gzip")
+    path = write_h5(tmp_path / "c.caffemodel.h5", h5_bytes(build))
+    for blob, expected in (("a/0", big), ("b/0", small), ("b/1", small[:1])):
+        out = tmp_path / f"{blob.replace('/', '_')}.npy"
+        result = run_blobtool("convert", path, "--blob", blob, "-o", out, timeout=60, text=True)
+        assert result.returncode == 0, result.stderr
+        got = np.load(out)
+        want = expected.astype(np.float64 if expected.dtype.itemsize == 8 else np.float32)
+        assert got.dtype == want.dtype and got.shape == want.shape
+        assert got.tobytes() == want.tobytes()

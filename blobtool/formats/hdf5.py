@@ -49,6 +49,13 @@ from __future__ import annotations
 
 import contextlib
 import io
+import marshal
+import os
+import signal
+import struct
+import threading
+import traceback
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -325,15 +332,26 @@ def _check_storage(h5py, dsid, where, doc_path):
 # -- sniffing ------------------------------------------------------------------------
 
 def sniff(source) -> str:
-    """"net" or "solverstate", from the objects at the top of an HDF5 file (its signature matched)."""
-    h5py = h5py_module(source.name)
-    with _opened(source) as f:
-        try:
-            root = h5py.h5g.open(f.id, b"/")
-            top = dict(_links(h5py, root, source.name, "/"))
-            data_is_dataset = "data" in top and isinstance(_open_any(h5py, root, top["data"]), h5py.h5d.DatasetID)
-        except H5_ERRORS as exc:
-            raise _error(source.name, getattr(exc, "blobtool_where", "/"), f"unreadable: {reason(exc)}") from exc
+    """"net" or "solverstate", from the objects at the top of an HDF5 file (its signature matched).
+
+    The file's whole structure is walked here, in a child process (see
+    "HDF5 in a child process" below); read() then uses that walk.
+    """
+    h5py_module(source.name)
+    walked = _walk(source, None)
+    if walked[0] == "sniff-error":
+        raise _rebuilt(walked[1])
+    source._hdf5_walk = walked
+    return walked[1]
+
+
+def _sniffed(source, h5py, f) -> str:
+    try:
+        root = h5py.h5g.open(f.id, b"/")
+        top = dict(_links(h5py, root, source.name, "/"))
+        data_is_dataset = "data" in top and isinstance(_open_any(h5py, root, top["data"]), h5py.h5d.DatasetID)
+    except H5_ERRORS as exc:
+        raise _error(source.name, getattr(exc, "blobtool_where", "/"), f"unreadable: {reason(exc)}") from exc
     if data_is_dataset:
         found = ", ".join(list(top)[:8])
         raise _error(source.name, "/", f"an HDF5 dataset file (training data, as Caffe's HDF5Data layer reads: "
@@ -364,26 +382,244 @@ class _Stored:
     shape: tuple
     dtype: np.dtype     # as stored
     offset: int | None
+    values: bytes | None = None   # the values in the blob's dtype, read with the walk (a small non-contiguous dataset)
+    chunk: tuple | None = None    # a chunked dataset's chunk shape
+
+    def __post_init__(self):
+        object.__setattr__(self, "dtype", np.dtype(self.dtype))
+        object.__setattr__(self, "shape", tuple(self.shape))
 
 
 def read(doc: Document, cast=None) -> None:
-    """Locate the blobs of a Caffe HDF5 snapshot of kind doc.kind (`cast` applies to numpy's kinds only)."""
+    """Locate the blobs of a Caffe HDF5 snapshot of kind doc.kind (`cast` applies to numpy's kinds only).
+
+    The structure is walked in a child process (see "HDF5 in a child
+    process" below), or taken from the walk sniff() made; this process then
+    builds the entries from that description without opening the file
+    through HDF5.
+    """
     doc.meta["format"] = "hdf5"
-    h5py = h5py_module(doc.path)
-    with _opened(doc.source) as f:
-        where = "/"
+    h5py_module(doc.path)
+    if doc.kind not in ("net", "solverstate"):
+        raise UsageError(f"Caffe's HDF5 snapshots hold a net or a solver state, not a {doc.kind}", path=doc.path)
+    walked = getattr(doc.source, "_hdf5_walk", None)
+    if walked is not None:
+        del doc.source._hdf5_walk
+    if walked is None or walked[0] != "walked" or walked[1] != doc.kind:
+        walked = _walk(doc.source, doc.kind)
+    if walked[0] != "walked":
+        raise _rebuilt(walked[1])
+    outcome = walked[2]
+    if outcome[0] == "error":
+        raise _rebuilt(outcome[1])
+    described = outcome[1]
+    doc.meta.update(described["meta"])
+    for name in described["layers"]:
+        doc.layers.append(NetLayer(name))
+    for name, layer, data, diff in described["entries"]:
+        _add(doc, name, _Stored(*data), _Stored(*diff) if diff is not None else None, layer=layer)
+
+
+def _walked_here(source, kind) -> tuple:
+    """The walk itself (in the child): ("sniff-error", error) or ("walked", kind, ("ok", description) or ("error", error))."""
+    h5py = h5py_module(source.name)
+    sniffing = kind is None
+    try:
+        with _opened(source) as f:
+            if sniffing:
+                kind = _sniffed(source, h5py, f)
+                sniffing = False
+            doc = Document(source.name, kind, source, format="hdf5")
+            where = "/"
+            try:
+                root = h5py.h5g.open(f.id, b"/")
+                if kind == "net":
+                    _read_net(doc, h5py, root)
+                else:
+                    _read_solverstate(doc, h5py, root)
+                shipped = 0
+                entries = []
+                for entry in doc.entries:
+                    sides = []
+                    for stored in (entry.build.data, entry.build.diff):
+                        if stored is not None and stored.offset is None and stored.values is None:
+                            nbytes = _count(stored) * _blob_dtype(stored.dtype).itemsize
+                            if nbytes <= _SHIP_BYTES and shipped + nbytes <= _SHIP_TOTAL:
+                                where = stored.where
+                                values = b"".join(bytes(slab) for slab in _slabs(h5py, f, stored, doc.path))
+                                stored = _Stored(*_plain(stored)[:5], values, stored.chunk)
+                                shipped += nbytes
+                        sides.append(_plain(stored) if stored is not None else None)
+                    entries.append((entry.name, entry.layer, *sides))
+            except H5_ERRORS as exc:
+                where = getattr(exc, "blobtool_where", where)
+                raise _error(doc.path, where, f"unreadable: {reason(exc)}") from exc
+    except BlobToolError as exc:
+        return ("sniff-error", _error_plain(exc)) if sniffing else ("walked", kind, ("error", _error_plain(exc)))
+    meta = {key: value for key, value in doc.meta.items() if key != "format"}
+    return ("walked", kind, ("ok", {"meta": meta, "layers": [layer.name for layer in doc.layers],
+                                    "entries": entries}))
+
+
+def _plain(stored) -> tuple:
+    return (stored.where, stored.raw, stored.shape, stored.dtype.str, stored.offset, stored.values, stored.chunk)
+
+
+def _error_plain(exc: BlobToolError) -> tuple:
+    return (type(exc).__name__, exc.reason, None if exc.path is None else str(exc.path), exc.offset,
+            None if exc.field is None else str(exc.field))
+
+
+def _rebuilt(plain: tuple) -> BlobToolError:
+    from .. import errors
+
+    kind, message, path, offset, field = plain
+    cls = getattr(errors, kind, None)
+    if not (isinstance(cls, type) and issubclass(cls, BlobToolError)):
+        cls = FormatError
+    return cls(message, path=path, offset=offset, field=field)
+
+
+# -- HDF5 in a child process ------------------------------------------------------------
+#
+# HDF5 trusts a file's metadata: damaged metadata (one byte turning a virtual
+# dataset's layout into a chunked one) kills the process with SIGSEGV inside
+# the library, where no Python code can catch it. So every call that opens
+# the file through HDF5 runs in a child process forked for it: the walk of
+# the structure (sniff's check and read's walk together, once per file)
+# sends back a plain description (marshal: tuples, strings, numbers, bytes:
+# never objects) of each blob's HDF5 path, stored type, shape, and where
+# its values are: a file offset for Caffe's contiguous layout, which this
+# process views in its own mapping of the input, or, for any other layout,
+# the values themselves when small (_SHIP_BYTES, _SHIP_TOTAL in all) or
+# nothing (read when the blob is built, in another child, a slab at a time
+# through a pipe into the blob's array). A child that dies by a signal is
+# exit 3, naming the file. This process never opens the input through
+# HDF5, so a damaged file cannot take it down.
+#
+# The child is forked (a few milliseconds, its memory shared copy-on-write)
+# while holding h5py's global lock and blobtool's own, so that no other
+# thread of this process is inside HDF5 or forking at that moment; the child
+# runs only the walk (h5py and numpy, already imported), never returns into
+# the caller's code and leaves with os._exit. A program that uses blobtool
+# from several threads is safe so far as its own threads take no locks the
+# walk needs (h5py's is held across the fork; the C library's allocator is
+# made fork-safe by the C library itself). Where os.fork does not exist,
+# the walk runs in this process.
+
+# The values of a non-contiguous dataset sent with the walk: each at most
+# _SHIP_BYTES, all of them together at most _SHIP_TOTAL (held with the document).
+_SHIP_BYTES = 1 << 20
+_SHIP_TOTAL = 16 << 20
+# The values one child's read sends per slab (whole rows of chunks: a chunk is read once).
+_SLAB_BYTES = 4 << 20
+_FORK_LOCK = threading.Lock()
+_FRAME = struct.Struct("<cQ")
+
+
+def _walk(source, kind) -> tuple:
+    if not hasattr(os, "fork"):
+        return _walked_here(source, kind)
+    pid, fd = _forked(lambda send: send(b"W", marshal.dumps(_walked_here(source, kind))))
+    payload, bug, done = b"", None, False
+    try:
+        with os.fdopen(fd, "rb") as pipe:
+            while True:
+                tag, body = _frame(pipe)
+                if tag is None:
+                    break
+                if tag == b"W":
+                    payload = body
+                elif tag == b"X":
+                    bug = body
+        done = True
+    finally:
+        died = _reaped(pid, stop=not done)
+    if bug is not None:
+        raise RuntimeError(f"the HDF5 walk failed in its child process:\n{bytes(bug).decode()}")
+    if died:
+        raise FormatError(f"HDF5's library crashed ({died}) reading the file's structure: damaged metadata",
+                          path=source.name)
+    if not payload:
+        raise FormatError("HDF5's reading of the file's structure ended without an answer", path=source.name)
+    return marshal.loads(payload)
+
+
+def _forked(work):
+    """(pid, read end of a pipe) of a child running work(send); send(tag, bytes) frames a message to this process."""
+    h5py = h5py_module("")
+    read_fd, write_fd = os.pipe()
+    phil = h5py._objects.phil
+    with _FORK_LOCK, phil, warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # a multi-threaded caller: see above
+        pid = os.fork()
+    if pid:
+        os.close(write_fd)
+        return pid, read_fd
+    code = 0
+    try:  # the child: never returns
+        os.close(read_fd)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent stops it
+        for number in (signal.SIGBUS, signal.SIGPIPE, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(number, signal.SIG_DFL)
+
+        def send(tag: bytes, body) -> None:
+            view = memoryview(body).cast("B")
+            _write_all(write_fd, _FRAME.pack(tag, len(view)))
+            _write_all(write_fd, view)
+
         try:
-            root = h5py.h5g.open(f.id, b"/")
-            if doc.kind == "net":
-                _read_net(doc, h5py, root)
-            elif doc.kind == "solverstate":
-                _read_solverstate(doc, h5py, root)
-            else:
-                raise UsageError(f"Caffe's HDF5 snapshots hold a net or a solver state, not a {doc.kind}",
-                                 path=doc.path)
-        except H5_ERRORS as exc:
-            where = getattr(exc, "blobtool_where", where)
-            raise _error(doc.path, where, f"unreadable: {reason(exc)}") from exc
+            work(send)
+        except Exception:  # noqa: BLE001 - a bug: its traceback goes to the parent, which raises it
+            send(b"X", traceback.format_exc().encode("utf-8", "backslashreplace"))
+    except BaseException:  # noqa: BLE001
+        code = 70
+    finally:
+        os._exit(code)
+
+
+def _write_all(fd: int, view) -> None:
+    while len(view):
+        view = view[os.write(fd, view):]
+
+
+def _frame(pipe, into=None):
+    """(tag, body) of the next frame, or (None, None) at the end; a b"V" frame's body is read into `into`."""
+    head = pipe.read(_FRAME.size)
+    if len(head) < _FRAME.size:
+        return None, None
+    tag, size = _FRAME.unpack(head)
+    if tag == b"V" and into is not None:
+        view = into[:size]
+        got = 0
+        while got < size:
+            n = pipe.readinto(view[got:])
+            if not n:
+                return None, None
+            got += n
+        return tag, size
+    body = pipe.read(size)
+    return (tag, body) if len(body) == size else (None, None)
+
+
+def _reaped(pid: int, *, stop: bool) -> str | None:
+    """Wait for a child (stopped first when this process gives up on it); the signal that killed it, if one did."""
+    try:
+        if stop:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            return None  # stopped here, not crashed
+        _, status = os.waitpid(pid, 0)
+    except ChildProcessError:
+        return None
+    if os.WIFSIGNALED(status):
+        number = os.WTERMSIG(status)
+        try:
+            return signal.Signals(number).name
+        except ValueError:
+            return f"signal {number}"
+    return None
 
 
 class _At:
@@ -486,45 +722,121 @@ def _stored(h5py, dsid, plist, where, raw: bytes, doc) -> _Stored:
     if offset is None and nbytes > _MAX_EXPANSION * stored + _UNSTORED_BYTES:
         raise _error(doc.path, where, f"declares {nbytes} bytes of values, more than its {stored} stored "
                                       "bytes can hold")
-    return _Stored(where, raw, tuple(int(d) for d in shape), dtype, offset)
+    return _Stored(where, raw, tuple(int(d) for d in shape), dtype, offset,
+                   chunk=tuple(int(d) for d in chunk) if chunk is not None else None)
 
 
 def _blob_dtype(stored: np.dtype) -> np.dtype:
     return np.dtype(np.float64) if stored.itemsize == 8 else np.dtype(np.float32)
 
 
-def _values(doc: Document, stored: _Stored) -> np.ndarray:
-    """The values of a dataset as a flat array of the blob's dtype: a view of the input, or read through h5py.
+def _count(stored: _Stored) -> int:
+    return int(np.prod(stored.shape, dtype=object))
 
-    Read through h5py (chunked, compressed, compact, big-endian, float16),
-    HDF5 converts the values into the blob's array a chunk at a time (each
-    chunk at most MAX_CHUNK_BYTES, checked in _stored), through its own
-    bounded conversion buffer, and without a chunk cache: beyond the array
-    itself, memory holds at most one chunk.
+
+def _values(doc: Document, stored: _Stored) -> np.ndarray:
+    """The values of a dataset as a flat array of the blob's dtype: a view of the input, or read through HDF5.
+
+    A dataset that is not Caffe's contiguous one (chunked, compressed,
+    compact, big-endian, float16) comes with the walk when small; otherwise
+    it is read in a child process (see "HDF5 in a child process"), a slab of
+    whole chunks at a time (each chunk at most MAX_CHUNK_BYTES, checked in
+    _stored), which HDF5 converts into the blob's type and the child sends
+    through a pipe straight into the blob's array: this process holds the
+    array and a pipe's buffer, the child a slab.
     """
     target = _blob_dtype(stored.dtype)
-    count = int(np.prod(stored.shape, dtype=object))
+    count = _count(stored)
     if count == 0:
         return np.empty(0, dtype=target)
     if stored.offset is not None:
         return np.frombuffer(doc.source.buf, dtype=stored.dtype, count=count, offset=stored.offset)
-    values = np.empty(stored.shape, dtype=target)
-    h5py = h5py_module(doc.path)
-    with _opened(doc.source) as f:
+    if stored.values is not None:
+        return np.frombuffer(stored.values, dtype=target, count=count)
+    values = np.empty(count, dtype=target)
+    if not hasattr(os, "fork"):
+        h5py = h5py_module(doc.path)
+        with _opened(doc.source) as f:
+            pos = 0
+            for slab in _slabs(h5py, f, stored, doc.path):
+                values[pos:pos + slab.size] = slab.reshape(-1)
+                pos += slab.size
+        return values
+
+    def work(send) -> None:
+        h5py = h5py_module(doc.path)
         try:
-            dapl = h5py.h5p.create(h5py.h5p.DATASET_ACCESS)
-            dapl.set_chunk_cache(0, 0, 1.0)  # no cache: a chunk is read, converted and let go
-            dsid = h5py.h5d.open(f.id, stored.raw, dapl=dapl)
-            _check_storage(h5py, dsid, stored.where, doc.path)
+            with _opened(doc.source) as f:
+                for slab in _slabs(h5py, f, stored, doc.path):
+                    send(b"V", slab)
+        except BlobToolError as exc:
+            send(b"E", marshal.dumps(_error_plain(exc)))
+
+    pid, fd = _forked(work)
+    into = memoryview(values).cast("B")
+    pos, error, bug, done = 0, None, None, False
+    try:
+        with os.fdopen(fd, "rb") as pipe:
+            while True:
+                tag, body = _frame(pipe, into[pos:])
+                if tag is None:
+                    break
+                if tag == b"V":
+                    pos += body
+                elif tag == b"E":
+                    error = marshal.loads(body)
+                elif tag == b"X":
+                    bug = body
+        done = True
+    finally:
+        died = _reaped(pid, stop=not done)
+    if bug is not None:
+        raise RuntimeError(f"reading HDF5 values failed in a child process:\n{bytes(bug).decode()}")
+    if error is not None:
+        raise _rebuilt(error)
+    if died:
+        raise _error(doc.path, stored.where, f"HDF5's library crashed ({died}) reading its values: damaged metadata")
+    if pos != values.nbytes:
+        raise _error(doc.path, stored.where, "HDF5's reading of its values ended early")
+    return values
+
+
+def _slabs(h5py, f, stored: _Stored, doc_path):
+    """The values of a dataset read through HDF5, in the blob's dtype, a slab of whole rows of chunks at a time.
+
+    No chunk cache: a slab holds whole chunks along the first axis, so each
+    chunk is read and inflated once, converted, and let go.
+    """
+    target = _blob_dtype(stored.dtype)
+    shape = stored.shape
+    try:
+        dapl = h5py.h5p.create(h5py.h5p.DATASET_ACCESS)
+        dapl.set_chunk_cache(0, 0, 1.0)
+        dsid = h5py.h5d.open(f.id, stored.raw, dapl=dapl)
+        _check_storage(h5py, dsid, stored.where, doc_path)
+        row_bytes = max(1, int(np.prod(shape[1:], dtype=object)) * target.itemsize)
+        step = stored.chunk[0] if stored.chunk else 1
+        per = max(step, _SLAB_BYTES // row_bytes // step * step)
+        space = dsid.get_space()
+        for start in range(0, shape[0], per):
+            rows = min(per, shape[0] - start)
+            slab = np.empty((rows, *shape[1:]), dtype=target)
+            space.select_hyperslab((start,) + (0,) * (len(shape) - 1), slab.shape)
             with np.errstate(over="ignore", invalid="ignore"):
-                dsid.read(h5py.h5s.ALL, h5py.h5s.ALL, values)
-        except H5_ERRORS as exc:
-            raise _error(doc.path, stored.where, f"unreadable values: {reason(exc)}") from exc
-    return values.reshape(-1)
+                dsid.read(h5py.h5s.create_simple(slab.shape), space, slab)
+            yield slab
+    except H5_ERRORS as exc:
+        raise _error(doc_path, stored.where, f"unreadable values: {reason(exc)}") from exc
 
 
-def _loader(doc: Document, data: _Stored, diff: _Stored | None):
-    def load() -> Blob:
+class _Load:
+    """Builds an entry's Blob from its data's (and diff's) datasets."""
+
+    def __init__(self, doc: Document, data: _Stored, diff: _Stored | None):
+        self.doc, self.data, self.diff = doc, data, diff
+
+    def __call__(self) -> Blob:
+        doc, data, diff = self.doc, self.data, self.diff
         held = _blob_dtype(data.dtype)
         blob = Blob(dtype=held, diff_dtype=held_dtype(diff.dtype, held) if diff else None)
         try:
@@ -535,7 +847,6 @@ def _loader(doc: Document, data: _Stored, diff: _Stored | None):
         blob.origin = Origin("shape", data.dtype.newbyteorder("="), diff is not None,
                              diff_dtype=stored_diff if stored_diff != data.dtype.newbyteorder("=") else None)
         return blob
-    return load
 
 
 def _add(doc: Document, name: str, data: _Stored, diff: _Stored | None, layer=None) -> None:
@@ -543,7 +854,7 @@ def _add(doc: Document, name: str, data: _Stored, diff: _Stored | None, layer=No
     stored = data.dtype.newbyteorder("=")
     diff_dtype = diff.dtype.newbyteorder("=") if diff is not None else None
     doc.entries.append(Entry(name, data.shape, "shape", stored, diff is not None, layer=layer,
-                             build=_loader(doc, data, diff), diff_dtype=diff_dtype if diff_dtype != stored else None))
+                             build=_Load(doc, data, diff), diff_dtype=diff_dtype if diff_dtype != stored else None))
 
 
 def _read_net(doc: Document, h5py, root) -> None:
