@@ -966,3 +966,72 @@ def test_values_read_in_a_child_process_are_hdf5s(tmp_path, dtype):
         want = expected.astype(np.float64 if expected.dtype.itemsize == 8 else np.float32)
         assert got.dtype == want.dtype and got.shape == want.shape
         assert got.tobytes() == want.tobytes()
+
+
+def _peak_address_space_mib(tmp_path, *args) -> float:
+    """The peak address space (VmPeak) of `blobtool ARGS` run in a process of its own, in MiB.
+
+    Address space, not resident memory: a blob read through HDF5 lives in
+    memory shared with the child that read it, whose pages the reading
+    commands let go from this process's resident set as they are summed,
+    but which stays allocated as long as the blob does.
+    """
+    report = tmp_path / "peak"
+    script = ("import sys, runpy\n"
+              "try:\n"
+              "    runpy.run_module('blobtool', run_name='__main__')\n"
+              "finally:\n"
+              "    peak = [l for l in open('/proc/self/status') if l.startswith('VmPeak')][0].split()[1]\n"
+              f"    open({str(report)!r}, 'w').write(peak)\n")
+    result = subprocess.run([sys.executable, "-c", script, *map(str, args)], capture_output=True, text=True,
+                            env=subprocess_env(), timeout=300)
+    assert result.returncode == 0, result.stderr
+    return int(report.read_text()) / 1024
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="the peak is read from /proc (Linux)")
+def test_norm_holds_one_chunked_blob_at_a_time(tmp_path):
+    """norm of a net of chunked, compressed datasets: each blob is read, summed and let go (the net of six
+    32 MiB blobs peaks within 2 blobs of the net of one); the figures are those of the same net stored as
+    Caffe stores it (contiguous)."""
+    count = 8 << 20  # 32 MiB of float32 per blob
+    pattern = (np.arange(4096, dtype=np.float32) - 2048) / 7
+    arrays = [np.tile(pattern * (i + 1), count // pattern.size) for i in range(6)]
+    def build(arrays, chunked):
+        def make(f):
+            data = f.create_group("data")
+            for i, array in enumerate(arrays):
+                options = {"chunks": (1 << 18,), "compression": "gzip"} if chunked else {}
+                data.create_group(f"l{i}").create_dataset("0", data=array, **options)
+        return make
+    chunked = write_h5(tmp_path / "chunked.caffemodel.h5", h5_bytes(build(arrays, True)))
+    one = write_h5(tmp_path / "one.caffemodel.h5", h5_bytes(build(arrays[:1], True)))
+    plain = write_h5(tmp_path / "plain.caffemodel.h5", h5_bytes(build(arrays, False)))
+    assert chunked.stat().st_size < 16 << 20
+    got, want = one_json(ok("norm", "--json", chunked)), one_json(ok("norm", "--json", plain))
+    assert got["blobs"] == want["blobs"] and got["total"] == want["total"]
+    six, single = (_peak_address_space_mib(tmp_path, "norm", path) for path in (chunked, one))
+    assert six - single < 64, (six, single)  # not 5 more blobs (160 MiB)
+
+
+def test_hdf5_looping_on_damaged_metadata_is_exit_3_in_bounded_time(tmp_path):
+    """A global heap object whose size runs past its collection: HDF5 loops forever opening the dataset
+    (h5py too); blobtool stops its child after BLOBTOOL_HDF5_SECONDS and exits 3 with one line."""
+    import time
+    from fuzzcases import hdf5_refused_seeds
+
+    data = bytearray(next(seed for seed in hdf5_refused_seeds() if seed.name == "h5_refused_virtual").data)
+    heap = data.find(b"GCOL")
+    assert heap > 0
+    data[heap + 25] = 1  # the first object's size (8 bytes at +24) grows by 256
+    path = write_h5(tmp_path / "loop.caffemodel.h5", bytes(data))
+    with pytest.raises(subprocess.TimeoutExpired):  # the oracle: h5py never returns
+        subprocess.run([sys.executable, "-c", "import h5py, sys\nf = h5py.File(sys.argv[1], 'r')\n"
+                        "try:\n    f['/data/ip1/0']\nexcept Exception:\n    pass\n", str(path)],
+                       capture_output=True, timeout=5)
+    for args in (("info", path), ("norm", path), ("compare", path, path)):
+        started = time.monotonic()
+        result = run_blobtool(*args, timeout=60, text=True, env=subprocess_env(BLOBTOOL_HDF5_SECONDS="2"))
+        assert result.returncode == 3 and time.monotonic() - started < 30, (args, result)
+        assert len(result.stderr.splitlines()) == 1 and "Traceback" not in result.stderr, result.stderr
+        assert f"{path}: HDF5's library did not finish reading the file's structure in 2 s" in result.stderr

@@ -24,16 +24,18 @@ Such a parameter is not a blob of the document: info lists it under
 "shared", and it is not written back. Caffe creates groups without tracking
 creation order, so the layers come back ordered by name.
 
-Reading: the structure goes through h5py's low-level API (see "walking the
-file" below). A file names only itself: a link that is not a hard link
+Reading: HDF5 runs only in child processes (see "HDF5 in a child process"
+below: damaged metadata can crash the library itself), and the structure
+goes through h5py's low-level API (see "walking the file" below). A file names only itself: a link that is not a hard link
 (soft, external, user-defined), a dataset with external storage or a
 virtual one is refused, naming its HDF5 path, before anything is read
 through it, and so is a name that is not UTF-8 or that a damaged group lists
 twice. A blob's values are viewed in the input's bytes without a copy when
 its dataset is what Caffe writes (contiguous, unfiltered, native IEEE
 float32/float64); any other float dataset (chunked, compressed, big-endian,
-float16, compact) is read through HDF5, converted a chunk at a time, when
-the blob is built (a chunk over MAX_CHUNK_BYTES is refused). Anything else
+float16, compact) is read through HDF5, converted a chunk at a time, with the
+walk when small, otherwise when the blob is built (a chunk over
+MAX_CHUNK_BYTES is refused). Anything else
 where a blob belongs (strings, integers, a scalar or empty dataset, a group,
 an object Caffe does not write) is refused naming its HDF5 path, and so are
 an `iter` or `current_step` outside Caffe's int32. h5py is imported only
@@ -50,10 +52,13 @@ from __future__ import annotations
 import contextlib
 import io
 import marshal
+import mmap
 import os
+import select
 import signal
 import struct
 import threading
+import time
 import traceback
 import warnings
 from dataclasses import dataclass
@@ -493,7 +498,8 @@ def _rebuilt(plain: tuple) -> BlobToolError:
 # process views in its own mapping of the input, or, for any other layout,
 # the values themselves when small (_SHIP_BYTES, _SHIP_TOTAL in all) or
 # nothing (read when the blob is built, in another child, a slab at a time
-# through a pipe into the blob's array). A child that dies by a signal is
+# into memory it shares with this process, which becomes the blob's array:
+# no copy through a pipe). A child that dies by a signal is
 # exit 3, naming the file. This process never opens the input through
 # HDF5, so a damaged file cannot take it down.
 #
@@ -514,39 +520,41 @@ _SHIP_TOTAL = 16 << 20
 # The values one child's read sends per slab (whole rows of chunks: a chunk is read once).
 _SLAB_BYTES = 4 << 20
 _FORK_LOCK = threading.Lock()
+# How long a child may run (seconds, plus one per 16 MiB it reads): HDF5 loops
+# forever on some damaged metadata (a global heap whose object runs past its
+# collection). The walk of a net of MAX_BLOBS datasets takes about 2 s.
+_SECONDS = 20
+_SECONDS_VARIABLE = "BLOBTOOL_HDF5_SECONDS"
 _FRAME = struct.Struct("<cQ")
 
 
 def _walk(source, kind) -> tuple:
     if not hasattr(os, "fork"):
         return _walked_here(source, kind)
-    pid, fd = _forked(lambda send: send(b"W", marshal.dumps(_walked_here(source, kind))))
-    payload, bug, done = b"", None, False
-    try:
-        with os.fdopen(fd, "rb") as pipe:
-            while True:
-                tag, body = _frame(pipe)
-                if tag is None:
-                    break
-                if tag == b"W":
-                    payload = body
-                elif tag == b"X":
-                    bug = body
-        done = True
-    finally:
-        died = _reaped(pid, stop=not done)
-    if bug is not None:
-        raise RuntimeError(f"the HDF5 walk failed in its child process:\n{bytes(bug).decode()}")
+    seconds = _seconds(source.size)
+    pid, fd = _forked(lambda send: send(b"W", marshal.dumps(_walked_here(source, kind))), seconds)
+    frames, died, late = _answers(pid, fd, seconds)
+    if b"X" in frames:
+        raise RuntimeError(f"the HDF5 walk failed in its child process:\n{bytes(frames[b'X']).decode()}")
     if died:
         raise FormatError(f"HDF5's library crashed ({died}) reading the file's structure: damaged metadata",
                           path=source.name)
+    if late:
+        raise FormatError(f"HDF5's library did not finish reading the file's structure in {late} s: damaged "
+                          f"metadata (a loop), or a slow machine ({_SECONDS_VARIABLE} sets the time)",
+                          path=source.name)
+    payload = frames.get(b"W")
     if not payload:
         raise FormatError("HDF5's reading of the file's structure ended without an answer", path=source.name)
     return marshal.loads(payload)
 
 
-def _forked(work):
-    """(pid, read end of a pipe) of a child running work(send); send(tag, bytes) frames a message to this process."""
+def _forked(work, seconds: int):
+    """(pid, read end of a pipe) of a child running work(send); send(tag, bytes) frames a message to this process.
+
+    The child ends itself (SIGALRM) a little after `seconds`, should this
+    process be gone without stopping it.
+    """
     h5py = h5py_module("")
     read_fd, write_fd = os.pipe()
     phil = h5py._objects.phil
@@ -560,8 +568,9 @@ def _forked(work):
     try:  # the child: never returns
         os.close(read_fd)
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent stops it
-        for number in (signal.SIGBUS, signal.SIGPIPE, signal.SIGTERM, signal.SIGHUP):
+        for number in (signal.SIGBUS, signal.SIGPIPE, signal.SIGTERM, signal.SIGHUP, signal.SIGALRM):
             signal.signal(number, signal.SIG_DFL)
+        signal.alarm(seconds + 5)
 
         def send(tag: bytes, body) -> None:
             view = memoryview(body).cast("B")
@@ -583,23 +592,48 @@ def _write_all(fd: int, view) -> None:
         view = view[os.write(fd, view):]
 
 
-def _frame(pipe, into=None):
-    """(tag, body) of the next frame, or (None, None) at the end; a b"V" frame's body is read into `into`."""
-    head = pipe.read(_FRAME.size)
-    if len(head) < _FRAME.size:
-        return None, None
-    tag, size = _FRAME.unpack(head)
-    if tag == b"V" and into is not None:
-        view = into[:size]
-        got = 0
-        while got < size:
-            n = pipe.readinto(view[got:])
-            if not n:
-                return None, None
-            got += n
-        return tag, size
-    body = pipe.read(size)
-    return (tag, body) if len(body) == size else (None, None)
+def _seconds(nbytes: int) -> int:
+    """How long a child may take: _SECONDS (or the environment's), and a second more per 16 MiB to read."""
+    value = os.environ.get(_SECONDS_VARIABLE)
+    if value is None:
+        return _SECONDS + nbytes // (16 << 20)
+    if not (value.strip().isascii() and value.strip().isdigit() and int(value) > 0):
+        raise UsageError(f"environment variable {_SECONDS_VARIABLE}={value!r} is not a number of seconds: "
+                         "expected a whole number >= 1")
+    return int(value) + nbytes // (16 << 20)
+
+
+def _answers(pid: int, fd: int, seconds: int) -> tuple:
+    """({tag: body} of what a child sent, the signal that killed it or None, `seconds` if it ran past them or 0).
+
+    A child still running when the time is up is killed.
+    """
+    data = bytearray()
+    deadline = time.monotonic() + seconds
+    done = late = False
+    try:
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([fd], [], [], left)[0]:
+                late = True
+                break
+            chunk = os.read(fd, 1 << 16)  # a pipe's buffer
+            if not chunk:
+                done = True
+                break
+            data += chunk
+    finally:
+        os.close(fd)
+        died = _reaped(pid, stop=not done)
+    frames, at = {}, 0
+    while at + _FRAME.size <= len(data):
+        tag, size = _FRAME.unpack_from(data, at)
+        at += _FRAME.size
+        if at + size > len(data):
+            break
+        frames[tag] = data[at:at + size]
+        at += size
+    return frames, died, seconds if late else 0
 
 
 def _reaped(pid: int, *, stop: bool) -> str | None:
@@ -741,9 +775,9 @@ def _values(doc: Document, stored: _Stored) -> np.ndarray:
     compact, big-endian, float16) comes with the walk when small; otherwise
     it is read in a child process (see "HDF5 in a child process"), a slab of
     whole chunks at a time (each chunk at most MAX_CHUNK_BYTES, checked in
-    _stored), which HDF5 converts into the blob's type and the child sends
-    through a pipe straight into the blob's array: this process holds the
-    array and a pipe's buffer, the child a slab.
+    _stored), which HDF5 converts into the blob's type in place, in an
+    anonymous shared mapping that becomes the blob's array: the blob is held
+    once (in both processes' resident figures), beside one chunk in the child.
     """
     target = _blob_dtype(stored.dtype)
     count = _count(stored)
@@ -753,59 +787,53 @@ def _values(doc: Document, stored: _Stored) -> np.ndarray:
         return np.frombuffer(doc.source.buf, dtype=stored.dtype, count=count, offset=stored.offset)
     if stored.values is not None:
         return np.frombuffer(stored.values, dtype=target, count=count)
-    values = np.empty(count, dtype=target)
     if not hasattr(os, "fork"):
+        values = np.empty(count, dtype=target)
         h5py = h5py_module(doc.path)
         with _opened(doc.source) as f:
-            pos = 0
-            for slab in _slabs(h5py, f, stored, doc.path):
-                values[pos:pos + slab.size] = slab.reshape(-1)
-                pos += slab.size
+            for _ in _slabs(h5py, f, stored, doc.path, values.reshape(stored.shape)):
+                pass
         return values
+    # The child writes the values into memory shared with this process (an
+    # anonymous shared mapping, which becomes the blob's array): no copy.
+    values = np.frombuffer(mmap.mmap(-1, count * target.itemsize), dtype=target, count=count)
 
     def work(send) -> None:
         h5py = h5py_module(doc.path)
         try:
             with _opened(doc.source) as f:
-                for slab in _slabs(h5py, f, stored, doc.path):
-                    send(b"V", slab)
+                for _ in _slabs(h5py, f, stored, doc.path, values.reshape(stored.shape)):
+                    pass
+            send(b"D", b"")
         except BlobToolError as exc:
             send(b"E", marshal.dumps(_error_plain(exc)))
 
-    pid, fd = _forked(work)
-    into = memoryview(values).cast("B")
-    pos, error, bug, done = 0, None, None, False
-    try:
-        with os.fdopen(fd, "rb") as pipe:
-            while True:
-                tag, body = _frame(pipe, into[pos:])
-                if tag is None:
-                    break
-                if tag == b"V":
-                    pos += body
-                elif tag == b"E":
-                    error = marshal.loads(body)
-                elif tag == b"X":
-                    bug = body
-        done = True
-    finally:
-        died = _reaped(pid, stop=not done)
-    if bug is not None:
-        raise RuntimeError(f"reading HDF5 values failed in a child process:\n{bytes(bug).decode()}")
-    if error is not None:
-        raise _rebuilt(error)
+    seconds = _seconds(values.nbytes)
+    pid, fd = _forked(work, seconds)
+    frames, died, late = _answers(pid, fd, seconds)
+    if b"X" in frames:
+        raise RuntimeError(f"reading HDF5 values failed in a child process:\n{bytes(frames[b'X']).decode()}")
+    if b"E" in frames:
+        raise _rebuilt(marshal.loads(frames[b"E"]))
     if died:
         raise _error(doc.path, stored.where, f"HDF5's library crashed ({died}) reading its values: damaged metadata")
-    if pos != values.nbytes:
+    if late:
+        raise _error(doc.path, stored.where, f"HDF5's library did not finish reading its values in {late} s: "
+                                             f"damaged metadata (a loop), or a slow machine ({_SECONDS_VARIABLE} "
+                                             "sets the time)")
+    finished = b"D" in frames
+    if not finished:
         raise _error(doc.path, stored.where, "HDF5's reading of its values ended early")
     return values
 
 
-def _slabs(h5py, f, stored: _Stored, doc_path):
+def _slabs(h5py, f, stored: _Stored, doc_path, into=None):
     """The values of a dataset read through HDF5, in the blob's dtype, a slab of whole rows of chunks at a time.
 
-    No chunk cache: a slab holds whole chunks along the first axis, so each
-    chunk is read and inflated once, converted, and let go.
+    Each slab is a new array, or a part of `into` (an array of the dataset's
+    shape) read in place. No chunk cache: a slab holds whole chunks along the
+    first axis, so each chunk is read and inflated once, converted (through
+    HDF5's bounded conversion buffer), and let go.
     """
     target = _blob_dtype(stored.dtype)
     shape = stored.shape
@@ -820,7 +848,7 @@ def _slabs(h5py, f, stored: _Stored, doc_path):
         space = dsid.get_space()
         for start in range(0, shape[0], per):
             rows = min(per, shape[0] - start)
-            slab = np.empty((rows, *shape[1:]), dtype=target)
+            slab = np.empty((rows, *shape[1:]), dtype=target) if into is None else into[start:start + rows]
             space.select_hyperslab((start,) + (0,) * (len(shape) - 1), slab.shape)
             with np.errstate(over="ignore", invalid="ignore"):
                 dsid.read(h5py.h5s.create_simple(slab.shape), space, slab)
