@@ -50,6 +50,7 @@ chunk by chunk, so memory stays bounded whatever the file size.
 from __future__ import annotations
 
 import contextlib
+import faulthandler
 import io
 import marshal
 import mmap
@@ -568,7 +569,9 @@ def _forked(work, seconds: int):
     try:  # the child: never returns
         os.close(read_fd)
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent stops it
-        for number in (signal.SIGBUS, signal.SIGPIPE, signal.SIGTERM, signal.SIGHUP, signal.SIGALRM):
+        faulthandler.disable()  # a crash is reported by this process, in one line
+        for number in (signal.SIGSEGV, signal.SIGBUS, signal.SIGFPE, signal.SIGILL, signal.SIGABRT, signal.SIGPIPE,
+                       signal.SIGTERM, signal.SIGHUP, signal.SIGALRM):
             signal.signal(number, signal.SIG_DFL)
         signal.alarm(seconds + 5)
 
