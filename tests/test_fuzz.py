@@ -277,6 +277,25 @@ def test_fuzz_hdf5_that_names_other_files(name):
     fuzz_seed(seed)
 
 
+def test_fuzz_hdf5_damage_that_crashes_or_hangs_hdf5_is_a_refusal():
+    # One byte of the virtual-dataset seed made chunked kills HDF5 with SIGSEGV; a global heap object
+    # whose size runs past its collection makes it loop forever. Both run in a child process that is
+    # reaped (a signal) or stopped (BLOBTOOL_HDF5_SECONDS, 1 s under the fuzzers): one line, exit 3.
+    data = _hdf5_refused_seeds()["h5_refused_virtual"].data
+    crashed = []
+    for at in (at for at, byte in enumerate(data) if byte == 3):
+        damaged = bytearray(data)
+        damaged[at] = 2
+        outcome = fc.check_case(bytes(damaged), "net")  # a FuzzFailure past the bounds or on a second line
+        crashed += [at] if outcome.error and "HDF5's library crashed (SIGSEGV)" in outcome.error else []
+    assert crashed
+    loops = bytearray(data)
+    loops[data.find(b"GCOL") + 25] = 1
+    for kind in (None, "net"):
+        outcome = fc.check_case(bytes(loops), kind)
+        assert "HDF5's library did not finish reading the file's structure in 1 s" in outcome.error, outcome
+
+
 # -- exhaustive: every field boundary, every length prefix ------------------------------------
 
 def _every_cut_and_forged_length(seed: fc.Seed, huge_values) -> int:

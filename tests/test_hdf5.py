@@ -898,3 +898,140 @@ def test_a_chunk_past_the_bound_is_refused_before_it_is_inflated(tmp_path):
                                                                    chunks=(1 << 18,), compression="gzip")))
     norm = one_json(ok("norm", "--json", small))
     assert norm["blobs"][0]["data"]["asum"] == pytest.approx(float(n) * (n - 1) / 2, rel=1e-6)
+
+
+# HDF5 itself crashing on damaged metadata: every HDF5 call runs in a child process
+
+def _threes_made_twos(tmp_path) -> list:
+    """The fuzzers' seed of a virtual dataset whose source is the file itself, built here, with each byte 3 in
+    turn made 2 (one of them turns the layout class virtual into chunked): [(path, h5py's return code opening
+    /data/ip1/0 in a process of its own)]."""
+    from fuzzcases import hdf5_refused_seeds
+
+    data = next(seed for seed in hdf5_refused_seeds() if seed.name == "h5_refused_virtual").data
+    found = []
+    for at in (at for at, byte in enumerate(data) if byte == 3):
+        flipped = bytearray(data)
+        flipped[at] = 2
+        out = write_h5(tmp_path / f"flip{at}.caffemodel.h5", bytes(flipped))
+        oracle = subprocess.run([sys.executable, "-c", "import h5py, sys\nf = h5py.File(sys.argv[1], 'r')\n"
+                                 "try:\n    f['/data/ip1/0']\nexcept Exception:\n    pass\n", str(out)],
+                                capture_output=True, timeout=60)
+        found.append((out, oracle.returncode))
+    return found
+
+
+def test_hdf5_crashing_on_damaged_metadata_is_exit_3(tmp_path):
+    flipped = _threes_made_twos(tmp_path)
+    crashing = [path for path, code in flipped if code == -11]
+    assert crashing, flipped  # the oracle: h5py itself dies of SIGSEGV opening the dataset
+    out = tmp_path / "x.npy"
+    every = (("info", "--stats"), ("norm",), ("convert", "--blob", "ip1/0", "-o", out))
+    for path, _ in flipped:
+        for args in (("info", path), *((*a[:1], path, *a[1:]) for a in every if path in crashing),
+                     *((("compare", path, path),) if path in crashing else ())):
+            result = run_blobtool(*args, timeout=60, text=True)
+            assert result.returncode in ((3,) if path in crashing else (0, 3)), (args, result)
+            if result.returncode == 3:
+                assert len(result.stderr.splitlines()) == 1 and "Traceback" not in result.stderr, result.stderr
+                assert result.stderr.startswith(f"blobtool: {path}: "), result.stderr
+            if path in crashing:
+                assert "HDF5's library crashed (SIGSEGV)" in result.stderr and "damaged metadata" in result.stderr
+            assert not out.exists()
+    # the library: an error, and the calling process lives on
+    script = ("import sys, blobtool\nfrom blobtool.errors import FormatError\n"
+              "try:\n    blobtool.load_all(sys.argv[1])\nexcept FormatError as exc:\n    print('refused:', exc)\n")
+    result = subprocess.run([sys.executable, "-c", script, str(crashing[0])], capture_output=True, text=True,
+                            timeout=60, env=subprocess_env())
+    assert result.returncode == 0 and result.stdout.startswith("refused: ") and "crashed" in result.stdout, result
+
+
+@pytest.mark.parametrize("dtype", ["<f4", ">f4", "<f2", ">f8"])
+def test_values_read_in_a_child_process_are_hdf5s(tmp_path, dtype):
+    """Chunked datasets past what the walk sends (read later in a child, a slab at a time), and small ones
+    (sent with the walk), give h5py's values exactly."""
+    big = values((700, 3, 41)).astype(dtype)      # over 1 MiB as the blob's dtype: read when built
+    small = values((5, 7)).astype(dtype)
+    def build(f):
+        data = f.create_group("data")
+        data.create_group("a").create_dataset("0", data=big, chunks=(9, 2, 41), compression="gzip")
+        data.create_group("b").create_dataset("0", data=small, chunks=(2, 7))
+        data["b"].create_dataset("1", data=small[:1], compression="gzip")
+    path = write_h5(tmp_path / "c.caffemodel.h5", h5_bytes(build))
+    for blob, expected in (("a/0", big), ("b/0", small), ("b/1", small[:1])):
+        out = tmp_path / f"{blob.replace('/', '_')}.npy"
+        result = run_blobtool("convert", path, "--blob", blob, "-o", out, timeout=60, text=True)
+        assert result.returncode == 0, result.stderr
+        got = np.load(out)
+        want = expected.astype(np.float64 if expected.dtype.itemsize == 8 else np.float32)
+        assert got.dtype == want.dtype and got.shape == want.shape
+        assert got.tobytes() == want.tobytes()
+
+
+def _peak_address_space_mib(tmp_path, *args) -> float:
+    """The peak address space (VmPeak) of `blobtool ARGS` run in a process of its own, in MiB.
+
+    Address space, not resident memory: a blob read through HDF5 lives in
+    memory shared with the child that read it, whose pages the reading
+    commands let go from this process's resident set as they are summed,
+    but which stays allocated as long as the blob does.
+    """
+    report = tmp_path / "peak"
+    script = ("import sys, runpy\n"
+              "try:\n"
+              "    runpy.run_module('blobtool', run_name='__main__')\n"
+              "finally:\n"
+              "    peak = [l for l in open('/proc/self/status') if l.startswith('VmPeak')][0].split()[1]\n"
+              f"    open({str(report)!r}, 'w').write(peak)\n")
+    result = subprocess.run([sys.executable, "-c", script, *map(str, args)], capture_output=True, text=True,
+                            env=subprocess_env(), timeout=300)
+    assert result.returncode == 0, result.stderr
+    return int(report.read_text()) / 1024
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="the peak is read from /proc (Linux)")
+def test_norm_holds_one_chunked_blob_at_a_time(tmp_path):
+    """norm of a net of chunked, compressed datasets: each blob is read, summed and let go (the net of six
+    32 MiB blobs peaks within 2 blobs of the net of one); the figures are those of the same net stored as
+    Caffe stores it (contiguous)."""
+    count = 8 << 20  # 32 MiB of float32 per blob
+    pattern = (np.arange(4096, dtype=np.float32) - 2048) / 7
+    arrays = [np.tile(pattern * (i + 1), count // pattern.size) for i in range(6)]
+    def build(arrays, chunked):
+        def make(f):
+            data = f.create_group("data")
+            for i, array in enumerate(arrays):
+                options = {"chunks": (1 << 18,), "compression": "gzip"} if chunked else {}
+                data.create_group(f"l{i}").create_dataset("0", data=array, **options)
+        return make
+    chunked = write_h5(tmp_path / "chunked.caffemodel.h5", h5_bytes(build(arrays, True)))
+    one = write_h5(tmp_path / "one.caffemodel.h5", h5_bytes(build(arrays[:1], True)))
+    plain = write_h5(tmp_path / "plain.caffemodel.h5", h5_bytes(build(arrays, False)))
+    assert chunked.stat().st_size < 16 << 20
+    got, want = one_json(ok("norm", "--json", chunked)), one_json(ok("norm", "--json", plain))
+    assert got["blobs"] == want["blobs"] and got["total"] == want["total"]
+    six, single = (_peak_address_space_mib(tmp_path, "norm", path) for path in (chunked, one))
+    assert six - single < 64, (six, single)  # not 5 more blobs (160 MiB)
+
+
+def test_hdf5_looping_on_damaged_metadata_is_exit_3_in_bounded_time(tmp_path):
+    """A global heap object whose size runs past its collection: HDF5 loops forever opening the dataset
+    (h5py too); blobtool stops its child after BLOBTOOL_HDF5_SECONDS and exits 3 with one line."""
+    import time
+    from fuzzcases import hdf5_refused_seeds
+
+    data = bytearray(next(seed for seed in hdf5_refused_seeds() if seed.name == "h5_refused_virtual").data)
+    heap = data.find(b"GCOL")
+    assert heap > 0
+    data[heap + 25] = 1  # the first object's size (8 bytes at +24) grows by 256
+    path = write_h5(tmp_path / "loop.caffemodel.h5", bytes(data))
+    with pytest.raises(subprocess.TimeoutExpired):  # the oracle: h5py never returns
+        subprocess.run([sys.executable, "-c", "import h5py, sys\nf = h5py.File(sys.argv[1], 'r')\n"
+                        "try:\n    f['/data/ip1/0']\nexcept Exception:\n    pass\n", str(path)],
+                       capture_output=True, timeout=5)
+    for args in (("info", path), ("norm", path), ("compare", path, path)):
+        started = time.monotonic()
+        result = run_blobtool(*args, timeout=60, text=True, env=subprocess_env(BLOBTOOL_HDF5_SECONDS="2"))
+        assert result.returncode == 3 and time.monotonic() - started < 30, (args, result)
+        assert len(result.stderr.splitlines()) == 1 and "Traceback" not in result.stderr, result.stderr
+        assert f"{path}: HDF5's library did not finish reading the file's structure in 2 s" in result.stderr

@@ -192,14 +192,16 @@ def _norm_one(path, *, kind, patterns, device_info, show_progress=True):
     doc = open_input(path, kind)
     entries = select(doc, patterns)
     doc.source.will_read_through()
-    blobs = [_norm_target(e, device_info) for e in entries]
+    # One blob at a time: a blob a reader builds (an HDF5 dataset read
+    # through HDF5, an .npz member) is let go once summed.
+    blobs = (_norm_target(e, device_info) for e in entries)
     with progress(doc, "summing", show_progress), releasing():
         return norm_record(doc, entries, blobs, device=device_info)
 
 
 def _norm_target(entry, device_info):
     """The blob to reduce, placed where the work runs; very large ones stream through the GPU."""
-    blob = entry.blob()
+    blob = entry.blob_unkept()
     if device_info is not None:
         from .. import device
         if blob.nbytes > device.STREAM_THRESHOLD:

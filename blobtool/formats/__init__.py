@@ -246,6 +246,17 @@ class Entry:
                 self._blob = blob_from_record(self.record)
         return self._blob
 
+    def blob_unkept(self):
+        """The Blob, not kept by the entry when a reader builds it (`build`: an HDF5 dataset, an .npz member).
+
+        Built again on each call, so a command that uses each blob once (norm)
+        holds one such blob at a time; a Blob viewing the file is kept as
+        blob() keeps it.
+        """
+        if self._blob is not None or self.build is None:
+            return self.blob()
+        return self.build()
+
 
 @dataclass(frozen=True, slots=True)
 class NetLayer:

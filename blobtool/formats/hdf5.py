@@ -24,16 +24,18 @@ Such a parameter is not a blob of the document: info lists it under
 "shared", and it is not written back. Caffe creates groups without tracking
 creation order, so the layers come back ordered by name.
 
-Reading: the structure goes through h5py's low-level API (see "walking the
-file" below). A file names only itself: a link that is not a hard link
+Reading: HDF5 runs only in child processes (see "HDF5 in a child process"
+below: damaged metadata can crash the library itself), and the structure
+goes through h5py's low-level API (see "walking the file" below). A file names only itself: a link that is not a hard link
 (soft, external, user-defined), a dataset with external storage or a
 virtual one is refused, naming its HDF5 path, before anything is read
 through it, and so is a name that is not UTF-8 or that a damaged group lists
 twice. A blob's values are viewed in the input's bytes without a copy when
 its dataset is what Caffe writes (contiguous, unfiltered, native IEEE
 float32/float64); any other float dataset (chunked, compressed, big-endian,
-float16, compact) is read through HDF5, converted a chunk at a time, when
-the blob is built (a chunk over MAX_CHUNK_BYTES is refused). Anything else
+float16, compact) is read through HDF5, converted a chunk at a time, with the
+walk when small, otherwise when the blob is built (a chunk over
+MAX_CHUNK_BYTES is refused). Anything else
 where a blob belongs (strings, integers, a scalar or empty dataset, a group,
 an object Caffe does not write) is refused naming its HDF5 path, and so are
 an `iter` or `current_step` outside Caffe's int32. h5py is imported only
@@ -48,7 +50,18 @@ chunk by chunk, so memory stays bounded whatever the file size.
 from __future__ import annotations
 
 import contextlib
+import faulthandler
 import io
+import marshal
+import mmap
+import os
+import select
+import signal
+import struct
+import threading
+import time
+import traceback
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -325,15 +338,26 @@ def _check_storage(h5py, dsid, where, doc_path):
 # -- sniffing ------------------------------------------------------------------------
 
 def sniff(source) -> str:
-    """"net" or "solverstate", from the objects at the top of an HDF5 file (its signature matched)."""
-    h5py = h5py_module(source.name)
-    with _opened(source) as f:
-        try:
-            root = h5py.h5g.open(f.id, b"/")
-            top = dict(_links(h5py, root, source.name, "/"))
-            data_is_dataset = "data" in top and isinstance(_open_any(h5py, root, top["data"]), h5py.h5d.DatasetID)
-        except H5_ERRORS as exc:
-            raise _error(source.name, getattr(exc, "blobtool_where", "/"), f"unreadable: {reason(exc)}") from exc
+    """"net" or "solverstate", from the objects at the top of an HDF5 file (its signature matched).
+
+    The file's whole structure is walked here, in a child process (see
+    "HDF5 in a child process" below); read() then uses that walk.
+    """
+    h5py_module(source.name)
+    walked = _walk(source, None)
+    if walked[0] == "sniff-error":
+        raise _rebuilt(walked[1])
+    source._hdf5_walk = walked
+    return walked[1]
+
+
+def _sniffed(source, h5py, f) -> str:
+    try:
+        root = h5py.h5g.open(f.id, b"/")
+        top = dict(_links(h5py, root, source.name, "/"))
+        data_is_dataset = "data" in top and isinstance(_open_any(h5py, root, top["data"]), h5py.h5d.DatasetID)
+    except H5_ERRORS as exc:
+        raise _error(source.name, getattr(exc, "blobtool_where", "/"), f"unreadable: {reason(exc)}") from exc
     if data_is_dataset:
         found = ", ".join(list(top)[:8])
         raise _error(source.name, "/", f"an HDF5 dataset file (training data, as Caffe's HDF5Data layer reads: "
@@ -364,26 +388,275 @@ class _Stored:
     shape: tuple
     dtype: np.dtype     # as stored
     offset: int | None
+    values: bytes | None = None   # the values in the blob's dtype, read with the walk (a small non-contiguous dataset)
+    chunk: tuple | None = None    # a chunked dataset's chunk shape
+
+    def __post_init__(self):
+        object.__setattr__(self, "dtype", np.dtype(self.dtype))
+        object.__setattr__(self, "shape", tuple(self.shape))
 
 
 def read(doc: Document, cast=None) -> None:
-    """Locate the blobs of a Caffe HDF5 snapshot of kind doc.kind (`cast` applies to numpy's kinds only)."""
+    """Locate the blobs of a Caffe HDF5 snapshot of kind doc.kind (`cast` applies to numpy's kinds only).
+
+    The structure is walked in a child process (see "HDF5 in a child
+    process" below), or taken from the walk sniff() made; this process then
+    builds the entries from that description without opening the file
+    through HDF5.
+    """
     doc.meta["format"] = "hdf5"
-    h5py = h5py_module(doc.path)
-    with _opened(doc.source) as f:
-        where = "/"
+    h5py_module(doc.path)
+    if doc.kind not in ("net", "solverstate"):
+        raise UsageError(f"Caffe's HDF5 snapshots hold a net or a solver state, not a {doc.kind}", path=doc.path)
+    walked = getattr(doc.source, "_hdf5_walk", None)
+    if walked is not None:
+        del doc.source._hdf5_walk
+    if walked is None or walked[0] != "walked" or walked[1] != doc.kind:
+        walked = _walk(doc.source, doc.kind)
+    if walked[0] != "walked":
+        raise _rebuilt(walked[1])
+    outcome = walked[2]
+    if outcome[0] == "error":
+        raise _rebuilt(outcome[1])
+    described = outcome[1]
+    doc.meta.update(described["meta"])
+    for name in described["layers"]:
+        doc.layers.append(NetLayer(name))
+    for name, layer, data, diff in described["entries"]:
+        _add(doc, name, _Stored(*data), _Stored(*diff) if diff is not None else None, layer=layer)
+
+
+def _walked_here(source, kind) -> tuple:
+    """The walk itself (in the child): ("sniff-error", error) or ("walked", kind, ("ok", description) or ("error", error))."""
+    h5py = h5py_module(source.name)
+    sniffing = kind is None
+    try:
+        with _opened(source) as f:
+            if sniffing:
+                kind = _sniffed(source, h5py, f)
+                sniffing = False
+            doc = Document(source.name, kind, source, format="hdf5")
+            where = "/"
+            try:
+                root = h5py.h5g.open(f.id, b"/")
+                if kind == "net":
+                    _read_net(doc, h5py, root)
+                else:
+                    _read_solverstate(doc, h5py, root)
+                shipped = 0
+                entries = []
+                for entry in doc.entries:
+                    sides = []
+                    for stored in (entry.build.data, entry.build.diff):
+                        if stored is not None and stored.offset is None and stored.values is None:
+                            nbytes = _count(stored) * _blob_dtype(stored.dtype).itemsize
+                            if nbytes <= _SHIP_BYTES and shipped + nbytes <= _SHIP_TOTAL:
+                                where = stored.where
+                                values = b"".join(bytes(slab) for slab in _slabs(h5py, f, stored, doc.path))
+                                stored = _Stored(*_plain(stored)[:5], values, stored.chunk)
+                                shipped += nbytes
+                        sides.append(_plain(stored) if stored is not None else None)
+                    entries.append((entry.name, entry.layer, *sides))
+            except H5_ERRORS as exc:
+                where = getattr(exc, "blobtool_where", where)
+                raise _error(doc.path, where, f"unreadable: {reason(exc)}") from exc
+    except BlobToolError as exc:
+        return ("sniff-error", _error_plain(exc)) if sniffing else ("walked", kind, ("error", _error_plain(exc)))
+    meta = {key: value for key, value in doc.meta.items() if key != "format"}
+    return ("walked", kind, ("ok", {"meta": meta, "layers": [layer.name for layer in doc.layers],
+                                    "entries": entries}))
+
+
+def _plain(stored) -> tuple:
+    return (stored.where, stored.raw, stored.shape, stored.dtype.str, stored.offset, stored.values, stored.chunk)
+
+
+def _error_plain(exc: BlobToolError) -> tuple:
+    return (type(exc).__name__, exc.reason, None if exc.path is None else str(exc.path), exc.offset,
+            None if exc.field is None else str(exc.field))
+
+
+def _rebuilt(plain: tuple) -> BlobToolError:
+    from .. import errors
+
+    kind, message, path, offset, field = plain
+    cls = getattr(errors, kind, None)
+    if not (isinstance(cls, type) and issubclass(cls, BlobToolError)):
+        cls = FormatError
+    return cls(message, path=path, offset=offset, field=field)
+
+
+# -- HDF5 in a child process ------------------------------------------------------------
+#
+# HDF5 trusts a file's metadata: damaged metadata (one byte turning a virtual
+# dataset's layout into a chunked one) kills the process with SIGSEGV inside
+# the library, where no Python code can catch it. So every call that opens
+# the file through HDF5 runs in a child process forked for it: the walk of
+# the structure (sniff's check and read's walk together, once per file)
+# sends back a plain description (marshal: tuples, strings, numbers, bytes:
+# never objects) of each blob's HDF5 path, stored type, shape, and where
+# its values are: a file offset for Caffe's contiguous layout, which this
+# process views in its own mapping of the input, or, for any other layout,
+# the values themselves when small (_SHIP_BYTES, _SHIP_TOTAL in all) or
+# nothing (read when the blob is built, in another child, a slab at a time
+# into memory it shares with this process, which becomes the blob's array:
+# no copy through a pipe). A child that dies by a signal is
+# exit 3, naming the file. This process never opens the input through
+# HDF5, so a damaged file cannot take it down.
+#
+# The child is forked (a few milliseconds, its memory shared copy-on-write)
+# while holding h5py's global lock and blobtool's own, so that no other
+# thread of this process is inside HDF5 or forking at that moment; the child
+# runs only the walk (h5py and numpy, already imported), never returns into
+# the caller's code and leaves with os._exit. A program that uses blobtool
+# from several threads is safe so far as its own threads take no locks the
+# walk needs (h5py's is held across the fork; the C library's allocator is
+# made fork-safe by the C library itself). Where os.fork does not exist,
+# the walk runs in this process.
+
+# The values of a non-contiguous dataset sent with the walk: each at most
+# _SHIP_BYTES, all of them together at most _SHIP_TOTAL (held with the document).
+_SHIP_BYTES = 1 << 20
+_SHIP_TOTAL = 16 << 20
+# The values one child's read sends per slab (whole rows of chunks: a chunk is read once).
+_SLAB_BYTES = 4 << 20
+_FORK_LOCK = threading.Lock()
+# How long a child may run (seconds, plus one per 16 MiB it reads): HDF5 loops
+# forever on some damaged metadata (a global heap whose object runs past its
+# collection). The walk of a net of MAX_BLOBS datasets takes about 2 s.
+_SECONDS = 20
+_SECONDS_VARIABLE = "BLOBTOOL_HDF5_SECONDS"
+_FRAME = struct.Struct("<cQ")
+
+
+def _walk(source, kind) -> tuple:
+    if not hasattr(os, "fork"):
+        return _walked_here(source, kind)
+    seconds = _seconds(source.size)
+    pid, fd = _forked(lambda send: send(b"W", marshal.dumps(_walked_here(source, kind))), seconds)
+    frames, died, late = _answers(pid, fd, seconds)
+    if b"X" in frames:
+        raise RuntimeError(f"the HDF5 walk failed in its child process:\n{bytes(frames[b'X']).decode()}")
+    if died:
+        raise FormatError(f"HDF5's library crashed ({died}) reading the file's structure: damaged metadata",
+                          path=source.name)
+    if late:
+        raise FormatError(f"HDF5's library did not finish reading the file's structure in {late} s: damaged "
+                          f"metadata (a loop), or a slow machine ({_SECONDS_VARIABLE} sets the time)",
+                          path=source.name)
+    payload = frames.get(b"W")
+    if not payload:
+        raise FormatError("HDF5's reading of the file's structure ended without an answer", path=source.name)
+    return marshal.loads(payload)
+
+
+def _forked(work, seconds: int):
+    """(pid, read end of a pipe) of a child running work(send); send(tag, bytes) frames a message to this process.
+
+    The child ends itself (SIGALRM) a little after `seconds`, should this
+    process be gone without stopping it.
+    """
+    h5py = h5py_module("")
+    read_fd, write_fd = os.pipe()
+    phil = h5py._objects.phil
+    with _FORK_LOCK, phil, warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # a multi-threaded caller: see above
+        pid = os.fork()
+    if pid:
+        os.close(write_fd)
+        return pid, read_fd
+    code = 0
+    try:  # the child: never returns
+        os.close(read_fd)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent stops it
+        faulthandler.disable()  # a crash is reported by this process, in one line
+        for number in (signal.SIGSEGV, signal.SIGBUS, signal.SIGFPE, signal.SIGILL, signal.SIGABRT, signal.SIGPIPE,
+                       signal.SIGTERM, signal.SIGHUP, signal.SIGALRM):
+            signal.signal(number, signal.SIG_DFL)
+        signal.alarm(seconds + 5)
+
+        def send(tag: bytes, body) -> None:
+            view = memoryview(body).cast("B")
+            _write_all(write_fd, _FRAME.pack(tag, len(view)))
+            _write_all(write_fd, view)
+
         try:
-            root = h5py.h5g.open(f.id, b"/")
-            if doc.kind == "net":
-                _read_net(doc, h5py, root)
-            elif doc.kind == "solverstate":
-                _read_solverstate(doc, h5py, root)
-            else:
-                raise UsageError(f"Caffe's HDF5 snapshots hold a net or a solver state, not a {doc.kind}",
-                                 path=doc.path)
-        except H5_ERRORS as exc:
-            where = getattr(exc, "blobtool_where", where)
-            raise _error(doc.path, where, f"unreadable: {reason(exc)}") from exc
+            work(send)
+        except Exception:  # noqa: BLE001 - a bug: its traceback goes to the parent, which raises it
+            send(b"X", traceback.format_exc().encode("utf-8", "backslashreplace"))
+    except BaseException:  # noqa: BLE001
+        code = 70
+    finally:
+        os._exit(code)
+
+
+def _write_all(fd: int, view) -> None:
+    while len(view):
+        view = view[os.write(fd, view):]
+
+
+def _seconds(nbytes: int) -> int:
+    """How long a child may take: _SECONDS (or the environment's), and a second more per 16 MiB to read."""
+    value = os.environ.get(_SECONDS_VARIABLE)
+    if value is None:
+        return _SECONDS + nbytes // (16 << 20)
+    if not (value.strip().isascii() and value.strip().isdigit() and int(value) > 0):
+        raise UsageError(f"environment variable {_SECONDS_VARIABLE}={value!r} is not a number of seconds: "
+                         "expected a whole number >= 1")
+    return int(value) + nbytes // (16 << 20)
+
+
+def _answers(pid: int, fd: int, seconds: int) -> tuple:
+    """({tag: body} of what a child sent, the signal that killed it or None, `seconds` if it ran past them or 0).
+
+    A child still running when the time is up is killed.
+    """
+    data = bytearray()
+    deadline = time.monotonic() + seconds
+    done = late = False
+    try:
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([fd], [], [], left)[0]:
+                late = True
+                break
+            chunk = os.read(fd, 1 << 16)  # a pipe's buffer
+            if not chunk:
+                done = True
+                break
+            data += chunk
+    finally:
+        os.close(fd)
+        died = _reaped(pid, stop=not done)
+    frames, at = {}, 0
+    while at + _FRAME.size <= len(data):
+        tag, size = _FRAME.unpack_from(data, at)
+        at += _FRAME.size
+        if at + size > len(data):
+            break
+        frames[tag] = data[at:at + size]
+        at += size
+    return frames, died, seconds if late else 0
+
+
+def _reaped(pid: int, *, stop: bool) -> str | None:
+    """Wait for a child (stopped first when this process gives up on it); the signal that killed it, if one did."""
+    try:
+        if stop:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            return None  # stopped here, not crashed
+        _, status = os.waitpid(pid, 0)
+    except ChildProcessError:
+        return None
+    if os.WIFSIGNALED(status):
+        number = os.WTERMSIG(status)
+        try:
+            return signal.Signals(number).name
+        except ValueError:
+            return f"signal {number}"
+    return None
 
 
 class _At:
@@ -486,45 +759,115 @@ def _stored(h5py, dsid, plist, where, raw: bytes, doc) -> _Stored:
     if offset is None and nbytes > _MAX_EXPANSION * stored + _UNSTORED_BYTES:
         raise _error(doc.path, where, f"declares {nbytes} bytes of values, more than its {stored} stored "
                                       "bytes can hold")
-    return _Stored(where, raw, tuple(int(d) for d in shape), dtype, offset)
+    return _Stored(where, raw, tuple(int(d) for d in shape), dtype, offset,
+                   chunk=tuple(int(d) for d in chunk) if chunk is not None else None)
 
 
 def _blob_dtype(stored: np.dtype) -> np.dtype:
     return np.dtype(np.float64) if stored.itemsize == 8 else np.dtype(np.float32)
 
 
-def _values(doc: Document, stored: _Stored) -> np.ndarray:
-    """The values of a dataset as a flat array of the blob's dtype: a view of the input, or read through h5py.
+def _count(stored: _Stored) -> int:
+    return int(np.prod(stored.shape, dtype=object))
 
-    Read through h5py (chunked, compressed, compact, big-endian, float16),
-    HDF5 converts the values into the blob's array a chunk at a time (each
-    chunk at most MAX_CHUNK_BYTES, checked in _stored), through its own
-    bounded conversion buffer, and without a chunk cache: beyond the array
-    itself, memory holds at most one chunk.
+
+def _values(doc: Document, stored: _Stored) -> np.ndarray:
+    """The values of a dataset as a flat array of the blob's dtype: a view of the input, or read through HDF5.
+
+    A dataset that is not Caffe's contiguous one (chunked, compressed,
+    compact, big-endian, float16) comes with the walk when small; otherwise
+    it is read in a child process (see "HDF5 in a child process"), a slab of
+    whole chunks at a time (each chunk at most MAX_CHUNK_BYTES, checked in
+    _stored), which HDF5 converts into the blob's type in place, in an
+    anonymous shared mapping that becomes the blob's array: the blob is held
+    once (in both processes' resident figures), beside one chunk in the child.
     """
     target = _blob_dtype(stored.dtype)
-    count = int(np.prod(stored.shape, dtype=object))
+    count = _count(stored)
     if count == 0:
         return np.empty(0, dtype=target)
     if stored.offset is not None:
         return np.frombuffer(doc.source.buf, dtype=stored.dtype, count=count, offset=stored.offset)
-    values = np.empty(stored.shape, dtype=target)
-    h5py = h5py_module(doc.path)
-    with _opened(doc.source) as f:
+    if stored.values is not None:
+        return np.frombuffer(stored.values, dtype=target, count=count)
+    if not hasattr(os, "fork"):
+        values = np.empty(count, dtype=target)
+        h5py = h5py_module(doc.path)
+        with _opened(doc.source) as f:
+            for _ in _slabs(h5py, f, stored, doc.path, values.reshape(stored.shape)):
+                pass
+        return values
+    # The child writes the values into memory shared with this process (an
+    # anonymous shared mapping, which becomes the blob's array): no copy.
+    values = np.frombuffer(mmap.mmap(-1, count * target.itemsize), dtype=target, count=count)
+
+    def work(send) -> None:
+        h5py = h5py_module(doc.path)
         try:
-            dapl = h5py.h5p.create(h5py.h5p.DATASET_ACCESS)
-            dapl.set_chunk_cache(0, 0, 1.0)  # no cache: a chunk is read, converted and let go
-            dsid = h5py.h5d.open(f.id, stored.raw, dapl=dapl)
-            _check_storage(h5py, dsid, stored.where, doc.path)
+            with _opened(doc.source) as f:
+                for _ in _slabs(h5py, f, stored, doc.path, values.reshape(stored.shape)):
+                    pass
+            send(b"D", b"")
+        except BlobToolError as exc:
+            send(b"E", marshal.dumps(_error_plain(exc)))
+
+    seconds = _seconds(values.nbytes)
+    pid, fd = _forked(work, seconds)
+    frames, died, late = _answers(pid, fd, seconds)
+    if b"X" in frames:
+        raise RuntimeError(f"reading HDF5 values failed in a child process:\n{bytes(frames[b'X']).decode()}")
+    if b"E" in frames:
+        raise _rebuilt(marshal.loads(frames[b"E"]))
+    if died:
+        raise _error(doc.path, stored.where, f"HDF5's library crashed ({died}) reading its values: damaged metadata")
+    if late:
+        raise _error(doc.path, stored.where, f"HDF5's library did not finish reading its values in {late} s: "
+                                             f"damaged metadata (a loop), or a slow machine ({_SECONDS_VARIABLE} "
+                                             "sets the time)")
+    finished = b"D" in frames
+    if not finished:
+        raise _error(doc.path, stored.where, "HDF5's reading of its values ended early")
+    return values
+
+
+def _slabs(h5py, f, stored: _Stored, doc_path, into=None):
+    """The values of a dataset read through HDF5, in the blob's dtype, a slab of whole rows of chunks at a time.
+
+    Each slab is a new array, or a part of `into` (an array of the dataset's
+    shape) read in place. No chunk cache: a slab holds whole chunks along the
+    first axis, so each chunk is read and inflated once, converted (through
+    HDF5's bounded conversion buffer), and let go.
+    """
+    target = _blob_dtype(stored.dtype)
+    shape = stored.shape
+    try:
+        dapl = h5py.h5p.create(h5py.h5p.DATASET_ACCESS)
+        dapl.set_chunk_cache(0, 0, 1.0)
+        dsid = h5py.h5d.open(f.id, stored.raw, dapl=dapl)
+        _check_storage(h5py, dsid, stored.where, doc_path)
+        row_bytes = max(1, int(np.prod(shape[1:], dtype=object)) * target.itemsize)
+        step = stored.chunk[0] if stored.chunk else 1
+        per = max(step, _SLAB_BYTES // row_bytes // step * step)
+        space = dsid.get_space()
+        for start in range(0, shape[0], per):
+            rows = min(per, shape[0] - start)
+            slab = np.empty((rows, *shape[1:]), dtype=target) if into is None else into[start:start + rows]
+            space.select_hyperslab((start,) + (0,) * (len(shape) - 1), slab.shape)
             with np.errstate(over="ignore", invalid="ignore"):
-                dsid.read(h5py.h5s.ALL, h5py.h5s.ALL, values)
-        except H5_ERRORS as exc:
-            raise _error(doc.path, stored.where, f"unreadable values: {reason(exc)}") from exc
-    return values.reshape(-1)
+                dsid.read(h5py.h5s.create_simple(slab.shape), space, slab)
+            yield slab
+    except H5_ERRORS as exc:
+        raise _error(doc_path, stored.where, f"unreadable values: {reason(exc)}") from exc
 
 
-def _loader(doc: Document, data: _Stored, diff: _Stored | None):
-    def load() -> Blob:
+class _Load:
+    """Builds an entry's Blob from its data's (and diff's) datasets."""
+
+    def __init__(self, doc: Document, data: _Stored, diff: _Stored | None):
+        self.doc, self.data, self.diff = doc, data, diff
+
+    def __call__(self) -> Blob:
+        doc, data, diff = self.doc, self.data, self.diff
         held = _blob_dtype(data.dtype)
         blob = Blob(dtype=held, diff_dtype=held_dtype(diff.dtype, held) if diff else None)
         try:
@@ -535,7 +878,6 @@ def _loader(doc: Document, data: _Stored, diff: _Stored | None):
         blob.origin = Origin("shape", data.dtype.newbyteorder("="), diff is not None,
                              diff_dtype=stored_diff if stored_diff != data.dtype.newbyteorder("=") else None)
         return blob
-    return load
 
 
 def _add(doc: Document, name: str, data: _Stored, diff: _Stored | None, layer=None) -> None:
@@ -543,7 +885,7 @@ def _add(doc: Document, name: str, data: _Stored, diff: _Stored | None, layer=No
     stored = data.dtype.newbyteorder("=")
     diff_dtype = diff.dtype.newbyteorder("=") if diff is not None else None
     doc.entries.append(Entry(name, data.shape, "shape", stored, diff is not None, layer=layer,
-                             build=_loader(doc, data, diff), diff_dtype=diff_dtype if diff_dtype != stored else None))
+                             build=_Load(doc, data, diff), diff_dtype=diff_dtype if diff_dtype != stored else None))
 
 
 def _read_net(doc: Document, h5py, root) -> None:
