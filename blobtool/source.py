@@ -490,6 +490,23 @@ def _changed_watched() -> str | None:
     return _changes[0] if _changes else None
 
 
+def settle() -> str | None:
+    """Stop raising Stopped for inputs' writers (the command is reporting its end); a watched input that changed, or None.
+
+    Called once an error or a stop is about to be reported: a writer that
+    comes along during that report must not add a second line, and a read
+    error found in a watched input that was changed meanwhile is better
+    told as that change (the caller decides).
+    """
+    global _signalled
+    _signalled = True
+    _leases.clear()
+    try:
+        return _changed_watched()
+    except OSError:
+        return None
+
+
 def check_inputs() -> None:
     """Raise FormatError (exit 3) if a watched input changed (before an output is committed)."""
     changed = _changed_watched()

@@ -478,6 +478,38 @@ def test_an_input_changing_while_it_is_copied_is_exit_3_one_line(tmp_path):
                         r"truncated it, or its storage failed\))\n", result.stderr)
 
 
+SETTLED = """
+import os, signal, sys
+from blobtool import source
+from blobtool.cli.group import _settle_inputs
+from blobtool.errors import FormatError
+
+source.guard_inputs()
+path = sys.argv[1]
+writer = os.open(path, os.O_WRONLY)  # held open for writing: no lease, the input is watched
+opened = source.open_source(path)
+signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGIO})  # the writer's news held back until the report
+os.ftruncate(writer, 8)
+error = _settle_inputs(FormatError("truncated at byte 8: field 5 (data)", path=path))
+print(error)
+signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGIO})  # it arrives while the error is reported: no stop
+os.kill(os.getpid(), signal.SIGIO)
+print("reported once")
+"""
+
+
+@needs_leases
+def test_a_read_error_in_an_input_changed_meanwhile_is_reported_as_the_change_once(tmp_path):
+    # The error the parser found in a cut-short input is told as the change that caused it, and a
+    # writer's news that comes while it is reported adds no second line.
+    path = write_float_blob(tmp_path / "in.pb", 100_000)
+    result = subprocess.run([sys.executable, "-c", SETTLED, str(path)], env=subprocess_env(), capture_output=True,
+                            text=True, timeout=60)
+    assert (result.returncode, result.stderr) == (0, "")
+    assert result.stdout == (f"{path}: changed while it was read: another process wrote to it or truncated it\n"
+                             "reported once\n")
+
+
 # -- an input that cannot be leased: mapped and watched, not copied ---------------------------------
 
 @pytest.fixture

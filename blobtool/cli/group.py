@@ -15,7 +15,7 @@ import sys
 import click
 
 from .. import __version__
-from ..errors import BlobToolError, ExitCode
+from ..errors import BlobToolError, ExitCode, FormatError
 from ..report.escape import escape
 
 __all__ = ["BlobtoolGroup", "cli", "CONTEXT_SETTINGS", "say_error", "debug_traceback", "quiet_broken_pipe",
@@ -96,8 +96,26 @@ def fail_output(exc: OSError) -> int:
     return ExitCode.OUTPUT
 
 
+def _settle_inputs(exc: BaseException | None = None) -> BaseException | None:
+    """No further stop from an input's writer while the end is reported; the error to report.
+
+    A read error in an input that another process changed meanwhile (a
+    truncation seen as "truncated at byte N") is reported as that change.
+    blobtool.source is consulted only when a command has loaded it.
+    """
+    source = sys.modules.get("blobtool.source")
+    if source is None:
+        return exc
+    changed = source.settle()
+    if (changed is not None and isinstance(exc, FormatError) and exc.path == changed
+            and "changed while it was read" not in str(exc)):
+        return FormatError(source.WRITTEN, path=changed)
+    return exc
+
+
 def stopped(exc: KeyboardInterrupt) -> int:
     """Say what stopped blobtool (a signal, a writer of an input: errors.Stopped, or Ctrl-C); its exit code."""
+    _settle_inputs()
     say_error(getattr(exc, "message", "interrupted"))
     return getattr(exc, "exit_code", ExitCode.INTERRUPTED)
 
@@ -124,7 +142,8 @@ class BlobtoolGroup(click.Group):
     def invoke(self, ctx):
         try:
             return super().invoke(ctx)
-        except BlobToolError as exc:
+        except BlobToolError as caught:
+            exc = _settle_inputs(caught)
             if _debug_enabled():
                 _print_traceback()
             say_error(str(exc))
