@@ -245,9 +245,17 @@ def test_full_standard_output_is_exit_5_one_line(tmp_path, small, args):
 
 # -- SIGKILL and SIGINT in the middle of a write ------------------------------------------------
 
+def _default_stop_signals() -> None:
+    # A test run started under nohup hands blobtool an ignored SIGHUP, which it keeps ignored (as
+    # it should): the signal tests start it as a terminal would.
+    for signum in (signal.SIGHUP, signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, signal.SIG_DFL)
+
+
 def _start_convert(tmp_path: Path, big: Path) -> subprocess.Popen:
     return subprocess.Popen(blobtool_cmd("convert", "--double", big, "-o", "out.pb"), cwd=tmp_path,
-                            env=subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            env=subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=_default_stop_signals)
 
 
 def _wait_for_temp(proc, folder: Path, at_least: int, timeout: float = 60.0) -> Path | None:
