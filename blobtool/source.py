@@ -36,7 +36,6 @@ import signal
 import stat
 import struct
 import sys
-import threading
 import weakref
 
 try:
@@ -365,8 +364,9 @@ def _lease_broken(signum, frame) -> None:
     changed = _changed_watched()
     if changed:
         if _in_finalizer(frame):
-            # An exception raised in a finalizer is printed and dropped: come back once it is done.
-            signal.pthread_kill(threading.main_thread().ident, signal.SIGIO)
+            # An exception raised in a finalizer is printed and dropped. The change stays recorded
+            # (_changes): the next read of values, the commit of an output or the command's end
+            # (pending_change) reports it. Signalling again from here would only come back here.
             return
         _signalled = True  # one stop, however many writes come (read_mapped and commits still check)
         raise Stopped(f"{changed}: {WRITTEN}", ExitCode.INPUT)
@@ -488,6 +488,11 @@ def _changed_watched() -> str | None:
             if _identity(os.fstat(reader)) != identity:
                 _changes.append(name)
     return _changes[0] if _changes else None
+
+
+def pending_change() -> str | None:
+    """A watched input whose change was found but not yet reported (found inside a finalizer), or None."""
+    return None if _signalled else (_changes[0] if _changes else None)
 
 
 def settle() -> str | None:

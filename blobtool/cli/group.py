@@ -113,6 +113,14 @@ def _settle_inputs(exc: BaseException | None = None) -> BaseException | None:
     return exc
 
 
+def _report_pending_change() -> None:
+    """Raise the change of a watched input that was found where it could not be raised (a finalizer)."""
+    source = sys.modules.get("blobtool.source")
+    changed = source.pending_change() if source is not None else None
+    if changed is not None:
+        raise FormatError(source.WRITTEN, path=changed)
+
+
 def stopped(exc: KeyboardInterrupt) -> int:
     """Say what stopped blobtool (a signal, a writer of an input: errors.Stopped, or Ctrl-C); its exit code."""
     _settle_inputs()
@@ -141,7 +149,9 @@ class BlobtoolGroup(click.Group):
 
     def invoke(self, ctx):
         try:
-            return super().invoke(ctx)
+            result = super().invoke(ctx)
+            _report_pending_change()
+            return result
         except BlobToolError as caught:
             exc = _settle_inputs(caught)
             if _debug_enabled():
