@@ -33,7 +33,11 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+# The tests' helpers, and the checkout's own blobtool (the run needs no install; an installed
+# blobtool is used where this file is not inside a checkout of it).
 sys.path.insert(0, str(HERE))
+if (HERE.parent / "blobtool" / "__init__.py").is_file():
+    sys.path.insert(1, str(HERE.parent))
 
 REALWORLD = HERE.parents[1] / "shared" / "realworld"
 # Kinds an input may be forced to (one per input, chosen from its last byte).
