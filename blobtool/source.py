@@ -27,6 +27,7 @@ touching the mapping at all.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import io
 import mmap
@@ -211,11 +212,11 @@ def _map(fd: int, name: str, size: int) -> Source:
     except OSError as exc:
         raise FormatError(cannot("map the file", exc), path=name) from exc
     except ValueError as exc:
+        # `size` is what fstat said of this descriptor: mmap's own fstat found fewer bytes since. The
+        # file was cut short in between (it cannot be leased), and may have grown back already.
         now = os.fstat(fd).st_size
-        if now < size:  # cut short since it was opened (a file that cannot be leased)
-            raise FormatError(f"changed while it was read: {size} bytes when it was opened, {now} when it was "
-                              "mapped", path=name) from exc
-        raise FormatError(f"cannot map the file: {exc}", path=name) from exc
+        raise FormatError(f"changed while it was read: {size} bytes when it was opened, "
+                          f"{now if now < size else 'fewer'} when it was mapped", path=name) from exc
     if hasattr(os, "preadv"):
         # A descriptor of its own, so that read_mapped() can read the file's
         # bytes for as long as arrays view the mapping.
@@ -231,6 +232,9 @@ _mapped: dict = {}  # id of a mapping -> (a descriptor of its file, the input's 
 
 
 def _forget(key: int, fd: int) -> None:
+    if fd in _watched:
+        _record_changes()  # before its descriptor goes: a change found now is reported at the command's end
+        _watched.pop(fd, None)
     _mapped.pop(key, None)
     _spans.pop(key, None)
     with contextlib.suppress(OSError):
@@ -324,6 +328,9 @@ def guard_inputs() -> None:
     if _guarded or not hasattr(fcntl, "F_SETLEASE") or not hasattr(signal, "SIGIO"):
         return
     signal.signal(signal.SIGIO, _lease_broken)
+    # Python puts SIGIO's handler back to the default (which kills) as it shuts down, while leases
+    # and the inotify descriptor may still send it: a writer then would end blobtool by signal 29.
+    atexit.register(signal.signal, signal.SIGIO, signal.SIG_IGN)
     _catch_faults()
     _guarded = True
 
@@ -358,6 +365,27 @@ def _unwatch(fd: int) -> None:
 
 
 def _lease_broken(signum, frame) -> None:
+    global _handling, _again
+    if _handling:
+        # Python runs a handler between any two bytecodes, this one's own too: a writer that
+        # keeps writing would nest handlers until RecursionError. The running one looks again.
+        _again = True
+        return
+    _handling = True
+    try:
+        _again = True
+        while _again:
+            _again = False
+            _look_at_inputs(frame)
+    finally:
+        _handling = False
+
+
+_handling = False  # _lease_broken is running
+_again = False  # SIGIO came while it ran
+
+
+def _look_at_inputs(frame) -> None:
     global _signalled
     if _signalled or frame is not None and frame.f_code is _on_fault.__code__:
         return  # stopping already (or inside the SIGBUS handler, which stops the command with this news)
@@ -416,12 +444,14 @@ _watched: dict = {}  # a reader descriptor of a mapped input -> (name, identity 
 _watches: dict = {}  # inotify watch -> [name, how many mapped inputs use it]
 _inotify = None  # the process's inotify descriptor (None: not made yet; -1: none to be had)
 _changes: list = []  # names of watched inputs that changed (found by any thread)
+_told: set = set()  # inputs already reported bad, whose changes are not reported again (take_change)
 _IN_MODIFY = 0x2
 
 
 def _watch(fd: int, name: str, mapped, st: os.stat_result) -> None:
     """Watch the unleased input open on `fd` (mapped as `mapped`) for as long as the mapping lives."""
     reader = _mapped.get(id(mapped), (None,))[0]
+    _told.discard(name)  # opened again: its changes count again
     wd = _add_watch(fd, name)
     if reader is not None:
         _watched[reader] = (name, _identity(st), wd)
@@ -458,7 +488,13 @@ def _add_watch(fd: int, name: str):
     return wd
 
 
+def _record_changes() -> None:
+    with contextlib.suppress(OSError):
+        _changed_watched()
+
+
 def _stop_watching(reader, wd) -> None:
+    _record_changes()  # the events of this input that are still queued
     if reader is not None:
         _watched.pop(reader, None)
     if wd is not None and wd in _watches:
@@ -482,12 +518,35 @@ def _changed_watched() -> str | None:
                 wd, mask, _, length = struct.unpack_from("iIII", events, pos)
                 pos += 16 + length
                 if mask & _IN_MODIFY and wd in _watches:
-                    _changes.append(_watches[wd][0])
+                    _note_change(_watches[wd][0])
     for reader, (name, identity, _) in list(_watched.items()):
         with contextlib.suppress(OSError):
             if _identity(os.fstat(reader)) != identity:
-                _changes.append(name)
+                _note_change(name)
     return _changes[0] if _changes else None
+
+
+def _note_change(name: str) -> None:
+    if name not in _changes and name not in _told:
+        _changes.append(name)
+
+
+def take_change(name: str) -> bool:
+    """Whether the watched input `name` changed since it was opened; from now on its changes are not reported.
+
+    For a batch that reports a bad input and goes on: the caller tells its
+    error (as this change, when there was one), and a write that comes
+    later, before its mapping is gone, stops nothing.
+    """
+    _record_changes()
+    _told.add(name)
+    for fd, leased in list(_leases.items()):
+        if leased == name:
+            del _leases[fd]  # its lease may break now: it was read
+    if name in _changes:
+        _changes.remove(name)
+        return True
+    return False
 
 
 def pending_change() -> str | None:

@@ -480,7 +480,7 @@ def test_an_input_changing_while_it_is_copied_is_exit_3_one_line(tmp_path):
         os.close(writer)
     assert result.returncode == 3
     assert re.fullmatch(rf"blobtool: {re.escape(str(path))}: changed while it was read: "
-                        r"(another process wrote to it or truncated it|\d+ bytes when it was opened, \d+ when it "
+                        r"(another process wrote to it or truncated it|\d+ bytes when it was opened, (\d+|fewer) when it "
                         r"was mapped|it ends at byte \d+, before the \d+ bytes "
                         r"wanted from byte \d+|it ended before a byte read through its memory map \(another process "
                         r"truncated it, or its storage failed\))\n", result.stderr)
@@ -516,6 +516,87 @@ def test_a_read_error_in_an_input_changed_meanwhile_is_reported_as_the_change_on
     assert (result.returncode, result.stderr) == (0, "")
     assert result.stdout == (f"{path}: changed while it was read: another process wrote to it or truncated it\n"
                              "reported once\n")
+
+
+BATCH_SETTLED = """
+import os, signal, sys
+from blobtool import source
+from blobtool.cli.group import batch_error
+from blobtool.errors import FormatError
+
+source.guard_inputs()
+path = sys.argv[1]
+writer = os.open(path, os.O_WRONLY)  # held open for writing: no lease, the input is watched
+opened = source.open_source(path)
+signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGIO})
+os.ftruncate(writer, 8)
+try:
+    raise FormatError("truncated at byte 8: field 5 (data)", path=path)
+except FormatError as exc:
+    error = exc
+print(batch_error(error))
+os.ftruncate(writer, 4)  # a later write to the input the batch reported: no stop, no second line
+signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGIO})
+os.kill(os.getpid(), signal.SIGIO)
+print(source.pending_change())
+"""
+
+
+@needs_leases
+def test_a_batch_reports_an_input_changed_meanwhile_as_the_change_once_and_goes_on(tmp_path):
+    path = write_float_blob(tmp_path / "in.pb", 100_000)
+    result = subprocess.run([sys.executable, "-c", BATCH_SETTLED, str(path)], env=subprocess_env(),
+                            capture_output=True, text=True, timeout=60)
+    assert (result.returncode, result.stderr) == (0, "")
+    assert result.stdout == f"{path}: changed while it was read: another process wrote to it or truncated it\nNone\n"
+
+
+NESTED = """
+import sys
+from blobtool import source
+
+calls = []
+
+def changed_watched():  # as if SIGIO came again inside the handler, 5000 deep
+    calls.append(1)
+    if len(calls) < 5000:
+        source._lease_broken(29, None)
+    return None
+
+source._changed_watched = changed_watched
+source._lease_broken(29, None)
+print(len(calls), source._handling)
+"""
+
+
+def test_sigio_arriving_inside_its_own_handler_is_looked_at_again_not_nested():
+    # A writer that keeps writing sends SIGIO while the handler runs: each used to nest a new
+    # handler (RecursionError, exit 70, under load). The running handler now looks once more.
+    result = subprocess.run([sys.executable, "-c", NESTED], env=subprocess_env(), capture_output=True, text=True,
+                            timeout=60)
+    assert (result.returncode, result.stderr) == (0, "")
+    assert result.stdout == "5000 False\n"
+
+
+AT_EXIT = """
+import atexit, os, signal
+from blobtool import source
+
+source.guard_inputs()
+atexit._run_exitfuncs()  # what Python runs as it shuts down, before it puts the handlers back
+print(signal.getsignal(signal.SIGIO) is signal.SIG_IGN)
+os.kill(os.getpid(), signal.SIGIO)  # a lease broken or an inotify event now
+print("alive")
+"""
+
+
+@needs_leases
+def test_sigio_while_python_shuts_down_does_not_kill_blobtool():
+    # Python puts SIGIO's handler back to the default (terminate) as it shuts down; a lease or
+    # inotify event then ended blobtool with signal 29 instead of its exit code.
+    result = subprocess.run([sys.executable, "-c", AT_EXIT], env=subprocess_env(), capture_output=True, text=True,
+                            timeout=60)
+    assert (result.returncode, result.stdout, result.stderr) == (0, "True\nalive\n", "")
 
 
 # -- an input that cannot be leased: mapped and watched, not copied ---------------------------------

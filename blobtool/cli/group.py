@@ -18,7 +18,7 @@ from .. import __version__
 from ..errors import BlobToolError, ExitCode, FormatError
 from ..report.escape import escape
 
-__all__ = ["BlobtoolGroup", "cli", "CONTEXT_SETTINGS", "say_error", "debug_traceback", "quiet_broken_pipe",
+__all__ = ["BlobtoolGroup", "cli", "CONTEXT_SETTINGS", "say_error", "batch_error", "debug_traceback", "quiet_broken_pipe",
            "is_output_failure", "fail_output", "stopped"]
 
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
@@ -110,6 +110,26 @@ def _settle_inputs(exc: BaseException | None = None) -> BaseException | None:
     if (changed is not None and isinstance(exc, FormatError) and exc.path == changed
             and "changed while it was read" not in str(exc)):
         return FormatError(source.WRITTEN, path=changed)
+    return exc
+
+
+def batch_error(exc: BlobToolError) -> BlobToolError:
+    """The error of one bad input in a batch that goes on, told as its change if another process changed it.
+
+    Its tracebacks are dropped (printed already with --debug): their frames
+    hold the input's mapping, whose watch then goes with it; a write that
+    comes later stops nothing, as the input was reported.
+    """
+    source = sys.modules.get("blobtool.source")
+    if source is None or exc.path is None:
+        return exc
+    link = exc
+    while link is not None:
+        link.__traceback__ = None
+        link = link.__cause__ or link.__context__
+    if (source.take_change(exc.path) and isinstance(exc, FormatError)
+            and "changed while it was read" not in str(exc)):
+        return FormatError(source.WRITTEN, path=exc.path)
     return exc
 
 

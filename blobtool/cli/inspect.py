@@ -8,7 +8,7 @@ import click
 
 from ..errors import ExitCode
 from ..report import text
-from .group import CONTEXT_SETTINGS, debug_traceback, say_error
+from .group import CONTEXT_SETTINGS, batch_error, debug_traceback, say_error
 from .names import names_options, renamed, warn_all
 from .options import (INPUT, Tolerance, all_files_option, batch_inputs, blob_option, device_option,
                       fail_fast_option, jobs_option, json_object_option, json_option, kind_option)
@@ -41,6 +41,7 @@ class _Batch:
         for item in records(self.paths, work, jobs, fail_fast=self.fail_fast):
             if isinstance(item, BlobToolError):
                 debug_traceback(item)
+                item = batch_error(item)
                 say_error(str(item))
                 self.worst = max(self.worst, item.exit_code)
                 continue
