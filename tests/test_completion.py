@@ -9,7 +9,9 @@ import select
 import shlex
 import shutil
 import subprocess
+import tempfile
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -105,12 +107,17 @@ def bash_words(line: str, prefix: str = "") -> list:
     each evaluated by bash after `prefix` (what readline keeps of the word): the words bash would run."""
     script = run_blobtool(env=subprocess_env(_BLOBTOOL_COMPLETE="bash_source"), text=True).stdout
     words = split_line(line)
-    program = (f"{script}\nblobtool() {{ {' '.join(map(shlex.quote, blobtool_cmd()))} \"$@\"; }}\n"
-               f"COMP_WORDS=({' '.join(map(shlex.quote, words))}); COMP_CWORD={len(words) - 1}\n"
+    program = (f"{script}\nCOMP_WORDS=({' '.join(map(shlex.quote, words))}); COMP_CWORD={len(words) - 1}\n"
                "_blobtool_completion blobtool\n"
                'for word in "${COMPREPLY[@]}"; do eval "printf \'%s\\0\' $PREFIX$word"; done\n')
-    result = subprocess.run(["bash", "-c", program], env=subprocess_env(PREFIX=prefix), capture_output=True,
-                            timeout=60)
+    with tempfile.TemporaryDirectory() as folder:
+        # The completion script runs the program by name (through env): this checkout's, first on PATH.
+        program_file = Path(folder) / "blobtool"
+        program_file.write_text(f"#!/bin/sh\nexec {' '.join(map(shlex.quote, blobtool_cmd()))} \"$@\"\n")
+        program_file.chmod(0o755)
+        env = subprocess_env(PREFIX=prefix)
+        env["PATH"] = folder + os.pathsep + env.get("PATH", "")
+        result = subprocess.run(["bash", "-c", program], env=env, capture_output=True, timeout=60)
     assert result.returncode == 0 and result.stderr == b"", result.stderr
     return result.stdout.decode().split("\0")[:-1]
 
