@@ -51,7 +51,7 @@ from dataclasses import dataclass
 
 from .errors import ExitCode, FormatError, OutputError, Stopped, UsageError
 
-__all__ = ["Source", "open_source", "atomic_output", "display_name", "release_pages", "releasing", "file_behind",
+__all__ = ["Source", "open_source", "atomic_output", "display_name", "release_pages", "releasing", "file_behind", "note_written",
            "read_mapped", "guard_inputs", "guarding", "stream_limit", "STDIO", "STREAM_LIMIT"]
 
 STDIO = "-"
@@ -217,12 +217,13 @@ def _map(fd: int, name: str, size: int) -> Source:
         now = os.fstat(fd).st_size
         raise FormatError(f"changed while it was read: {size} bytes when it was opened, "
                           f"{now if now < size else 'fewer'} when it was mapped", path=name) from exc
+    reader = None
     if hasattr(os, "preadv"):
         # A descriptor of its own, so that read_mapped() can read the file's
         # bytes for as long as arrays view the mapping.
         reader = os.dup(fd)
         _mapped[id(mapped)] = (reader, name)
-        weakref.finalize(mapped, _forget, id(mapped), reader)
+    weakref.finalize(mapped, _forget, id(mapped), reader)
     if _faults_caught:
         _map_span(mapped, name)  # for the SIGBUS handler's line
     return Source(name, mapped, size)
@@ -231,12 +232,15 @@ def _map(fd: int, name: str, size: int) -> Source:
 _mapped: dict = {}  # id of a mapping -> (a descriptor of its file, the input's name)
 
 
-def _forget(key: int, fd: int) -> None:
+def _forget(key: int, fd: int | None) -> None:
+    _written.pop(key, None)
+    _spans.pop(key, None)
+    if fd is None:
+        return
     if fd in _watched:
         _record_changes()  # before its descriptor goes: a change found now is reported at the command's end
         _watched.pop(fd, None)
     _mapped.pop(key, None)
-    _spans.pop(key, None)
     with contextlib.suppress(OSError):
         os.close(fd)
 
@@ -865,9 +869,29 @@ def _copy_mode(target: str, tmp: str) -> None:
 # -- releasing the pages of a mapped input ------------------------------------
 
 # Off unless a caller that will not use its blobs again turns it on (see
-# releasing()): dropping a copy-on-write page that was changed in memory
-# would bring back the file's bytes.
+# releasing()): a released page is read again from the file when it is
+# touched, which costs time for values used again.
 _release = False
+
+# What was handed out for writing of each mapping (SyncedMemory's
+# mutable_cpu_data and a copy back from the GPU call note_written): those
+# bytes may no longer be the file's, so they are never read from the file
+# (file_behind) and their pages never dropped (release_pages), inside
+# releasing() or not. The mapping is private (copy-on-write): a dropped page
+# that was written would come back as the file's bytes.
+_written: dict = {}  # id of a mapping -> {(first byte, end byte), ...} handed out for writing
+
+
+def note_written(view) -> None:
+    """Record that numpy array `view` may be written: if it views a mapped input, those bytes stop being the file's."""
+    found = _mapping_of(view) if view.size else None
+    if found is not None:
+        base, first = found
+        _written.setdefault(id(base), set()).add((first, first + view.nbytes))
+
+
+def _unwritten(base, first: int, last: int) -> bool:
+    return not any(start < last and first < end for start, end in _written.get(id(base), ()))
 
 
 @contextlib.contextmanager
@@ -894,6 +918,8 @@ def release_pages(view) -> None:
         return
     base, first = found
     last = first + view.nbytes
+    if not _unwritten(base, first, last):
+        return
     page = mmap.PAGESIZE
     start = -(-first // page) * page
     stop = last // page * page
@@ -936,7 +962,7 @@ def file_behind(view):
     if not _release or not view.flags.c_contiguous:
         return None
     found = _mapping_of(view)
-    if found is None or id(found[0]) not in _mapped:
+    if found is None or id(found[0]) not in _mapped or not _unwritten(found[0], found[1], found[1] + view.nbytes):
         return None
     return _mapped[id(found[0])][0], found[1]
 

@@ -20,6 +20,7 @@ Without a backend every GPU accessor raises DeviceError.
 from __future__ import annotations
 
 import enum
+import sys
 from typing import Any, Protocol
 
 import numpy as np
@@ -174,6 +175,7 @@ class SyncedMemory:
             if self._cpu is None:
                 self._cpu = _host_zeros(self._size)
                 self._own_cpu_data = True
+            _note_written(self._cpu)  # the device's values over an adopted file view: no longer the file's
             self._gpu_backend.copy_to_host(self._gpu, self._cpu)
             self._head = SyncedHead.SYNCED
         elif head in (SyncedHead.HEAD_AT_CPU, SyncedHead.SYNCED):
@@ -223,6 +225,7 @@ class SyncedMemory:
         """Writable 1-D uint8 view of the host copy; the head becomes HEAD_AT_CPU."""
         self._to_cpu()
         self._head = SyncedHead.HEAD_AT_CPU
+        _note_written(self._cpu)  # an adopted file view stops being read as the file (blobtool.source)
         return self._cpu
 
     def set_cpu_data(self, array) -> None:
@@ -278,6 +281,12 @@ class SyncedMemory:
 
     def __repr__(self) -> str:
         return f"SyncedMemory(size={self._size}, head={self._head.name})"
+
+
+def _note_written(view: np.ndarray) -> None:
+    source = sys.modules.get("blobtool.source")  # loaded with any mapped input: nothing to note without one
+    if source is not None:
+        source.note_written(view)
 
 
 def _as_bytes(array, size: int, what: str) -> np.ndarray:

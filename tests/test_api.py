@@ -100,3 +100,30 @@ def test_write_back_a_container_only_with_its_own_blobs(tmp_path):
         write(doc, {"extra": Blob(2)}, tmp_path / "out.caffemodel")
     assert info.value.exit_code == ExitCode.USAGE
     assert not (tmp_path / "out.caffemodel").exists()
+
+
+def _ones_file(tmp_path, n):
+    from builders import blob_bytes
+    from blobtool import wire
+
+    path = tmp_path / "ones.pb"
+    path.write_bytes(blob_bytes(shape=[n]) + wire.len_field_header(5, 4 * n) + np.ones(n, np.float32).tobytes())
+    return path
+
+
+def test_values_changed_in_memory_are_the_ones_summed_and_kept_inside_releasing(tmp_path):
+    # Inside releasing() the sums of a mapped blob read the file's bytes, and summed pages are dropped:
+    # only for bytes nobody was handed for writing. A scaled or written blob keeps its own values.
+    n = 1 << 20  # 4 MiB: read from the file in 1 MiB pieces when it is still the file's
+    blob = load(str(_ones_file(tmp_path, n)))
+    with blobtool.source.releasing():
+        assert blob.asum_data() == n  # the file's bytes
+        blob.scale_data(3)
+        assert blob.asum_data() == 3 * n
+        assert blob.sumsq_data() == 9 * n
+    other = load(str(_ones_file(tmp_path, n)))
+    with blobtool.source.releasing():
+        other.mutable_cpu_data()[:5] = 100
+        assert other.asum_data() == n + 5 * 99
+        assert other.asum_data() == n + 5 * 99  # the written page was not dropped
+    assert other.cpu_data()[:6].tolist() == [100] * 5 + [1]
