@@ -127,3 +127,15 @@ def test_values_changed_in_memory_are_the_ones_summed_and_kept_inside_releasing(
         assert other.asum_data() == n + 5 * 99
         assert other.asum_data() == n + 5 * 99  # the written page was not dropped
     assert other.cpu_data()[:6].tolist() == [100] * 5 + [1]
+
+
+def test_a_document_is_a_context_manager_with_a_one_line_repr(tmp_path):
+    path = _ones_file(tmp_path, 1000)
+    with open_document(str(path)) as doc:
+        assert repr(doc) == f"<Document {str(path)!r}: blob (caffe), 1 blob, {path.stat().st_size} bytes>"
+        blob = doc.entries[0].blob()
+    assert doc.closed and doc.entries == [] and repr(doc) == f"<Document {str(path)!r}: closed>"
+    assert blob.asum_data() == 1000  # a blob built before the close keeps its values
+    doc.close()  # twice: nothing
+    with pytest.raises(BlobToolError, match="closed"):
+        doc.size

@@ -272,9 +272,13 @@ class NetLayer:
     field: object = None
 
 
-@dataclass
+@dataclass(repr=False)
 class Document:
-    """An opened input file: its kind, its blobs in order, and its bytes."""
+    """An opened input file: its kind, its blobs in order, and its bytes.
+
+    A context manager, as h5py's File: ``with open_document(p) as doc:``
+    closes it at the end of the block (close()).
+    """
 
     path: str
     kind: str
@@ -287,7 +291,38 @@ class Document:
 
     @property
     def size(self) -> int:
+        if self.source is None:
+            raise UsageError(f"{self.path}: the document is closed")
         return self.source.size
+
+    @property
+    def closed(self) -> bool:
+        return self.source is None
+
+    def close(self) -> None:
+        """Let go of the file: its entries and layers go, and its bytes with the last blob built from them.
+
+        Blobs already built keep their values (a mapped input stays mapped
+        until the last of them is gone). Closing twice does nothing.
+        """
+        if self.source is not None:
+            self.source.close()
+        self.source = None
+        self.entries = []
+        self.layers = []
+
+    def __enter__(self) -> Document:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        if self.closed:
+            return f"<Document {self.path!r}: closed>"
+        count = len(self.entries)
+        return (f"<Document {self.path!r}: {self.kind} ({self.format}), {count} blob{'s' * (count != 1)}, "
+                f"{self.size} bytes>")
 
     def names(self) -> list:
         return [e.name for e in self.entries]
