@@ -40,6 +40,29 @@ class ExitCode(enum.IntEnum):
     TERMINATED = 143   # SIGTERM (128 + 15)
 
 
+# What each code means, shortly: `blobtool --help` is written from this.
+_MEANINGS = {
+    ExitCode.OK: "ok",
+    ExitCode.DIFFERENT: "differences found or a check failed",
+    ExitCode.USAGE: "usage error",
+    ExitCode.INPUT: "input unreadable or invalid",
+    ExitCode.DEVICE: "GPU not available",
+    ExitCode.OUTPUT: "output not writable",
+    ExitCode.INTERNAL: "internal error (--debug shows the traceback)",
+}
+_SIGNALS = (ExitCode.HANGUP, ExitCode.INTERRUPTED, ExitCode.TERMINATED)
+
+
+def exit_codes_help() -> str:
+    """The exit codes in one sentence, from ExitCode (the command's --help)."""
+    import signal
+
+    said = ", ".join(f"{int(code)} {meaning}" for code, meaning in _MEANINGS.items())
+    codes = "/".join(str(int(code)) for code in _SIGNALS)
+    names = "/".join(signal.Signals(code - 128).name for code in _SIGNALS)
+    return f"Exit codes: {said}, {codes} stopped by {names} (128+N)."
+
+
 def format_location(path=None, offset=None, field=None) -> str:
     """Join the parts of a location that are known into an error-message prefix.
 

@@ -32,6 +32,24 @@ def test_exit_codes_are_one_enum():
     assert blobtool.errors.OutputError.exit_code == 5
 
 
+def test_every_exit_code_is_in_the_help_and_the_docs():
+    from pathlib import Path
+
+    from blobtool.cli import cli
+
+    root = Path(__file__).resolve().parents[1]
+    help_text = " ".join(cli.help.split())
+    table = (root / "docs" / "safety.md").read_text()
+    readme = " ".join((root / "README.md").read_text().split())
+    for code in ExitCode:
+        if code >= 128:
+            assert f"{int(code)} SIG" in table and str(int(code)) in help_text, code
+            continue
+        assert f" {int(code)} " in help_text and f"\n| {int(code)} |" in table, code
+        assert f" {int(code)} " in readme.split("Exit codes:")[1].split("Errors are")[0], code
+    assert "| 128 + N |" in table and "128 + N" in readme
+
+
 def test_write_npz_from_a_document_keys_blobs_and_diffs(tmp_path):
     path, net = _net_file(tmp_path / "net.caffemodel")
     doc = open_document(path)

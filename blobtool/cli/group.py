@@ -1,9 +1,6 @@
 """The blobtool group: its options, and the one place where errors become a stderr line and an exit code.
 
-Exit codes are errors.ExitCode (see the README): 0 ok; 1 differences found or
-a check failed; 2 usage error; 3 input unreadable or invalid; 4 GPU asked
-for but not available; 5 output cannot be written; 70 internal error; 128 + N
-stopped by signal N (130 SIGINT, 143 SIGTERM, 129 SIGHUP).
+Exit codes are errors.ExitCode; the --help text says them from there.
 """
 
 from __future__ import annotations
@@ -15,7 +12,7 @@ import sys
 import click
 
 from .. import __version__
-from ..errors import BlobToolError, ExitCode, FormatError
+from ..errors import BlobToolError, ExitCode, FormatError, exit_codes_help
 from ..report.escape import escape
 
 __all__ = ["BlobtoolGroup", "cli", "CONTEXT_SETTINGS", "say_error", "batch_error", "debug_traceback", "quiet_broken_pipe",
@@ -200,27 +197,27 @@ class BlobtoolGroup(click.Group):
             ctx.exit(ExitCode.INTERNAL)
 
 
-@click.group(cls=BlobtoolGroup, context_settings=CONTEXT_SETTINGS)
+_HELP = f"""Inspect, compare and convert Caffe blob files.
+
+\b
+Reads (the kind is sniffed from the bytes, not the name):
+  BlobProto (.binaryproto, .pb, .protobin; the `shape` field or the legacy
+    num/channels/height/width), BlobProtoVector, nets (.caffemodel) and
+    solver states (.solverstate) as protobuf, Caffe's HDF5 snapshots
+    (.caffemodel.h5, .solverstate.h5), .npy and .npz arrays, .safetensors.
+info and norm also take folders (every such file in them, recursively).
+
+{exit_codes_help()}
+
+\b
+Example:
+  blobtool info mean.binaryproto
+"""
+
+
+@click.group(cls=BlobtoolGroup, context_settings=CONTEXT_SETTINGS, help=_HELP)
 @click.version_option(__version__, "-V", "--version", prog_name="blobtool")
 @click.option("--debug", is_flag=True, help="Show tracebacks for errors (also BLOBTOOL_DEBUG=1).")
 def cli(debug: bool) -> None:
-    """Inspect, compare and convert Caffe blob files.
-
-    \b
-    Reads (the kind is sniffed from the bytes, not the name):
-      BlobProto (.binaryproto, .pb, .protobin; the `shape` field or the legacy
-        num/channels/height/width), BlobProtoVector, nets (.caffemodel) and
-        solver states (.solverstate) as protobuf, Caffe's HDF5 snapshots
-        (.caffemodel.h5, .solverstate.h5), .npy and .npz arrays, .safetensors.
-    info and norm also take folders (every such file in them, recursively).
-
-    \b
-    Exit codes: 0 ok, 1 differences found or a check failed, 2 usage error,
-    3 input unreadable or invalid, 4 GPU not available, 5 output not writable,
-    70 internal error (--debug shows the traceback), 129/130/143 stopped by
-    SIGHUP/SIGINT/SIGTERM (128+N).
-
-    \b
-    Example:
-      blobtool info mean.binaryproto
-    """
+    # The group itself does nothing: --debug is read where errors are reported.
+    return None
