@@ -54,7 +54,7 @@ from ..source import Source, atomic_output
 from . import CAST_HINT, MAX_BLOBS, Document, Entry
 from .npyheader import NPY_HEADER_READ, NPY_MAGIC, NPY_VERSIONS, NpyHeader, parse_npy_header
 
-__all__ = ["sniff", "read", "write", "cast_for", "load_npy", "save_arrays", "blob_arrays", "iter_blob_arrays",
+__all__ = ["sniff", "read", "write", "cast_for", "load_npy", "save_arrays", "iter_blob_arrays",
            "member_names", "check_member_names", "pair_diffs", "parse_npy_header", "NpyHeader", "DIFF_SUFFIX",
            "PRECISION_DTYPES"]
 
@@ -401,23 +401,16 @@ def _check_zip_name(key: str, source: str | None = None) -> None:
         raise UsageError(f"blob name of {size} bytes; a zip member name holds at most 65535")
 
 
-def blob_arrays(entries: list, blobs: list, *, with_diff: bool, precision=None, write_diff=None,
-                transforms: dict | None = None) -> dict:
-    """{name: array} for the blobs, each in its shape: the data, and "<name>/diff" for each diff written.
+def iter_blob_arrays(entries: list, blobs: list, *, with_diff: bool, precision=None, write_diff=None,
+                     transforms: dict | None = None):
+    """(name, array) for the blobs, each in its shape and made when it is asked for (one converted copy at a time).
 
-    All at once (see iter_blob_arrays for one at a time). Diffs are written
+    The data, and "<name>/diff" for each diff written: diffs are written
     when `with_diff` (the format holds several arrays) and `write_diff`
     (None: each blob that has one). `precision` converts ("float", "double",
     "half"); None keeps the blob's dtype, or the integer type a blob stored
     as integers came with. `transforms` are applied to the values first.
     """
-    return dict(iter_blob_arrays(entries, blobs, with_diff=with_diff, precision=precision, write_diff=write_diff,
-                                 transforms=transforms))
-
-
-def iter_blob_arrays(entries: list, blobs: list, *, with_diff: bool, precision=None, write_diff=None,
-                     transforms: dict | None = None):
-    """blob_arrays' (name, array) pairs, each made when it is asked for (so one converted copy at a time)."""
     for key, k, which in member_names(entries, with_diff=with_diff, write_diff=write_diff):
         entry, blob = entries[k], blobs[k]
         target = PRECISION_DTYPES[precision_for(precision, entry.name)]

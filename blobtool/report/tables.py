@@ -30,7 +30,7 @@ from .text import (ASCII_BLOCKS, ASCII_DIVIDER, BLOCKS, DIVIDER, KEY_INDENT, LAY
 
 
 __all__ = ["fmt_num", "fmt_bytes", "fmt_shape", "render_info", "render_norm", "render_compare",
-           "render_devices", "render_written", "histogram_cell", "render_picture", "print_table", "print_line"]
+           "render_devices", "histogram_cell", "render_picture", "print_table", "print_line"]
 
 
 def can_encode(console: Console, chars: str) -> bool:
@@ -214,10 +214,6 @@ def render_devices(console: Console, devices: list) -> None:
         table.add_row(str(d["index"]), escape(d["name"]), fmt_bytes(d["total_memory"]), fmt_bytes(d["free_memory"]),
                       d["compute_capability"])
     console.print(table)
-
-
-def render_written(console: Console, path: str, fmt: str, blobs: int) -> None:
-    console.print(Text(f"wrote {escape(path)} ({fmt}, {blobs} blob{'s' if blobs != 1 else ''})", style="dim"))
 
 
 # -- pictures ------------------------------------------------------------------
