@@ -211,7 +211,6 @@ def main(argv=None) -> int:
             import blobtool.formats.caffe  # noqa: F401
             import blobtool.formats.npyheader  # noqa: F401
             import blobtool.formats.numpy  # noqa: F401
-            import blobtool.formats.sniff  # noqa: F401
             import blobtool.source  # noqa: F401
             import blobtool.kernels  # noqa: F401
             import blobtool.wire  # noqa: F401

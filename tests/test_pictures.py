@@ -28,7 +28,8 @@ from blobtool import kernels
 from blobtool.errors import UsageError
 from blobtool.report import pictures
 from blobtool.report.pictures import (BORDER_RGB, EMPTY_RGB, NONFINITE_RGB, PNG_MIN_SIZE, TERMINAL_MIN_SIZE, filter_grid,
-                                      heat_map, histogram_bars, view)
+                                      heat_map, view)
+from blobtool.report.text import histogram_bars
 from blobtool.report.tables import SHADES, HalfBlocks, render_picture
 from builders import Layer, write_blob, write_net, write_vector
 

@@ -21,6 +21,8 @@ import shlex
 import click
 from click.shell_completion import BashComplete, add_completion_class, split_arg_string
 
+from .paths import INPUT
+
 __all__ = ["complete_blob_names", "bash_word", "last_word"]
 
 
@@ -153,8 +155,6 @@ def _given_inputs(ctx: click.Context) -> list:
     still waits for its value (`--blob` itself), click leaves the positional
     words unparsed in ctx.args.
     """
-    from .options import INPUT
-
     words = []
     for param in ctx.command.params:
         if isinstance(param, click.Argument) and param.type is INPUT:

@@ -9,19 +9,12 @@ import click
 
 from ..formats import KINDS, OUTPUT_FORMATS
 from .completion import complete_blob_names
+from .paths import INPUT, OUTPUT
 
 __all__ = ["INPUT", "OUTPUT", "Tolerance", "json_option", "json_object_option", "device_option", "blob_option",
            "kind_option", "output_options", "jobs_option", "fail_fast_option", "all_files_option", "inputs",
            "batch_inputs",
            "output_target"]
-
-
-# An input path: checked by blobtool when it is opened, not by click, so that
-# a folder or an unreadable file is exit 3 (bad input) with blobtool's one
-# line, whichever command reads it.
-INPUT = click.Path(allow_dash=True, readable=False)
-# An output path: not a folder; a write-only FIFO or device is fine.
-OUTPUT = click.Path(dir_okay=False, allow_dash=True, readable=False)
 
 
 class Tolerance(click.ParamType):

@@ -3,7 +3,7 @@
 Every input is opened as a Document: its kind, its blobs in file order (each
 an Entry that knows its name, shape and dtype without touching the payload),
 and the Source whose bytes they view. The kind comes from the bytes (see
-sniff.py), never from the file name.
+sniff() below), never from the file name.
 
 The registry (FORMATS) is the one place that lists the format modules. Each
 module reads and writes the kinds it owns and offers the same functions:
@@ -68,7 +68,7 @@ from dataclasses import dataclass, field
 from ..errors import FormatError, UsageError
 
 __all__ = ["Format", "Output", "FORMATS", "EXTENSIONS", "KINDS", "CONTAINER_KINDS", "OUTPUT_FORMATS", "Entry",
-           "Document", "NetLayer", "get_format", "format_by_signature", "module", "open_document", "select",
+           "Document", "NetLayer", "get_format", "format_by_signature", "sniff", "module", "open_document", "select",
            "output_target", "output_extensions", "unique_names", "MAX_BLOBS"]
 
 
@@ -191,6 +191,45 @@ def _based_at(buf, offset: int) -> bool:
     if width not in (2, 4, 8, 16) or len(head) < at + width:
         return False
     return int.from_bytes(head[at:at + width], "little") == offset
+
+
+# -- what a file is, from its bytes ------------------------------------------
+#
+# A format with a signature (numpy's ".npy" and zip magic, safetensors' header
+# length and brace, HDF5's at 0, 512, 1024, ... bytes) is known by it, listed
+# in the registry (FORMATS); its module's sniff() then tells the kind.
+# A header at byte 0 wins over a signature found deeper: HDF5's signature after
+# a user block counts only when no format starts at byte 0 and the superblock
+# found there is HDF5's own (format_by_signature). Other well-known
+# signatures (gzip, bzip2, xz, a macOS '._' file) are refused with a line
+# saying what the file is and what to do. Everything else goes to the format without a signature, Caffe's
+# protobuf, whose sniff() reads the kind from the top-level fields (see
+# formats/caffe.py).
+
+# Signatures of files that are not Caffe files, and what to say about them.
+_MAGICS = (
+    (b"\x1f\x8b", "a gzip-compressed file; decompress it first (gunzip -k FILE) and read the result"),
+    (b"\x00\x05\x16\x07", "a macOS resource-fork file (AppleDouble '._' metadata), not a Caffe file; "
+                          "read the file of the same name without the '._' prefix"),
+    (b"BZh", "a bzip2-compressed file; decompress it first (bunzip2 -k FILE)"),
+    (b"\xfd7zXZ\x00", "an xz-compressed file; decompress it first (unxz -k FILE)"),
+)
+
+
+def sniff(source) -> tuple[Format, str]:
+    """(format, kind) of an input (a source.Source), from its bytes.
+
+    Raises FormatError saying what the file looks like when it is none that blobtool reads.
+    """
+    head = bytes(source.buf[:16])
+    fmt = format_by_signature(source.buf)
+    if fmt is not None:
+        return fmt, module(fmt).sniff(source)
+    for magic, what in _MAGICS:
+        if head.startswith(magic):
+            raise FormatError(f"not a Caffe file: this looks like {what}", path=source.name)
+    fmt = next(fmt for fmt in FORMATS if not fmt.magic and fmt.probe is None)
+    return fmt, module(fmt).sniff(source)
 
 
 def _format_for_kind(kind: str, head) -> Format:
@@ -360,7 +399,6 @@ def open_document(src, kind: str | None = None, *, npy_cast=None) -> Document:
     if kind is not None and kind not in KINDS:
         raise UsageError(f"unknown kind {kind!r}; expected one of {', '.join(KINDS)}")
     from ..source import open_source
-    from .sniff import sniff
 
     source = open_source(src)
     if kind is None:

@@ -47,18 +47,11 @@ from ..kernels import finite_range
 from ..source import release_pages
 from .text import fmt_num, fmt_shape
 
-__all__ = ["BAR_LEVELS", "histogram_bars", "Picture", "view", "heat_map",
+__all__ = ["Picture", "view", "heat_map",
            "colour_image", "filter_grid", "colourise", "grid_columns", "block_mean", "enlarge",
            "VIRIDIS", "NONFINITE_RGB", "BORDER_RGB", "EMPTY_RGB", "PNG_MIN_SIZE", "TERMINAL_MIN_SIZE", "MAX_PIXELS",
            "TERMINAL_MAX_PIXELS", "MAX_TILES"]
 
-# Bar heights a histogram cell can show (the eight blocks ▁..█), and the
-# ratio of counts between neighbouring heights: log-scaled, so that a bin
-# with 1/1000 of the largest count still shows, and with steps of x2
-# the shape of a bell still reads (log(count)/log(max) would
-# draw nearly every bin of a large blob full height).
-BAR_LEVELS = 8
-BAR_STEP = 2.0
 # Viridis at 0, 1/8, ..., 1: perceptually even, readable in grey, and dark at
 # the minimum so that a terminal's dark background frames the picture.
 VIRIDIS = np.array([
@@ -89,29 +82,6 @@ TERMINAL_MAX_PIXELS = 1 << 18
 MAX_TILES = 4096
 # Chunk of values read, widened and coloured at a time.
 CHUNK = kernels.CHUNK
-
-
-# -- histogram cells ---------------------------------------------------------
-
-def histogram_bars(counts, zeros: int = 0, nonfinite: int = 0, levels: int = BAR_LEVELS,
-                   step: float = BAR_STEP) -> dict:
-    """Bar heights 0..`levels` for a histogram cell, log-scaled against the largest count.
-
-    The largest count is `levels` high and each step down divides the count
-    by `step`; an empty bin is 0 and a non-empty one at least 1 (so a single
-    value still shows). The zero count gets a height on the same scale.
-    Returns ``{"bars": [...], "zeros": height, "nonfinite": bool}``.
-    """
-    top = max([*counts, zeros, 0])
-
-    def height(c: int) -> int:
-        if c <= 0:
-            return 0
-        # the small epsilon keeps an exact power of `step` on its own level
-        below = math.log(top / c) / math.log(step)
-        return max(1, levels - math.floor(below + 1e-9))
-
-    return {"bars": [height(c) for c in counts], "zeros": height(zeros), "nonfinite": nonfinite > 0}
 
 
 # -- the image model -----------------------------------------------------------

@@ -23,12 +23,13 @@ that both the plain and the rich tables print them safely.
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 
 from .escape import escape
 
-__all__ = ["fmt_num", "fmt_bytes", "fmt_shape", "title_parts", "fit_columns", "table_width",
+__all__ = ["BAR_LEVELS", "BAR_STEP", "histogram_bars", "fmt_num", "fmt_bytes", "fmt_shape", "title_parts", "fit_columns", "table_width",
            "grid_width", "fold_widths", "FOLD_COLUMNS", "MIN_FOLD", "pick", "left_out_note",
            "info_columns", "info_rows", "info_footer", "fork_note", "info_table", "stats_rows", "stats_table", "layers_rows",
            "LAYERS_COLUMNS", "norm_columns", "norm_rows", "norm_table",
@@ -442,10 +443,39 @@ def _plain_title(record: dict) -> str | None:
     return text if _simple(text) else None
 
 
+# Bar heights a histogram cell can show (the eight blocks ▁..█), and the
+# ratio of counts between neighbouring heights: log-scaled, so that a bin
+# with 1/1000 of the largest count still shows, and with steps of x2
+# the shape of a bell still reads (log(count)/log(max) would
+# draw nearly every bin of a large blob full height).
+BAR_LEVELS = 8
+BAR_STEP = 2.0
+
+
+def histogram_bars(counts, zeros: int = 0, nonfinite: int = 0, levels: int = BAR_LEVELS,
+                   step: float = BAR_STEP) -> dict:
+    """Bar heights 0..`levels` for a histogram cell, log-scaled against the largest count.
+
+    The largest count is `levels` high and each step down divides the count
+    by `step`; an empty bin is 0 and a non-empty one at least 1 (so a single
+    value still shows). The zero count gets a height on the same scale.
+    Returns ``{"bars": [...], "zeros": height, "nonfinite": bool}``.
+    """
+    top = max([*counts, zeros, 0])
+
+    def height(c: int) -> int:
+        if c <= 0:
+            return 0
+        # the small epsilon keeps an exact power of `step` on its own level
+        below = math.log(top / c) / math.log(step)
+        return max(1, levels - math.floor(below + 1e-9))
+
+    return {"bars": [height(c) for c in counts], "zeros": height(zeros), "nonfinite": nonfinite > 0}
+
+
 def histogram_key_segments(blocks: str, divider: str) -> tuple[list, list]:
     """The line that explains the histogram cells, as two clauses of (text, style) segments."""
     from ..kernels import HIST_BINS
-    from .pictures import BAR_STEP
 
     bins = [(" histograms", "bold"),
             (f"  {HIST_BINS} bins from min to max, counts log-scaled (one step = x{BAR_STEP:g});", "dim")]
@@ -462,7 +492,6 @@ def histogram_cell_segments(s: dict, blocks: str, divider: str) -> list:
     """A fixed-width histogram as (text, style) segments: one block per bin, │, the zero count's block, ! for
     NaN/Inf."""
     from ..kernels import HIST_BINS
-    from .pictures import histogram_bars
 
     hist = s.get("histogram") or {"counts": [], "zeros": 0}
     bars = histogram_bars(hist["counts"], hist["zeros"], s["nan"] + s["inf"])
