@@ -20,7 +20,7 @@ __all__ = [
     "UsageError",
     "DeviceError",
     "OutputError",
-    "Stopped",
+    "Stopped", "require_bytes", "truncated",
     "format_location",
 ]
 
@@ -129,6 +129,25 @@ class OutputError(BlobToolError):
     """The output cannot be written (exit 5)."""
 
     exit_code = ExitCode.OUTPUT
+
+
+def require_bytes(size: int, offset: int, nbytes: int, what: str, *, path, prefix: str = "") -> None:
+    """Refuse `nbytes` bytes wanted at `offset` of an input of `size` bytes that ends before them.
+
+    The one bounded-read check of the readers: FormatError "truncated at
+    byte OFFSET: WHAT NBYTES bytes, R remain" (`what` says who wants them:
+    "field 5 (data) declares"), with its `offset` attribute set.
+    """
+    remain = size - offset
+    if remain < nbytes:
+        raise truncated(path, offset, what, nbytes, remain, prefix=prefix)
+
+
+def truncated(path, offset: int, what: str, nbytes: int, remain: int, *, prefix: str = "") -> FormatError:
+    """FormatError "truncated at byte OFFSET: WHAT NBYTES bytes, REMAIN remain", its `offset` attribute set."""
+    err = FormatError(f"{prefix}truncated at byte {offset}: {what} {nbytes} bytes, {remain} remain", path=path)
+    err.offset = offset
+    return err
 
 
 class Stopped(KeyboardInterrupt):

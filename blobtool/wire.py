@@ -41,7 +41,7 @@ from typing import Iterator, NamedTuple
 
 import numpy as np
 
-from .errors import FormatError
+from .errors import FormatError, truncated
 
 __all__ = [
     "VARINT", "I64", "LEN", "SGROUP", "EGROUP", "I32",
@@ -146,12 +146,12 @@ def read_field(buf, pos: int, end: int, *, path=None, names: dict | None = None)
                                               what=f"length of {field_label(number, names)}")
         remain = end - value_start
         if length > remain:
-            raise _truncated(path, offset, field_label(number, names), length, remain)
+            raise truncated(path, offset, f"{field_label(number, names)} declares", length, remain)
         return Field(number, wire_type, offset, value_start, value_start + length, None)
     if wire_type in _FIXED_SIZE:
         size = _FIXED_SIZE[wire_type]
         if end - pos < size:
-            raise _truncated(path, offset, field_label(number, names), size, end - pos)
+            raise truncated(path, offset, f"{field_label(number, names)} declares", size, end - pos)
         return Field(number, wire_type, offset, pos, pos + size, None)
     label = field_label(number, names)
     if wire_type in (SGROUP, EGROUP):
@@ -167,13 +167,6 @@ def iter_fields(buf, start: int, end: int, *, path=None, names: dict | None = No
         field = read_field(buf, pos, end, path=path, names=names)
         pos = field.end
         yield field
-
-
-def _truncated(path, offset: int, label: str, declared: int, remain: int) -> FormatError:
-    err = FormatError(f"truncated at byte {offset}: {label} declares {declared} bytes, {remain} remain",
-                      path=path)
-    err.offset = offset
-    return err
 
 
 class Run(NamedTuple):

@@ -157,3 +157,22 @@ def test_a_document_is_a_context_manager_with_a_one_line_repr(tmp_path):
     doc.close()  # twice: nothing
     with pytest.raises(BlobToolError, match="closed"):
         doc.size
+
+
+@pytest.mark.parametrize("name, content, offset, start", [
+    ("a.npy", None, 128, "truncated at byte 128: .npy array data needs 40 bytes, 36 remain"),
+    ("b.npy", b"\x93NUMPY\x01\x00\xff", 8, "invalid .npy header: truncated at byte 8: the header length needs 2 bytes"),
+    ("c.safetensors", (8).to_bytes(8, "little") + b'{"a": 1,', 16, "at byte 16: the header is not JSON"),
+    ("d.pb", b"\x2a\x10" + b"\0" * 8, 0, "truncated at byte 0: field 5 (data) declares 16 bytes, 8 remain"),
+])
+def test_a_message_that_names_a_byte_offset_carries_it_in_the_error(tmp_path, name, content, offset, start):
+    path = tmp_path / name
+    if content is None:
+        np.save(path, np.arange(10, dtype="<f4"))
+        path.write_bytes(path.read_bytes()[:-4])
+    else:
+        path.write_bytes(content)
+    with pytest.raises(BlobToolError) as caught:
+        load(str(path))
+    assert caught.value.offset == offset
+    assert str(caught.value).startswith(f"{path}: {start}")

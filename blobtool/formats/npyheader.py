@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.lib import format as npy_format
 
-from ..errors import FormatError
+from ..errors import FormatError, require_bytes
 
 __all__ = ["NpyHeader", "parse_npy_header", "NPY_MAGIC", "NPY_VERSIONS", "NPY_HEADER_READ"]
 
@@ -77,16 +77,12 @@ def parse_npy_header(head, path=None) -> NpyHeader:
         raise FormatError(f"invalid .npy header: unsupported .npy version {version[0]}.{version[1]}", path=path)
     width, encoding = NPY_VERSIONS[version]
     start = 8 + width
-    if len(head) < start:
-        raise FormatError(f"invalid .npy header: truncated at byte 8: the header length needs {width} bytes, "
-                          f"{len(head) - 8} remain", path=path)
+    require_bytes(len(head), 8, width, "the header length needs", path=path, prefix="invalid .npy header: ")
     length = int.from_bytes(head[8:start], "little")
     if length > _MAX_HEADER_TEXT:
         raise FormatError(f"invalid .npy header: {length} bytes of header text, more than the "
                           f"{_MAX_HEADER_TEXT} numpy reads", path=path)
-    if len(head) < start + length:
-        raise FormatError(f"invalid .npy header: truncated at byte {start}: the header declares {length} bytes, "
-                          f"{len(head) - start} remain", path=path)
+    require_bytes(len(head), start, length, "the header declares", path=path, prefix="invalid .npy header: ")
     try:
         text = head[start:start + length].decode(encoding)
     except UnicodeDecodeError as exc:

@@ -48,7 +48,7 @@ from numpy.lib import format as npy_format
 
 from ..blob import Blob, Origin, exact_values, held_dtype
 from ..blobwrite import precision_for
-from ..errors import BlobToolError, FormatError, UsageError
+from ..errors import BlobToolError, FormatError, UsageError, require_bytes
 from ..kernels import cast_written
 from ..source import Source, atomic_output
 from . import CAST_HINT, MAX_BLOBS, Document, Entry
@@ -159,10 +159,7 @@ def load_npy(source: Source, cast=None) -> Blob:
     """
     header = parse_npy_header(memoryview(source.buf)[:NPY_HEADER_READ], source.name)
     native = _native_dtype(header, cast, source.name)
-    remain = source.size - header.offset
-    if remain < header.nbytes:
-        raise FormatError(f"truncated at byte {header.offset}: .npy array data needs {header.nbytes} bytes, "
-                          f"{remain} remain", path=source.name)
+    require_bytes(source.size, header.offset, header.nbytes, ".npy array data needs", path=source.name)
     _check_shape(header, native, source.name)
     values = np.frombuffer(source.buf, dtype=header.dtype, count=header.count, offset=header.offset)
     return _blob_from_values(header, values, native, path=source.name)
@@ -300,10 +297,7 @@ def _open_member(archive: zipfile.ZipFile, info: zipfile.ZipInfo, path, cast) ->
     header = parse_npy_header(head, where)
     native = _native_dtype(header, cast, where)
     if info.file_size != header.offset + header.nbytes:
-        remain = info.file_size - header.offset
-        if remain < header.nbytes:
-            raise FormatError(f"truncated at byte {header.offset}: .npy array data needs {header.nbytes} bytes, "
-                              f"{remain} remain", path=where)
+        require_bytes(info.file_size, header.offset, header.nbytes, ".npy array data needs", path=where)
         raise FormatError(f"{label} holds {info.file_size} bytes; its .npy header declares "
                           f"{header.offset + header.nbytes}", path=path, offset=info.header_offset)
     _check_shape(header, native, where)

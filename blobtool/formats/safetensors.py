@@ -64,7 +64,7 @@ import numpy as np
 
 from ..blob import MAX_BLOB_AXES, Blob, Origin, held_dtype
 from ..blobwrite import precision_for, resolve_form, write_parts
-from ..errors import BlobToolError, FormatError, UsageError
+from ..errors import BlobToolError, FormatError, UsageError, truncated
 from ..source import atomic_output
 from . import CAST_HINT, MAX_BLOBS, Document, Entry
 from .numpy import DIFF_SUFFIX, PRECISION_DTYPES, check_member_names, pair_diffs
@@ -181,31 +181,29 @@ def _read_header(source, path) -> tuple[int, dict]:
     length = int.from_bytes(bytes(source.buf[:_LENGTH_BYTES]), "little")
     remain = source.size - _LENGTH_BYTES
     if length > remain:
-        raise FormatError(f"truncated at byte 0: the header length declares {length} bytes, {remain} remain",
-                          path=path)
+        raise truncated(path, 0, "the header length declares", length, remain)
     if length > MAX_HEADER:
-        raise FormatError(f"at byte 0: the header length declares {length} bytes, more than the "
-                          f"{MAX_HEADER} safetensors reads", path=path)
+        raise FormatError(f"the header length declares {length} bytes, more than the "
+                          f"{MAX_HEADER} safetensors reads", path=path, offset=0)
     raw = bytes(memoryview(source.buf)[_LENGTH_BYTES:_LENGTH_BYTES + length])
     if (raw.count(b"{") > _MAX_BRACES or raw.count(b"[") > _MAX_BRACKETS
             or raw.count(b'"') > _MAX_QUOTES):
-        raise FormatError(f"at byte {_LENGTH_BYTES}: the header holds more JSON values than {MAX_BLOBS} tensors "
-                          "need (blobtool's limit)", path=path)
+        raise FormatError(f"the header holds more JSON values than {MAX_BLOBS} tensors "
+                          "need (blobtool's limit)", path=path, offset=_LENGTH_BYTES)
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise FormatError(f"at byte {_LENGTH_BYTES + exc.start}: the header is not UTF-8 text",
-                          path=path) from exc
+        raise FormatError("the header is not UTF-8 text", path=path, offset=_LENGTH_BYTES + exc.start) from exc
     try:
         header = json.loads(text, object_pairs_hook=_unique_keys, parse_constant=_no_constant)
     except json.JSONDecodeError as exc:
         where = _LENGTH_BYTES + len(text[:exc.pos].encode("utf-8"))
-        raise FormatError(f"at byte {where}: the header is not JSON: {exc.msg}", path=path) from exc
+        raise FormatError(f"the header is not JSON: {exc.msg}", path=path, offset=where) from exc
     except (ValueError, RecursionError) as exc:
-        raise FormatError(f"at byte {_LENGTH_BYTES}: the header is not valid: {exc}", path=path) from exc
+        raise FormatError(f"the header is not valid: {exc}", path=path, offset=_LENGTH_BYTES) from exc
     if not isinstance(header, dict):
-        raise FormatError(f"at byte {_LENGTH_BYTES}: the header is a JSON {type(header).__name__}, "
-                          "expected an object of tensors", path=path)
+        raise FormatError(f"the header is a JSON {type(header).__name__}, "
+                          "expected an object of tensors", path=path, offset=_LENGTH_BYTES)
     return _LENGTH_BYTES + length, header
 
 
@@ -227,11 +225,11 @@ def _check_tensors(header: dict, data_start: int, size: int, path) -> list:
     meta = header.get(METADATA_KEY)
     if meta is not None and not (isinstance(meta, dict)
                                  and all(isinstance(v, str) for v in meta.values())):
-        raise FormatError(f"at byte {_LENGTH_BYTES}: {METADATA_KEY} must map strings to strings", path=path)
+        raise FormatError(f"{METADATA_KEY} must map strings to strings", path=path, offset=_LENGTH_BYTES)
     names = [k for k in header if k != METADATA_KEY]
     if len(names) > MAX_BLOBS:
-        raise FormatError(f"at byte {_LENGTH_BYTES}: holds {len(names)} tensors, more than {MAX_BLOBS} "
-                          "(blobtool's limit)", path=path)
+        raise FormatError(f"holds {len(names)} tensors, more than {MAX_BLOBS} "
+                          "(blobtool's limit)", path=path, offset=_LENGTH_BYTES)
     tensors = [_check_tensor(name, header[name], data_start, size, path) for name in names]
     pos = data_start
     for t in sorted(tensors, key=lambda t: (t.start, t.end)):
