@@ -37,6 +37,12 @@ LEGACY_FIELDS = ("num", "channels", "height", "width")
 VARINT, I64, LEN, I32 = 0, 1, 2, 5
 
 
+def signed_values(rng, shape, dtype=np.float32) -> np.ndarray:
+    """Distinct signed values from `rng`, with no exact binary sum, in `shape`."""
+    n = int(np.prod(shape, dtype=np.int64))
+    return (rng.standard_normal(n) * 3 + 0.1).astype(dtype).reshape(shape)
+
+
 def varint(value: int) -> bytes:
     """A base-128 varint; a negative value as its 64-bit two's complement (10 bytes), as protobuf does."""
     value &= (1 << 64) - 1

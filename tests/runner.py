@@ -57,6 +57,27 @@ def invoke(*args, input=None, env=None, columns: int | None = 200, runner: CliRu
                                           prog_name="blobtool")
 
 
+def ok(*args, **kw):
+    """invoke(*args), which must exit 0; the click Result."""
+    result = invoke(*args, **kw)
+    assert result.exit_code == 0, (args, result.exit_code, result.stdout, result.stderr)
+    return result
+
+
+def assert_error(result, code: int, *fragments, warnings: bool = False) -> str:
+    """Exit `code` with one 'blobtool: ...' error line holding each of `fragments`, and no traceback; the line.
+
+    With `warnings`, 'blobtool: warning: ' lines may come before it.
+    """
+    assert result.exit_code == code, (result.exit_code, result.stdout, result.stderr)
+    lines = [ln for ln in result.stderr.splitlines() if not (warnings and ln.startswith("blobtool: warning: "))]
+    assert len(lines) == 1 and lines[0].startswith("blobtool: "), result.stderr
+    assert "Traceback" not in result.stderr
+    for fragment in fragments:
+        assert fragment in lines[0], (fragment, lines[0])
+    return lines[0]
+
+
 def json_lines(result) -> list:
     return [json.loads(line) for line in result.stdout.splitlines()]
 

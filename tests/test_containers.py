@@ -26,10 +26,11 @@ from blobtool._pb import blobtool_caffe_pb2 as pb
 from blobtool.formats import open_document
 from blobtool.errors import BlobToolError, FormatError
 from builders import (LAYER_UNKNOWN_HEAD, LAYER_UNKNOWN_TAIL, NET_UNKNOWN, Layer, blob_bytes, blob_proto,
-                      half_blob_bytes, layer_bytes, len_field, net_bytes, raw_blob_bytes, ternary_blob_bytes,
-                      ternary_fork_fields, varint_field, write_net, write_npy, write_npz, write_solverstate,
-                      write_vector)
-from runner import invoke, one_json
+                      half_blob_bytes, layer_bytes, len_field, net_bytes, raw_blob_bytes, signed_values,
+                      ternary_blob_bytes, ternary_fork_fields, varint_field, write_net, write_npy, write_npz,
+                      write_solverstate, write_vector)
+import runner
+from runner import invoke, ok, one_json
 
 FORMATS = ("new", "v1", "v0")
 
@@ -45,29 +46,16 @@ def _fresh_rng():
 
 # -- running the command ---------------------------------------------------------
 
-def ok(*args):
-    result = invoke(*args)
-    assert result.exit_code == 0, (args, result.exit_code, result.stdout, result.stderr)
-    return result
-
-
 def assert_error(result, code: int, *fragments) -> str:
     """Exit `code` with one 'blobtool: ...' error line (after any warnings) and no traceback."""
-    assert result.exit_code == code, (result.exit_code, result.stdout, result.stderr)
-    lines = [ln for ln in result.stderr.splitlines() if not ln.startswith("blobtool: warning: ")]
-    assert len(lines) == 1 and lines[0].startswith("blobtool: "), result.stderr
-    assert "Traceback" not in result.stderr
-    for fragment in fragments:
-        assert fragment in lines[0], (fragment, lines[0])
-    return lines[0]
+    return runner.assert_error(result, code, *fragments, warnings=True)
 
 
 # -- making blobs ---------------------------------------------------------------------
 
 def values(shape, dtype=np.float32) -> np.ndarray:
     """Distinct signed values with no exact binary sum."""
-    n = int(np.prod(shape, dtype=np.int64))
-    return (RNG.standard_normal(n) * 3 + 0.1).astype(dtype).reshape(shape)
+    return signed_values(RNG, shape, dtype)
 
 
 def proto_arrays(proto: pb.BlobProto):

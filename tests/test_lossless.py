@@ -15,7 +15,7 @@ import blobtool
 from blobtool import wire
 from blobtool._pb import blobtool_caffe_pb2 as pb
 from builders import (RAW_TYPE, blob_bytes, half_blob_bytes, len_field, raw_blob_bytes, tag, varint_field)
-from runner import invoke, one_json
+from runner import invoke, ok, one_json
 
 RNG = np.random.default_rng(1313)
 
@@ -26,12 +26,6 @@ BLOB_UNKNOWN = (varint_field(14, 300) + tag(15, wire.I64) + bytes(range(8)) + le
 # A known number with a wire type BlobProto never gives it: protobuf keeps it
 # as an unknown field (and sniffing takes it for another message: --kind blob).
 WRONG_WIRE_TYPE = len_field(1, b"num as bytes") + tag(7, wire.I32) + bytes(4)
-
-
-def ok(*args):
-    result = invoke(*args)
-    assert result.exit_code == 0, (args, result.exit_code, result.stdout, result.stderr)
-    return result
 
 
 def _ints(dtype: str, shape=(3, 4)) -> np.ndarray:

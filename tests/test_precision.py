@@ -24,7 +24,7 @@ import blobtool
 from blobtool import Blob
 from blobtool._pb import blobtool_caffe_pb2 as pb
 from builders import h5_net_bytes, half_blob_bytes, raw_blob_bytes, write_blob, write_h5, write_npz
-from runner import invoke, one_json, run_blobtool
+from runner import invoke, ok, one_json, run_blobtool
 
 WARNING = re.compile(r"^blobtool: warning: (?P<path>.+): blob (?P<name>\S+): (?P<what>.+) turned "
                      r"(?P<n>[\d,]+) of (?P<count>[\d,]+) (?P<side>data|diff) values into Inf or NaN "
@@ -42,12 +42,6 @@ def warnings(stderr: str) -> dict:
         assert match, f"not a warning line: {line!r}"
         found[match["name"]] = (int(match["n"].replace(",", "")), match["dtype"])
     return found
-
-
-def ok(*args):
-    result = invoke(*args)
-    assert result.exit_code == 0, (args, result.exit_code, result.stdout, result.stderr)
-    return result
 
 
 def infs(values) -> int:
