@@ -31,7 +31,13 @@ __all__ = ["Blob", "BlobToolError", "ExitCode", "SyncedHead", "SyncedMemory", "l
            "save", "select", "write", "__version__"]
 
 
+# Submodules a script reaches as blobtool.NAME without importing them first.
+_SUBMODULES = ("work", "source", "kernels")
+
+
 def __getattr__(name):
+    if name in _SUBMODULES:
+        return importlib.import_module(f".{name}", __name__)
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'blobtool' has no attribute {name!r}")
@@ -41,4 +47,4 @@ def __getattr__(name):
 
 
 def __dir__():
-    return sorted(set(globals()) | set(_EXPORTS))
+    return sorted(set(globals()) | set(_EXPORTS) | set(_SUBMODULES))

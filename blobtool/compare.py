@@ -22,7 +22,7 @@ from .blob import legacy_shapes_equal
 from .errors import UsageError
 from . import kernels
 from .kernels import Chunks, map_chunk_indices, scratch, widened
-from .progress import report_locked
+from .work import current, report_locked
 
 # Elements per chunk on a GPU: enough work per kernel launch to fill the device.
 DEVICE_CHUNK = 1 << 24
@@ -85,7 +85,7 @@ def compare_arrays(a, b, *, rtol: float = 0.0, atol: float = 0.0, xp=np) -> Valu
         return _compare_chunk(a[k * chunk:(k + 1) * chunk], b[k * chunk:(k + 1) * chunk], rtol, atol, xp)
 
     # Blocks small enough that every thread gets some.
-    block = max(1, min(BLOCK, chunks // kernels.get_threads()))
+    block = max(1, min(BLOCK, chunks // current().threads))
 
     def on_host(j):
         first, stop = j * block, min((j + 1) * block, chunks)

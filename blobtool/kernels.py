@@ -16,7 +16,6 @@ docs/performance.md), so there is no compiled kernel.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import math
 import os
@@ -25,10 +24,10 @@ import threading
 
 import numpy as np
 
-from .progress import report_locked
+from .work import current, in_thread, report_locked, using
 from .source import file_behind, read_mapped, release_pages
 
-__all__ = ["CHUNK", "GROUP", "Chunks", "buffer", "scratch", "set_threads", "get_threads", "using_threads",
+__all__ = ["CHUNK", "GROUP", "Chunks", "buffer", "scratch", "using_threads",
            "map_chunks", "map_chunk_indices", "asum", "sumsq", "asum_sumsq", "scal", "axpy", "stats", "row_dots",
            "finite_values", "scaled", "minus", "nonfinite", "HIST_BINS", "histogram", "finite_range", "widened",
            "chunk_done", "CountingNonFinite", "count_nonfinite", "available_cores"]
@@ -38,12 +37,11 @@ __all__ = ["CHUNK", "GROUP", "Chunks", "buffer", "scratch", "set_threads", "get_
 CHUNK = 1 << 16
 
 # Threads the reductions (asum_sumsq, stats, nonfinite, map_chunks) may use:
-# 1 in the library unless set_threads() says otherwise, the cores the process
-# may run on (or --jobs, at most that) in the blobtool command. Arrays smaller than PARALLEL_MIN_BYTES are
-# reduced in the calling thread.
+# the call's (blobtool.work: 1 in the library unless the caller says, the
+# cores the process may run on, or --jobs, in the blobtool command). Arrays
+# smaller than PARALLEL_MIN_BYTES are reduced in the calling thread.
 # Measured on 2 cores, 256 MiB of float32 with BLAS single-threaded: 56 ms
 # in one thread, 31 ms in two.
-_threads = 1
 PARALLEL_MIN_BYTES = 16 << 20
 
 def available_cores() -> int:
@@ -59,25 +57,9 @@ def available_cores() -> int:
         return os.cpu_count() or 1
 
 
-def set_threads(n: int) -> None:
-    """Let the reductions split arrays over PARALLEL_MIN_BYTES across `n` threads (1: none)."""
-    global _threads
-    _threads = max(1, int(n))
-
-
-def get_threads() -> int:
-    return _threads
-
-
-@contextlib.contextmanager
 def using_threads(n: int | None):
-    """set_threads(n) for the duration of a with block (None: the cores this process may run on)."""
-    previous = _threads
-    set_threads(n or available_cores())
-    try:
-        yield
-    finally:
-        set_threads(previous)
+    """The call's reductions may use `n` threads within a with block (None: the cores this process may run on)."""
+    return using(threads=n or available_cores())
 
 
 def asum_sumsq(x: np.ndarray) -> tuple[float, float]:
@@ -284,7 +266,8 @@ def _in_threads(fn, arg_lists) -> None:
         except BaseException as exc:  # handed to the calling thread below
             errors.append(exc)
 
-    threads = [threading.Thread(target=run, args=(args,), daemon=True) for args in arg_lists[1:]]
+    # Each thread works for the same call (its Work: progress, pages) as the caller.
+    threads = [threading.Thread(target=in_thread(run), args=(args,), daemon=True) for args in arg_lists[1:]]
     for t in threads:
         t.start()
     run(arg_lists[0])
@@ -300,7 +283,7 @@ def _ranges(chunks: int, nbytes: int, unit: int = 1) -> list:
     Each range but the last starts and ends at a multiple of `unit` chunks.
     """
     units = -(-chunks // unit)
-    workers = max(1, min(_threads, units)) if nbytes >= PARALLEL_MIN_BYTES else 1
+    workers = max(1, min(current().threads, units)) if nbytes >= PARALLEL_MIN_BYTES else 1
     return [(units * i // workers * unit, min(units * (i + 1) // workers * unit, chunks)) for i in range(workers)]
 
 

@@ -50,6 +50,7 @@ except ImportError:  # not on Windows
 from dataclasses import dataclass
 
 from .errors import ExitCode, FormatError, OutputError, Stopped, UsageError
+from .work import current, using
 
 __all__ = ["Source", "open_source", "atomic_output", "display_name", "release_pages", "releasing", "file_behind", "note_written",
            "read_mapped", "guard_inputs", "guarding", "stream_limit", "STDIO", "STREAM_LIMIT"]
@@ -868,10 +869,9 @@ def _copy_mode(target: str, tmp: str) -> None:
 
 # -- releasing the pages of a mapped input ------------------------------------
 
-# Off unless a caller that will not use its blobs again turns it on (see
-# releasing()): a released page is read again from the file when it is
-# touched, which costs time for values used again.
-_release = False
+# Off unless the call's Work says so (blobtool.work: releasing() here, the
+# command line's reading commands): a released page is read again from the
+# file when it is touched, which costs time for values used again.
 
 # What was handed out for writing of each mapping (SyncedMemory's
 # mutable_cpu_data and a copy back from the GPU call note_written): those
@@ -894,15 +894,9 @@ def _unwritten(base, first: int, last: int) -> bool:
     return not any(start < last and first < end for start, end in _written.get(id(base), ()))
 
 
-@contextlib.contextmanager
 def releasing():
-    """Within this block, release_pages() really drops pages (the command line's writers use it)."""
-    global _release
-    previous, _release = _release, True
-    try:
-        yield
-    finally:
-        _release = previous
+    """Within this with block the call's release_pages() really drops pages, and file_behind() finds the file."""
+    return using(release=True)
 
 
 def release_pages(view) -> None:
@@ -913,7 +907,7 @@ def release_pages(view) -> None:
     again; pages shared with bytes outside the view are kept. Anything else
     (bytes in memory, other arrays) is left alone.
     """
-    found = _mapping_of(view) if _release and hasattr(mmap, "MADV_DONTNEED") else None
+    found = _mapping_of(view) if current().release and hasattr(mmap, "MADV_DONTNEED") else None
     if found is None or view.size == 0:
         return
     base, first = found
@@ -959,7 +953,7 @@ def file_behind(view):
     Only inside releasing(), for a C-contiguous numpy array viewing a mapped
     input; read them with read_mapped().
     """
-    if not _release or not view.flags.c_contiguous:
+    if not current().release or not view.flags.c_contiguous:
         return None
     found = _mapping_of(view)
     if found is None or id(found[0]) not in _mapped or not _unwritten(found[0], found[1], found[1] + view.nbytes):

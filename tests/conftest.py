@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 import pytest
@@ -40,10 +41,9 @@ def fake():
 
 @pytest.fixture
 def threaded(monkeypatch):
-    """Let arrays of any size be split over threads (kernels.set_threads); restore the thread count afterwards."""
-    from blobtool import kernels
+    """Let arrays of any size be split over threads: threaded(n) lets the test's calls use n (blobtool.work)."""
+    from blobtool import kernels, work
 
     monkeypatch.setattr(kernels, "PARALLEL_MIN_BYTES", 0)
-    previous = kernels.get_threads()
-    yield kernels.set_threads
-    kernels.set_threads(previous)
+    with contextlib.ExitStack() as stack:
+        yield lambda n: stack.enter_context(work.using(threads=n))

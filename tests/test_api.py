@@ -176,3 +176,34 @@ def test_a_message_that_names_a_byte_offset_carries_it_in_the_error(tmp_path, na
         load(str(path))
     assert caught.value.offset == offset
     assert str(caught.value).startswith(f"{path}: {start}")
+
+
+def test_a_call_s_work_settings_stay_with_it_and_its_threads(tmp_path, monkeypatch):
+    # Threads, progress and page release belong to the with block that sets them: another thread
+    # of the same process, running at the same time, keeps the library's defaults.
+    import threading
+
+    from blobtool import kernels, work
+
+    monkeypatch.setattr(kernels, "PARALLEL_MIN_BYTES", 0)
+    seen, elsewhere = [], []
+    x = np.ones(8 * kernels.CHUNK, np.float32)
+    inside = threading.Event()
+    done = threading.Event()
+
+    def other():
+        inside.wait(10)
+        elsewhere.append(work.current())
+        done.set()
+
+    thread = threading.Thread(target=other)
+    thread.start()
+    with work.using(threads=4, progress=seen.append, release=True):
+        inside.set()
+        done.wait(10)
+        assert kernels.asum_sumsq(x) == (x.size, x.size)
+        assert (work.current().threads, work.current().release) == (4, True)
+    thread.join()
+    assert sum(seen) == x.nbytes  # the kernels' own threads reported to this call's progress
+    assert elsewhere == [work.Work()]
+    assert work.current() == work.Work()

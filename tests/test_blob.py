@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 import fakegpu
-from blobtool import Blob, BlobToolError, SyncedHead, kernels, progress
+from blobtool import Blob, BlobToolError, SyncedHead, kernels, work
 from blobtool._pb.blobtool_caffe_pb2 import BlobProto, BlobShape
 from blobtool.errors import DeviceError, FormatError
 from builders import blob_proto
@@ -1312,7 +1312,7 @@ def test_threaded_asum_sumsq_reports_every_byte_once(threaded):
     threaded(4)
     x = np.ones(6 * kernels.CHUNK + 5, dtype=np.float32)
     seen = []
-    with progress.reporting(seen.append):
+    with work.using(progress=seen.append):
         kernels.asum_sumsq(x)
     assert sum(seen) == x.nbytes
 
@@ -1335,12 +1335,8 @@ def test_threaded_asum_sumsq_raises_a_worker_error(threaded, monkeypatch):
 def test_small_arrays_stay_in_the_calling_thread(monkeypatch):
     started = []
     monkeypatch.setattr(kernels.threading.Thread, "start", lambda self: started.append(self))
-    previous = kernels.get_threads()
-    kernels.set_threads(8)
-    try:
+    with work.using(threads=8):
         kernels.asum_sumsq(np.ones(kernels.PARALLEL_MIN_BYTES // 4 - 1, dtype=np.float32))
-    finally:
-        kernels.set_threads(previous)
     assert started == []
 
 
@@ -1372,7 +1368,7 @@ def test_map_chunks_keeps_order_and_reports_progress(threaded):
     threaded(3)
     x = np.arange(7 * kernels.CHUNK + 1, dtype=np.float32)
     seen = []
-    with progress.reporting(seen.append):
+    with work.using(progress=seen.append):
         firsts = kernels.map_chunks(lambda part: float(part[0]), x, progress=True)
     assert firsts == [float(k * kernels.CHUNK) for k in range(8)]
     assert sum(seen) == x.nbytes

@@ -24,6 +24,7 @@ import numpy as np
 import pytest
 
 import blobtool
+from blobtool import work
 from blobtool.formats import caffe as caffe_format
 from blobtool.report import records as report_records
 from blobtool._pb.blobtool_caffe_pb2 import BlobProto
@@ -1382,12 +1383,12 @@ def test_norm_gives_the_same_sums_with_one_job_or_all_cores(tmp_path, monkeypatc
     real = kernels._in_threads
     monkeypatch.setattr(kernels, "_in_threads", lambda fn, arg_lists: (split.append(len(arg_lists)),
                                                                        real(fn, arg_lists)))
-    previous = kernels.get_threads()
+    previous = work.current().threads
     one = one_json(invoke("norm", "--json", "--jobs", "1", path))
     assert split == []
     many = one_json(invoke("norm", "--json", "--jobs", "4", path))
     assert split == [4]
-    assert kernels.get_threads() == previous, "the command restores the library's thread count"
+    assert work.current().threads == previous, "the command's threads end with it"
     assert one == many
     assert one["blobs"][0]["data"]["asum"] == pytest.approx(math.fsum(np.abs(values.astype(np.float64))), rel=1e-12)
 
@@ -1442,11 +1443,11 @@ def test_compare_splits_large_blobs_over_the_cores_and_restores_the_setting(tmp_
     values = np.random.default_rng(2).standard_normal(4 * kernels.CHUNK).astype(np.float32)
     a = write_blob(tmp_path / "a.pb", values)
     b = write_blob(tmp_path / "b.pb", values.astype(np.float64), double=True)
-    previous = kernels.get_threads()
+    previous = work.current().threads
     result = invoke("compare", a, b)
     assert result.exit_code == 0, result.stderr
     assert split and set(split) == {3}
-    assert kernels.get_threads() == previous
+    assert work.current().threads == previous
 
 
 # -- --jobs: the cores the process may run on -------------------------------------------------

@@ -155,11 +155,11 @@ def test_stats_of_doubles_near_the_largest_are_finite_and_right(case):
 def test_stats_of_ordinary_values_take_the_one_pass():
     # the rescaled second pass runs only where the first overflowed: a progress
     # count of exactly one pass shows it, and the result is the first pass's
-    from blobtool.progress import reporting
+    from blobtool.work import using
 
     x = np.random.default_rng(5).standard_normal(2 * CHUNK + 5)
     seen = []
-    with reporting(seen.append):
+    with using(progress=seen.append):
         found = kernels.stats(x)
     assert sum(seen) == x.nbytes
     mean, std = _exact_moments(x)

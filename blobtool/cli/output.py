@@ -136,7 +136,7 @@ def progress(doc, what: str, enabled: bool = True):
         return
     from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
 
-    from ..progress import reporting
+    from ..work import using
 
     _, err = consoles()
     columns = (TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TimeRemainingColumn())
@@ -144,5 +144,5 @@ def progress(doc, what: str, enabled: bool = True):
         from ..report.escape import escape
 
         task = bar.add_task(f"{what} {escape(doc.path)}", total=doc.size)
-        with reporting(lambda n: bar.advance(task, n)):
+        with using(progress=lambda n: bar.advance(task, n)):
             yield

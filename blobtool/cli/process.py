@@ -19,7 +19,7 @@ def single_threaded_blas() -> None:
     """Before numpy loads: one BLAS thread, unless the user chose otherwise.
 
     blobtool calls BLAS only for dot products of cache-sized chunks, and
-    spreads big reductions over the cores itself (kernels.set_threads). BLAS's
+    spreads big reductions over the cores itself (blobtool.work). BLAS's
     own threads on such short vectors cost time: norm of 256 MiB of float32
     took 80 ms with OpenBLAS on 2 threads, 56 ms on one, 31 ms split over 2
     of blobtool's threads.
