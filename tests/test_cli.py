@@ -1552,3 +1552,45 @@ def test_a_worker_that_leaves_with_exit_3_ends_the_command_with_exit_3(tmp_path,
     with pytest.raises(SystemExit) as stopped:
         list(records(paths, _leave_with_exit_3, None, fail_fast=False))
     assert stopped.value.code == 3
+
+
+_WORKER_BLAS = """
+import os, sys
+from blobtool.cli import process
+
+_real_start = process._start_worker
+
+
+def _start(guard):  # runs in each worker (this file is imported there too): was numpy loaded before the set-up?
+    os.environ["NUMPY_BEFORE_SET_UP"] = str("numpy" in sys.modules)
+    _real_start(guard)
+
+
+process._start_worker = _start
+
+
+def record(path, show_progress=True):
+    return os.environ["NUMPY_BEFORE_SET_UP"], os.environ["OPENBLAS_NUM_THREADS"], os.environ["MKL_NUM_THREADS"]
+
+
+if __name__ == "__main__":
+    os.environ["OPENBLAS_NUM_THREADS"] = "3"  # the user's choice, for the command itself
+    os.environ["BLOBTOOL_PARALLEL_MIN_BYTES"] = "0"
+    print(list(process.records(sys.argv[1:3], record, 2)))
+    print(os.environ["OPENBLAS_NUM_THREADS"], os.environ.get("MKL_NUM_THREADS"))
+"""
+
+
+def test_worker_processes_get_one_blas_thread_and_the_command_s_environment_is_left_alone(tmp_path):
+    # Each worker sets its own environment before numpy loads in it; the parent's is never edited.
+    a, b = tmp_path / "a.pb", tmp_path / "b.pb"
+    for path in (a, b):
+        path.write_bytes(b"")
+    env = subprocess_env()
+    env.pop("MKL_NUM_THREADS", None)
+    script = tmp_path / "worker_blas.py"
+    script.write_text(_WORKER_BLAS)
+    out = subprocess.run([sys.executable, str(script), str(a), str(b)], capture_output=True, text=True, env=env,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == [str([("False", "1", "1")] * 2), "3 None"]

@@ -181,12 +181,10 @@ def records(paths: list, work, jobs, *, fail_fast: bool = True):
     # on the same cores ran 10x slower than one process (measured: 32 nets of
     # 16 MiB, 5.8 s against 0.6 s).
     context = multiprocessing.get_context("spawn")
-    saved = {name: os.environ.get(name) for name in _BLAS_THREAD_VARIABLES}
-    os.environ.update({name: "1" for name in _BLAS_THREAD_VARIABLES})
-    from ..source import guard_inputs, guarding
+    from ..source import guarding
 
     pool = concurrent.futures.ProcessPoolExecutor(max_workers=min(jobs, len(paths)), mp_context=context,
-                                                  initializer=guard_inputs if guarding() else None)
+                                                  initializer=_start_worker, initargs=(guarding(),))
     try:
         futures = [path if isinstance(path, BlobToolError) else pool.submit(work, path, show_progress=False)
                    for path in paths]
@@ -205,8 +203,12 @@ def records(paths: list, work, jobs, *, fail_fast: bool = True):
                 raise
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
+
+
+def _start_worker(guard: bool) -> None:
+    """A worker process's set-up: one BLAS thread (numpy is not loaded yet in it), and its inputs guarded."""
+    os.environ.update({name: "1" for name in _BLAS_THREAD_VARIABLES})  # this worker's own environment
+    if guard:
+        from ..source import guard_inputs
+
+        guard_inputs()
