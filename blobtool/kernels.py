@@ -5,8 +5,9 @@ asum/sumsq accumulate in the blob's type; numpy's float32 sum over 64M values
 is off by about 1e-3 relative, float64 over 64K-element chunks by about 1e-12,
 for about the same time, because the chunk stays in cache while it is widened.
 
-Inside source.releasing() (the command line's reading commands) the values of
-a mapped input are copied from its file into small per-thread buffers
+When the call's Work has pages (blobtool.work; source.releasing(), the
+command line's reading commands) the values of a mapped input that are
+still the file's are copied from its file into small per-thread buffers
 (Chunks) rather than read through the mapping, and several chunks are worked
 on per numpy call where the figures are the same bits (GROUP). With these,
 numpy alone meets blobtool's throughput goals on 2 cores (norm of 1 GiB about
@@ -25,7 +26,6 @@ import threading
 import numpy as np
 
 from .work import current, in_thread, report_locked, using
-from .source import file_behind, read_mapped, release_pages
 
 __all__ = ["CHUNK", "GROUP", "Chunks", "buffer", "scratch", "using_threads",
            "map_chunks", "map_chunk_indices", "asum", "sumsq", "asum_sumsq", "scal", "axpy", "stats", "row_dots",
@@ -159,7 +159,8 @@ class Chunks:
         self.chunk = chunk or CHUNK
         self.stop = min(stop, -(-x.size // self.chunk))
         # A small array is read through the mapping: a few pages cost less than a read of their own.
-        self.file = file_behind(x) if x.nbytes >= READ_BYTES else None
+        self.pages = current().pages
+        self.file = self.pages.file_behind(x) if self.pages is not None and x.nbytes >= READ_BYTES else None
         self.slot = slot
         self.held = (0, 0)  # the chunks the buffer holds
         self.buffer = None
@@ -190,7 +191,7 @@ class Chunks:
         start, end = first * self.chunk, min(stop * self.chunk, self.x.size)
         out = buffer(self.slot, end - start, self.x.dtype)
         fd, offset = self.file
-        read_mapped(fd, offset + start * self.x.itemsize, out)
+        self.pages.read(fd, offset + start * self.x.itemsize, out)
         return out
 
     def done(self, k: int, *, progress: bool) -> None:
@@ -253,7 +254,9 @@ def chunk_done(x: np.ndarray, k: int, *, progress: bool, chunk: int | None = Non
     chunk = chunk or CHUNK
     if progress:
         report_locked(min(chunk, x.size - k * chunk) * x.itemsize)
-    release_pages(x[max(k - 1, 0) * chunk:(k + 1) * chunk])
+    pages = current().pages
+    if pages is not None:
+        pages.release(x[max(k - 1, 0) * chunk:(k + 1) * chunk])
 
 
 def _in_threads(fn, arg_lists) -> None:

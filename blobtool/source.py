@@ -52,7 +52,7 @@ from dataclasses import dataclass
 from .errors import ExitCode, FormatError, OutputError, Stopped, UsageError
 from .work import current, using
 
-__all__ = ["Source", "open_source", "atomic_output", "display_name", "release_pages", "releasing", "file_behind", "note_written",
+__all__ = ["Source", "open_source", "atomic_output", "display_name", "release_pages", "releasing", "file_behind", "note_written", "PAGES", "MappedPages",
            "read_mapped", "guard_inputs", "guarding", "stream_limit", "STDIO", "STREAM_LIMIT"]
 
 STDIO = "-"
@@ -894,9 +894,30 @@ def _unwritten(base, first: int, last: int) -> bool:
     return not any(start < last and first < end for start, end in _written.get(id(base), ()))
 
 
+class MappedPages:
+    """The pages of mapped inputs, for a call that reads their values once (its Work's `pages`, see releasing()).
+
+    What the kernels and writers use through blobtool.work, without
+    importing this module: file_behind() and read() to copy values from
+    the file instead of the mapping, release() to drop pages worked through.
+    """
+
+    def file_behind(self, view):
+        return _file_behind(view)
+
+    def read(self, fd: int, offset: int, into) -> None:
+        read_mapped(fd, offset, into)
+
+    def release(self, view) -> None:
+        _release(view)
+
+
+PAGES = MappedPages()
+
+
 def releasing():
-    """Within this with block the call's release_pages() really drops pages, and file_behind() finds the file."""
-    return using(release=True)
+    """Within this with block the call reads mapped values from their file and lets their pages go (Work.pages)."""
+    return using(pages=PAGES)
 
 
 def release_pages(view) -> None:
@@ -904,10 +925,17 @@ def release_pages(view) -> None:
 
     Only inside releasing(), and only for views of a private (copy-on-write)
     file mapping, where dropped pages read back from the file if touched
-    again; pages shared with bytes outside the view are kept. Anything else
-    (bytes in memory, other arrays) is left alone.
+    again; pages shared with bytes outside the view, or handed out for
+    writing, are kept. Anything else (bytes in memory, other arrays) is
+    left alone.
     """
-    found = _mapping_of(view) if current().release and hasattr(mmap, "MADV_DONTNEED") else None
+    pages = current().pages
+    if pages is not None:
+        pages.release(view)
+
+
+def _release(view) -> None:
+    found = _mapping_of(view) if hasattr(mmap, "MADV_DONTNEED") else None
     if found is None or view.size == 0:
         return
     base, first = found
@@ -951,9 +979,15 @@ def file_behind(view):
     """(descriptor, offset) where the file holds the bytes of `view`, or None.
 
     Only inside releasing(), for a C-contiguous numpy array viewing a mapped
-    input; read them with read_mapped().
+    input whose bytes were not handed out for writing; read them with
+    read_mapped().
     """
-    if not current().release or not view.flags.c_contiguous:
+    pages = current().pages
+    return pages.file_behind(view) if pages is not None else None
+
+
+def _file_behind(view):
+    if not view.flags.c_contiguous:
         return None
     found = _mapping_of(view)
     if found is None or id(found[0]) not in _mapped or not _unwritten(found[0], found[1], found[1] + view.nbytes):

@@ -27,13 +27,15 @@ __all__ = ["Work", "current", "using", "report", "report_locked", "in_thread"]
 class Work:
     """threads: how many threads a reduction over a large array may use (1: the calling one).
     progress: called with the bytes each chunk covered, or None.
-    release: whether the pages of a mapped input may go back to the kernel once they are worked through
-    (for a caller that will not read the same values again soon: reading them again costs a read).
+    pages: for a call that reads the values of mapped inputs once, where they may be copied from
+    their file and their pages let go once worked through (blobtool.source.PAGES, which
+    source.releasing() sets); None keeps them mapped and resident (values read again cost nothing).
+    An object with file_behind(view), read(fd, offset, into) and release(view).
     """
 
     threads: int = 1
     progress: Callable[[int], None] | None = None
-    release: bool = False
+    pages: object = None
 
 
 _current: contextvars.ContextVar = contextvars.ContextVar("blobtool_work", default=Work())
@@ -49,7 +51,7 @@ def current() -> Work:
 
 @contextlib.contextmanager
 def using(**changes):
-    """The current Work with `changes` (threads=, progress=, release=) for the duration of a with block."""
+    """The current Work with `changes` (threads=, progress=, pages=) for the duration of a with block."""
     if "threads" in changes:
         changes["threads"] = max(1, int(changes["threads"]))
     token = _current.set(dataclasses.replace(_current.get(), **changes))

@@ -198,11 +198,11 @@ def test_a_call_s_work_settings_stay_with_it_and_its_threads(tmp_path, monkeypat
 
     thread = threading.Thread(target=other)
     thread.start()
-    with work.using(threads=4, progress=seen.append, release=True):
+    with work.using(threads=4, progress=seen.append, pages=blobtool.source.PAGES):
         inside.set()
         done.wait(10)
         assert kernels.asum_sumsq(x) == (x.size, x.size)
-        assert (work.current().threads, work.current().release) == (4, True)
+        assert (work.current().threads, work.current().pages) == (4, blobtool.source.PAGES)
     thread.join()
     assert sum(seen) == x.nbytes  # the kernels' own threads reported to this call's progress
     assert elsewhere == [work.Work()]

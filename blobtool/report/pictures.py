@@ -44,7 +44,7 @@ import numpy as np
 from .. import kernels
 from ..errors import UsageError
 from ..kernels import finite_range
-from ..source import release_pages
+from ..work import current
 from .text import fmt_num, fmt_shape
 
 __all__ = ["Picture", "view", "heat_map",
@@ -374,14 +374,14 @@ def block_mean(plane: np.ndarray, factor: int) -> np.ndarray:
             out[start // factor:start // factor + sums.shape[0]] = _means(sums, counts, starts)
             # Inside source.releasing(), the rows' mapped pages go back (with the
             # page shared with the rows before): memory stays bounded.
-            release_pages(plane[max(0, start - band):start + band])
+            _release(plane[max(0, start - band):start + band])
         return out
     for b in range(out.shape[0]):
         sums = counts = None
         for start in range(b * factor, min(h, (b + 1) * factor), rows):
             stop = min(h, (b + 1) * factor, start + rows)
             sums, counts = _column_sums(plane[start:stop], stop - start, sums, counts)
-            release_pages(plane[max(0, start - rows):stop])
+            _release(plane[max(0, start - rows):stop])
         out[b] = _means(sums, counts, starts)[0]
     return out
 
@@ -491,3 +491,9 @@ def _check_range(option: str, value: int, size: int, what: str) -> None:
     if not 0 <= value < size:
         raise UsageError(f"{option} {value} is out of range: the blob has {size} {what} (0..{size - 1})")
 
+
+def _release(view) -> None:
+    """Let the pages of a mapped input behind `view` go, when the call reads its values once (blobtool.work)."""
+    pages = current().pages
+    if pages is not None:
+        pages.release(view)
