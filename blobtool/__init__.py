@@ -31,13 +31,13 @@ __all__ = ["Blob", "BlobToolError", "ExitCode", "SyncedHead", "SyncedMemory", "l
            "save", "select", "write", "__version__"]
 
 
-# Submodules a script reaches as blobtool.NAME without importing them first.
-_SUBMODULES = ("work", "source", "kernels")
+# Modules a script reaches as blobtool.NAME (from blobtool import work) without importing them first.
+_SUBMODULES = {"work": "engine.work", "source": "source", "kernels": "engine.kernels"}
 
 
 def __getattr__(name):
     if name in _SUBMODULES:
-        return importlib.import_module(f".{name}", __name__)
+        return importlib.import_module(f".{_SUBMODULES[name]}", __name__)
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'blobtool' has no attribute {name!r}")

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import kernels
+from .engine import kernels
 from .errors import FormatError, UsageError
 from .syncedmem import SyncedHead, SyncedMemory
 

@@ -19,8 +19,8 @@ from . import wire
 from .blob import LEGACY_FIELDS, Blob, exact_values
 from .blobproto import DIFF_OF, PAYLOAD_BY_NAME, PRECISION_FIELDS, PRECISIONS, RAW_TYPE_OF, RAW_TYPES, SHAPE_FIELD
 from .errors import UsageError
-from .kernels import cast_written
-from .work import report
+from .engine.kernels import cast_written
+from .engine.work import report
 from .source import release_pages
 
 __all__ = ["encode_blob_parts", "check_layout", "resolve_form", "precision_for", "write_parts", "write_blob",

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .errors import UsageError
-from .kernels import finite_range, map_chunks
+from .engine.kernels import finite_range, map_chunks
 
 __all__ = ["Float16Fit", "float16_fit", "half_precisions"]
 

@@ -50,7 +50,7 @@ except ImportError:  # not on Windows
 from dataclasses import dataclass
 
 from .errors import ExitCode, FormatError, OutputError, Stopped, UsageError
-from .work import current, using
+from .engine.work import current, using
 
 __all__ = ["Source", "open_source", "atomic_output", "display_name", "release_pages", "releasing", "file_behind", "note_written", "PAGES", "MappedPages",
            "read_mapped", "guard_inputs", "guarding", "stream_limit", "STDIO", "STREAM_LIMIT"]

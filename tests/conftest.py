@@ -44,6 +44,6 @@ def threaded(monkeypatch):
     """Let arrays of any size be split over threads: threaded(n) lets the test's calls use n (blobtool.work)."""
     from blobtool import kernels, work
 
-    monkeypatch.setattr(kernels, "PARALLEL_MIN_BYTES", 0)
+    monkeypatch.setattr(kernels.threads, "PARALLEL_MIN_BYTES", 0)
     with contextlib.ExitStack() as stack:
         yield lambda n: stack.enter_context(work.using(threads=n))

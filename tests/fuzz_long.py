@@ -212,7 +212,7 @@ def main(argv=None) -> int:
             import blobtool.formats.npyheader  # noqa: F401
             import blobtool.formats.numpy  # noqa: F401
             import blobtool.source  # noqa: F401
-            import blobtool.kernels  # noqa: F401
+            import blobtool.engine.kernels  # noqa: F401
             import blobtool.wire  # noqa: F401
     import fuzzcases as fc
 

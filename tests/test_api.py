@@ -185,7 +185,7 @@ def test_a_call_s_work_settings_stay_with_it_and_its_threads(tmp_path, monkeypat
 
     from blobtool import kernels, work
 
-    monkeypatch.setattr(kernels, "PARALLEL_MIN_BYTES", 0)
+    monkeypatch.setattr(kernels.threads, "PARALLEL_MIN_BYTES", 0)
     seen, elsewhere = [], []
     x = np.ones(8 * kernels.CHUNK, np.float32)
     inside = threading.Event()

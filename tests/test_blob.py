@@ -1320,21 +1320,21 @@ def test_threaded_asum_sumsq_reports_every_byte_once(threaded):
 def test_threaded_asum_sumsq_raises_a_worker_error(threaded, monkeypatch):
     threaded(2)
     x = np.ones(2 * kernels.GROUP * kernels.CHUNK, dtype=np.float32)  # a group of chunks for each thread
-    real = kernels._chunk_sums
+    real = kernels.blas._chunk_sums
 
     def failing(x, first, stop, abs_parts, sq_parts):
         if first:
             raise MemoryError("worker failed")
         real(x, first, stop, abs_parts, sq_parts)
 
-    monkeypatch.setattr(kernels, "_chunk_sums", failing)
+    monkeypatch.setattr(kernels.blas, "_chunk_sums", failing)
     with pytest.raises(MemoryError, match="worker failed"):
         kernels.asum_sumsq(x)
 
 
 def test_small_arrays_stay_in_the_calling_thread(monkeypatch):
     started = []
-    monkeypatch.setattr(kernels.threading.Thread, "start", lambda self: started.append(self))
+    monkeypatch.setattr(kernels.threads.threading.Thread, "start", lambda self: started.append(self))
     with work.using(threads=8):
         kernels.asum_sumsq(np.ones(kernels.PARALLEL_MIN_BYTES // 4 - 1, dtype=np.float32))
     assert started == []

@@ -32,8 +32,9 @@ SMALL_CHUNK = 1 << 10
 
 @pytest.fixture
 def small_chunks(monkeypatch, threaded):
-    monkeypatch.setattr(kernels, "CHUNK", SMALL_CHUNK)
-    monkeypatch.setattr(kernels, "_HIST_CHUNK", 3 * SMALL_CHUNK)
+    for module in (kernels, kernels.chunks, kernels.threads, kernels.blas, kernels.statistics, kernels.histograms):
+        monkeypatch.setattr(module, "CHUNK", SMALL_CHUNK)
+    monkeypatch.setattr(kernels.histograms, "_HIST_CHUNK", 3 * SMALL_CHUNK)
     monkeypatch.setattr(compare, "BLOCK", 2)
     return threaded
 
@@ -200,8 +201,8 @@ def test_row_sums_are_the_sums_of_each_chunk_on_its_own():
         wide = (rng.standard_normal(size) * 10.0 ** rng.integers(-30, 30, size)).astype(np.float64)
         chunks = -(-size // kernels.CHUNK)
         expected = [wide[k * kernels.CHUNK:(k + 1) * kernels.CHUNK].sum() for k in range(chunks)]
-        assert repr(kernels._row_sums(wide, 0, chunks).tolist()) == repr([float(e) for e in expected])
-        assert repr(kernels._row_sums(wide, 1, chunks).tolist()) == repr([float(e) for e in expected[1:]])
+        assert repr(kernels.blas._row_sums(wide, 0, chunks).tolist()) == repr([float(e) for e in expected])
+        assert repr(kernels.blas._row_sums(wide, 1, chunks).tolist()) == repr([float(e) for e in expected[1:]])
 
 
 def test_row_dots_are_each_chunks_dot_product():
@@ -221,8 +222,8 @@ def test_group_moments_are_each_chunks_moments():
     size = kernels.GROUP * kernels.CHUNK - 5
     for dtype in DTYPES:
         x = rng.standard_normal(size).astype(dtype)
-        per_chunk = [kernels._moments(x[k:k + kernels.CHUNK]) for k in range(0, size, kernels.CHUNK)]
-        assert repr(kernels._combined(kernels._group_moments(x))) == repr(kernels._combined(per_chunk)), dtype
+        per_chunk = [kernels.statistics._moments(x[k:k + kernels.CHUNK]) for k in range(0, size, kernels.CHUNK)]
+        assert repr(kernels.statistics._combined(kernels.statistics._group_moments(x))) == repr(kernels.statistics._combined(per_chunk)), dtype
 
 
 def test_histogram_counts_values_on_and_beside_every_edge(small_chunks):
@@ -304,7 +305,7 @@ def _mapped(tmp_path, name, values):
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_values_read_from_the_file_give_the_same_figures(small_chunks, tmp_path, monkeypatch, dtype):
     small_chunks(2)
-    monkeypatch.setattr(kernels, "READ_BYTES", 3 * SMALL_CHUNK * np.dtype(dtype).itemsize)  # reads cross groups
+    monkeypatch.setattr(kernels.chunks, "READ_BYTES", 3 * SMALL_CHUNK * np.dtype(dtype).itemsize)  # reads cross groups
     reads = []
     real_read = source.read_mapped
     monkeypatch.setattr(source, "read_mapped", lambda *args: reads.append(args[1]) or real_read(*args))
@@ -351,7 +352,7 @@ def test_values_are_read_from_the_file_only_inside_releasing(tmp_path):
 
 def test_a_file_cut_short_while_its_values_are_read_stops_with_exit_3(small_chunks, tmp_path, monkeypatch):
     small_chunks(1)
-    monkeypatch.setattr(kernels, "READ_BYTES", SMALL_CHUNK)  # read from the file, not through the mapping
+    monkeypatch.setattr(kernels.chunks, "READ_BYTES", SMALL_CHUNK)  # read from the file, not through the mapping
     path, _, mapped = _mapped(tmp_path, "cut", np.ones(8 * SMALL_CHUNK, dtype=np.float32))
     os.truncate(path, 100)
     with source.releasing(), pytest.raises(FormatError, match="changed while it was read") as caught:

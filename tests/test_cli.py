@@ -1374,14 +1374,14 @@ def test_blas_setting_is_left_alone_once_numpy_is_loaded(monkeypatch):
 def test_norm_gives_the_same_sums_with_one_job_or_all_cores(tmp_path, monkeypatch):
     from blobtool import kernels
 
-    monkeypatch.setattr(kernels, "PARALLEL_MIN_BYTES", 0)
+    monkeypatch.setattr(kernels.threads, "PARALLEL_MIN_BYTES", 0)
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3}, raising=False)  # --jobs 4 is not capped
     # Groups of chunks enough for four threads (asum_sumsq splits at group boundaries).
     values = np.random.default_rng(5).standard_normal(4 * kernels.GROUP * kernels.CHUNK + 3).astype(np.float32)
     path = write_blob(tmp_path / "big.pb", values)
     split = []
-    real = kernels._in_threads
-    monkeypatch.setattr(kernels, "_in_threads", lambda fn, arg_lists: (split.append(len(arg_lists)),
+    real = kernels.threads._in_threads
+    monkeypatch.setattr(kernels.threads, "_in_threads", lambda fn, arg_lists: (split.append(len(arg_lists)),
                                                                        real(fn, arg_lists)))
     previous = work.current().threads
     one = one_json(invoke("norm", "--json", "--jobs", "1", path))
@@ -1433,12 +1433,12 @@ def test_the_command_keeps_freed_chunk_buffers_with_glibc():
 def test_compare_splits_large_blobs_over_the_cores_and_restores_the_setting(tmp_path, monkeypatch):
     from blobtool import kernels
 
-    monkeypatch.setattr(kernels, "PARALLEL_MIN_BYTES", 0)
+    monkeypatch.setattr(kernels.threads, "PARALLEL_MIN_BYTES", 0)
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2}, raising=False)
     monkeypatch.setattr(os, "cpu_count", lambda: 3)
     split = []
-    real = kernels._in_threads
-    monkeypatch.setattr(kernels, "_in_threads", lambda fn, arg_lists: (split.append(len(arg_lists)),
+    real = kernels.threads._in_threads
+    monkeypatch.setattr(kernels.threads, "_in_threads", lambda fn, arg_lists: (split.append(len(arg_lists)),
                                                                        real(fn, arg_lists)))
     values = np.random.default_rng(2).standard_normal(4 * kernels.CHUNK).astype(np.float32)
     a = write_blob(tmp_path / "a.pb", values)
@@ -1459,14 +1459,14 @@ import os, sys, json, concurrent.futures
 os.sched_setaffinity(0, {int(c) for c in sys.argv[1].split(',')})
 from blobtool import kernels
 seen = {"threads": [], "workers": []}
-real_in_threads, real_pool = kernels._in_threads, concurrent.futures.ProcessPoolExecutor
+real_in_threads, real_pool = kernels.threads._in_threads, concurrent.futures.ProcessPoolExecutor
 def in_threads(fn, arg_lists):
     seen["threads"].append(len(arg_lists))
     return real_in_threads(fn, arg_lists)
 def pool(*args, **kw):
     seen["workers"].append(kw["max_workers"])
     return real_pool(*args, **kw)
-kernels._in_threads, concurrent.futures.ProcessPoolExecutor = in_threads, pool
+kernels.threads._in_threads, concurrent.futures.ProcessPoolExecutor = in_threads, pool
 from blobtool.cli import main
 try:
     main(sys.argv[2:])

@@ -18,7 +18,7 @@ import pytest
 import fakecupy
 from blobtool import Blob, SyncedHead, SyncedMemory, device
 from blobtool.errors import DeviceError
-from blobtool.kernels import asum_sumsq
+from blobtool.engine.kernels import asum_sumsq
 from blobtool.syncedmem import get_backend, set_backend
 from builders import write_blob
 from runner import invoke

@@ -148,7 +148,7 @@ def test_streamed_norms_match_cpu(backend):
     rng = np.random.default_rng(2)
     values = rng.standard_normal(3_000_001).astype(np.float32)
     got = backend.streamed_asum_sumsq(values, chunk_bytes=1 << 20)
-    from blobtool.kernels import asum_sumsq
+    from blobtool.engine.kernels import asum_sumsq
     want = asum_sumsq(values)
     assert math.isclose(got[0], want[0], rel_tol=1e-9)
     assert math.isclose(got[1], want[1], rel_tol=1e-9)

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from blobtool import kernels
-from blobtool.kernels import CHUNK, histogram
+from blobtool.engine.kernels import CHUNK, histogram
 
 
 def test_histogram_counts_match_numpy_over_many_chunks():
@@ -155,7 +155,7 @@ def test_stats_of_doubles_near_the_largest_are_finite_and_right(case):
 def test_stats_of_ordinary_values_take_the_one_pass():
     # the rescaled second pass runs only where the first overflowed: a progress
     # count of exactly one pass shows it, and the result is the first pass's
-    from blobtool.work import using
+    from blobtool.engine.work import using
 
     x = np.random.default_rng(5).standard_normal(2 * CHUNK + 5)
     seen = []

@@ -237,7 +237,7 @@ def compare(a, b, rtol, atol, quiet, device, patterns, kind, as_json, names, no_
     """
     from ..compare import compare_documents
     from ..formats import select
-    from ..kernels import using_threads
+    from ..engine.kernels import using_threads
     from ..report.records import compare_record
     from ..source import releasing
 

@@ -136,7 +136,7 @@ def progress(doc, what: str, enabled: bool = True):
         return
     from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
 
-    from ..work import using
+    from ..engine.work import using
 
     _, err = consoles()
     columns = (TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TimeRemainingColumn())

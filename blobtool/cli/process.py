@@ -133,7 +133,7 @@ def jobs_to_use(jobs) -> int:
     process also costs its start-up and its memory), so a larger --jobs is
     capped, without a message; `taskset -c 0 blobtool ...` works in one.
     """
-    from ..kernels import available_cores
+    from ..engine.kernels import available_cores
 
     cores = available_cores()
     return min(jobs, cores) if jobs else cores
@@ -165,7 +165,7 @@ def records(paths: list, work, jobs, *, fail_fast: bool = True):
     threshold = env_bytes("BLOBTOOL_PARALLEL_MIN_BYTES", PARALLEL_THRESHOLD)
     names = [p for p in paths if isinstance(p, str)]
     if jobs == 1 or len(names) < 2 or "-" in names or _total_size(names) < threshold:
-        from ..kernels import using_threads
+        from ..engine.kernels import using_threads
 
         # One file at a time here: its big reductions use the cores instead.
         with using_threads(jobs):

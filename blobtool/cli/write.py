@@ -37,7 +37,7 @@ def _streamed(doc, entries, blobs, output, fmt, sides: dict, what: str) -> None:
     written in (a float16 blob is computed in float32 and narrowed when
     written), and warned about.
     """
-    from ..kernels import CountingNonFinite
+    from ..engine.kernels import CountingNonFinite
 
     counters = [{side: CountingNonFinite(make(blob)) for side, make in sides.items()} for blob in blobs]
     _write(doc, entries, blobs, output, fmt, transforms={e.name: c for e, c in zip(entries, counters)})
@@ -48,7 +48,7 @@ def _on_device(doc, entries, blobs, output, fmt, sides: dict, what: str) -> None
     """Run each side's in-place Blob method on the GPU (`sides`: "data"/"diff" -> fn(blob)), warn, and write."""
     import numpy
 
-    from ..kernels import CountingNonFinite, count_nonfinite
+    from ..engine.kernels import CountingNonFinite, count_nonfinite
     from .work import array_module
 
     xp = array_module(True)
@@ -110,7 +110,7 @@ def scale(file, factor, diff_factor, output, fmt, device, patterns, kind):
       blobtool scale weights.pb 0.5 -o half.pb
       blobtool scale weights.pb 0.5 --diff-factor 0 -o - | blobtool norm
     """
-    from ..kernels import scaled
+    from ..engine.kernels import scaled
 
     output = output_target(output)
     device_info = use_device(device)
@@ -146,7 +146,7 @@ def update(file, output, fmt, device, patterns, kind):
     Example:
       blobtool update snapshot.pb -o stepped.pb
     """
-    from ..kernels import minus
+    from ..engine.kernels import minus
 
     output = output_target(output)
     device_info = use_device(device)
@@ -228,7 +228,7 @@ def convert(file, output, fmt, precision, half_strict, layout, no_diff, device, 
         return
     # float64 values past float32's range become Inf, as Caffe's cast makes
     # them: counted as they are narrowed while writing, and warned about.
-    from ..kernels import CountingNonFinite
+    from ..engine.kernels import CountingNonFinite
 
     counters = [{"data": CountingNonFinite(), "diff": CountingNonFinite()} for _ in blobs]
     _write(doc, entries, blobs, output, fmt, precision=precision, layout=layout,

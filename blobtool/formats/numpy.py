@@ -49,7 +49,7 @@ from numpy.lib import format as npy_format
 from ..blob import Blob, Origin, exact_values, held_dtype
 from ..blobwrite import precision_for
 from ..errors import BlobToolError, FormatError, UsageError, require_bytes
-from ..kernels import cast_written
+from ..engine.kernels import cast_written
 from ..source import Source, atomic_output
 from . import CAST_HINT, MAX_BLOBS, Document, Entry
 from .npyheader import NPY_HEADER_READ, NPY_MAGIC, NPY_VERSIONS, NpyHeader, parse_npy_header

@@ -41,10 +41,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .. import kernels
+from ..engine import kernels
 from ..errors import UsageError
-from ..kernels import finite_range
-from ..work import current
+from ..engine.kernels import finite_range
+from ..engine.work import current
 from .text import fmt_num, fmt_shape
 
 __all__ = ["Picture", "view", "heat_map",

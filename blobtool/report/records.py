@@ -9,7 +9,7 @@ from __future__ import annotations
 import collections
 import math
 
-from .. import kernels
+from ..engine import kernels
 from ..blobproto import PAYLOAD_BY_NAME
 from ..formats import Document, Entry
 from .text import fmt_shape
