@@ -20,7 +20,6 @@ Where blobtool differs from Caffe, on purpose:
 from __future__ import annotations
 
 import operator
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -28,8 +27,7 @@ from .engine import kernels
 from .errors import FormatError, UsageError
 from .syncedmem import SyncedHead, SyncedMemory
 
-__all__ = ["Blob", "Origin", "MAX_BLOB_AXES", "LEGACY_FIELDS", "proto_shape", "legacy_shapes_equal", "DTYPES",
-           "exact_values", "held_dtype"]
+__all__ = ["Blob", "MAX_BLOB_AXES", "LEGACY_FIELDS", "proto_shape", "legacy_shapes_equal", "DTYPES"]
 
 # Caffe's kMaxBlobAxes.
 MAX_BLOB_AXES = 32
@@ -70,25 +68,6 @@ def _normalize_shape(args) -> tuple[int, ...]:
     return dims
 
 
-def exact_values(values: np.ndarray, dtype) -> np.ndarray:
-    """`values` as integer `dtype`, refusing (UsageError) any value that is not exactly one of its integers.
-
-    A blob stored as integers (NVIDIA Caffe's raw INT and UINT) is held as
-    float64, which holds every 32-bit integer exactly; written back in its
-    stored type, a value that is no longer an integer (scaled by 0.5), NaN
-    or out of range would be changed in silence.
-    """
-    target = np.dtype(dtype)
-    with np.errstate(invalid="ignore", over="ignore"):
-        converted = values.astype(target)
-        bad = np.flatnonzero(converted != values)
-    if bad.size:
-        raise UsageError(f"value {values[bad[0]]!r} (at {int(bad[0])}) is not an {target.name}: a blob stored as "
-                         f"integers is written back as {target.name} (scale and update keep the stored type; "
-                         "blobtool convert --float or --double writes float32 or float64)")
-    return converted
-
-
 def proto_shape(proto) -> tuple[tuple[int, ...], str]:
     """The shape a BlobProto message describes, and its layout ("legacy" or "shape").
 
@@ -114,56 +93,11 @@ def legacy_shapes_equal(shape_a, shape_b) -> bool:
     return (1,) * (4 - len(shape_a)) + shape_a == (1,) * (4 - len(shape_b)) + shape_b
 
 
-@dataclass(frozen=True)
-class Origin:
-    """How a blob was stored in the file it came from, so that a re-save keeps it unless asked otherwise."""
-
-    layout: str          # "shape" or "legacy"
-    dtype: np.dtype      # as stored: float32 (data), float64 (double_data), float16 (raw/half), int32, uint32
-    has_diff: bool
-    # How data and diff were encoded, as the file's format records it (a
-    # BlobProto's payload fields and raw types); () when not recorded.
-    encoding: tuple = ()
-    # The message's fields the reader does not know, as they were in the file,
-    # written back after the known ones (where protobuf puts unknown fields).
-    unknown: bytes = b""
-    # The diff's stored type where it differs from the data's (float data
-    # beside a double diff); None when the diff is stored as the data is.
-    diff_dtype: np.dtype | None = None
-
-    @property
-    def precision(self) -> str:
-        """The precision to write this blob's data back in: "double", "half" or "float"."""
-        return _precision_of(self.dtype)
-
-    @property
-    def diff_precision(self) -> str:
-        """The precision to write this blob's diff back in (its own where it was stored apart from the data's)."""
-        return _precision_of(self.diff_dtype if self.diff_dtype is not None else self.dtype)
-
-
-def _precision_of(dtype) -> str:
-    if dtype == np.float64:
-        return "double"
-    if dtype == np.float16:
-        return "half"
-    return "float"
-
-
-def held_dtype(stored, data=None) -> np.dtype:
-    """The Blob dtype holding `stored` values exactly: float64 (doubles, 32-bit integers), else float32.
-
-    For a diff, `data` is the data's Blob dtype: the diff is held in the wider
-    of the two, so a double diff beside float data stays float64, and a float
-    diff beside double data is widened as Caffe's FromProto widens it.
-    """
-    stored = np.dtype(stored)
-    wide = stored.itemsize >= 4 and stored != np.float32
-    return np.dtype(np.float64) if wide or (data is not None and np.dtype(data) == np.float64) else np.dtype(np.float32)
-
-
 class Blob:
     """An N-D float32/float64 array with data and diff (mirrors caffe::Blob).
+
+    Memory is allocated lazily by the SyncedMemory blocks; asum/sumsq of
+    memory never written are 0, as in Caffe.
 
     Parameters
     ----------
@@ -180,15 +114,10 @@ class Blob:
 
     Attributes
     ----------
-    origin : Origin or None
+    origin : blobtool.formats.origin.Origin or None
         How the blob was stored, for a blob read from a file (its layout,
         stored dtype and whether it had a diff); None for a blob made in
         Python. Writers keep the stored form unless told otherwise.
-
-    Notes
-    -----
-    Memory is allocated lazily by the SyncedMemory blocks; asum/sumsq of
-    memory never written are 0, as in Caffe.
     """
 
     def __init__(self, *dims, dtype=np.float32, diff_dtype=None):
@@ -520,14 +449,18 @@ class Blob:
             return "cpu"
         return "gpu"  # HEAD_AT_GPU or SYNCED
 
-    def _asum_sumsq(self, which: str) -> tuple[float, float]:
+    def _math(self, which: str, mutable: bool):
+        """(the side's values where its head is, the kernels or device backend whose math runs there), or None."""
         where = self._where(which)
         if where is None:
-            return 0.0, 0.0
+            return None
         if where == "cpu":
-            return kernels.asum_sumsq(self._host_view(which, False))
-        backend = self._mem(which)._gpu_backend
-        return backend.asum_sumsq(self._device_view(which, False))
+            return self._host_view(which, mutable), kernels
+        return self._device_view(which, mutable), self._mem(which)._gpu_backend
+
+    def _asum_sumsq(self, which: str) -> tuple[float, float]:
+        found = self._math(which, False)
+        return (0.0, 0.0) if found is None else found[1].asum_sumsq(found[0])
 
     def asum_data(self) -> float:
         """Sum of |data| (Blob::asum_data), float64 accumulation; 0 if never written."""
@@ -554,14 +487,9 @@ class Blob:
         return self._asum_sumsq(_DIFF)
 
     def _scale(self, which: str, factor: float) -> None:
-        where = self._where(which)
-        if where is None:
-            return
-        if where == "cpu":
-            kernels.scal(self._host_view(which, True), factor)
-        else:
-            backend = self._mem(which)._gpu_backend
-            backend.scal(self._device_view(which, True), factor)
+        found = self._math(which, True)
+        if found is not None:
+            found[1].scal(found[0], factor)
 
     def scale_data(self, factor: float) -> None:
         """data *= factor in the blob's dtype (Blob::scale_data)."""
@@ -581,18 +509,12 @@ class Blob:
         where = self._where(_DATA)
         if where is None:
             raise UsageError("update: the blob's data was never initialised")
-        if where == "cpu":
-            diff = self._host_view(_DIFF, False)
-            axpy = kernels.axpy
-            data = self._host_view(_DATA, True)
-        else:
-            diff = self._device_view(_DIFF, False)
-            axpy = self._data._gpu_backend.axpy
-            data = self._device_view(_DATA, True)
+        diff = self._host_view(_DIFF, False) if where == "cpu" else self._device_view(_DIFF, False)
+        data, math = self._math(_DATA, True)
         if diff.dtype != data.dtype:
             with np.errstate(over="ignore", invalid="ignore"):
                 diff = diff.astype(data.dtype)
-        axpy(-1.0, diff, data)
+        math.axpy(-1.0, diff, data)
 
     # -- protobuf ------------------------------------------------------------
 

@@ -58,7 +58,8 @@ from dataclasses import dataclass, field as dc_field
 import numpy as np
 
 from . import wire
-from .blob import LEGACY_FIELDS, MAX_BLOB_AXES, Blob, Origin, held_dtype, proto_shape
+from .blob import LEGACY_FIELDS, MAX_BLOB_AXES, Blob, proto_shape
+from .formats.origin import Origin, held_dtype
 from .blobheader import (BLOB_FIELD_NAMES, SHAPE_FIELD, SimpleHeader, check_axes, count_dims, parse_errors,
                          parse_header, simple_header)
 from .errors import FormatError

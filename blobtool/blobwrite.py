@@ -16,7 +16,8 @@ from __future__ import annotations
 import numpy as np
 
 from . import wire
-from .blob import LEGACY_FIELDS, Blob, exact_values
+from .blob import LEGACY_FIELDS, Blob
+from .formats.origin import exact_values
 from .blobproto import DIFF_OF, PAYLOAD_BY_NAME, PRECISION_FIELDS, PRECISIONS, RAW_TYPE_OF, RAW_TYPES, SHAPE_FIELD
 from .errors import UsageError
 from .engine.kernels import cast_written

@@ -368,7 +368,7 @@ def _reshaped(before: tuple, after: tuple, lead: str = "", tail: str = "") -> st
 
 
 def _origin(src):
-    from .blob import Origin
+    from .formats.origin import Origin
 
     stored = src.origin.dtype if src.origin is not None else src.dtype
     return Origin("shape", stored, False)

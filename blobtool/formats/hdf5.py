@@ -66,7 +66,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..blob import MAX_BLOB_AXES, Blob, Origin, held_dtype
+from ..blob import MAX_BLOB_AXES, Blob
+from .origin import Origin, held_dtype
 from ..errors import BlobToolError, FormatError, UsageError
 from ..source import release_pages
 from . import MAX_BLOBS, Document, Entry, NetLayer

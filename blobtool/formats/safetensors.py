@@ -62,7 +62,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..blob import MAX_BLOB_AXES, Blob, Origin, held_dtype
+from ..blob import MAX_BLOB_AXES, Blob
+from .origin import Origin, held_dtype
 from ..blobwrite import precision_for, resolve_form, write_parts
 from ..errors import BlobToolError, FormatError, UsageError, truncated
 from ..source import atomic_output

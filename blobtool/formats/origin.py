@@ -1,0 +1,84 @@
+"""How a blob was stored in the file it came from: its Origin, the type that holds its values, and writing integers back.
+
+The readers of every format record an Origin on the blobs they build, so
+that a re-save keeps the layout, type and encoding unless asked otherwise;
+the writers read it back.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import UsageError
+
+__all__ = ["Origin", "held_dtype", "exact_values"]
+
+
+def exact_values(values: np.ndarray, dtype) -> np.ndarray:
+    """`values` as integer `dtype`, refusing (UsageError) any value that is not exactly one of its integers.
+
+    A blob stored as integers (NVIDIA Caffe's raw INT and UINT) is held as
+    float64, which holds every 32-bit integer exactly; written back in its
+    stored type, a value that is no longer an integer (scaled by 0.5), NaN
+    or out of range would be changed in silence.
+    """
+    target = np.dtype(dtype)
+    with np.errstate(invalid="ignore", over="ignore"):
+        converted = values.astype(target)
+        bad = np.flatnonzero(converted != values)
+    if bad.size:
+        raise UsageError(f"value {values[bad[0]]!r} (at {int(bad[0])}) is not an {target.name}: a blob stored as "
+                         f"integers is written back as {target.name} (scale and update keep the stored type; "
+                         "blobtool convert --float or --double writes float32 or float64)")
+    return converted
+
+
+
+@dataclass(frozen=True)
+class Origin:
+    """How a blob was stored in the file it came from, so that a re-save keeps it unless asked otherwise."""
+
+    layout: str          # "shape" or "legacy"
+    dtype: np.dtype      # as stored: float32 (data), float64 (double_data), float16 (raw/half), int32, uint32
+    has_diff: bool
+    # How data and diff were encoded, as the file's format records it (a
+    # BlobProto's payload fields and raw types); () when not recorded.
+    encoding: tuple = ()
+    # The message's fields the reader does not know, as they were in the file,
+    # written back after the known ones (where protobuf puts unknown fields).
+    unknown: bytes = b""
+    # The diff's stored type where it differs from the data's (float data
+    # beside a double diff); None when the diff is stored as the data is.
+    diff_dtype: np.dtype | None = None
+
+    @property
+    def precision(self) -> str:
+        """The precision to write this blob's data back in: "double", "half" or "float"."""
+        return _precision_of(self.dtype)
+
+    @property
+    def diff_precision(self) -> str:
+        """The precision to write this blob's diff back in (its own where it was stored apart from the data's)."""
+        return _precision_of(self.diff_dtype if self.diff_dtype is not None else self.dtype)
+
+
+def _precision_of(dtype) -> str:
+    if dtype == np.float64:
+        return "double"
+    if dtype == np.float16:
+        return "half"
+    return "float"
+
+
+def held_dtype(stored, data=None) -> np.dtype:
+    """The Blob dtype holding `stored` values exactly: float64 (doubles, 32-bit integers), else float32.
+
+    For a diff, `data` is the data's Blob dtype: the diff is held in the wider
+    of the two, so a double diff beside float data stays float64, and a float
+    diff beside double data is widened as Caffe's FromProto widens it.
+    """
+    stored = np.dtype(stored)
+    wide = stored.itemsize >= 4 and stored != np.float32
+    return np.dtype(np.float64) if wide or (data is not None and np.dtype(data) == np.float64) else np.dtype(np.float32)
