@@ -180,18 +180,21 @@ def check(plain, renderer, texts, record, width, whole=()):
     assert_whole(drawn, [t for t in whole if all_simple([t])])
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(record=info_records(), width=WIDTHS)
 def test_plain_info_is_richs_text(record, width):
     check(layout.plain_info, render.render_info, info_texts(record), record, width, info_whole(record))
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(record=norm_records(), width=WIDTHS)
 def test_plain_norm_is_richs_text(record, width):
     check(layout.plain_norm, render.render_norm, norm_texts(record), record, width, norm_whole(record))
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(record=compare_records(), width=WIDTHS, quiet=st.booleans())
 def test_plain_compare_is_richs_text(record, width, quiet):
@@ -243,6 +246,7 @@ def info_stats_texts(record: dict) -> list:
     return info_texts(record) + [cell for cells, _ in layout.stats_rows(record) for cell in cells]
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(record=info_stats_records(), width=WIDTHS)
 def test_plain_info_with_stats_is_richs_text(record, width):

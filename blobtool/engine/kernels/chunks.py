@@ -84,15 +84,11 @@ READ_BYTES = 1 << 20
 
 # Chunks worked on together by asum_sumsq and stats: each numpy call costs
 # the same whatever its size, and with two threads every call also hands the
-# interpreter over; the sums are still taken chunk by chunk. Measured on 2
-# cores, 1 GiB of float32 from the page cache: stats took 0.72 s with
-# groups of 1 chunk, 0.49 s (2), 0.32 s (4), 0.24 s (8) and 0.29 s (16).
+# interpreter over; the sums are still taken chunk by chunk. 8 was the
+# fastest group (docs/performance.md, "Chunk sizes").
 GROUP = 8
 
-
 _local = threading.local()
-
-
 _PAGE = 4096
 
 
@@ -101,17 +97,15 @@ def buffer(slot: str, n: int, dtype) -> np.ndarray:
 
     Allocating the chunk-sized temporaries anew for each chunk cost more
     than the work on them with two threads (each large allocation maps and
-    faults in fresh pages): stats() on 1 GiB took 0.29 s in one thread and
-    0.54 s in two.
+    faults in fresh pages; docs/performance.md, "Chunk sizes").
     """
     dtype = np.dtype(dtype)
     kept = _local.__dict__.setdefault("buffers", {})
     raw = kept.get(slot)
     nbytes = n * dtype.itemsize
     if raw is None or raw.nbytes < nbytes:
-        # Page-aligned: the kernel's copy from the page cache into a buffer
-        # that starts 8 or 16 bytes past a 64-byte boundary ran at 0.35-0.40
-        # s/GiB here, into a page-aligned one at 0.07 s/GiB.
+        # Page-aligned: the kernel copies from the page cache into an aligned
+        # buffer several times faster (docs/performance.md, "Chunk sizes").
         block = np.empty(max(nbytes, 64) + _PAGE, dtype=np.uint8)
         start = -block.ctypes.data % _PAGE
         raw = kept[slot] = block[start:start + max(nbytes, 64)]
