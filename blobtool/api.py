@@ -14,7 +14,7 @@ from .blob import Blob
 from .blobwrite import check_layout
 from .errors import FormatError, UsageError
 from .formats import Document, Entry, module, open_document, output_target
-from .source import releasing
+from .files import releasing
 
 __all__ = ["load", "load_all", "save", "write", "open_document"]
 

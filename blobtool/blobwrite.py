@@ -22,7 +22,7 @@ from .blobproto import DIFF_OF, PAYLOAD_BY_NAME, PRECISION_FIELDS, PRECISIONS, R
 from .errors import UsageError
 from .engine.kernels import cast_written
 from .engine.work import report
-from .source import release_pages
+from .files import release_pages
 
 __all__ = ["encode_blob_parts", "check_layout", "resolve_form", "precision_for", "write_parts", "write_blob",
            "blob_encoded_size"]

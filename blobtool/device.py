@@ -244,7 +244,7 @@ class CupyBackend:
         """
         import cupyx
 
-        from .source import release_pages, releasing
+        from .files import release_pages, releasing
 
         cp = self.cp
         host = host.reshape(-1)

@@ -225,7 +225,7 @@ class SyncedMemory:
         """Writable 1-D uint8 view of the host copy; the head becomes HEAD_AT_CPU."""
         self._to_cpu()
         self._head = SyncedHead.HEAD_AT_CPU
-        _note_written(self._cpu)  # an adopted file view stops being read as the file (blobtool.source)
+        _note_written(self._cpu)  # an adopted file view stops being read as the file (blobtool.files)
         return self._cpu
 
     def set_cpu_data(self, array) -> None:
@@ -284,9 +284,9 @@ class SyncedMemory:
 
 
 def _note_written(view: np.ndarray) -> None:
-    source = sys.modules.get("blobtool.source")  # loaded with any mapped input: nothing to note without one
-    if source is not None:
-        source.note_written(view)
+    mapped = sys.modules.get("blobtool.files.mapped")  # loaded with any mapped input: nothing to note without one
+    if mapped is not None:
+        mapped.note_written(view)
 
 
 def _as_bytes(array, size: int, what: str) -> np.ndarray:

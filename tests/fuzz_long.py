@@ -211,7 +211,7 @@ def main(argv=None) -> int:
             import blobtool.formats.caffe  # noqa: F401
             import blobtool.formats.npyheader  # noqa: F401
             import blobtool.formats.numpy  # noqa: F401
-            import blobtool.source  # noqa: F401
+            import blobtool.files  # noqa: F401
             import blobtool.engine.kernels  # noqa: F401
             import blobtool.wire  # noqa: F401
     import fuzzcases as fc

@@ -134,13 +134,13 @@ def test_values_changed_in_memory_are_the_ones_summed_and_kept_inside_releasing(
     # only for bytes nobody was handed for writing. A scaled or written blob keeps its own values.
     n = 1 << 20  # 4 MiB: read from the file in 1 MiB pieces when it is still the file's
     blob = load(str(_ones_file(tmp_path, n)))
-    with blobtool.source.releasing():
+    with blobtool.files.releasing():
         assert blob.asum_data() == n  # the file's bytes
         blob.scale_data(3)
         assert blob.asum_data() == 3 * n
         assert blob.sumsq_data() == 9 * n
     other = load(str(_ones_file(tmp_path, n)))
-    with blobtool.source.releasing():
+    with blobtool.files.releasing():
         other.mutable_cpu_data()[:5] = 100
         assert other.asum_data() == n + 5 * 99
         assert other.asum_data() == n + 5 * 99  # the written page was not dropped
@@ -198,11 +198,11 @@ def test_a_call_s_work_settings_stay_with_it_and_its_threads(tmp_path, monkeypat
 
     thread = threading.Thread(target=other)
     thread.start()
-    with work.using(threads=4, progress=seen.append, pages=blobtool.source.PAGES):
+    with work.using(threads=4, progress=seen.append, pages=blobtool.files.PAGES):
         inside.set()
         done.wait(10)
         assert kernels.asum_sumsq(x) == (x.size, x.size)
-        assert (work.current().threads, work.current().pages) == (4, blobtool.source.PAGES)
+        assert (work.current().threads, work.current().pages) == (4, blobtool.files.PAGES)
     thread.join()
     assert sum(seen) == x.nbytes  # the kernels' own threads reported to this call's progress
     assert elsewhere == [work.Work()]

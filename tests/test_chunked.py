@@ -19,7 +19,7 @@ import sys
 import numpy as np
 import pytest
 
-from blobtool import compare, kernels, source
+from blobtool import compare, files as source, kernels
 from blobtool.errors import ExitCode, FormatError
 from blobtool.compare import compare_arrays
 
@@ -307,8 +307,8 @@ def test_values_read_from_the_file_give_the_same_figures(small_chunks, tmp_path,
     small_chunks(2)
     monkeypatch.setattr(kernels.chunks, "READ_BYTES", 3 * SMALL_CHUNK * np.dtype(dtype).itemsize)  # reads cross groups
     reads = []
-    real_read = source.read_mapped
-    monkeypatch.setattr(source, "read_mapped", lambda *args: reads.append(args[1]) or real_read(*args))
+    real_read = source.pages.read_mapped
+    monkeypatch.setattr(source.pages, "read_mapped", lambda *args: reads.append(args[1]) or real_read(*args))
     for case, (a, b) in _pairs(dtype).items():
         if a.dtype != b.dtype:
             continue
@@ -333,7 +333,7 @@ def test_values_read_from_the_file_give_the_same_figures(small_chunks, tmp_path,
 def test_small_arrays_are_read_through_the_mapping(small_chunks, tmp_path, monkeypatch):
     small_chunks(1)
     reads = []
-    monkeypatch.setattr(source, "read_mapped", lambda *args: reads.append(args))
+    monkeypatch.setattr(source.pages, "read_mapped", lambda *args: reads.append(args))
     _, _, small = _mapped(tmp_path, "small", np.ones(kernels.READ_BYTES // 4 - 1, dtype=np.float32))
     with source.releasing():
         assert kernels.asum_sumsq(small) == (small.size, small.size)

@@ -33,9 +33,10 @@ def _top_level_imports(name: str, path: Path, known: set) -> set:
                 anchor = package.split(".")
                 anchor = anchor[:len(anchor) - node.level + 1]
                 base = ".".join(anchor + ([node.module] if node.module else []))
-            if base in known:
+            submodules = {f"{base}.{a.name}" for a in node.names} & known
+            if base in known and len(submodules) < len(node.names):  # `from . import sibling` imports the sibling
                 found.add(base)
-            found.update(f"{base}.{a.name}" for a in node.names if f"{base}.{a.name}" in known)
+            found.update(submodules)
     found.discard(name)
     return found
 

@@ -488,7 +488,7 @@ def test_an_input_changing_while_it_is_copied_is_exit_3_one_line(tmp_path):
 
 SETTLED = """
 import os, signal, sys
-from blobtool import source
+from blobtool import files as source
 from blobtool.cli.group import _settle_inputs
 from blobtool.errors import FormatError
 
@@ -520,7 +520,7 @@ def test_a_read_error_in_an_input_changed_meanwhile_is_reported_as_the_change_on
 
 BATCH_SETTLED = """
 import os, signal, sys
-from blobtool import source
+from blobtool import files as source
 from blobtool.cli.group import batch_error
 from blobtool.errors import FormatError
 
@@ -553,7 +553,7 @@ def test_a_batch_reports_an_input_changed_meanwhile_as_the_change_once_and_goes_
 
 NESTED = """
 import sys
-from blobtool import source
+from blobtool.files import mapped as source
 
 calls = []
 
@@ -580,7 +580,7 @@ def test_sigio_arriving_inside_its_own_handler_is_looked_at_again_not_nested():
 
 AT_EXIT = """
 import atexit, os, signal
-from blobtool import source
+from blobtool import files as source
 
 source.guard_inputs()
 atexit._run_exitfuncs()  # what Python runs as it shuts down, before it puts the handlers back
@@ -619,7 +619,7 @@ def unleased():
 # so that a truncation reaches the mapping, and the SIGBUS handler is what stops the command.
 UNWATCHED = """
 import sys
-from blobtool import source
+from blobtool.files import mapped as source
 source._add_watch = lambda fd, name: None
 from blobtool.cli import main
 main(sys.argv[1:])
@@ -658,7 +658,7 @@ def test_an_input_that_cannot_be_leased_is_read_in_bounded_memory_with_the_same_
 AS_ANOTHER_USER = """
 import json, os, sys
 import blobtool.cli
-from blobtool import source
+from blobtool.files import inputs as source
 uid, args = int(sys.argv[1]), sys.argv[2:]
 try:
     blobtool.cli.main(args)

@@ -38,7 +38,7 @@ for _command in COMMANDS:
 
 def main(argv=None) -> None:
     """Entry point of the blobtool script and of python -m blobtool."""
-    from ..source import guard_inputs
+    from ..files import guard_inputs
 
     single_threaded_blas()  # first: before anything imports numpy
     keep_freed_memory()

@@ -98,15 +98,15 @@ def _settle_inputs(exc: BaseException | None = None) -> BaseException | None:
 
     A read error in an input that another process changed meanwhile (a
     truncation seen as "truncated at byte N") is reported as that change.
-    blobtool.source is consulted only when a command has loaded it.
+    blobtool.files.mapped is consulted only when a command has loaded it.
     """
-    source = sys.modules.get("blobtool.source")
-    if source is None:
+    mapped = sys.modules.get("blobtool.files.mapped")
+    if mapped is None:
         return exc
-    changed = source.settle()
+    changed = mapped.settle()
     if (changed is not None and isinstance(exc, FormatError) and exc.path == changed
             and "changed while it was read" not in str(exc)):
-        return FormatError(source.WRITTEN, path=changed)
+        return FormatError(mapped.WRITTEN, path=changed)
     return exc
 
 
@@ -117,25 +117,25 @@ def batch_error(exc: BlobToolError) -> BlobToolError:
     hold the input's mapping, whose watch then goes with it; a write that
     comes later stops nothing, as the input was reported.
     """
-    source = sys.modules.get("blobtool.source")
-    if source is None or exc.path is None:
+    mapped = sys.modules.get("blobtool.files.mapped")
+    if mapped is None or exc.path is None:
         return exc
     link = exc
     while link is not None:
         link.__traceback__ = None
         link = link.__cause__ or link.__context__
-    if (source.take_change(exc.path) and isinstance(exc, FormatError)
+    if (mapped.take_change(exc.path) and isinstance(exc, FormatError)
             and "changed while it was read" not in str(exc)):
-        return FormatError(source.WRITTEN, path=exc.path)
+        return FormatError(mapped.WRITTEN, path=exc.path)
     return exc
 
 
 def _report_pending_change() -> None:
     """Raise the change of a watched input that was found where it could not be raised (a finalizer)."""
-    source = sys.modules.get("blobtool.source")
-    changed = source.pending_change() if source is not None else None
+    mapped = sys.modules.get("blobtool.files.mapped")
+    changed = mapped.pending_change() if mapped is not None else None
     if changed is not None:
-        raise FormatError(source.WRITTEN, path=changed)
+        raise FormatError(mapped.WRITTEN, path=changed)
 
 
 def stopped(exc: KeyboardInterrupt) -> int:

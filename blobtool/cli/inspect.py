@@ -131,7 +131,7 @@ def _info_one(path, *, kind, patterns, stats, check=None, all_layers=False, show
     from ..formats import select
     from ..report.records import info_record
 
-    from ..source import releasing
+    from ..files import releasing
 
     doc = open_input(path, kind)
     # Nothing changes the values here: their pages can go back as they are read.
@@ -188,7 +188,7 @@ def _norm_one(path, *, kind, patterns, device_info, show_progress=True):
     """norm's record for one file (runs in a worker process when several files are given)."""
     from ..formats import select
     from ..report.records import norm_record
-    from ..source import releasing
+    from ..files import releasing
 
     doc = open_input(path, kind)
     entries = select(doc, patterns)
@@ -239,7 +239,7 @@ def compare(a, b, rtol, atol, quiet, device, patterns, kind, as_json, names, no_
     from ..formats import select
     from ..engine.kernels import using_threads
     from ..report.records import compare_record
-    from ..source import releasing
+    from ..files import releasing
 
     if a == "-" and b == "-":
         raise click.UsageError("standard input ('-') can be read only once")

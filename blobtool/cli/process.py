@@ -181,7 +181,7 @@ def records(paths: list, work, jobs, *, fail_fast: bool = True):
     # on the same cores ran 10x slower than one process (measured: 32 nets of
     # 16 MiB, 5.8 s against 0.6 s).
     context = multiprocessing.get_context("spawn")
-    from ..source import guarding
+    from ..files import guarding
 
     pool = concurrent.futures.ProcessPoolExecutor(max_workers=min(jobs, len(paths)), mp_context=context,
                                                   initializer=_start_worker, initargs=(guarding(),))
@@ -209,6 +209,6 @@ def _start_worker(guard: bool) -> None:
     """A worker process's set-up: one BLAS thread (numpy is not loaded yet in it), and its inputs guarded."""
     os.environ.update({name: "1" for name in _BLAS_THREAD_VARIABLES})  # this worker's own environment
     if guard:
-        from ..source import guard_inputs
+        from ..files import guard_inputs
 
         guard_inputs()

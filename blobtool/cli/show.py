@@ -50,7 +50,7 @@ def show(file, name, channel, index, width, output, kind):
       blobtool show net.caffemodel --blob conv2/0 --index 3 --channel 0
     """
     from ..formats import select
-    from ..source import releasing
+    from ..files import releasing
 
     image_module = None
     if output is not None:
@@ -87,7 +87,7 @@ def _draw(doc, entry, data, channel, index, width, output, image_module) -> None
                              max_pixels=TERMINAL_MAX_PIXELS)
         render_picture(out, doc.path, entry.name, entry.shape, picture)
         return
-    from ..source import atomic_output
+    from ..files import atomic_output
 
     picture = picture_of(min_size=PNG_MIN_SIZE, max_pixels=MAX_PIXELS)
     with atomic_output(output) as f:

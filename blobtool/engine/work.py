@@ -6,7 +6,7 @@ threads the kernels start for it (contextvars); another thread, or another
 call outside the block, keeps its own. Nothing here is process-wide, and
 none of it changes a result: threads split sums whose chunks are added in
 the same order, progress only counts bytes, and a page is released only
-where its bytes are still the file's (blobtool.source).
+where its bytes are still the file's (blobtool.files).
 
 The library's default is one thread, no progress and pages kept; the
 command line sets all three for each command.
@@ -28,7 +28,7 @@ class Work:
     """threads: how many threads a reduction over a large array may use (1: the calling one).
     progress: called with the bytes each chunk covered, or None.
     pages: for a call that reads the values of mapped inputs once, where they may be copied from
-    their file and their pages let go once worked through (blobtool.source.PAGES, which
+    their file and their pages let go once worked through (blobtool.files.PAGES, which
     source.releasing() sets); None keeps them mapped and resident (values read again cost nothing).
     An object with file_behind(view), read(fd, offset, into) and release(view).
     """

@@ -398,7 +398,7 @@ def open_document(src, kind: str | None = None, *, npy_cast=None) -> Document:
     """
     if kind is not None and kind not in KINDS:
         raise UsageError(f"unknown kind {kind!r}; expected one of {', '.join(KINDS)}")
-    from ..source import open_source
+    from ..files import open_source
 
     source = open_source(src)
     if kind is None:

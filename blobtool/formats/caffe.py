@@ -58,7 +58,7 @@ from ..blobproto import (BLOB_FIELD_NAMES, BLOB_WIRE_PAIRS, PAYLOAD_FIELDS, SHAP
                          parse_blob, parse_errors)
 from ..blobwrite import blob_encoded_size, encode_blob_parts, precision_for, resolve_form, write_blob, write_parts
 from ..errors import BlobToolError, FormatError, OutputError, UsageError
-from ..source import atomic_output, display_name
+from ..files import atomic_output, display_name
 from . import MAX_BLOBS, Document, Entry, NetLayer, unique_names
 
 __all__ = ["sniff", "read", "write", "write_new", "save_blob", "container_parts", "MAX_LAYERS", "V1_TYPE_NAMES",

@@ -69,7 +69,7 @@ import numpy as np
 from ..blob import MAX_BLOB_AXES, Blob
 from .origin import Origin, held_dtype
 from ..errors import BlobToolError, FormatError, UsageError
-from ..source import release_pages
+from ..files import release_pages
 from . import MAX_BLOBS, Document, Entry, NetLayer
 
 __all__ = ["sniff", "read", "write", "h5py_module", "reason", "H5_ERRORS", "EXTRA", "MAX_CHUNK_BYTES"]

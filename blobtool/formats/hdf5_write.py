@@ -24,7 +24,7 @@ import numpy as np
 
 from ..blobwrite import precision_for, resolve_form, write_parts
 from ..errors import OutputError, UsageError
-from ..source import atomic_output, display_name
+from ..files import atomic_output, display_name
 from . import Document
 from .hdf5 import H5_ERRORS, h5py_module, reason
 

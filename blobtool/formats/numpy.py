@@ -51,7 +51,7 @@ from .origin import Origin, exact_values, held_dtype
 from ..blobwrite import precision_for
 from ..errors import BlobToolError, FormatError, UsageError, require_bytes
 from ..engine.kernels import cast_written
-from ..source import Source, atomic_output
+from ..files import Source, atomic_output
 from . import CAST_HINT, MAX_BLOBS, Document, Entry
 from .npyheader import NPY_HEADER_READ, NPY_MAGIC, NPY_VERSIONS, NpyHeader, parse_npy_header
 

@@ -66,7 +66,7 @@ from ..blob import MAX_BLOB_AXES, Blob
 from .origin import Origin, held_dtype
 from ..blobwrite import precision_for, resolve_form, write_parts
 from ..errors import BlobToolError, FormatError, UsageError, truncated
-from ..source import atomic_output
+from ..files import atomic_output
 from . import CAST_HINT, MAX_BLOBS, Document, Entry
 from .numpy import DIFF_SUFFIX, PRECISION_DTYPES, check_member_names, pair_diffs
 
