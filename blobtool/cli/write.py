@@ -45,21 +45,31 @@ def _streamed(doc, entries, blobs, output, fmt, sides: dict, what: str) -> None:
 
 
 def _on_device(doc, entries, blobs, output, fmt, sides: dict, what: str) -> None:
-    """Run each side's in-place Blob method on the GPU (`sides`: "data"/"diff" -> fn(blob)), warn, and write."""
+    """Run each side's in-place Blob method on the GPU (`sides`: "data"/"diff" -> fn(blob)), warn, and write.
+
+    One blob at a time: only the sides named are moved to the device (a diff
+    not scaled stays on the host; update's data -= diff moves the diff, which
+    it reads), and each blob's results come back to the host and its device
+    memory is freed before the next blob is moved.
+    """
     import numpy
 
     from ..kernels import CountingNonFinite, count_nonfinite
-    from .work import array_module
+    from .work import array_module, release_device
 
     xp = array_module(True)
     views = {"data": lambda b: b.gpu_data(), "diff": lambda b: b.gpu_diff()}
     counts = []
-    for blob in blobs:
-        before = {side: count_nonfinite(views[side](blob), xp) for side in sides} if blob.count else {}
+    for entry, blob in zip(entries, blobs):
+        # A side the file does not hold has nothing to compute on.
+        used = {side: run for side, run in sides.items() if side == "data" or entry.has_diff}
+        before = {side: count_nonfinite(views[side](blob), xp) for side in used} if blob.count else {}
         with numpy.errstate(over="ignore", invalid="ignore"):  # counted below, not warned by numpy
-            for run in sides.values():
+            for run in used.values():
                 run(blob)
-        counts.append({side: count_nonfinite(views[side](blob), xp) - n for side, n in before.items()})
+        after = {side: count_nonfinite(views[side](blob), xp) - n for side, n in before.items()}
+        counts.append({side: after.get(side, 0) for side in sides})
+        release_device(blob)
     # The values are written in the type they are stored in: a float16 blob
     # computed in float32 on the device is narrowed while writing, and that
     # narrowing is counted too.
@@ -114,7 +124,7 @@ def scale(file, factor, diff_factor, output, fmt, device, patterns, kind):
 
     output = output_target(output)
     device_info = use_device(device)
-    doc, entries, blobs = load_selected(file, kind, patterns, device_info)
+    doc, entries, blobs = load_selected(file, kind, patterns)
     what = f"scaling by {factor:g}" + (f" (diff by {diff_factor:g})" if diff_factor is not None else "")
     if device_info is not None:
         sides = {"data": lambda b: b.scale_data(factor)}
@@ -150,7 +160,7 @@ def update(file, output, fmt, device, patterns, kind):
 
     output = output_target(output)
     device_info = use_device(device)
-    doc, entries, blobs = load_selected(file, kind, patterns, device_info)
+    doc, entries, blobs = load_selected(file, kind, patterns)
     for entry, blob in zip(entries, blobs):
         if not entry.has_diff:
             raise FormatError(f"blob {entry.name!r} has no diff to apply (update computes data -= diff)",
@@ -177,7 +187,8 @@ def update(file, output, fmt, device, patterns, kind):
 @click.option("--legacy", "layout", flag_value="legacy",
               help="Write legacy num/channels/height/width (at most 4 axes).")
 @click.option("--no-diff", is_flag=True, help="Drop the diff.")
-@device_option
+@click.option("--device", "device", type=click.IntRange(min=0), metavar="N", default=None,
+              help="Refused (exit 2): convert computes nothing, so no work of it would run on a GPU.")
 @blob_option
 @kind_option
 @names_options
@@ -195,7 +206,9 @@ def convert(file, output, fmt, precision, half_strict, layout, no_diff, device, 
     convert both ways: -o x.h5 writes Caffe's HDF5 layout, -o x.caffemodel or
     -o x.solverstate the protobuf form. HDF5 holds no layer types or parameters, so an
     HDF5 net becomes a NetParameter with layer names and blobs only. --legacy is
-    protobuf only.
+    protobuf only. Converting computes nothing (casts and re-encoding run on the
+    host as the output is written), so convert refuses --device (exit 2) rather
+    than copy blobs to a GPU and back for nothing.
 
     \b
     Example:
@@ -207,14 +220,16 @@ def convert(file, output, fmt, precision, half_strict, layout, no_diff, device, 
     """
     from ..formats.numpy import cast_for
 
+    if device is not None:
+        raise click.UsageError("--device: convert computes nothing a GPU could run (it re-encodes values on the "
+                               "host as it writes them); drop --device")
     if half_strict:
         if precision not in (None, "half"):
             raise click.UsageError(f"--half-strict writes float16; it cannot be combined with --{precision}")
         precision = "half"
     output = output_target(output)
     npy_cast = cast_for(precision)
-    device_info = use_device(device)
-    doc, entries, blobs = load_selected(file, kind, patterns, device_info, npy_cast=npy_cast)
+    doc, entries, blobs = load_selected(file, kind, patterns, npy_cast=npy_cast)
     if names == "torch":
         result = renamed(doc, entries, not no_fold)
         if result.dropped_diffs and not no_diff:
