@@ -290,6 +290,29 @@ def test_cli_scale_on_device_uploads_only_what_it_scales(cupy_state, tmp_path, e
     assert cupy_state["held"] == 0
 
 
+def test_cli_scale_on_device_works_each_blob_as_the_output_reaches_it(cupy_state, tmp_path, monkeypatch):
+    # The host holds one blob's results at a time too: blob k goes to the
+    # device only once blob k - 1 is written.
+    from blobtool import blobwrite
+    from blobtool.cli import write
+
+    path = _net_file(tmp_path)
+    events = []
+    run, report = write._DeviceStep.run, blobwrite.report
+
+    def logged_run(step):
+        if not step._done:
+            events.append("device")
+        run(step)
+
+    monkeypatch.setattr(write._DeviceStep, "run", logged_run)
+    monkeypatch.setattr(blobwrite, "report", lambda n: (events.append("written"), report(n)))
+    res = _invoke("scale", path, "0.5", "--diff-factor", "2", "--device", "0", "-o", tmp_path / "out.caffemodel")
+    assert res.exit_code == 0, res.output
+    # Per blob: its device work, then its data and its diff written.
+    assert events == ["device", "written", "written"] * 3
+
+
 def test_cli_update_on_device_holds_one_blob_at_a_time(cupy_state, tmp_path):
     sizes = (300, 40, 1000)
     path = _net_file(tmp_path, sizes)
