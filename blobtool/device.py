@@ -309,6 +309,7 @@ class Streamer:
 
     def asum_sumsq(self, arrays) -> list[tuple[float, float]]:
         """(asum, sumsq) of each host array, all streamed through one pipeline; one wait at the end."""
+        from .progress import report
         from .source import release_pages, releasing
 
         backend = self._backend
@@ -335,6 +336,7 @@ class Streamer:
                     copied[k].synchronize()  # staging[k] is free once its last copy is done
                 staging = self._staging[k][:nbytes].view(flat.dtype)
                 np.copyto(staging, flat[start:start + m])
+                report(nbytes)  # read from the input: the progress display counts it
                 if self._release:
                     with releasing():
                         release_pages(flat[start:start + m])

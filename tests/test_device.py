@@ -261,6 +261,17 @@ def test_cli_norm_streams_each_blob_through_pinned_buffers(cupy_state, tmp_path,
     assert cupy_state["held"] == 0
 
 
+def test_streamer_reports_progress_for_every_byte_read(backend):
+    from blobtool.progress import reporting
+
+    seen = []
+    values = np.arange(1000, dtype=np.float64)
+    diff = np.ones(10, dtype=np.float32)
+    with reporting(seen.append):
+        backend.streamer(1024).asum_sumsq([values, diff])
+    assert sum(seen) == values.nbytes + diff.nbytes and len(seen) == 8 + 1
+
+
 def test_cli_norm_on_device_of_a_blob_without_diff(cupy_state, tmp_path):
     path = write_blob(tmp_path / "nodiff.pb", np.arange(12, dtype=np.float32).reshape(3, 4))
     res = _invoke("norm", "--json", "--device", "0", path)
