@@ -332,12 +332,14 @@ class FileComparison:
 
 
 def compare_documents(doc_a, doc_b, entries_a, entries_b, *, rtol: float = 0.0, atol: float = 0.0,
-                      fetch=None, xp=np) -> FileComparison:
+                      fetch=None, xp=np, done=None) -> FileComparison:
     """Compare the selected entries of two documents, matched by name.
 
     `fetch(entry)` returns the entry's Blob (placed where the work runs);
     by default ``entry.blob()``. With `xp` CuPy, values are compared on the
-    GPU (the blobs' gpu_data / gpu_diff).
+    GPU (the blobs' gpu_data / gpu_diff, moved there as they are read).
+    `done(blob)`, when given, is called on both blobs of a pair once they are
+    compared (to free their device memory).
     """
     fetch = fetch or (lambda e: e.blob())
     result = FileComparison(doc_a.path, doc_b.path, rtol=rtol, atol=atol)
@@ -362,6 +364,9 @@ def compare_documents(doc_a, doc_b, entries_a, entries_b, *, rtol: float = 0.0, 
                 comp.diff = compare_arrays(diff(blob_a), diff(blob_b), rtol=rtol, atol=atol, xp=module)
             elif ea.has_diff != eb.has_diff:
                 comp.diff_only_in = "a" if ea.has_diff else "b"
+            if done is not None:
+                done(blob_a)
+                done(blob_b)
         result.blobs.append(comp)
     for eb in entries_b:
         if eb.name not in seen:

@@ -15,38 +15,43 @@ import numpy as np
 from .errors import DeviceError
 from .syncedmem import get_backend, set_backend
 
-__all__ = ["use", "current", "list_devices", "CupyBackend", "StreamedNorms", "INSTALL_HINT",
-           "STREAM_CHUNK", "STREAM_THRESHOLD"]
+__all__ = ["use", "current", "list_devices", "CupyBackend", "Streamer", "StreamedNorms", "INSTALL_HINT",
+           "STREAM_CHUNK"]
 
 INSTALL_HINT = "install blobtool's CUDA extra: pip install 'blobtool[cuda12]' (or [cuda13])"
 
 # Staging chunk for streamed reductions: large enough that each copy runs at
 # full bus speed, small enough that two of them are nothing next to a model.
 STREAM_CHUNK = 64 << 20
-# Payloads larger than this are streamed through the device by norm --device
-# rather than placed on it whole.
-STREAM_THRESHOLD = 1 << 30
 
 
 class StreamedNorms:
-    """Stands in for a Blob in norm --device when its payload is streamed rather than placed.
+    """Stands in for a Blob in norm --device: its data and diff stream through the device, never placed there.
 
-    Offers the two methods norm uses, computed by the backend's streamed
-    reduction over the blob's host arrays (the memory-mapped file).
+    Offers the two methods norm uses. The first call streams the data and
+    the diff through the same pipeline (the diff's copies overlap the data's
+    reduction) and keeps the diff's sums for the second.
     """
 
-    def __init__(self, blob, backend, has_diff: bool):
+    def __init__(self, blob, streamer: "Streamer", has_diff: bool):
         self._blob = blob
-        self._backend = backend
+        self._streamer = streamer
         self._has_diff = has_diff
+        self._diff = None
 
     def asum_sumsq_data(self) -> tuple[float, float]:
-        return self._backend.streamed_asum_sumsq(self._blob.cpu_data(), chunk_bytes=STREAM_CHUNK, release=True)
+        arrays = [self._blob.cpu_data()]
+        if self._has_diff:
+            arrays.append(self._blob.cpu_diff())
+        sums = self._streamer.asum_sumsq(arrays)
+        self._diff = sums[1] if self._has_diff else (0.0, 0.0)
+        return sums[0]
 
     def asum_sumsq_diff(self) -> tuple[float, float]:
-        if not self._has_diff:
-            return 0.0, 0.0
-        return self._backend.streamed_asum_sumsq(self._blob.cpu_diff(), chunk_bytes=STREAM_CHUNK, release=True)
+        if self._diff is None:
+            self.asum_sumsq_data()
+        diff, self._diff = self._diff, None
+        return diff
 
 
 def _import_cupy():
@@ -142,10 +147,13 @@ class CupyBackend:
         props = cupy.cuda.runtime.getDeviceProperties(index)
         name = props["name"]
         self.name = name.decode() if isinstance(name, bytes) else str(name)
-        self._asum = cupy.ReductionKernel(
-            "T x", "float64 y", "fabs((double)x)", "a + b", "y = a", "0", "blobtool_asum")
-        self._sumsq = cupy.ReductionKernel(
-            "T x", "float64 y", "(double)x * (double)x", "a + b", "y = a", "0", "blobtool_sumsq")
+        # asum and sumsq in one pass (Caffe's caffe_gpu_asum and caffe_gpu_dot
+        # read the blob twice): each element maps to the pair (|x|, x*x),
+        # carried as the real and imaginary parts of a complex double, whose
+        # sum adds each part on its own, in float64.
+        self._norms = cupy.ReductionKernel(
+            "T x", "complex128 y", "complex<double>(fabs((double)x), (double)x * (double)x)",
+            "a + b", "y = a", "0", "blobtool_asum_sumsq")
 
     def describe(self) -> dict:
         return {"index": self.index, "name": self.name}
@@ -229,61 +237,21 @@ class CupyBackend:
         with self.cp.cuda.Device(self.index):
             if x.size == 0:
                 return 0.0, 0.0
-            return float(self._asum(x)), float(self._sumsq(x))
+            both = complex(self._norms(x))
+            return both.real, both.imag
+
+    def fused_asum_sumsq(self, x):
+        """The one-pass kernel's result on the current stream, left on the device: a complex128 (asum + sumsq*1j)."""
+        return self._norms(x)
+
+    def streamer(self, chunk_bytes: int = STREAM_CHUNK, *, release: bool = False) -> "Streamer":
+        """A Streamer for this device: host arrays reduced through pinned buffers, one chunk at a time."""
+        return Streamer(self, chunk_bytes, release=release)
 
     def streamed_asum_sumsq(self, host: np.ndarray, *, chunk_bytes: int = STREAM_CHUNK,
                             release: bool = False) -> tuple[float, float]:
-        """asum and sumsq of a host array too large to keep, streamed through the device.
-
-        Two pinned staging buffers and two streams, double-buffered: while
-        chunk i is copied to the device and reduced on stream i % 2, the host
-        fills the other buffer with chunk i + 1 (reading the file). Partial
-        sums stay on the device in float64 and are added at the end. Host
-        memory stays at two chunks; with `release`, the input's pages are
-        dropped after each chunk (only for inputs nobody changed in memory).
-        """
-        import cupyx
-
-        from .files import release_pages, releasing
-
-        cp = self.cp
-        host = host.reshape(-1)
-        n = host.size
-        if n == 0:
-            return 0.0, 0.0
-        per_chunk = max(1, chunk_bytes // host.itemsize)
-        chunks = -(-n // per_chunk)
-        with cp.cuda.Device(self.index):
-            streams = [cp.cuda.Stream(non_blocking=True) for _ in range(2)]
-            staging = [cupyx.empty_pinned(per_chunk, dtype=host.dtype) for _ in range(2)]
-            try:
-                device = [cp.empty(per_chunk, dtype=host.dtype) for _ in range(2)]
-            except cp.cuda.memory.OutOfMemoryError as exc:
-                raise self._oom(2 * per_chunk * host.itemsize, exc) from exc
-            partial = cp.zeros((chunks, 2), dtype=cp.float64)
-            copied = [None, None]
-            for i in range(chunks):
-                k = i % 2
-                start = i * per_chunk
-                m = min(per_chunk, n - start)
-                if copied[k] is not None:
-                    copied[k].synchronize()  # staging[k] is free once its copy is done
-                np.copyto(staging[k][:m], host[start:start + m])
-                if release:
-                    with releasing():
-                        release_pages(host[start:start + m])
-                stream = streams[k]
-                device[k][:m].set(staging[k][:m], stream=stream)
-                event = cp.cuda.Event()
-                event.record(stream)
-                copied[k] = event
-                with stream:
-                    partial[i, 0] = self._asum(device[k][:m])
-                    partial[i, 1] = self._sumsq(device[k][:m])
-            for stream in streams:
-                stream.synchronize()
-            totals = partial.sum(axis=0).get()
-        return float(totals[0]), float(totals[1])
+        """asum and sumsq of a host array, streamed through the device (see Streamer)."""
+        return self.streamer(chunk_bytes, release=release).asum_sumsq([host])[0]
 
     def scal(self, x, alpha: float) -> None:
         with self.cp.cuda.Device(self.index):
@@ -295,3 +263,100 @@ class CupyBackend:
                 y -= x
             else:
                 y += y.dtype.type(alpha) * x
+
+
+class Streamer:
+    """Reduces host arrays on the device without placing them there: asum and sumsq, one chunk at a time.
+
+    Two pinned staging buffers, two device buffers and two streams, used in
+    turn: while chunk i is copied (pinned, asynchronously) and reduced on
+    stream i % 2, the host fills the other staging buffer with chunk i + 1
+    (reading the file). Each chunk is reduced by one fused kernel (asum and
+    sumsq in one pass, accumulated in float64) whose result stays on the
+    device until the arrays of one call are done. The buffers are made on
+    first use, no larger than the largest array met (or `chunk_bytes`), and
+    kept for the next call, so device memory stays at two chunks whatever the
+    number or size of the arrays. With `release`, each chunk's pages of a
+    memory-mapped input are dropped once copied (only for inputs nobody
+    changed in memory).
+    """
+
+    def __init__(self, backend: CupyBackend, chunk_bytes: int = STREAM_CHUNK, *, release: bool = False):
+        self._backend = backend
+        self._chunk = max(16, int(chunk_bytes) // 16 * 16)  # whole elements of any dtype
+        self._release = release
+        self._size = 0
+        self._staging = self._device = self._streams = None
+
+    def _buffers(self, nbytes: int) -> None:
+        """Make the buffers hold at least `nbytes` (at most a chunk); grows them if an array needs more."""
+        import cupyx
+
+        cp = self._backend.cp
+        want = min(self._chunk, -(-nbytes // 16) * 16)
+        if want <= self._size:
+            return
+        self._staging = self._device = None  # the old ones go before the new ones are made
+        if self._streams is None:
+            self._streams = [cp.cuda.Stream(non_blocking=True) for _ in range(2)]
+        self._staging = [cupyx.empty_pinned(want, dtype=np.uint8) for _ in range(2)]
+        try:
+            self._device = [cp.empty(want, dtype=cp.uint8) for _ in range(2)]
+        except cp.cuda.memory.OutOfMemoryError as exc:
+            self._staging = None
+            raise self._backend._oom(2 * want, exc) from exc
+        self._size = want
+
+    def asum_sumsq(self, arrays) -> list[tuple[float, float]]:
+        """(asum, sumsq) of each host array, all streamed through one pipeline; one wait at the end."""
+        from .engine.work import current, report
+
+        pages = current().pages if self._release else None  # a mapped input's, for a call that reads it once
+        backend = self._backend
+        cp = backend.cp
+        flats = [np.ascontiguousarray(a).reshape(-1) for a in arrays]
+        plan = []  # (array index, first element, element count) per chunk
+        for j, flat in enumerate(flats):
+            if flat.size == 0:
+                continue
+            per_chunk = max(1, self._chunk // flat.itemsize)
+            for start in range(0, flat.size, per_chunk):
+                plan.append((j, start, min(per_chunk, flat.size - start)))
+        if not plan:
+            return [(0.0, 0.0) for _ in flats]
+        with cp.cuda.Device(backend.index):
+            self._buffers(max(flat.nbytes for flat in flats))
+            partial = cp.zeros(len(plan), dtype=cp.complex128)
+            copied = [None, None]
+            for i, (j, start, m) in enumerate(plan):
+                k = i % 2
+                flat = flats[j]
+                nbytes = m * flat.itemsize
+                if copied[k] is not None:
+                    copied[k].synchronize()  # staging[k] is free once its last copy is done
+                staging = self._staging[k][:nbytes].view(flat.dtype)
+                np.copyto(staging, flat[start:start + m])
+                report(nbytes)  # read from the input: the progress display counts it
+                if pages is not None:
+                    pages.release(flat[start:start + m])
+                stream = self._streams[k]
+                device = self._device[k][:nbytes].view(flat.dtype)
+                device.set(staging, stream=stream)
+                event = cp.cuda.Event()
+                event.record(stream)
+                copied[k] = event
+                with stream:
+                    partial[i] = backend.fused_asum_sumsq(device)
+            for stream in self._streams:
+                stream.synchronize()
+            sums = partial.get()
+        out = [[0.0, 0.0] for _ in flats]
+        for (j, _, _), value in zip(plan, sums.tolist()):
+            out[j][0] += value.real
+            out[j][1] += value.imag
+        return [(a, s) for a, s in out]
+
+    def close(self) -> None:
+        """Free the buffers now (they are also freed with the Streamer)."""
+        self._staging = self._device = None
+        self._size = 0

@@ -279,6 +279,24 @@ class SyncedMemory:
         backend.copy_to_device_async(self._cpu, self._gpu, stream)
         self._head = SyncedHead.SYNCED
 
+    def release_gpu(self) -> None:
+        """Bring the host copy up to date and free the device copy; the head becomes HEAD_AT_CPU (blobtool extension).
+
+        For a caller done with the device who keeps the memory: Caffe frees
+        device memory only with the SyncedMemory. A device buffer adopted
+        with set_gpu_data is let go, not freed (it stays the caller's).
+        Nothing happens when there is no device copy.
+        """
+        if self._gpu is None:
+            return
+        if self._head is SyncedHead.HEAD_AT_GPU:
+            self._to_cpu()
+        self._gpu = None
+        self._gpu_backend = None
+        self._own_gpu_data = False
+        if self._head is SyncedHead.SYNCED:
+            self._head = SyncedHead.HEAD_AT_CPU
+
     def __repr__(self) -> str:
         return f"SyncedMemory(size={self._size}, head={self._head.name})"
 

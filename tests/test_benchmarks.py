@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -30,3 +31,19 @@ def test_harness_smoke_run_writes_its_table(tmp_path):
     assert "Floods" in text
     # Nothing is left behind in the work folder.
     assert [p.name for p in tmp_path.iterdir()] == ["RESULTS.md"]
+
+
+def test_gpu_check_runs_on_the_fake_cupy_and_reports_copies_and_reductions(tmp_path):
+    # The GPU check itself, on tests/fakecupy.py (its figures mean nothing): every row it
+    # reports is there, and nothing failed on the way.
+    res = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_check.py"), "--fake"],
+                         capture_output=True, text=True, timeout=300, env={**os.environ, "OUT": str(tmp_path)})
+    assert res.returncode == 0, res.stderr
+    table = (tmp_path / "gpu_check.txt").read_text()
+    assert table == res.stdout
+    assert "failed" not in table
+    for row in ("H2D copy, pinned, 1 MiB", "H2D copy, pageable, 1 MiB", "device copy, 4 MiB",
+                "fused asum+sumsq, 4 MiB on device", "streamed asum+sumsq, 2 MiB from host"):
+        assert row in table, row
+    assert table.count(" GB/s") == 5
+    assert "nothing installed" in table

@@ -1117,7 +1117,6 @@ def test_each_exit_code(tmp_path, f32):
 @pytest.mark.parametrize("args", [
     ["norm", "--device", "0", "{f}"],
     ["scale", "--device", "0", "{f}", "2", "-o", "{out}"],
-    ["convert", "--device", "0", "{f}", "-o", "{out}"],
     ["update", "--device", "0", "{f}", "-o", "{out}"],
     ["compare", "--device", "0", "{f}", "{f}"],
 ])
@@ -1125,6 +1124,17 @@ def test_device_without_cupy_is_exit_4_naming_the_extra(f32, tmp_path, args):
     out = tmp_path / "out.pb"
     result = invoke(*[a.format(f=f32, out=out) for a in args])
     assert_one_line_error(result, 4, "CuPy", "blobtool[cuda")
+    assert result.stdout == ""
+    assert not out.exists()
+
+
+def test_convert_refuses_device_as_a_usage_error(f32, tmp_path):
+    # convert computes nothing a GPU could run: refused before CuPy is looked for.
+    out = tmp_path / "out.pb"
+    result = invoke("convert", "--device", "0", f32, "-o", out)
+    assert result.exit_code == 2, result.stderr
+    assert result.stderr.startswith("blobtool convert: --device: convert computes nothing")
+    assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
     assert result.stdout == ""
     assert not out.exists()
 

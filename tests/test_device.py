@@ -20,7 +20,7 @@ from blobtool import Blob, SyncedHead, SyncedMemory, device
 from blobtool.errors import DeviceError
 from blobtool.engine.kernels import asum_sumsq
 from blobtool.syncedmem import get_backend, set_backend
-from builders import write_blob
+from builders import Layer, write_blob, write_net
 from runner import invoke
 
 
@@ -157,8 +157,38 @@ def test_streamed_norm_double_buffers_and_matches(backend, cupy_state):
     chunks = -(-values.nbytes // (1 << 20))
     assert len(copies) == chunks
     streams = [c[2] for c in copies]
-    # Two streams, used in turn.
+    # Two streams, used in turn, each copy from pinned memory.
     assert streams[0] is not streams[1] and streams[0] is streams[2] and streams[1] is streams[3]
+    assert all(c[3] for c in copies)
+    # One pass: one fused kernel per chunk, reading every byte once.
+    assert [k[0] for k in cupy_state["kernels"]] == ["blobtool_asum_sumsq"] * chunks
+    assert sum(k[1] for k in cupy_state["kernels"]) == values.nbytes
+    # Two chunk buffers on the device (and a few bytes of partial sums), never the array.
+    assert cupy_state["peak"] <= 2 * (1 << 20) + 16 * (chunks + 2)
+
+
+def test_asum_sumsq_of_a_placed_blob_is_one_pass(backend, cupy_state):
+    values = np.random.default_rng(7).standard_normal(1000)
+    blob = Blob(1000, dtype=np.float64)
+    blob.mutable_cpu_data()[:] = values
+    blob.gpu_data()
+    cupy_state["kernels"].clear()
+    got = blob.asum_sumsq_data()
+    assert got == pytest.approx(asum_sumsq(values), rel=1e-12)
+    assert cupy_state["kernels"] == [("blobtool_asum_sumsq", values.nbytes)]
+
+
+def test_streamer_keeps_its_buffers_between_arrays(backend, cupy_state):
+    streamer = backend.streamer(256)
+    arrays = [np.arange(n, dtype=np.float32) - n / 2 for n in (10, 500, 3, 64)]
+    for array in arrays:
+        assert streamer.asum_sumsq([array]) == [pytest.approx(asum_sumsq(array), rel=1e-12)]
+    # In chunks of at most 256 bytes: 1 + 8 + 1 + 1 copies.
+    copies = [c for c in cupy_state["copies"] if c[0] == "h2d"]
+    assert [c[1] for c in copies] == [40] + [256] * 7 + [208, 12, 256]
+    # The buffers grow once, from the first array's size to a chunk, and are reused.
+    assert cupy_state["peak"] <= 2 * 256 + 2 * 48 + 16 * 10
+    assert streamer.asum_sumsq([np.zeros(0, np.float32)]) == [(0.0, 0.0)]
 
 
 # -- the command line on the stand-in ------------------------------------------------------
@@ -189,21 +219,160 @@ def test_cli_norm_on_device_reports_it_and_matches(cupy_state, tmp_path):
     assert any(c[0] == "h2d" for c in cupy_state["copies"])
 
 
-def test_cli_norm_streams_large_blobs(cupy_state, tmp_path, monkeypatch):
-    path = _blob_file(tmp_path)
-    monkeypatch.setattr(device, "STREAM_THRESHOLD", 16)
-    monkeypatch.setattr(device, "STREAM_CHUNK", 64)
+def _net_file(tmp_path, sizes=(300, 40, 1000)):
+    """A .caffemodel of three layers, one blob each with a diff, of `sizes` float32 values."""
+    rng = np.random.default_rng(8)
+    layers = [Layer(f"l{i}", "InnerProduct", [rng.standard_normal(n).astype(np.float32)],
+                    [rng.standard_normal(n).astype(np.float32)]) for i, n in enumerate(sizes)]
+    return write_net(tmp_path / "net.caffemodel", "new", layers)
+
+
+def _h2d(cupy_state):
+    return [c for c in cupy_state["copies"] if c[0] == "h2d"]
+
+
+def test_cli_norm_streams_each_blob_through_pinned_buffers(cupy_state, tmp_path, monkeypatch):
+    sizes = (300, 40, 1000)
+    path = _net_file(tmp_path, sizes)
+    chunk = 256
+    monkeypatch.setattr(device, "STREAM_CHUNK", chunk)
     cpu = json.loads(_invoke("norm", "--json", path).output)
-    gpu = json.loads(_invoke("norm", "--json", "--device", "0", path).output)
-    # 300 float32 values in 64-byte chunks: 19 copies each for data and diff.
-    assert len([c for c in cupy_state["copies"] if c[0] == "h2d"]) == 2 * 19
-    assert gpu["blobs"][0]["data"] == pytest.approx(cpu["blobs"][0]["data"], rel=1e-12)
-    assert gpu["blobs"][0]["diff"] == pytest.approx(cpu["blobs"][0]["diff"], rel=1e-12)
+    for key in ("peak", "held", "allocations"):
+        cupy_state[key] = 0
+    res = _invoke("norm", "--json", "--device", "0", path)
+    assert res.exit_code == 0, res.output
+    gpu = json.loads(res.output)
+    for got, want in zip(gpu["blobs"] + [gpu["total"]], cpu["blobs"] + [cpu["total"]]):
+        assert got["data"] == pytest.approx(want["data"], rel=1e-12)
+        assert got["diff"] == pytest.approx(want["diff"], rel=1e-12)
+    total = 2 * 4 * sum(sizes)  # data and diff, float32
+    chunks = 2 * sum(-(-4 * n // chunk) for n in sizes)
+    copies = _h2d(cupy_state)
+    # Every byte copied once, in chunks, from pinned memory, on the two streams.
+    assert sum(c[1] for c in copies) == total
+    assert len(copies) == chunks and max(c[1] for c in copies) <= chunk
+    assert all(c[3] for c in copies) and all(c[2] is not None for c in copies)
+    # asum and sumsq in one pass: one kernel per chunk, each byte read once.
+    assert len(cupy_state["kernels"]) == chunks
+    assert sum(k[1] for k in cupy_state["kernels"]) == total
+    # Never more on the device than two chunks and the partial sums: not the net, not a blob.
+    assert cupy_state["peak"] <= 2 * chunk + 16 * (chunks + 4)
+    assert cupy_state["peak"] < 4 * max(sizes)
+    assert cupy_state["held"] == 0
+
+
+def test_streamer_reports_progress_for_every_byte_read(backend):
+    from blobtool.engine.work import using
+
+    seen = []
+    values = np.arange(1000, dtype=np.float64)
+    diff = np.ones(10, dtype=np.float32)
+    with using(progress=seen.append):
+        backend.streamer(1024).asum_sumsq([values, diff])
+    assert sum(seen) == values.nbytes + diff.nbytes and len(seen) == 8 + 1
+
+
+def test_cli_norm_on_device_of_a_blob_without_diff(cupy_state, tmp_path):
+    path = write_blob(tmp_path / "nodiff.pb", np.arange(12, dtype=np.float32).reshape(3, 4))
+    res = _invoke("norm", "--json", "--device", "0", path)
+    assert res.exit_code == 0, res.output
+    record = json.loads(res.output)
+    assert record["blobs"][0]["data"]["asum"] == 66.0 and record["blobs"][0]["diff"] is None
+    assert sum(c[1] for c in _h2d(cupy_state)) == 48
+
+
+@pytest.mark.parametrize("extra, sides", [([], 1), (["--diff-factor", "3"], 2)])
+def test_cli_scale_on_device_uploads_only_what_it_scales(cupy_state, tmp_path, extra, sides):
+    sizes = (300, 40, 1000)
+    path = _net_file(tmp_path, sizes)
+    host_out, gpu_out = tmp_path / "host.caffemodel", tmp_path / "gpu.caffemodel"
+    assert _invoke("scale", path, "0.5", *extra, "-o", host_out).exit_code == 0
+    for key in ("peak", "held", "allocations"):
+        cupy_state[key] = 0
+    cupy_state["copies"].clear()
+    res = _invoke("scale", path, "0.5", *extra, "--device", "0", "-o", gpu_out)
+    assert res.exit_code == 0, res.output
+    assert gpu_out.read_bytes() == host_out.read_bytes()
+    # The data (and the diff only when it is scaled) go up once and come back once.
+    assert sum(c[1] for c in _h2d(cupy_state)) == sides * 4 * sum(sizes)
+    assert sum(c[1] for c in cupy_state["copies"] if c[0] == "d2h") == sides * 4 * sum(sizes)
+    # One blob at a time: what it scales, with a few bytes of counts.
+    assert cupy_state["peak"] <= sides * 4 * max(sizes) + 64
+    assert cupy_state["held"] == 0
+
+
+def test_cli_scale_on_device_works_each_blob_as_the_output_reaches_it(cupy_state, tmp_path, monkeypatch):
+    # The host holds one blob's results at a time too: blob k goes to the
+    # device only once blob k - 1 is written.
+    from blobtool import blobwrite
+    from blobtool.cli import write
+
+    path = _net_file(tmp_path)
+    events = []
+    run, report = write._DeviceStep.run, blobwrite.report
+
+    def logged_run(step):
+        if not step._done:
+            events.append("device")
+        run(step)
+
+    monkeypatch.setattr(write._DeviceStep, "run", logged_run)
+    monkeypatch.setattr(blobwrite, "report", lambda n: (events.append("written"), report(n)))
+    res = _invoke("scale", path, "0.5", "--diff-factor", "2", "--device", "0", "-o", tmp_path / "out.caffemodel")
+    assert res.exit_code == 0, res.output
+    # Per blob: its device work, then its data and its diff written.
+    assert events == ["device", "written", "written"] * 3
+
+
+def test_cli_update_on_device_holds_one_blob_at_a_time(cupy_state, tmp_path):
+    sizes = (300, 40, 1000)
+    path = _net_file(tmp_path, sizes)
+    host_out, gpu_out = tmp_path / "host.caffemodel", tmp_path / "gpu.caffemodel"
+    assert _invoke("update", path, "-o", host_out).exit_code == 0
+    for key in ("peak", "held", "allocations"):
+        cupy_state[key] = 0
+    cupy_state["copies"].clear()
+    res = _invoke("update", path, "--device", "0", "-o", gpu_out)
+    assert res.exit_code == 0, res.output
+    assert gpu_out.read_bytes() == host_out.read_bytes()
+    # data -= diff reads both; only the data comes back.
+    assert sum(c[1] for c in _h2d(cupy_state)) == 2 * 4 * sum(sizes)
+    assert sum(c[1] for c in cupy_state["copies"] if c[0] == "d2h") == 4 * sum(sizes)
+    assert cupy_state["peak"] <= 2 * 4 * max(sizes) + 64
+    assert cupy_state["held"] == 0
+
+
+def test_cli_compare_on_device_holds_one_pair_at_a_time(cupy_state, tmp_path):
+    sizes = (300, 40, 1000)
+    path = _net_file(tmp_path, sizes)
+    nodiff = write_net(tmp_path / "nodiff.caffemodel", "new", [
+        Layer(f"l{i}", "InnerProduct", [np.ones(n, np.float32)]) for i, n in enumerate(sizes)])
+    for other, sides, code in ((path, 2, 0), (nodiff, 1, 1)):
+        for key in ("peak", "held", "allocations"):
+            cupy_state[key] = 0
+        cupy_state["copies"].clear()
+        res = _invoke("compare", "--json", "--device", "0", path, other)
+        assert res.exit_code == code, res.output
+        # Both files' data, and the diffs only where both have one to compare.
+        assert sum(c[1] for c in _h2d(cupy_state)) == 2 * sides * 4 * sum(sizes)
+        assert cupy_state["peak"] <= 2 * sides * 4 * max(sizes) + 256
+        assert cupy_state["held"] == 0
+
+
+def test_cli_convert_refuses_device(cupy_state, tmp_path):
+    path = _blob_file(tmp_path)
+    out = tmp_path / "never.pb"
+    res = _invoke("convert", "--double", path, "--device", "0", "-o", out)
+    assert res.exit_code == 2
+    assert res.stderr.count("\n") == 1 and "convert computes nothing" in res.stderr
+    assert "Traceback" not in res.stderr
+    assert not out.exists()
+    assert cupy_state["copies"] == [] and cupy_state["allocations"] == 0
 
 
 def test_cli_writes_and_compare_on_device(cupy_state, tmp_path):
     path = _blob_file(tmp_path)
-    for name, extra in (("scale", ["0.5"]), ("update", []), ("convert", ["--double"])):
+    for name, extra in (("scale", ["0.5"]), ("update", [])):
         cpu_out, gpu_out = tmp_path / f"{name}-cpu.pb", tmp_path / f"{name}-gpu.pb"
         assert _invoke(name, path, *extra, "-o", cpu_out).exit_code == 0
         res = _invoke(name, path, *extra, "--device", "0", "-o", gpu_out)

@@ -16,8 +16,8 @@ import pytest
 
 from blobtool import Blob, SyncedHead, SyncedMemory
 from blobtool.syncedmem import get_backend, set_backend
-from builders import write_blob
-from runner import run_blobtool
+from builders import Layer, write_blob, write_net
+from runner import invoke, run_blobtool
 
 
 def _cupy_and_device():
@@ -154,6 +154,53 @@ def test_streamed_norms_match_cpu(backend):
     assert math.isclose(got[1], want[1], rel_tol=1e-9)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_fused_asum_sumsq_matches_the_host(backend, dtype):
+    # One kernel gives both sums (complex128: asum + sumsq*1j), in float64.
+    values = np.random.default_rng(4).standard_normal(1_000_003).astype(dtype)
+    got = backend.asum_sumsq(cp.asarray(values))
+    from blobtool.engine.kernels import asum_sumsq
+    want = asum_sumsq(values)
+    assert math.isclose(got[0], want[0], rel_tol=1e-12)
+    assert math.isclose(got[1], want[1], rel_tol=1e-12)
+
+
+def test_streamer_reduces_mixed_arrays_through_one_pipeline(backend):
+    from blobtool.engine.kernels import asum_sumsq
+    rng = np.random.default_rng(5)
+    arrays = [rng.standard_normal(n).astype(t) for n, t in
+              ((10, np.float32), (300_001, np.float64), (0, np.float32), (70_000, np.float32))]
+    streamer = backend.streamer(1 << 16)
+    got = streamer.asum_sumsq(arrays)
+    for (a, s), array in zip(got, arrays):
+        want = asum_sumsq(array)
+        assert math.isclose(a, want[0], rel_tol=1e-12) and math.isclose(s, want[1], rel_tol=1e-12)
+    # Reused for a second call, as norm reuses it blob after blob.
+    assert streamer.asum_sumsq([arrays[3]]) == [pytest.approx(asum_sumsq(arrays[3]), rel=1e-12)]
+    streamer.close()
+
+
+def test_cli_norm_device_streams_a_net_in_chunks_and_matches_cpu(tmp_path, monkeypatch):
+    from blobtool import device
+    rng = np.random.default_rng(6)
+    layers = [Layer(f"l{i}", "InnerProduct", [rng.standard_normal(n).astype(np.float32)],
+                    [rng.standard_normal(n).astype(np.float32)]) for i, n in enumerate((3000, 17, 100_000))]
+    path = write_net(tmp_path / "net.caffemodel", "new", layers)
+    monkeypatch.setattr(device, "STREAM_CHUNK", 4096)  # many chunks per blob
+    previous = get_backend()
+    try:
+        cpu = json.loads(invoke("norm", "--json", path).stdout)
+        res = invoke("norm", "--json", "--device", "0", path)
+    finally:
+        set_backend(previous)
+    assert res.exit_code == 0, res.stderr
+    gpu = json.loads(res.stdout)
+    for got, want in zip(gpu["blobs"] + [gpu["total"]], cpu["blobs"] + [cpu["total"]]):
+        for part in ("data", "diff"):
+            for key in ("asum", "sumsq", "l2"):
+                assert math.isclose(got[part][key], want[part][key], rel_tol=1e-12)
+
+
 def test_device_index_out_of_range_names_visible_devices():
     from blobtool import device
     from blobtool.errors import DeviceError
@@ -195,7 +242,7 @@ def test_cli_norm_device_human_output_names_the_gpu(tmp_path):
     assert "on GPU 0" in res.stdout
 
 
-@pytest.mark.parametrize("command", [["scale", "0.5"], ["update"], ["convert", "--double"]])
+@pytest.mark.parametrize("command", [["scale", "0.5"], ["scale", "0.5", "--diff-factor", "2"], ["update"]])
 def test_cli_writes_on_device_match_cpu(tmp_path, command):
     path = _blob_file(tmp_path)
     name = command[0]

@@ -1,4 +1,4 @@
-"""The host kernels' histograms and finite ranges (blobtool/kernels.py): numpy.histogram is the oracle.
+"""The host kernels' histograms and finite ranges (blobtool/engine/kernels/): numpy.histogram is the oracle.
 
 The sums, statistics and comparisons of kernels.py are tested through Blob
 (test_blob.py) and compare (test_cli.py); these are the histogram helpers

@@ -668,3 +668,55 @@ class SyncedMemoryMachine(RuleBasedStateMachine):
 
 TestSyncedMemoryMachine = SyncedMemoryMachine.TestCase
 TestSyncedMemoryMachine.settings = settings(max_examples=150, stateful_step_count=30, deadline=None)
+
+
+# -- release_gpu (blobtool extension): done with the device, keep the bytes ----------------
+
+def test_release_gpu_brings_results_back_and_frees_the_device_copy(fake):
+    mem = SyncedMemory(3)
+    mem.mutable_cpu_data()[:] = 1
+    mem.mutable_gpu_data()[:] = 4
+    assert mem.head is HEAD_AT_GPU
+    fake.clear()
+    mem.release_gpu()
+    assert mem.head is HEAD_AT_CPU
+    assert fake.copies == [("D2H", 3)]
+    assert mem.cpu_data().tolist() == [4, 4, 4]
+    assert not mem.own_gpu_data
+    # The next device read allocates and copies again: nothing stale is kept.
+    fake.clear()
+    assert np.asarray(mem.gpu_data()).tolist() == [4, 4, 4]
+    assert fake.names() == ["device_empty", "copy_to_device"]
+    assert mem.head is SYNCED
+
+
+def test_release_gpu_of_a_synced_copy_moves_nothing(fake):
+    mem = SyncedMemory(2)
+    mem.mutable_cpu_data()[:] = 6
+    mem.gpu_data()
+    assert mem.head is SYNCED
+    fake.clear()
+    mem.release_gpu()
+    assert mem.head is HEAD_AT_CPU
+    assert fake.calls == []
+    assert mem.cpu_data().tolist() == [6, 6]
+
+
+def test_release_gpu_without_a_device_copy_changes_nothing():
+    for mem in (SyncedMemory(2), SyncedMemory(2)):
+        before = mem.head
+        mem.release_gpu()
+        assert mem.head is before
+        mem.mutable_cpu_data()[:] = 3
+        mem.release_gpu()
+        assert mem.head is HEAD_AT_CPU and mem.cpu_data().tolist() == [3, 3]
+
+
+def test_release_gpu_lets_an_adopted_array_go_unchanged(fake):
+    mem = SyncedMemory(3)
+    theirs = fake.device_array([7, 8, 9])
+    mem.set_gpu_data(theirs)
+    mem.release_gpu()
+    assert mem.head is HEAD_AT_CPU
+    assert mem.cpu_data().tolist() == [7, 8, 9]
+    assert np.asarray(theirs).tolist() == [7, 8, 9]

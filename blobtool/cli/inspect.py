@@ -14,7 +14,7 @@ from .options import (INPUT, Tolerance, all_files_option, batch_inputs, blob_opt
                       fail_fast_option, jobs_option, json_object_option, json_option, kind_option)
 from .output import consoles, emit, emit_json, progress
 from .process import records
-from .work import array_module, open_input, place, use_device
+from .work import array_module, open_input, release_device, use_device
 
 __all__ = ["info", "norm", "compare", "devices"]
 
@@ -194,20 +194,28 @@ def _norm_one(path, *, kind, patterns, device_info, show_progress=True):
     entries = select(doc, patterns)
     doc.source.will_read_through()
     # One blob at a time: a blob a reader builds (an HDF5 dataset read
-    # through HDF5, an .npz member) is let go once summed.
-    blobs = (_norm_target(e, device_info) for e in entries)
-    with progress(doc, "summing", show_progress), releasing():
-        return norm_record(doc, entries, blobs, device=device_info)
-
-
-def _norm_target(entry, device_info):
-    """The blob to reduce, placed where the work runs; very large ones stream through the GPU."""
-    blob = entry.blob_unkept()
+    # through HDF5, an .npz member) is let go once summed. On a GPU no blob
+    # is placed there: each streams through one set of pinned buffers.
+    streamer = None
     if device_info is not None:
         from .. import device
-        if blob.nbytes > device.STREAM_THRESHOLD:
-            return device.StreamedNorms(blob, device.current(), entry.has_diff)
-    return place(blob, device_info)
+        streamer = device.current().streamer(device.STREAM_CHUNK, release=True)
+    blobs = (_norm_target(e, streamer) for e in entries)
+    try:
+        with progress(doc, "summing", show_progress), releasing():
+            return norm_record(doc, entries, blobs, device=device_info)
+    finally:
+        if streamer is not None:
+            streamer.close()
+
+
+def _norm_target(entry, streamer):
+    """The blob to reduce: on the host itself, on a GPU a stand-in that streams its data and diff through it."""
+    blob = entry.blob_unkept()
+    if streamer is not None:
+        from ..device import StreamedNorms
+        return StreamedNorms(blob, streamer, entry.has_diff)
+    return blob
 
 
 @click.command(context_settings=CONTEXT_SETTINGS)
@@ -256,8 +264,11 @@ def compare(a, b, rtol, atol, quiet, device, patterns, kind, as_json, names, no_
     doc_a.source.will_read_through()
     doc_b.source.will_read_through()
     with progress(doc_a, "comparing"), using_threads(None), releasing():
+        # On a GPU each pair goes up as it is compared (only the sides
+        # compared) and its device memory is freed before the next.
         result = compare_documents(doc_a, doc_b, entries_a, entries_b, rtol=rtol, atol=atol,
-                                   fetch=lambda e: place(e.blob(), device_info), xp=array_module(device_info))
+                                   xp=array_module(device_info),
+                                   done=release_device if device_info is not None else None)
     record = compare_record(result, device=device_info)
     _emit_compare(record, as_json, quiet)
     click.get_current_context().exit(ExitCode.OK if result.equal else ExitCode.DIFFERENT)

@@ -1,8 +1,8 @@
-"""What the commands share between reading and working: opening inputs, selecting blobs, placing them on a GPU."""
+"""What the commands share between reading and working: opening inputs, selecting blobs, a GPU's selection and release."""
 
 from __future__ import annotations
 
-__all__ = ["open_input", "load_selected", "use_device", "place", "array_module"]
+__all__ = ["open_input", "load_selected", "use_device", "release_device", "array_module"]
 
 
 def open_input(path, kind=None, npy_cast=None):
@@ -15,14 +15,18 @@ def open_input(path, kind=None, npy_cast=None):
     return doc
 
 
-def load_selected(path, kind, patterns, device_info, npy_cast=None):
-    """(document, selected entries, their Blobs placed where the work runs), payloads about to be read through."""
+def load_selected(path, kind, patterns, npy_cast=None):
+    """(document, selected entries, their Blobs on the host), payloads about to be read through.
+
+    A command that works on a GPU moves each blob there when it uses it, and
+    only the sides it uses.
+    """
     from ..formats import select
 
     doc = open_input(path, kind, npy_cast=npy_cast)
     entries = select(doc, patterns)
     doc.source.will_read_through()
-    return doc, entries, [place(e.blob(), device_info) for e in entries]
+    return doc, entries, [e.blob() for e in entries]
 
 
 def use_device(index):
@@ -33,13 +37,11 @@ def use_device(index):
     return device.use(index).describe()
 
 
-def place(blob, device_info):
-    """Put a blob's data (and diff) where the work runs: on the GPU when one was selected."""
-    if device_info is not None and blob.count:
-        blob.gpu_data()
-        if blob.diff_memory is not None and blob.diff_memory.head.name != "UNINITIALIZED":
-            blob.gpu_diff()
-    return blob
+def release_device(blob) -> None:
+    """Bring a blob's results back to the host and free its device memory, once the device is done with it."""
+    for memory in (blob.data_memory, blob.diff_memory):
+        if memory is not None:
+            memory.release_gpu()
 
 
 def array_module(device_info):

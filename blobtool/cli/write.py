@@ -45,30 +45,93 @@ def _streamed(doc, entries, blobs, output, fmt, sides: dict, what: str) -> None:
 
 
 def _on_device(doc, entries, blobs, output, fmt, sides: dict, what: str) -> None:
-    """Run each side's in-place Blob method on the GPU (`sides`: "data"/"diff" -> fn(blob)), warn, and write."""
-    import numpy
+    """Run each side's in-place Blob method on the GPU (`sides`: "data"/"diff" -> fn(blob)), warn, and write.
 
-    from ..engine.kernels import CountingNonFinite, count_nonfinite
+    One blob at a time, as the output reaches it: only the sides named are
+    moved to the device (a diff not scaled stays on the host; update's
+    data -= diff moves the diff, which it reads), and the blob's results come
+    back to the host and its device memory is freed before it is written.
+    Neither the device nor the host holds more than one blob's results.
+    """
     from .work import array_module
 
     xp = array_module(True)
-    views = {"data": lambda b: b.gpu_data(), "diff": lambda b: b.gpu_diff()}
-    counts = []
-    for blob in blobs:
-        before = {side: count_nonfinite(views[side](blob), xp) for side in sides} if blob.count else {}
-        with numpy.errstate(over="ignore", invalid="ignore"):  # counted below, not warned by numpy
-            for run in sides.values():
-                run(blob)
-        counts.append({side: count_nonfinite(views[side](blob), xp) - n for side, n in before.items()})
-    # The values are written in the type they are stored in: a float16 blob
-    # computed in float32 on the device is narrowed while writing, and that
-    # narrowing is counted too.
-    narrowing = [{side: CountingNonFinite() for side in sides} for _ in blobs]
-    _write(doc, entries, blobs, output, fmt, transforms={e.name: n for e, n in zip(entries, narrowing)})
+    steps = [_DeviceStep(entry, blob, sides, xp) for entry, blob in zip(entries, blobs)]
+    _write(doc, entries, blobs, output, fmt, transforms={e.name: s.transforms for e, s in zip(entries, steps)})
     dtypes = {"data": lambda b: b.dtype, "diff": lambda b: b.diff_dtype}
-    _warn_nonfinite(doc, entries, [{side: (n + narrow[side].count, narrow[side].dtype or dtypes[side](blob))
-                                    for side, n in per.items()}
-                                   for per, narrow, blob in zip(counts, narrowing, blobs)], what)
+    # Values past the range of the type written: those the device's math
+    # made, and those narrowing to the stored type made while writing (a
+    # float16 blob computed in float32).
+    _warn_nonfinite(doc, entries, [{side: (step.counts.get(side, 0) + narrow.count,
+                                           narrow.dtype or dtypes[side](step.blob))
+                                    for side, narrow in step.transforms.items()}
+                                   for step in steps], what)
+
+
+class _DeviceStep:
+    """One blob's device work, run once when the writer first reads either side (see _on_device)."""
+
+    def __init__(self, entry, blob, sides: dict, xp):
+        self.blob = blob
+        self._xp = xp
+        # A side the file does not hold has nothing to compute on.
+        self._runs = {side: run for side, run in sides.items() if side == "data" or entry.has_diff}
+        self.counts: dict = {}
+        self._done = False
+        self.transforms = {side: _DeviceSide(self, side) for side in sides}
+
+    def run(self) -> None:
+        import numpy
+
+        from ..engine.kernels import count_nonfinite
+        from .work import release_device
+
+        if self._done:
+            return
+        self._done = True
+        blob, xp = self.blob, self._xp
+        if not blob.count:
+            return
+        views = {"data": blob.gpu_data, "diff": blob.gpu_diff}
+        before = {side: count_nonfinite(views[side](), xp) for side in self._runs}
+        with numpy.errstate(over="ignore", invalid="ignore"):  # counted below, not warned by numpy
+            for run in self._runs.values():
+                run(blob)
+        self.counts = {side: count_nonfinite(views[side](), xp) - n for side, n in before.items()}
+        release_device(blob)
+
+
+class _DeviceSide:
+    """The writer's chunk transform for one side of a blob worked on a GPU: its results, read back on the host.
+
+    The first chunk runs the blob's device work; every chunk is then the
+    matching part of the host copy. Narrowing to the stored type while
+    writing is counted as CountingNonFinite counts it (`count`, `dtype`).
+    """
+
+    def __init__(self, step: _DeviceStep, side: str):
+        from ..engine.kernels import CountingNonFinite
+
+        self._step = step
+        self._side = side
+        self._narrowing = CountingNonFinite()
+
+    @property
+    def count(self) -> int:
+        return self._narrowing.count
+
+    @property
+    def dtype(self):
+        return self._narrowing.dtype
+
+    def __call__(self, chunk, start: int):
+        self._step.run()
+        blob = self._step.blob
+        values = blob.cpu_data() if self._side == "data" else blob.cpu_diff()
+        return self._narrowing(values[start:start + chunk.size], start)
+
+    def narrow(self, values, target):
+        return self._narrowing.narrow(values, target)
 
 
 def _warn_nonfinite(doc, entries, counts: list, what: str) -> None:
@@ -114,7 +177,7 @@ def scale(file, factor, diff_factor, output, fmt, device, patterns, kind):
 
     output = output_target(output)
     device_info = use_device(device)
-    doc, entries, blobs = load_selected(file, kind, patterns, device_info)
+    doc, entries, blobs = load_selected(file, kind, patterns)
     what = f"scaling by {factor:g}" + (f" (diff by {diff_factor:g})" if diff_factor is not None else "")
     if device_info is not None:
         sides = {"data": lambda b: b.scale_data(factor)}
@@ -150,7 +213,7 @@ def update(file, output, fmt, device, patterns, kind):
 
     output = output_target(output)
     device_info = use_device(device)
-    doc, entries, blobs = load_selected(file, kind, patterns, device_info)
+    doc, entries, blobs = load_selected(file, kind, patterns)
     for entry, blob in zip(entries, blobs):
         if not entry.has_diff:
             raise FormatError(f"blob {entry.name!r} has no diff to apply (update computes data -= diff)",
@@ -177,7 +240,8 @@ def update(file, output, fmt, device, patterns, kind):
 @click.option("--legacy", "layout", flag_value="legacy",
               help="Write legacy num/channels/height/width (at most 4 axes).")
 @click.option("--no-diff", is_flag=True, help="Drop the diff.")
-@device_option
+@click.option("--device", "device", type=click.IntRange(min=0), metavar="N", default=None,
+              help="Refused (exit 2): convert computes nothing, so no work of it would run on a GPU.")
 @blob_option
 @kind_option
 @names_options
@@ -195,7 +259,9 @@ def convert(file, output, fmt, precision, half_strict, layout, no_diff, device, 
     convert both ways: -o x.h5 writes Caffe's HDF5 layout, -o x.caffemodel or
     -o x.solverstate the protobuf form. HDF5 holds no layer types or parameters, so an
     HDF5 net becomes a NetParameter with layer names and blobs only. --legacy is
-    protobuf only.
+    protobuf only. Converting computes nothing (casts and re-encoding run on the
+    host as the output is written), so convert refuses --device (exit 2) rather
+    than copy blobs to a GPU and back for nothing.
 
     \b
     Example:
@@ -207,14 +273,16 @@ def convert(file, output, fmt, precision, half_strict, layout, no_diff, device, 
     """
     from ..formats.numpy import cast_for
 
+    if device is not None:
+        raise click.UsageError("--device: convert computes nothing a GPU could run (it re-encodes values on the "
+                               "host as it writes them); drop --device")
     if half_strict:
         if precision not in (None, "half"):
             raise click.UsageError(f"--half-strict writes float16; it cannot be combined with --{precision}")
         precision = "half"
     output = output_target(output)
     npy_cast = cast_for(precision)
-    device_info = use_device(device)
-    doc, entries, blobs = load_selected(file, kind, patterns, device_info, npy_cast=npy_cast)
+    doc, entries, blobs = load_selected(file, kind, patterns, npy_cast=npy_cast)
     if names == "torch":
         result = renamed(doc, entries, not no_fold)
         if result.dropped_diffs and not no_diff:
