@@ -80,8 +80,9 @@ def timings(fake: bool) -> list:
     import cupyx
     import numpy as np
 
-    from blobtool import Blob, device
-    from blobtool.syncedmem import set_backend
+    from blobtool import Blob
+    from blobtool.engine import device
+    from blobtool.engine.syncedmem import set_backend
 
     scale = MIB if fake else GIB  # the sizes below are in units of this
     unit = "MiB" if fake else "GiB"
@@ -161,7 +162,7 @@ def norm_file() -> list:
 
     import numpy as np
 
-    from blobtool import wire
+    from blobtool.formats.caffe import wire
     from blobtool._pb.blobtool_caffe_pb2 import BlobProto
 
     rows = []

@@ -51,7 +51,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from blobtool import wire  # noqa: E402
+from blobtool.formats.caffe import wire  # noqa: E402
 from blobtool._pb import blobtool_caffe_pb2 as pb  # noqa: E402
 
 MIB = 1 << 20

@@ -14,7 +14,7 @@ __version__ = "0.1.0"
 
 # name -> submodule that defines it
 _EXPORTS = {
-    "Blob": "blob",
+    "Blob": "engine.blob",
     "BlobToolError": "errors",
     "ExitCode": "errors",
     "load": "api",
@@ -23,8 +23,8 @@ _EXPORTS = {
     "write": "api",
     "open_document": "formats",
     "select": "formats",
-    "SyncedHead": "syncedmem",
-    "SyncedMemory": "syncedmem",
+    "SyncedHead": "engine.syncedmem",
+    "SyncedMemory": "engine.syncedmem",
 }
 
 __all__ = ["Blob", "BlobToolError", "ExitCode", "SyncedHead", "SyncedMemory", "load", "load_all", "open_document",

@@ -10,8 +10,8 @@ from __future__ import annotations
 import contextlib
 import os
 
-from .blob import Blob
-from .blobwrite import check_layout
+from .engine.blob import Blob
+from .formats.caffe.blobwrite import check_layout
 from .errors import FormatError, UsageError
 from .formats import Document, Entry, module, open_document, output_target
 from .files import releasing
@@ -160,7 +160,7 @@ def _one_blob_message(dest, format: str | None, doc: Document | None, selected: 
 
 def _half_precisions(path, entries, blobs, *, write_diff, transforms, strict, warn) -> dict:
     """{name: precision} for writing in float16 (float16.half_precisions), its warnings handed to `warn`."""
-    from .float16 import half_precisions
+    from .engine.float16 import half_precisions
 
     precisions, lines = half_precisions(path, entries, blobs, write_diff=write_diff, transforms=transforms,
                                         strict=strict)

@@ -1,4 +1,4 @@
-"""A host-only stand-in for blobtool.device.CupyBackend, for testing SyncedMemory and Blob.
+"""A host-only stand-in for blobtool.engine.device.CupyBackend, for testing SyncedMemory and Blob.
 
 Device memory is numpy arrays of the ``DeviceArray`` subclass, so a test can
 tell a device buffer from a host one (views keep the subclass), and every
@@ -24,7 +24,7 @@ import math
 import numpy as np
 
 from blobtool.errors import DeviceError
-from blobtool.syncedmem import set_backend
+from blobtool.engine.syncedmem import set_backend
 
 # device_empty fills new buffers with this byte, so that a test notices when
 # the engine reads device memory it never wrote or copied (as cudaMalloc

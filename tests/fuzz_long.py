@@ -206,14 +206,14 @@ def main(argv=None) -> int:
     if engine == "atheris":
         import atheris
         with atheris.instrument_imports(include=["blobtool"]):
-            import blobtool.blob  # noqa: F401
-            import blobtool.blobproto  # noqa: F401
+            import blobtool.engine.blob  # noqa: F401
+            import blobtool.formats.caffe.blobproto  # noqa: F401
             import blobtool.formats.caffe  # noqa: F401
             import blobtool.formats.npyheader  # noqa: F401
             import blobtool.formats.numpy  # noqa: F401
             import blobtool.files  # noqa: F401
             import blobtool.engine.kernels  # noqa: F401
-            import blobtool.wire  # noqa: F401
+            import blobtool.formats.caffe.wire  # noqa: F401
     import fuzzcases as fc
 
     stats = Stats(args.workdir / "stats.json", engine, fc.memory_bound)

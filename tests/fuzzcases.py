@@ -30,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-from blobtool import wire
+from blobtool.formats.caffe import wire
 from blobtool._pb import blobtool_caffe_pb2 as pb
 from blobtool.formats import open_document
 from blobtool.errors import BlobToolError

@@ -24,7 +24,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 import fuzzcases  # noqa: E402  (the seeds: valid files of every kind)
-from blobtool import wire  # noqa: E402
+from blobtool.formats.caffe import wire  # noqa: E402
 from builders import (blob_bytes, h5_bytes, h5_net_bytes, h5_solverstate_bytes, h5_string, npy_bytes,  # noqa: E402
                       npy_header_bytes, npz_named, zip_bytes)
 

@@ -519,7 +519,7 @@ def test_a_loaded_blob_is_an_array_of_its_file(tmp_path):
 
 
 def test_float16_fit_counts_each_edge_as_numpys_cast_rounds_it():
-    from blobtool.float16 import float16_fit
+    from blobtool.engine.float16 import float16_fit
 
     tiny, smallest = float(np.finfo(np.float16).tiny), float(np.finfo(np.float16).smallest_subnormal)
     edges = np.array([65504.0, 65519.99, 65520.0, -65536.0, 1e38, np.inf, -np.inf, np.nan, 0.0, -0.0, tiny,

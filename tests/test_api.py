@@ -122,7 +122,7 @@ def test_write_back_a_container_only_with_its_own_blobs(tmp_path):
 
 def _ones_file(tmp_path, n):
     from builders import blob_bytes
-    from blobtool import wire
+    from blobtool.formats.caffe import wire
 
     path = tmp_path / "ones.pb"
     path.write_bytes(blob_bytes(shape=[n]) + wire.len_field_header(5, 4 * n) + np.ones(n, np.float32).tobytes())

@@ -19,9 +19,10 @@ import sys
 import numpy as np
 import pytest
 
-from blobtool import compare, files as source, kernels
+from blobtool import files as source, kernels
+from blobtool.engine import compare
 from blobtool.errors import ExitCode, FormatError
-from blobtool.compare import compare_arrays
+from blobtool.engine.compare import compare_arrays
 
 from builders import half_blob_bytes, write_blob
 from runner import blobtool_cmd, one_json, subprocess_env

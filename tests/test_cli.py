@@ -26,7 +26,7 @@ import pytest
 import blobtool
 from blobtool import work
 from blobtool.formats import caffe as caffe_format
-from blobtool.report import records as report_records
+from blobtool import records as report_records
 from blobtool._pb.blobtool_caffe_pb2 import BlobProto
 from blobtool.cli import cli
 from builders import Layer, blob_bytes, npy_bytes, npy_header_bytes, write_blob, write_net, write_npy
@@ -859,7 +859,7 @@ def test_compare_tolerance_that_is_not_finite_and_non_negative_is_a_usage_error(
 
 
 def test_compare_arrays_refuses_a_nan_tolerance():
-    from blobtool.compare import compare_arrays
+    from blobtool.engine.compare import compare_arrays
     from blobtool.errors import UsageError
 
     for tolerances in ({"rtol": math.nan}, {"atol": -1.0}, {"atol": math.inf}):
@@ -1024,7 +1024,7 @@ def test_failing_write_keeps_the_earlier_output(f32, tmp_path, earlier_output, m
         out.write(b"\x0a\x02partial")
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-    monkeypatch.setattr(caffe_format, "write_blob", disk_full)
+    monkeypatch.setattr(caffe_format.containers, "write_blob", disk_full)
     result = invoke("scale", f32, "3", "-o", earlier_output)
     assert_one_line_error(result, 5, earlier_output, os.strerror(errno.ENOSPC))
     assert earlier_output.read_bytes() == before
@@ -1039,7 +1039,7 @@ def test_interrupted_write_keeps_the_earlier_output(f32, tmp_path, earlier_outpu
         out.write(b"\x0a\x02partial")
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(caffe_format, "write_blob", interrupted)
+    monkeypatch.setattr(caffe_format.containers, "write_blob", interrupted)
     result = invoke("convert", f32, "-o", earlier_output)
     assert result.exit_code == 130
     assert result.stderr.strip() == "blobtool: interrupted"
@@ -1406,7 +1406,7 @@ def test_norm_gives_the_same_sums_with_one_job_or_all_cores(tmp_path, monkeypatc
 @pytest.mark.parametrize("tolerances", [{}, {"rtol": 1e-3, "atol": 1e-6}])
 def test_compare_arrays_is_the_same_for_any_thread_count(threaded, tolerances):
     from blobtool import kernels
-    from blobtool.compare import compare_arrays
+    from blobtool.engine.compare import compare_arrays
 
     rng = np.random.default_rng(11)
     a = rng.standard_normal(7 * kernels.CHUNK + 5).astype(np.float32)

@@ -24,7 +24,7 @@ import blobtool.formats.caffe
 from blobtool import Blob, BlobToolError, load, save
 from blobtool._pb.blobtool_caffe_pb2 import BlobProto
 from blobtool.errors import OutputError
-from blobtool.wire import I32, I64, LEN, VARINT, encode_tag, encode_varint
+from blobtool.formats.caffe.wire import I32, I64, LEN, VARINT, encode_tag, encode_varint
 from builders import blob_bytes
 
 LEGACY = ("num", "channels", "height", "width")
@@ -654,7 +654,7 @@ def test_failed_save_leaves_earlier_file_intact(tmp_path, monkeypatch, error, ra
         out.write(b"\x3a\x02\x08")  # a partial write, then the failure
         raise error
 
-    monkeypatch.setattr(blobtool.formats.caffe, "write_blob", failing_write_blob)
+    monkeypatch.setattr(blobtool.formats.caffe.containers, "write_blob", failing_write_blob)
     with pytest.raises(raised) as info:
         write_example(target, [5.0, 6.0, 7.0])
     if raised is OutputError:
@@ -869,9 +869,9 @@ def test_imagenet_mean(realworld):
 
 # -- the shape fields read without protobuf ---------------------------------------------------
 
-from blobtool.blob import proto_shape  # noqa: E402
-from blobtool.blobproto import MAX_BLOB_AXES, SimpleHeader, parse_blob  # noqa: E402
-from blobtool.wire import minimal_tags  # noqa: E402
+from blobtool.engine.blob import proto_shape  # noqa: E402
+from blobtool.formats.caffe.blobproto import MAX_BLOB_AXES, SimpleHeader, parse_blob  # noqa: E402
+from blobtool.formats.caffe.wire import minimal_tags  # noqa: E402
 
 VARINT_VALUES = st.one_of(st.integers(0, 40), st.integers(0, 2 ** 64 - 1), st.sampled_from([2 ** 31, 2 ** 32 - 1,
                                                                                             2 ** 63, 2 ** 64 - 1]))
@@ -967,7 +967,7 @@ def test_shape_fields_past_the_axis_limit_are_refused_without_legacy_fields():
 
 # -- runs of fields indexed in bulk (wire.iter_runs) ------------------------------------
 
-from blobtool import wire  # noqa: E402
+from blobtool.formats.caffe import wire  # noqa: E402
 
 # Fields as hypothesis draws them: every wire type, one- to five-byte tags,
 # values of every varint length, lengths from empty to past a window.

@@ -17,9 +17,10 @@ import numpy as np
 import pytest
 
 import make_corpus
-from blobtool import wire
+from blobtool.formats.caffe import wire
 from blobtool.formats import open_document
-from blobtool.report.records import check_finite, check_message
+from blobtool.records import check_finite
+from blobtool.report.text import check_message
 from builders import blob_bytes, vector_bytes
 from runner import run_blobtool
 

@@ -16,10 +16,11 @@ import numpy as np
 import pytest
 
 import fakecupy
-from blobtool import Blob, SyncedHead, SyncedMemory, device
+from blobtool import Blob, SyncedHead, SyncedMemory
+from blobtool.engine import device
 from blobtool.errors import DeviceError
 from blobtool.engine.kernels import asum_sumsq
-from blobtool.syncedmem import get_backend, set_backend
+from blobtool.engine.syncedmem import get_backend, set_backend
 from builders import Layer, write_blob, write_net
 from runner import invoke
 
@@ -304,7 +305,7 @@ def test_cli_scale_on_device_uploads_only_what_it_scales(cupy_state, tmp_path, e
 def test_cli_scale_on_device_works_each_blob_as_the_output_reaches_it(cupy_state, tmp_path, monkeypatch):
     # The host holds one blob's results at a time too: blob k goes to the
     # device only once blob k - 1 is written.
-    from blobtool import blobwrite
+    from blobtool.formats.caffe import blobwrite
     from blobtool.cli import write
 
     path = _net_file(tmp_path)

@@ -26,7 +26,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import fuzzcases as fc
-from blobtool import BlobToolError, load, load_all, wire
+from blobtool import BlobToolError, load, load_all
+from blobtool.formats.caffe import wire
 from blobtool._pb import blobtool_caffe_pb2 as pb
 from blobtool.formats import MAX_BLOBS, open_document
 from blobtool.formats.caffe import MAX_LAYERS
@@ -58,7 +59,7 @@ def imported_beforehand():
     import blobtool
 
     for module in pkgutil.walk_packages(blobtool.__path__, "blobtool."):
-        if module.name in ("blobtool.__main__", "blobtool.device"):  # runs the command; imports CuPy
+        if module.name in ("blobtool.__main__", "blobtool.engine.device"):  # runs the command; imports CuPy
             continue
         try:
             importlib.import_module(module.name)
@@ -173,23 +174,23 @@ def test_check_case_catches_each_broken_promise(monkeypatch, failure, expected):
 
 
 def test_the_harness_catches_shared_names_and_lossy_rewrites(monkeypatch):
-    import blobtool.blobwrite
-    import blobtool.formats.caffe
+    import blobtool.formats.caffe.blobwrite
+    import blobtool.formats.caffe.containers
 
     seeds = dict(zip(SEED_IDS, SEEDS))
     # Names made up as they once were: a, a, a#2 gave a#2 twice.
-    monkeypatch.setattr(blobtool.formats.caffe, "unique_names",
+    monkeypatch.setattr(blobtool.formats.caffe.containers, "unique_names",
                         lambda names: [n or "layer" for n in names[:1]] + [
                             f"{n}#2" if n in names[:k] else n for k, n in enumerate(names) if k])
     with pytest.raises(fc.FuzzFailure, match="two blobs share a name"):
         fc.check_case(seeds["net_repeated_names"].data)
     monkeypatch.undo()
     # A rewrite that drops the unknown fields inside a blob, or writes integers as float32.
-    real = blobtool.blobwrite.resolve_form
-    monkeypatch.setattr(blobtool.formats.caffe, "resolve_form", lambda *a, **k: {**real(*a, **k), "unknown": b""})
+    real = blobtool.formats.caffe.blobwrite.resolve_form
+    monkeypatch.setattr(blobtool.formats.caffe.containers, "resolve_form", lambda *a, **k: {**real(*a, **k), "unknown": b""})
     with pytest.raises(fc.FuzzFailure, match="lost unknown fields"):
         fc.check_rewrite(seeds["blob_unknown"].data)
-    monkeypatch.setattr(blobtool.formats.caffe, "resolve_form",
+    monkeypatch.setattr(blobtool.formats.caffe.containers, "resolve_form",
                         lambda *a, **k: {**real(*a, **k), "precision": "float"})
     with pytest.raises(fc.FuzzFailure, match="changed"):
         fc.check_rewrite(seeds["vector_unknown"].data)

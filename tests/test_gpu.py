@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from blobtool import Blob, SyncedHead, SyncedMemory
-from blobtool.syncedmem import get_backend, set_backend
+from blobtool.engine.syncedmem import get_backend, set_backend
 from builders import Layer, write_blob, write_net
 from runner import invoke, run_blobtool
 
@@ -40,7 +40,7 @@ pytestmark = [pytest.mark.gpu, pytest.mark.skipif(cp is None, reason=f"needs a C
 
 @pytest.fixture
 def backend():
-    from blobtool import device
+    from blobtool.engine import device
     previous = get_backend()
     b = device.use(0)
     yield b
@@ -181,7 +181,7 @@ def test_streamer_reduces_mixed_arrays_through_one_pipeline(backend):
 
 
 def test_cli_norm_device_streams_a_net_in_chunks_and_matches_cpu(tmp_path, monkeypatch):
-    from blobtool import device
+    from blobtool.engine import device
     rng = np.random.default_rng(6)
     layers = [Layer(f"l{i}", "InnerProduct", [rng.standard_normal(n).astype(np.float32)],
                     [rng.standard_normal(n).astype(np.float32)]) for i, n in enumerate((3000, 17, 100_000))]
@@ -202,7 +202,7 @@ def test_cli_norm_device_streams_a_net_in_chunks_and_matches_cpu(tmp_path, monke
 
 
 def test_device_index_out_of_range_names_visible_devices():
-    from blobtool import device
+    from blobtool.engine import device
     from blobtool.errors import DeviceError
     count = cp.cuda.runtime.getDeviceCount()
     with pytest.raises(DeviceError, match=rf"GPU {count} requested; {count} visible: 0 "):

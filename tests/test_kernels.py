@@ -177,7 +177,7 @@ def _signalling_nans(dtype) -> np.ndarray:
 def test_signalling_nans_are_counted_without_a_numpy_warning(threaded, dtype):
     import warnings
 
-    from blobtool.compare import compare_arrays
+    from blobtool.engine.compare import compare_arrays
 
     x = _signalling_nans(dtype)
     for threads in (1, 2):

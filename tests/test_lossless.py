@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import blobtool
-from blobtool import wire
+from blobtool.formats.caffe import wire
 from blobtool._pb import blobtool_caffe_pb2 as pb
 from builders import (RAW_TYPE, blob_bytes, half_blob_bytes, len_field, raw_blob_bytes, tag, varint_field)
 from runner import invoke, ok, one_json
@@ -181,7 +181,7 @@ def test_packed_uint16_varints_round_trip():
 
 
 def test_raw_type_table_matches_the_builders():
-    from blobtool.blobproto import RAW_TYPES
+    from blobtool.formats.caffe.blobproto import RAW_TYPES
     assert {v: np.dtype(k) for k, v in RAW_TYPE.items()} == RAW_TYPES
 
 

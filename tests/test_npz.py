@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from blobtool import BlobToolError, load_all, write
-from blobtool.blob import Blob
+from blobtool.engine.blob import Blob
 from blobtool.formats import open_document
 from blobtool.formats.numpy import pair_diffs
 from builders import blob_bytes, npy_header_bytes, npz_named, write_npz, zip_bytes

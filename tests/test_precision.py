@@ -155,7 +155,7 @@ def test_convert_half_still_keeps_what_float16_cannot_hold(tmp_path):
 
 def test_scaling_float16_on_a_device_warns_as_on_the_host(tmp_path):
     import fakecupy
-    from blobtool.syncedmem import get_backend, set_backend
+    from blobtool.engine.syncedmem import get_backend, set_backend
 
     path = tmp_path / "half.pb"
     path.write_bytes(raw_blob_bytes(HALF, HALF))

@@ -425,7 +425,7 @@ def test_the_writer_streams_in_bounded_memory(tmp_path):
     # far below the blob (the package's save_file would hold it all, twice).
     n = 16 << 20
     path = tmp_path / "big.pb"
-    from blobtool import wire
+    from blobtool.formats.caffe import wire
 
     with open(path, "wb") as f:
         f.write(blob_bytes(shape=[n]) + wire.len_field_header(5, 4 * n))

@@ -36,7 +36,7 @@ import numpy as np
 import pytest
 
 import blobtool
-from blobtool import wire
+from blobtool.formats.caffe import wire
 from blobtool._pb import blobtool_caffe_pb2 as pb
 from builders import Layer, blob_bytes, net_bytes, vector_bytes
 from runner import BLOBTOOL, blobtool_cmd, run_blobtool, run_pipeline, subprocess_env

@@ -17,7 +17,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 import fakegpu
 from blobtool import BlobToolError, SyncedHead, SyncedMemory
 from blobtool.errors import DeviceError
-from blobtool.syncedmem import get_backend, set_backend
+from blobtool.engine.syncedmem import get_backend, set_backend
 
 UNINITIALIZED = SyncedHead.UNINITIALIZED
 HEAD_AT_CPU = SyncedHead.HEAD_AT_CPU

@@ -102,7 +102,7 @@ def info(files, stats, check, all_layers, patterns, kind, as_json, jobs, fail_fa
       blobtool info --check finite snapshot.caffemodel
       blobtool info --names torch model.caffemodel    # the PyTorch names convert would give
     """
-    from ..report.records import check_message, invalid_message
+    from ..report.text import check_message, invalid_message
 
     if names != "blobtool" and (stats or check):
         raise click.UsageError("--names torch lists the renaming; --stats and --check apply to blobs as stored")
@@ -129,7 +129,7 @@ def info(files, stats, check, all_layers, patterns, kind, as_json, jobs, fail_fa
 def _info_one(path, *, kind, patterns, stats, check=None, all_layers=False, show_progress=True):
     """info's record for one file (runs in a worker process when several files are given)."""
     from ..formats import select
-    from ..report.records import info_record
+    from ..records import info_record
 
     from ..files import releasing
 
@@ -187,7 +187,7 @@ def norm(files, device, patterns, kind, as_json, jobs, fail_fast, all_files):
 def _norm_one(path, *, kind, patterns, device_info, show_progress=True):
     """norm's record for one file (runs in a worker process when several files are given)."""
     from ..formats import select
-    from ..report.records import norm_record
+    from ..records import norm_record
     from ..files import releasing
 
     doc = open_input(path, kind)
@@ -198,7 +198,7 @@ def _norm_one(path, *, kind, patterns, device_info, show_progress=True):
     # is placed there: each streams through one set of pinned buffers.
     streamer = None
     if device_info is not None:
-        from .. import device
+        from ..engine import device
         streamer = device.current().streamer(device.STREAM_CHUNK, release=True)
     blobs = (_norm_target(e, streamer) for e in entries)
     try:
@@ -213,7 +213,7 @@ def _norm_target(entry, streamer):
     """The blob to reduce: on the host itself, on a GPU a stand-in that streams its data and diff through it."""
     blob = entry.blob_unkept()
     if streamer is not None:
-        from ..device import StreamedNorms
+        from ..engine.device import StreamedNorms
         return StreamedNorms(blob, streamer, entry.has_diff)
     return blob
 
@@ -243,10 +243,10 @@ def compare(a, b, rtol, atol, quiet, device, patterns, kind, as_json, names, no_
       blobtool convert --double w.pb -o - | blobtool compare - w.pb
       blobtool compare --names torch model.caffemodel ported.safetensors
     """
-    from ..compare import compare_documents
+    from ..engine.compare import compare_documents
     from ..formats import select
     from ..engine.kernels import using_threads
-    from ..report.records import compare_record
+    from ..records import compare_record
     from ..files import releasing
 
     if a == "-" and b == "-":
@@ -254,7 +254,7 @@ def compare(a, b, rtol, atol, quiet, device, patterns, kind, as_json, names, no_
     device_info = use_device(device)
     doc_a, doc_b = open_input(a, kind), open_input(b, kind)
     if names == "torch":
-        from ..naming import torch_pair
+        from ..formats.naming import torch_pair
 
         (doc_a, entries_a), (doc_b, entries_b), warnings = torch_pair(doc_a, doc_b, patterns, fold=not no_fold)
         warn_all(warnings)
@@ -285,7 +285,7 @@ def devices(as_json):
     Example:
       blobtool devices --json
     """
-    from ..device import list_devices
+    from ..engine.device import list_devices
     from ..report.tables import render_devices
 
     found = list_devices()

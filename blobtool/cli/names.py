@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from ..naming import SCHEMES
+from ..formats import NAMING_SCHEMES as SCHEMES
 from .output import say_warning
 
 __all__ = ["names_options", "renamed", "warn_all"]
@@ -27,7 +27,7 @@ def warn_all(lines) -> None:
 
 def renamed(doc, entries, fold: bool):
     """The library's torch_names for the selected entries, its warnings printed."""
-    from ..naming import torch_names
+    from ..formats.naming import torch_names
 
     result = torch_names(doc, entries, fold=fold)
     warn_all(result.warnings)

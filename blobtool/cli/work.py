@@ -33,7 +33,7 @@ def use_device(index):
     """Select GPU `index` (None: stay on the host); returns the JSON "device" object or None."""
     if index is None:
         return None
-    from .. import device
+    from ..engine import device
     return device.use(index).describe()
 
 
@@ -49,5 +49,5 @@ def array_module(device_info):
     if device_info is None:
         import numpy
         return numpy
-    from .. import device
+    from ..engine import device
     return device.current().cp

@@ -69,7 +69,7 @@ from ..errors import FormatError, UsageError
 
 __all__ = ["Format", "Output", "FORMATS", "EXTENSIONS", "KINDS", "CONTAINER_KINDS", "OUTPUT_FORMATS", "Entry",
            "Document", "NetLayer", "get_format", "format_by_signature", "sniff", "module", "open_document", "select",
-           "output_target", "output_extensions", "unique_names", "MAX_BLOBS"]
+           "output_target", "output_extensions", "unique_names", "MAX_BLOBS", "NAMING_SCHEMES"]
 
 
 @dataclass(frozen=True)
@@ -131,6 +131,11 @@ OUTPUT_FORMATS = tuple(out.name for fmt in FORMATS for out in fmt.outputs) + ("s
 # 16,384 one-value blobs (0.6 MB) took 1.6 s of CPU for `norm` and 3.3 s for
 # `compare`, past the 1 s + 0.2 s/MB any input may take; 8,192 take half.
 MAX_BLOBS = 1 << 13
+
+# How a document's blobs can be named: blobtool's own names, or a scheme of
+# formats/naming.py (listed here, so that the command's options need not
+# import it at start-up).
+NAMING_SCHEMES = ("blobtool", "torch")
 
 
 def get_format(name: str) -> Format:
@@ -204,7 +209,7 @@ def _based_at(buf, offset: int) -> bool:
 # signatures (gzip, bzip2, xz, a macOS '._' file) are refused with a line
 # saying what the file is and what to do. Everything else goes to the format without a signature, Caffe's
 # protobuf, whose sniff() reads the kind from the top-level fields (see
-# formats/caffe.py).
+# formats/caffe/sniff.py).
 
 # Signatures of files that are not Caffe files, and what to say about them.
 _MAGICS = (
@@ -281,7 +286,7 @@ class Entry:
             if self.build is not None:
                 self._blob = self.build()
             else:
-                from ..blobproto import blob_from_record
+                from .caffe.blobproto import blob_from_record
                 self._blob = blob_from_record(self.record)
         return self._blob
 

@@ -66,7 +66,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..blob import MAX_BLOB_AXES, Blob
+from ..engine.blob import MAX_BLOB_AXES, Blob
 from .origin import Origin, held_dtype
 from ..errors import BlobToolError, FormatError, UsageError
 from ..files import release_pages
@@ -80,7 +80,7 @@ EXTRA = "pip install 'blobtool[hdf5]'"
 # The objects at the top of each kind's snapshot.
 _NET_TOP = ("data", "diff")
 _SOLVER_TOP = ("iter", "learned_net", "current_step", "history")
-# Characters of a layer name or learned_net kept (as formats/caffe.py does for
+# Characters of a layer name or learned_net kept (as formats/caffe/containers.py does for
 # protobuf names): a longer one is damaged or forged.
 _MAX_NAME = 256
 # A dataset read through h5py (chunked, compressed ...) may expand its stored

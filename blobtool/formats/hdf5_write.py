@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..blobwrite import precision_for, resolve_form, write_parts
+from .caffe.blobwrite import precision_for, resolve_form, write_parts
 from ..errors import OutputError, UsageError
 from ..files import atomic_output, display_name
 from . import Document

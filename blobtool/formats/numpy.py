@@ -46,9 +46,9 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.lib import format as npy_format
 
-from ..blob import Blob
+from ..engine.blob import Blob
 from .origin import Origin, exact_values, held_dtype
-from ..blobwrite import precision_for
+from .caffe.blobwrite import precision_for
 from ..errors import BlobToolError, FormatError, UsageError, require_bytes
 from ..engine.kernels import cast_written
 from ..files import Source, atomic_output

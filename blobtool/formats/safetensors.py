@@ -62,9 +62,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..blob import MAX_BLOB_AXES, Blob
+from ..engine.blob import MAX_BLOB_AXES, Blob
 from .origin import Origin, held_dtype
-from ..blobwrite import precision_for, resolve_form, write_parts
+from .caffe.blobwrite import precision_for, resolve_form, write_parts
 from ..errors import BlobToolError, FormatError, UsageError, truncated
 from ..files import atomic_output
 from . import CAST_HINT, MAX_BLOBS, Document, Entry

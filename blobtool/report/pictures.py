@@ -1,4 +1,7 @@
-"""Pictures of blobs: value histograms, and blobs as RGB images. Pure numpy, no I/O.
+"""Pictures of blobs as RGB images. Pure numpy: no file is read or written here.
+
+The pages of a mapped input go back as its rows are drawn, when the call
+says so (its Work, blobtool.engine.work).
 
 What a blob's shape becomes (``view``):
 

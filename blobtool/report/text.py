@@ -29,7 +29,7 @@ import sys
 
 from .escape import escape
 
-__all__ = ["BAR_LEVELS", "BAR_STEP", "histogram_bars", "fmt_num", "fmt_bytes", "fmt_shape", "title_parts", "fit_columns", "table_width",
+__all__ = ["invalid_message", "check_message", "BAR_LEVELS", "BAR_STEP", "histogram_bars", "fmt_num", "fmt_bytes", "fmt_shape", "title_parts", "fit_columns", "table_width",
            "grid_width", "fold_widths", "FOLD_COLUMNS", "MIN_FOLD", "pick", "left_out_note",
            "info_columns", "info_rows", "info_footer", "fork_note", "info_table", "stats_rows", "stats_table", "layers_rows",
            "LAYERS_COLUMNS", "norm_columns", "norm_rows", "norm_table",
@@ -575,3 +575,23 @@ def plain_compare(record: dict, width: int, quiet: bool = False) -> str | None:
     if table is None:
         return None
     return "\n".join([verdict, *table, *lines]) + "\n"
+
+
+def invalid_message(record: dict) -> str | None:
+    """The stderr line for an info record whose blobs' shapes disagree with their values, or None."""
+    found = record.get("invalid")
+    if not found:
+        return None
+    return f"{record['path']}: " + "; ".join(
+        f"blob {f['name']}: shape {fmt_shape(f['shape'])} needs {f['count']:,} values, but {f['field']} "
+        f"holds {f['values']:,}" for f in found)
+
+
+def check_message(record: dict) -> str | None:
+    """The one line saying why a record's check failed, or None when it passed (or none ran)."""
+    check = record.get("check")
+    if not check or check["passed"]:
+        return None
+    found = "; ".join(f"blob {f['name']} {f['which']} has {f['nan']} NaN and {f['inf']} Inf"
+                      for f in check["failures"])
+    return f"{record['path']}: check {check['name']} failed: {found}"

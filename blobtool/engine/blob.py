@@ -23,8 +23,8 @@ import operator
 
 import numpy as np
 
-from .engine import kernels
-from .errors import FormatError, UsageError
+from . import kernels
+from ..errors import FormatError, UsageError
 from .syncedmem import SyncedHead, SyncedMemory
 
 __all__ = ["Blob", "MAX_BLOB_AXES", "LEGACY_FIELDS", "proto_shape", "legacy_shapes_equal", "DTYPES"]
@@ -128,7 +128,7 @@ class Blob:
         self._capacity = 0
         self._data: SyncedMemory | None = None
         self._diff: SyncedMemory | None = None
-        self.origin: Origin | None = None
+        self.origin = None  # how it was stored (formats.origin.Origin), for a blob read from a file
         if dims:
             self.reshape(*dims)
 
@@ -576,7 +576,7 @@ class Blob:
         cleared first.
         """
         if proto is None:
-            from ._pb.blobtool_caffe_pb2 import BlobProto
+            from .._pb.blobtool_caffe_pb2 import BlobProto
             proto = BlobProto()
         proto.Clear()
         if self._shape:  # Caffe writes no shape field for a 0-axis blob

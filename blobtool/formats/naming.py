@@ -40,7 +40,7 @@ Layer settings that do not change what a blob holds are not read: a
 Convolution's or InnerProduct's ``axis`` chooses the input's axes, not the
 weight's layout; Embed's weight (input_dim, num_output) is nn.Embedding's.
 
-V1 nets carry enum types (formats/caffe.py turns them into today's type
+V1 nets carry enum types (formats/caffe/containers.py turns them into today's type
 strings); V0 layers carry the lower-case strings of Caffe's first format
 ("conv", "innerproduct"), which V0_TYPE_NAMES turns into today's. Files
 without layer types (a solverstate, a blob, .npy/.npz, safetensors, Caffe's
@@ -58,13 +58,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .errors import FormatError, UsageError
-from .formats import Document, Entry, select
+from ..errors import FormatError, UsageError
+from . import NAMING_SCHEMES, Document, Entry, select
 
 __all__ = ["SCHEMES", "V0_TYPE_NAMES", "Mapped", "TorchNames", "torch_names", "torch_pair", "TORCH_ONLY_BUFFERS"]
 
 # The --names choices: blobtool's own names, or PyTorch's.
-SCHEMES = ("blobtool", "torch")
+SCHEMES = NAMING_SCHEMES
 
 # Caffe's UpgradeV0LayerType: V0's type strings, as today's type names.
 V0_TYPE_NAMES = {
@@ -210,7 +210,7 @@ def _fold_targets(doc: Document, groups: dict) -> tuple[dict, dict]:
     one axis), as many channels as the BatchNorm's, and the BatchNorm must
     hold no scale of its own (NVIDIA Caffe's five blobs).
     """
-    from .formats.caffe import layer_links, layer_param_varints
+    from .caffe import layer_links, layer_param_varints
 
     current: dict = {}    # blob name -> (writer layer, version number) of what it holds now
     readers: dict = {}    # version number -> names of the layers that read it
@@ -312,14 +312,14 @@ def _map_layer(doc: Document, layer, kind: str, blobs: list, fold_into: str | No
 
 
 def _bottom_count(doc: Document, layer) -> int:
-    from .formats.caffe import layer_links
+    from .caffe import layer_links
 
     return len(layer_links(doc, layer)[0])
 
 
 def _transposed(doc: Document, layer) -> bool:
     """Whether an InnerProduct stores its weight (K, N): inner_product_param.transpose (field 6) is true."""
-    from .formats.caffe import layer_param_varints
+    from .caffe import layer_param_varints
 
     return bool(layer_param_varints(doc, layer, "inner_product_param").get(6, 0))
 
@@ -335,7 +335,7 @@ def _transposed_weight(doc: Document, entry: Entry, layer: str) -> _Row:
     def make():
         import numpy as np
 
-        from .blob import Blob
+        from ..engine.blob import Blob
 
         src = entry.blob()
         blob = Blob(shape, dtype=src.dtype)
@@ -368,7 +368,7 @@ def _reshaped(before: tuple, after: tuple, lead: str = "", tail: str = "") -> st
 
 
 def _origin(src):
-    from .formats.origin import Origin
+    from .origin import Origin
 
     stored = src.origin.dtype if src.origin is not None else src.dtype
     return Origin("shape", stored, False)
@@ -377,7 +377,7 @@ def _origin(src):
 def _view(entry: Entry, name: str, shape: tuple, module: str, done: str | None = None) -> _Row:
     """A row whose blob shares the Caffe blob's data under a new name and shape."""
     def make():
-        from .blob import Blob
+        from ..engine.blob import Blob
 
         src = entry.blob()
         blob = Blob(shape, dtype=src.dtype)
@@ -395,7 +395,7 @@ def _batchnorm(doc: Document, layer: str, blobs: list, warnings: list) -> list:
     """BatchNorm: the running mean and variance from Caffe's sums and factor, in float64."""
     import numpy as np
 
-    from .blob import Blob
+    from ..engine.blob import Blob
 
     channels = blobs[0].count if blobs else 0
     if len(blobs) not in (3, 5) or blobs[2].count != 1 or any(e.count != channels for e in blobs[3:]):

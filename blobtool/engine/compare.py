@@ -19,10 +19,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .blob import legacy_shapes_equal
-from .errors import UsageError
-from .engine import kernels
-from .engine.kernels import Chunks, map_chunk_indices, scratch, widened
-from .engine.work import current, report_locked
+from ..errors import UsageError
+from . import kernels
+from .kernels import Chunks, map_chunk_indices, scratch, widened
+from .work import current, report_locked
 
 # Elements per chunk on a GPU: enough work per kernel launch to fill the device.
 DEVICE_CHUNK = 1 << 24

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .errors import DeviceError
+from ..errors import DeviceError
 from .syncedmem import get_backend, set_backend
 
 __all__ = ["use", "current", "list_devices", "CupyBackend", "Streamer", "StreamedNorms", "INSTALL_HINT",
@@ -309,7 +309,7 @@ class Streamer:
 
     def asum_sumsq(self, arrays) -> list[tuple[float, float]]:
         """(asum, sumsq) of each host array, all streamed through one pipeline; one wait at the end."""
-        from .engine.work import current, report
+        from .work import current, report
 
         pages = current().pages if self._release else None  # a mapped input's, for a call that reads it once
         backend = self._backend

@@ -25,7 +25,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from .errors import DeviceError, UsageError
+from ..errors import DeviceError, UsageError
 
 __all__ = ["SyncedHead", "SyncedMemory", "DeviceBackend", "get_backend", "set_backend"]
 

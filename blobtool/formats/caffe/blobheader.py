@@ -13,8 +13,8 @@ from __future__ import annotations
 import numpy as np
 
 from . import wire
-from .blob import LEGACY_FIELDS, MAX_BLOB_AXES
-from .errors import FormatError
+from ...engine.blob import LEGACY_FIELDS, MAX_BLOB_AXES
+from ...errors import FormatError
 
 __all__ = ["SimpleHeader", "simple_header", "parse_header", "check_axes", "count_dims", "new_header", "parse_errors",
            "BLOB_FIELD_NAMES", "SHAPE_FIELD"]
@@ -26,7 +26,7 @@ SHAPE_FIELD = 7
 
 
 def new_header():
-    from ._pb.blobtool_caffe_pb2 import BlobProto
+    from ..._pb.blobtool_caffe_pb2 import BlobProto
     return BlobProto()
 
 

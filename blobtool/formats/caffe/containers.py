@@ -1,4 +1,4 @@
-"""Caffe's protobuf files: BlobProto, BlobProtoVector, NetParameter (.caffemodel), SolverState (.solverstate).
+"""Reading and writing Caffe's protobuf files: BlobProto, BlobProtoVector, NetParameter, SolverState.
 
 Field numbers are Caffe's (proto/blobtool_caffe.proto):
 
@@ -17,26 +17,6 @@ solverstate  SolverState: iter = 1, learned_net = 2,      "history/<index>"
              history = 3, current_step = 4
 ===========  ==========================================  =======================
 
-Sniffing (protobuf has no signature): the top-level fields (number, wire
-type, and a look inside length-delimited ones) are scored as evidence for
-each of Caffe's messages, and the best-supported kind wins:
-
-===========  =================================================================
-kind         evidence
-===========  =================================================================
-blob         legacy dims (1-4, varints), payloads (5, 6, 8, 9 of a fitting
-             size), a BlobShape (7), the forks' payload fields (10-13)
-net          a LayerParameter (100) or V1LayerParameter (2) with a text name
-             or type, or blobs; a text name (1) or input (3)
-solverstate  iter (1) and current_step (4) as varints, a text learned_net (2),
-             BlobProtos in history (3)
-vector       BlobProtos in blobs (1)
-===========  =================================================================
-
-A known field with a wire type a kind never uses rules that kind out. A file
-of unknown fields only is read as a BlobProto, as protobuf would (which then
-says what is missing).
-
 Reading: the small fields of each message go through the protobuf library;
 the blobs are located (parse_blob) and their payloads viewed, not copied.
 
@@ -49,35 +29,46 @@ written on its own is one BlobProto.
 
 from __future__ import annotations
 
-import itertools
-
 import numpy as np
 
-from .. import wire
-from ..blobproto import (BLOB_FIELD_NAMES, BLOB_WIRE_PAIRS, PAYLOAD_FIELDS, SHAPE_FIELD, TYPE_FIELDS, BlobRecord,
-                         parse_blob, parse_errors)
-from ..blobwrite import blob_encoded_size, encode_blob_parts, precision_for, resolve_form, write_blob, write_parts
-from ..errors import BlobToolError, FormatError, OutputError, UsageError
-from ..files import atomic_output, display_name
-from . import MAX_BLOBS, Document, Entry, NetLayer, unique_names
+from . import wire
+from .blobproto import BlobRecord, parse_blob, parse_errors
+from .blobwrite import blob_encoded_size, encode_blob_parts, precision_for, resolve_form, write_blob, write_parts
+from ...errors import BlobToolError, FormatError, OutputError, UsageError
+from ...files import atomic_output, display_name
+from .. import MAX_BLOBS, Document, Entry, NetLayer, unique_names
 
-__all__ = ["sniff", "read", "write", "write_new", "save_blob", "container_parts", "MAX_LAYERS", "V1_TYPE_NAMES",
-           "layer_links", "layer_param_varints", "LAYER_PARAMS"]
+__all__ = ["read", "write", "write_new", "write_container", "save_blob", "container_parts", "MAX_LAYERS", "MAX_NAME",
+           "V1_TYPE_NAMES", "layer_links", "layer_param_varints", "LAYER_PARAMS"]
 
 
 NET_FIELD_NAMES = {1: "name", 2: "layers", 3: "input", 4: "input_dim", 5: "force_backward", 6: "state",
                    7: "debug_info", 8: "input_shape", 100: "layer"}
+
+
 LAYER_FIELD_NAMES = {1: "name", 2: "type", 7: "blobs"}
+
+
 V1_FIELD_NAMES = {1: "layer", 2: "bottom", 3: "top", 4: "name", 5: "type", 6: "blobs"}
+
+
 V0_FIELD_NAMES = {1: "name", 2: "type", 50: "blobs"}
+
+
 SOLVER_FIELD_NAMES = {1: "iter", 2: "learned_net", 3: "history", 4: "current_step"}
+
+
 VECTOR_FIELD_NAMES = {1: "blobs"}
+
 
 # A net's layers are capped like a file's blobs (formats.MAX_BLOBS): a layer
 # costs about 0.3 KB of bookkeeping.
 MAX_LAYERS = MAX_BLOBS
+
+
 # Characters of a layer's (or net's) name and type kept; see _text.
 MAX_NAME = 256
+
 
 # Caffe's UpgradeV1LayerType: V1 enum values to today's type strings.
 V1_TYPE_NAMES = {
@@ -90,193 +81,6 @@ V1_TYPE_NAMES = {
     33: "Slice", 23: "TanH", 24: "WindowData", 31: "Threshold",
 }
 
-
-# -- sniffing -----------------------------------------------------------------------
-
-# The (field number, wire type) pairs a SolverState may have at its top level.
-_V, _L = wire.VARINT, wire.LEN
-_SOLVER_PAIRS = {(1, _V), (2, _L), (3, _L), (4, _V)}
-# Top-level fields scanned before deciding the kind; enough for any net's
-# header, and it bounds the work on a BlobProto written unpacked.
-_SNIFF_FIELDS = 4096
-# BlobProto's fields as evidence: legacy dims, Caffe's own payloads (by
-# number), and the forks' fields (raw and half payloads and their types).
-_LEGACY_NUMBERS = (1, 2, 3, 4)
-_PAYLOADS = {p.number: p for p in PAYLOAD_FIELDS if p.encoding == "packed"}
-_FORK_NUMBERS = frozenset({p.number for p in PAYLOAD_FIELDS if p.encoding != "packed"} | set(TYPE_FIELDS))
-
-def sniff(source) -> str:
-    """The kind of a protobuf input, from its top-level fields: blob, vector, net or solverstate.
-
-    Raises FormatError when the file is empty, looks like text (a
-    .prototxt), or its fields match none of Caffe's messages.
-    """
-    if source.size == 0:
-        raise FormatError("empty file: a Caffe file holds at least one field", path=source.name)
-    buf = memoryview(source.buf)
-    pairs = set()
-    first = {}
-    try:
-        for i, f in enumerate(wire.iter_fields(buf, 0, source.size, path=source.name)):
-            pairs.add((f.number, f.wire_type))
-            first.setdefault((f.number, f.wire_type), f)
-            if i >= _SNIFF_FIELDS:
-                break
-    except FormatError as exc:
-        if not pairs and _looks_like_text(source):
-            raise FormatError(f"not a Caffe protobuf file: it looks like text, perhaps a .prototxt; "
-                              f"blobtool reads binary files ({exc.reason})",
-                              path=source.name, offset=exc.offset) from exc
-        # Damaged: decide from the fields read so far (none: a BlobProto, as
-        # protobuf would), and let that kind's reader report the damage with
-        # its field names.
-    kind = _decide(pairs, first, buf)
-    if kind is None:
-        fields = ", ".join(f"{n}/{wire.WIRE_TYPE_NAMES[t]}" for n, t in sorted(pairs)[:8])
-        raise FormatError(f"not a BlobProto, BlobProtoVector, NetParameter or SolverState: top-level fields "
-                          f"{fields} match none of them (use --kind to force one)", path=source.name)
-    return kind
-
-
-def _looks_like_text(source) -> bool:
-    sample = bytes(source.buf[:512])
-    return len(sample) >= 16 and all(32 <= c < 127 or c in b"\t\r\n" for c in sample)
-
-
-def _is_blob_message(buf, f) -> bool:
-    """Whether a LEN field's contents parse as BlobProto fields (unknown ones beside them allowed), or are empty."""
-    try:
-        pairs = {(g.number, g.wire_type) for g in _first_fields(buf, f)}
-    except FormatError:
-        return False
-    known = {p for p in pairs if p[0] in BLOB_FIELD_NAMES}
-    return _fits_blob(known) and (bool(known) or not pairs)
-
-
-def _fits_blob(known: set) -> bool:
-    """Whether BlobProto's known (number, wire type) pairs are ones it may hold.
-
-    The forks' numbers (10-13) are exempt: other forks reuse them with other
-    wire types (a ternary-quantization Caffe's fixed32 fields 12 and 13), and
-    BVLC Caffe reads those as unknown fields.
-    """
-    return {p for p in known if p[0] not in _FORK_NUMBERS} <= BLOB_WIRE_PAIRS
-
-
-def _first_fields(buf, f):
-    # Sniffing looks at a bounded number of nested fields too: a forged field
-    # holding millions of tiny ones must not cost a list of millions.
-    return itertools.islice(wire.iter_fields(buf, f.start, f.end), _SNIFF_FIELDS)
-
-
-def _content(buf, f):
-    """The (number, wire type) pairs of a LEN field's first fields, or None if they are not fields."""
-    try:
-        return [(g.number, g.wire_type, g) for g in _first_fields(buf, f)]
-    except FormatError:
-        return None
-
-
-def _is_text(buf, f) -> bool:
-    try:
-        bytes(buf[f.start:f.end]).decode("utf-8")
-    except UnicodeDecodeError:
-        return False
-    return True
-
-
-def _is_shape(buf, f) -> bool:
-    content = _content(buf, f)
-    # dim is field 1 (packed or not); other numbers are unknown fields, allowed.
-    return content is not None and all((n, t) in ((1, _L), (1, _V)) or n != 1 for n, t, _ in content)
-
-
-def _is_layer(buf, f, name_numbers) -> bool:
-    """A LayerParameter / V1LayerParameter: fields, with a text name or type, or blobs.
-
-    A V1 layer of Caffe's oldest format carries only a nested V0 layer (field
-    1) and its bottom/top, so for V1 (name field 4) a V0 layer counts too.
-    """
-    content = _content(buf, f)
-    if not content:
-        return False
-    return any((t == _L and n in name_numbers and _is_text(buf, g)) or (n, t) in ((7, _L), (6, _L), (5, _V))
-               or (4 in name_numbers and (n, t) == (1, _L) and _is_v0_layer(buf, g))
-               for n, t, g in content)
-
-
-def _is_v0_layer(buf, f) -> bool:
-    """A V0LayerParameter: fields, with a text name (1) or type (2), or blobs (50)."""
-    content = _content(buf, f)
-    if not content:
-        return False
-    return any((t == _L and n in (1, 2) and _is_text(buf, g)) or (n, t) == (50, _L) for n, t, g in content)
-
-
-def _scores(pairs: set, first: dict, buf) -> dict:
-    """Evidence for each kind from the top-level fields (each distinct field counted once)."""
-    score = {"blob": 0, "net": 0, "solverstate": 0, "vector": 0}
-    for (n, t), f in first.items():
-        size = f.end - f.start
-        # BlobProto
-        payload = _PAYLOADS.get(n)
-        if n in _LEGACY_NUMBERS and t == _V:
-            score["blob"] += 1
-        elif payload is not None and (t == payload.unpacked_wire_type
-                                      or (t == _L and size % payload.dtype.itemsize == 0)):
-            score["blob"] += 2
-        elif (n, t) == (SHAPE_FIELD, _L) and _is_shape(buf, f):
-            score["blob"] += 2
-        elif n in _FORK_NUMBERS and (n, t) in BLOB_WIRE_PAIRS:
-            score["blob"] += 1
-        # NetParameter
-        if (n, t) == (100, _L) and _is_layer(buf, f, (1, 2)):
-            score["net"] += 6
-        elif (n, t) == (2, _L) and _is_layer(buf, f, (4,)):
-            score["net"] += 6
-        elif (n, t) in ((1, _L), (3, _L)) and _is_text(buf, f):
-            score["net"] += 1
-        # SolverState
-        if (n, t) in ((1, _V), (4, _V)) or ((n, t) == (2, _L) and _is_text(buf, f)):
-            score["solverstate"] += 1
-        elif (n, t) == (3, _L) and _is_blob_message(buf, f):
-            score["solverstate"] += 4
-        # BlobProtoVector
-        if (n, t) == (1, _L) and _is_blob_message(buf, f):
-            score["vector"] += 3
-    known = {p for p in pairs if p[0] in _KNOWN_NUMBERS}
-    # A known field with a wire type BlobProto never uses (a net's name or
-    # input, its force_backward) rules the blob out, as the rules below do for
-    # the vector and the solver state; if nothing else fits, the fallback in
-    # _decide still reads it as a blob.
-    if not _fits_blob({p for p in known if p[0] in BLOB_FIELD_NAMES}):
-        score["blob"] = 0
-    if known - {(1, _L)}:
-        score["vector"] = 0
-    if {p for p in known if p[0] in BLOB_FIELD_NAMES} - _SOLVER_PAIRS:
-        score["solverstate"] = 0
-    return score
-
-
-# Field numbers any kind knows (BlobProto's cover the other kinds' top-level
-# numbers but NetParameter.layer); others are unknown fields, which every kind may carry.
-_KNOWN_NUMBERS = set(BLOB_FIELD_NAMES) | {100}
-# On a tie, the earlier kind wins.
-_KIND_ORDER = ("blob", "net", "solverstate", "vector")
-
-
-def _decide(pairs: set, first: dict, buf) -> str | None:
-    score = _scores(pairs, first, buf)
-    best = max(_KIND_ORDER, key=lambda k: (score[k], -_KIND_ORDER.index(k)))
-    if score[best] > 0:
-        return best
-    # Nothing but unknown fields, or known numbers with unexpected wire types:
-    # protobuf reads that as a BlobProto with no data, and so does blobtool
-    # (which then says what is missing).
-    return "blob"
-
-
-# -- reading ------------------------------------------------------------------------
 
 def read(doc: Document, cast=None) -> None:
     """Locate the blobs of a Caffe protobuf file of kind doc.kind (`cast` applies to numpy's kinds only)."""
@@ -325,7 +129,7 @@ def _locate(buf, start: int, end: int, path, names: dict, keep: set, too_many, s
     pos = start
     while pos < end:
         if in_a_row == _BULK_AFTER:
-            for run in wire.iter_runs(buf, pos, end, lambda n, t, s, e: (t == _L) & np.isin(n, list(keep))):
+            for run in wire.iter_runs(buf, pos, end, lambda n, t, s, e: (t == wire.LEN) & np.isin(n, list(keep))):
                 wire.add_bytes(spans, run.start, run.end)
                 pos = run.end
             in_a_row = 0
@@ -333,7 +137,7 @@ def _locate(buf, start: int, end: int, path, names: dict, keep: set, too_many, s
                 break
         f = wire.read_field(buf, pos, end, path=path, names=names)
         pos = f.end
-        if f.number in keep and f.wire_type == _L:
+        if f.number in keep and f.wire_type == wire.LEN:
             if len(kept) == MAX_BLOBS:
                 raise FormatError(too_many(f), path=path, offset=f.offset)
             kept.append(f)
@@ -380,7 +184,7 @@ def _text(value) -> str:
 
 
 def _read_net(doc: Document, buf) -> None:
-    from .._pb import blobtool_caffe_pb2 as pb
+    from ..._pb import blobtool_caffe_pb2 as pb
 
     net, layer_fields = _split(buf, 0, doc.size, doc.path, NET_FIELD_NAMES, {2, 100}, pb.NetParameter)
     doc.meta["name"] = _text(net.name) if net.HasField("name") else None
@@ -419,7 +223,7 @@ def layer_links(doc: Document, layer: NetLayer) -> tuple[tuple, tuple]:
     a forged layer of millions of one-byte names would cost far more as
     Python strings than its bytes.
     """
-    from .._pb import blobtool_caffe_pb2 as pb
+    from ..._pb import blobtool_caffe_pb2 as pb
 
     f = layer.field
     buf = memoryview(doc.source.buf)
@@ -434,6 +238,8 @@ def layer_links(doc: Document, layer: NetLayer) -> tuple[tuple, tuple]:
 # LayerParameter (100) and in V1LayerParameter (2; None where V1 has none).
 LAYER_PARAMS = {"inner_product_param": (117, 17), "scale_param": (142, None), "prelu_param": (131, None),
                 "batch_norm_param": (139, None)}
+
+
 # A layer parameter message as Caffe writes it has a handful of fields; one
 # holding more is forged, and is refused rather than walked field by field.
 _MAX_PARAM_FIELDS = 1024
@@ -461,13 +267,13 @@ def layer_param_varints(doc: Document, layer: NetLayer, param: str) -> dict:
             if k == _MAX_PARAM_FIELDS:
                 raise FormatError(f"{param} of layer {layer.name!r} holds more than {_MAX_PARAM_FIELDS} fields",
                                   path=doc.path, offset=h.offset)
-            if h.wire_type == _V:
+            if h.wire_type == wire.VARINT:
                 values[h.number] = h.value
     return values
 
 
 def _read_solverstate(doc: Document, buf) -> None:
-    from .._pb import blobtool_caffe_pb2 as pb
+    from ..._pb import blobtool_caffe_pb2 as pb
 
     state, history = _split(buf, 0, doc.size, doc.path, SOLVER_FIELD_NAMES, {3}, pb.SolverState)
     doc.meta["iter"] = state.iter
@@ -481,8 +287,6 @@ def _read_solverstate(doc: Document, buf) -> None:
 
 _READERS = {"blob": _read_blob, "vector": _read_vector, "net": _read_net, "solverstate": _read_solverstate}
 
-
-# -- writing ----------------------------------------------------------------------------
 
 def container_parts(doc: Document, replacements: dict) -> list:
     """The pieces of `doc` with the blobs in `replacements` ({entry name: parts}) re-encoded.
@@ -584,7 +388,7 @@ def write_new(doc: Document, entries: list, blobs: list, dest, *, precision=None
     by position, so a layer whose blobs are not 0, 1, ... (a parameter shared
     with an earlier layer is absent from an HDF5 snapshot) is refused.
     """
-    from .._pb import blobtool_caffe_pb2 as pb
+    from ..._pb import blobtool_caffe_pb2 as pb
 
     transforms = transforms or {}
 

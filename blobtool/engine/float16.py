@@ -17,8 +17,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .errors import UsageError
-from .engine.kernels import finite_range, map_chunks
+from ..errors import UsageError
+from .kernels import finite_range, map_chunks
 
 __all__ = ["Float16Fit", "float16_fit", "half_precisions"]
 

@@ -41,7 +41,7 @@ from typing import Iterator, NamedTuple
 
 import numpy as np
 
-from .errors import FormatError, truncated
+from ...errors import FormatError, truncated
 
 __all__ = [
     "VARINT", "I64", "LEN", "SGROUP", "EGROUP", "I32",

@@ -1,7 +1,7 @@
-"""What info and norm report, as plain data (JSON-ready dicts).
+"""What info, norm and compare find, as plain data (JSON-ready dicts): the figures the commands report.
 
-The renderer draws these; scripts get them as JSON Lines. Nothing here
-prints.
+The renderer (blobtool.report) draws these; scripts get them as JSON
+Lines. Nothing here prints or formats text.
 """
 
 from __future__ import annotations
@@ -9,13 +9,12 @@ from __future__ import annotations
 import collections
 import math
 
-from ..engine import kernels
-from ..blobproto import PAYLOAD_BY_NAME
-from ..formats import Document, Entry
-from .text import fmt_shape
+from .engine import kernels
+from .formats.caffe.blobproto import PAYLOAD_BY_NAME
+from .formats import Document, Entry
 
 __all__ = ["json_float", "info_record", "norm_record", "norm_values", "compare_record", "CHECKS",
-           "check_finite", "check_message", "value_count_mismatch", "invalid_message"]
+           "check_finite", "value_count_mismatch"]
 
 
 def json_float(x):
@@ -111,15 +110,6 @@ def value_count_mismatch(entry: Entry) -> dict | None:
     return None
 
 
-def invalid_message(record: dict) -> str | None:
-    """The stderr line for an info record whose blobs' shapes disagree with their values, or None."""
-    found = record.get("invalid")
-    if not found:
-        return None
-    return f"{record['path']}: " + "; ".join(
-        f"blob {f['name']}: shape {fmt_shape(f['shape'])} needs {f['count']:,} values, but {f['field']} "
-        f"holds {f['values']:,}" for f in found)
-
 
 # What `info --check` can check.
 CHECKS = ("finite",)
@@ -141,14 +131,7 @@ def check_finite(entries) -> dict:
     return {"name": "finite", "passed": not failures, "failures": failures}
 
 
-def check_message(record: dict) -> str | None:
-    """The one line saying why a record's check failed, or None when it passed (or none ran)."""
-    check = record.get("check")
-    if not check or check["passed"]:
-        return None
-    found = "; ".join(f"blob {f['name']} {f['which']} has {f['nan']} NaN and {f['inf']} Inf"
-                      for f in check["failures"])
-    return f"{record['path']}: check {check['name']} failed: {found}"
+
 
 
 def norm_values(asum: float, sumsq: float) -> dict:

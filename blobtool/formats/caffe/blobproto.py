@@ -58,11 +58,11 @@ from dataclasses import dataclass, field as dc_field
 import numpy as np
 
 from . import wire
-from .blob import LEGACY_FIELDS, MAX_BLOB_AXES, Blob, proto_shape
-from .formats.origin import Origin, held_dtype
+from ...engine.blob import LEGACY_FIELDS, MAX_BLOB_AXES, Blob, proto_shape
+from ..origin import Origin, held_dtype
 from .blobheader import (BLOB_FIELD_NAMES, SHAPE_FIELD, SimpleHeader, check_axes, count_dims, parse_errors,
                          parse_header, simple_header)
-from .errors import FormatError
+from ...errors import FormatError
 
 __all__ = [
     "BLOB_FIELD_NAMES", "PAYLOAD_FIELDS", "TYPE_FIELDS", "BLOB_WIRE_PAIRS", "SHAPE_FIELD", "Payload", "BlobRecord",

@@ -16,13 +16,13 @@ from __future__ import annotations
 import numpy as np
 
 from . import wire
-from .blob import LEGACY_FIELDS, Blob
-from .formats.origin import exact_values
+from ...engine.blob import LEGACY_FIELDS, Blob
+from ..origin import exact_values
 from .blobproto import DIFF_OF, PAYLOAD_BY_NAME, PRECISION_FIELDS, PRECISIONS, RAW_TYPE_OF, RAW_TYPES, SHAPE_FIELD
-from .errors import UsageError
-from .engine.kernels import cast_written
-from .engine.work import report
-from .files import release_pages
+from ...errors import UsageError
+from ...engine.kernels import cast_written
+from ...engine.work import report
+from ...files import release_pages
 
 __all__ = ["encode_blob_parts", "check_layout", "resolve_form", "precision_for", "write_parts", "write_blob",
            "blob_encoded_size"]
@@ -52,7 +52,7 @@ def encode_blob_parts(blob: Blob, *, precision="float", write_diff: bool = False
     if layout not in ("shape", "legacy"):
         raise UsageError(f"layout must be 'shape' or 'legacy', got {layout!r}")
     sides = _side_encodings(precision)
-    from ._pb.blobtool_caffe_pb2 import BlobProto
+    from ..._pb.blobtool_caffe_pb2 import BlobProto
 
     # (field number, piece) pairs, sorted by number at the end: protobuf's
     # SerializeToString writes fields in that order, and so does blobtool.
