@@ -12,6 +12,7 @@ This module imports nothing else from blobtool.
 from __future__ import annotations
 
 import enum
+import os
 
 __all__ = [
     "ExitCode",
@@ -20,7 +21,7 @@ __all__ = [
     "UsageError",
     "DeviceError",
     "OutputError",
-    "Stopped", "require_bytes", "truncated",
+    "Stopped", "require_bytes", "truncated", "env_count",
     "format_location",
 ]
 
@@ -129,6 +130,22 @@ class OutputError(BlobToolError):
     """The output cannot be written (exit 5)."""
 
     exit_code = ExitCode.OUTPUT
+
+
+def env_count(name: str, default: int, what: str = "a byte count", minimum: int = 0) -> int:
+    """A whole number from the environment variable `name`, or `default` when it is unset.
+
+    Every blobtool setting read from the environment goes through here:
+    anything but ASCII digits (after blanks), or a number below `minimum`,
+    is a UsageError (exit 2) naming the variable.
+    """
+    value = os.environ.get(name)
+    if value is None:
+        return default
+    text = value.strip()
+    if not (text.isascii() and text.isdigit()) or int(text) < minimum:
+        raise UsageError(f"environment variable {name}={value!r} is not {what}: expected a whole number >= {minimum}")
+    return int(text)
 
 
 def require_bytes(size: int, offset: int, nbytes: int, what: str, *, path, prefix: str = "") -> None:

@@ -1001,11 +1001,12 @@ def test_an_endless_stream_stops_at_the_bound(tmp_path):
     assert result.stderr.startswith("blobtool: <stdin>: more than 50000000 bytes from a stream")
 
 
-@pytest.mark.parametrize("value", ["abc", "-1", "1.5"])
+@pytest.mark.parametrize("value", ["abc", "-1", "1.5", "", "+5"])
 def test_a_bad_stream_bound_is_a_usage_error(tmp_path, small, value):
     result = run_pipeline(f"cat small.pb | BLOBTOOL_MAX_STREAM_BYTES={value} {BLOBTOOL} info", tmp_path, text=True)
     assert result.returncode == 2
-    assert result.stderr == f"blobtool: BLOBTOOL_MAX_STREAM_BYTES={value!r}: expected a number of bytes\n"
+    assert result.stderr == (f"blobtool: environment variable BLOBTOOL_MAX_STREAM_BYTES={value!r} is not a byte count: "
+                             "expected a whole number >= 0\n")
 
 
 def test_a_named_pipe_is_read_as_a_stream(tmp_path, small):

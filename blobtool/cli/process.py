@@ -7,7 +7,7 @@ import signal
 import sys
 
 __all__ = ["single_threaded_blas", "keep_freed_memory", "stop_on_signals", "guard_standard_streams", "records",
-           "env_bytes", "jobs_to_use", "PARALLEL_THRESHOLD"]
+           "jobs_to_use", "PARALLEL_THRESHOLD"]
 
 # Below this much input in all, starting worker processes (about 0.25 s each
 # here) costs more than it saves; BLOBTOOL_PARALLEL_MIN_BYTES overrides it.
@@ -101,19 +101,6 @@ def guard_standard_streams() -> None:
     for name, fd, mode in (("stdin", 0, "r"), ("stdout", 1, "w"), ("stderr", 2, "w")):
         if getattr(sys, name) is None:
             setattr(sys, name, open(fd, mode, encoding="utf-8", closefd=False))
-def env_bytes(name: str, default: int) -> int:
-    """A byte count from the environment variable `name` (a whole number >= 0), or `default` when it is unset.
-
-    Any other value is a usage error (exit 2) naming the variable.
-    """
-    value = os.environ.get(name)
-    if value is None:
-        return default
-    if not (value.strip().isascii() and value.strip().isdigit()):
-        from ..errors import UsageError
-
-        raise UsageError(f"environment variable {name}={value!r} is not a byte count: expected a whole number >= 0")
-    return int(value)
 
 
 def _total_size(paths) -> int:
@@ -162,7 +149,9 @@ def records(paths: list, work, jobs, *, fail_fast: bool = True):
             return exc
 
     jobs = jobs_to_use(jobs)
-    threshold = env_bytes("BLOBTOOL_PARALLEL_MIN_BYTES", PARALLEL_THRESHOLD)
+    from ..errors import env_count
+
+    threshold = env_count("BLOBTOOL_PARALLEL_MIN_BYTES", PARALLEL_THRESHOLD)
     names = [p for p in paths if isinstance(p, str)]
     if jobs == 1 or len(names) < 2 or "-" in names or _total_size(names) < threshold:
         from ..engine.kernels import using_threads

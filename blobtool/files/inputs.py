@@ -25,7 +25,7 @@ try:
 except ImportError:  # not on Windows
     resource = None
 
-from ..errors import FormatError, UsageError
+from ..errors import FormatError, UsageError, env_count
 from . import mapped as registry
 from .mapped import _forget, _identity, _lease, _leases, _map_span, _mapped, _unwatch, _watch
 
@@ -241,16 +241,7 @@ def _read_file(fd: int, name: str) -> Source:
 
 def stream_limit() -> int:
     """The most bytes read from a pipe or standard input: STREAM_LIMIT, or $BLOBTOOL_MAX_STREAM_BYTES."""
-    text = os.environ.get(STREAM_LIMIT_VARIABLE, "").strip()
-    if not text:
-        return STREAM_LIMIT
-    try:
-        limit = int(text)
-    except ValueError:
-        limit = -1
-    if limit < 0:
-        raise UsageError(f"{STREAM_LIMIT_VARIABLE}={text!r}: expected a number of bytes")
-    return limit
+    return env_count(STREAM_LIMIT_VARIABLE, STREAM_LIMIT)
 
 
 def _read_stream(stream, name: str) -> Source:
