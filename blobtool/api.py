@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+import warnings
 
 from .engine.blob import Blob
+from .engine.float16 import half_precisions
 from .formats.caffe.blobwrite import check_layout
 from .errors import FormatError, UsageError
 from .formats import Document, Entry, module, open_document, output_target
@@ -65,7 +67,7 @@ def save(blob: Blob, dest, *, double: bool | None = None, write_diff: bool | Non
     "shape", no diff). Paths are written atomically: a temporary file beside
     the target, then a rename.
     """
-    from .formats.caffe import save_blob
+    from .formats.caffe import save_blob  # a format module loads when a file of its format is met
 
     if precision is None and double is not None:
         precision = "double" if double else "float"
@@ -160,16 +162,12 @@ def _one_blob_message(dest, format: str | None, doc: Document | None, selected: 
 
 def _half_precisions(path, entries, blobs, *, write_diff, transforms, strict, warn) -> dict:
     """{name: precision} for writing in float16 (float16.half_precisions), its warnings handed to `warn`."""
-    from .engine.float16 import half_precisions
-
     precisions, lines = half_precisions(path, entries, blobs, write_diff=write_diff, transforms=transforms,
                                         strict=strict)
     for line in lines:
         if warn is not None:
             warn(line)
         else:
-            import warnings
-
             warnings.warn(line, stacklevel=4)
     return precisions
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import enum
 import os
+import signal
 
 __all__ = [
     "ExitCode",
@@ -56,8 +57,6 @@ _SIGNALS = (ExitCode.HANGUP, ExitCode.INTERRUPTED, ExitCode.TERMINATED)
 
 def exit_codes_help() -> str:
     """The exit codes in one sentence, from ExitCode (the command's --help)."""
-    import signal
-
     said = ", ".join(f"{int(code)} {meaning}" for code, meaning in _MEANINGS.items())
     codes = "/".join(str(int(code)) for code in _SIGNALS)
     names = "/".join(signal.Signals(code - 128).name for code in _SIGNALS)

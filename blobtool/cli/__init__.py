@@ -9,12 +9,21 @@ library (formats, api, compare, report) and print what it returns.
 - process.py: process set-up (BLAS threads, memory settings, signals, closed
   standard streams, worker pool);
 - output.py: JSON Lines, tables, warnings, progress bars;
-- work.py: opening inputs, selecting blobs, placing them on a GPU;
+- work.py: opening inputs, selecting blobs, selecting a GPU;
+- paths.py: the click types of input and output paths; names.py: --names;
+  completion.py: shell completion of --blob's names;
 - inspect.py (info, norm, compare, devices), write.py (scale, update,
   convert), show.py (show): one module per group of commands.
 
 A new command is a function in one of those modules (or a new one) and a
 line in COMMANDS below.
+
+Imports inside functions: these modules load at every start of the
+command, so what a command needs beyond click (numpy, rich, protobuf, the
+format modules, the library) is imported inside the command that needs it,
+and `blobtool info small.pb` loads no more than that file's format (the
+start-up test of tests/test_package.py holds it). This is the one reason
+for an import inside a function here.
 """
 
 from __future__ import annotations

@@ -575,7 +575,7 @@ class Blob:
         message unless `proto` (any BlobProto-like message) is given; it is
         cleared first.
         """
-        if proto is None:
+        if proto is None:  # protobuf loads only here, where a message is made
             from .._pb.blobtool_caffe_pb2 import BlobProto
             proto = BlobProto()
         proto.Clear()

@@ -14,6 +14,7 @@ import numpy as np
 
 from ..errors import DeviceError
 from .syncedmem import get_backend, set_backend
+from .work import current, report
 
 __all__ = ["use", "current", "list_devices", "CupyBackend", "Streamer", "StreamedNorms", "INSTALL_HINT",
            "STREAM_CHUNK"]
@@ -56,7 +57,7 @@ class StreamedNorms:
 
 def _import_cupy():
     try:
-        import cupy
+        import cupy  # CuPy loads only when a GPU is asked for
     except ImportError as exc:
         raise DeviceError(f"a GPU was requested, but CuPy is not installed; {INSTALL_HINT}") from exc
     except Exception as exc:  # a broken CUDA install fails inside CuPy's import
@@ -185,7 +186,7 @@ class CupyBackend:
 
     def host_zeros(self, size: int) -> np.ndarray:
         """Zeroed pinned host memory (CaffeMallocHost in GPU mode)."""
-        import cupyx
+        import cupyx  # CuPy loads only when a GPU is asked for
 
         return cupyx.zeros_pinned(size, dtype=np.uint8)
 
@@ -290,7 +291,7 @@ class Streamer:
 
     def _buffers(self, nbytes: int) -> None:
         """Make the buffers hold at least `nbytes` (at most a chunk); grows them if an array needs more."""
-        import cupyx
+        import cupyx  # CuPy loads only when a GPU is asked for
 
         cp = self._backend.cp
         want = min(self._chunk, -(-nbytes // 16) * 16)
@@ -309,8 +310,6 @@ class Streamer:
 
     def asum_sumsq(self, arrays) -> list[tuple[float, float]]:
         """(asum, sumsq) of each host array, all streamed through one pipeline; one wait at the end."""
-        from .work import current, report
-
         pages = current().pages if self._release else None  # a mapped input's, for a call that reads it once
         backend = self._backend
         cp = backend.cp

@@ -12,6 +12,7 @@ leases or watches it under the command line's guard.
 from __future__ import annotations
 
 import contextlib
+import errno
 import io
 import mmap
 import os
@@ -127,8 +128,6 @@ def cannot(verb: str, exc: OSError) -> str:
     environment, not the file (ulimit -n, ulimit -v); the message says which
     limit, so that the line alone tells what to change.
     """
-    import errno
-
     reason = exc.strerror or str(exc)
     limit = {errno.EMFILE: ("RLIMIT_NOFILE", "open files", "ulimit -n", 1),
              errno.ENOMEM: ("RLIMIT_AS", "address space", "ulimit -v", 1024)}.get(exc.errno)

@@ -186,7 +186,7 @@ def _watch(fd: int, name: str, mapped, st: os.stat_result) -> None:
 
 
 def _libc():
-    import ctypes
+    import ctypes  # ctypes loads only when a guard or a fault handler is set up (start-up)
 
     return ctypes.CDLL(None, use_errno=True)
 
@@ -318,7 +318,7 @@ _handler = None  # the C-callable handler, kept alive
 
 
 def _map_span(mapped, name: str) -> None:
-    import ctypes
+    import ctypes  # ctypes loads only when a guard or a fault handler is set up (start-up)
 
     if not len(mapped):
         return
@@ -340,7 +340,7 @@ def _catch_faults() -> None:
     if _faults_caught or not sys.platform.startswith("linux") or os.uname().machine not in ("x86_64", "aarch64"):
         return
     try:
-        import ctypes
+        import ctypes  # ctypes loads only when a guard or a fault handler is set up (start-up)
 
         _ctypes = ctypes
 

@@ -11,6 +11,7 @@ written in place.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import re
 import stat
@@ -102,8 +103,6 @@ def _input_fault(exc: OSError) -> None:
     A write(2) of bytes from a mapped input whose file was cut short since
     is EFAULT ("Bad address") where touching them would be SIGBUS.
     """
-    import errno
-
     if exc.errno == errno.EFAULT:
         check_inputs()
         name = next((name for _, name in list(_mapped.values())), None)
@@ -220,7 +219,7 @@ def _open_direct(path: str, name: str):
 
 
 def _connect(path: str):
-    import socket
+    import socket  # only for an output that is a socket
 
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:

@@ -286,7 +286,7 @@ class Entry:
             if self.build is not None:
                 self._blob = self.build()
             else:
-                from .caffe.blobproto import blob_from_record
+                from .caffe.blobproto import blob_from_record  # numpy loads only when values are read (start-up)
                 self._blob = blob_from_record(self.record)
         return self._blob
 
@@ -403,7 +403,7 @@ def open_document(src, kind: str | None = None, *, npy_cast=None) -> Document:
     """
     if kind is not None and kind not in KINDS:
         raise UsageError(f"unknown kind {kind!r}; expected one of {', '.join(KINDS)}")
-    from ..files import open_source
+    from ..files import open_source  # the command's options read this registry at start-up; files load here
 
     source = open_source(src)
     if kind is None:

@@ -58,8 +58,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
+
+from ..engine.blob import Blob
 from ..errors import FormatError, UsageError
 from . import NAMING_SCHEMES, Document, Entry, select
+from .caffe import layer_links, layer_param_varints
+from .origin import Origin
 
 __all__ = ["SCHEMES", "V0_TYPE_NAMES", "Mapped", "TorchNames", "torch_names", "torch_pair", "TORCH_ONLY_BUFFERS"]
 
@@ -210,8 +215,6 @@ def _fold_targets(doc: Document, groups: dict) -> tuple[dict, dict]:
     one axis), as many channels as the BatchNorm's, and the BatchNorm must
     hold no scale of its own (NVIDIA Caffe's five blobs).
     """
-    from .caffe import layer_links, layer_param_varints
-
     current: dict = {}    # blob name -> (writer layer, version number) of what it holds now
     readers: dict = {}    # version number -> names of the layers that read it
     candidates = []       # (Scale layer, its bottoms, BatchNorm layer, version)
@@ -312,15 +315,11 @@ def _map_layer(doc: Document, layer, kind: str, blobs: list, fold_into: str | No
 
 
 def _bottom_count(doc: Document, layer) -> int:
-    from .caffe import layer_links
-
     return len(layer_links(doc, layer)[0])
 
 
 def _transposed(doc: Document, layer) -> bool:
     """Whether an InnerProduct stores its weight (K, N): inner_product_param.transpose (field 6) is true."""
-    from .caffe import layer_param_varints
-
     return bool(layer_param_varints(doc, layer, "inner_product_param").get(6, 0))
 
 
@@ -333,10 +332,6 @@ def _transposed_weight(doc: Document, entry: Entry, layer: str) -> _Row:
     shape = (stored[1], stored[0])
 
     def make():
-        import numpy as np
-
-        from ..engine.blob import Blob
-
         src = entry.blob()
         blob = Blob(shape, dtype=src.dtype)
         blob.set_cpu_data(np.ascontiguousarray(src.cpu_data().reshape(stored).T))
@@ -368,8 +363,6 @@ def _reshaped(before: tuple, after: tuple, lead: str = "", tail: str = "") -> st
 
 
 def _origin(src):
-    from .origin import Origin
-
     stored = src.origin.dtype if src.origin is not None else src.dtype
     return Origin("shape", stored, False)
 
@@ -377,8 +370,6 @@ def _origin(src):
 def _view(entry: Entry, name: str, shape: tuple, module: str, done: str | None = None) -> _Row:
     """A row whose blob shares the Caffe blob's data under a new name and shape."""
     def make():
-        from ..engine.blob import Blob
-
         src = entry.blob()
         blob = Blob(shape, dtype=src.dtype)
         blob.share_data(src)
@@ -393,10 +384,6 @@ def _view(entry: Entry, name: str, shape: tuple, module: str, done: str | None =
 
 def _batchnorm(doc: Document, layer: str, blobs: list, warnings: list) -> list:
     """BatchNorm: the running mean and variance from Caffe's sums and factor, in float64."""
-    import numpy as np
-
-    from ..engine.blob import Blob
-
     channels = blobs[0].count if blobs else 0
     if len(blobs) not in (3, 5) or blobs[2].count != 1 or any(e.count != channels for e in blobs[3:]):
         raise FormatError(f"BatchNorm layer {layer!r} holds {len(blobs)} blobs "

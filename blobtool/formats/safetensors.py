@@ -62,6 +62,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .. import __version__
 from ..engine.blob import MAX_BLOB_AXES, Blob
 from .origin import Origin, held_dtype
 from .caffe.blobwrite import precision_for, resolve_form, write_parts
@@ -351,8 +352,6 @@ def _target(blob: Blob, form: dict, asked, which: str) -> np.dtype:
 
 def metadata(doc: Document | None) -> dict:
     """What __metadata__ records: the source file's name and kind, the naming scheme, blobtool's version."""
-    from .. import __version__
-
     meta = {}
     if doc is not None:
         source = os.path.basename(doc.path) if doc.path not in ("<stdin>", "<stream>") else doc.path

@@ -64,10 +64,10 @@ def plain_mapping(record: dict, width: int) -> str | None:
 
 def render_mapping(console, record: dict) -> None:
     """The mapping table with rich, fitted to the console as info's is."""
-    from rich.cells import cell_len
-    from rich.text import Text
+    from rich.cells import cell_len  # rich loads only where a table is drawn (start-up)
+    from rich.text import Text  # rich loads only where a table is drawn (start-up)
 
-    from .tables import print_line, print_table
+    from .tables import print_line, print_table  # rich loads only where a table is drawn (start-up)
 
     path, extra = title_parts(record)
     title = Text(path, style="bold")

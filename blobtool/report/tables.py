@@ -18,7 +18,10 @@ from __future__ import annotations
 
 from rich import box
 from rich.cells import cell_len
+from rich.color import Color
 from rich.console import Console
+from rich.segment import Segment
+from rich.style import Style
 from rich.table import Table
 from rich.text import Text
 
@@ -229,10 +232,6 @@ class HalfBlocks:
         self.rgb = rgb
 
     def __rich_console__(self, console, options):
-        from rich.color import Color
-        from rich.segment import Segment
-        from rich.style import Style
-
         rgb = self.rgb
         height, width = rgb.shape[0], rgb.shape[1]
         styles = {}

@@ -475,7 +475,7 @@ def histogram_bars(counts, zeros: int = 0, nonfinite: int = 0, levels: int = BAR
 
 def histogram_key_segments(blocks: str, divider: str) -> tuple[list, list]:
     """The line that explains the histogram cells, as two clauses of (text, style) segments."""
-    from ..engine.kernels import HIST_BINS
+    from ..engine.kernels import HIST_BINS  # numpy loads only when values are read (start-up)
 
     bins = [(" histograms", "bold"),
             (f"  {HIST_BINS} bins from min to max, counts log-scaled (one step = x{BAR_STEP:g});", "dim")]
@@ -491,7 +491,7 @@ KEY_INDENT = "           "
 def histogram_cell_segments(s: dict, blocks: str, divider: str) -> list:
     """A fixed-width histogram as (text, style) segments: one block per bin, │, the zero count's block, ! for
     NaN/Inf."""
-    from ..engine.kernels import HIST_BINS
+    from ..engine.kernels import HIST_BINS  # numpy loads only when values are read (start-up)
 
     hist = s.get("histogram") or {"counts": [], "zeros": 0}
     bars = histogram_bars(hist["counts"], hist["zeros"], s["nan"] + s["inf"])

@@ -26,7 +26,7 @@ SHAPE_FIELD = 7
 
 
 def new_header():
-    from ..._pb.blobtool_caffe_pb2 import BlobProto
+    from ..._pb.blobtool_caffe_pb2 import BlobProto  # protobuf loads only where a message's small fields are parsed
     return BlobProto()
 
 
@@ -112,7 +112,7 @@ def parse_errors() -> tuple:
     one exists) raises UnicodeDecodeError for a string that is not UTF-8 and
     RecursionError for groups nested past Python's recursion limit.
     """
-    from google.protobuf.message import DecodeError
+    from google.protobuf.message import DecodeError  # protobuf loads only where a message's small fields are parsed
     return (DecodeError, UnicodeDecodeError, RecursionError)
 
 

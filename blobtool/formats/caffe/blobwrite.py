@@ -52,7 +52,7 @@ def encode_blob_parts(blob: Blob, *, precision="float", write_diff: bool = False
     if layout not in ("shape", "legacy"):
         raise UsageError(f"layout must be 'shape' or 'legacy', got {layout!r}")
     sides = _side_encodings(precision)
-    from ..._pb.blobtool_caffe_pb2 import BlobProto
+    from ..._pb.blobtool_caffe_pb2 import BlobProto  # protobuf loads only where a message's small fields are parsed
 
     # (field number, piece) pairs, sorted by number at the end: protobuf's
     # SerializeToString writes fields in that order, and so does blobtool.

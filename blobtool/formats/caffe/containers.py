@@ -184,7 +184,7 @@ def _text(value) -> str:
 
 
 def _read_net(doc: Document, buf) -> None:
-    from ..._pb import blobtool_caffe_pb2 as pb
+    from ..._pb import blobtool_caffe_pb2 as pb  # protobuf loads only where a message's small fields are parsed
 
     net, layer_fields = _split(buf, 0, doc.size, doc.path, NET_FIELD_NAMES, {2, 100}, pb.NetParameter)
     doc.meta["name"] = _text(net.name) if net.HasField("name") else None
@@ -223,7 +223,7 @@ def layer_links(doc: Document, layer: NetLayer) -> tuple[tuple, tuple]:
     a forged layer of millions of one-byte names would cost far more as
     Python strings than its bytes.
     """
-    from ..._pb import blobtool_caffe_pb2 as pb
+    from ..._pb import blobtool_caffe_pb2 as pb  # protobuf loads only where a message's small fields are parsed
 
     f = layer.field
     buf = memoryview(doc.source.buf)
@@ -273,7 +273,7 @@ def layer_param_varints(doc: Document, layer: NetLayer, param: str) -> dict:
 
 
 def _read_solverstate(doc: Document, buf) -> None:
-    from ..._pb import blobtool_caffe_pb2 as pb
+    from ..._pb import blobtool_caffe_pb2 as pb  # protobuf loads only where a message's small fields are parsed
 
     state, history = _split(buf, 0, doc.size, doc.path, SOLVER_FIELD_NAMES, {3}, pb.SolverState)
     doc.meta["iter"] = state.iter
@@ -388,7 +388,7 @@ def write_new(doc: Document, entries: list, blobs: list, dest, *, precision=None
     by position, so a layer whose blobs are not 0, 1, ... (a parameter shared
     with an earlier layer is absent from an HDF5 snapshot) is refused.
     """
-    from ..._pb import blobtool_caffe_pb2 as pb
+    from ..._pb import blobtool_caffe_pb2 as pb  # protobuf loads only where a message's small fields are parsed
 
     transforms = transforms or {}
 

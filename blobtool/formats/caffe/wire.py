@@ -340,7 +340,8 @@ def protobuf_ready(buf, start: int, end: int, nested: frozenset = frozenset()) -
 
 @functools.lru_cache(maxsize=None)
 def _pure_python_protobuf() -> bool:
-    from google.protobuf.internal import api_implementation
+    from google.protobuf.internal import api_implementation  # protobuf loads only where it parses
+
     return api_implementation.Type() == "python"
 
 
