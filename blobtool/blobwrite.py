@@ -24,12 +24,78 @@ from .progress import report
 from .source import release_pages
 
 __all__ = ["encode_blob_parts", "check_layout", "resolve_form", "precision_for", "write_parts", "write_blob",
-           "blob_encoded_size"]
+           "blob_encoded_size", "Unread", "UnreadValues"]
 
 # Payloads at least this large are written straight from the array; smaller
 # conversions (float32 <-> float64) go through buffers of this many elements
 # so that converting never doubles the memory of a large blob.
 _WRITE_CHUNK = 1 << 20
+
+
+class Unread:
+    """A blob to write whose values are read only when they are written, and let go right after.
+
+    `shell` is a Blob with the shape, dtypes and origin but no values (its
+    memory never allocated), `make` builds the Blob with its values. The
+    writers plan an output from the shell (sizes, headers, the form each
+    side is written in); cpu_data() and cpu_diff() give UnreadValues, which
+    write_parts reads when it reaches them: the Blob is built then, kept
+    while another side of it waits to be written, and dropped after its
+    last one, so a container is written holding one such blob at a time.
+    Anything else a Blob offers (its math, its values as an array) is not
+    here: it would have to read the values.
+    """
+
+    _METADATA = frozenset({"shape", "num_axes", "count", "dtype", "diff_dtype", "origin", "legacy_shape",
+                           "shape_string", "data_memory", "diff_memory", "nbytes"})
+
+    def __init__(self, shell: Blob, make):
+        self.shell = shell
+        self._make = make
+        self._blob = None
+        self._waiting = 0
+
+    def __getattr__(self, name):
+        if name in Unread._METADATA:
+            return getattr(self.shell, name)
+        raise AttributeError(f"an unread blob has no {name!r}: its values are read only as they are written")
+
+    def cpu_data(self) -> "UnreadValues":
+        return UnreadValues(self, "data")
+
+    def cpu_diff(self) -> "UnreadValues":
+        return UnreadValues(self, "diff")
+
+    def built(self) -> Blob:
+        """The Blob with its values, built anew (not kept): for a look at every value before writing."""
+        return self._make()
+
+    def _values(self, side: str) -> np.ndarray:
+        if self._blob is None:
+            self._blob = self._make()
+        return self._blob.cpu_data() if side == "data" else self._blob.cpu_diff()
+
+    def _written(self) -> None:
+        self._waiting -= 1
+        if self._waiting <= 0:
+            self._blob = None
+
+
+class UnreadValues:
+    """One side ("data" or "diff") of an Unread blob: its size now, its values when read()."""
+
+    def __init__(self, unread: Unread, side: str):
+        self.unread, self.side = unread, side
+        self.size = unread.shell.count
+        unread._waiting += 1
+
+    def read(self) -> np.ndarray:
+        """The values, as a flat array of the side's dtype (the blob is built on the first side read)."""
+        return self.unread._values(self.side)
+
+    def written(self) -> None:
+        """Say these values are written: after the blob's last side, the blob is let go."""
+        self.unread._written()
 
 
 def encode_blob_parts(blob: Blob, *, precision="float", write_diff: bool = False,
@@ -81,6 +147,9 @@ def encode_blob_parts(blob: Blob, *, precision="float", write_diff: bool = False
         elif spec.encoding == "half":
             # ditcaffe's varints: their length depends on the values, so the
             # payload is made whole (ditcaffe's blobs are small).
+            if isinstance(values, UnreadValues):
+                pending, values = values, values.read()
+                pending.written()
             payload = _half_payload(values, transforms.get(which))
             fields.append((spec.number, wire.len_field_header(spec.number, len(payload))))
             fields.append((spec.number, payload))
@@ -211,27 +280,39 @@ def write_parts(out, parts) -> None:
     Payloads are written in chunks of _WRITE_CHUNK elements: converted to the
     target dtype, passed through the part's transform if it has one, and the
     input pages behind each written chunk are released (source.release_pages),
-    so memory stays bounded whatever the file size.
+    so memory stays bounded whatever the file size. Values not read yet
+    (UnreadValues) are read when their part is reached and let go once it is
+    written, so one blob's values are held at a time.
     """
     for part in parts:
         if not isinstance(part, tuple):  # bytes, or a memoryview of the input
             out.write(part)
             continue
-        values, target = part[0].reshape(-1), part[1]
         transform = part[2] if len(part) > 2 else None
-        # Doubles past float32's range become infinities, as Caffe's cast
-        # makes them; numpy's warning about it would break the one-line stderr.
-        with np.errstate(over="ignore", invalid="ignore"):
-            for start in range(0, values.size, _WRITE_CHUNK):
-                chunk = values[start:start + _WRITE_CHUNK]
-                data = chunk if transform is None else transform(chunk, start)
-                if target.kind in "iu":
-                    data = exact_values(data, target)
-                else:
-                    data = cast_written(data, target, transform)
-                out.write(memoryview(np.ascontiguousarray(data)).cast("B"))
-                report(chunk.nbytes)
-                release_pages(chunk)
+        if not isinstance(part[0], UnreadValues):
+            _write_values(out, part[0], part[1], transform)
+            continue
+        if part[0].size:
+            _write_values(out, part[0].read(), part[1], transform)
+        part[0].written()
+
+
+def _write_values(out, values: np.ndarray, target: np.dtype, transform) -> None:
+    """Write one payload's values in chunks (see write_parts); nothing of them is held once this returns."""
+    values = values.reshape(-1)
+    # Doubles past float32's range become infinities, as Caffe's cast
+    # makes them; numpy's warning about it would break the one-line stderr.
+    with np.errstate(over="ignore", invalid="ignore"):
+        for start in range(0, values.size, _WRITE_CHUNK):
+            chunk = values[start:start + _WRITE_CHUNK]
+            data = chunk if transform is None else transform(chunk, start)
+            if target.kind in "iu":
+                data = exact_values(data, target)
+            else:
+                data = cast_written(data, target, transform)
+            out.write(memoryview(np.ascontiguousarray(data)).cast("B"))
+            report(chunk.nbytes)
+            release_pages(chunk)
 
 
 def write_blob(out, blob: Blob, *, precision="float", write_diff: bool = False,

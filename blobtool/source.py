@@ -51,8 +51,8 @@ from dataclasses import dataclass
 
 from .errors import ExitCode, FormatError, OutputError, Stopped, UsageError
 
-__all__ = ["Source", "open_source", "atomic_output", "display_name", "release_pages", "releasing", "file_behind",
-           "read_mapped", "guard_inputs", "guarding", "stream_limit", "STDIO", "STREAM_LIMIT"]
+__all__ = ["Source", "open_source", "atomic_output", "writes_in_place", "display_name", "release_pages", "releasing",
+           "file_behind", "read_mapped", "guard_inputs", "guarding", "stream_limit", "STDIO", "STREAM_LIMIT"]
 
 STDIO = "-"
 
@@ -706,6 +706,22 @@ def atomic_output(dest):
             os.fsync(dir_fd)
         finally:
             os.close(dir_fd)
+
+
+def writes_in_place(dest) -> bool:
+    """Whether atomic_output(dest) writes straight into what it is given, so that bytes written before a failure stay.
+
+    True for standard output, a binary file object, and a path that is
+    written in place (a FIFO, a device, a socket, /dev/stdout); False for a
+    regular or new file, which is replaced only on success, and for a path
+    that atomic_output will refuse (it says why when it is reached).
+    """
+    if dest == STDIO or not isinstance(dest, (str, os.PathLike)):
+        return True
+    try:
+        return _resolve_output(os.fspath(dest))[1]
+    except (OSError, OutputError, UsageError):
+        return False
 
 
 @contextlib.contextmanager

@@ -15,13 +15,20 @@ def open_input(path, kind=None, npy_cast=None):
     return doc
 
 
-def load_selected(path, kind, patterns, device_info, npy_cast=None):
-    """(document, selected entries, their Blobs placed where the work runs), payloads about to be read through."""
+def load_selected(path, kind, patterns, device_info, npy_cast=None, *, to_write=False):
+    """(document, selected entries, their Blobs placed where the work runs), payloads about to be read through.
+
+    `to_write`: the Blobs are only written out, on the host: each entry's
+    Entry.blob_to_write(), whose values (an HDF5 dataset read through HDF5)
+    are read as they are written and let go, one blob at a time.
+    """
     from ..formats import select
 
     doc = open_input(path, kind, npy_cast=npy_cast)
     entries = select(doc, patterns)
     doc.source.will_read_through()
+    if to_write and device_info is None:
+        return doc, entries, [e.blob_to_write() for e in entries]
     return doc, entries, [place(e.blob(), device_info) for e in entries]
 
 

@@ -47,7 +47,7 @@ import numpy as np
 from numpy.lib import format as npy_format
 
 from ..blob import Blob, Origin, exact_values, held_dtype
-from ..blobwrite import precision_for
+from ..blobwrite import UnreadValues, precision_for
 from ..errors import BlobToolError, FormatError, UsageError
 from ..kernels import cast_written
 from ..source import Source, atomic_output
@@ -417,22 +417,35 @@ def blob_arrays(entries: list, blobs: list, *, with_diff: bool, precision=None, 
 
 def iter_blob_arrays(entries: list, blobs: list, *, with_diff: bool, precision=None, write_diff=None,
                      transforms: dict | None = None):
-    """blob_arrays' (name, array) pairs, each made when it is asked for (so one converted copy at a time)."""
+    """blob_arrays' (name, array) pairs, each made when it is asked for (so one converted copy at a time).
+
+    A blob whose values are not read yet (blobwrite.Unread) is read for its
+    pairs and let go after its last one, once the caller asks for the next.
+    """
     for key, k, which in member_names(entries, with_diff=with_diff, write_diff=write_diff):
-        entry, blob = entries[k], blobs[k]
-        target = PRECISION_DTYPES[precision_for(precision, entry.name)]
-        fns = (transforms or {}).get(entry.name, {})
+        blob = blobs[k]
         values = blob.cpu_data() if which == "data" else blob.cpu_diff()
-        transform = fns.get(which)
-        if transform:
-            values = transform(values, 0)
-        values = values.reshape(blob.shape)
-        stored = _stored_dtype(blob, which)
-        if target is None and stored is not None and stored.kind in "iu":
-            values = exact_values(values, stored)  # integers stay integers
-        elif target is not None:
-            values = cast_written(values, target, transform)  # quietly, as in the cast on reading
-        yield key, values
+        if isinstance(values, UnreadValues):
+            pending = values
+            yield key, _blob_array(entries[k].name, blob, which, pending.read(), precision, transforms)
+            pending.written()
+        else:
+            yield key, _blob_array(entries[k].name, blob, which, values, precision, transforms)
+
+
+def _blob_array(name: str, blob, which: str, values: np.ndarray, precision, transforms) -> np.ndarray:
+    """One side of blob `name` as the array to write, in its shape (iter_blob_arrays)."""
+    target = PRECISION_DTYPES[precision_for(precision, name)]
+    transform = (transforms or {}).get(name, {}).get(which)
+    if transform:
+        values = transform(values, 0)
+    values = values.reshape(blob.shape)
+    stored = _stored_dtype(blob, which)
+    if target is None and stored is not None and stored.kind in "iu":
+        values = exact_values(values, stored)  # integers stay integers
+    elif target is not None:
+        values = cast_written(values, target, transform)  # quietly, as in the cast on reading
+    return values
 
 
 def _stored_dtype(blob: Blob, which: str) -> np.dtype | None:
@@ -493,6 +506,7 @@ def save_arrays(arrays, dest, *, fmt: str) -> None:
                     with archive.open(key + ".npy", mode="w", force_zip64=True) as member:
                         npy_format.write_array(member, np.asarray(array), allow_pickle=False)
                     written += 1
+                    del array  # before the next is made: one array held at a time
             if not written:
                 raise UsageError("an .npz holds at least one array; nothing was selected")
     else:
