@@ -1034,18 +1034,24 @@ def chunked_nets(tmp_path_factory) -> tuple:
 
 
 @pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="the peak is read from /proc (Linux)")
-@pytest.mark.parametrize("ext", ["caffemodel", "safetensors", "h5", "npz"])
-def test_convert_writes_one_chunked_blob_at_a_time(tmp_path, chunked_nets, ext):
+@pytest.mark.parametrize("ext, precision", [("caffemodel", None), ("safetensors", None), ("h5", None),
+                                             ("npz", None), ("caffemodel", "half")])
+def test_convert_writes_one_chunked_blob_at_a_time(tmp_path, chunked_nets, ext, precision):
     """convert of a net of chunked, compressed datasets reads each blob as it is written and lets it go: the net
     of six 32 MiB blobs peaks within 2 blobs of the net of one (not 5 more blobs, 160 MiB), and the output is the
-    bytes written from every blob read first (the library's write of built blobs)."""
+    bytes written from every blob read first (the library's write of built blobs). --half looks at every value
+    before writing: one blob at a time too, within 16 MiB of the same convert without it."""
     six, one = chunked_nets
     out = tmp_path / f"six.{ext}"
-    peak_six = _peak_address_space_mib(tmp_path, "convert", six, "-o", out)
-    peak_one = _peak_address_space_mib(tmp_path, "convert", one, "-o", tmp_path / f"one.{ext}")
+    asked = (f"--{precision}",) if precision else ()
+    peak_six = _peak_address_space_mib(tmp_path, "convert", *asked, six, "-o", out)
+    peak_one = _peak_address_space_mib(tmp_path, "convert", *asked, one, "-o", tmp_path / f"one.{ext}")
     assert peak_six - peak_one < 64, (peak_six, peak_one)
+    if precision:  # the look before writing holds no more than the writing: not 2 blobs (+32 MiB)
+        peak_kept = _peak_address_space_mib(tmp_path, "convert", six, "-o", tmp_path / f"kept.{ext}")
+        assert peak_six - peak_kept < 16, (peak_six, peak_kept)
     doc = open_document(six)
-    blobtool.write(doc, {e.name: e.blob() for e in doc.entries}, tmp_path / f"built.{ext}")
+    blobtool.write(doc, {e.name: e.blob() for e in doc.entries}, tmp_path / f"built.{ext}", precision=precision)
     assert out.read_bytes() == (tmp_path / f"built.{ext}").read_bytes()
 
 
