@@ -40,8 +40,8 @@ class Unread:
     writers plan an output from the shell (sizes, headers, the form each
     side is written in); cpu_data() and cpu_diff() give UnreadValues, which
     write_parts reads when it reaches them: the Blob is built then, kept
-    while another side of it waits to be written, and dropped after its
-    last one, so a container is written holding one such blob at a time.
+    only while the payload written next is its other side, and let go
+    otherwise, so an output is written holding one such blob at a time.
     Anything else a Blob offers (its math, its values as an array) is not
     here: it would have to read the values.
     """
@@ -53,7 +53,6 @@ class Unread:
         self.shell = shell
         self._make = make
         self._blob = None
-        self._waiting = 0
 
     def __getattr__(self, name):
         if name in Unread._METADATA:
@@ -70,16 +69,6 @@ class Unread:
         """The Blob with its values, built anew (not kept): for a look at every value before writing."""
         return self._make()
 
-    def _values(self, side: str) -> np.ndarray:
-        if self._blob is None:
-            self._blob = self._make()
-        return self._blob.cpu_data() if side == "data" else self._blob.cpu_diff()
-
-    def _written(self) -> None:
-        self._waiting -= 1
-        if self._waiting <= 0:
-            self._blob = None
-
 
 class UnreadValues:
     """One side ("data" or "diff") of an Unread blob: its size now, its values when read()."""
@@ -87,15 +76,18 @@ class UnreadValues:
     def __init__(self, unread: Unread, side: str):
         self.unread, self.side = unread, side
         self.size = unread.shell.count
-        unread._waiting += 1
 
     def read(self) -> np.ndarray:
-        """The values, as a flat array of the side's dtype (the blob is built on the first side read)."""
-        return self.unread._values(self.side)
+        """The values, as a flat array of the side's dtype (the blob is built when none of its sides is held)."""
+        unread = self.unread
+        if unread._blob is None:
+            unread._blob = unread._make()
+        return unread._blob.cpu_data() if self.side == "data" else unread._blob.cpu_diff()
 
-    def written(self) -> None:
-        """Say these values are written: after the blob's last side, the blob is let go."""
-        self.unread._written()
+    def written(self, following=None) -> None:
+        """Say these values are written; the blob is let go unless `following` (the payload written next) is its own."""
+        if not (isinstance(following, UnreadValues) and following.unread is self.unread):
+            self.unread._blob = None
 
 
 def encode_blob_parts(blob: Blob, *, precision="float", write_diff: bool = False,
@@ -274,7 +266,7 @@ def blob_encoded_size(parts) -> int:
     return sum(p[0].size * p[1].itemsize if isinstance(p, tuple) else len(p) for p in parts)
 
 
-def write_parts(out, parts) -> None:
+def write_parts(out, parts, following=None) -> None:
     """Write encode_blob_parts' pieces to a binary file object, chunk by chunk.
 
     Payloads are written in chunks of _WRITE_CHUNK elements: converted to the
@@ -282,19 +274,24 @@ def write_parts(out, parts) -> None:
     input pages behind each written chunk are released (source.release_pages),
     so memory stays bounded whatever the file size. Values not read yet
     (UnreadValues) are read when their part is reached and let go once it is
-    written, so one blob's values are held at a time.
+    written, unless the next payload is the same blob's other side (for the
+    last part: `following`, the payload a later call writes next), so one
+    blob's values are held at a time.
     """
+    payloads = [part[0] for part in parts if isinstance(part, tuple)] + [following]
+    n = 0
     for part in parts:
         if not isinstance(part, tuple):  # bytes, or a memoryview of the input
             out.write(part)
             continue
+        n += 1
         transform = part[2] if len(part) > 2 else None
         if not isinstance(part[0], UnreadValues):
             _write_values(out, part[0], part[1], transform)
             continue
         if part[0].size:
             _write_values(out, part[0].read(), part[1], transform)
-        part[0].written()
+        part[0].written(payloads[n])
 
 
 def _write_values(out, values: np.ndarray, target: np.dtype, transform) -> None:

@@ -1055,6 +1055,35 @@ def test_convert_writes_one_chunked_blob_at_a_time(tmp_path, chunked_nets, ext, 
     assert out.read_bytes() == (tmp_path / f"built.{ext}").read_bytes()
 
 
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="the peak is read from /proc (Linux)")
+@pytest.mark.parametrize("ext", ["safetensors", "caffemodel", "npz"])
+def test_convert_holds_one_chunked_blob_with_its_diff(tmp_path, ext):
+    """Blobs of float32 data and a float64 diff (16 + 32 MiB each), chunked and compressed: a blob's diff follows
+    its data (protobuf, .npz), or the float64 tensors come first (safetensors lays tensors out by item size), and
+    either way four such blobs peak within one blob (48 MiB) of one."""
+    count = 4 << 20
+    pattern = (np.arange(1024, dtype=np.float32) - 512) / 7
+    def build(n):
+        def make(f):
+            data, diff = f.create_group("data"), f.create_group("diff")
+            for i in range(n):
+                values = np.tile(pattern * (i + 1), count // pattern.size)
+                data.create_group(f"l{i}").create_dataset("0", data=values, chunks=(1 << 17,), compression="gzip")
+                diff.create_group(f"l{i}").create_dataset("0", data=values.astype(np.float64) / 3,
+                                                          chunks=(1 << 16,), compression="gzip")
+        return make
+    four = write_h5(tmp_path / "four.caffemodel.h5", h5_bytes(build(4)))
+    one = write_h5(tmp_path / "one.caffemodel.h5", h5_bytes(build(1)))
+    assert four.stat().st_size < 8 << 20
+    out = tmp_path / f"four.{ext}"
+    peak_four = _peak_address_space_mib(tmp_path, "convert", four, "-o", out)
+    peak_one = _peak_address_space_mib(tmp_path, "convert", one, "-o", tmp_path / f"one.{ext}")
+    assert peak_four - peak_one < 40, (peak_four, peak_one)  # not 3 more blobs (144 MiB)
+    doc = open_document(four)
+    blobtool.write(doc, {e.name: e.blob() for e in doc.entries}, tmp_path / f"built.{ext}")
+    assert out.read_bytes() == (tmp_path / f"built.{ext}").read_bytes()
+
 def test_damaged_values_stop_a_convert_to_standard_output_before_its_first_byte(tmp_path):
     """A chunk that does not inflate, in the second blob: file outputs are left unmade, and standard output gets
     no byte (each blob not read yet is read once before writing in place), exit 3 with one line."""

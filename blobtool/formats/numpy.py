@@ -422,15 +422,19 @@ def iter_blob_arrays(entries: list, blobs: list, *, with_diff: bool, precision=N
     A blob whose values are not read yet (blobwrite.Unread) is read for its
     pairs and let go after its last one, once the caller asks for the next.
     """
-    for key, k, which in member_names(entries, with_diff=with_diff, write_diff=write_diff):
+    names = member_names(entries, with_diff=with_diff, write_diff=write_diff)
+    following = None
+    for i, (key, k, which) in enumerate(names):
         blob = blobs[k]
-        values = blob.cpu_data() if which == "data" else blob.cpu_diff()
-        if isinstance(values, UnreadValues):
-            pending = values
-            yield key, _blob_array(entries[k].name, blob, which, pending.read(), precision, transforms)
-            pending.written()
-        else:
+        values = following or (blob.cpu_data() if which == "data" else blob.cpu_diff())
+        following = None
+        if not isinstance(values, UnreadValues):
             yield key, _blob_array(entries[k].name, blob, which, values, precision, transforms)
+            continue
+        if i + 1 < len(names) and names[i + 1][1] == k:  # its diff next: the blob stays read for it
+            following = blob.cpu_diff()
+        yield key, _blob_array(entries[k].name, blob, which, values.read(), precision, transforms)
+        values.written(following)
 
 
 def _blob_array(name: str, blob, which: str, values: np.ndarray, precision, transforms) -> np.ndarray:
