@@ -13,10 +13,10 @@ import warnings
 
 from .engine.blob import Blob
 from .engine.float16 import half_precisions
-from .formats.caffe.blobwrite import check_layout
+from .formats.caffe.blobwrite import Unread, check_layout
 from .errors import FormatError, UsageError
 from .formats import Document, Entry, module, open_document, output_target
-from .files import releasing
+from .files import releasing, writes_in_place
 
 __all__ = ["load", "load_all", "save", "write", "open_document"]
 
@@ -138,10 +138,30 @@ def write(doc: Document | None, blobs, dest, *, format: str | None = None, preci
     if doc is not None and doc.naming != "blobtool" and fmt.name == doc.format and kind == doc.kind:
         raise UsageError(f"blobs renamed with --names {doc.naming} cannot be written back into the {kind} they "
                          "came from; write .safetensors, .npz or .npy")
+    if writes_in_place(dest):
+        _read_unread(doc, entries, blob_list, fmt, kind)
     with releasing() if release else contextlib.nullcontext():
         module(fmt).write(doc, entries, blob_list, dest, kind=kind, precision=precision, write_diff=write_diff,
                           layout=layout, transforms=transforms)
     return kind
+
+
+def _read_unread(doc: Document | None, entries: list, blobs: list, fmt, kind: str) -> None:
+    """Read every blob to be written whose values are read only as they are written (blobwrite.Unread), and let it go.
+
+    For an output written in place (standard output, a pipe): bad values
+    (a damaged HDF5 chunk) are then found before the first byte goes out, as
+    when every blob is read before writing, and no partial output is left;
+    memory stays one blob. A container written whole (an HDF5 input written
+    as protobuf or HDF5) writes the blobs not selected too.
+    """
+    pending = [blob for blob in blobs if isinstance(blob, Unread)]
+    if doc is not None and kind == doc.kind and kind in fmt.containers:
+        selected = {id(e) for e in entries}
+        pending += [blob for blob in (e.blob_to_write() for e in doc.entries if id(e) not in selected)
+                    if isinstance(blob, Unread)]
+    for blob in pending:
+        blob.built()
 
 
 def _one_blob_message(dest, format: str | None, doc: Document | None, selected: int) -> str:
@@ -162,6 +182,8 @@ def _one_blob_message(dest, format: str | None, doc: Document | None, selected: 
 
 def _half_precisions(path, entries, blobs, *, write_diff, transforms, strict, warn) -> dict:
     """{name: precision} for writing in float16 (float16.half_precisions), its warnings handed to `warn`."""
+    # A blob not read yet is read for this look and let go (read again when written).
+    blobs = (blob.built() if isinstance(blob, Unread) else blob for blob in blobs)
     precisions, lines = half_precisions(path, entries, blobs, write_diff=write_diff, transforms=transforms,
                                         strict=strict)
     for line in lines:

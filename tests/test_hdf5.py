@@ -1014,6 +1014,98 @@ def test_norm_holds_one_chunked_blob_at_a_time(tmp_path):
     assert six - single < 64, (six, single)  # not 5 more blobs (160 MiB)
 
 
+
+@pytest.fixture(scope="module")
+def chunked_nets(tmp_path_factory) -> tuple:
+    """(a net of six chunked, compressed 32 MiB blobs, the same net's first blob alone): a few MB each."""
+    folder = tmp_path_factory.mktemp("chunked")
+    count = 8 << 20  # 32 MiB of float32 per blob
+    pattern = (np.arange(4096, dtype=np.float32) - 2048) / 7
+    arrays = [np.tile(pattern * (i + 1), count // pattern.size) for i in range(6)]
+    def build(arrays):
+        def make(f):
+            data = f.create_group("data")
+            for i, array in enumerate(arrays):
+                data.create_group(f"l{i}").create_dataset("0", data=array, chunks=(1 << 18,), compression="gzip")
+        return make
+    six = write_h5(folder / "six.caffemodel.h5", h5_bytes(build(arrays)))
+    one = write_h5(folder / "one.caffemodel.h5", h5_bytes(build(arrays[:1])))
+    return six, one
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="the peak is read from /proc (Linux)")
+@pytest.mark.parametrize("ext, precision", [("caffemodel", None), ("safetensors", None), ("h5", None),
+                                             ("npz", None), ("caffemodel", "half")])
+def test_convert_writes_one_chunked_blob_at_a_time(tmp_path, chunked_nets, ext, precision):
+    """convert of a net of chunked, compressed datasets reads each blob as it is written and lets it go: the net
+    of six 32 MiB blobs peaks within 2 blobs of the net of one (not 5 more blobs, 160 MiB), and the output is the
+    bytes written from every blob read first (the library's write of built blobs). --half looks at every value
+    before writing: one blob at a time too, within 16 MiB of the same convert without it."""
+    six, one = chunked_nets
+    out = tmp_path / f"six.{ext}"
+    asked = (f"--{precision}",) if precision else ()
+    peak_six = _peak_address_space_mib(tmp_path, "convert", *asked, six, "-o", out)
+    peak_one = _peak_address_space_mib(tmp_path, "convert", *asked, one, "-o", tmp_path / f"one.{ext}")
+    assert peak_six - peak_one < 64, (peak_six, peak_one)
+    if precision:  # the look before writing holds no more than the writing: not 2 blobs (+32 MiB)
+        peak_kept = _peak_address_space_mib(tmp_path, "convert", six, "-o", tmp_path / f"kept.{ext}")
+        assert peak_six - peak_kept < 16, (peak_six, peak_kept)
+    doc = open_document(six)
+    blobtool.write(doc, {e.name: e.blob() for e in doc.entries}, tmp_path / f"built.{ext}", precision=precision)
+    assert out.read_bytes() == (tmp_path / f"built.{ext}").read_bytes()
+
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="the peak is read from /proc (Linux)")
+@pytest.mark.parametrize("ext", ["safetensors", "caffemodel", "npz"])
+def test_convert_holds_one_chunked_blob_with_its_diff(tmp_path, ext):
+    """Blobs of float32 data and a float64 diff (16 + 32 MiB each), chunked and compressed: a blob's diff follows
+    its data (protobuf, .npz), or the float64 tensors come first (safetensors lays tensors out by item size), and
+    either way four such blobs peak within one blob (48 MiB) of one."""
+    count = 4 << 20
+    pattern = (np.arange(1024, dtype=np.float32) - 512) / 7
+    def build(n):
+        def make(f):
+            data, diff = f.create_group("data"), f.create_group("diff")
+            for i in range(n):
+                values = np.tile(pattern * (i + 1), count // pattern.size)
+                data.create_group(f"l{i}").create_dataset("0", data=values, chunks=(1 << 17,), compression="gzip")
+                diff.create_group(f"l{i}").create_dataset("0", data=values.astype(np.float64) / 3,
+                                                          chunks=(1 << 16,), compression="gzip")
+        return make
+    four = write_h5(tmp_path / "four.caffemodel.h5", h5_bytes(build(4)))
+    one = write_h5(tmp_path / "one.caffemodel.h5", h5_bytes(build(1)))
+    assert four.stat().st_size < 8 << 20
+    out = tmp_path / f"four.{ext}"
+    peak_four = _peak_address_space_mib(tmp_path, "convert", four, "-o", out)
+    peak_one = _peak_address_space_mib(tmp_path, "convert", one, "-o", tmp_path / f"one.{ext}")
+    assert peak_four - peak_one < 40, (peak_four, peak_one)  # not 3 more blobs (144 MiB)
+    doc = open_document(four)
+    blobtool.write(doc, {e.name: e.blob() for e in doc.entries}, tmp_path / f"built.{ext}")
+    assert out.read_bytes() == (tmp_path / f"built.{ext}").read_bytes()
+
+def test_damaged_values_stop_a_convert_to_standard_output_before_its_first_byte(tmp_path):
+    """A chunk that does not inflate, in the second blob: file outputs are left unmade, and standard output gets
+    no byte (each blob not read yet is read once before writing in place), exit 3 with one line."""
+    blobs = [values((1 << 20,)), values((1 << 20,))]
+    def build(f):
+        data = f.create_group("data")
+        for i, array in enumerate(blobs):
+            data.create_group(f"l{i}").create_dataset("0", data=array, chunks=(1 << 17,), compression="gzip")
+    raw = bytearray(h5_bytes(build))
+    with h5py.File(io.BytesIO(bytes(raw)), "r") as f:
+        offset = f["/data/l1/0"].id.get_chunk_info(3).byte_offset
+    raw[offset + 100:offset + 164] = bytes(64)
+    path = write_h5(tmp_path / "damaged.caffemodel.h5", bytes(raw))
+    for fmt, ext in (("protobuf", "caffemodel"), ("safetensors", "safetensors"), ("hdf5", "h5"), ("npz", "npz")):
+        out = tmp_path / f"o.{ext}"
+        assert_error(invoke("convert", path, "-o", out), 3, f"{path}: HDF5 /data/l1/0: unreadable values")
+        assert not out.exists()
+        result = run_blobtool("convert", path, "-o", "-", "--format", fmt, timeout=120)
+        assert result.returncode == 3 and result.stdout == b"", (fmt, result.returncode, len(result.stdout))
+        lines = result.stderr.decode().splitlines()
+        assert len(lines) == 1 and "HDF5 /data/l1/0: unreadable values" in lines[0], lines
+
 def test_hdf5_looping_on_damaged_metadata_is_exit_3_in_bounded_time(tmp_path):
     """A global heap object whose size runs past its collection: HDF5 loops forever opening the dataset
     (h5py too); blobtool stops its child after BLOBTOOL_HDF5_SECONDS and exits 3 with one line."""

@@ -15,17 +15,21 @@ def open_input(path, kind=None, npy_cast=None):
     return doc
 
 
-def load_selected(path, kind, patterns, npy_cast=None):
+def load_selected(path, kind, patterns, npy_cast=None, *, to_write=False):
     """(document, selected entries, their Blobs on the host), payloads about to be read through.
 
     A command that works on a GPU moves each blob there when it uses it, and
-    only the sides it uses.
+    only the sides it uses. `to_write`: the Blobs are only written out: each
+    entry's Entry.blob_to_write(), whose values (an HDF5 dataset read through
+    HDF5) are read as they are written and let go, one blob at a time.
     """
     from ..formats import select
 
     doc = open_input(path, kind, npy_cast=npy_cast)
     entries = select(doc, patterns)
     doc.source.will_read_through()
+    if to_write:
+        return doc, entries, [e.blob_to_write() for e in entries]
     return doc, entries, [e.blob() for e in entries]
 
 

@@ -282,7 +282,7 @@ def convert(file, output, fmt, precision, half_strict, layout, no_diff, device, 
         precision = "half"
     output = output_target(output)
     npy_cast = cast_for(precision)
-    doc, entries, blobs = load_selected(file, kind, patterns, npy_cast=npy_cast)
+    doc, entries, blobs = load_selected(file, kind, patterns, npy_cast=npy_cast, to_write=True)
     if names == "torch":
         result = renamed(doc, entries, not no_fold)
         if result.dropped_diffs and not no_diff:

@@ -95,7 +95,9 @@ def half_precisions(path, entries, blobs, *, write_diff=None, transforms=None, s
     precisions, lines = {}, []
     lossy = Float16Fit("", 0)
     where = f"{path}: " if path is not None else ""
-    for entry, blob in zip(entries, blobs):
+    blobs = iter(blobs)
+    for entry in entries:  # not zip: its reused result tuple would hold the last blob while the next is made
+        blob = next(blobs)
         fns = (transforms or {}).get(entry.name, {})
         sides = [("data", blob.cpu_data)]
         diff = write_diff if write_diff is not None else bool(blob.origin and blob.origin.has_diff)
@@ -103,6 +105,9 @@ def half_precisions(path, entries, blobs, *, write_diff=None, transforms=None, s
             sides.append(("diff", blob.cpu_diff))
         arrays = [fns[side](get(), 0) if fns.get(side) else get() for side, get in sides]
         fit = float16_fit(entry.name, arrays)
+        dtypes, diff_side = (blob.dtype, blob.diff_dtype), len(sides) == 2
+        # Let go of the values before `blobs` gives the next (one read only for this look).
+        del blob, sides, arrays
         if fit.fits:
             precisions[entry.name] = "half"
             lossy.subnormal += fit.subnormal
@@ -113,11 +118,11 @@ def half_precisions(path, entries, blobs, *, write_diff=None, transforms=None, s
                   f"(largest {fit.max_abs:.6g}, float16 holds up to {float(_HALF.max):g})")
         if strict:
             raise UsageError(f"--half-strict: {reason}; nothing written", path=path)
-        if len(sides) == 2 and blob.diff_dtype != blob.dtype:
+        if diff_side and dtypes[1] != dtypes[0]:
             # A diff held wider than its data (float data, double diff):
             # both sides as stored, so neither is narrowed.
             precisions[entry.name] = None
-            kept = f"as stored ({blob.dtype.name}, diff {blob.diff_dtype.name})"
+            kept = f"as stored ({dtypes[0].name}, diff {dtypes[1].name})"
         else:
             precisions[entry.name] = fit.fallback
             kept = f"in {'float32' if fit.fallback == 'float' else 'float64'}"

@@ -21,7 +21,7 @@ from ..errors import FormatError, OutputError, UsageError
 from .inputs import STDIO, cannot
 from .mapped import _CUT_UNDER_MAP, _mapped, _temporaries, check_inputs
 
-__all__ = ["atomic_output"]
+__all__ = ["atomic_output", "writes_in_place"]
 
 
 @contextlib.contextmanager
@@ -83,6 +83,22 @@ def atomic_output(dest):
             os.fsync(dir_fd)
         finally:
             os.close(dir_fd)
+
+
+def writes_in_place(dest) -> bool:
+    """Whether atomic_output(dest) writes straight into what it is given, so that bytes written before a failure stay.
+
+    True for standard output, a binary file object, and a path that is
+    written in place (a FIFO, a device, a socket, /dev/stdout); False for a
+    regular or new file, which is replaced only on success, and for a path
+    that atomic_output will refuse (it says why when it is reached).
+    """
+    if dest == STDIO or not isinstance(dest, (str, os.PathLike)):
+        return True
+    try:
+        return _resolve_output(os.fspath(dest))[1]
+    except (OSError, OutputError, UsageError):
+        return False
 
 
 @contextlib.contextmanager

@@ -301,6 +301,21 @@ class Entry:
             return self.blob()
         return self.build()
 
+    def blob_to_write(self):
+        """The Blob to hand a writer: values read only as they are written, where the reader can plan without them.
+
+        An entry whose reader builds its Blob (`build`) and can describe it
+        without its values (`build.shell()`: shape, dtypes, origin) gives a
+        blobwrite.Unread, whose values are read when the writer reaches them
+        and let go once written, so an output is written holding one such
+        blob at a time. Any other entry gives blob().
+        """
+        if self._blob is not None or self.build is None or not hasattr(self.build, "shell"):
+            return self.blob()
+        from .caffe.blobwrite import Unread  # numpy loads only when values are read (start-up)
+
+        return Unread(self.build.shell(), self.build)
+
 
 @dataclass(frozen=True, slots=True)
 class NetLayer:
@@ -387,7 +402,7 @@ class Document:
             if id(entry) not in mine:
                 raise UsageError(f"blob {entry.name!r} is not in {self.path}: a {self.kind} is written whole, "
                                  "so only its own blobs can be written back")
-        return [(e, chosen[id(e)], True) if id(e) in chosen else (e, e.blob(), False) for e in self.entries]
+        return [(e, chosen[id(e)], True) if id(e) in chosen else (e, e.blob_to_write(), False) for e in self.entries]
 
     def check_room(self, offset: int) -> None:
         """Refuse one more blob past MAX_BLOBS (a forged file of millions of empty ones)."""

@@ -869,12 +869,22 @@ class _Load:
 
     def __call__(self) -> Blob:
         doc, data, diff = self.doc, self.data, self.diff
-        held = _blob_dtype(data.dtype)
-        blob = Blob(dtype=held, diff_dtype=held_dtype(diff.dtype, held) if diff else None)
+        blob = self.shell()
         try:
             blob.fill_from(data.shape, _values(doc, data), _values(doc, diff) if diff else None, adopt=True)
         except BlobToolError as exc:
             raise _error(doc.path, data.where, exc.reason) from exc
+        return blob
+
+    def shell(self) -> Blob:
+        """The Blob without its values: shape, dtypes and origin, nothing read or allocated (blobwrite.Unread)."""
+        data, diff = self.data, self.diff
+        held = _blob_dtype(data.dtype)
+        blob = Blob(dtype=held, diff_dtype=held_dtype(diff.dtype, held) if diff else None)
+        try:
+            blob.reshape(data.shape)
+        except BlobToolError as exc:
+            raise _error(self.doc.path, data.where, f"invalid blob shape: {exc.reason}") from exc
         stored_diff = diff.dtype.newbyteorder("=") if diff else None
         blob.origin = Origin("shape", data.dtype.newbyteorder("="), diff is not None,
                              diff_dtype=stored_diff if stored_diff != data.dtype.newbyteorder("=") else None)

@@ -164,11 +164,11 @@ def _write_payloads(target_file, planned) -> None:
     dataset's bytes at the offset HDF5 allocated lets scale and update stream
     as they do for protobuf, and pages of the input are released behind.
     """
-    for p in planned:
-        if p.offset is None:  # an empty dataset: no space allocated, nothing to write
-            continue
+    written = [p for p in planned if p.offset is not None]  # an empty dataset: no space allocated, nothing to write
+    for k, p in enumerate(written):
         target_file.seek(p.offset)
-        write_parts(target_file, [p.part])
+        # The next dataset's values: a blob's diff follows its data, which stays read for it.
+        write_parts(target_file, [p.part], following=written[k + 1].part[0] if k + 1 < len(written) else None)
     target_file.flush()
 
 

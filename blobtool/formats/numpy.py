@@ -48,7 +48,7 @@ from numpy.lib import format as npy_format
 
 from ..engine.blob import Blob
 from .origin import Origin, exact_values, held_dtype
-from .caffe.blobwrite import precision_for
+from .caffe.blobwrite import UnreadValues, precision_for
 from ..errors import BlobToolError, FormatError, UsageError, require_bytes
 from ..engine.kernels import cast_written
 from ..files import Source, atomic_output
@@ -405,22 +405,37 @@ def iter_blob_arrays(entries: list, blobs: list, *, with_diff: bool, precision=N
     (None: each blob that has one). `precision` converts ("float", "double",
     "half"); None keeps the blob's dtype, or the integer type a blob stored
     as integers came with. `transforms` are applied to the values first.
+    A blob whose values are not read yet (blobwrite.Unread) is read for its
+    pairs and let go after its last one, once the caller asks for the next.
     """
-    for key, k, which in member_names(entries, with_diff=with_diff, write_diff=write_diff):
-        entry, blob = entries[k], blobs[k]
-        target = PRECISION_DTYPES[precision_for(precision, entry.name)]
-        fns = (transforms or {}).get(entry.name, {})
-        values = blob.cpu_data() if which == "data" else blob.cpu_diff()
-        transform = fns.get(which)
-        if transform:
-            values = transform(values, 0)
-        values = values.reshape(blob.shape)
-        stored = _stored_dtype(blob, which)
-        if target is None and stored is not None and stored.kind in "iu":
-            values = exact_values(values, stored)  # integers stay integers
-        elif target is not None:
-            values = cast_written(values, target, transform)  # quietly, as in the cast on reading
-        yield key, values
+    names = member_names(entries, with_diff=with_diff, write_diff=write_diff)
+    following = None
+    for i, (key, k, which) in enumerate(names):
+        blob = blobs[k]
+        values = following or (blob.cpu_data() if which == "data" else blob.cpu_diff())
+        following = None
+        if not isinstance(values, UnreadValues):
+            yield key, _blob_array(entries[k].name, blob, which, values, precision, transforms)
+            continue
+        if i + 1 < len(names) and names[i + 1][1] == k:  # its diff next: the blob stays read for it
+            following = blob.cpu_diff()
+        yield key, _blob_array(entries[k].name, blob, which, values.read(), precision, transforms)
+        values.written(following)
+
+
+def _blob_array(name: str, blob, which: str, values: np.ndarray, precision, transforms) -> np.ndarray:
+    """One side of blob `name` as the array to write, in its shape (iter_blob_arrays)."""
+    target = PRECISION_DTYPES[precision_for(precision, name)]
+    transform = (transforms or {}).get(name, {}).get(which)
+    if transform:
+        values = transform(values, 0)
+    values = values.reshape(blob.shape)
+    stored = _stored_dtype(blob, which)
+    if target is None and stored is not None and stored.kind in "iu":
+        values = exact_values(values, stored)  # integers stay integers
+    elif target is not None:
+        values = cast_written(values, target, transform)  # quietly, as in the cast on reading
+    return values
 
 
 def _stored_dtype(blob: Blob, which: str) -> np.dtype | None:
@@ -481,6 +496,7 @@ def save_arrays(arrays, dest, *, fmt: str) -> None:
                     with archive.open(key + ".npy", mode="w", force_zip64=True) as member:
                         npy_format.write_array(member, np.asarray(array), allow_pickle=False)
                     written += 1
+                    del array  # before the next is made: one array held at a time
             if not written:
                 raise UsageError("an .npz holds at least one array; nothing was selected")
     else:

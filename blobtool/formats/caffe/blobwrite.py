@@ -25,12 +25,70 @@ from ...engine.work import report
 from ...files import release_pages
 
 __all__ = ["encode_blob_parts", "check_layout", "resolve_form", "precision_for", "write_parts", "write_blob",
-           "blob_encoded_size"]
+           "blob_encoded_size", "Unread", "UnreadValues"]
 
 # Payloads at least this large are written straight from the array; smaller
 # conversions (float32 <-> float64) go through buffers of this many elements
 # so that converting never doubles the memory of a large blob.
 _WRITE_CHUNK = 1 << 20
+
+
+class Unread:
+    """A blob to write whose values are read only when they are written, and let go right after.
+
+    `shell` is a Blob with the shape, dtypes and origin but no values (its
+    memory never allocated), `make` builds the Blob with its values. The
+    writers plan an output from the shell (sizes, headers, the form each
+    side is written in); cpu_data() and cpu_diff() give UnreadValues, which
+    write_parts reads when it reaches them: the Blob is built then, kept
+    only while the payload written next is its other side, and let go
+    otherwise, so an output is written holding one such blob at a time.
+    Anything else a Blob offers (its math, its values as an array) is not
+    here: it would have to read the values.
+    """
+
+    _METADATA = frozenset({"shape", "num_axes", "count", "dtype", "diff_dtype", "origin", "legacy_shape",
+                           "shape_string", "data_memory", "diff_memory", "nbytes"})
+
+    def __init__(self, shell: Blob, make):
+        self.shell = shell
+        self._make = make
+        self._blob = None
+
+    def __getattr__(self, name):
+        if name in Unread._METADATA:
+            return getattr(self.shell, name)
+        raise AttributeError(f"an unread blob has no {name!r}: its values are read only as they are written")
+
+    def cpu_data(self) -> "UnreadValues":
+        return UnreadValues(self, "data")
+
+    def cpu_diff(self) -> "UnreadValues":
+        return UnreadValues(self, "diff")
+
+    def built(self) -> Blob:
+        """The Blob with its values, built anew (not kept): for a look at every value before writing."""
+        return self._make()
+
+
+class UnreadValues:
+    """One side ("data" or "diff") of an Unread blob: its size now, its values when read()."""
+
+    def __init__(self, unread: Unread, side: str):
+        self.unread, self.side = unread, side
+        self.size = unread.shell.count
+
+    def read(self) -> np.ndarray:
+        """The values, as a flat array of the side's dtype (the blob is built when none of its sides is held)."""
+        unread = self.unread
+        if unread._blob is None:
+            unread._blob = unread._make()
+        return unread._blob.cpu_data() if self.side == "data" else unread._blob.cpu_diff()
+
+    def written(self, following=None) -> None:
+        """Say these values are written; the blob is let go unless `following` (the payload written next) is its own."""
+        if not (isinstance(following, UnreadValues) and following.unread is self.unread):
+            self.unread._blob = None
 
 
 def encode_blob_parts(blob: Blob, *, precision="float", write_diff: bool = False,
@@ -82,6 +140,9 @@ def encode_blob_parts(blob: Blob, *, precision="float", write_diff: bool = False
         elif spec.encoding == "half":
             # ditcaffe's varints: their length depends on the values, so the
             # payload is made whole (ditcaffe's blobs are small).
+            if isinstance(values, UnreadValues):
+                pending, values = values, values.read()
+                pending.written()
             payload = _half_payload(values, transforms.get(which))
             fields.append((spec.number, wire.len_field_header(spec.number, len(payload))))
             fields.append((spec.number, payload))
@@ -206,33 +267,50 @@ def blob_encoded_size(parts) -> int:
     return sum(p[0].size * p[1].itemsize if isinstance(p, tuple) else len(p) for p in parts)
 
 
-def write_parts(out, parts) -> None:
+def write_parts(out, parts, following=None) -> None:
     """Write encode_blob_parts' pieces to a binary file object, chunk by chunk.
 
     Payloads are written in chunks of _WRITE_CHUNK elements: converted to the
     target dtype, passed through the part's transform if it has one, and the
     input pages behind each written chunk are released (source.release_pages),
-    so memory stays bounded whatever the file size.
+    so memory stays bounded whatever the file size. Values not read yet
+    (UnreadValues) are read when their part is reached and let go once it is
+    written, unless the next payload is the same blob's other side (for the
+    last part: `following`, the payload a later call writes next), so one
+    blob's values are held at a time.
     """
+    payloads = [part[0] for part in parts if isinstance(part, tuple)] + [following]
+    n = 0
     for part in parts:
         if not isinstance(part, tuple):  # bytes, or a memoryview of the input
             out.write(part)
             continue
-        values, target = part[0].reshape(-1), part[1]
+        n += 1
         transform = part[2] if len(part) > 2 else None
-        # Doubles past float32's range become infinities, as Caffe's cast
-        # makes them; numpy's warning about it would break the one-line stderr.
-        with np.errstate(over="ignore", invalid="ignore"):
-            for start in range(0, values.size, _WRITE_CHUNK):
-                chunk = values[start:start + _WRITE_CHUNK]
-                data = chunk if transform is None else transform(chunk, start)
-                if target.kind in "iu":
-                    data = exact_values(data, target)
-                else:
-                    data = cast_written(data, target, transform)
-                out.write(memoryview(np.ascontiguousarray(data)).cast("B"))
-                report(chunk.nbytes)
-                release_pages(chunk)
+        if not isinstance(part[0], UnreadValues):
+            _write_values(out, part[0], part[1], transform)
+            continue
+        if part[0].size:
+            _write_values(out, part[0].read(), part[1], transform)
+        part[0].written(payloads[n])
+
+
+def _write_values(out, values: np.ndarray, target: np.dtype, transform) -> None:
+    """Write one payload's values in chunks (see write_parts); nothing of them is held once this returns."""
+    values = values.reshape(-1)
+    # Doubles past float32's range become infinities, as Caffe's cast
+    # makes them; numpy's warning about it would break the one-line stderr.
+    with np.errstate(over="ignore", invalid="ignore"):
+        for start in range(0, values.size, _WRITE_CHUNK):
+            chunk = values[start:start + _WRITE_CHUNK]
+            data = chunk if transform is None else transform(chunk, start)
+            if target.kind in "iu":
+                data = exact_values(data, target)
+            else:
+                data = cast_written(data, target, transform)
+            out.write(memoryview(np.ascontiguousarray(data)).cast("B"))
+            report(chunk.nbytes)
+            release_pages(chunk)
 
 
 def write_blob(out, blob: Blob, *, precision="float", write_diff: bool = False,
