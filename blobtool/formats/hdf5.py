@@ -53,6 +53,7 @@ import contextlib
 import faulthandler
 import io
 import marshal
+import math
 import mmap
 import os
 import select
@@ -467,6 +468,11 @@ def _walked_here(source, kind) -> tuple:
                                     "entries": entries}))
 
 
+def _product(dims) -> int:
+    """The product of a shape's dimensions as a Python int (exact at any size; 1 for no axes)."""
+    return math.prod(map(int, dims))
+
+
 def _plain(stored) -> tuple:
     return (stored.where, stored.raw, stored.shape, stored.dtype.str, stored.offset, stored.values, stored.chunk)
 
@@ -746,12 +752,12 @@ def _stored(h5py, dsid, plist, where, raw: bytes, doc) -> _Stored:
             offset = dsid.get_offset()
         chunk = plist.get_chunk() if layout == h5py.h5d.CHUNKED else None
         stored = dsid.get_storage_size()
-    nbytes = int(np.prod(shape, dtype=object)) * dtype.itemsize
+    nbytes = _product(shape) * dtype.itemsize
     if offset is not None and offset + nbytes > doc.size:
         raise _error(doc.path, where, f"truncated: its {nbytes} bytes of values at byte {offset} run past "
                                       f"the end of the file ({doc.size} bytes)", offset=offset)
     if chunk is not None:
-        chunk_bytes = int(np.prod(chunk, dtype=object)) * dtype.itemsize
+        chunk_bytes = _product(chunk) * dtype.itemsize
         if chunk_bytes > MAX_CHUNK_BYTES:
             raise _error(doc.path, where, f"is stored in chunks of {chunk_bytes} bytes, more than blobtool's bound "
                                           f"of {MAX_CHUNK_BYTES >> 20} MiB (HDF5 reads a chunk whole); rechunk it, "
@@ -768,7 +774,7 @@ def _blob_dtype(stored: np.dtype) -> np.dtype:
 
 
 def _count(stored: _Stored) -> int:
-    return int(np.prod(stored.shape, dtype=object))
+    return _product(stored.shape)
 
 
 def _values(doc: Document, stored: _Stored) -> np.ndarray:
@@ -845,7 +851,7 @@ def _slabs(h5py, f, stored: _Stored, doc_path, into=None):
         dapl.set_chunk_cache(0, 0, 1.0)
         dsid = h5py.h5d.open(f.id, stored.raw, dapl=dapl)
         _check_storage(h5py, dsid, stored.where, doc_path)
-        row_bytes = max(1, int(np.prod(shape[1:], dtype=object)) * target.itemsize)
+        row_bytes = max(1, _product(shape[1:]) * target.itemsize)
         step = stored.chunk[0] if stored.chunk else 1
         per = max(step, _SLAB_BYTES // row_bytes // step * step)
         space = dsid.get_space()
@@ -939,7 +945,7 @@ def _scalar(doc, h5py, root, top: dict, name: str, kinds: str):
     where = f"/{name}"
     with _At(where):
         dtype, shape = dsid.dtype, dsid.shape
-        if shape is None or int(np.prod(shape, dtype=object)) != 1 or dtype.kind not in kinds:
+        if shape is None or _product(shape) != 1 or dtype.kind not in kinds:
             expected = "one integer" if kinds == "iu" else "one string"
             raise _error(doc.path, where, f"holds {dtype} values of shape {shape}; Caffe writes {expected}")
         if dtype.kind in "SU" and dtype.itemsize > _MAX_STRING:
