@@ -73,7 +73,7 @@ from ..errors import BlobToolError, FormatError, UsageError
 from ..source import release_pages
 from . import MAX_BLOBS, Document, Entry, NetLayer
 
-__all__ = ["sniff", "read", "write", "h5py_module", "reason", "H5_ERRORS", "EXTRA", "MAX_CHUNK_BYTES"]
+__all__ = ["sniff", "read", "write", "begin", "h5py_module", "reason", "H5_ERRORS", "EXTRA", "MAX_CHUNK_BYTES"]
 
 # (The signature, "\x89HDF\r\n\x1a\n" at byte 0, 512, 1024, ..., is in the registry: formats.FORMATS.)
 # What to install for HDF5 support (pyproject.toml's optional extra).
@@ -369,11 +369,41 @@ def sniff(source) -> str:
     "HDF5 in a child process" below); read() then uses that walk.
     """
     h5py_module(source.name)
-    walked = _walk(source, None)
+    walked = _taken(source, None)
     if walked[0] == "sniff-error":
         raise _rebuilt(walked[1])
     source._hdf5_walk = walked
     return walked[1]
+
+
+def begin(source, kind=None):
+    """Start the walk of a file's structure now, in a child process (sniff and read take it); a callable that stops it.
+
+    The walks of several inputs (compare's two) then run at once. Nothing
+    starts (None) where the walk cannot run in a child, h5py is missing
+    (sniff says so) or `kind` is not one an HDF5 snapshot holds (read says so).
+    """
+    if not hasattr(os, "fork") or kind not in (None, "net", "solverstate"):
+        return None
+    try:
+        h5py_module(source.name)
+    except UsageError:
+        return None
+    pending = _Pending(source, kind)
+    source._hdf5_walk = pending
+    return pending.stop
+
+
+def _taken(source, kind) -> tuple:
+    """The walk of `source` begin() or sniff() left on it, if it is one for `kind` (any, for None); else a new walk."""
+    walked = getattr(source, "_hdf5_walk", None)
+    if walked is not None:
+        del source._hdf5_walk
+        if isinstance(walked, _Pending):
+            walked = walked.answer()
+    if walked is None or (kind is not None and (walked[0] != "walked" or walked[1] != kind)):
+        walked = _walk(source, kind)
+    return walked
 
 
 def _sniffed(source, h5py, f) -> str:
@@ -442,11 +472,7 @@ def read(doc: Document, cast=None) -> None:
     h5py_module(doc.path)
     if doc.kind not in ("net", "solverstate"):
         raise UsageError(f"Caffe's HDF5 snapshots hold a net or a solver state, not a {doc.kind}", path=doc.path)
-    walked = getattr(doc.source, "_hdf5_walk", None)
-    if walked is not None:
-        del doc.source._hdf5_walk
-    if walked is None or walked[0] != "walked" or walked[1] != doc.kind:
-        walked = _walk(doc.source, doc.kind)
+    walked = _taken(doc.source, doc.kind)
     if walked[0] != "walked":
         raise _rebuilt(walked[1])
     outcome = walked[2]
@@ -568,21 +594,51 @@ _FRAME = struct.Struct("<cQ")
 def _walk(source, kind) -> tuple:
     if not hasattr(os, "fork"):
         return _walked_here(source, kind)
-    seconds = _seconds(source.size)
-    pid, fd = _forked(lambda send: send(b"W", marshal.dumps(_walked_here(source, kind))), seconds)
+    return _Pending(source, kind).answer()
+
+
+class _Pending:
+    """A walk running in its child process: answer() waits for its description, stop() ends it unheard."""
+
+    def __init__(self, source, kind):
+        self.name = source.name
+        self.seconds = _seconds(source.size)
+
+        def work(send) -> None:
+            answer = marshal.dumps(_walked_here(source, kind))
+            signal.alarm(0)  # HDF5 is done with: this process may take its time to read the answer
+            send(b"W", answer)
+
+        self.pid, self.fd = _forked(work, self.seconds)
+
+    def answer(self) -> tuple:
+        pid, self.pid = self.pid, None
+        if pid is None:
+            raise RuntimeError("an HDF5 walk's answer was taken twice or after it was stopped")
+        return _walk_answer(pid, self.fd, self.seconds, self.name)
+
+    def stop(self) -> None:
+        pid, self.pid = self.pid, None
+        if pid is not None:
+            os.close(self.fd)
+            _reaped(pid, stop=True)
+
+
+def _walk_answer(pid: int, fd: int, seconds: int, source_name) -> tuple:
+    """The description a walk's child sends (see _walked_here); FormatError if it crashed, hung or said nothing."""
     frames, died, late = _answers(pid, fd, seconds)
     if b"X" in frames:
         raise RuntimeError(f"the HDF5 walk failed in its child process:\n{bytes(frames[b'X']).decode()}")
     if died:
         raise FormatError(f"HDF5's library crashed ({died}) reading the file's structure: damaged metadata",
-                          path=source.name)
+                          path=source_name)
     if late:
         raise FormatError(f"HDF5's library did not finish reading the file's structure in {late} s: damaged "
                           f"metadata (a loop), or a slow machine ({_SECONDS_VARIABLE} sets the time)",
-                          path=source.name)
+                          path=source_name)
     payload = frames.get(b"W")
     if not payload:
-        raise FormatError("HDF5's reading of the file's structure ended without an answer", path=source.name)
+        raise FormatError("HDF5's reading of the file's structure ended without an answer", path=source_name)
     return marshal.loads(payload)
 
 
