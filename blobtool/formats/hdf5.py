@@ -564,7 +564,9 @@ def _rebuilt(plain: tuple) -> BlobToolError:
 # into memory it shares with this process, which becomes the blob's array:
 # no copy through a pipe). A child that dies by a signal is
 # exit 3, naming the file. This process never opens the input through
-# HDF5, so a damaged file cannot take it down.
+# HDF5, so a damaged file cannot take it down. A walk may start before
+# sniff asks for it (begin: compare's two inputs are walked at once, one
+# child each, on two cores); a walk nobody asks for is stopped and reaped.
 #
 # The child is forked (a few milliseconds, its memory shared copy-on-write)
 # while holding h5py's global lock and blobtool's own, so that no other
