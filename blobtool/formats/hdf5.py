@@ -587,7 +587,7 @@ _SLAB_BYTES = 4 << 20
 _FORK_LOCK = threading.Lock()
 # How long a child may run (seconds, plus one per 16 MiB it reads): HDF5 loops
 # forever on some damaged metadata (a global heap whose object runs past its
-# collection). The walk of a net of MAX_BLOBS datasets takes about 2 s.
+# collection). The walk of a net of MAX_BLOBS datasets takes about 1 s of CPU.
 _SECONDS = 20
 _SECONDS_VARIABLE = "BLOBTOOL_HDF5_SECONDS"
 _FRAME = struct.Struct("<cQ")
