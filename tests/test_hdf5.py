@@ -1127,3 +1127,82 @@ def test_hdf5_looping_on_damaged_metadata_is_exit_3_in_bounded_time(tmp_path):
         assert result.returncode == 3 and time.monotonic() - started < 30, (args, result)
         assert len(result.stderr.splitlines()) == 1 and "Traceback" not in result.stderr, result.stderr
         assert f"{path}: HDF5's library did not finish reading the file's structure in 2 s" in result.stderr
+
+
+# compare: the two inputs' walks run at once, each in its own child
+
+def _walks_meeting(monkeypatch, folder, wait: float):
+    """Make each walk (in its child) mark that it started, then wait up to `wait` s for every other walk to
+    have started too, marking "met-<file>" if it saw them; returns the markers' folder."""
+    import time
+    from blobtool.formats import hdf5
+
+    real = hdf5._walked_here
+    names = {"a.caffemodel.h5", "b.caffemodel.h5"}
+
+    def meeting(source, kind):
+        name = os.path.basename(source.name)
+        (folder / f"started-{name}").write_text(str(os.getpid()))
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline and not all((folder / f"started-{n}").exists() for n in names):
+            time.sleep(0.01)
+        if all((folder / f"started-{n}").exists() for n in names):
+            (folder / f"met-{name}").touch()
+        return real(source, kind)
+
+    monkeypatch.setattr(hdf5, "_walked_here", meeting)
+    return folder
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="the walks run in forked children")
+def test_compare_walks_both_snapshots_at_once(tmp_path, monkeypatch):
+    layers = net_layers()
+    a = write_h5(tmp_path / "a.caffemodel.h5", h5_net_bytes(layers))
+    b = write_h5(tmp_path / "b.caffemodel.h5", h5_net_bytes(layers))
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    _walks_meeting(monkeypatch, markers, wait=20)
+    record = one_json(ok("compare", "--json", a, b))
+    assert record["equal"] is True
+    # each walk saw the other one started before it went on: walked one after the other, the first would
+    # have waited its 20 s alone
+    assert sorted(p.name for p in markers.glob("met-*")) == ["met-a.caffemodel.h5", "met-b.caffemodel.h5"]
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="the walks run in forked children")
+@pytest.mark.parametrize("b_is", ["a snapshot", "missing"])
+def test_compare_refusing_its_first_input_stops_the_second_walk(tmp_path, monkeypatch, b_is):
+    """The first input's refusal is the error (as when the inputs were read one after the other), and the
+    second input's walk, already started, is stopped and reaped rather than waited for."""
+    import time
+
+    def build(f):
+        data = f.create_group("data")
+        data.create_group("conv1").create_dataset("0", data=values((2,)))
+        data["ip1"] = h5py.SoftLink("/data/conv1")
+    a = write_h5(tmp_path / "a.caffemodel.h5", h5_bytes(build))
+    b = tmp_path / "b.caffemodel.h5"
+    if b_is == "a snapshot":
+        write_h5(b, h5_net_bytes(net_layers()))
+    from blobtool.formats import hdf5
+    real, real_forked, children = hdf5._walked_here, hdf5._forked, []
+
+    def slow_b(source, kind):
+        if source.name.endswith("b.caffemodel.h5"):
+            time.sleep(120)
+        return real(source, kind)
+
+    def forked(work, seconds):
+        pid, fd = real_forked(work, seconds)
+        children.append(pid)
+        return pid, fd
+
+    monkeypatch.setattr(hdf5, "_walked_here", slow_b)
+    monkeypatch.setattr(hdf5, "_forked", forked)
+    started = time.monotonic()
+    assert_error(invoke("compare", a, b), 3, f"{a}: HDF5 /data/ip1: is a soft link")
+    assert time.monotonic() - started < 60
+    assert len(children) == (2 if b_is == "a snapshot" else 1)
+    for pid in children:
+        with pytest.raises(ProcessLookupError):  # ended and reaped: not even a zombie is left
+            os.kill(pid, 0)

@@ -14,7 +14,7 @@ from .options import (INPUT, Tolerance, all_files_option, batch_inputs, blob_opt
                       fail_fast_option, jobs_option, json_object_option, json_option, kind_option)
 from .output import consoles, emit, emit_json, progress
 from .process import records
-from .work import array_module, open_input, release_device, use_device
+from .work import array_module, open_input, open_inputs, release_device, use_device
 
 __all__ = ["info", "norm", "compare", "devices"]
 
@@ -252,7 +252,7 @@ def compare(a, b, rtol, atol, quiet, device, patterns, kind, as_json, names, no_
     if a == "-" and b == "-":
         raise click.UsageError("standard input ('-') can be read only once")
     device_info = use_device(device)
-    doc_a, doc_b = open_input(a, kind), open_input(b, kind)
+    doc_a, doc_b = open_inputs([a, b], kind)
     if names == "torch":
         from ..formats.naming import torch_pair
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["open_input", "load_selected", "use_device", "release_device", "array_module"]
+__all__ = ["open_input", "open_inputs", "load_selected", "use_device", "release_device", "array_module"]
 
 
 def open_input(path, kind=None, npy_cast=None):
@@ -13,6 +13,18 @@ def open_input(path, kind=None, npy_cast=None):
     doc = open_document(path, kind, npy_cast=npy_cast)
     warn(doc)
     return doc
+
+
+def open_inputs(paths, kind=None) -> list:
+    """open_input for several inputs, read at once where their format allows (formats.open_documents)."""
+    from ..formats import open_documents
+    from .output import warn
+
+    docs = []
+    for doc in open_documents(paths, kind):
+        warn(doc)
+        docs.append(doc)
+    return docs
 
 
 def load_selected(path, kind, patterns, npy_cast=None, *, to_write=False):

@@ -17,6 +17,11 @@ module reads and writes the kinds it owns and offers the same functions:
 ``write(doc, entries, blobs, dest, *, kind, precision, write_diff, layout, transforms)``
     write the selected blobs to `dest` (atomically) as `kind`.
 
+and may offer ``begin(source, kind)``: start reading in the background what
+sniff and read will need (HDF5: the walk of the file's structure, in a child
+process), returning a callable that stops it should they never be called;
+open_documents uses it so that several inputs are read at once.
+
 A module is imported the first time a file of its format is met, so the
 command line's start-up pays only for this file. To add a format: write
 ``formats/<name>.py`` with those three functions, and add one Format line
@@ -65,11 +70,12 @@ import math
 import os
 from dataclasses import dataclass, field
 
-from ..errors import FormatError, UsageError
+from ..errors import BlobToolError, FormatError, UsageError
 
 __all__ = ["Format", "Output", "FORMATS", "EXTENSIONS", "KINDS", "CONTAINER_KINDS", "OUTPUT_FORMATS", "Entry",
-           "Document", "NetLayer", "get_format", "format_by_signature", "sniff", "module", "open_document", "select",
-           "output_target", "output_extensions", "unique_names", "MAX_BLOBS", "NAMING_SCHEMES"]
+           "Document", "NetLayer", "get_format", "format_by_signature", "sniff", "module", "open_document",
+           "open_documents", "select", "output_target", "output_extensions", "unique_names", "MAX_BLOBS",
+           "NAMING_SCHEMES"]
 
 
 @dataclass(frozen=True)
@@ -416,11 +422,55 @@ def open_document(src, kind: str | None = None, *, npy_cast=None) -> Document:
     `kind` overrides sniffing. `npy_cast` (float32/float64) lets an .npy of
     another numeric dtype load, converted.
     """
-    if kind is not None and kind not in KINDS:
-        raise UsageError(f"unknown kind {kind!r}; expected one of {', '.join(KINDS)}")
+    _check_kind(kind)
     from ..files import open_source  # the command's options read this registry at start-up; files load here
 
-    source = open_source(src)
+    return _document(open_source(src), kind, npy_cast)
+
+
+def open_documents(srcs, kind: str | None = None, *, npy_cast=None):
+    """open_document for several inputs, yielding each Document in turn; their reading overlaps where it can.
+
+    Every input is opened first, and the formats that read in the background
+    (begin: HDF5's walk of the structure, in a child process) start on each;
+    then the documents are finished and yielded in order. Errors come in the
+    same order as opening one input after the other: an input that cannot be
+    opened is raised after the documents before it. What was started for a
+    document not yielded (an error before it, or the caller stopping early)
+    is stopped.
+    """
+    _check_kind(kind)
+    from ..files import open_source  # the command's options read this registry at start-up; files load here
+
+    sources, stops, failed = [], [], None
+    try:
+        for src in srcs:
+            try:
+                source = open_source(src)
+            except BlobToolError as exc:
+                failed = exc
+                break
+            sources.append(source)
+            fmt = format_by_signature(source.buf)
+            begin = getattr(module(fmt), "begin", None) if fmt is not None else None
+            if begin is not None:
+                stops.append(begin(source, kind))
+        for source in sources:
+            yield _document(source, kind, npy_cast)
+        if failed is not None:
+            raise failed
+    finally:
+        for stop in stops:
+            if stop is not None:
+                stop()
+
+
+def _check_kind(kind) -> None:
+    if kind is not None and kind not in KINDS:
+        raise UsageError(f"unknown kind {kind!r}; expected one of {', '.join(KINDS)}")
+
+
+def _document(source, kind, npy_cast) -> Document:
     if kind is None:
         fmt, kind = sniff(source)
     else:

@@ -51,8 +51,10 @@ from __future__ import annotations
 
 import contextlib
 import faulthandler
+import functools
 import io
 import marshal
+import math
 import mmap
 import os
 import select
@@ -62,7 +64,7 @@ import threading
 import time
 import traceback
 import warnings
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -72,7 +74,7 @@ from ..errors import BlobToolError, FormatError, UsageError
 from ..files import release_pages
 from . import MAX_BLOBS, Document, Entry, NetLayer
 
-__all__ = ["sniff", "read", "write", "h5py_module", "reason", "H5_ERRORS", "EXTRA", "MAX_CHUNK_BYTES"]
+__all__ = ["sniff", "read", "write", "begin", "h5py_module", "reason", "H5_ERRORS", "EXTRA", "MAX_CHUNK_BYTES"]
 
 # (The signature, "\x89HDF\r\n\x1a\n" at byte 0, 512, 1024, ..., is in the registry: formats.FORMATS.)
 # What to install for HDF5 support (pyproject.toml's optional extra).
@@ -242,29 +244,35 @@ def _links(h5py, gid, doc_path, where) -> list:
     with '/'). At most MAX_BLOBS names (a forged file of millions of links).
     """
     listed = []
+    append = listed.append
 
     def visit(raw, info):
-        listed.append((bytes(raw), info.type))
+        append((bytes(raw), info.type))
         return 1 if len(listed) > MAX_BLOBS else None
 
-    with _At(where):
+    try:
         gid.links.iterate(visit, idx_type=h5py.h5.INDEX_NAME, order=h5py.h5.ITER_INC, info=True)
+    except H5_ERRORS as exc:
+        _mark(exc, where)
+        raise
     if len(listed) > MAX_BLOBS:
         raise _error(doc_path, where, f"holds more than {MAX_BLOBS} objects (blobtool's limit)")
     found, seen = [], set()
+    hard = h5py.h5l.TYPE_HARD
     for raw, kind in listed:
-        path = _join(where, _shown(raw))
         try:
             name = raw.decode("utf-8")
         except UnicodeDecodeError:
-            raise _error(doc_path, path, "a name that is not UTF-8 (Caffe's layer names are text)") from None
-        if not raw or b"/" in raw or b"\0" in raw or raw == b".":
-            raise _error(doc_path, path, f"a link named {name!r}, which HDF5 never writes (a damaged file)")
-        if name in seen:
-            raise _error(doc_path, path, "listed twice in its group (a damaged file)")
-        seen.add(name)
-        if kind != h5py.h5l.TYPE_HARD:
+            raise _error(doc_path, _join(where, _shown(raw)),
+                         "a name that is not UTF-8 (Caffe's layer names are text)") from None
+        if kind != hard or name in seen or not raw or b"/" in raw or b"\0" in raw or raw == b".":
+            path = _join(where, _shown(raw))
+            if not raw or b"/" in raw or b"\0" in raw or raw == b".":
+                raise _error(doc_path, path, f"a link named {name!r}, which HDF5 never writes (a damaged file)")
+            if name in seen:
+                raise _error(doc_path, path, "listed twice in its group (a damaged file)")
             raise _error(doc_path, path, _link_refusal(h5py, gid, raw, kind))
+        seen.add(name)
         found.append((name, raw))
     return found
 
@@ -287,16 +295,30 @@ def _link_refusal(h5py, gid, raw: bytes, kind: int) -> str:
 
 
 def _open(h5py, gid, raw: bytes, where, doc_path, *, group_expected: bool):
-    """The group a hard link names, or (dataset, its creation property list), its storage checked (_check_storage)."""
-    with _At(where):
-        obj = h5py.h5o.open(gid, raw)
-    if group_expected and not isinstance(obj, h5py.h5g.GroupID):
-        raise _error(doc_path, where, f"expected a group, found {_what(obj, h5py)}")
-    if not group_expected:
-        if not isinstance(obj, h5py.h5d.DatasetID):
+    """The group a hard link names, or (dataset, its creation property list, its layout), its storage checked.
+
+    The object is opened as what it should be (h5g.open, h5d.open: h5py
+    then need not ask HDF5 what it is); only when that fails is it opened
+    as whatever it is, which says what it is instead, or fails with HDF5's
+    own reason.
+    """
+    try:
+        obj = (h5py.h5g.open if group_expected else h5py.h5d.open)(gid, raw)
+    except H5_ERRORS:
+        obj = None
+    if obj is None:
+        try:
+            obj = h5py.h5o.open(gid, raw)
+        except H5_ERRORS as exc:
+            _mark(exc, where)
+            raise
+        if group_expected and not isinstance(obj, h5py.h5g.GroupID):
+            raise _error(doc_path, where, f"expected a group, found {_what(obj, h5py)}")
+        if not group_expected and not isinstance(obj, h5py.h5d.DatasetID):
             raise _error(doc_path, where, f"expected a dataset, found {_what(obj, h5py)}")
-        return obj, _check_storage(h5py, obj, where, doc_path)
-    return obj
+    if group_expected:
+        return obj
+    return (obj, *_check_storage(h5py, obj, where, doc_path))
 
 
 def _what(obj, h5py) -> str:
@@ -317,13 +339,16 @@ def _check_storage(h5py, dsid, where, doc_path):
     from other datasets, in other files or, crashing HDF5, in this very one)
     are refused before the dataset's dataspace, type or values are read.
     Contiguous (Caffe's), chunked and compact (values in the object header)
-    storage are read. Returns the creation property list.
+    storage are read. Returns (the creation property list, the layout).
     """
-    with _At(where):
+    try:
         plist = dsid.get_create_plist()
         layout = plist.get_layout()
         external = plist.get_external_count() if layout == h5py.h5d.CONTIGUOUS else 0
         first = plist.get_external(0)[0] if external else b""
+    except H5_ERRORS as exc:
+        _mark(exc, where)
+        raise
     if layout == h5py.h5d.VIRTUAL:
         raise _error(doc_path, where, "is a virtual dataset (its values are mapped from other datasets, maybe "
                                       "in other files); a file names only itself: blobtool never follows one")
@@ -333,7 +358,7 @@ def _check_storage(h5py, dsid, where, doc_path):
         files = f"another file ({_shown(first)!r})" if external == 1 else f"{external} other files"
         raise _error(doc_path, where, f"keeps its values in {files} (HDF5 external storage); a file names only "
                                       "itself: blobtool never reads another")
-    return plist
+    return plist, layout
 
 
 # -- sniffing ------------------------------------------------------------------------
@@ -345,11 +370,41 @@ def sniff(source) -> str:
     "HDF5 in a child process" below); read() then uses that walk.
     """
     h5py_module(source.name)
-    walked = _walk(source, None)
+    walked = _taken(source, None)
     if walked[0] == "sniff-error":
         raise _rebuilt(walked[1])
     source._hdf5_walk = walked
     return walked[1]
+
+
+def begin(source, kind=None):
+    """Start the walk of a file's structure now, in a child process (sniff and read take it); a callable that stops it.
+
+    The walks of several inputs (compare's two) then run at once. Nothing
+    starts (None) where the walk cannot run in a child, h5py is missing
+    (sniff says so) or `kind` is not one an HDF5 snapshot holds (read says so).
+    """
+    if not hasattr(os, "fork") or kind not in (None, "net", "solverstate"):
+        return None
+    try:
+        h5py_module(source.name)
+    except UsageError:
+        return None
+    pending = _Pending(source, kind)
+    source._hdf5_walk = pending
+    return pending.stop
+
+
+def _taken(source, kind) -> tuple:
+    """The walk of `source` begin() or sniff() left on it, if it is one for `kind` (any, for None); else a new walk."""
+    walked = getattr(source, "_hdf5_walk", None)
+    if walked is not None:
+        del source._hdf5_walk
+        if isinstance(walked, _Pending):
+            walked = walked.answer()
+    if walked is None or (kind is not None and (walked[0] != "walked" or walked[1] != kind)):
+        walked = _walk(source, kind)
+    return walked
 
 
 def _sniffed(source, h5py, f) -> str:
@@ -380,8 +435,7 @@ def _open_any(h5py, gid, raw):
 
 # -- reading ------------------------------------------------------------------------
 
-@dataclass(frozen=True)
-class _Stored:
+class _Stored(NamedTuple):
     """Where a dataset's values are: at `offset` in the input (viewable), or only through h5py (offset None)."""
 
     where: str          # its HDF5 path
@@ -392,9 +446,19 @@ class _Stored:
     values: bytes | None = None   # the values in the blob's dtype, read with the walk (a small non-contiguous dataset)
     chunk: tuple | None = None    # a chunked dataset's chunk shape
 
-    def __post_init__(self):
-        object.__setattr__(self, "dtype", np.dtype(self.dtype))
-        object.__setattr__(self, "shape", tuple(self.shape))
+    def plain(self) -> tuple:
+        """The same as marshal sends it (the dtype as its string)."""
+        return (self.where, self.raw, self.shape, self.dtype.str, self.offset, self.values, self.chunk)
+
+    @classmethod
+    def from_plain(cls, plain: tuple) -> "_Stored":
+        where, raw, shape, dtype, offset, values, chunk = plain
+        return cls(where, raw, shape, _dtype(dtype), offset, values, chunk)
+
+
+@functools.lru_cache(maxsize=None)
+def _dtype(text: str) -> np.dtype:
+    return np.dtype(text)
 
 
 def read(doc: Document, cast=None) -> None:
@@ -409,11 +473,7 @@ def read(doc: Document, cast=None) -> None:
     h5py_module(doc.path)
     if doc.kind not in ("net", "solverstate"):
         raise UsageError(f"Caffe's HDF5 snapshots hold a net or a solver state, not a {doc.kind}", path=doc.path)
-    walked = getattr(doc.source, "_hdf5_walk", None)
-    if walked is not None:
-        del doc.source._hdf5_walk
-    if walked is None or walked[0] != "walked" or walked[1] != doc.kind:
-        walked = _walk(doc.source, doc.kind)
+    walked = _taken(doc.source, doc.kind)
     if walked[0] != "walked":
         raise _rebuilt(walked[1])
     outcome = walked[2]
@@ -421,10 +481,10 @@ def read(doc: Document, cast=None) -> None:
         raise _rebuilt(outcome[1])
     described = outcome[1]
     doc.meta.update(described["meta"])
-    for name in described["layers"]:
-        doc.layers.append(NetLayer(name))
+    doc.layers.extend(NetLayer(name) for name in described["layers"])
+    plain = _Stored.from_plain
     for name, layer, data, diff in described["entries"]:
-        _add(doc, name, _Stored(*data), _Stored(*diff) if diff is not None else None, layer=layer)
+        _add(doc, name, plain(data), plain(diff) if diff is not None else None, layer=layer)
 
 
 def _walked_here(source, kind) -> tuple:
@@ -436,6 +496,9 @@ def _walked_here(source, kind) -> tuple:
             if sniffing:
                 kind = _sniffed(source, h5py, f)
                 sniffing = False
+            # The walk's own document: its entries are (name, layer, data,
+            # diff) with _Stored sides, its layers the layers' names; the
+            # description sent holds the same as plain values.
             doc = Document(source.name, kind, source, format="hdf5")
             where = "/"
             try:
@@ -446,30 +509,29 @@ def _walked_here(source, kind) -> tuple:
                     _read_solverstate(doc, h5py, root)
                 shipped = 0
                 entries = []
-                for entry in doc.entries:
-                    sides = []
-                    for stored in (entry.build.data, entry.build.diff):
+                for name, layer, *sides in doc.entries:
+                    for i, stored in enumerate(sides):
                         if stored is not None and stored.offset is None and stored.values is None:
                             nbytes = _count(stored) * _blob_dtype(stored.dtype).itemsize
                             if nbytes <= _SHIP_BYTES and shipped + nbytes <= _SHIP_TOTAL:
                                 where = stored.where
                                 values = b"".join(bytes(slab) for slab in _slabs(h5py, f, stored, doc.path))
-                                stored = _Stored(*_plain(stored)[:5], values, stored.chunk)
+                                stored = stored._replace(values=values)
                                 shipped += nbytes
-                        sides.append(_plain(stored) if stored is not None else None)
-                    entries.append((entry.name, entry.layer, *sides))
+                        sides[i] = stored.plain() if stored is not None else None
+                    entries.append((name, layer, *sides))
             except H5_ERRORS as exc:
                 where = getattr(exc, "blobtool_where", where)
                 raise _error(doc.path, where, f"unreadable: {reason(exc)}") from exc
     except BlobToolError as exc:
         return ("sniff-error", _error_plain(exc)) if sniffing else ("walked", kind, ("error", _error_plain(exc)))
     meta = {key: value for key, value in doc.meta.items() if key != "format"}
-    return ("walked", kind, ("ok", {"meta": meta, "layers": [layer.name for layer in doc.layers],
-                                    "entries": entries}))
+    return ("walked", kind, ("ok", {"meta": meta, "layers": doc.layers, "entries": entries}))
 
 
-def _plain(stored) -> tuple:
-    return (stored.where, stored.raw, stored.shape, stored.dtype.str, stored.offset, stored.values, stored.chunk)
+def _product(dims) -> int:
+    """The product of a shape's dimensions as a Python int (exact at any size; 1 for no axes)."""
+    return math.prod(map(int, dims))
 
 
 def _error_plain(exc: BlobToolError) -> tuple:
@@ -503,7 +565,9 @@ def _rebuilt(plain: tuple) -> BlobToolError:
 # into memory it shares with this process, which becomes the blob's array:
 # no copy through a pipe). A child that dies by a signal is
 # exit 3, naming the file. This process never opens the input through
-# HDF5, so a damaged file cannot take it down.
+# HDF5, so a damaged file cannot take it down. A walk may start before
+# sniff asks for it (begin: compare's two inputs are walked at once, one
+# child each, on two cores); a walk nobody asks for is stopped and reaped.
 #
 # The child is forked (a few milliseconds, its memory shared copy-on-write)
 # while holding h5py's global lock and blobtool's own, so that no other
@@ -524,7 +588,7 @@ _SLAB_BYTES = 4 << 20
 _FORK_LOCK = threading.Lock()
 # How long a child may run (seconds, plus one per 16 MiB it reads): HDF5 loops
 # forever on some damaged metadata (a global heap whose object runs past its
-# collection). The walk of a net of MAX_BLOBS datasets takes about 2 s.
+# collection). The walk of a net of MAX_BLOBS datasets takes about 1 s of CPU.
 _SECONDS = 20
 _SECONDS_VARIABLE = "BLOBTOOL_HDF5_SECONDS"
 _FRAME = struct.Struct("<cQ")
@@ -533,21 +597,51 @@ _FRAME = struct.Struct("<cQ")
 def _walk(source, kind) -> tuple:
     if not hasattr(os, "fork"):
         return _walked_here(source, kind)
-    seconds = _seconds(source.size)
-    pid, fd = _forked(lambda send: send(b"W", marshal.dumps(_walked_here(source, kind))), seconds)
+    return _Pending(source, kind).answer()
+
+
+class _Pending:
+    """A walk running in its child process: answer() waits for its description, stop() ends it unheard."""
+
+    def __init__(self, source, kind):
+        self.name = source.name
+        self.seconds = _seconds(source.size)
+
+        def work(send) -> None:
+            answer = marshal.dumps(_walked_here(source, kind))
+            signal.alarm(0)  # HDF5 is done with: this process may take its time to read the answer
+            send(b"W", answer)
+
+        self.pid, self.fd = _forked(work, self.seconds)
+
+    def answer(self) -> tuple:
+        pid, self.pid = self.pid, None
+        if pid is None:
+            raise RuntimeError("an HDF5 walk's answer was taken twice or after it was stopped")
+        return _walk_answer(pid, self.fd, self.seconds, self.name)
+
+    def stop(self) -> None:
+        pid, self.pid = self.pid, None
+        if pid is not None:
+            os.close(self.fd)
+            _reaped(pid, stop=True)
+
+
+def _walk_answer(pid: int, fd: int, seconds: int, source_name) -> tuple:
+    """The description a walk's child sends (see _walked_here); FormatError if it crashed, hung or said nothing."""
     frames, died, late = _answers(pid, fd, seconds)
     if b"X" in frames:
         raise RuntimeError(f"the HDF5 walk failed in its child process:\n{bytes(frames[b'X']).decode()}")
     if died:
         raise FormatError(f"HDF5's library crashed ({died}) reading the file's structure: damaged metadata",
-                          path=source.name)
+                          path=source_name)
     if late:
         raise FormatError(f"HDF5's library did not finish reading the file's structure in {late} s: damaged "
                           f"metadata (a loop), or a slow machine ({_SECONDS_VARIABLE} sets the time)",
-                          path=source.name)
+                          path=source_name)
     payload = frames.get(b"W")
     if not payload:
-        raise FormatError("HDF5's reading of the file's structure ended without an answer", path=source.name)
+        raise FormatError("HDF5's reading of the file's structure ended without an answer", path=source_name)
     return marshal.loads(payload)
 
 
@@ -670,10 +764,16 @@ class _At:
         return self
 
     def __exit__(self, kind, exc, tb):
-        if exc is not None and isinstance(exc, H5_ERRORS) and not hasattr(exc, "blobtool_where"):
-            with contextlib.suppress(AttributeError, TypeError):
-                exc.blobtool_where = self.where
+        if exc is not None and isinstance(exc, H5_ERRORS):
+            _mark(exc, self.where)
         return False
+
+
+def _mark(exc, where: str) -> None:
+    """Mark an h5py error with the HDF5 path being read (the innermost mark stays)."""
+    if not hasattr(exc, "blobtool_where"):
+        with contextlib.suppress(AttributeError, TypeError):
+            exc.blobtool_where = where
 
 
 def _text(name: str) -> str:
@@ -696,17 +796,21 @@ def _member(doc, h5py, gid, top: dict, name: str, *, group_expected: bool):
 
 
 def _indexed(h5py, gid, where, doc_path) -> list:
-    """[(index, dataset id, its path)] of a group of blobs (datasets named 0, 1, ...), by index."""
+    """[(index, dataset id, its creation property list, its layout, its path)] of a group of blobs (datasets named 0, 1, ...), by index."""
     found = []
     for name, raw in _links(h5py, gid, doc_path, where):
         path = _join(where, _text(name))
         if not (name.isdigit() and name.isascii() and str(int(name)) == name):
             raise _error(doc_path, path, "not a blob: a blob's dataset is named by its index (0, 1, ...)")
         found.append((int(name), *_open(h5py, gid, raw, path, doc_path, group_expected=False), path))
-    return sorted(found, key=lambda item: item[0])
+    return sorted(found, key=_first)
 
 
-def _stored(h5py, dsid, plist, where, raw: bytes, doc) -> _Stored:
+def _first(item):
+    return item[0]
+
+
+def _stored(h5py, dsid, plist, layout, where, raw: bytes, doc) -> _Stored:
     """Check a dataset that holds a blob (its storage already checked: _open); where its values are.
 
     The type and dataspace are read through h5py's low-level calls (numpy's
@@ -714,16 +818,19 @@ def _stored(h5py, dsid, plist, where, raw: bytes, doc) -> _Stored:
     Only a dataset whose type is exactly IEEE float32 or float64 in this
     machine's byte order, contiguous and unfiltered, is viewed in place.
     """
-    with _At(where):
+    try:
         tid = dsid.get_type()
         size = tid.get_size()
         dtype = None
         if tid.get_class() == h5py.h5t.FLOAT and size in (2, 4, 8):
-            dtype = np.dtype(("<" if tid.get_order() == h5py.h5t.ORDER_LE else ">") + f"f{size}")
+            dtype = _FLOATS[tid.get_order() == h5py.h5t.ORDER_LE, size]
             standard = size != 2 and tid.equal(h5py.h5t.IEEE_F32LE if size == 4 else h5py.h5t.IEEE_F64LE)
         space = dsid.get_space()
         extent = space.get_simple_extent_type()
         shape = space.get_simple_extent_dims() if extent == h5py.h5s.SIMPLE else None
+    except H5_ERRORS as exc:
+        _mark(exc, where)
+        raise
     if dtype is None:
         with _At(where):
             found = dsid.dtype
@@ -735,24 +842,28 @@ def _stored(h5py, dsid, plist, where, raw: bytes, doc) -> _Stored:
         raise _error(doc.path, where, "is a 0-d (scalar) dataset; a blob's dataset has 1 to 32 axes")
     if len(shape) > MAX_BLOB_AXES:
         raise _error(doc.path, where, f"has {len(shape)} axes; a blob has at most {MAX_BLOB_AXES}")
-    try:
-        Blob(dtype=_blob_dtype(dtype)).reshape(shape)
-    except BlobToolError as exc:
-        raise _error(doc.path, where, f"invalid blob shape: {exc.reason}") from exc
+    shape = tuple(map(int, shape))
+    if math.prod(d or 1 for d in shape) > _PLAIN_SPAN:
+        try:
+            Blob(dtype=_blob_dtype(dtype)).reshape(shape)
+        except BlobToolError as exc:
+            raise _error(doc.path, where, f"invalid blob shape: {exc.reason}") from exc
     offset = None
-    with _At(where):
-        layout = plist.get_layout()
-        contiguous = layout == h5py.h5d.CONTIGUOUS and plist.get_nfilters() == 0
-        if contiguous and standard and dtype.isnative:
+    try:
+        if layout == h5py.h5d.CONTIGUOUS and standard and dtype.isnative and plist.get_nfilters() == 0:
             offset = dsid.get_offset()
         chunk = plist.get_chunk() if layout == h5py.h5d.CHUNKED else None
         stored = dsid.get_storage_size()
-    nbytes = int(np.prod(shape, dtype=object)) * dtype.itemsize
+    except H5_ERRORS as exc:
+        _mark(exc, where)
+        raise
+    nbytes = _product(shape) * dtype.itemsize
     if offset is not None and offset + nbytes > doc.size:
         raise _error(doc.path, where, f"truncated: its {nbytes} bytes of values at byte {offset} run past "
                                       f"the end of the file ({doc.size} bytes)", offset=offset)
     if chunk is not None:
-        chunk_bytes = int(np.prod(chunk, dtype=object)) * dtype.itemsize
+        chunk = tuple(map(int, chunk))
+        chunk_bytes = _product(chunk) * dtype.itemsize
         if chunk_bytes > MAX_CHUNK_BYTES:
             raise _error(doc.path, where, f"is stored in chunks of {chunk_bytes} bytes, more than blobtool's bound "
                                           f"of {MAX_CHUNK_BYTES >> 20} MiB (HDF5 reads a chunk whole); rechunk it, "
@@ -760,8 +871,16 @@ def _stored(h5py, dsid, plist, where, raw: bytes, doc) -> _Stored:
     if offset is None and nbytes > _MAX_EXPANSION * stored + _UNSTORED_BYTES:
         raise _error(doc.path, where, f"declares {nbytes} bytes of values, more than its {stored} stored "
                                       "bytes can hold")
-    return _Stored(where, raw, tuple(int(d) for d in shape), dtype, offset,
-                   chunk=tuple(int(d) for d in chunk) if chunk is not None else None)
+    return _Stored(where, raw, shape, dtype, offset, None, chunk)
+
+
+# The stored dtypes of a float dataset, by (little-endian, size).
+_FLOATS = {(little, size): np.dtype(("<" if little else ">") + f"f{size}")
+           for little in (True, False) for size in (2, 4, 8)}
+# A shape spanning at most this many values (zero dimensions counted as one)
+# is one any Blob holds: only a larger one is put to Blob.reshape's own
+# check (which is what refuses it, and says why).
+_PLAIN_SPAN = int(np.iinfo(np.intp).max) // 16
 
 
 def _blob_dtype(stored: np.dtype) -> np.dtype:
@@ -769,7 +888,7 @@ def _blob_dtype(stored: np.dtype) -> np.dtype:
 
 
 def _count(stored: _Stored) -> int:
-    return int(np.prod(stored.shape, dtype=object))
+    return _product(stored.shape)
 
 
 def _values(doc: Document, stored: _Stored) -> np.ndarray:
@@ -846,7 +965,7 @@ def _slabs(h5py, f, stored: _Stored, doc_path, into=None):
         dapl.set_chunk_cache(0, 0, 1.0)
         dsid = h5py.h5d.open(f.id, stored.raw, dapl=dapl)
         _check_storage(h5py, dsid, stored.where, doc_path)
-        row_bytes = max(1, int(np.prod(shape[1:], dtype=object)) * target.itemsize)
+        row_bytes = max(1, _product(shape[1:]) * target.itemsize)
         step = stored.chunk[0] if stored.chunk else 1
         per = max(step, _SLAB_BYTES // row_bytes // step * step)
         space = dsid.get_space()
@@ -892,6 +1011,7 @@ class _Load:
 
 
 def _add(doc: Document, name: str, data: _Stored, diff: _Stored | None, layer=None) -> None:
+    """Add an entry built from the walk's description (this process)."""
     doc.check_room(data.offset)
     stored = data.dtype.newbyteorder("=")
     diff_dtype = diff.dtype.newbyteorder("=") if diff is not None else None
@@ -915,19 +1035,18 @@ def _read_net(doc: Document, h5py, root) -> None:
         if layer in diff_layers:
             diff_where = f"/diff/{name}"
             diff_group = _open(h5py, diff, diff_layers.pop(layer), diff_where, doc.path, group_expected=True)
-            diffs = {index: (dsid, plist, path)
-                     for index, dsid, plist, path in _indexed(h5py, diff_group, diff_where, doc.path)}
-        doc.layers.append(NetLayer(name))
+            diffs = {index: opened for index, *opened in _indexed(h5py, diff_group, diff_where, doc.path)}
+        doc.layers.append(name)
         held = set()
-        for index, dsid, plist, path in blobs:
-            stored = _stored(h5py, dsid, plist, path, _raw_path(b"data", raw, index), doc)
+        for index, dsid, plist, layout, path in blobs:
+            stored = _stored(h5py, dsid, plist, layout, path, _raw_path(b"data", raw, index), doc)
             stored_diff = None
             if index in diffs:
                 stored_diff = _stored(h5py, *diffs[index], _raw_path(b"diff", raw, index), doc)
                 if stored_diff.shape != stored.shape:
                     raise _error(doc.path, stored_diff.where, f"shape {stored_diff.shape} differs from its "
                                                               f"data's {stored.shape}")
-            _add(doc, f"{name}/{index}", stored, stored_diff, layer=name)
+            _found(doc, f"{name}/{index}", stored, stored_diff, layer=name)
             held.add(index)
         for index in sorted(set(diffs) - held):
             # Caffe saves a shared parameter's data with its owner only.
@@ -940,17 +1059,23 @@ def _read_net(doc: Document, h5py, root) -> None:
         doc.meta["shared"] = shared
 
 
+def _found(doc: Document, name: str, data: _Stored, diff: _Stored | None, layer=None) -> None:
+    """Add an entry to the walk's own document (the child): (name, layer, data, diff)."""
+    doc.check_room(data.offset)
+    doc.entries.append((name, layer, data, diff))
+
+
 def _raw_path(top: bytes, layer: bytes, index: int) -> bytes:
     return b"/%s/%s/%d" % (top, layer, index)
 
 
 def _scalar(doc, h5py, root, top: dict, name: str, kinds: str):
     """The one value of a solver field (iter, current_step: an integer; learned_net: a string)."""
-    dsid, _ = _member(doc, h5py, root, top, name, group_expected=False)
+    dsid = _member(doc, h5py, root, top, name, group_expected=False)[0]
     where = f"/{name}"
     with _At(where):
         dtype, shape = dsid.dtype, dsid.shape
-        if shape is None or int(np.prod(shape, dtype=object)) != 1 or dtype.kind not in kinds:
+        if shape is None or _product(shape) != 1 or dtype.kind not in kinds:
             expected = "one integer" if kinds == "iu" else "one string"
             raise _error(doc.path, where, f"holds {dtype} values of shape {shape}; Caffe writes {expected}")
         if dtype.kind in "SU" and dtype.itemsize > _MAX_STRING:
@@ -975,8 +1100,8 @@ def _read_solverstate(doc: Document, h5py, root) -> None:
     doc.meta["learned_net"] = _text(learned)
     doc.meta["current_step"] = int(_scalar(doc, h5py, root, top, "current_step", "iu"))
     history = _member(doc, h5py, root, top, "history", group_expected=True)
-    for index, dsid, plist, path in _indexed(h5py, history, "/history", doc.path):
-        _add(doc, f"history/{index}", _stored(h5py, dsid, plist, path, b"/history/%d" % index, doc), None)
+    for index, dsid, plist, layout, path in _indexed(h5py, history, "/history", doc.path):
+        _found(doc, f"history/{index}", _stored(h5py, dsid, plist, layout, path, b"/history/%d" % index, doc), None)
 
 
 # -- writing (formats/hdf5_write.py) ------------------------------------------------------
