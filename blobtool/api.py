@@ -15,7 +15,8 @@ from .engine.blob import Blob
 from .engine.float16 import half_precisions
 from .formats.caffe.blobwrite import Unread, check_layout
 from .errors import FormatError, UsageError
-from .formats import Document, Entry, module, open_document, output_target
+from .formats import Document, Entry, module, open_document
+from .formats.targets import output_target
 from .files import releasing, writes_in_place
 
 __all__ = ["load", "load_all", "save", "write", "open_document"]

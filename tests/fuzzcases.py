@@ -46,7 +46,7 @@ for _module in ("caffe", "numpy"):
 # A case that takes longer than this is a hang waiting to happen on a real file.
 TIME_LIMIT_S = 1.0
 # HDF5 loops forever on some damaged metadata; blobtool stops it after
-# BLOBTOOL_HDF5_SECONDS (formats/hdf5.py). The fuzzers give it 1 s, and a
+# BLOBTOOL_HDF5_SECONDS (formats/hdf5/h5.py). The fuzzers give it 1 s, and a
 # case refused for that may take that much more than TIME_LIMIT_S.
 HDF5_SECONDS = 1
 os.environ.setdefault("BLOBTOOL_HDF5_SECONDS", str(HDF5_SECONDS))

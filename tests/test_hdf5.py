@@ -1,4 +1,4 @@
-"""Caffe's HDF5 snapshots (formats/hdf5.py): reading, writing, converting both ways, every command, bad input.
+"""Caffe's HDF5 snapshots (formats/hdf5/): reading, writing, converting both ways, every command, bad input.
 
 The inputs are built with h5py in Caffe's exact layout (tests/builders.py:
 h5_net_bytes, h5_solverstate_bytes, as Caffe's net.cpp ToHDF5 and
@@ -1137,7 +1137,7 @@ def _walks_meeting(monkeypatch, folder, wait: float):
     import time
     from blobtool.formats import hdf5
 
-    real = hdf5._walked_here
+    real = hdf5.walk._walked_here
     names = {"a.caffemodel.h5", "b.caffemodel.h5"}
 
     def meeting(source, kind):
@@ -1150,7 +1150,7 @@ def _walks_meeting(monkeypatch, folder, wait: float):
             (folder / f"met-{name}").touch()
         return real(source, kind)
 
-    monkeypatch.setattr(hdf5, "_walked_here", meeting)
+    monkeypatch.setattr(hdf5.walk, "_walked_here", meeting)
     return folder
 
 
@@ -1185,7 +1185,7 @@ def test_compare_refusing_its_first_input_stops_the_second_walk(tmp_path, monkey
     if b_is == "a snapshot":
         write_h5(b, h5_net_bytes(net_layers()))
     from blobtool.formats import hdf5
-    real, real_forked, children = hdf5._walked_here, hdf5._forked, []
+    real, real_forked, children = hdf5.walk._walked_here, hdf5.child._forked, []
 
     def slow_b(source, kind):
         if source.name.endswith("b.caffemodel.h5"):
@@ -1197,8 +1197,8 @@ def test_compare_refusing_its_first_input_stops_the_second_walk(tmp_path, monkey
         children.append(pid)
         return pid, fd
 
-    monkeypatch.setattr(hdf5, "_walked_here", slow_b)
-    monkeypatch.setattr(hdf5, "_forked", forked)
+    monkeypatch.setattr(hdf5.walk, "_walked_here", slow_b)
+    monkeypatch.setattr(hdf5.child, "_forked", forked)
     started = time.monotonic()
     assert_error(invoke("compare", a, b), 3, f"{a}: HDF5 /data/ip1: is a soft link")
     assert time.monotonic() - started < 60

@@ -16,5 +16,5 @@ from .outputs import atomic_output, writes_in_place
 from .pages import PAGES, MappedPages, file_behind, read_mapped, release_pages, releasing
 
 __all__ = ["Source", "open_source", "display_name", "stream_limit", "STDIO", "STREAM_LIMIT", "guard_inputs", "guarding",
-           "settle", "take_change", "pending_change", "check_inputs", "note_written", "WRITTEN", "atomic_output", "writes_in_place",
-           "PAGES", "MappedPages", "file_behind", "read_mapped", "release_pages", "releasing"]
+           "settle", "take_change", "pending_change", "check_inputs", "note_written", "WRITTEN", "atomic_output",
+           "writes_in_place", "PAGES", "MappedPages", "file_behind", "read_mapped", "release_pages", "releasing"]

@@ -1,4 +1,4 @@
-"""Writing Caffe's HDF5 snapshots (the layout: see formats/hdf5.py), atomically and in bounded memory.
+"""Writing Caffe's HDF5 snapshots (the layout: see formats/hdf5/__init__.py), atomically and in bounded memory.
 
 The groups, the solver fields and the datasets (contiguous, as Caffe's
 hdf5_save_nd_dataset makes them, their space allocated at creation) are made
@@ -22,11 +22,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .caffe.blobwrite import precision_for, resolve_form, write_parts
-from ..errors import OutputError, UsageError
-from ..files import atomic_output, display_name
-from . import Document
-from .hdf5 import H5_ERRORS, h5py_module, reason
+from ..caffe.blobwrite import precision_for, resolve_form, write_parts
+from ...errors import OutputError, UsageError
+from ...files import atomic_output, display_name
+from .. import Document
+from .h5 import H5_ERRORS, h5py_module, reason
 
 __all__ = ["write_snapshot"]
 

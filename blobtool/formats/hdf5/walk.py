@@ -1,0 +1,439 @@
+"""Walking an HDF5 snapshot's structure (in a child process): links never followed out of the file, storage checked.
+
+Every object is opened as what it should be, by a hard link; what names
+another file (external storage, virtual datasets, soft, external or
+user-defined links), a name that is not UTF-8 or one a damaged group lists
+twice is refused, naming its HDF5 path, before anything is read through it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+
+import numpy as np
+
+from ...engine.blob import Blob, MAX_BLOB_AXES
+from ...errors import BlobToolError
+from .. import Document, MAX_BLOBS
+from .h5 import (H5_ERRORS, MAX_CHUNK_BYTES, _At, _FLOATS, _INT32, _MAX_EXPANSION, _MAX_STRING, _PLAIN_SPAN,
+                 _SHIP_BYTES, _SHIP_TOTAL, _SLAB_BYTES, _Stored, _UNSTORED_BYTES, _blob_dtype, _count, _error,
+                 _error_plain, _mark, _opened, _product, _text, h5py_module, reason)
+
+
+# The objects at the top of each kind's snapshot.
+_NET_TOP = ("data", "diff")
+
+
+_SOLVER_TOP = ("iter", "learned_net", "current_step", "history")
+
+
+def _join(where: str, name: str) -> str:
+    return f"/{name}" if where == "/" else f"{where}/{name}"
+
+
+def _shown(raw: bytes) -> str:
+    return _text(raw.decode("utf-8", "backslashreplace"))
+
+
+def _links(h5py, gid, doc_path, where) -> list:
+    """[(name, raw name)] of a group's links, in HDF5's name order; only hard links within the file pass.
+
+    A soft link, an external link (another file) or a user-defined one is
+    refused without being followed, and so are a name that is not UTF-8 and
+    what only a damaged file holds (a name listed twice, an empty one, one
+    with '/'). At most MAX_BLOBS names (a forged file of millions of links).
+    """
+    listed = []
+    append = listed.append
+
+    def visit(raw, info):
+        append((bytes(raw), info.type))
+        return 1 if len(listed) > MAX_BLOBS else None
+
+    try:
+        gid.links.iterate(visit, idx_type=h5py.h5.INDEX_NAME, order=h5py.h5.ITER_INC, info=True)
+    except H5_ERRORS as exc:
+        _mark(exc, where)
+        raise
+    if len(listed) > MAX_BLOBS:
+        raise _error(doc_path, where, f"holds more than {MAX_BLOBS} objects (blobtool's limit)")
+    found, seen = [], set()
+    hard = h5py.h5l.TYPE_HARD
+    for raw, kind in listed:
+        try:
+            name = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise _error(doc_path, _join(where, _shown(raw)),
+                         "a name that is not UTF-8 (Caffe's layer names are text)") from None
+        if kind != hard or name in seen or not raw or b"/" in raw or b"\0" in raw or raw == b".":
+            path = _join(where, _shown(raw))
+            if not raw or b"/" in raw or b"\0" in raw or raw == b".":
+                raise _error(doc_path, path, f"a link named {name!r}, which HDF5 never writes (a damaged file)")
+            if name in seen:
+                raise _error(doc_path, path, "listed twice in its group (a damaged file)")
+            raise _error(doc_path, path, _link_refusal(h5py, gid, raw, kind))
+        seen.add(name)
+        found.append((name, raw))
+    return found
+
+
+def _link_refusal(h5py, gid, raw: bytes, kind: int) -> str:
+    """Why a link that is not a hard link is refused; its value is read (never followed) to say where it leads."""
+    target = None
+    with contextlib.suppress(*H5_ERRORS):
+        value = gid.links.get_val(raw)
+        if kind == h5py.h5l.TYPE_EXTERNAL:
+            target = b":".join(value)
+        elif isinstance(value, bytes):
+            target = value
+    to = f" to {_shown(target)!r}" if target is not None else ""
+    if kind == h5py.h5l.TYPE_EXTERNAL:
+        return (f"is an external link{to}; a file names only itself: blobtool never follows a link into "
+                "another file")
+    what = "a soft link" if kind == h5py.h5l.TYPE_SOFT else f"a user-defined link (type {kind})"
+    return f"is {what}{to}; Caffe's snapshots hold plain groups and datasets"
+
+
+def _open(h5py, gid, raw: bytes, where, doc_path, *, group_expected: bool):
+    """The group a hard link names, or (dataset, its creation property list, its layout), its storage checked.
+
+    The object is opened as what it should be (h5g.open, h5d.open: h5py
+    then need not ask HDF5 what it is); only when that fails is it opened
+    as whatever it is, which says what it is instead, or fails with HDF5's
+    own reason.
+    """
+    try:
+        obj = (h5py.h5g.open if group_expected else h5py.h5d.open)(gid, raw)
+    except H5_ERRORS:
+        obj = None
+    if obj is None:
+        try:
+            obj = h5py.h5o.open(gid, raw)
+        except H5_ERRORS as exc:
+            _mark(exc, where)
+            raise
+        if group_expected and not isinstance(obj, h5py.h5g.GroupID):
+            raise _error(doc_path, where, f"expected a group, found {_what(obj, h5py)}")
+        if not group_expected and not isinstance(obj, h5py.h5d.DatasetID):
+            raise _error(doc_path, where, f"expected a dataset, found {_what(obj, h5py)}")
+    if group_expected:
+        return obj
+    return (obj, *_check_storage(h5py, obj, where, doc_path))
+
+
+def _what(obj, h5py) -> str:
+    if isinstance(obj, h5py.h5g.GroupID):
+        return "a group"
+    if isinstance(obj, h5py.h5d.DatasetID):
+        return "a dataset"
+    if isinstance(obj, h5py.h5t.TypeID):
+        return "a named datatype"
+    return f"a {type(obj).__name__}"
+
+
+def _check_storage(h5py, dsid, where, doc_path):
+    """Refuse a dataset whose values are not in this file, from its creation property list alone.
+
+    External storage (values in other files: a crafted snapshot could name
+    /etc/shadow, a FIFO or /dev/zero) and virtual datasets (values mapped
+    from other datasets, in other files or, crashing HDF5, in this very one)
+    are refused before the dataset's dataspace, type or values are read.
+    Contiguous (Caffe's), chunked and compact (values in the object header)
+    storage are read. Returns (the creation property list, the layout).
+    """
+    try:
+        plist = dsid.get_create_plist()
+        layout = plist.get_layout()
+        external = plist.get_external_count() if layout == h5py.h5d.CONTIGUOUS else 0
+        first = plist.get_external(0)[0] if external else b""
+    except H5_ERRORS as exc:
+        _mark(exc, where)
+        raise
+    if layout == h5py.h5d.VIRTUAL:
+        raise _error(doc_path, where, "is a virtual dataset (its values are mapped from other datasets, maybe "
+                                      "in other files); a file names only itself: blobtool never follows one")
+    if layout not in (h5py.h5d.CONTIGUOUS, h5py.h5d.CHUNKED, h5py.h5d.COMPACT):
+        raise _error(doc_path, where, f"has a storage layout blobtool does not know (HDF5 layout {layout})")
+    if external:
+        files = f"another file ({_shown(first)!r})" if external == 1 else f"{external} other files"
+        raise _error(doc_path, where, f"keeps its values in {files} (HDF5 external storage); a file names only "
+                                      "itself: blobtool never reads another")
+    return plist, layout
+
+
+def _sniffed(source, h5py, f) -> str:
+    try:
+        root = h5py.h5g.open(f.id, b"/")
+        top = dict(_links(h5py, root, source.name, "/"))
+        data_is_dataset = "data" in top and isinstance(_open_any(h5py, root, top["data"]), h5py.h5d.DatasetID)
+    except H5_ERRORS as exc:
+        raise _error(source.name, getattr(exc, "blobtool_where", "/"), f"unreadable: {reason(exc)}") from exc
+    if data_is_dataset:
+        found = ", ".join(list(top)[:8])
+        raise _error(source.name, "/", f"an HDF5 dataset file (training data, as Caffe's HDF5Data layer reads: "
+                                       f"{found}), not a Caffe snapshot; blobtool reads snapshots "
+                                       "(.caffemodel.h5, .solverstate.h5)")
+    if "data" in top:
+        return "net"
+    if set(top) & set(_SOLVER_TOP):
+        return "solverstate"
+    found = ", ".join(_text(name) for name in list(top)[:8]) or "nothing"
+    raise _error(source.name, "/", f"not a Caffe snapshot: the file holds {found}; expected a group 'data' "
+                                   f"(a net) or {', '.join(_SOLVER_TOP)} (a solver state)")
+
+
+def _open_any(h5py, gid, raw):
+    with _At(_join("/", raw.decode("utf-8"))):
+        return h5py.h5o.open(gid, raw)
+
+
+def _walked_here(source, kind) -> tuple:
+    """The walk itself (in the child): ("sniff-error", error) or ("walked", kind, ("ok", description) or ("error", error))."""
+    h5py = h5py_module(source.name)
+    sniffing = kind is None
+    try:
+        with _opened(source) as f:
+            if sniffing:
+                kind = _sniffed(source, h5py, f)
+                sniffing = False
+            # The walk's own document: its entries are (name, layer, data,
+            # diff) with _Stored sides, its layers the layers' names; the
+            # description sent holds the same as plain values.
+            doc = Document(source.name, kind, source, format="hdf5")
+            where = "/"
+            try:
+                root = h5py.h5g.open(f.id, b"/")
+                if kind == "net":
+                    _read_net(doc, h5py, root)
+                else:
+                    _read_solverstate(doc, h5py, root)
+                shipped = 0
+                entries = []
+                for name, layer, *sides in doc.entries:
+                    for i, stored in enumerate(sides):
+                        if stored is not None and stored.offset is None and stored.values is None:
+                            nbytes = _count(stored) * _blob_dtype(stored.dtype).itemsize
+                            if nbytes <= _SHIP_BYTES and shipped + nbytes <= _SHIP_TOTAL:
+                                where = stored.where
+                                values = b"".join(bytes(slab) for slab in _slabs(h5py, f, stored, doc.path))
+                                stored = stored._replace(values=values)
+                                shipped += nbytes
+                        sides[i] = stored.plain() if stored is not None else None
+                    entries.append((name, layer, *sides))
+            except H5_ERRORS as exc:
+                where = getattr(exc, "blobtool_where", where)
+                raise _error(doc.path, where, f"unreadable: {reason(exc)}") from exc
+    except BlobToolError as exc:
+        return ("sniff-error", _error_plain(exc)) if sniffing else ("walked", kind, ("error", _error_plain(exc)))
+    meta = {key: value for key, value in doc.meta.items() if key != "format"}
+    return ("walked", kind, ("ok", {"meta": meta, "layers": doc.layers, "entries": entries}))
+
+
+def _top(doc, h5py, root, allowed) -> dict:
+    top = dict(_links(h5py, root, doc.path, "/"))
+    for name in top:
+        if name not in allowed:
+            raise _error(doc.path, f"/{_text(name)}", f"not part of Caffe's {doc.kind} snapshot "
+                                                      f"(which holds {', '.join(allowed)})")
+    return top
+
+
+def _member(doc, h5py, gid, top: dict, name: str, *, group_expected: bool):
+    if name not in top:
+        raise _error(doc.path, f"/{name}", "missing (Caffe writes it; a damaged snapshot or not Caffe's)")
+    return _open(h5py, gid, top[name], f"/{name}", doc.path, group_expected=group_expected)
+
+
+def _indexed(h5py, gid, where, doc_path) -> list:
+    """[(index, dataset id, its creation property list, its layout, its path)] of a group of blobs (datasets named 0, 1, ...), by index."""
+    found = []
+    for name, raw in _links(h5py, gid, doc_path, where):
+        path = _join(where, _text(name))
+        if not (name.isdigit() and name.isascii() and str(int(name)) == name):
+            raise _error(doc_path, path, "not a blob: a blob's dataset is named by its index (0, 1, ...)")
+        found.append((int(name), *_open(h5py, gid, raw, path, doc_path, group_expected=False), path))
+    return sorted(found, key=_first)
+
+
+def _first(item):
+    return item[0]
+
+
+def _stored(h5py, dsid, plist, layout, where, raw: bytes, doc) -> _Stored:
+    """Check a dataset that holds a blob (its storage already checked: _open); where its values are.
+
+    The type and dataspace are read through h5py's low-level calls (numpy's
+    dtype for an HDF5 type costs more than the rest of a dataset together).
+    Only a dataset whose type is exactly IEEE float32 or float64 in this
+    machine's byte order, contiguous and unfiltered, is viewed in place.
+    """
+    try:
+        tid = dsid.get_type()
+        size = tid.get_size()
+        dtype = None
+        if tid.get_class() == h5py.h5t.FLOAT and size in (2, 4, 8):
+            dtype = _FLOATS[tid.get_order() == h5py.h5t.ORDER_LE, size]
+            standard = size != 2 and tid.equal(h5py.h5t.IEEE_F32LE if size == 4 else h5py.h5t.IEEE_F64LE)
+        space = dsid.get_space()
+        extent = space.get_simple_extent_type()
+        shape = space.get_simple_extent_dims() if extent == h5py.h5s.SIMPLE else None
+    except H5_ERRORS as exc:
+        _mark(exc, where)
+        raise
+    if dtype is None:
+        with _At(where):
+            found = dsid.dtype
+        what = "string" if found.kind in "SUO" else str(found) if found.kind in "iub" else f"{found.kind!r}-kind"
+        raise _error(doc.path, where, f"holds {what} values; a blob is a float dataset (float32 or float64)")
+    if extent == h5py.h5s.NULL:
+        raise _error(doc.path, where, "is an empty dataset (no dataspace); a blob has 1 to 32 axes")
+    if extent == h5py.h5s.SCALAR:
+        raise _error(doc.path, where, "is a 0-d (scalar) dataset; a blob's dataset has 1 to 32 axes")
+    if len(shape) > MAX_BLOB_AXES:
+        raise _error(doc.path, where, f"has {len(shape)} axes; a blob has at most {MAX_BLOB_AXES}")
+    shape = tuple(map(int, shape))
+    if math.prod(d or 1 for d in shape) > _PLAIN_SPAN:
+        try:
+            Blob(dtype=_blob_dtype(dtype)).reshape(shape)
+        except BlobToolError as exc:
+            raise _error(doc.path, where, f"invalid blob shape: {exc.reason}") from exc
+    offset = None
+    try:
+        if layout == h5py.h5d.CONTIGUOUS and standard and dtype.isnative and plist.get_nfilters() == 0:
+            offset = dsid.get_offset()
+        chunk = plist.get_chunk() if layout == h5py.h5d.CHUNKED else None
+        stored = dsid.get_storage_size()
+    except H5_ERRORS as exc:
+        _mark(exc, where)
+        raise
+    nbytes = _product(shape) * dtype.itemsize
+    if offset is not None and offset + nbytes > doc.size:
+        raise _error(doc.path, where, f"truncated: its {nbytes} bytes of values at byte {offset} run past "
+                                      f"the end of the file ({doc.size} bytes)", offset=offset)
+    if chunk is not None:
+        chunk = tuple(map(int, chunk))
+        chunk_bytes = _product(chunk) * dtype.itemsize
+        if chunk_bytes > MAX_CHUNK_BYTES:
+            raise _error(doc.path, where, f"is stored in chunks of {chunk_bytes} bytes, more than blobtool's bound "
+                                          f"of {MAX_CHUNK_BYTES >> 20} MiB (HDF5 reads a chunk whole); rechunk it, "
+                                          "for example h5repack -l CONTI")
+    if offset is None and nbytes > _MAX_EXPANSION * stored + _UNSTORED_BYTES:
+        raise _error(doc.path, where, f"declares {nbytes} bytes of values, more than its {stored} stored "
+                                      "bytes can hold")
+    return _Stored(where, raw, shape, dtype, offset, None, chunk)
+
+
+def _slabs(h5py, f, stored: _Stored, doc_path, into=None):
+    """The values of a dataset read through HDF5, in the blob's dtype, a slab of whole rows of chunks at a time.
+
+    Each slab is a new array, or a part of `into` (an array of the dataset's
+    shape) read in place. No chunk cache: a slab holds whole chunks along the
+    first axis, so each chunk is read and inflated once, converted (through
+    HDF5's bounded conversion buffer), and let go.
+    """
+    target = _blob_dtype(stored.dtype)
+    shape = stored.shape
+    try:
+        dapl = h5py.h5p.create(h5py.h5p.DATASET_ACCESS)
+        dapl.set_chunk_cache(0, 0, 1.0)
+        dsid = h5py.h5d.open(f.id, stored.raw, dapl=dapl)
+        _check_storage(h5py, dsid, stored.where, doc_path)
+        row_bytes = max(1, _product(shape[1:]) * target.itemsize)
+        step = stored.chunk[0] if stored.chunk else 1
+        per = max(step, _SLAB_BYTES // row_bytes // step * step)
+        space = dsid.get_space()
+        for start in range(0, shape[0], per):
+            rows = min(per, shape[0] - start)
+            slab = np.empty((rows, *shape[1:]), dtype=target) if into is None else into[start:start + rows]
+            space.select_hyperslab((start,) + (0,) * (len(shape) - 1), slab.shape)
+            with np.errstate(over="ignore", invalid="ignore"):
+                dsid.read(h5py.h5s.create_simple(slab.shape), space, slab)
+            yield slab
+    except H5_ERRORS as exc:
+        raise _error(doc_path, stored.where, f"unreadable values: {reason(exc)}") from exc
+
+
+def _read_net(doc: Document, h5py, root) -> None:
+    top = _top(doc, h5py, root, _NET_TOP)
+    data = _member(doc, h5py, root, top, "data", group_expected=True)
+    diff = _member(doc, h5py, root, top, "diff", group_expected=True) if "diff" in top else None
+    diff_layers = dict(_links(h5py, diff, doc.path, "/diff")) if diff is not None else {}
+    doc.meta["name"] = None
+    shared = []
+    for layer, raw in _links(h5py, data, doc.path, "/data"):
+        name = _text(layer)
+        where = f"/data/{name}"
+        group = _open(h5py, data, raw, where, doc.path, group_expected=True)
+        blobs = _indexed(h5py, group, where, doc.path)
+        diffs = {}
+        if layer in diff_layers:
+            diff_where = f"/diff/{name}"
+            diff_group = _open(h5py, diff, diff_layers.pop(layer), diff_where, doc.path, group_expected=True)
+            diffs = {index: opened for index, *opened in _indexed(h5py, diff_group, diff_where, doc.path)}
+        doc.layers.append(name)
+        held = set()
+        for index, dsid, plist, layout, path in blobs:
+            stored = _stored(h5py, dsid, plist, layout, path, _raw_path(b"data", raw, index), doc)
+            stored_diff = None
+            if index in diffs:
+                stored_diff = _stored(h5py, *diffs[index], _raw_path(b"diff", raw, index), doc)
+                if stored_diff.shape != stored.shape:
+                    raise _error(doc.path, stored_diff.where, f"shape {stored_diff.shape} differs from its "
+                                                              f"data's {stored.shape}")
+            _found(doc, f"{name}/{index}", stored, stored_diff, layer=name)
+            held.add(index)
+        for index in sorted(set(diffs) - held):
+            # Caffe saves a shared parameter's data with its owner only.
+            _stored(h5py, *diffs[index], _raw_path(b"diff", raw, index), doc)
+            shared.append(f"{name}/{index}")
+    if diff_layers:
+        layer = next(iter(diff_layers))
+        raise _error(doc.path, f"/diff/{_text(layer)}", "a diff for a layer that has no group in /data")
+    if shared:
+        doc.meta["shared"] = shared
+
+
+def _found(doc: Document, name: str, data: _Stored, diff: _Stored | None, layer=None) -> None:
+    """Add an entry to the walk's own document (the child): (name, layer, data, diff)."""
+    doc.check_room(data.offset)
+    doc.entries.append((name, layer, data, diff))
+
+
+def _raw_path(top: bytes, layer: bytes, index: int) -> bytes:
+    return b"/%s/%s/%d" % (top, layer, index)
+
+
+def _scalar(doc, h5py, root, top: dict, name: str, kinds: str):
+    """The one value of a solver field (iter, current_step: an integer; learned_net: a string)."""
+    dsid = _member(doc, h5py, root, top, name, group_expected=False)[0]
+    where = f"/{name}"
+    with _At(where):
+        dtype, shape = dsid.dtype, dsid.shape
+        if shape is None or _product(shape) != 1 or dtype.kind not in kinds:
+            expected = "one integer" if kinds == "iu" else "one string"
+            raise _error(doc.path, where, f"holds {dtype} values of shape {shape}; Caffe writes {expected}")
+        if dtype.kind in "SU" and dtype.itemsize > _MAX_STRING:
+            raise _error(doc.path, where, f"a {dtype.itemsize}-byte string; Caffe writes a file name")
+        if dtype.kind == "O" and h5py.check_string_dtype(dtype) is None:
+            raise _error(doc.path, where, f"holds {dtype} values; Caffe writes a string")
+        value = h5py.Dataset(dsid)[()]
+    value = value.reshape(-1)[0] if shape else value
+    if kinds == "iu" and not _INT32[0] <= int(value) <= _INT32[1]:
+        raise _error(doc.path, where, f"{int(value)} does not fit Caffe's {name} (a 32-bit integer)")
+    return value
+
+
+def _read_solverstate(doc: Document, h5py, root) -> None:
+    top = _top(doc, h5py, root, _SOLVER_TOP)
+    doc.meta["iter"] = int(_scalar(doc, h5py, root, top, "iter", "iu"))
+    learned = _scalar(doc, h5py, root, top, "learned_net", "SO")
+    if isinstance(learned, (bytes, np.bytes_)):
+        learned = bytes(learned).split(b"\0", 1)[0][:_MAX_STRING].decode("utf-8", "backslashreplace")
+    if not isinstance(learned, str):
+        raise _error(doc.path, "/learned_net", f"holds {type(learned).__name__}; Caffe writes a string")
+    doc.meta["learned_net"] = _text(learned)
+    doc.meta["current_step"] = int(_scalar(doc, h5py, root, top, "current_step", "iu"))
+    history = _member(doc, h5py, root, top, "history", group_expected=True)
+    for index, dsid, plist, layout, path in _indexed(h5py, history, "/history", doc.path):
+        _found(doc, f"history/{index}", _stored(h5py, dsid, plist, layout, path, b"/history/%d" % index, doc), None)
