@@ -30,7 +30,7 @@ from ..errors import FormatError, UsageError, env_count
 from . import mapped as registry
 from .mapped import _forget, _identity, _lease, _leases, _map_span, _mapped, _unwatch, _watch
 
-__all__ = ["Source", "open_source", "display_name", "cannot", "stream_limit", "STDIO", "STREAM_LIMIT",
+__all__ = ["Source", "BufferFile", "open_source", "display_name", "cannot", "stream_limit", "STDIO", "STREAM_LIMIT",
            "STREAM_LIMIT_VARIABLE"]
 
 
@@ -258,3 +258,53 @@ def _read_stream(stream, name: str) -> Source:
         raise FormatError(f"more than {limit} bytes from a stream (blobtool's limit, "
                           f"{STREAM_LIMIT_VARIABLE} changes it; a file has no limit)", path=name)
     return Source(name, data, len(data))
+
+
+class BufferFile(io.RawIOBase):
+    """A read-only, seekable file over a buffer (an mmap, a bytearray), read without a copy (zipfile, h5py).
+
+    With `release_over`, a read of at least that many bytes lets the mapped
+    pages it copied go back to the kernel (pages.release_pages, inside the
+    call's releasing()): the reader copies them into its own buffers, so
+    keeping them would count those bytes twice.
+    """
+
+    def __init__(self, buf, release_over: int | None = None):
+        super().__init__()
+        self._buf = buf
+        self._view = memoryview(buf).cast("B") if len(buf) else memoryview(b"")
+        self._pos = 0
+        self._release_over = release_over
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: len(self._view)}[whence]
+        if base + offset < 0:
+            raise OSError(22, "Invalid argument")  # what a file says, and what zipfile expects
+        self._pos = base + offset
+        return self._pos
+
+    def readinto(self, out) -> int:
+        n = max(0, min(len(out), len(self._view) - self._pos))
+        out[:n] = self._view[self._pos:self._pos + n]
+        if self._release_over is not None and n >= self._release_over:
+            import numpy as np  # numpy loads only when values are read (start-up)
+
+            from .pages import release_pages
+
+            release_pages(np.frombuffer(self._buf, dtype=np.uint8, count=n, offset=self._pos))
+        self._pos += n
+        return n
+
+    def close(self) -> None:
+        self._view.release()
+        self._buf = None
+        super().close()

@@ -73,7 +73,7 @@ from ..errors import BlobToolError, FormatError, UsageError
 
 __all__ = ["Format", "Output", "FORMATS", "EXTENSIONS", "KINDS", "CONTAINER_KINDS", "OUTPUT_FORMATS", "Entry",
            "Document", "NetLayer", "get_format", "format_by_signature", "sniff", "module", "open_document",
-           "open_documents", "select", "unique_names", "MAX_BLOBS",
+           "open_documents", "select", "unique_names", "MAX_BLOBS", "MAX_NAME", "DEFLATE_MAX_EXPANSION", "PRECISION_TYPES",
            "NAMING_SCHEMES"]
 
 
@@ -136,6 +136,19 @@ OUTPUT_FORMATS = tuple(out.name for fmt in FORMATS for out in fmt.outputs) + ("s
 # 16,384 one-value blobs (0.6 MB) took 1.6 s of CPU for `norm` and 3.3 s for
 # `compare`, past the 1 s + 0.2 s/MB any input may take; 8,192 take half.
 MAX_BLOBS = 1 << 13
+
+# Characters of a layer's (or net's) name, type or learned_net kept, in
+# every format: a longer one is damaged or forged.
+MAX_NAME = 256
+
+# The most a deflate stream expands (1032:1): a compressed .npz member or
+# HDF5 dataset declaring more than that is forged, and refused before it is
+# read.
+DEFLATE_MAX_EXPANSION = 1032
+
+# The little-endian type each write precision (--float, --double, --half)
+# writes values in; numpy dtype strings, so that this registry loads no numpy.
+PRECISION_TYPES = {"float": "<f4", "double": "<f8", "half": "<f2"}
 
 # How a document's blobs can be named: blobtool's own names, or a scheme of
 # formats/naming.py (listed here, so that the command's options need not

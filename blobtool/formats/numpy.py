@@ -38,7 +38,6 @@ is refused before anything is written.
 from __future__ import annotations
 
 import functools
-import io
 import zipfile
 import zlib
 from dataclasses import dataclass
@@ -51,8 +50,8 @@ from .origin import Origin, exact_values, held_dtype
 from .caffe.blobwrite import UnreadValues, precision_for
 from ..errors import BlobToolError, FormatError, UsageError, require_bytes
 from ..engine.kernels import cast_written
-from ..files import Source, atomic_output
-from . import CAST_HINT, MAX_BLOBS, Document, Entry
+from ..files import BufferFile, Source, atomic_output
+from . import CAST_HINT, DEFLATE_MAX_EXPANSION, MAX_BLOBS, PRECISION_TYPES, Document, Entry
 from .npyheader import NPY_HEADER_READ, NPY_MAGIC, NPY_VERSIONS, NpyHeader, parse_npy_header
 
 __all__ = ["sniff", "read", "write", "cast_for", "load_npy", "save_arrays", "iter_blob_arrays",
@@ -63,8 +62,7 @@ __all__ = ["sniff", "read", "write", "cast_for", "load_npy", "save_arrays", "ite
 # arrays by name).
 DIFF_SUFFIX = "/diff"
 # The array dtype each write precision asks for (None: as the blob holds it).
-PRECISION_DTYPES = {None: None, "float": np.dtype(np.float32), "double": np.dtype(np.float64),
-                    "half": np.dtype(np.float16)}
+PRECISION_DTYPES = {None: None, **{name: np.dtype(text) for name, text in PRECISION_TYPES.items()}}
 # Inflated bytes copied at a time from an .npz member into its array.
 _INFLATE_CHUNK = 1 << 22
 
@@ -190,44 +188,13 @@ def pair_diffs(names) -> tuple:
     return blobs, diffs
 
 
-class _BufferFile(io.RawIOBase):
-    """A read-only, seekable file over a buffer (an mmap, a bytearray), so zipfile reads it without a copy."""
-
-    def __init__(self, buf):
-        super().__init__()
-        self._view = memoryview(buf)
-        self._pos = 0
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def tell(self) -> int:
-        return self._pos
-
-    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: len(self._view)}[whence]
-        if base + offset < 0:
-            raise OSError(22, "Invalid argument")  # what a file says, and what zipfile expects
-        self._pos = base + offset
-        return self._pos
-
-    def readinto(self, out) -> int:
-        chunk = self._view[self._pos:self._pos + len(out)]
-        out[:len(chunk)] = chunk
-        self._pos += len(chunk)
-        return len(chunk)
-
-
 # Everything zipfile raises on a damaged archive (a bad CRC, a bad local header,
 # a broken deflate stream, an unknown compression method or zip version ...).
 _ZIP_ERRORS = (zipfile.BadZipFile, zlib.error, EOFError, OSError, ValueError, NotImplementedError,
                RuntimeError, KeyError, OverflowError, UnicodeDecodeError)
-# numpy writes .npz members stored or deflated; deflate expands at most 1032:1,
-# so a member declaring more than that is forged, and is refused before reading.
-_NPZ_MAX_EXPANSION = {zipfile.ZIP_STORED: 1, zipfile.ZIP_DEFLATED: 1032}
+# numpy writes .npz members stored or deflated; a member declaring more than
+# deflate can expand to is forged, and is refused before reading.
+_NPZ_MAX_EXPANSION = {zipfile.ZIP_STORED: 1, zipfile.ZIP_DEFLATED: DEFLATE_MAX_EXPANSION}
 
 
 @dataclass
@@ -252,7 +219,7 @@ def _member_blob(member: _Member, diff: _Member | None, archive, doc_path) -> Bl
 
 def _read_npz(doc: Document, cast) -> None:
     try:
-        archive = zipfile.ZipFile(_BufferFile(doc.source.buf))
+        archive = zipfile.ZipFile(BufferFile(doc.source.buf))
         infos = archive.infolist()
     except _ZIP_ERRORS as exc:
         raise FormatError(f"not a readable .npz (zip) file: {exc}", path=doc.path) from exc

@@ -36,7 +36,7 @@ from .blobproto import BlobRecord, parse_blob, parse_errors
 from .blobwrite import blob_encoded_size, encode_blob_parts, precision_for, resolve_form, write_blob, write_parts
 from ...errors import BlobToolError, FormatError, OutputError, UsageError
 from ...files import atomic_output, display_name
-from .. import MAX_BLOBS, Document, Entry, NetLayer, unique_names
+from .. import MAX_BLOBS, MAX_NAME, Document, Entry, NetLayer, unique_names
 
 __all__ = ["read", "write", "write_new", "write_container", "save_blob", "container_parts", "MAX_LAYERS", "MAX_NAME",
            "V1_TYPE_NAMES", "layer_links", "layer_param_varints", "LAYER_PARAMS"]
@@ -64,10 +64,6 @@ VECTOR_FIELD_NAMES = {1: "blobs"}
 # A net's layers are capped like a file's blobs (formats.MAX_BLOBS): a layer
 # costs about 0.3 KB of bookkeeping.
 MAX_LAYERS = MAX_BLOBS
-
-
-# Characters of a layer's (or net's) name and type kept; see _text.
-MAX_NAME = 256
 
 
 # Caffe's UpgradeV1LayerType: V1 enum values to today's type strings.

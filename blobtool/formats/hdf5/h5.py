@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import io
 import math
 from typing import NamedTuple
 
@@ -16,7 +15,8 @@ import numpy as np
 
 from ...errors import BlobToolError, FormatError, UsageError
 from ... import errors as errors_module
-from ...files import release_pages
+from ...files import BufferFile
+from .. import DEFLATE_MAX_EXPANSION, MAX_NAME
 
 
 # (The signature, "\x89HDF\r\n\x1a\n" at byte 0, 512, 1024, ..., is in the registry: formats.FORMATS.)
@@ -24,16 +24,15 @@ from ...files import release_pages
 EXTRA = "pip install 'blobtool[hdf5]'"
 
 
-# Characters of a layer name or learned_net kept (as formats/caffe/containers.py does for
-# protobuf names): a longer one is damaged or forged.
-_MAX_NAME = 256
+# Characters of a layer name or learned_net kept: formats.MAX_NAME, as for protobuf names.
+_MAX_NAME = MAX_NAME
 
 
 # A dataset read through h5py (chunked, compressed ...) may expand its stored
-# bytes at most as deflate can (1032:1, as for .npz members), plus this much
-# for a dataset never written (its fill value): a forged shape is refused
-# before an array is allocated for it.
-_MAX_EXPANSION = 1032
+# bytes at most as deflate can (as for .npz members), plus this much for a
+# dataset never written (its fill value): a forged shape is refused before an
+# array is allocated for it.
+_MAX_EXPANSION = DEFLATE_MAX_EXPANSION
 
 
 _UNSTORED_BYTES = 1 << 20
@@ -96,49 +95,6 @@ def _error(doc_path, where: str, message: str, offset=None) -> FormatError:
     return FormatError(message, path=doc_path, offset=offset, field=f"HDF5 {where}")
 
 
-class _BufferFile(io.RawIOBase):
-    """A read-only, seekable file over a Source's bytes, for h5py's file-object driver (no copy).
-
-    A large read (a chunk's or a converted dataset's values, never the
-    structure) lets the mapped pages it copied go back to the kernel
-    (source.release_pages, inside the command line's releasing()): h5py
-    copies them into its own buffers, so keeping them would count each such
-    dataset twice.
-    """
-
-    def __init__(self, buf):
-        self._buf = buf
-        self._view = memoryview(buf).cast("B") if len(buf) else memoryview(b"")
-        self._pos = 0
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def readinto(self, b) -> int:
-        n = max(0, min(len(b), len(self._view) - self._pos))
-        b[:n] = self._view[self._pos:self._pos + n]
-        if n >= _RELEASE_READ:
-            release_pages(np.frombuffer(self._buf, dtype=np.uint8, count=n, offset=self._pos))
-        self._pos += n
-        return n
-
-    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: len(self._view)}[whence]
-        self._pos = max(0, base + offset)
-        return self._pos
-
-    def tell(self) -> int:
-        return self._pos
-
-    def close(self) -> None:
-        self._view.release()
-        self._buf = None
-        super().close()
-
-
 @contextlib.contextmanager
 def _opened(source):
     """The HDF5 file in a Source's bytes, open read-only; closed (always) on leaving.
@@ -160,7 +116,7 @@ def _opened(source):
                 fapl.set_file_image(source.buf)
                 f = h5py.File(h5py.h5f.open(b"blobtool-input", h5py.h5f.ACC_RDONLY, fapl=fapl))
             else:
-                stream = _BufferFile(source.buf)
+                stream = BufferFile(source.buf, release_over=_RELEASE_READ)
                 f = h5py.File(stream, "r")
         except H5_ERRORS as exc:
             raise _error(source.name, "/", f"not a readable HDF5 file: {reason(exc)}") from exc

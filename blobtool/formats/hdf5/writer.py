@@ -25,13 +25,13 @@ import numpy as np
 from ..caffe.blobwrite import precision_for, resolve_form, write_parts
 from ...errors import OutputError, UsageError
 from ...files import atomic_output, display_name
-from .. import Document
+from .. import PRECISION_TYPES, Document
 from .h5 import H5_ERRORS, h5py_module, reason
 
 __all__ = ["write_snapshot"]
 
 # The dataset dtype each write precision asks for.
-_TARGET = {"float": np.dtype("<f4"), "double": np.dtype("<f8"), "half": np.dtype("<f2")}
+_TARGET = {name: np.dtype(text) for name, text in PRECISION_TYPES.items()}
 
 
 @dataclass
