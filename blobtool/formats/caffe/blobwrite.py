@@ -27,9 +27,9 @@ from ...files import release_pages
 __all__ = ["encode_blob_parts", "check_layout", "resolve_form", "precision_for", "write_parts", "write_blob",
            "blob_encoded_size", "Unread", "UnreadValues"]
 
-# Payloads at least this large are written straight from the array; smaller
-# conversions (float32 <-> float64) go through buffers of this many elements
-# so that converting never doubles the memory of a large blob.
+# Elements of a payload converted (float32 <-> float64, float16, a
+# transform) and written at a time, whatever the payload's size: converting
+# never doubles the memory of a large blob.
 _WRITE_CHUNK = 1 << 20
 
 
@@ -95,8 +95,9 @@ def encode_blob_parts(blob: Blob, *, precision="float", write_diff: bool = False
                       layout: str = "shape", transforms: dict | None = None, unknown: bytes = b""):
     """The pieces of a BlobProto for `blob`, in field-number order, then `unknown` (fields kept as they were).
 
-    Returns a list whose items are bytes (headers, small fields) or
-    (array, target dtype) pairs for payloads, so callers can stream them.
+    Returns a list whose items are bytes (headers, small fields) or, for
+    payloads, (values, target dtype, transform or None) triples, so callers
+    can stream them (write_parts).
     `precision` is "float" (data/diff), "double" (double_data/double_diff),
     "half" (NVIDIA Caffe's raw_data/raw_diff typed FLOAT16), or a stored
     encoding (Origin.encoding: each side's field and raw type) to write the
@@ -272,7 +273,7 @@ def write_parts(out, parts, following=None) -> None:
 
     Payloads are written in chunks of _WRITE_CHUNK elements: converted to the
     target dtype, passed through the part's transform if it has one, and the
-    input pages behind each written chunk are released (source.release_pages),
+    input pages behind each written chunk are released (files.release_pages),
     so memory stays bounded whatever the file size. Values not read yet
     (UnreadValues) are read when their part is reached and let go once it is
     written, unless the next payload is the same blob's other side (for the
