@@ -16,6 +16,7 @@ from .engine.float16 import half_precisions
 from .formats.caffe.blobwrite import Unread, check_layout
 from .errors import FormatError, UsageError
 from .formats import Document, Entry, module, open_document
+from .formats.origin import Precision
 from .formats.targets import output_target
 from .files import releasing, writes_in_place
 
@@ -142,8 +143,8 @@ def write(doc: Document | None, blobs, dest, *, format: str | None = None, preci
     if writes_in_place(dest):
         _read_unread(doc, entries, blob_list, fmt, kind)
     with releasing() if release else contextlib.nullcontext():
-        module(fmt).write(doc, entries, blob_list, dest, kind=kind, precision=precision, write_diff=write_diff,
-                          layout=layout, transforms=transforms)
+        module(fmt).write(doc, entries, blob_list, dest, kind=kind, precision=Precision.of(precision),
+                          write_diff=write_diff, layout=layout, transforms=transforms)
     return kind
 
 

@@ -73,7 +73,8 @@ from ..errors import BlobToolError, FormatError, UsageError
 
 __all__ = ["Format", "Output", "FORMATS", "EXTENSIONS", "KINDS", "CONTAINER_KINDS", "OUTPUT_FORMATS", "Entry",
            "Document", "NetLayer", "get_format", "format_by_signature", "sniff", "module", "open_document",
-           "open_documents", "select", "unique_names", "MAX_BLOBS", "MAX_NAME", "DEFLATE_MAX_EXPANSION", "PRECISION_TYPES",
+           "open_documents", "select", "unique_names", "MAX_BLOBS", "MAX_NAME", "DEFLATE_MAX_EXPANSION",
+           "PRECISION_TYPES",
            "NAMING_SCHEMES"]
 
 

@@ -46,8 +46,8 @@ import numpy as np
 from numpy.lib import format as npy_format
 
 from ..engine.blob import Blob
-from .origin import Origin, exact_values, held_dtype
-from .caffe.blobwrite import UnreadValues, precision_for
+from .origin import Origin, Precision, exact_values, held_dtype
+from .caffe.blobwrite import UnreadValues
 from ..errors import BlobToolError, FormatError, UsageError, require_bytes
 from ..engine.kernels import cast_written
 from ..files import BufferFile, Source, atomic_output
@@ -392,7 +392,7 @@ def iter_blob_arrays(entries: list, blobs: list, *, with_diff: bool, precision=N
 
 def _blob_array(name: str, blob, which: str, values: np.ndarray, precision, transforms) -> np.ndarray:
     """One side of blob `name` as the array to write, in its shape (iter_blob_arrays)."""
-    target = PRECISION_DTYPES[precision_for(precision, name)]
+    target = PRECISION_DTYPES[Precision.of(precision).for_blob(name)]
     transform = (transforms or {}).get(name, {}).get(which)
     if transform:
         values = transform(values, 0)

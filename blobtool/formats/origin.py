@@ -1,4 +1,4 @@
-"""How a blob was stored in the file it came from: its Origin, the type that holds its values, and writing integers back.
+"""How a blob was stored and how it is written back: its Origin, the type holding its values, the Precision asked for.
 
 The readers of every format record an Origin on the blobs they build, so
 that a re-save keeps the layout, type and encoding unless asked otherwise;
@@ -13,7 +13,7 @@ import numpy as np
 
 from ..errors import UsageError
 
-__all__ = ["Origin", "held_dtype", "exact_values"]
+__all__ = ["Origin", "Precision", "held_dtype", "exact_values"]
 
 
 def exact_values(values: np.ndarray, dtype) -> np.ndarray:
@@ -82,3 +82,35 @@ def held_dtype(stored, data=None) -> np.dtype:
     stored = np.dtype(stored)
     wide = stored.itemsize >= 4 and stored != np.float32
     return np.dtype(np.float64) if wide or (data is not None and np.dtype(data) == np.float64) else np.dtype(np.float32)
+
+
+@dataclass(frozen=True)
+class Precision:
+    """What a write asks blob values to be written in: one precision for every blob, or each blob's own.
+
+    `name` is "float", "double", "half", or None (each blob as it was
+    stored); `per_blob` gives blobs their own ((name, precision), ...: --half
+    keeps a blob float16 cannot hold in float32), a blob not in it keeping
+    its stored form. Made once where a write is asked for (Precision.of);
+    the writers only ask for_blob().
+    """
+
+    name: str | None = None
+    per_blob: tuple | None = None
+
+    @classmethod
+    def of(cls, value) -> "Precision":
+        """A Precision from what a caller gives: None, a precision's name, {blob name: precision}, or a Precision."""
+        if isinstance(value, Precision):
+            return value
+        if isinstance(value, dict):
+            return cls(per_blob=tuple(value.items()))
+        if value is not None and not isinstance(value, str):
+            raise UsageError(f"precision must be 'float', 'double', 'half' or None, got {value!r}")
+        return cls(name=value)
+
+    def for_blob(self, name: str) -> str | None:
+        """The precision blob `name` is written in; None keeps its stored form."""
+        if self.per_blob is None:
+            return self.name
+        return dict(self.per_blob).get(name)

@@ -64,8 +64,8 @@ import numpy as np
 
 from .. import __version__
 from ..engine.blob import MAX_BLOB_AXES, Blob
-from .origin import Origin, held_dtype
-from .caffe.blobwrite import precision_for, resolve_form, write_parts
+from .origin import Origin, Precision, held_dtype
+from .caffe.blobwrite import resolve_form, write_parts
 from ..errors import BlobToolError, FormatError, UsageError, truncated
 from ..files import atomic_output
 from . import CAST_HINT, MAX_BLOBS, Document, Entry
@@ -324,7 +324,7 @@ def _plan(entries: list, blobs: list, precision, write_diff, transforms) -> list
     """(key, shape, values, target dtype, transform) for each tensor to write, in the blobs' order."""
     plan, names = [], []
     for k, (entry, blob) in enumerate(zip(entries, blobs)):
-        asked = precision_for(precision, entry.name)
+        asked = Precision.of(precision).for_blob(entry.name)
         form = resolve_form(blob, precision=asked, write_diff=write_diff, encoded=False)
         fns = (transforms or {}).get(entry.name, {})
         plan.append((entry.name, blob.shape, blob.cpu_data(), _target(blob, form, asked, "data"), fns.get("data")))

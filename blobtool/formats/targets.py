@@ -1,4 +1,4 @@
-"""Which format and kind an output is written as: the --format asked for, the file name's extension, or the input's own."""
+"""Which format and kind an output is written as: the --format asked for, the name's extension, or the input's own."""
 
 from __future__ import annotations
 

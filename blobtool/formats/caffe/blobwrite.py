@@ -24,7 +24,7 @@ from ...engine.kernels import cast_written
 from ...engine.work import report
 from ...files import release_pages
 
-__all__ = ["encode_blob_parts", "check_layout", "resolve_form", "precision_for", "write_parts", "write_blob",
+__all__ = ["encode_blob_parts", "check_layout", "resolve_form", "write_parts", "write_blob",
            "blob_encoded_size", "Unread", "UnreadValues"]
 
 # Elements of a payload converted (float32 <-> float64, float16, a
@@ -91,17 +91,18 @@ class UnreadValues:
             self.unread._blob = None
 
 
-def encode_blob_parts(blob: Blob, *, precision="float", write_diff: bool = False,
-                      layout: str = "shape", transforms: dict | None = None, unknown: bytes = b""):
+def encode_blob_parts(blob: Blob, *, precision: str | None = "float", encoding: tuple | None = None,
+                      write_diff: bool = False, layout: str = "shape", transforms: dict | None = None,
+                      unknown: bytes = b""):
     """The pieces of a BlobProto for `blob`, in field-number order, then `unknown` (fields kept as they were).
 
     Returns a list whose items are bytes (headers, small fields) or, for
     payloads, (values, target dtype, transform or None) triples, so callers
     can stream them (write_parts).
-    `precision` is "float" (data/diff), "double" (double_data/double_diff),
-    "half" (NVIDIA Caffe's raw_data/raw_diff typed FLOAT16), or a stored
-    encoding (Origin.encoding: each side's field and raw type) to write the
-    blob as it was read.
+    `precision` is "float" (data/diff), "double" (double_data/double_diff)
+    or "half" (NVIDIA Caffe's raw_data/raw_diff typed FLOAT16); `encoding`,
+    when given, is a stored encoding instead (Origin.encoding: each side's
+    field and raw type) to write the blob as it was read.
 
     `transforms` may map "data"/"diff" to ``fn(chunk, start) -> array``,
     applied chunk by chunk as the payload is written (how the command line
@@ -110,7 +111,7 @@ def encode_blob_parts(blob: Blob, *, precision="float", write_diff: bool = False
     transforms = transforms or {}
     if layout not in ("shape", "legacy"):
         raise UsageError(f"layout must be 'shape' or 'legacy', got {layout!r}")
-    sides = _side_encodings(precision)
+    sides = _side_encodings(precision, encoding)
     from ..._pb.blobtool_caffe_pb2 import BlobProto  # protobuf loads only where a message's small fields are parsed
 
     # (field number, piece) pairs, sorted by number at the end: protobuf's
@@ -156,12 +157,12 @@ def encode_blob_parts(blob: Blob, *, precision="float", write_diff: bool = False
     return [piece for _, piece in fields] + ([bytes(unknown)] if unknown else [])
 
 
-def _side_encodings(precision) -> tuple:
-    """((field, raw type), (field, raw type)) for data and diff: from a precision's name or a stored encoding."""
-    if isinstance(precision, tuple):
-        data, diff = precision
+def _side_encodings(precision: str | None, encoding: tuple | None) -> tuple:
+    """((field, raw type), (field, raw type)) for data and diff: from a stored encoding, or a precision's name."""
+    if encoding is not None:
+        data, diff = encoding
         if data[0] not in DIFF_OF or (diff is not None and diff[0] not in DIFF_OF.values()):
-            raise UsageError(f"unknown stored encoding {precision!r}")
+            raise UsageError(f"unknown stored encoding {encoding!r}")
         return data, diff if diff is not None else (DIFF_OF[data[0]], data[1])
     if precision not in PRECISIONS:
         raise UsageError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
@@ -196,15 +197,6 @@ def check_layout(blob: Blob, layout: str | None) -> None:
                          f"of shape {tuple(blob.shape)} is {dim}")
 
 
-def precision_for(precision, name: str):
-    """The precision asked for blob `name`: `precision` itself, or its entry when it is a {name: precision} dict.
-
-    A dict gives each blob its own (--half keeps a blob that float16 cannot
-    hold in float32); a name not in it keeps its stored form (None).
-    """
-    return precision.get(name) if isinstance(precision, dict) else precision
-
-
 def resolve_form(blob: Blob, *, precision: str | None = None, write_diff: bool | None = None,
                  layout: str | None = None, encoded: bool = True) -> dict:
     """Fill the Nones in a write request from what the blob came with.
@@ -216,7 +208,8 @@ def resolve_form(blob: Blob, *, precision: str | None = None, write_diff: bool |
     has no BlobProto encodings (`encoded` False: HDF5, safetensors) the
     precision is "float", "double" or "half" as stored, and "double" for
     integers (which float64 holds exactly); the dict then also says the
-    diff's ("diff_precision").
+    diff's ("diff_precision"). For a BlobProto the dict says either a
+    precision or, to keep the stored one, its "encoding" (precision None).
 
     With no precision asked for, a diff stored (or held) wider than its data
     keeps its own width: float data beside a double diff writes data and
@@ -225,15 +218,16 @@ def resolve_form(blob: Blob, *, precision: str | None = None, write_diff: bool |
     """
     origin = blob.origin
     diff_precision = precision
+    encoding = None
     if precision is None:
         data_side, diff_side = _stored_precisions(blob)
         if origin is not None and not encoded:
             precision, diff_precision = data_side, diff_side
         elif origin is not None and origin.encoding:
-            precision = origin.encoding
+            encoding = origin.encoding
         elif diff_side != data_side:
-            precision = ((PRECISION_FIELDS[data_side][0], RAW_TYPE_OF.get(data_side)),
-                         (PRECISION_FIELDS[diff_side][1], RAW_TYPE_OF.get(diff_side)))
+            encoding = ((PRECISION_FIELDS[data_side][0], RAW_TYPE_OF.get(data_side)),
+                        (PRECISION_FIELDS[diff_side][1], RAW_TYPE_OF.get(diff_side)))
         else:
             precision = data_side
     if write_diff is None:
@@ -244,7 +238,9 @@ def resolve_form(blob: Blob, *, precision: str | None = None, write_diff: bool |
             layout = "shape"
     form = {"precision": precision, "write_diff": write_diff, "layout": layout,
             "unknown": origin.unknown if origin else b""}
-    if not encoded:
+    if encoded:
+        form["encoding"] = encoding
+    else:
         form["diff_precision"] = diff_precision
     return form
 
@@ -314,8 +310,9 @@ def _write_values(out, values: np.ndarray, target: np.dtype, transform) -> None:
             release_pages(chunk)
 
 
-def write_blob(out, blob: Blob, *, precision="float", write_diff: bool = False,
-               layout: str = "shape", transforms: dict | None = None, unknown: bytes = b"") -> None:
+def write_blob(out, blob: Blob, *, precision: str | None = "float", encoding: tuple | None = None,
+               write_diff: bool = False, layout: str = "shape", transforms: dict | None = None,
+               unknown: bytes = b"") -> None:
     """Write `blob` as one BlobProto to the binary file object `out` (see encode_blob_parts)."""
-    write_parts(out, encode_blob_parts(blob, precision=precision, write_diff=write_diff, layout=layout,
-                                       transforms=transforms, unknown=unknown))
+    write_parts(out, encode_blob_parts(blob, precision=precision, encoding=encoding, write_diff=write_diff,
+                                       layout=layout, transforms=transforms, unknown=unknown))

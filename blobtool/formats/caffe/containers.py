@@ -33,7 +33,8 @@ import numpy as np
 
 from . import wire
 from .blobproto import BlobRecord, parse_blob, parse_errors
-from .blobwrite import blob_encoded_size, encode_blob_parts, precision_for, resolve_form, write_blob, write_parts
+from ..origin import Precision
+from .blobwrite import blob_encoded_size, encode_blob_parts, resolve_form, write_blob, write_parts
 from ...errors import BlobToolError, FormatError, OutputError, UsageError
 from ...files import atomic_output, display_name
 from .. import MAX_BLOBS, MAX_NAME, Document, Entry, NetLayer, unique_names
@@ -329,8 +330,9 @@ def write_container(doc: Document, blobs: dict, dest, *, precision=None, write_d
     blob names to {"data"|"diff": fn(chunk, start)} applied while writing.
     """
     replacements = {}
+    precision = Precision.of(precision)
     for name, blob in blobs.items():
-        form = resolve_form(blob, precision=precision_for(precision, name), write_diff=write_diff, layout=layout)
+        form = resolve_form(blob, precision=precision.for_blob(name), write_diff=write_diff, layout=layout)
         replacements[name] = encode_blob_parts(blob, transforms=(transforms or {}).get(name), **form)
     if doc.kind == "blob":
         parts = next(iter(replacements.values()))
@@ -353,9 +355,8 @@ def write(doc: Document | None, entries: list, blobs: list, dest, *, kind: str, 
         if len(blobs) != 1:
             raise UsageError(f"a blob file holds one blob; {len(blobs)} selected (choose one with --blob, "
                              "or write .npz)")
-        save_blob(blobs[0], dest, precision=precision_for(precision, entries[0].name), write_diff=write_diff,
-                  layout=layout,
-                  transforms=transforms.get(entries[0].name))
+        save_blob(blobs[0], dest, precision=Precision.of(precision).for_blob(entries[0].name),
+                  write_diff=write_diff, layout=layout, transforms=transforms.get(entries[0].name))
         return
     if doc is None or doc.kind != kind:
         raise UsageError(f"a {kind} file is written only from a {kind} input (its other fields come from it)")
@@ -394,7 +395,7 @@ def write_new(doc: Document, entries: list, blobs: list, dest, *, precision=None
     def blob_field(number: int, entry, blob, selected: bool) -> list:
         if not selected:  # as stored
             return field(number, encode_blob_parts(blob, **resolve_form(blob)))
-        form = resolve_form(blob, precision=precision_for(precision, entry.name), write_diff=write_diff,
+        form = resolve_form(blob, precision=Precision.of(precision).for_blob(entry.name), write_diff=write_diff,
                             layout=layout)
         return field(number, encode_blob_parts(blob, transforms=transforms.get(entry.name), **form))
 

@@ -22,7 +22,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..caffe.blobwrite import precision_for, resolve_form, write_parts
+from ..origin import Precision
+from ..caffe.blobwrite import resolve_form, write_parts
 from ...errors import OutputError, UsageError
 from ...files import atomic_output, display_name
 from .. import PRECISION_TYPES, Document
@@ -68,7 +69,7 @@ def write_snapshot(doc: Document | None, entries: list, blobs: list, dest, *, ki
         group, index = _place(entry.name, kind)
         if blob.num_axes == 0:
             raise UsageError(f"blob {entry.name!r} has no axes (a scalar); Caffe's HDF5 datasets have 1 to 32")
-        form = resolve_form(blob, precision=precision_for(precision, entry.name), write_diff=write_diff,
+        form = resolve_form(blob, precision=Precision.of(precision).for_blob(entry.name), write_diff=write_diff,
                             layout="shape", encoded=False) \
             if selected else resolve_form(blob, layout="shape", encoded=False)
         target = _TARGET[form["precision"]]
