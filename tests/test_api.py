@@ -207,3 +207,15 @@ def test_a_call_s_work_settings_stay_with_it_and_its_threads(tmp_path, monkeypat
     assert sum(seen) == x.nbytes  # the kernels' own threads reported to this call's progress
     assert elsewhere == [work.Work()]
     assert work.current() == work.Work()
+
+
+def test_a_precision_is_read_once_where_a_write_is_asked_for(tmp_path):
+    from blobtool.formats.origin import Precision
+
+    assert Precision.of("double").for_blob("any") == "double"
+    each = Precision.of({"a": "half", "b": None})
+    assert (each.for_blob("a"), each.for_blob("b"), each.for_blob("c")) == ("half", None, None)
+    assert Precision.of(each) is each
+    with pytest.raises(BlobToolError, match="precision must be"):
+        write(None, {"x": Blob(2)}, str(tmp_path / "x.npz"), precision=("data", None))
+    assert not (tmp_path / "x.npz").exists()
