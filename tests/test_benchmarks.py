@@ -7,9 +7,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.slow
 def test_harness_smoke_run_writes_its_table(tmp_path):
     out = tmp_path / "RESULTS.md"
     res = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "run.py"), "--smoke", "--reps", "1",

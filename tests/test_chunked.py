@@ -378,6 +378,7 @@ def _peak_rss_run(tmp_path, *args):
     return res, int(report.read_text())
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="peak RSS is read from /proc (Linux)")
 def test_norm_stats_and_compare_release_the_pages_they_read(tmp_path):
     count = 48 << 20  # 192 MiB of float32: well above what the commands may keep

@@ -502,6 +502,7 @@ def encoded_blobs(draw) -> Encoded:
     return Encoded(b"".join(c.buf for c in chunks), raw, description)
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(encoded_blobs())
 def test_load_agrees_with_protobuf(encoded):

@@ -34,6 +34,9 @@ from blobtool.formats.caffe import MAX_LAYERS
 from builders import blob_bytes, npy_bytes, npy_header_bytes, ternary_fork_fields
 from runner import run_blobtool
 
+# Fuzzing: long (a minute and more in all); `pytest -m "not slow"` leaves it out, CI runs it.
+pytestmark = pytest.mark.slow
+
 EXAMPLES = int(os.environ.get("BLOBTOOL_FUZZ_EXAMPLES", "300"))
 SEEDS = fc.generated_seeds()
 SEED_IDS = [s.name for s in SEEDS]

@@ -921,6 +921,7 @@ def _threes_made_twos(tmp_path) -> list:
     return found
 
 
+@pytest.mark.slow
 def test_hdf5_crashing_on_damaged_metadata_is_exit_3(tmp_path):
     flipped = _threes_made_twos(tmp_path)
     crashing = [path for path, code in flipped if code == -11]
@@ -1106,6 +1107,7 @@ def test_damaged_values_stop_a_convert_to_standard_output_before_its_first_byte(
         lines = result.stderr.decode().splitlines()
         assert len(lines) == 1 and "HDF5 /data/l1/0: unreadable values" in lines[0], lines
 
+@pytest.mark.slow
 def test_hdf5_looping_on_damaged_metadata_is_exit_3_in_bounded_time(tmp_path):
     """A global heap object whose size runs past its collection: HDF5 loops forever opening the dataset
     (h5py too); blobtool stops its child after BLOBTOOL_HDF5_SECONDS and exits 3 with one line."""

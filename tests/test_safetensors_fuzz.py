@@ -18,6 +18,9 @@ from blobtool.formats import open_document
 from stcases import header_length, mutate, seeds, st_layout
 from test_fuzz import FUZZ_SETTINGS, hypothesis_picker
 
+# Fuzzing: long (a minute and more in all); `pytest -m "not slow"` leaves it out, CI runs it.
+pytestmark = pytest.mark.slow
+
 SEEDS = seeds()
 
 
