@@ -48,6 +48,38 @@ def test_set_backend_returns_previous_and_fixtures_restore_it():
     assert set_backend(None) is outer
 
 
+def test_the_device_belongs_to_the_thread_that_chose_it():
+    # Not a process-wide mode: another thread of the same process keeps the host, and a with
+    # block of blobtool.engine.work ends a choice made inside it.
+    import threading
+
+    from blobtool.engine import work
+
+    seen = []
+    chosen, elsewhere_ready = threading.Event(), threading.Event()
+
+    def other():
+        chosen.wait(10)
+        seen.append(get_backend())
+        try:
+            SyncedMemory(4).gpu_data()
+        except DeviceError:  # its memory has no device to go to
+            seen.append("host only")
+        elsewhere_ready.set()
+
+    thread = threading.Thread(target=other)
+    thread.start()
+    backend = fakegpu.FakeBackend()
+    with work.using():
+        set_backend(backend)
+        chosen.set()
+        elsewhere_ready.wait(10)
+        assert get_backend() is backend
+    thread.join()
+    assert seen == [None, "host only"]
+    assert get_backend() is None
+
+
 # -- host side: Caffe's CPU cases ----------------------------------------------
 
 

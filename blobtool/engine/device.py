@@ -14,7 +14,7 @@ import numpy as np
 
 from ..errors import DeviceError
 from .syncedmem import get_backend, set_backend
-from .work import current, report
+from . import work
 
 __all__ = ["use", "current", "list_devices", "CupyBackend", "Streamer", "StreamedNorms", "INSTALL_HINT",
            "STREAM_CHUNK"]
@@ -310,7 +310,7 @@ class Streamer:
 
     def asum_sumsq(self, arrays) -> list[tuple[float, float]]:
         """(asum, sumsq) of each host array, all streamed through one pipeline; one wait at the end."""
-        pages = current().pages if self._release else None  # a mapped input's, for a call that reads it once
+        pages = work.current().pages if self._release else None  # a mapped input's, for a call that reads it once
         backend = self._backend
         cp = backend.cp
         flats = [np.ascontiguousarray(a).reshape(-1) for a in arrays]
@@ -335,7 +335,7 @@ class Streamer:
                     copied[k].synchronize()  # staging[k] is free once its last copy is done
                 staging = self._staging[k][:nbytes].view(flat.dtype)
                 np.copyto(staging, flat[start:start + m])
-                report(nbytes)  # read from the input: the progress display counts it
+                work.report(nbytes)  # read from the input: the progress display counts it
                 if pages is not None:
                     pages.release(flat[start:start + m])
                 stream = self._streams[k]

@@ -26,6 +26,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from ..errors import DeviceError, UsageError
+from .work import current, set_device
 
 __all__ = ["SyncedHead", "SyncedMemory", "DeviceBackend", "get_backend", "set_backend"]
 
@@ -81,40 +82,44 @@ class DeviceBackend(Protocol):
         """y += alpha * x in place, on the device."""
 
 
-# The backend used for new device allocations, set when a GPU is selected
-# (Caffe keeps the same thing in Caffe::mode() and the current device).
-_backend = None
+# The backend used for new device allocations is the call's (its Work's
+# `device`), set when a GPU is selected: Caffe keeps the same thing in
+# Caffe::mode() and the current device, per thread; here it belongs to the
+# thread, or the with block, that selected it (blobtool.engine.work).
 
 
 def set_backend(backend: DeviceBackend | None):
-    """Make `backend` the device side of SyncedMemory (None: host only).
+    """Make `backend` the device side of SyncedMemory for this thread's calls from now on (None: host only).
 
-    Returns the previous backend, so that callers can restore it.
+    Returns the previous backend, so that callers can restore it. Inside a
+    ``with work.using(...)`` block the choice ends with the block.
     """
-    global _backend
-    previous, _backend = _backend, backend
+    previous = current().device
+    set_device(backend)
     return previous
 
 
 def get_backend():
-    """The device backend in use, or None when no GPU was selected."""
-    return _backend
+    """The device backend of this call, or None when no GPU was selected."""
+    return current().device
 
 
 def _require_backend(what: str):
-    if _backend is None:
+    backend = current().device
+    if backend is None:
         raise DeviceError(
             f"{what} needs a GPU, and none was selected: install blobtool's CUDA extra "
             "and pass --device N (or call blobtool.device.use(N))"
         )
-    return _backend
+    return backend
 
 
 def _host_zeros(size: int) -> np.ndarray:
     # Caffe's CaffeMallocHost: pinned memory once a GPU is in use, so that
     # host-device copies run at full speed; plain memory otherwise.
-    if _backend is not None:
-        return _backend.host_zeros(size)
+    backend = current().device
+    if backend is not None:
+        return backend.host_zeros(size)
     return np.zeros(size, dtype=np.uint8)
 
 

@@ -20,7 +20,7 @@ import dataclasses
 import threading
 from typing import Callable
 
-__all__ = ["Work", "current", "using", "report", "report_locked", "in_thread"]
+__all__ = ["Work", "current", "using", "set_device", "report", "report_locked", "in_thread"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -31,11 +31,14 @@ class Work:
     their file and their pages let go once worked through (blobtool.files.PAGES, which
     source.releasing() sets); None keeps them mapped and resident (values read again cost nothing).
     An object with file_behind(view), read(fd, offset, into) and release(view).
+    device: the backend new device memory goes to (blobtool.engine.syncedmem.set_backend,
+    device.use), or None: host only.
     """
 
     threads: int = 1
     progress: Callable[[int], None] | None = None
     pages: object = None
+    device: object = None
 
 
 _current: contextvars.ContextVar = contextvars.ContextVar("blobtool_work", default=Work())
@@ -59,6 +62,11 @@ def using(**changes):
         yield _current.get()
     finally:
         _current.reset(token)
+
+
+def set_device(backend) -> None:
+    """This thread's calls use `backend` for device memory from now on (until the with block it is in ends)."""
+    _current.set(dataclasses.replace(_current.get(), device=backend))
 
 
 def report(nbytes: int) -> None:
