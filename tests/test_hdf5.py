@@ -23,9 +23,9 @@ import blobtool
 from blobtool._pb import blobtool_caffe_pb2 as pb
 from blobtool.errors import FormatError, UsageError
 from blobtool.formats import get_format, open_document
-from builders import (Layer, blob_proto, h5_bytes, h5_net_bytes, h5_solverstate_bytes, h5_string, write_h5,
-                      write_net, write_solverstate)
-from runner import BLOBTOOL, REPO, invoke, one_json, run_blobtool, run_pipeline, subprocess_env
+from builders import (Layer, blob_proto, h5_bytes, h5_net_bytes, h5_solverstate_bytes, h5_string, signed_values,
+                      write_h5, write_net, write_solverstate)
+from runner import BLOBTOOL, REPO, assert_error, invoke, ok, one_json, run_blobtool, run_pipeline, subprocess_env
 
 h5py = pytest.importorskip("h5py", reason="h5py (the hdf5 extra) is not installed")
 
@@ -40,24 +40,7 @@ def _fresh_rng():
 
 
 def values(shape, dtype=np.float32) -> np.ndarray:
-    n = int(np.prod(shape, dtype=np.int64))
-    return (RNG.standard_normal(n) * 3 + 0.1).astype(dtype).reshape(shape)
-
-
-def ok(*args):
-    result = invoke(*args)
-    assert result.exit_code == 0, (args, result.exit_code, result.stdout, result.stderr)
-    return result
-
-
-def assert_error(result, code: int, *fragments) -> str:
-    assert result.exit_code == code, (result.exit_code, result.stdout, result.stderr)
-    lines = result.stderr.splitlines()
-    assert len(lines) == 1 and lines[0].startswith("blobtool: "), result.stderr
-    assert "Traceback" not in result.stderr
-    for fragment in fragments:
-        assert fragment in lines[0], (fragment, lines[0])
-    return lines[0]
+    return signed_values(RNG, shape, dtype)
 
 
 def h5_tree(path) -> dict:

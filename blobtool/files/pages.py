@@ -110,8 +110,10 @@ def read_mapped(fd: int, offset: int, into) -> None:
         except OSError as exc:
             raise FormatError(f"cannot read: {exc.strerror or exc}", path=_name_of(fd)) from exc
         if n == 0:
-            raise FormatError(f"changed while it was read: it ends at byte {offset + done}, before the "
+            err = FormatError(f"changed while it was read: it ends at byte {offset + done}, before the "
                               f"{len(view)} bytes wanted from byte {offset}", path=_name_of(fd))
+            err.offset = offset + done  # where the message says it ends
+            raise err
         done += n
     if fd in _watched:  # not leased: look for writers here too (about 2 us a read)
         check_inputs()

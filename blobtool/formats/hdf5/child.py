@@ -18,7 +18,7 @@ import time
 import traceback
 import warnings
 
-from ...errors import FormatError, UsageError
+from ...errors import FormatError, env_count
 from .h5 import _SECONDS_VARIABLE, h5py_module
 from . import walk
 
@@ -133,13 +133,7 @@ def _write_all(fd: int, view) -> None:
 
 def _seconds(nbytes: int) -> int:
     """How long a child may take: _SECONDS (or the environment's), and a second more per 16 MiB to read."""
-    value = os.environ.get(_SECONDS_VARIABLE)
-    if value is None:
-        return _SECONDS + nbytes // (16 << 20)
-    if not (value.strip().isascii() and value.strip().isdigit() and int(value) > 0):
-        raise UsageError(f"environment variable {_SECONDS_VARIABLE}={value!r} is not a number of seconds: "
-                         "expected a whole number >= 1")
-    return int(value) + nbytes // (16 << 20)
+    return env_count(_SECONDS_VARIABLE, _SECONDS, "a number of seconds", minimum=1) + nbytes // (16 << 20)
 
 
 def _answers(pid: int, fd: int, seconds: int) -> tuple:
