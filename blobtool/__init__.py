@@ -32,7 +32,7 @@ __all__ = ["Blob", "BlobToolError", "ExitCode", "SyncedHead", "SyncedMemory", "l
 
 
 # Modules a script reaches as blobtool.NAME (from blobtool import work) without importing them first.
-_SUBMODULES = {"work": "engine.work", "files": "files", "kernels": "engine.kernels"}
+_SUBMODULES = {"work": "engine.work", "files": "files", "kernels": "engine.kernels", "device": "engine.device"}
 
 
 def __getattr__(name):
