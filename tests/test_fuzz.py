@@ -190,11 +190,12 @@ def test_the_harness_catches_shared_names_and_lossy_rewrites(monkeypatch):
     monkeypatch.undo()
     # A rewrite that drops the unknown fields inside a blob, or writes integers as float32.
     real = blobtool.formats.caffe.blobwrite.resolve_form
-    monkeypatch.setattr(blobtool.formats.caffe.containers, "resolve_form", lambda *a, **k: {**real(*a, **k), "unknown": b""})
+    monkeypatch.setattr(blobtool.formats.caffe.containers, "resolve_form",
+                        lambda *a, **k: {**real(*a, **k), "unknown": b""})
     with pytest.raises(fc.FuzzFailure, match="lost unknown fields"):
         fc.check_rewrite(seeds["blob_unknown"].data)
     monkeypatch.setattr(blobtool.formats.caffe.containers, "resolve_form",
-                        lambda *a, **k: {**real(*a, **k), "precision": "float"})
+                        lambda *a, **k: {**real(*a, **k), "precision": "float", "encoding": None})
     with pytest.raises(fc.FuzzFailure, match="changed"):
         fc.check_rewrite(seeds["vector_unknown"].data)
 
