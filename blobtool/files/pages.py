@@ -62,6 +62,8 @@ def release_pages(view) -> None:
 
 
 def _release(view) -> None:
+    if view.nbytes < mmap.PAGESIZE:  # holds no whole page: nothing to drop (most blobs of a net)
+        return
     found = _mapping_of(view) if hasattr(mmap, "MADV_DONTNEED") else None
     if found is None or view.size == 0:
         return
