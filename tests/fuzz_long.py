@@ -15,6 +15,12 @@ each real Caffe file in
 ../shared/realworld (when present). Without it, fuzzcases' mutations are
 applied at random to the seeds and the whole real files.
 
+It runs with any Python 3.10+: where that one lacks blobtool's dependencies
+or the test oracles (protobuf, rich, h5py, safetensors ...), it makes once a
+virtual environment in ~/.cache/blobtool that sees the interpreter's own
+packages, has pip install what is missing there (pyproject.toml's
+versions), and runs in it; it says so in one line first.
+
 Every input goes through fuzzcases.check_case, sniffed and forced to one kind:
 anything but BlobToolError, a warning, over 1 s, or allocations over 8x the
 input + 1 MiB is a failure. The random engine saves failing inputs in
@@ -38,6 +44,64 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 if (HERE.parent / "blobtool" / "__init__.py").is_file():
     sys.path.insert(1, str(HERE.parent))
+
+# What the run imports: blobtool's own dependencies and the test extra's oracles (pyproject.toml).
+_NEEDED = {"numpy": "numpy", "google.protobuf": "protobuf", "click": "click", "rich": "rich",
+           "hypothesis": "hypothesis", "h5py": "h5py", "safetensors": "safetensors"}
+_ENV_MARK = "BLOBTOOL_FUZZ_ENV"  # set in the environment the run prepared for itself
+
+
+def _missing() -> list:
+    import importlib.util
+
+    found = []
+    for module, package in _NEEDED.items():
+        try:
+            present = importlib.util.find_spec(module) is not None
+        except ModuleNotFoundError:  # a parent package (google) is missing
+            present = False
+        if not present:
+            found.append(package)
+    return found
+
+
+def _run_where_the_dependencies_are(argv) -> None:
+    """Where this interpreter lacks some of them: make (once) a virtual environment beside it that has
+    them, with the interpreter's own packages visible, and run there instead (never returns)."""
+    import os
+    import subprocess
+    import venv
+
+    missing = _missing()
+    if not missing or os.environ.get(_ENV_MARK):
+        return
+    home = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "blobtool"
+    env = home / f"fuzz-env-py{sys.version_info[0]}.{sys.version_info[1]}"
+    python = env / "bin" / "python"
+    print(f"fuzz_long: this Python lacks {', '.join(missing)}: running in {env}, where pip installs them "
+          "(once)", file=sys.stderr, flush=True)
+    if not python.exists():
+        venv.EnvBuilder(system_site_packages=True, with_pip=True).create(env)
+    specs = _requirements(missing)
+    subprocess.run([str(python), "-m", "pip", "install", "-q", *specs], check=True)
+    os.environ[_ENV_MARK] = "1"
+    os.execv(str(python), [str(python), str(Path(__file__).resolve()), *(sys.argv[1:] if argv is None else argv)])
+
+
+def _requirements(packages: list) -> list:
+    """The version specifiers pyproject.toml gives `packages` (the names alone where it has none)."""
+    import re
+
+    try:
+        import tomllib
+
+        project = tomllib.loads((HERE.parent / "pyproject.toml").read_text())["project"]
+        specs = [*project["dependencies"], *project["optional-dependencies"]["test"]]
+    except (ImportError, OSError, KeyError):
+        specs = []
+    by_name = {re.split(r"[<>=!~ \[]", spec, maxsplit=1)[0].lower(): spec for spec in specs}
+    return [by_name.get(package, package) for package in packages]
+
 
 REALWORLD = HERE.parents[1] / "shared" / "realworld"
 # Kinds an input may be forced to (one per input, chosen from its last byte).
@@ -195,6 +259,7 @@ def main(argv=None) -> int:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--max-len", type=int, default=65536 + 4096, help="atheris: largest input in bytes")
     args = parser.parse_args(argv)
+    _run_where_the_dependencies_are(argv)
     args.workdir.mkdir(parents=True, exist_ok=True)
     engine = args.engine
     if engine == "auto":
