@@ -78,6 +78,21 @@ def assert_error(result, code: int, *fragments, warnings: bool = False) -> str:
     return lines[0]
 
 
+def rich_text(renderer, record: dict, width: int, *, terminal: bool = False) -> str:
+    """What `renderer(console, record)` prints on a rich console `width` columns wide, colour off to read
+    the text: off a terminal as blobtool's own console is there (markup, emoji and highlighting off), or
+    on one (`terminal`)."""
+    import io
+
+    from rich.console import Console
+
+    out = io.StringIO()
+    console = Console(file=out, width=width, markup=False, emoji=False, highlight=False, force_terminal=terminal,
+                      color_system=None)
+    renderer(console, record)
+    return out.getvalue()
+
+
 def json_lines(result) -> list:
     return [json.loads(line) for line in result.stdout.splitlines()]
 

@@ -25,7 +25,7 @@ from blobtool._pb.blobtool_caffe_pb2 import NetParameter
 from blobtool.report import tables as render
 from blobtool.report import text as layout
 from builders import Layer, write_net
-from runner import run_blobtool, subprocess_env
+from runner import rich_text, run_blobtool, subprocess_env
 
 # Printable ASCII, with the characters rich markup and emoji codes would eat.
 ASCII = st.from_regex(r"([!-~]([ -~]{0,28}[!-~])?)?", fullmatch=True)
@@ -35,15 +35,6 @@ PATH = st.from_regex(r"[!-~]([ -~]{0,40}[!-~])?", fullmatch=True)
 WIDTHS = st.one_of(st.integers(20, 220), st.integers(120, 220), st.just(160))
 NUMBERS = st.one_of(st.none(), st.floats(allow_nan=True, allow_infinity=True), st.integers(0, 10 ** 12))
 SHAPES = st.lists(st.integers(0, 10 ** 6), max_size=5)
-
-
-def rich_text(renderer, record: dict, width: int) -> str:
-    """What blobtool's rich console prints off a terminal (markup, emoji and highlighting off)."""
-    out = io.StringIO()
-    console = Console(file=out, width=width, markup=False, emoji=False, highlight=False, force_terminal=False,
-                      color_system=None)
-    renderer(console, record)
-    return out.getvalue()
 
 
 def natural_width(renderer, record: dict) -> int:

@@ -24,7 +24,7 @@ from rich.cells import cell_len
 
 from blobtool.report.text import compare_rows, fmt_bytes, fmt_num, fmt_shape
 from builders import Layer, blob_proto, write_net
-from runner import blobtool_cmd, one_json, run_blobtool, subprocess_env
+from runner import blobtool_cmd, one_json, rich_text, run_blobtool, subprocess_env
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")
 
@@ -471,19 +471,6 @@ def test_real_resnet_torch_names_whole_at_80_and_100_columns(realworld, columns)
         assert f"not shown at {columns} columns: type, done (--json has them)" in out
 
 
-def _rich_terminal(render, record: dict, width: int) -> str:
-    """What a terminal `width` columns wide shows (rich, colour off to read the text)."""
-    import io
-
-    from rich.console import Console
-
-    out = io.StringIO()
-    console = Console(file=out, width=width, force_terminal=True, color_system=None, markup=False, emoji=False,
-                      highlight=False)
-    render(console, record)
-    return out.getvalue()
-
-
 @pytest.mark.parametrize("width", [60, 80, 100, 160])
 def test_on_a_simulated_terminal_nothing_is_cut(long_net, width):
     from blobtool.report import mapping, tables
@@ -498,7 +485,7 @@ def test_on_a_simulated_terminal_nothing_is_cut(long_net, width):
                     json.loads(run_blobtool("info", "--names", "torch", "--json", path, text=True).stdout)),
     }
     for what, (render, record) in records.items():
-        out = _rich_terminal(render, record, width)
+        out = rich_text(render, record, width, terminal=True)
         assert "…" not in out, what
         table = [line for line in out.splitlines() if line.startswith(" ")]
         assert all(cell_len(line) <= width for line in table), (what, table)
@@ -507,7 +494,7 @@ def test_on_a_simulated_terminal_nothing_is_cut(long_net, width):
             listed = [cells[0] for cells, _ in compare_rows(record)]
         assert _folded(out, "blob", names) == "".join(listed), what
     # info's numbers whole: the shapes and counts.
-    out = _rich_terminal(*records["info"], width)
+    out = rich_text(*records["info"], width, terminal=True)
     for blob in records["info"][1]["blobs"]:
         assert fmt_shape(blob["shape"]) in out
 
@@ -518,7 +505,7 @@ def test_on_a_terminal_too_narrow_to_fold_the_table_is_drawn_wider():
     record = {"path": "n.pb", "kind": "blob", "bytes": 1,
               "blobs": [{"name": "a_name_of_thirty_characters_xx", "shape": [10 ** 6] * 6, "layout": "shape",
                          "dtype": "float32", "count": 10 ** 36, "bytes": 4, "has_diff": False}]}
-    out = _rich_terminal(tables.render_info, record, 30)
+    out = rich_text(tables.render_info, record, 30, terminal=True)
     assert "…" not in out
     (row,) = [line for line in out.splitlines() if "a_name_of_thirty_characters_xx" in line]
     assert fmt_shape(record["blobs"][0]["shape"]) in row and fmt_num(10 ** 36) in row

@@ -320,7 +320,7 @@ def test_resnet_batchnorm_pairs_load_into_pytorch(realworld, tmp_path):
 
 
 def test_the_plain_mapping_table_is_what_rich_prints(tmp_path):
-    from test_report_text import rich_text
+    from runner import rich_text
 
     from blobtool.report.mapping import mapping_record, plain_mapping, render_mapping
 
