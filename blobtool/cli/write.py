@@ -6,7 +6,7 @@ import click
 
 from ..errors import FormatError
 from .group import CONTEXT_SETTINGS
-from .names import names_options, renamed, warn_all
+from .names import check_names, names_options, renamed, warn_all
 from .options import INPUT, blob_option, device_option, kind_option, output_options, output_target
 from .output import progress
 from .work import load_selected, use_device
@@ -245,7 +245,7 @@ def update(file, output, fmt, device, patterns, kind):
 @blob_option
 @kind_option
 @names_options
-def convert(file, output, fmt, precision, half_strict, layout, no_diff, device, patterns, kind, names, no_fold):
+def convert(file, output, fmt, precision, half_strict, layout, no_diff, device, patterns, kind, names, no_fold, net):
     """Re-save blobs with Caffe's ToProto meaning: as the same kind, a blob file, .npy, .npz, .safetensors or HDF5.
 
     Keeps each blob's dtype, layout and diff unless told otherwise. A .caffemodel,
@@ -254,7 +254,8 @@ def convert(file, output, fmt, precision, half_strict, layout, no_diff, device, 
     extracts one blob. .npy input becomes a blob (float16 or integer arrays need
     --float or --double; pickles are never loaded). .npy output holds the data
     array; .npz and .safetensors hold every blob by name and its diff under "<name>/diff".
-    --names torch names a .caffemodel's blobs as PyTorch does (see info --names torch).
+    --names torch names a .caffemodel's blobs as PyTorch does (see info --names torch);
+    an HDF5 snapshot's with --net and the matching .caffemodel.
     Caffe's HDF5 snapshots (.caffemodel.h5, .solverstate.h5; needs blobtool[hdf5])
     convert both ways: -o x.h5 writes Caffe's HDF5 layout, -o x.caffemodel or
     -o x.solverstate the protobuf form. HDF5 holds no layer types or parameters, so an
@@ -280,11 +281,12 @@ def convert(file, output, fmt, precision, half_strict, layout, no_diff, device, 
         if precision not in (None, "half"):
             raise click.UsageError(f"--half-strict writes float16; it cannot be combined with --{precision}")
         precision = "half"
+    check_names(names, net)
     output = output_target(output)
     npy_cast = cast_for(precision)
     doc, entries, blobs = load_selected(file, kind, patterns, npy_cast=npy_cast, to_write=True)
     if names == "torch":
-        result = renamed(doc, entries, not no_fold)
+        result = renamed(doc, entries, not no_fold, net)
         if result.dropped_diffs and not no_diff:
             warn_all([f"{doc.path}: --names torch writes no diffs (a PyTorch state_dict holds none): "
                       f"{result.dropped_diffs} blobs' diffs left out"])
