@@ -98,7 +98,7 @@ def _chosen(doc, name, names, fold, net) -> list:
 
 
 def _draw(doc, entry, data, channel, index, width, output, image_module) -> None:
-    from ..report.pictures import MAX_PIXELS, PNG_MIN_SIZE, TERMINAL_MIN_SIZE, TERMINAL_MAX_PIXELS, view
+    from ..report.pictures import MAX_PIXELS, PNG_HEAT_SIZE, PNG_MIN_SIZE, TERMINAL_MIN_SIZE, TERMINAL_MAX_PIXELS, view
     from ..report.tables import render_picture
 
     def picture_of(**bounds):
@@ -115,9 +115,11 @@ def _draw(doc, entry, data, channel, index, width, output, image_module) -> None
         return
     from ..files import atomic_output
 
-    picture = picture_of(min_size=PNG_MIN_SIZE, max_pixels=MAX_PIXELS)
+    from ..report.legend import png_pixels
+
+    picture = picture_of(min_size=PNG_MIN_SIZE, max_pixels=MAX_PIXELS, heat_size=PNG_HEAT_SIZE)
     with atomic_output(output) as f:
-        image_module.fromarray(picture.rgb).save(f, format="PNG")
+        image_module.fromarray(png_pixels(picture)).save(f, format="PNG")
     for line in picture.limits:
         say_warning(f"{doc.path}: blob {entry.name}: {line}")
 
