@@ -141,3 +141,19 @@ def test_other_pictures_are_written_as_they_are(tmp_path):
     # The terminal view keeps its own enlargement (TERMINAL_MIN_SIZE), not the PNG's.
     plane = view(RNG.standard_normal((2, 2)), min_size=10, max_pixels=1 << 18)
     assert plane.rgb.shape == (10, 10, 3)
+
+
+DOCS = __import__("pathlib").Path(__file__).resolve().parents[1] / "docs"
+# The pictures of docs/pictures.md and the commands that make them (from ../shared/realworld).
+DOC_PICTURES = {"lenet_conv1.png": ("lenet_iter_10000.caffemodel", "--blob", "conv1/0"),
+                "imagenet_mean.png": ("imagenet_mean.binaryproto",),
+                "lenet_ip2.png": ("lenet_iter_10000.caffemodel", "--names", "torch", "--blob", "ip2.weight")}
+
+
+@pytest.mark.parametrize("name", DOC_PICTURES)
+def test_the_pictures_in_the_docs_are_what_show_makes(realworld, tmp_path, name):
+    source, *args = DOC_PICTURES[name]
+    with Image.open(DOCS / name) as im:
+        shown = np.asarray(im.convert("RGB"))
+    assert np.array_equal(png(tmp_path, realworld / source, *args), shown), f"regenerate docs/{name}"
+    assert f"-o docs/{name}" in (DOCS / "pictures.md").read_text()

@@ -229,3 +229,9 @@ def test_the_real_cifar10_snapshot_with_a_net_beside_it(realworld, tmp_path):
     # A net missing one of the snapshot's layers with blobs is not its net.
     short = write_net(tmp_path / "short.caffemodel", "new", built[:-1])
     assert_error(invoke("norm", "--names", "torch", "--net", short, src), 2, "layer ip2 of this file is not in the net")
+
+
+def test_the_writing_commands_without_names_say_so():
+    for command in ("scale", "update"):
+        text = invoke(command, "--help").stdout
+        assert "--names" not in text.split("Options:")[1] and "takes no --names" in " ".join(text.split()), command

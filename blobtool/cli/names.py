@@ -23,7 +23,7 @@ def names_options(f):
     f = click.option("--names", "names", type=click.Choice(SCHEMES), default="blobtool", show_default=True,
                      help="Blob names: blobtool's (conv1/0), or torch: a net's blobs by layer type as "
                           "PyTorch names them (conv1.weight; BatchNorm statistics divided by their factor). "
-                          "--blob still selects by blobtool's names.")(f)
+                          "--blob selects by blobtool's names (show's also by PyTorch's).")(f)
     return f
 
 

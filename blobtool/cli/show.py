@@ -30,7 +30,8 @@ __all__ = ["show"]
               help=f"Terminal view at most COLUMNS characters wide, 1 to {MAX_COLUMNS:,} (default: the terminal's "
                    "width).")
 @click.option("-o", "--output", type=OUTPUT, default=None, metavar="PATH.png",
-              help="Write the picture as a PNG (full resolution, small filters enlarged) instead of drawing it; "
+              help="Write the picture as a PNG (full resolution; small filters enlarged to 32 pixels, heat maps "
+                   "to 512 on the longer side, with their colour bar and range under them) instead of drawing it; "
                    "needs Pillow: pip install 'blobtool[image]'.")
 @kind_option
 @names_options

@@ -166,7 +166,9 @@ def scale(file, factor, diff_factor, output, fmt, device, patterns, kind):
     float32 blob scaled by 1e39 is all Inf and NaN; a float16 blob is scaled
     in float32 and counted against float16, the type it is written back in):
     blobtool still writes them and exits 0, with one warning line per blob on
-    stderr counting the values that became Inf or NaN.
+    stderr counting the values that became Inf or NaN. It takes no --names:
+    the file is written back as it is, under its own names (convert --names
+    torch renames).
 
     \b
     Example:
@@ -203,7 +205,8 @@ def update(file, output, fmt, device, patterns, kind):
     Computed in the data's type (a diff stored wider is rounded to it
     first). Differences past the range of the type written become Inf, as
     in Caffe: blobtool writes them and exits 0, with one warning line per
-    blob on stderr counting the values that became Inf or NaN.
+    blob on stderr counting the values that became Inf or NaN. It takes no
+    --names: the file is written back under its own names.
 
     \b
     Example:
