@@ -235,3 +235,24 @@ def test_the_writing_commands_without_names_say_so():
     for command in ("scale", "update"):
         text = invoke(command, "--help").stdout
         assert "--names" not in text.split("Options:")[1] and "takes no --names" in " ".join(text.split()), command
+
+
+def test_norm_under_torch_names_on_a_device(net):
+    """The renamed blobs (views of the file, and the divided statistics) stream through a (fake) GPU as any blob."""
+    import fakecupy
+    from blobtool.engine.syncedmem import get_backend, set_backend
+
+    host = one_json(invoke("norm", "--json", "--names", "torch", net))
+    previous = get_backend()
+    try:
+        with fakecupy.installed(count=1) as state:
+            result = invoke("norm", "--json", "--device", "0", "--names", "torch", net)
+            copied = [c for c in state["copies"] if c[0] == "h2d"]
+    finally:
+        set_backend(previous)
+    assert result.exit_code == 0, result.stderr
+    on_device = one_json(result)
+    assert on_device["device"]["index"] == 0 and on_device["names"] == "torch" and copied
+    assert [b["name"] for b in on_device["blobs"]] == list(TORCH)
+    for got, want in zip(on_device["blobs"] + [on_device["total"]], host["blobs"] + [host["total"]]):
+        assert got["data"] == pytest.approx(want["data"], rel=1e-12)
