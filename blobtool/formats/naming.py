@@ -49,9 +49,10 @@ names and no types: they are renamed with the types (and the bottoms, tops
 and settings the rules read) of a net given beside them (``net``: the
 matching .caffemodel, or any net whose layers carry types), its layers
 matched by name. Every layer of the snapshot that holds blobs must be in
-that net, and where the net holds blobs of its own for the layer, their
-shapes must be the snapshot's; otherwise UsageError (exit 2): it is not the
-snapshot's net.
+that net, and where the net holds blobs of its own for the layer, each of
+the snapshot's must be there with as many values (a .caffemodel may keep
+the legacy 4-D shape of the same blob); otherwise UsageError (exit 2): it is
+not the snapshot's net.
 
 PyTorch's state_dict holds no gradients, so diffs are not carried over.
 Renamed blobs share the Caffe blob's memory (no copy), but for the
