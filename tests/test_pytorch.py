@@ -321,7 +321,7 @@ def test_an_npz_stays_an_npz_and_a_zip_without_data_pkl_is_not_a_checkpoint(tmp_
     assert "holds 2 (" in _error(invoke("info", two))
 
 
-# -- compare against a .caffemodel ----------------------------------------------------
+# -- compare against a .caffemodel, prefixes --------------------------------------------
 
 def test_compare_names_torch_matches_a_pth_port_in_one_command(tmp_path):
     net = _caffemodel(tmp_path / "model.caffemodel")
@@ -335,6 +335,48 @@ def test_compare_names_torch_matches_a_pth_port_in_one_command(tmp_path):
     changed["bn1.running_var"] = Tensor(W["var"] * 1.001)
     differs = invoke("compare", "--names", "torch", net, write_pt(tmp_path / "off.pth", changed))
     assert differs.exit_code == 1 and "bn1.running_var" in differs.stdout
+
+
+@pytest.mark.parametrize("prefix", ["module.", "model.backbone."])
+def test_a_wrapper_prefix_is_found_and_said(tmp_path, prefix):
+    net = _caffemodel(tmp_path / "model.caffemodel")
+    port = write_pt(tmp_path / "port.pth", _state_dict(prefix))
+    result = invoke("compare", "--names", "torch", net, port)
+    assert result.exit_code == 0, result.stdout + result.stderr
+    assert result.stderr == (f"blobtool: warning: {port}: names compared without the prefix {prefix!r} (8 of 9 "
+                             f"then match {net}'s); --strip-prefix {prefix} says so, --strip-prefix '' compares "
+                             "them as they are\n")
+    # The other way round: the prefix is added to the net's names.
+    back = invoke("compare", "--names", "torch", port, net)
+    assert back.exit_code == 0, back.stdout + back.stderr
+    assert f"with the prefix {prefix!r} added" in back.stderr
+    asked = invoke("compare", "--names", "torch", net, port, "--strip-prefix", prefix)
+    assert asked.exit_code == 0 and asked.stderr == ""
+    off = invoke("compare", "--names", "torch", net, port, "--strip-prefix", "")
+    assert off.exit_code == 1 and "only in" in off.stdout.lower() and off.stderr == ""
+
+
+def test_strip_then_add_replaces_one_prefix_by_another(tmp_path):
+    a = write_pt(tmp_path / "a.pth", _state_dict("model."))
+    b = write_pt(tmp_path / "b.pth", _state_dict("module."))
+    found = invoke("compare", a, b)
+    assert found.exit_code == 0, found.stdout + found.stderr
+    assert "without the prefix 'module.' and with the prefix 'model.' added" in found.stderr
+    asked = invoke("compare", a, b, "--strip-prefix", "module.", "--add-prefix", "model.")
+    assert asked.exit_code == 0 and asked.stderr == ""
+    selected = invoke("compare", a, b, "--strip-prefix", "module.", "--add-prefix", "model.",
+                      "--blob", "model.fc.*")
+    assert selected.exit_code == 0 and "2 blob(s) match" in selected.stdout
+
+
+def test_a_prefix_that_makes_two_names_one_is_refused(tmp_path):
+    sd = _state_dict()
+    sd["module.fc.bias"] = Tensor(W["fc_b"])
+    a = write_pt(tmp_path / "a.pth", _state_dict())
+    b = write_pt(tmp_path / "b.pth", sd)
+    result = invoke("compare", a, b, "--strip-prefix", "module.")
+    assert result.exit_code == 2
+    assert "--strip-prefix module. names two blobs 'fc.bias' (fc.bias and module.fc.bias)" in result.stderr
 
 
 # -- PyTorch itself, where it is installed ----------------------------------------------

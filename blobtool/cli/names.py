@@ -7,7 +7,7 @@ import click
 from ..formats import NAMING_SCHEMES as SCHEMES
 from .output import say_warning
 
-__all__ = ["names_options", "renamed", "warn_all"]
+__all__ = ["names_options", "prefix_options", "prefixes_asked", "renamed", "warn_all"]
 
 
 def names_options(f):
@@ -18,6 +18,25 @@ def names_options(f):
                      help="Blob names: blobtool's (conv1/0), or torch: a .caffemodel's blobs by layer type as "
                           "PyTorch names them (conv1.weight; BatchNorm statistics divided by their factor).")(f)
     return f
+
+
+def prefix_options(f):
+    f = click.option("--add-prefix", metavar="P", default=None,
+                     help="Put P before every name of the second file (after --strip-prefix), to match the "
+                          "first's.")(f)
+    f = click.option("--strip-prefix", metavar="P", default=None,
+                     help="Take P off the names of the second file that start with it (module. from "
+                          "nn.DataParallel), to match the first's. Without either option a shared prefix that "
+                          "makes the names match is found and said; --strip-prefix '' turns that off.")(f)
+    return f
+
+
+def prefixes_asked(strip, add):
+    """The Prefixes the options ask for (formats/prefixes.py), or None: find one."""
+    from ..formats.prefixes import Prefixes
+
+    change = Prefixes(strip, add)
+    return change if change.asked else None
 
 
 def warn_all(lines) -> None:
