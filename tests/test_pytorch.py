@@ -385,15 +385,31 @@ def test_pytorch_reads_what_the_tests_write_and_blobtool_reads_what_pytorch_writ
     torch = pytest.importorskip("torch", reason="PyTorch is not installed (never required)")
     ours = write_pt(tmp_path / "ours.pth", _state_dict())
     loaded = torch.load(ours, weights_only=True)
-    assert np.array_equal(loaded["conv1.weight"].numpy(), W["conv"])
-    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4))
-    model = torch.nn.DataParallel(model)
+    assert list(loaded) == list(_state_dict())
+    for name, tensor in _state_dict().items():
+        want = tensor.storage.values.reshape(tensor.size)
+        assert np.array_equal(loaded[name].detach().numpy(), want), name
+    model = torch.nn.DataParallel(torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4),
+                                                      torch.nn.Linear(4, 2)))
+    extra = {"half": torch.randn(3, 2).half(), "bf16": torch.randn(5).bfloat16(), "ints": torch.arange(6).int(),
+             "flags": torch.tensor([True, False]), "transposed": torch.randn(3, 4).t(),
+             "narrowed": torch.arange(10.0, dtype=torch.float64)[2:7]}
     saved = tmp_path / "theirs.pth"
-    torch.save({"state_dict": model.state_dict(), "epoch": 1}, saved)
+    state = {**model.state_dict(), **extra}
+    torch.save({"state_dict": state, "epoch": 1}, saved)
     blobs = dict(load_all(saved))
-    for name, value in model.state_dict().items():
-        assert np.array_equal(blobs[name].cpu_data().reshape(tuple(value.shape)),
-                              value.numpy().astype(np.float64 if value.dtype == torch.int64 else np.float32))
+    assert list(blobs) == list(state)
+    for name, value in state.items():
+        want = value.float() if value.dtype in (torch.bfloat16, torch.float16) else value
+        want = want.double() if not want.is_floating_point() else want
+        assert np.array_equal(blobs[name].cpu_data().reshape(tuple(value.shape)), want.contiguous().numpy()), name
+    # One command compares the DataParallel port with a plain one, the prefix found.
+    plain, wrapped = tmp_path / "plain.pth", tmp_path / "wrapped.pth"
+    torch.save(model.module.state_dict(), plain)
+    torch.save(model.state_dict(), wrapped)
+    result = invoke("compare", plain, wrapped)
+    assert result.exit_code == 0, result.stdout + result.stderr
+    assert "without the prefix 'module.' (9 of 9 then match" in result.stderr
 
 
 def test_the_reader_raises_only_blobtool_errors_on_its_own_bad_input():

@@ -60,7 +60,9 @@ import math
 import pickle
 import pickletools
 import struct
+import warnings
 import zipfile
+import zlib
 from dataclasses import dataclass
 
 import numpy as np
@@ -106,8 +108,9 @@ _REFUSED_OPCODES = {"INST", "OBJ", "NEWOBJ", "NEWOBJ_EX", "EXT1", "EXT2", "EXT4"
 SAVE_STATE_DICT = "save the weights as a state dict instead: torch.save(model.state_dict(), path)"
 _LOCAL_HEADER = b"PK\x03\x04"
 _LOCAL_HEADER_SIZE = 30
-_ZIP_ERRORS = (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, OSError, ValueError, NotImplementedError,
-               RuntimeError, KeyError, OverflowError, UnicodeDecodeError)
+# Everything zipfile raises on a damaged archive (a bad CRC, a broken deflate stream, a bad header ...).
+_ZIP_ERRORS = (zipfile.BadZipFile, zipfile.LargeZipFile, zlib.error, struct.error, EOFError, OSError, ValueError,
+               NotImplementedError, RuntimeError, KeyError, OverflowError, UnicodeDecodeError)
 
 
 def sniff(source) -> str:
@@ -379,26 +382,32 @@ def _shown(value) -> str:
 
 def _check_opcodes(data: bytes, where: str, path) -> None:
     """Walk the pickle's opcodes once: refuse too many, and those a state dict's pickle never uses."""
-    count = 0
     try:
-        for opcode, arg, pos in pickletools.genops(data):
-            count += 1
-            if count > MAX_OPCODES:
-                raise FormatError(f"{where} holds more than {MAX_OPCODES} pickle opcodes, more than "
-                                  f"{MAX_BLOBS} tensors need (blobtool's limit)", path=path)
-            if opcode.name == "GLOBAL":  # "module name": refused here, before any opcode that would use it
-                module, _, name = str(arg).partition(" ")
-                if (module, name) not in _GLOBALS:
-                    raise _not_allowed(module, name, where, path)
-            if opcode.name in _REFUSED_OPCODES:
-                raise FormatError(f"{where} uses the pickle opcode {opcode.name} at byte {pos}, which builds "
-                                  "objects a state dict does not hold; blobtool never runs it", path=path)
-            if opcode.name == "STOP":
-                return
+        with warnings.catch_warnings():
+            # A text string with a bad escape is a DeprecationWarning of the
+            # decoder's: here, a damaged pickle, said in the one error line.
+            warnings.simplefilter("error")
+            _walk_opcodes(data, where, path)
     except BlobToolError:
         raise
-    except (ValueError, struct.error, UnicodeDecodeError, TypeError) as exc:
+    except (ValueError, struct.error, UnicodeDecodeError, TypeError, Warning) as exc:
         raise FormatError(f"{where} is not a readable pickle: {exc}", path=path) from exc
+
+
+def _walk_opcodes(data: bytes, where: str, path) -> None:
+    for count, (opcode, arg, pos) in enumerate(pickletools.genops(data), 1):
+        if count > MAX_OPCODES:
+            raise FormatError(f"{where} holds more than {MAX_OPCODES} pickle opcodes, more than "
+                              f"{MAX_BLOBS} tensors need (blobtool's limit)", path=path)
+        if opcode.name == "GLOBAL":  # "module name": refused here, before any opcode that would use it
+            module, _, name = str(arg).partition(" ")
+            if (module, name) not in _GLOBALS:
+                raise _not_allowed(module, name, where, path)
+        if opcode.name in _REFUSED_OPCODES:
+            raise FormatError(f"{where} uses the pickle opcode {opcode.name} at byte {pos}, which builds "
+                              "objects a state dict does not hold; blobtool never runs it", path=path)
+        if opcode.name == "STOP":
+            return
     raise FormatError(f"{where} is not a readable pickle: it ends without STOP", path=path)
 
 
@@ -408,7 +417,9 @@ def _unpickle(archive: _Archive):
     _check_opcodes(data, where, archive.path)
     unpickler = _StateDictUnpickler(data, archive)
     try:
-        return unpickler.load()
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            return unpickler.load()
     except BlobToolError:
         raise
     # The unpickler raises a dozen kinds of error on damaged bytes (its own,
