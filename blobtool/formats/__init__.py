@@ -27,7 +27,9 @@ command line's start-up pays only for this file. To add a format: write
 ``formats/<name>.py`` with those three functions, and add one Format line
 below (its kinds, signature, and the --format choices and extensions it
 writes). A Document records its format, so two formats may hold the same
-kind (a net as protobuf or as another container).
+kind (a net as protobuf or as another container). A format that only reads
+(PyTorch's .pt) writes nothing and names its extensions in `reads`; one
+whose signature another shares (a zip) tells its files apart in `claims`.
 
 Kinds and blob names (stable, in file order):
 
