@@ -183,23 +183,23 @@ def _text(value) -> str:
 def _read_net(doc: Document, buf) -> None:
     from ..._pb import blobtool_caffe_pb2 as pb  # protobuf loads only where a message's small fields are parsed
 
-    net, layer_fields = _split(buf, 0, doc.size, doc.path, NET_FIELD_NAMES, {2, 100}, pb.NetParameter)
+    net, layer_fields = _split(buf, 0, doc.size, doc.path, NET_FIELD_NAMES, {2, 100}, pb.NetHeader)
     doc.meta["name"] = _text(net.name) if net.HasField("name") else None
     layers = []  # (name, type, blob field chains, layer field) per layer, in file order
     for lf in layer_fields:
         if lf.number == 100:
             layer, blob_fields = _split(buf, lf.start, lf.end, doc.path, LAYER_FIELD_NAMES, {7},
-                                        pb.LayerParameter)
+                                        pb.LayerHeader)
             name, type_ = _text(layer.name), _text(layer.type)
             chains = [(lf, bf) for bf in blob_fields]
         else:
-            v1, nested = _split(buf, lf.start, lf.end, doc.path, V1_FIELD_NAMES, {1, 6}, pb.V1LayerParameter)
+            v1, nested = _split(buf, lf.start, lf.end, doc.path, V1_FIELD_NAMES, {1, 6}, pb.V1LayerHeader)
             name = _text(v1.name)
             type_ = V1_TYPE_NAMES.get(v1.type, str(v1.type)) if v1.HasField("type") else ""
             chains = [(lf, f) for f in nested if f.number == 6]
             for v0f in (f for f in nested if f.number == 1):
                 v0, v0_blobs = _split(buf, v0f.start, v0f.end, doc.path, V0_FIELD_NAMES, {50},
-                                      pb.V0LayerParameter)
+                                      pb.V0LayerHeader)
                 name = name or _text(v0.name)
                 type_ = type_ or _text(v0.type)
                 chains += [(lf, v0f, bf) for bf in v0_blobs]
@@ -225,9 +225,9 @@ def layer_links(doc: Document, layer: NetLayer) -> tuple[tuple, tuple]:
     f = layer.field
     buf = memoryview(doc.source.buf)
     if f.number == 100:
-        message, _ = _split(buf, f.start, f.end, doc.path, LAYER_FIELD_NAMES, {7}, pb.LayerParameter)
+        message, _ = _split(buf, f.start, f.end, doc.path, LAYER_FIELD_NAMES, {7}, pb.LayerHeader)
     else:
-        message, _ = _split(buf, f.start, f.end, doc.path, V1_FIELD_NAMES, {1, 6}, pb.V1LayerParameter)
+        message, _ = _split(buf, f.start, f.end, doc.path, V1_FIELD_NAMES, {1, 6}, pb.V1LayerHeader)
     return tuple(_text(b) for b in message.bottom), tuple(_text(t) for t in message.top)
 
 
