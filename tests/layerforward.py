@@ -141,3 +141,91 @@ def scale(x, gamma, beta=None) -> np.ndarray:
     if beta is not None:
         y = y + _per_channel(beta, x.ndim)
     return y
+
+
+# -- a whole net ---------------------------------------------------------------------------
+
+def _conv_settings(p) -> dict:
+    """ConvolutionParameter's 2-D kernel, stride, pad and dilation, as Caffe's BaseConvolutionLayer reads them."""
+    def one(values, h, w, default):
+        if h or w:
+            return (h, w)
+        values = list(values) or [default]
+        return (values[0], values[-1])
+
+    return {"kernel": one(p.kernel_size, p.kernel_h, p.kernel_w, 1),
+            "stride": one(p.stride, p.stride_h, p.stride_w, 1),
+            "pad": one(p.pad, p.pad_h, p.pad_w, 0),
+            "dilation": one(p.dilation, 0, 0, 1)}
+
+
+def _pooling(x, p) -> np.ndarray:
+    """PoolingLayer for global pooling and square windows without padding (MAX = 0, AVE = 1)."""
+    if p.global_pooling:
+        return (x.max(axis=(2, 3)) if p.pool == 0 else x.mean(axis=(2, 3)))[:, :, None, None]
+    k, s = p.kernel_size or p.kernel_h, p.stride or 1
+    assert not (p.pad or p.pad_h), "padded pooling is not run here"
+    out_h, out_w = -(-(x.shape[2] - k) // s) + 1, -(-(x.shape[3] - k) // s) + 1
+    y = np.empty(x.shape[:2] + (out_h, out_w))
+    for i in range(out_h):
+        for j in range(out_w):
+            window = x[:, :, i * s:i * s + k, j * s:j * s + k]
+            y[:, :, i, j] = window.max(axis=(2, 3)) if p.pool == 0 else window.mean(axis=(2, 3))
+    return y
+
+
+def run_net(path, feeds: dict, *, stop_types=("SoftmaxWithLoss", "Accuracy", "Softmax")) -> dict:
+    """Run a .caffemodel's layers in order on `feeds` ({blob name: array}); {blob name: its last value}.
+
+    Data layers are passed over (the feeds stand for them); a type in
+    `stop_types` ends the run. Blob values
+    are read with blobtool (any stored encoding), layer settings with the
+    protobuf schema.
+    """
+    from blobtool._pb import blobtool_caffe_pb2 as pb
+    from blobtool.formats import open_document
+
+    with open(path, "rb") as f:
+        net = pb.NetParameter.FromString(f.read())
+    with open_document(path) as doc:
+        values: dict = {}
+        for e in doc.entries:
+            values.setdefault(e.layer, []).append(np.array(e.blob().cpu_data(), np.float64).reshape(e.shape))
+    blobs = {name: np.asarray(x, np.float64) for name, x in feeds.items()}
+    for layer in net.layer:
+        kind = layer.type
+        if kind in stop_types:
+            break
+        if kind in ("Data", "Input", "ImageData", "HDF5Data", "DummyData", "MemoryData"):
+            continue
+        held = values.get(layer.name, [])
+        ins = [blobs[b] for b in layer.bottom]
+        if kind in ("Convolution", "Deconvolution"):
+            p = layer.convolution_param
+            run = convolution if kind == "Convolution" else deconvolution
+            out = [run(ins[0], held[0], held[1] if len(held) > 1 else None, group=p.group,
+                       **{k: v for k, v in _conv_settings(p).items() if k != "kernel"})]
+        elif kind == "InnerProduct":
+            p = layer.inner_product_param
+            out = [inner_product(ins[0], held[0], held[1] if len(held) > 1 else None, transpose=p.transpose)]
+        elif kind == "BatchNorm":
+            out = [batch_norm(ins[0], *held[:3], eps=layer.batch_norm_param.eps)]
+        elif kind == "Scale":
+            out = [scale(ins[0], held[0], held[1] if len(held) > 1 else None)]
+        elif kind == "ReLU":
+            slope = layer.relu_param.negative_slope
+            out = [np.where(ins[0] > 0, ins[0], ins[0] * slope)]
+        elif kind == "Split":
+            out = [ins[0]] * len(layer.top)
+        elif kind == "Eltwise":
+            p = layer.eltwise_param
+            assert p.operation == 1, "only SUM is run here"
+            coeffs = list(p.coeff) or [1.0] * len(ins)
+            out = [sum(c * x for c, x in zip(coeffs, ins))]
+        elif kind == "Pooling":
+            out = [_pooling(ins[0], layer.pooling_param)]
+        else:
+            raise AssertionError(f"layer {layer.name}: no forward here for type {kind!r}")
+        for top, value in zip(layer.top, out):
+            blobs[top] = value
+    return blobs
