@@ -358,3 +358,14 @@ def test_resnet20_folded_computes_what_it_did(tmp_path):
     names = [name for name in lf.run_net(out, {"Data1": x}) if name != "Data1"]
     assert "InnerProduct1" in names and "Eltwise9" in names
     assert_same_forward(RESNET, out, {"Data1": x}, names)
+
+
+def test_fold_help_is_one_sentence_then_the_rules_and_an_example():
+    result = ok("fold", "--help")
+    assert result.stdout.startswith("Usage: blobtool fold [OPTIONS] NET")
+    flat = " ".join(result.stdout.split())
+    assert "Fold each BatchNorm, and the Scale after it, into the Convolution, Deconvolution or InnerProduct " \
+           "before it." in flat
+    assert "W' = W * gamma / sqrt(var + eps)" in flat and "Example:" in result.stdout
+    assert "blobtool fold resnet.caffemodel -o resnet_folded.caffemodel" in result.stdout
+    assert "\n  fold " in ok("--help").stdout
