@@ -262,6 +262,11 @@ def test_a_folded_layer_keeps_its_other_fields_byte_for_byte(tmp_path):
     assert unknown in layer
     folded = parsed(out).layer[0]
     assert folded.convolution_param.bias_term and len(folded.blobs) == 2
+    # Read with Caffe's full LayerParameter: only the blobs and bias_term changed.
+    original = parsed(net).layer[0]
+    original.convolution_param.bias_term = True
+    del original.blobs[:], folded.blobs[:]
+    assert folded == original
     assert_same_forward(net, out, {"in": rng.standard_normal((1, 3, 5, 5))}, ["c"])
 
 
@@ -354,6 +359,12 @@ def test_resnet20_folded_computes_what_it_did(tmp_path):
     changed = {name for name in after if after[name] != before[name]}
     assert changed == {f"Convolution{i}" for i in range(1, 22)}
     assert list(after) == [name for name in before if not name.startswith(("BatchNorm", "Scale"))]
+    # Read with Caffe's full LayerParameter, a folded layer differs in its blobs' values only.
+    for a, b in zip([l for l in parsed(RESNET).layer if l.name in changed], [l for l in parsed(out).layer
+                                                                            if l.name in changed]):
+        assert [tuple(x.shape.dim) for x in a.blobs] == [tuple(x.shape.dim) for x in b.blobs]
+        del a.blobs[:], b.blobs[:]
+        assert a == b
     x = np.random.default_rng(11).standard_normal((2, 3, 32, 32))
     names = [name for name in lf.run_net(out, {"Data1": x}) if name != "Data1"]
     assert "InnerProduct1" in names and "Eltwise9" in names
