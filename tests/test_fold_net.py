@@ -380,3 +380,16 @@ def test_fold_help_is_one_sentence_then_the_rules_and_an_example():
     assert "W' = W * gamma / sqrt(var + eps)" in flat and "Example:" in result.stdout
     assert "blobtool fold resnet.caffemodel -o resnet_folded.caffemodel" in result.stdout
     assert "\n  fold " in ok("--help").stdout
+
+
+def test_names_from_the_file_are_escaped_where_they_are_printed(tmp_path):
+    rng = np.random.default_rng(12)
+    hostile = "conv\x1b]0;title\x07"
+    layers = [conv(hostile, "in", "c", weights(rng, 4, 3, 1, 1), weights(rng, 4)),
+              batchnorm("bn\u202e", "c", "c", rng, 4), relu("tap\x1b[2J", "in", "t"),
+              batchnorm("bn2", "t", "t", rng, 3)]
+    net = write_net(tmp_path / "net.caffemodel", "new", layers)
+    result = ok("fold", net, "-o", tmp_path / "out.caffemodel")
+    assert "\x1b" not in result.stdout + result.stderr and "\u202e" not in result.stdout + result.stderr
+    assert "conv\\x1b]0;title\\x07 <- bn\\u202e (no Scale)" in result.stdout
+    assert "comes from tap\\x1b[2J (ReLU)" in result.stderr

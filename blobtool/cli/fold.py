@@ -59,9 +59,11 @@ def fold(net, output, as_json):
     if as_json:
         emit_json(result.record())
         return
+    from ..report.escape import escape
+
     for f in result.plan.folds:
         into = f"{f.batchnorm.name} + {f.scale.name}" if f.scale is not None else f"{f.batchnorm.name} (no Scale)"
         bias = ", bias created" if f.bias is None else ""
-        click.echo(f"{f.target.name} <- {into}{bias}")
-    click.echo(f"{result.path}: {len(result.plan.folds)} BatchNorm folded, {len(result.plan.kept)} kept; "
-               f"{result.layers_before} layers -> {result.layers_after}")
+        click.echo(escape(f"{f.target.name} <- {into}{bias}"))
+    click.echo(escape(f"{result.path}: {len(result.plan.folds)} BatchNorm folded, {len(result.plan.kept)} kept; "
+                      f"{result.layers_before} layers -> {result.layers_after}"))
