@@ -39,9 +39,7 @@ def conv_param(num_output, kernel, *, pad=0, stride=1, dilation=1, group=1, bias
 def conv(name, bottom, top, weight, bias=None, *, kind="Convolution", extra=b"", **settings) -> Layer:
     """A Convolution (or Deconvolution) with its weight (and bias); bias_term false where it has none."""
     out = weight.shape[1] * settings.get("group", 1) if kind == "Deconvolution" else weight.shape[0]
-    params = conv_param(out, weight.shape[-1], bias_term=bias is not None and None, **settings) + extra
-    if bias is None:
-        params = conv_param(out, weight.shape[-1], bias_term=False, **settings) + extra
+    params = conv_param(out, weight.shape[-1], bias_term=None if bias is not None else False, **settings) + extra
     blobs = [weight] + ([bias] if bias is not None else [])
     return Layer(name, kind, blobs, bottom=[bottom], top=[top], params=params)
 
