@@ -20,7 +20,7 @@ from .formats.origin import Precision
 from .formats.targets import output_target
 from .files import releasing, writes_in_place
 
-__all__ = ["load", "load_all", "save", "write", "open_document"]
+__all__ = ["load", "load_all", "save", "write", "open_document", "net_definition"]
 
 
 def load(src) -> Blob:
@@ -82,7 +82,7 @@ def save(blob: Blob, dest, *, double: bool | None = None, write_diff: bool | Non
 
 def write(doc: Document | None, blobs, dest, *, format: str | None = None, precision: str | None = None,
           layout: str | None = None, write_diff: bool | None = None, transforms: dict | None = None,
-          release: bool = False, half_strict: bool = False, warn=None) -> str:
+          release: bool = False, half_strict: bool = False, warn=None, strict: bool = False) -> str:
     """Write blobs to `dest` (a path, "-" or a binary file object) in any format blobtool writes.
 
     Parameters
@@ -93,8 +93,11 @@ def write(doc: Document | None, blobs, dest, *, format: str | None = None, preci
         Names not in `doc` are new blobs (without a layer).
     format : "blob" (one BlobProto), "npy", "npz", "safetensors", "hdf5"
         (Caffe's HDF5 snapshot of a net or solver state input), "protobuf"
-        (the input's kind as Caffe's protobuf), or "same" (the input's own
-        kind and format, every other byte of a protobuf container kept);
+        (the input's kind as Caffe's protobuf), "prototxt" (a net input's
+        definition as text, without blobs: `blobs` is not used; fields text
+        cannot carry are warned about, or with `strict` a UsageError), or
+        "same" (the input's own kind and format, every other byte of a
+        protobuf container kept);
         None chooses from dest's extension (.npy, .npz, .safetensors,
         .pb/.binaryproto/.blob/.protobin, .h5/.hdf5,
         .caffemodel/.solverstate); a name without an extension (or a file
@@ -119,6 +122,11 @@ def write(doc: Document | None, blobs, dest, *, format: str | None = None, preci
     """
     if doc is None and blobs is None:
         raise UsageError("write: nothing to write (no document and no blobs)")
+    if doc is not None:
+        fmt, kind = output_target(dest, format, doc)
+        if fmt.name == "prototxt":
+            _write_definition(doc, dest, fmt, precision=precision, layout=layout, strict=strict, warn=warn)
+            return kind
     if blobs is None:
         entries = list(doc.entries)
         blob_list = [e.blob() for e in entries]
@@ -146,6 +154,19 @@ def write(doc: Document | None, blobs, dest, *, format: str | None = None, preci
         module(fmt).write(doc, entries, blob_list, dest, kind=kind, precision=Precision.of(precision),
                           write_diff=write_diff, layout=layout, transforms=transforms)
     return kind
+
+
+def _write_definition(doc: Document, dest, fmt, *, precision, layout, strict: bool, warn) -> None:
+    """Write a net's definition as text, saying which fields text cannot carry (an error when `strict`)."""
+    from .formats.caffe.netdef import definition
+
+    lines = definition(doc).lost_lines(doc.path)
+    if lines and strict:
+        raise UsageError(f"{lines[0]}; --strict refuses to leave them out ({len(lines)} such line"
+                         f"{'s' * (len(lines) != 1)})")
+    for line in lines:
+        (warn or warnings.warn)(f"{line}; left out of the text")
+    module(fmt).write(doc, [], [], dest, kind="net", precision=Precision.of(precision), layout=layout)
 
 
 def _read_unread(doc: Document | None, entries: list, blobs: list, fmt, kind: str) -> None:
@@ -202,3 +223,21 @@ def _new_entry(name: str, blob: Blob) -> Entry:
                  bool(origin and origin.has_diff), _blob=blob,
                  diff_dtype=blob.diff_dtype if blob.diff_dtype != blob.dtype else None)
 
+
+
+def net_definition(src):
+    """A net's full definition (formats/caffe/netdef.py NetDefinition), from a Document or what open_document takes.
+
+    `.net` is its NetParameter without blobs (V1 layers upgraded as Caffe
+    does, V2); `.layers` holds, per layer in file order (as Document.layers),
+    `.message` (its LayerParameter), `.format` ("V2", "V1", "V0") and `.lost`
+    (fields protobuf's text format cannot write: another fork's). A
+    .caffemodel, .prototxt or any protobuf net has one; Caffe's HDF5
+    snapshot, which holds blobs only, is a UsageError.
+    """
+    from .formats.caffe.netdef import definition
+
+    if isinstance(src, Document):
+        return definition(src)
+    with open_document(src) as doc:
+        return definition(doc)
