@@ -153,6 +153,35 @@ def test_the_json_record_says_what_was_folded(tmp_path):
     assert record["folded"][0]["top"] == "s1"
 
 
+def folded_definition_matches(binary, text_path) -> pb.NetParameter:
+    """The .prototxt written, parsed as Caffe reads it; it must equal the definition the folded .caffemodel holds."""
+    from google.protobuf import text_format
+
+    from blobtool import net_definition
+
+    written = text_format.Parse(Path(text_path).read_text(), pb.NetParameter())
+    assert net_definition(str(binary)).net == written
+    return written
+
+
+def test_a_prototxt_output_is_the_folded_nets_definition(tmp_path):
+    net = chain_net(tmp_path, np.random.default_rng(13))
+    out, text = tmp_path / "out.caffemodel", tmp_path / "deploy.prototxt"
+    result = ok("fold", net, "-o", out, "-o", text)
+    assert result.stderr == "" and "4 BatchNorm folded" in result.stdout
+    written = folded_definition_matches(out, text)
+    assert [(l.name, list(l.top)) for l in written.layer] == [
+        ("conv1", ["s1"]), ("relu1", ["s1"]), ("conv2", ["c2"]), ("deconv3", ["d3"]), ("ip4", ["i4"])]
+    assert written.layer[2].convolution_param.bias_term and written.layer[0].convolution_param.pad == [1]
+    assert not any(layer.blobs for layer in written.layer)
+    # Only the definition: the same text as from the folded net itself.
+    ok("fold", net, "-o", tmp_path / "alone.prototxt")
+    assert (tmp_path / "alone.prototxt").read_text() == text.read_text()
+    converted = tmp_path / "converted.prototxt"
+    ok("convert", out, "-o", converted)
+    assert converted.read_text() == text.read_text()
+
+
 def test_the_net_to_stdout_is_the_net_written_to_a_file(tmp_path):
     net = chain_net(tmp_path, np.random.default_rng(2))
     out = tmp_path / "out.caffemodel"
@@ -258,6 +287,9 @@ def test_a_folded_layer_keeps_its_other_fields_byte_for_byte(tmp_path):
     ok("fold", net, "-o", out)
     layer = layer_bytes(out)["conv"]
     assert unknown in layer
+    # Text cannot carry the unknown field: the .prototxt output says so.
+    result = ok("fold", net, "-o", tmp_path / "out.prototxt")
+    assert result.stderr.startswith(f"blobtool: warning: {net}: layer conv holds fields text cannot carry: 4243")
     folded = parsed(out).layer[0]
     assert folded.convolution_param.bias_term and len(folded.blobs) == 2
     # Read with Caffe's full LayerParameter: only the blobs and bias_term changed.
@@ -324,14 +356,19 @@ def test_values_past_the_stored_range_are_warned_about(tmp_path):
 def test_fold_refuses_what_is_not_a_net_of_todays_format(tmp_path):
     rng = np.random.default_rng(9)
     v1 = write_net(tmp_path / "v1.caffemodel", "v1", [Layer("conv", "Convolution", [weights(rng, 2, 1, 1, 1)])])
-    assert_error(invoke("fold", v1, "-o", tmp_path / "o.caffemodel"), 2, "V1 net", "upgrade_net_proto_binary")
+    assert_error(invoke("fold", v1, "-o", tmp_path / "o.caffemodel"), 2, "V1 net", "no BatchNorm type")
     h5 = write_h5(tmp_path / "net.caffemodel.h5", h5_net_bytes([("conv", [weights(rng, 2, 1, 1, 1)])]))
     assert_error(invoke("fold", h5, "-o", tmp_path / "o.caffemodel"), 2, "HDF5 snapshots hold none")
     blob = tmp_path / "x.pb"
     blob.write_bytes(pb.BlobProto(data=[1.0]).SerializeToString())
     assert_error(invoke("fold", blob, "-o", tmp_path / "o.caffemodel"), 2, "fold rewrites a net")
     net = chain_net(tmp_path, rng)
-    assert_error(invoke("fold", net, "-o", tmp_path / "o.npz"), 2, "Caffe's protobuf")
+    assert_error(invoke("fold", net, "-o", tmp_path / "o.npz"), 2, "Caffe's protobuf", ".prototxt")
+    text = tmp_path / "net.prototxt"
+    ok("convert", net, "-o", text)
+    assert_error(invoke("fold", text, "-o", tmp_path / "o.caffemodel"), 2, "without weights", "fold the .caffemodel")
+    result = invoke("fold", net, "-o", "-", "-o", "-")
+    assert result.exit_code == 2 and "can be written only once" in result.stderr
     truncated = tmp_path / "cut.caffemodel"
     truncated.write_bytes(net.read_bytes()[:-100])
     assert_error(invoke("fold", truncated, "-o", tmp_path / "o.caffemodel"), 3, str(truncated))
@@ -349,7 +386,8 @@ def test_fold_in_a_real_process(tmp_path):
 @pytest.mark.skipif(not RESNET.exists(), reason=f"{RESNET} is absent (a clone without ../shared/realworld)")
 def test_resnet20_folded_computes_what_it_did(tmp_path):
     out = tmp_path / "resnet20_folded.caffemodel"
-    result = ok("fold", RESNET, "-o", out)
+    result = ok("fold", RESNET, "-o", out, "-o", tmp_path / "resnet20_folded.prototxt")
+    folded_definition_matches(out, tmp_path / "resnet20_folded.prototxt")
     assert result.stderr == ""
     assert result.stdout.splitlines()[-1] == f"{RESNET}: 21 BatchNorm folded, 0 kept; 104 layers -> 62"
     before, after = layer_bytes(RESNET), layer_bytes(out)

@@ -13,12 +13,13 @@ __all__ = ["fold"]
 
 @click.command(context_settings=CONTEXT_SETTINGS)
 @click.argument("net", type=INPUT)
-@click.option("-o", "--output", type=OUTPUT, default=None, metavar="PATH",
-              help="Where to write the folded .caffemodel ('-' for stdout; default stdout when it is not a "
-                   "terminal).")
+@click.option("-o", "--output", "outputs", type=OUTPUT, multiple=True, metavar="PATH",
+              help="Where to write: the folded net (.caffemodel, or a name without an extension), or its "
+                   "definition as text (.prototxt); repeatable, to write both. '-' is stdout; default stdout "
+                   "when it is not a terminal.")
 @click.option("--json", "as_json", is_flag=True,
               help="Print what was folded as one JSON object (with -o PATH: stdout cannot hold both).")
-def fold(net, output, as_json):
+def fold(net, outputs, as_json):
     """Fold each BatchNorm, and the Scale after it, into the Convolution, Deconvolution or InnerProduct before it.
 
     For deployment: the folded layer computes what the three computed at test
@@ -30,31 +31,34 @@ def fold(net, output, as_json):
     (bias_term set). The BatchNorm and Scale layers leave the net, the folded
     layer writes the Scale's (or BatchNorm's) top, and every other layer and
     byte stays as it was. A BatchNorm with no Scale after it folds alone.
+    A .prototxt output gets the folded net's definition (no weights).
 
     A BatchNorm stays, with a warning line saying why, when its input comes
     from another layer type or also feeds other layers, or its output feeds
     more than the Scale. Folded layers are listed on stdout (one per line, or
-    --json) unless the net is written there.
+    --json) unless an output is written there.
 
     \b
     Example:
       blobtool fold resnet.caffemodel -o resnet_folded.caffemodel
-      blobtool fold resnet.caffemodel --json -o resnet_folded.caffemodel
+      blobtool fold resnet.caffemodel -o folded.caffemodel -o folded.prototxt --json
     """
     from ..surgery.foldnet import fold_document
     from .work import open_input
 
-    output = output_target(output)
-    if as_json and output == "-":
-        raise click.UsageError("--json prints to stdout, where the net is written: give -o PATH")
+    outputs = list(outputs) or [output_target(None)]
+    if outputs.count("-") > 1:
+        raise click.UsageError("standard output ('-') can be written only once")
+    if as_json and "-" in outputs:
+        raise click.UsageError("--json prints to stdout, where an output is written: give -o PATH")
     doc = open_input(net)
     with doc:
-        result = fold_document(doc, output)
+        result = fold_document(doc, *outputs)
     for kept in result.plan.kept:
         say_warning(f"{result.path}: BatchNorm {kept.batchnorm} stays: {kept.why}")
     for line in result.warnings:
         say_warning(line)
-    if output == "-":
+    if "-" in outputs:
         return
     if as_json:
         emit_json(result.record())

@@ -1,14 +1,20 @@
-"""A net with its BatchNorm layers folded (blobtool fold): the plan (foldplan.py) carried out on the file's bytes.
+"""A net with its BatchNorm layers folded (blobtool fold): the plan (foldplan.py) carried out.
 
-Each folded layer is written again field by field, in the order the file has
-them: its top becomes the top of the last layer folded into it, its weight
-and bias hold the folded values (fold.py) in the type they were stored in
-(a bias it did not have is created after its weight, in the weight's type
-and layout, and its parameter message's bias_term set to true), and every
-other field is copied byte for byte. The BatchNorm and Scale layers folded
-in leave the net; every other byte of the file, the other layers included,
-is copied as it was. A folded blob's diff is not written (a gradient of the
-values before folding).
+The folded .caffemodel is written from the file's bytes. Each folded layer
+is written again field by field, in the order the file has them: its top
+becomes the top of the last layer folded into it, its weight and bias hold
+the folded values (fold.py) in the type they were stored in (a bias it did
+not have is created after its weight, in the weight's type and layout, and
+its parameter message's bias_term set to true), and every other field is
+copied byte for byte. The BatchNorm and Scale layers folded in leave the
+net; every other byte of the file, the other layers included, is copied as
+it was. A folded blob's diff is not written (a gradient of the values
+before folding).
+
+The folded definition (a .prototxt output) is the net's definition
+(formats/caffe/netdef.py: each layer's full LayerParameter, no blobs) with
+the same changes, written as protobuf's text format; fields text cannot
+carry (other forks') are named in a warning, as every .prototxt output does.
 """
 
 from __future__ import annotations
@@ -29,7 +35,7 @@ from .fold import Folded, batchnorm_statistics, fold_params
 from .foldplan import (BIAS_TERM, BLOBS, PARAM_FIELD, TOP, Fold, FoldPlan, check_foldable_net, layer_fields,
                        plan_folds)
 
-__all__ = ["FoldResult", "fold_net", "fold_document", "check_output"]
+__all__ = ["FoldResult", "fold_net", "fold_document", "output_form", "folded_definition"]
 
 
 @dataclasses.dataclass
@@ -37,7 +43,7 @@ class FoldResult:
     """What fold did: the plan carried out, the layers before and after, and the warnings to print."""
 
     path: str
-    output: str
+    outputs: list
     plan: FoldPlan
     layers_before: int
     layers_after: int
@@ -46,7 +52,7 @@ class FoldResult:
     def record(self) -> dict:
         """The result as plain data (JSON-ready): each fold, each BatchNorm kept with why, the layer counts."""
         return {
-            "path": self.path, "output": self.output,
+            "path": self.path, "outputs": self.outputs,
             "folded": [{"layer": f.target.name, "type": f.kind, "batchnorm": f.batchnorm.name,
                         "scale": f.scale.name if f.scale is not None else None, "top": f.top,
                         "bias_created": f.bias is None} for f in self.plan.folds],
@@ -55,24 +61,60 @@ class FoldResult:
         }
 
 
-def fold_net(src, dest) -> FoldResult:
-    """Fold every foldable BatchNorm (and the Scale after it) of the net in `src` and write the net to `dest`.
+def fold_net(src, *outputs) -> FoldResult:
+    """Fold every foldable BatchNorm (and the Scale after it) of the net in `src`; write the net to `outputs`.
 
     `src` is a path or binary file object of a .caffemodel (today's format);
-    `dest` a path, "-" or a binary file object, written atomically. Raises
-    UsageError for what is not such a net (a V1 net, an HDF5 snapshot),
-    FormatError for a damaged one.
+    each output a path, "-" or a binary file object, written atomically:
+    the folded net (.caffemodel, or a name without an extension), or its
+    definition as text (.prototxt, .pbtxt). Raises UsageError for what is
+    not such a net (a V1 net, an HDF5 snapshot, a .prototxt, which holds no
+    weights) or an output of another format, FormatError for a damaged net.
     """
     with open_document(src) as doc:
-        return fold_document(doc, dest)
+        return fold_document(doc, *outputs)
 
 
-def fold_document(doc: Document, dest) -> FoldResult:
+def fold_document(doc: Document, *outputs) -> FoldResult:
     """fold_net for a net already opened."""
     check_foldable_net(doc)
-    check_output(dest, doc)
+    if not outputs:
+        raise UsageError("fold: no output given", path=doc.path)
+    forms = [output_form(dest, doc) for dest in outputs]
     plan = plan_folds(doc)
-    warnings = []
+    warnings: list = []
+    for dest, form in zip(outputs, forms):
+        if form == "definition":
+            _write_definition(doc, plan, dest, warnings)
+        else:
+            _write_net(doc, plan, dest, warnings)
+    return FoldResult(doc.path, [_name(dest) for dest in outputs], plan, len(doc.layers),
+                      len(doc.layers) - len(plan.removed), warnings)
+
+
+def _name(dest) -> str:
+    return os.fspath(dest) if isinstance(dest, (str, os.PathLike)) else "<stream>"
+
+
+def output_form(dest, doc: Document | None = None) -> str:
+    """"net" (Caffe's protobuf: .caffemodel, a name without an extension) or "definition" (.prototxt, .pbtxt).
+
+    UsageError for an output name that chooses another format.
+    """
+    from ..formats.targets import output_target
+
+    fmt, kind = output_target(dest, None, doc)
+    if fmt.name == "prototxt":
+        return "definition"
+    if fmt.name != "caffe" or kind != "net":
+        raise UsageError(f"fold writes the folded net as Caffe's protobuf (.caffemodel, or a name without an "
+                         f"extension) or its definition as text (.prototxt), not {fmt.name} ({kind})",
+                         path=_name(dest))
+    return "net"
+
+
+def _write_net(doc: Document, plan: FoldPlan, dest, warnings: list) -> None:
+    """The folded net, as the module docstring says: every byte but the changed layers copied."""
     layers = {f.target.name: (f, *_folded_blobs(doc, f, warnings)) for f in plan.folds}
     removed = plan.removed
     buf = memoryview(doc.source.buf)
@@ -89,18 +131,57 @@ def fold_document(doc: Document, dest) -> FoldResult:
     doc.source.will_read_through()
     with atomic_output(dest) as out:
         write_parts(out, parts)
-    output = dest if isinstance(dest, str) else os.fspath(dest) if isinstance(dest, os.PathLike) else "<stream>"
-    return FoldResult(doc.path, output, plan, len(doc.layers), len(doc.layers) - len(removed), warnings)
 
 
-def check_output(dest, doc: Document | None = None) -> None:
-    """Refuse (UsageError) an output name that chooses another format than a protobuf net (.caffemodel)."""
-    from ..formats.targets import output_target
+# The parameter message of each foldable type, by its name in LayerParameter.
+_PARAM_NAME = {"Convolution": "convolution_param", "Deconvolution": "convolution_param",
+               "InnerProduct": "inner_product_param"}
 
-    fmt, kind = output_target(dest, None, doc)
-    if fmt.name != "caffe" or kind not in ("net", None if doc is None else "net"):
-        raise UsageError(f"fold writes the folded net as Caffe's protobuf (.caffemodel, or a name without an "
-                         f"extension), not {fmt.name} ({kind})", path=os.fspath(dest))
+
+def folded_definition(doc: Document, plan: FoldPlan):
+    """The folded net's definition: its NetParameter (formats/caffe/netdef.py, no blobs) with the plan carried out.
+
+    The BatchNorm and Scale layers folded leave it; each folded layer's top
+    is the last one's, and its bias_term true where the fold created a bias.
+    """
+    from ..formats.caffe.netdef import definition
+
+    whole = definition(doc)
+    net = type(whole.net)()
+    net.CopyFrom(whole.net)
+    del net.layer[:]
+    messages = {layer.name: d.message for layer, d in zip(doc.layers, whole.layers)}
+    folds = {f.target.name: f for f in plan.folds}
+    removed = plan.removed
+    for layer in doc.layers:
+        if layer.name in removed:
+            continue
+        message = net.layer.add()
+        message.CopyFrom(messages[layer.name])
+        fold = folds.get(layer.name)
+        if fold is None:
+            continue
+        last = messages[(fold.scale or fold.batchnorm).name]
+        del message.top[:]
+        message.top.append(last.top[0])
+        if fold.bias is None:
+            getattr(message, _PARAM_NAME[fold.kind]).bias_term = True
+    return net
+
+
+def _write_definition(doc: Document, plan: FoldPlan, dest, warnings: list) -> None:
+    """The folded definition as protobuf's text format; fields text cannot carry are warned about."""
+    from google.protobuf import text_format  # protobuf loads only where a definition is written
+
+    from ..formats.caffe.netdef import definition
+
+    whole = definition(doc)
+    kept = [d for layer, d in zip(doc.layers, whole.layers) if layer.name not in plan.removed]
+    lines = dataclasses.replace(whole, layers=kept).lost_lines(doc.path)
+    warnings += [f"{line}; left out of the text" for line in lines]
+    content = text_format.MessageToString(folded_definition(doc, plan), as_utf8=True)
+    with atomic_output(dest) as out:
+        out.write(content.encode("utf-8"))
 
 
 def _values(entry) -> np.ndarray:

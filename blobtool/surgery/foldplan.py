@@ -156,12 +156,15 @@ def check_foldable_net(doc: Document) -> None:
     """Refuse (UsageError) what is not a protobuf net of today's format, with its layer types."""
     if doc.kind != "net":
         raise UsageError(f"{doc.path}: fold rewrites a net (.caffemodel); this is a {doc.kind} file")
-    if doc.format != "caffe":
+    if doc.format == "hdf5":
         raise UsageError(f"{doc.path}: fold needs the layer types, and Caffe's HDF5 snapshots hold none; fold the "
                          ".caffemodel of the same net")
+    if doc.format != "caffe":
+        raise UsageError(f"{doc.path}: a net definition without weights ({doc.format}): fold the .caffemodel, "
+                         "and give -o NAME.prototxt for its folded definition")
     if any(layer.field.number != 100 for layer in doc.layers):
-        raise UsageError(f"{doc.path}: a V1 net (NetParameter.layers, enum types, which have no BatchNorm): fold "
-                         "writes today's format only; upgrade it with Caffe's upgrade_net_proto_binary first")
+        raise UsageError(f"{doc.path}: a V1 net (NetParameter.layers, enum layer types): V1 has no BatchNorm type, "
+                         "so nothing in it can fold, and fold writes no V1 net")
 
 
 class _Net:
