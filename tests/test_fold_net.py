@@ -340,7 +340,7 @@ def layer_blobs(path, name):
 
 
 def test_values_past_the_stored_range_are_warned_about(tmp_path):
-    w = np.full((2, 1, 1, 1), 60000, np.float16)
+    w = np.float16([60000, np.nan]).reshape(2, 1, 1, 1)  # the NaN was there before: not counted
     layer = Layer("conv", "Convolution", [raw_blob_bytes(w)], bottom=["in"], top=["c"],
                   params=conv_param(2, 1, bias_term=False))
     bn = Layer("bn", "BatchNorm", [np.float32([0, 0]), np.float32([1e-4, 1]), np.float32([1])], bottom=["c"],
@@ -348,7 +348,9 @@ def test_values_past_the_stored_range_are_warned_about(tmp_path):
     sc = Layer("sc", "Scale", [np.float32([1, 1])], bottom=["c"], top=["c"])
     net = write_net(tmp_path / "net.caffemodel", "new", [layer, bn, sc])
     result = ok("fold", net, "-o", tmp_path / "out.caffemodel")
-    assert "layer conv: 1 of 2 values of its folded weight are Inf or NaN (past float16's range" in result.stderr
+    assert result.stderr.splitlines() == [
+        f"blobtool: warning: {net}: layer conv: 1 of 2 values of its folded weight are Inf or NaN (past float16's "
+        "range, or a variance below -eps)"]
 
 
 # -- what fold refuses ---------------------------------------------------------------------------

@@ -213,8 +213,9 @@ def _folded_blobs(doc: Document, fold: Fold, warnings: list) -> tuple:
         encoding = (origin.encoding[0], None) if origin.encoding else ()
         new_bias = _blob(folded.bias, (folded.bias.size,), weight,
                          Origin(origin.layout, origin.dtype, False, encoding=encoding))
-    for what, made, stored in (("weight", new_weight, folded.weight), ("bias", new_bias, folded.bias)):
-        count = int(np.count_nonzero(~np.isfinite(made.cpu_data())))
+    sources = (_values(fold.weight), np.zeros(folded.bias.size) if bias is None else _values(fold.bias))
+    for what, made, source in zip(("weight", "bias"), (new_weight, new_bias), sources):
+        count = int(np.count_nonzero(~np.isfinite(made.cpu_data()) & np.isfinite(source.reshape(-1))))
         if count:
             warnings.append(f"{doc.path}: layer {fold.target.name}: {count} of {made.count} values of its folded "
                             f"{what} are Inf or NaN (past {_stored_dtype(made).name}'s range, or a variance "
