@@ -390,6 +390,10 @@ def test_resnet20_folded_computes_what_it_did(tmp_path):
     out = tmp_path / "resnet20_folded.caffemodel"
     result = ok("fold", RESNET, "-o", out, "-o", tmp_path / "resnet20_folded.prototxt")
     folded_definition_matches(out, tmp_path / "resnet20_folded.prototxt")
+    # Its definition given apart (as a deploy.prototxt would be) folds to the same text.
+    ok("convert", RESNET, "-o", tmp_path / "resnet20.prototxt")
+    ok("fold", RESNET, "--definition", tmp_path / "resnet20.prototxt", "-o", tmp_path / "apart.prototxt")
+    assert (tmp_path / "apart.prototxt").read_text() == (tmp_path / "resnet20_folded.prototxt").read_text()
     assert result.stderr == ""
     assert result.stdout.splitlines()[-1] == f"{RESNET}: 21 BatchNorm folded, 0 kept; 104 layers -> 62"
     before, after = layer_bytes(RESNET), layer_bytes(out)
@@ -431,3 +435,73 @@ def test_names_from_the_file_are_escaped_where_they_are_printed(tmp_path):
     assert "\x1b" not in result.stdout + result.stderr and "\u202e" not in result.stdout + result.stderr
     assert "conv\\x1b]0;title\\x07 <- bn\\u202e (no Scale)" in result.stdout
     assert "comes from tap\\x1b[2J (ReLU)" in result.stderr
+
+
+# -- another definition of the same net (a deploy.prototxt) -------------------------------------
+
+def deploy_of(tmp_path, net, edit) -> Path:
+    """The net's own definition as text, changed by `edit(NetParameter)`, as a deploy.prototxt."""
+    from google.protobuf import text_format
+
+    text = tmp_path / "net_definition.prototxt"
+    ok("convert", net, "-o", text)
+    message = text_format.Parse(text.read_text(), pb.NetParameter())
+    edit(message)
+    deploy = tmp_path / "deploy.prototxt"
+    deploy.write_text(text_format.MessageToString(message))
+    return deploy
+
+
+def _as_deploy(message):
+    message.name = "deploy"
+    message.input.append("in")
+    message.input_shape.add(dim=[1, 3, 5, 5])
+    next(l for l in message.layer if l.name == "relu1").relu_param.negative_slope = 0.5
+    message.layer.add(name="prob", type="Softmax", bottom=["i4"], top=["prob"])
+
+
+def test_a_deploy_definition_is_folded_as_the_net_was(tmp_path):
+    from google.protobuf import text_format
+
+    net = chain_net(tmp_path, np.random.default_rng(14))
+    deploy = deploy_of(tmp_path, net, _as_deploy)
+    out = tmp_path / "folded_deploy.prototxt"
+    result = ok("fold", net, "--definition", deploy, "-o", tmp_path / "folded.caffemodel", "-o", out)
+    assert result.stderr == "" and "4 BatchNorm folded" in result.stdout
+    written = text_format.Parse(out.read_text(), pb.NetParameter())
+    assert written.name == "deploy" and list(written.input) == ["in"]
+    assert [(l.name, list(l.top)) for l in written.layer] == [
+        ("conv1", ["s1"]), ("relu1", ["s1"]), ("conv2", ["c2"]), ("deconv3", ["d3"]), ("ip4", ["i4"]),
+        ("prob", ["prob"])]
+    assert written.layer[1].relu_param.negative_slope == 0.5 and written.layer[2].convolution_param.bias_term
+    # The folded net's own definition, with the deploy's changes: nothing else differs.
+    own = parsed(tmp_path / "folded.caffemodel")
+    for layer in own.layer:
+        del layer.blobs[:]
+    _as_deploy(own)
+    assert own == written
+
+
+@pytest.mark.parametrize("edit, why", [
+    (lambda m: m.layer.remove(next(l for l in m.layer if l.name == "sc1")), "it has no layer sc1"),
+    (lambda m: next(l for l in m.layer if l.name == "bn1").bottom.__setitem__(0, "in"),
+     "its bn1 does not read conv1's output alone"),
+    (lambda m: m.layer.add(name="tap", type="ReLU", bottom=["b1"], top=["t"]),
+     "its bn1's output does not feed sc1 alone"),
+    (lambda m: setattr(next(l for l in m.layer if l.name == "sc3"), "type", "Bias"), "its layer sc3 is a Bias"),
+], ids=["a layer missing", "wired from elsewhere", "read by another layer", "another type"])
+def test_a_deploy_definition_wired_otherwise_is_refused(tmp_path, edit, why):
+    net = chain_net(tmp_path, np.random.default_rng(15))
+    deploy = deploy_of(tmp_path, net, edit)
+    out, binary = tmp_path / "folded_deploy.prototxt", tmp_path / "folded.caffemodel"
+    line = assert_error(invoke("fold", net, "--definition", deploy, "-o", binary, "-o", out), 2, str(deploy), why)
+    assert "folded weights would compute something else" in line
+    assert not out.exists() and not binary.exists()
+
+
+def test_a_definition_needs_a_prototxt_output(tmp_path):
+    net = chain_net(tmp_path, np.random.default_rng(16))
+    deploy = deploy_of(tmp_path, net, lambda m: None)
+    assert_error(invoke("fold", net, "--definition", deploy, "-o", tmp_path / "out.caffemodel"), 2,
+                 "written to a .prototxt output")
+    assert not (tmp_path / "out.caffemodel").exists()

@@ -17,9 +17,12 @@ __all__ = ["fold"]
               help="Where to write: the folded net (.caffemodel, or a name without an extension), or its "
                    "definition as text (.prototxt); repeatable, to write both. '-' is stdout; default stdout "
                    "when it is not a terminal.")
+@click.option("--definition", type=INPUT, default=None, metavar="PATH",
+              help="The definition a .prototxt output folds (a deploy.prototxt of the same net), by layer name, "
+                   "instead of the one NET holds; refused where it wires the folded layers otherwise.")
 @click.option("--json", "as_json", is_flag=True,
               help="Print what was folded as one JSON object (with -o PATH: stdout cannot hold both).")
-def fold(net, outputs, as_json):
+def fold(net, outputs, definition, as_json):
     """Fold each BatchNorm, and the Scale after it, into the Convolution, Deconvolution or InnerProduct before it.
 
     For deployment: the folded layer computes what the three computed at test
@@ -31,7 +34,8 @@ def fold(net, outputs, as_json):
     (bias_term set). The BatchNorm and Scale layers leave the net, the folded
     layer writes the Scale's (or BatchNorm's) top, and every other layer and
     byte stays as it was. A BatchNorm with no Scale after it folds alone.
-    A .prototxt output gets the folded net's definition (no weights).
+    A .prototxt output gets the folded net's definition (no weights), or with
+    --definition that definition (a deploy.prototxt) folded the same way.
 
     A BatchNorm stays, with a warning line saying why, when its input comes
     from another layer type or also feeds other layers, or its output feeds
@@ -42,6 +46,7 @@ def fold(net, outputs, as_json):
     Example:
       blobtool fold resnet.caffemodel -o resnet_folded.caffemodel
       blobtool fold resnet.caffemodel -o folded.caffemodel -o folded.prototxt --json
+      blobtool fold resnet.caffemodel --definition deploy.prototxt -o folded.caffemodel -o folded_deploy.prototxt
     """
     from ..surgery.foldnet import fold_document
     from .work import open_input
@@ -53,7 +58,11 @@ def fold(net, outputs, as_json):
         raise click.UsageError("--json prints to stdout, where an output is written: give -o PATH")
     doc = open_input(net)
     with doc:
-        result = fold_document(doc, *outputs)
+        if definition is None:
+            result = fold_document(doc, *outputs)
+        else:
+            with open_input(definition) as other:
+                result = fold_document(doc, *outputs, definition=other)
     for kept in result.plan.kept:
         say_warning(f"{result.path}: BatchNorm {kept.batchnorm} stays: {kept.why}")
     for line in result.warnings:

@@ -11,9 +11,9 @@ net; every other byte of the file, the other layers included, is copied as
 it was. A folded blob's diff is not written (a gradient of the values
 before folding).
 
-The folded definition (a .prototxt output) is the net's definition
-(formats/caffe/netdef.py: each layer's full LayerParameter, no blobs) with
-the same changes, written as protobuf's text format; fields text cannot
+The folded definition (a .prototxt output) is the net's definition, or
+another definition of the same net given (a deploy.prototxt), with the same
+changes (folddef.py), written as protobuf's text format; fields text cannot
 carry (other forks') are named in a warning, as every .prototxt output does.
 """
 
@@ -32,10 +32,11 @@ from ..formats.caffe import wire
 from ..formats.caffe.blobwrite import blob_encoded_size, encode_blob_parts, resolve_form, write_parts
 from ..formats.origin import Origin
 from .fold import Folded, batchnorm_statistics, fold_params
+from .folddef import definition_text
 from .foldplan import (BIAS_TERM, BLOBS, PARAM_FIELD, TOP, Fold, FoldPlan, check_foldable_net, layer_fields,
                        plan_folds)
 
-__all__ = ["FoldResult", "fold_net", "fold_document", "output_form", "folded_definition"]
+__all__ = ["FoldResult", "fold_net", "fold_document", "output_form"]
 
 
 @dataclasses.dataclass
@@ -61,7 +62,7 @@ class FoldResult:
         }
 
 
-def fold_net(src, *outputs) -> FoldResult:
+def fold_net(src, *outputs, definition=None) -> FoldResult:
     """Fold every foldable BatchNorm (and the Scale after it) of the net in `src`; write the net to `outputs`.
 
     `src` is a path or binary file object of a .caffemodel (today's format);
@@ -70,22 +71,34 @@ def fold_net(src, *outputs) -> FoldResult:
     definition as text (.prototxt, .pbtxt). Raises UsageError for what is
     not such a net (a V1 net, an HDF5 snapshot, a .prototxt, which holds no
     weights) or an output of another format, FormatError for a damaged net.
+    `definition` (a path or Document: a deploy .prototxt, or any net) is the
+    definition a .prototxt output folds instead of the net's own, by layer
+    name (folddef.py; UsageError where it wires the layers otherwise).
     """
     with open_document(src) as doc:
-        return fold_document(doc, *outputs)
+        if definition is None or isinstance(definition, Document):
+            return fold_document(doc, *outputs, definition=definition)
+        with open_document(definition) as other:
+            return fold_document(doc, *outputs, definition=other)
 
 
-def fold_document(doc: Document, *outputs) -> FoldResult:
-    """fold_net for a net already opened."""
+def fold_document(doc: Document, *outputs, definition: Document | None = None) -> FoldResult:
+    """fold_net for a net (and a definition) already opened."""
     check_foldable_net(doc)
     if not outputs:
         raise UsageError("fold: no output given", path=doc.path)
     forms = [output_form(dest, doc) for dest in outputs]
+    if definition is not None and "definition" not in forms:
+        raise UsageError("a definition to fold is written to a .prototxt output, and none is given",
+                         path=definition.path)
     plan = plan_folds(doc)
     warnings: list = []
+    # Made before anything is written: a definition wired otherwise is refused with no output left behind.
+    text = definition_text(doc, plan, warnings, definition) if "definition" in forms else None
     for dest, form in zip(outputs, forms):
         if form == "definition":
-            _write_definition(doc, plan, dest, warnings)
+            with atomic_output(dest) as out:
+                out.write(text)
         else:
             _write_net(doc, plan, dest, warnings)
     return FoldResult(doc.path, [_name(dest) for dest in outputs], plan, len(doc.layers),
@@ -131,57 +144,6 @@ def _write_net(doc: Document, plan: FoldPlan, dest, warnings: list) -> None:
     doc.source.will_read_through()
     with atomic_output(dest) as out:
         write_parts(out, parts)
-
-
-# The parameter message of each foldable type, by its name in LayerParameter.
-_PARAM_NAME = {"Convolution": "convolution_param", "Deconvolution": "convolution_param",
-               "InnerProduct": "inner_product_param"}
-
-
-def folded_definition(doc: Document, plan: FoldPlan):
-    """The folded net's definition: its NetParameter (formats/caffe/netdef.py, no blobs) with the plan carried out.
-
-    The BatchNorm and Scale layers folded leave it; each folded layer's top
-    is the last one's, and its bias_term true where the fold created a bias.
-    """
-    from ..formats.caffe.netdef import definition
-
-    whole = definition(doc)
-    net = type(whole.net)()
-    net.CopyFrom(whole.net)
-    del net.layer[:]
-    messages = {layer.name: d.message for layer, d in zip(doc.layers, whole.layers)}
-    folds = {f.target.name: f for f in plan.folds}
-    removed = plan.removed
-    for layer in doc.layers:
-        if layer.name in removed:
-            continue
-        message = net.layer.add()
-        message.CopyFrom(messages[layer.name])
-        fold = folds.get(layer.name)
-        if fold is None:
-            continue
-        last = messages[(fold.scale or fold.batchnorm).name]
-        del message.top[:]
-        message.top.append(last.top[0])
-        if fold.bias is None:
-            getattr(message, _PARAM_NAME[fold.kind]).bias_term = True
-    return net
-
-
-def _write_definition(doc: Document, plan: FoldPlan, dest, warnings: list) -> None:
-    """The folded definition as protobuf's text format; fields text cannot carry are warned about."""
-    from google.protobuf import text_format  # protobuf loads only where a definition is written
-
-    from ..formats.caffe.netdef import definition
-
-    whole = definition(doc)
-    kept = [d for layer, d in zip(doc.layers, whole.layers) if layer.name not in plan.removed]
-    lines = dataclasses.replace(whole, layers=kept).lost_lines(doc.path)
-    warnings += [f"{line}; left out of the text" for line in lines]
-    content = text_format.MessageToString(folded_definition(doc, plan), as_utf8=True)
-    with atomic_output(dest) as out:
-        out.write(content.encode("utf-8"))
 
 
 def _values(entry) -> np.ndarray:

@@ -36,8 +36,8 @@ from ..formats.caffe import layer_links, wire
 from ..formats.naming import layer_type
 from .fold import DEFAULT_EPS, FOLDABLE, output_channels
 
-__all__ = ["Fold", "Kept", "FoldPlan", "plan_folds", "check_foldable_net", "layer_fields", "PARAM_FIELD", "TOP",
-           "BLOBS", "BIAS_TERM"]
+__all__ = ["Fold", "Kept", "FoldPlan", "plan_folds", "check_foldable_net", "layer_fields", "blob_versions",
+           "rename_why_not", "PARAM_FIELD", "TOP", "BLOBS", "BIAS_TERM"]
 
 # LayerParameter fields.
 TOP, PARAM, BLOBS = 4, 6, 7
@@ -167,6 +167,26 @@ def check_foldable_net(doc: Document) -> None:
                          "so nothing in it can fold, and fold writes no V1 net")
 
 
+def blob_versions(links: list) -> tuple[list, dict]:
+    """Each blob name followed version by version through layers given as (bottoms, tops), in order.
+
+    Returns (per layer, the version each bottom reads: (writer's index, which
+    of its tops), or None for a net input; {version: indices of the layers
+    reading it}). An in-place layer reads one version and writes the next.
+    """
+    current: dict = {}
+    inputs: list = []
+    readers: dict = {}
+    for i, (bottoms, tops) in enumerate(links):
+        versions = [current.get(b) for b in bottoms]
+        inputs.append(versions)
+        for v in dict.fromkeys(v for v in versions if v is not None):
+            readers.setdefault(v, []).append(i)
+        for k, top in enumerate(tops):
+            current[top] = (i, k)
+    return inputs, readers
+
+
 class _Net:
     """A net's layers with their links, and each blob version's writer and readers."""
 
@@ -178,16 +198,7 @@ class _Net:
         self.blobs: dict = {}
         for e in doc.entries:
             self.blobs.setdefault(e.layer, []).append(e)
-        current: dict = {}
-        self.inputs: list = []       # per layer, the version each bottom reads (None: a net input)
-        self.readers: dict = {}      # version -> indices of the layers reading it
-        for i, (bottoms, tops) in enumerate(self.links):
-            versions = [current.get(b) for b in bottoms]
-            self.inputs.append(versions)
-            for v in dict.fromkeys(v for v in versions if v is not None):
-                self.readers.setdefault(v, []).append(i)
-            for k, top in enumerate(tops):
-                current[top] = (i, k)  # version: (writer, which of its tops)
+        self.inputs, self.readers = blob_versions(self.links)
         self._fields: dict = {}
         self._names = None
 
@@ -286,7 +297,7 @@ def _fold_of(net: _Net, i: int):
         return scale
     last = scale if scale is not None else i
     top = net.links[last][1][0]
-    why = _rename_why_not(net, p, last, i, top)
+    why = rename_why_not(net.links, [layer.name for layer in net.layers], p, last, i, top)
     if why:
         return why
     gamma = beta = None
@@ -348,14 +359,17 @@ def _scale_of(net: _Net, i: int, channels: int):
     return s
 
 
-def _rename_why_not(net: _Net, p: int, last: int, i: int, top: str) -> str | None:
-    """Why layer p cannot write `top` in place of the layers it takes in (up to layer `last`), or None."""
-    if top == net.links[p][1][0]:
+def rename_why_not(links: list, names: list, p: int, last: int, i: int, top: str) -> str | None:
+    """Why layer p cannot write `top` in place of the layers it takes in (BatchNorm i, up to layer `last`), or None.
+
+    `links` holds each layer's (bottoms, tops), `names` their names.
+    """
+    if top == links[p][1][0]:
         return None
-    if top in net.links[p][0]:
-        return f"{net.name(p)} reads {top!r}, the name its folded output would take"
+    if top in links[p][0]:
+        return f"{names[p]} reads {top!r}, the name its folded output would take"
     for j in range(p + 1, last):
-        if j != i and (top in net.links[j][0] or top in net.links[j][1]):
-            return (f"{net.name(j)}, between {net.name(p)} and {net.name(last)}, uses {top!r}, the name the folded "
+        if j != i and (top in links[j][0] or top in links[j][1]):
+            return (f"{names[j]}, between {names[p]} and {names[last]}, uses {top!r}, the name the folded "
                     "output would take")
     return None
