@@ -166,7 +166,7 @@ def _write_definition(doc: Document, dest, fmt, *, precision, layout, strict: bo
         raise UsageError(f"{lines[0]}; --strict refuses to leave them out ({len(lines)} such line"
                          f"{'s' * (len(lines) != 1)})")
     for line in lines:
-        (warn or warnings.warn)(line if "octal escapes" in line else f"{line}; left out of the text")
+        (warn or warnings.warn)(line if "written as escapes" in line else f"{line}; left out of the text")
     module(fmt).write(doc, [], [], dest, kind="net", precision=Precision.of(precision), layout=layout)
 
 

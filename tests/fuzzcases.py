@@ -735,13 +735,18 @@ def check_definition(doc) -> None:
     from google.protobuf import json_format, text_format
 
     from blobtool import net_definition
+    from blobtool.formats.prototxt import definition_text
 
     found = net_definition(doc)
     for layer in found.layers:
         json_format.MessageToDict(layer.message, preserving_proto_field_name=True)
-    text = text_format.MessageToString(found.net, as_utf8=True)
-    if found.escaped_lines("x"):  # octal escapes of bytes that are not UTF-8: protobuf's Python reader refuses them
+    if found.escaped_lines("x"):
+        # Escapes of bytes that are not UTF-8 (protobuf's Python reader refuses them), up to 4 characters a
+        # byte: past the bound on what reading may allocate for a large input, so only a small one's text.
+        if doc.size < (1 << 16):
+            definition_text(found.net)
         return
+    text = definition_text(found.net)
     known = pb.NetParameter()
     known.CopyFrom(found.net)
     known.DiscardUnknownFields()  # a fork's fields, which text cannot carry (and which are warned about)

@@ -216,3 +216,21 @@ def test_a_prototxt_gives_an_hdf5_snapshot_its_layer_types(tmp_path):
     got = load_file(str(out))
     assert sorted(got) == ["conv1.bias", "conv1.weight", "fc.bias", "fc.weight"]
     assert got["fc.weight"].tobytes() == fc[0].tobytes() and got["conv1.bias"].tobytes() == conv[1].tobytes()
+
+
+def test_a_name_that_is_not_utf8_is_written_escaped_in_one_pass(tmp_path):
+    # protobuf's own printer escapes such a string in quadratic time (2 MB: minutes).
+    from google.protobuf import text_encoding
+
+    name = b"\xff\xfe" * 1_000_000 + b'"\\\n\x01'
+    layer = len_field(1, name) + len_field(2, b"ReLU")
+    path = tmp_path / "odd.caffemodel"
+    path.write_bytes(len_field(1, b"n") + len_field(100, layer))
+    out = tmp_path / "odd.prototxt"
+    result = run_blobtool("convert", path, "-o", out, timeout=60, text=True)
+    assert result.returncode == 0, result.stderr
+    assert "not UTF-8 text, written as" in result.stderr and len(result.stderr.splitlines()) == 1
+    text = out.read_text()
+    quoted = text.split('name: "', 2)[2].split('"\n', 1)[0]
+    assert text_encoding.CUnescape(quoted) == name  # the escapes give back the very bytes
+    assert_error(invoke("convert", path, "-o", out, "--strict"), 2, "not UTF-8")

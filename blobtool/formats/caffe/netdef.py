@@ -72,20 +72,20 @@ class NetDefinition:
     def escaped_lines(self, path: str) -> list:
         """One line per layer holding text fields that are not UTF-8 (a damaged or foreign name).
 
-        Protobuf's text format writes such bytes as octal escapes, which
+        Such bytes are written as escapes (\\xNN), which
         Caffe's reader takes back as the same bytes; Python's text reader
         (blobtool's) refuses them.
         """
         lines = []
         found = [name for name in _byte_strings(self.net) if not name.startswith("layer.")]
         if found:
-            lines.append(f"{path}: the net's {', '.join(found)} not UTF-8 text, written as octal escapes (Caffe "
+            lines.append(f"{path}: the net's {', '.join(found)} not UTF-8 text, written as escapes (Caffe "
                          "reads them; blobtool's text reader does not)")
         for layer in self.layers:
             found = _byte_strings(layer.message)
             if found:
                 lines.append(f"{path}: layer {text(layer.message.name) or '(unnamed)'}: {', '.join(found)} not "
-                             "UTF-8 text, written as octal escapes (Caffe reads them; blobtool's text reader does not)")
+                             "UTF-8 text, written as escapes (Caffe reads them; blobtool's text reader does not)")
         return lines
 
     def lost_lines(self, path: str) -> list:
