@@ -60,7 +60,24 @@ def _tables():
 
 
 def _emit_info(record: dict, as_json: bool) -> None:
-    emit(record, as_json, plain=text.plain_info, draw=lambda out: _tables().render_info(out, record))
+    emit(record, as_json, plain=_plain_info, draw=lambda out: _draw_info(out, record))
+
+
+def _plain_info(record: dict, width: int) -> str | None:
+    """info's plain text, and under it where a --names torch export's tensors came from."""
+    from ..report.mapping import plain_origins
+
+    table, origins = text.plain_info(record, width), plain_origins(record)
+    if table is None or origins is None:
+        return None
+    return table + "".join(line + "\n" for line in origins)
+
+
+def _draw_info(out, record: dict) -> None:
+    from ..report.mapping import render_origins
+
+    _tables().render_info(out, record)
+    render_origins(out, record)
 
 
 def _emit_norm(record: dict, as_json: bool) -> None:
@@ -100,16 +117,16 @@ def info(files, stats, check, all_layers, patterns, kind, as_json, jobs, fail_fa
       blobtool info mean.binaryproto
       blobtool info --json --stats weights.pb | jq .blobs[0].stats
       blobtool info --check finite snapshot.caffemodel
-      blobtool info --names torch model.caffemodel    # the PyTorch names convert would give
+      blobtool info --names torch model.caffemodel    # the PyTorch names convert would give, BatchNorm eps
     """
     from ..report.text import check_message, invalid_message
 
     if names != "blobtool" and (stats or check):
-        raise click.UsageError("--names torch lists the renaming; --stats and --check apply to blobs as stored")
+        raise click.UsageError(f"--names {names} lists the renaming; --stats and --check apply to blobs as stored")
     batch = _Batch(files, fail_fast, all_files)
     if names != "blobtool":
         for record in batch.records(functools.partial(_mapping_one, kind=kind, patterns=patterns,
-                                                      fold=not no_fold), jobs):
+                                                      fold=not no_fold, scheme=names), jobs):
             _emit_mapping(record, as_json)
         batch.exit()
         return
@@ -139,13 +156,13 @@ def _info_one(path, *, kind, patterns, stats, check=None, all_layers=False, show
         return info_record(doc, select(doc, patterns), stats=stats, check=check, all_layers=all_layers)
 
 
-def _mapping_one(path, *, kind, patterns, fold, show_progress=True):
-    """info --names torch's record for one file: the renaming that convert would apply."""
+def _mapping_one(path, *, kind, patterns, fold, scheme="torch", show_progress=True):
+    """info --names torch's record for one file: the renaming that convert would apply, and the settings."""
     from ..formats import select
     from ..report.mapping import mapping_record
 
     doc = open_input(path, kind)
-    return mapping_record(doc, renamed(doc, select(doc, patterns), fold), fold=fold)
+    return mapping_record(doc, renamed(doc, select(doc, patterns), fold, scheme), fold=fold)
 
 
 def _emit_mapping(record: dict, as_json: bool) -> None:
@@ -253,10 +270,12 @@ def compare(a, b, rtol, atol, quiet, device, patterns, kind, as_json, names, no_
         raise click.UsageError("standard input ('-') can be read only once")
     device_info = use_device(device)
     doc_a, doc_b = open_inputs([a, b], kind)
-    if names == "torch":
+    if names != "blobtool":
         from ..formats.naming import torch_pair
+        from .names import renamer
 
-        (doc_a, entries_a), (doc_b, entries_b), warnings = torch_pair(doc_a, doc_b, patterns, fold=not no_fold)
+        (doc_a, entries_a), (doc_b, entries_b), warnings = torch_pair(doc_a, doc_b, patterns, fold=not no_fold,
+                                                                      rename=renamer(names))
         warn_all(warnings)
     else:
         entries_a = select(doc_a, patterns)

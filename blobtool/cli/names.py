@@ -1,4 +1,4 @@
-"""--names and --no-fold: renaming a net's blobs as PyTorch names them (blobtool.naming), and its warnings."""
+"""--names and --no-fold: renaming a net's blobs as PyTorch names them (formats/naming.py, torchmeta.py), and its lines."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import click
 from ..formats import NAMING_SCHEMES as SCHEMES
 from .output import say_warning
 
-__all__ = ["names_options", "renamed", "warn_all"]
+__all__ = ["names_options", "renamed", "warn_all", "say_summary", "renamer"]
 
 
 def names_options(f):
@@ -16,7 +16,9 @@ def names_options(f):
                           "folding it into the BatchNorm's names.")(f)
     f = click.option("--names", "names", type=click.Choice(SCHEMES), default="blobtool", show_default=True,
                      help="Blob names: blobtool's (conv1/0), or torch: a .caffemodel's blobs by layer type as "
-                          "PyTorch names them (conv1.weight; BatchNorm statistics divided by their factor).")(f)
+                          "PyTorch names them (conv1.weight; BatchNorm statistics divided by their factor; "
+                          "BatchNorm eps and other settings in the metadata), or torch-identifiers: the same "
+                          "with each module name made a Python identifier (conv6-1 -> conv6_1).")(f)
     return f
 
 
@@ -25,10 +27,28 @@ def warn_all(lines) -> None:
         say_warning(line)
 
 
-def renamed(doc, entries, fold: bool):
-    """The library's torch_names for the selected entries, its warnings printed."""
-    from ..formats.naming import torch_names
+def renamer(scheme: str):
+    """The library's renaming for --names `scheme` (torch or torch-identifiers), as torch_pair takes it."""
+    import functools
 
-    result = torch_names(doc, entries, fold=fold)
+    from ..formats.torchmeta import named
+
+    return functools.partial(named, scheme=scheme)
+
+
+def renamed(doc, entries, fold: bool, scheme: str = "torch"):
+    """The library's TorchExport for the selected entries, its warnings printed."""
+    result = renamer(scheme)(doc, entries, fold=fold)
     warn_all(result.warnings)
     return result
+
+
+def say_summary(lines) -> None:
+    """"blobtool: " and each line, on stderr: what a command did, not a warning."""
+    from ..report.escape import escape
+
+    for line in lines:
+        try:
+            click.echo("blobtool: " + escape(line), err=True)
+        except (OSError, ValueError):
+            pass  # a closed or full stderr loses the line, not the command's result

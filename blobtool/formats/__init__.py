@@ -154,7 +154,7 @@ PRECISION_TYPES = {"float": "<f4", "double": "<f8", "half": "<f2"}
 # How a document's blobs can be named: blobtool's own names, or a scheme of
 # formats/naming.py (listed here, so that the command's options need not
 # import it at start-up).
-NAMING_SCHEMES = ("blobtool", "torch")
+NAMING_SCHEMES = ("blobtool", "torch", "torch-identifiers")
 
 
 def get_format(name: str) -> Format:
@@ -366,6 +366,9 @@ class Document:
     format: str = "caffe"    # the Format's name: which module reads and writes it
     layers: list = field(default_factory=list)  # a net's layers in file order, blobs or not (NetLayer)
     naming: str = "blobtool"  # how its entries are named: "blobtool", or a scheme of blobtool.naming ("torch")
+    # Text a writer that keeps metadata (safetensors' __metadata__) adds for
+    # these entries: what --names torch knows beyond the tensors (torchmeta.py).
+    export_metadata: dict = field(default_factory=dict)
 
     @property
     def size(self) -> int:

@@ -105,6 +105,10 @@ class Mapped:
     shape: tuple | None
     done: str
     module: str | None = None   # the PyTorch module the name belongs to
+    # What was done, as one word (the summary's kinds): "renamed" (reshaped
+    # too), "transposed", "folded", "divided" (by BatchNorm's factor),
+    # "kept" (<layer>.<index>: no rule), "not written".
+    kind: str = "renamed"
 
 
 @dataclass
@@ -298,6 +302,7 @@ def _map_layer(doc: Document, layer, kind: str, blobs: list, fold_into: str | No
             row = _view(entry, f"{module}.{_PARAMS[index]}", shape, module)
             if fold_into:
                 row.mapped.done = f"folded into {fold_into}" + _reshaped(entry.shape, shape, "; ")
+                row.mapped.kind = "folded"
             elif apart is not None:
                 row.mapped.done += f"; not folded into {apart[0]}: {apart[1]}"
             rows.append(row)
@@ -310,6 +315,7 @@ def _map_layer(doc: Document, layer, kind: str, blobs: list, fold_into: str | No
             row = _view(entry, f"{name}.{index}", entry.shape, name,
                         done=f"kept (no rule for {kind or 'no type'})")
             row.unruled = True
+            row.mapped.kind = "kept"
             rows.append(row)
     return rows
 
@@ -342,7 +348,7 @@ def _transposed_weight(doc: Document, entry: Entry, layer: str) -> _Row:
     renamed = Entry(name, shape, "shape", entry.dtype, False, layer=entry.layer, type=entry.type, build=make)
     done = (_reshaped(entry.shape, stored, "", "; ") + f"transposed {_fmt(stored)} -> {_fmt(shape)}: "
             "inner_product_param.transpose is true, Linear's weight is (out, in)")
-    return _Row(Mapped(entry, name, shape, done, layer), renamed)
+    return _Row(Mapped(entry, name, shape, done, layer, "transposed"), renamed)
 
 
 def _weight_shape(kind: str, shape: tuple) -> tuple:
@@ -414,9 +420,10 @@ def _batchnorm(doc: Document, layer: str, blobs: list, warnings: list) -> list:
         blob.origin = _origin(src)
         shape = (entry.count,)
         renamed = Entry(name, shape, "shape", entry.dtype, False, layer=entry.layer, type=entry.type, _blob=blob)
-        rows.append(_Row(Mapped(entry, name, shape, done + _reshaped(entry.shape, shape, "; "), layer), renamed))
+        rows.append(_Row(Mapped(entry, name, shape, done + _reshaped(entry.shape, shape, "; "), layer, "divided"),
+                         renamed))
     rows.append(_Row(Mapped(blobs[2], None, None, "not written: the factor of running_mean and running_var",
-                            layer), None))
+                            layer, "not written"), None))
     for index, entry in enumerate(blobs[3:5]):
         # NVIDIA Caffe's BatchNorm with scale_bias: its own affine weight and bias.
         row = _view(entry, f"{layer}.{_PARAMS[index]}", (entry.count,), layer)
@@ -425,22 +432,25 @@ def _batchnorm(doc: Document, layer: str, blobs: list, warnings: list) -> list:
     return rows
 
 
-def torch_pair(doc_a: Document, doc_b: Document, patterns, *, fold: bool = True) -> tuple:
+def torch_pair(doc_a: Document, doc_b: Document, patterns, *, fold: bool = True, rename=None) -> tuple:
     """compare --names torch: ((doc, entries) for a, (doc, entries) for b, warnings).
 
     Each side that is a net is renamed (its selection by `patterns`, in
-    Caffe's names); the other side is taken as it is, limited with patterns
-    to the names the net's selection maps to, and without the buffers
-    PyTorch adds to a BatchNorm module (``num_batches_tracked``), which
-    Caffe has no blob for. Raises UsageError when neither side is a net.
+    Caffe's names) by `rename(doc, entries, fold=fold)` (default torch_names;
+    one giving a TorchNames as it does); the other side is taken as it is,
+    limited with patterns to the names the net's selection maps to, and
+    without the buffers PyTorch adds to a BatchNorm module
+    (``num_batches_tracked``), which Caffe has no blob for. Raises
+    UsageError when neither side is a net.
     """
+    rename = rename or torch_names
     if not (has_layer_types(doc_a) or has_layer_types(doc_b)):
         raise _refuse(doc_a)
     mapped = {}
     warnings = []
     for doc in (doc_a, doc_b):
         if has_layer_types(doc):
-            result = torch_names(doc, select(doc, patterns), fold=fold)
+            result = rename(doc, select(doc, patterns), fold=fold)
             mapped[id(doc)] = result
             warnings += result.warnings
     names = {e.name for m in mapped.values() for e in m.document.entries}

@@ -40,7 +40,7 @@ from ...files import atomic_output, display_name
 from .. import MAX_BLOBS, MAX_NAME, Document, Entry, NetLayer, unique_names
 
 __all__ = ["read", "write", "write_new", "write_container", "save_blob", "container_parts", "MAX_LAYERS", "MAX_NAME",
-           "V1_TYPE_NAMES", "layer_links", "layer_param_varints", "LAYER_PARAMS"]
+           "V1_TYPE_NAMES", "layer_links", "layer_param_varints", "layer_param_values", "LAYER_PARAMS"]
 
 
 NET_FIELD_NAMES = {1: "name", 2: "layers", 3: "input", 4: "input_dim", 5: "force_backward", 6: "state",
@@ -249,6 +249,21 @@ def layer_param_varints(doc: Document, layer: NetLayer, param: str) -> dict:
     them); the layer's blobs and other fields are skipped in bulk, not parsed.
     An absent message gives {}: every setting at its default.
     """
+    return {number: value for number, value in layer_param_values(doc, layer, param).items()
+            if isinstance(value, int)}
+
+
+def layer_param_values(doc: Document, layer: NetLayer, param: str) -> dict:
+    """{field number: value} of the varint, 32-bit and 64-bit fields of a layer's `param` message, last value winning.
+
+    As layer_param_varints (the same bounds: one message read, at most
+    _MAX_PARAM_FIELDS fields an occurrence), and also the fixed-width
+    fields: in Caffe's layer parameter messages those are `float` (32-bit,
+    such as batch_norm_param.eps = 3) and `double` (64-bit), given as Python
+    floats (a float32 widened exactly). Varints are ints as stored (an int32
+    field's negative value is its 64-bit two's complement). Length-delimited
+    fields (nested messages, strings, packed repeats) are not read.
+    """
     f = layer.field
     number = LAYER_PARAMS[param][0 if f.number == 100 else 1]
     if number is None:
@@ -266,7 +281,13 @@ def layer_param_varints(doc: Document, layer: NetLayer, param: str) -> dict:
                                   path=doc.path, offset=h.offset)
             if h.wire_type == wire.VARINT:
                 values[h.number] = h.value
+            elif h.wire_type in _FIXED_TYPES:
+                values[h.number] = float(np.frombuffer(buf, _FIXED_TYPES[h.wire_type], 1, h.start)[0])
     return values
+
+
+# The little-endian types of the fixed-width fields of a layer parameter message (float, double).
+_FIXED_TYPES = {wire.I32: np.dtype("<f4"), wire.I64: np.dtype("<f8")}
 
 
 def _read_solverstate(doc: Document, buf) -> None:

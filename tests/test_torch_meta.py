@@ -1,0 +1,282 @@
+"""blobtool.formats.torchmeta: what --names torch exports beyond the tensors, run as the commands run.
+
+The settings are written into the nets here as raw protobuf fields (the
+values chosen here); the exports are read back with the safetensors package.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+
+import numpy as np
+import pytest
+from safetensors import safe_open
+from safetensors.numpy import load_file, save_file
+
+from blobtool.errors import FormatError
+from blobtool.formats import open_document
+from blobtool.formats.caffe import layer_param_values
+from builders import Layer, len_field, tag, varint_field, write_net
+from runner import run_blobtool
+
+RNG = np.random.default_rng(26)
+
+
+def rand(*shape):
+    return RNG.standard_normal(shape).astype(np.float32)
+
+
+def eps_param(eps: float) -> bytes:
+    """batch_norm_param (139) { eps (3, a 32-bit float) }."""
+    return len_field(139, tag(3, 5) + struct.pack("<f", eps))
+
+
+def bn_layers(name: str, bottom: str, eps: float | None, channels: int = 4) -> list:
+    """A BatchNorm (eps given, or Caffe's default when None) and the Scale after it, in place."""
+    return [Layer(name, "BatchNorm", [rand(channels), np.abs(rand(channels)), np.array([2.0])], bottom=[bottom],
+                  top=[bottom], params=eps_param(eps) if eps is not None else b""),
+            Layer(f"{name}_scale", "Scale", [rand(channels), rand(channels)], bottom=[bottom], top=[bottom])]
+
+
+def settings_net(tmp_path, fmt: str = "new"):
+    layers = [Layer("conv1", "Convolution", [rand(4, 3, 2, 2), rand(4)], bottom=["data"], top=["c"]),
+              *bn_layers("bn1", "c", 0.001), *bn_layers("bn2", "c", None), *bn_layers("bn3", "c", 0.001),
+              Layer("ip", "InnerProduct", [rand(5, 8), rand(5)], bottom=["c"], top=["ip"],
+                    params=len_field(117, varint_field(1, 5) + varint_field(5, 2))),
+              Layer("prelu", "PReLU", [rand(1)], bottom=["ip"], top=["ip"], params=len_field(131, varint_field(2, 1))),
+              Layer("bias1", "Bias", [rand(5)], bottom=["ip"], top=["ip"])]
+    return write_net(tmp_path / "settings.caffemodel", fmt, layers)
+
+
+def summary(path, out, written: str, renamed: int, folded: int, divided: int, kept: int, extra=()) -> list:
+    return [f"blobtool: {path}: --names torch: {written.format(out=out)}",
+            f"blobtool: {path}: {renamed} renamed (the layer's name, PyTorch's parameter name)",
+            f"blobtool: {path}: {folded} folded (a Scale's gamma and beta as its BatchNorm's weight and bias)",
+            f"blobtool: {path}: {divided} divided by the factor (BatchNorm's running_mean and running_var, by blob 2)",
+            f"blobtool: {path}: {kept} left under Caffe's name (<layer>.<index>: no rule for the layer type)",
+            *(f"blobtool: {path}: {line}" for line in extra)]
+
+
+def test_settings_mapping_and_summary_of_an_export(tmp_path):
+    net = settings_net(tmp_path)
+    out = tmp_path / "s.safetensors"
+    result = run_blobtool("convert", "--names", "torch", net, "-o", out, text=True)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.splitlines() == [
+        f"blobtool: warning: {net}: --names torch has no rule for these layers, whose blobs are named "
+        "<layer>.<index>: Bias: bias1",
+        # One line for both BatchNorms with eps 0.001; none for bn2 (Caffe's default is PyTorch's).
+        f"blobtool: warning: {net}: BatchNorm eps 0.001 in 2 modules (bn1, bn3), not PyTorch's default 1e-05: "
+        "give BatchNorm2d eps=0.001 (the file's metadata has <module>.eps)",
+        *summary(net, out, "18 tensors written to {out}, all float32", 5, 6, 6, 1,
+                 ["3 not written (BatchNorm's factors)"])]
+    with safe_open(out, "np") as f:
+        meta = f.metadata()
+    assert {k: v for k, v in meta.items() if "." in k} == {
+        "bn1.eps": "0.001", "bn2.eps": "1e-05", "bn3.eps": "0.001", "ip.axis": "2", "prelu.channel_shared": "true"}
+    assert float(meta["bn1.eps"]) == 0.001 and np.float32(meta["bn2.eps"]) == np.float32(1e-5)
+    mapping = json.loads(meta["mapping"])
+    assert mapping["format"] == 1 and "modules" not in mapping
+    assert sorted(mapping["tensors"]) == sorted(load_file(out))
+    assert mapping["tensors"]["conv1.weight"] == ["conv1", 0, "renamed"]
+    assert mapping["tensors"]["bn1.running_var"] == ["bn1", 1, "divided"]
+    assert mapping["tensors"]["bn3.bias"] == ["bn3_scale", 1, "folded"]
+    assert mapping["tensors"]["bias1.0"] == ["bias1", 0, "kept"]
+    assert len(mapping["tensors"]) == 18
+
+
+def test_info_shows_where_each_tensor_came_from(tmp_path):
+    net = settings_net(tmp_path)
+    out = tmp_path / "s.safetensors"
+    assert run_blobtool("convert", "--names", "torch", net, "-o", out).returncode == 0
+    result = run_blobtool("info", "--json", out, text=True)
+    assert (result.returncode, result.stderr) == (0, "")
+    record = json.loads(result.stdout)
+    rows = {b["name"]: b for b in record["blobs"]}
+    assert rows["bn1.weight"]["from"] == {"layer": "bn1_scale", "blob": 0, "done": "folded"}
+    assert rows["ip.bias"]["from"] == {"layer": "ip", "blob": 1, "done": "renamed"}
+    assert all("from" in b for b in record["blobs"])
+    assert record["settings"]["bn3.eps"] == "0.001" and record["settings"]["ip.axis"] == "2"
+    text = run_blobtool("info", out, text=True).stdout.splitlines()
+    assert ["tensor", "from", "Caffe", "blob", "done"] in [line.split() for line in text]
+    assert ["bn2.running_mean", "bn2/0", "divided"] in [line.split() for line in text]
+    assert "  settings a port must copy (the export's metadata keys <module>.<setting>):" in text
+    assert "    eps = 0.001: bn1, bn3" in text and "    eps = 1e-05: bn2" in text
+    assert "    axis = 2: ip" in text and "    channel_shared = true: prelu" in text
+    # A safetensors file without the mapping has neither (the safetensors package's own).
+    save_file({"w": np.ones(2, np.float32)}, tmp_path / "plain.safetensors")
+    record = json.loads(run_blobtool("info", "--json", tmp_path / "plain.safetensors", text=True).stdout)
+    assert "settings" not in record and "from" not in record["blobs"][0]
+
+
+def test_info_names_torch_shows_the_settings(tmp_path):
+    net = settings_net(tmp_path)
+    result = run_blobtool("info", "--json", "--names", "torch", net, text=True)
+    assert result.returncode == 0
+    record = json.loads(result.stdout)
+    assert record["settings"] == {"bn1.eps": "0.001", "bn2.eps": "1e-05", "bn3.eps": "0.001", "ip.axis": "2",
+                                  "prelu.channel_shared": "true"}
+    # A selection limits the settings to the modules written.
+    record = json.loads(run_blobtool("info", "--json", "--names", "torch", "--blob", "bn2", net, text=True).stdout)
+    assert record["settings"] == {"bn2.eps": "1e-05"}
+    text = run_blobtool("info", "--names", "torch", net, text=True).stdout
+    assert "    eps = 0.001: bn1, bn3\n" in text
+
+
+def test_many_batchnorms_are_one_warning_line(tmp_path):
+    layers = [Layer("conv", "Convolution", [rand(4, 3, 1, 1), rand(4)], bottom=["data"], top=["c"])]
+    for k in range(20):
+        layers += bn_layers(f"bn{k}", "c", 0.001 if k % 2 else 1e-3 * 2)
+    net = write_net(tmp_path / "many.caffemodel", "new", layers)
+    result = run_blobtool("convert", "--names", "torch", net, "-o", tmp_path / "m.safetensors", text=True)
+    assert result.returncode == 0
+    warned = [line for line in result.stderr.splitlines() if line.startswith("blobtool: warning: ")]
+    assert warned == [
+        f"blobtool: warning: {net}: BatchNorm eps 0.002 in 10 modules (bn0, bn2, bn4, bn6, bn8, bn10, bn12, bn14 "
+        "and 2 more), not PyTorch's default 1e-05: give BatchNorm2d eps=0.002 (the file's metadata has <module>.eps)",
+        f"blobtool: warning: {net}: BatchNorm eps 0.001 in 10 modules (bn1, bn3, bn5, bn7, bn9, bn11, bn13, bn15 "
+        "and 2 more), not PyTorch's default 1e-05: give BatchNorm2d eps=0.001 (the file's metadata has <module>.eps)"]
+
+
+def test_v1_inner_product_axis(tmp_path):
+    layers = [Layer("ip", "InnerProduct", [rand(5, 8), rand(5)], legacy=True, bottom=["data"], top=["ip"],
+                    params=len_field(17, varint_field(1, 5) + varint_field(5, (1 << 64) - 1)))]
+    net = write_net(tmp_path / "v1.caffemodel", "v1", layers)
+    record = json.loads(run_blobtool("info", "--json", "--names", "torch", net, text=True).stdout)
+    assert record["settings"] == {"ip.axis": "-1"}
+
+
+def test_layer_parameter_values_are_read_bounded(tmp_path):
+    fields = varint_field(1, 7) + tag(3, 5) + struct.pack("<f", 0.25) + tag(9, 1) + struct.pack("<d", 1e-300)
+    net = write_net(tmp_path / "p.caffemodel", "new",
+                    [Layer("bn", "BatchNorm", [rand(2), rand(2), np.array([1.0])], params=len_field(139, fields))])
+    doc = open_document(net)
+    assert layer_param_values(doc, doc.layers[0], "batch_norm_param") == {1: 7, 3: 0.25, 9: 1e-300}
+    # A parameter message of more fields than Caffe writes is refused (bad input), as the varints' reader does.
+    forged = len_field(139, (tag(3, 5) + struct.pack("<f", 0.5)) * 1025)
+    net = write_net(tmp_path / "f.caffemodel", "new",
+                    [Layer("bn", "BatchNorm", [rand(2), rand(2), np.array([1.0])], params=forged)])
+    doc = open_document(net)
+    with pytest.raises(FormatError, match="batch_norm_param of layer 'bn' holds more than 1024 fields"):
+        layer_param_values(doc, doc.layers[0], "batch_norm_param")
+    result = run_blobtool("convert", "--names", "torch", net, "-o", tmp_path / "f.safetensors", text=True)
+    assert result.returncode == 3 and result.stderr.count("\n") == 1 and "more than 1024 fields" in result.stderr
+    assert not (tmp_path / "f.safetensors").exists()
+
+
+def test_the_summary_says_float16_sources_stay_mixed(realworld, tmp_path):
+    src = realworld / "mtcnn_det1_half.caffemodel"
+    out = tmp_path / "pnet.safetensors"
+    result = run_blobtool("convert", "--names", "torch", src, "-o", out, text=True)
+    assert result.returncode == 0
+    got = load_file(out)
+    halves = sum(1 for a in got.values() if a.dtype == np.float16)
+    assert 0 < halves < len(got)
+    assert result.stderr.splitlines()[0] == (
+        f"blobtool: {src}: --names torch: {len(got)} tensors written to {out}, {halves} float16 and "
+        f"{len(got) - halves} float32 (each as stored: float16 blobs stay float16; --float writes float32 only)")
+    result = run_blobtool("convert", "--names", "torch", "--float", src, "-o", out, text=True)
+    assert result.stderr.splitlines()[0] == (f"blobtool: {src}: --names torch: {len(got)} tensors written to {out}, "
+                                             "all float32")
+    assert {a.dtype for a in load_file(out).values()} == {np.dtype(np.float32)}
+    with safe_open(out, "np") as f:
+        meta = f.metadata()
+    prelus = [k for k in meta if k.endswith(".channel_shared")]
+    assert prelus and all(meta[k] == "false" for k in prelus)
+
+
+def test_the_real_resnet_carries_every_eps(realworld, tmp_path):
+    from blobtool._pb import blobtool_caffe_pb2 as pb
+
+    src = realworld / "resnet20_cifar10.caffemodel"
+    net = pb.NetParameter()
+    net.ParseFromString(src.read_bytes())
+    types = [layer.type for layer in net.layer if layer.blobs]
+    out = tmp_path / "r.safetensors"
+    result = run_blobtool("convert", "--names", "torch", src, "-o", out, text=True)
+    assert result.returncode == 0
+    bns, scales = types.count("BatchNorm"), types.count("Scale")
+    assert result.stderr.splitlines() == summary(
+        src, out, "128 tensors written to {out}, all float32",
+        2 * (types.count("Convolution") + types.count("InnerProduct")), 2 * scales, 2 * bns, 0,
+        [f"{bns} not written (BatchNorm's factors)"])
+    with safe_open(out, "np") as f:
+        meta = f.metadata()
+    eps = {k: v for k, v in meta.items() if k.endswith(".eps")}
+    assert len(eps) == bns == 21 and set(eps.values()) == {"1e-05"}
+    assert len(json.loads(meta["mapping"])["tensors"]) == 128
+
+
+# -- --names torch-identifiers -------------------------------------------------------------------
+
+IDENTIFIER_LAYERS = [("conv6-1", "conv6_1_2"), ("conv6_1", "conv6_1"), ("in", "in_"), ("1p", "_1p"),
+                     ("a.b/c", "a_b_c"), ("lambda", "lambda_"), ("x-y", "x_y"), ("x+y", "x_y_2")]
+
+
+def identifier_net(tmp_path):
+    layers = []
+    for k, (name, _) in enumerate(IDENTIFIER_LAYERS):
+        layers.append(Layer(name, "Convolution", [rand(2, 1, 1, 1), rand(2)], bottom=[f"t{k}"], top=[f"t{k + 1}"]))
+    layers += bn_layers("bn-1", f"t{len(IDENTIFIER_LAYERS)}", 0.001, channels=2)
+    return write_net(tmp_path / "ids.caffemodel", "new", layers)
+
+
+def test_identifiers_are_typed_names_and_carried_in_the_metadata(tmp_path):
+    net = identifier_net(tmp_path)
+    out = tmp_path / "ids.safetensors"
+    result = run_blobtool("convert", "--names", "torch-identifiers", net, "-o", out, text=True)
+    assert result.returncode == 0
+    warned = [line for line in result.stderr.splitlines() if line.startswith("blobtool: warning: ")]
+    assert warned == [f"blobtool: warning: {net}: --names torch-identifiers: these module names became an "
+                      "identifier already given, and were numbered: conv6-1 -> conv6_1_2, x+y -> x_y_2",
+                      f"blobtool: warning: {net}: BatchNorm eps 0.001 in 1 module (bn_1), not PyTorch's default "
+                      "1e-05: give BatchNorm2d eps=0.001 (the file's metadata has <module>.eps)"]
+    got = load_file(out)
+    modules = {name.rsplit(".", 1)[0] for name in got}
+    assert modules == {ident for _, ident in IDENTIFIER_LAYERS} | {"bn_1"}
+    assert all(m.isidentifier() and m not in ("in", "lambda") for m in modules)
+    with safe_open(out, "np") as f:
+        meta = f.metadata()
+    assert meta["names"] == "torch-identifiers" and meta["bn_1.eps"] == "0.001"
+    mapping = json.loads(meta["mapping"])
+    assert mapping["modules"] == {**{ident: name for name, ident in IDENTIFIER_LAYERS if ident != name},
+                                  "bn_1": "bn-1"}
+    assert mapping["tensors"]["conv6_1_2.weight"] == ["conv6-1", 0, "renamed"]
+    assert mapping["tensors"]["bn_1.weight"] == ["bn-1_scale", 0, "folded"]
+    # info on the export names the Caffe layers; the same scheme twice gives the same names.
+    record = json.loads(run_blobtool("info", "--json", out, text=True).stdout)
+    assert record["modules"]["x_y_2"] == "x+y"
+    again = run_blobtool("info", "--json", "--names", "torch-identifiers", net, text=True)
+    rows = {b["name"]: b["torch"] for b in json.loads(again.stdout)["blobs"]}
+    assert rows["x+y/1"] == "x_y_2.bias" and rows["in/0"] == "in_.weight"
+
+
+def test_compare_torch_identifiers_both_ways(tmp_path):
+    net = identifier_net(tmp_path)
+    out = tmp_path / "ids.safetensors"
+    assert run_blobtool("convert", "--names", "torch-identifiers", net, "-o", out).returncode == 0
+    port = load_file(out)
+    port["bn_1.num_batches_tracked"] = np.array(0, np.int64)
+    save_file(port, tmp_path / "port.safetensors")
+    for a, b in ((net, tmp_path / "port.safetensors"), (tmp_path / "port.safetensors", net)):
+        result = run_blobtool("compare", "--names", "torch-identifiers", a, b, text=True)
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert "20 blob(s) match" in result.stdout
+    # Under --names torch the Caffe names do not meet the identifiers.
+    assert run_blobtool("compare", "-q", "--names", "torch", net, tmp_path / "port.safetensors").returncode == 1
+    port["x_y_2.bias"] = port["x_y_2.bias"] + 1
+    save_file(port, tmp_path / "wrong.safetensors")
+    result = run_blobtool("compare", "--json", "--names", "torch-identifiers", tmp_path / "wrong.safetensors", net,
+                          text=True)
+    assert result.returncode == 1
+    assert [b["name"] for b in json.loads(result.stdout)["blobs"] if not b["equal"]] == ["x_y_2.bias"]
+
+
+def test_python_identifiers_rules():
+    from blobtool.formats.torchmeta import python_identifiers
+
+    given, numbered = python_identifiers(["a-b", "a_b", "a b", "", "9", "class", "ok", "_9"])
+    assert given == {"a-b": "a_b_2", "a_b": "a_b", "a b": "a_b_3", "": "_", "9": "_9_2", "class": "class_",
+                     "ok": "ok", "_9": "_9"}
+    assert numbered == [("a-b", "a_b_2"), ("a b", "a_b_3"), ("9", "_9_2")]
