@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import struct
 
+import ml_dtypes  # noqa: F401  (numpy's bfloat16: the safetensors package reads BF16 tensors through it)
 import numpy as np
 import pytest
 from safetensors import safe_open
@@ -280,3 +281,111 @@ def test_python_identifiers_rules():
     assert given == {"a-b": "a_b_2", "a_b": "a_b", "a b": "a_b_3", "": "_", "9": "_9_2", "class": "class_",
                      "ok": "ok", "_9": "_9"}
     assert numbered == [("a-b", "a_b_2"), ("a b", "a_b_3"), ("9", "_9_2")]
+
+
+# -- --bf16 ----------------------------------------------------------------------------------------
+
+def bf16_bits(values) -> np.ndarray:
+    """The oracle: ml_dtypes' float32 -> bfloat16 cast (nearest, ties to even), as bits."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        return np.asarray(values, np.float32).astype(ml_dtypes.bfloat16).view(np.uint16)
+
+
+def stored_bits(path, name: str) -> np.ndarray:
+    return load_file(path)[name].view(np.uint16)
+
+
+def test_bf16_export_rounds_as_pytorch_does(tmp_path):
+    # Ties, values that round up into the next exponent, subnormals, NaN, Inf and signed zeros.
+    edge = np.array([1.0, 1.00390625, 1.01171875, 1.0 + 2 ** -8 + 2 ** -20, 3.3895e38, -0.0, 0.0, np.nan, -np.inf,
+                     1e-39, -1e-45, 65504.0, 1e-8], np.float32)
+    weight = np.concatenate([edge, rand(1000) * 100]).reshape(1013, 1)
+    layers = [Layer("ip", "InnerProduct", [weight, rand(1013)], bottom=["data"], top=["ip"]),
+              *bn_layers("bn", "ip", None, channels=1013)]
+    net = write_net(tmp_path / "b.caffemodel", "new", layers)
+    out = tmp_path / "b.safetensors"
+    result = run_blobtool("convert", "--names", "torch", "--bf16", net, "-o", out, text=True)
+    assert result.returncode == 0, result.stderr
+    lines = result.stderr.splitlines()
+    assert lines[0] == (f"blobtool: warning: {net}: --bf16: in the 6 blob(s) written in bfloat16, 1 values became "
+                        "subnormal (below 1.18e-38) and 1 became 0")
+    assert lines[1] == f"blobtool: {net}: --names torch: 6 tensors written to {out}, all bfloat16"
+    with open(out, "rb") as f:
+        header = json.loads(f.read(struct.unpack("<Q", f.read(8))[0]))
+    assert {header[k]["dtype"] for k in header if k != "__metadata__"} == {"BF16"}
+    np.testing.assert_array_equal(stored_bits(out, "ip.weight"), bf16_bits(weight).reshape(1013, 1))
+    np.testing.assert_array_equal(stored_bits(out, "ip.bias"), bf16_bits(layers[0].blobs[1]))
+    # BatchNorm's statistics are divided in float64, stored float32, then rounded.
+    mean = (layers[1].blobs[0].astype(np.float64) / 2.0).astype(np.float32)
+    np.testing.assert_array_equal(stored_bits(out, "bn.running_mean"), bf16_bits(mean))
+    # blobtool reads the file back (info; compare within bfloat16's precision).
+    assert run_blobtool("info", out).returncode == 0
+    result = run_blobtool("compare", "--names", "torch", "--rtol", "0.004", "--blob", "bn", net, out, text=True)
+    assert result.returncode == 3 and "bfloat16" in result.stderr   # its values load only with a cast
+
+
+def test_bf16_keeps_a_blob_it_would_make_infinite(tmp_path):
+    big = np.array([3.3999e38, 1.0, 2.0], np.float32)   # past bfloat16's largest finite value once rounded
+    layers = [Layer("a", "Convolution", [big.reshape(3, 1, 1, 1), rand(3)], bottom=["data"], top=["a"])]
+    net = write_net(tmp_path / "big.caffemodel", "new", layers)
+    out = tmp_path / "big.safetensors"
+    result = run_blobtool("convert", "--names", "torch", "--bf16", net, "-o", out, text=True)
+    assert result.returncode == 0
+    lines = result.stderr.splitlines()
+    assert lines[0] == (f"blobtool: warning: {net}: blob a.weight: 1 of 3 values are past bfloat16's range (largest "
+                        "3.3999e+38, bfloat16 holds up to 3.38953e+38): kept in float32 (0 values would have become "
+                        "subnormal and 0 zero)")
+    assert lines[1] == (f"blobtool: {net}: --names torch: 2 tensors written to {out}, 1 float32 and 1 bfloat16 "
+                        "(--bf16: the blobs it cannot hold without an Inf stay wider, as warned)")
+    got = load_file(out)
+    assert got["a.weight"].dtype == np.float32 and got["a.weight"].tobytes() == big.reshape(3, 1, 1, 1).tobytes()
+    assert str(got["a.bias"].dtype) == "bfloat16"
+
+
+def test_bf16_is_refused_where_no_bfloat16_type_exists(tmp_path):
+    net = write_net(tmp_path / "n.caffemodel", "new",
+                    [Layer("a", "Convolution", [rand(2, 1, 1, 1), rand(2)], bottom=["data"], top=["a"])])
+    for out in ("n.npz", "n.npy", "n.h5", "n.pb"):
+        args = ["--blob", "a/0"] if out.endswith((".npy", ".pb")) else []
+        result = run_blobtool("convert", "--bf16", *args, net, "-o", tmp_path / out, text=True)
+        assert result.returncode == 2 and result.stderr.count("\n") == 1, (out, result.stderr)
+        assert "bfloat16 (--bf16) is written to .safetensors only" in result.stderr
+        assert not (tmp_path / out).exists()
+    result = run_blobtool("convert", "--bf16", "--half-strict", net, "-o", tmp_path / "x.safetensors", text=True)
+    assert result.returncode == 2 and "cannot be combined with --bf16" in result.stderr
+    # Without --names torch too: Caffe's names, BF16 tensors.
+    assert run_blobtool("convert", "--bf16", net, "-o", tmp_path / "c.safetensors").returncode == 0
+    np.testing.assert_array_equal(stored_bits(tmp_path / "c.safetensors", "a/1"),
+                                  bf16_bits(open_document(net).entries[1].blob().cpu_data()))
+
+
+def test_the_origin_table_is_what_rich_prints(tmp_path):
+    from runner import rich_text
+
+    from blobtool.cli.inspect import _draw_info, _plain_info
+    from blobtool.records import info_record
+
+    net = settings_net(tmp_path)
+    out = tmp_path / "s.safetensors"
+    assert run_blobtool("convert", "--names", "torch", net, "-o", out).returncode == 0
+    doc = open_document(out)
+    record = info_record(doc, doc.entries)
+    for width in (100, 200):
+        assert _plain_info(record, width) == rich_text(_draw_info, record, width)
+
+
+def test_an_export_of_the_most_tensors_reads_back(tmp_path):
+    from blobtool.formats import MAX_BLOBS
+
+    # MAX_BLOBS tensors, each with its row of the mapping: the header's bounds still hold it.
+    layers = [Layer(f"layer-with-a-long-name-{k:05d}", "InnerProduct", [np.ones((1, 1), np.float32),
+                                                                         np.ones(1, np.float32)],
+                    bottom=["d"], top=["d"]) for k in range(MAX_BLOBS // 2)]
+    net = write_net(tmp_path / "many.caffemodel", "new", layers)
+    out = tmp_path / "many.safetensors"
+    assert run_blobtool("convert", "--names", "torch-identifiers", net, "-o", out).returncode == 0
+    result = run_blobtool("info", "--json", out, text=True)
+    assert (result.returncode, result.stderr) == (0, "")
+    record = json.loads(result.stdout)
+    assert len(record["blobs"]) == MAX_BLOBS and len(record["modules"]) == MAX_BLOBS // 2
+    assert record["blobs"][-1]["from"] == {"layer": layers[-1].name, "blob": 1, "done": "renamed"}

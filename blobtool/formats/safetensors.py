@@ -115,7 +115,7 @@ _BF16 = _StoredType("bfloat16", 2)
 # metadata), whatever the header's length: 32 quotes a tensor make at most
 # about 130,000 strings.
 _MAX_BRACES = MAX_BLOBS + 6
-_MAX_BRACKETS = 3 * MAX_BLOBS
+_MAX_BRACKETS = 3 * MAX_BLOBS + 8
 _MAX_QUOTES = 32 * MAX_BLOBS
 
 
