@@ -82,7 +82,7 @@ def save(blob: Blob, dest, *, double: bool | None = None, write_diff: bool | Non
 
 def write(doc: Document | None, blobs, dest, *, format: str | None = None, precision: str | None = None,
           layout: str | None = None, write_diff: bool | None = None, transforms: dict | None = None,
-          release: bool = False, half_strict: bool = False, warn=None) -> str:
+          release: bool = False, half_strict: bool = False, warn=None, strict: bool = False) -> str:
     """Write blobs to `dest` (a path, "-" or a binary file object) in any format blobtool writes.
 
     Parameters
@@ -93,8 +93,11 @@ def write(doc: Document | None, blobs, dest, *, format: str | None = None, preci
         Names not in `doc` are new blobs (without a layer).
     format : "blob" (one BlobProto), "npy", "npz", "safetensors", "hdf5"
         (Caffe's HDF5 snapshot of a net or solver state input), "protobuf"
-        (the input's kind as Caffe's protobuf), or "same" (the input's own
-        kind and format, every other byte of a protobuf container kept);
+        (the input's kind as Caffe's protobuf), "prototxt" (a net input's
+        definition as text, without blobs: `blobs` is not used; fields text
+        cannot carry are warned about, or with `strict` a UsageError), or
+        "same" (the input's own kind and format, every other byte of a
+        protobuf container kept);
         None chooses from dest's extension (.npy, .npz, .safetensors,
         .pb/.binaryproto/.blob/.protobin, .h5/.hdf5,
         .caffemodel/.solverstate); a name without an extension (or a file
@@ -121,6 +124,11 @@ def write(doc: Document | None, blobs, dest, *, format: str | None = None, preci
     """
     if doc is None and blobs is None:
         raise UsageError("write: nothing to write (no document and no blobs)")
+    if doc is not None:
+        fmt, kind = output_target(dest, format, doc)
+        if fmt.name == "prototxt":
+            _write_definition(doc, dest, fmt, precision=precision, layout=layout, strict=strict, warn=warn)
+            return kind
     if blobs is None:
         entries = list(doc.entries)
         blob_list = [e.blob() for e in entries]
@@ -167,6 +175,19 @@ def resolve_precision(doc: Document | None, entries: list, blobs: list, precisio
     return _half_precisions(doc.path if doc is not None else None, entries, blobs, write_diff=write_diff,
                             transforms=transforms, strict=half_strict and precision == "half", warn=warn,
                             narrow=HALF if precision == "half" else BFLOAT16)
+
+
+def _write_definition(doc: Document, dest, fmt, *, precision, layout, strict: bool, warn) -> None:
+    """Write a net's definition as text, saying which fields text cannot carry (an error when `strict`)."""
+    from .formats.caffe.netdef import definition
+
+    lines = definition(doc).lost_lines(doc.path)
+    if lines and strict:
+        raise UsageError(f"{lines[0]}; --strict refuses to leave them out ({len(lines)} such line"
+                         f"{'s' * (len(lines) != 1)})")
+    for line in lines:
+        (warn or warnings.warn)(f"{line}; left out of the text")
+    module(fmt).write(doc, [], [], dest, kind="net", precision=Precision.of(precision), layout=layout)
 
 
 def _read_unread(doc: Document | None, entries: list, blobs: list, fmt, kind: str) -> None:

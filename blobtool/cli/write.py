@@ -246,13 +246,19 @@ def update(file, output, fmt, device, patterns, kind):
 @click.option("--no-diff", is_flag=True, help="Drop the diff.")
 @click.option("--device", "device", type=click.IntRange(min=0), metavar="N", default=None,
               help="Refused (exit 2): convert computes nothing, so no work of it would run on a GPU.")
+@click.option("--strict", is_flag=True,
+              help="With a .prototxt output: fields that text cannot carry (another fork's fields) are an error "
+                   "(exit 2, nothing written), not a warning line each.")
 @blob_option
 @kind_option
 @names_options
-def convert(file, output, fmt, precision, half_strict, layout, no_diff, device, patterns, kind, names, no_fold):
+def convert(file, output, fmt, precision, half_strict, layout, no_diff, device, strict, patterns, kind, names,
+            no_fold):
     """Re-save blobs with Caffe's ToProto meaning: as the same kind, a blob file, .npy, .npz, .safetensors or HDF5.
 
-    Keeps each blob's dtype, layout and diff unless told otherwise. A .caffemodel,
+    Keeps each blob's dtype, layout and diff unless told otherwise. -o x.prototxt
+    writes a net's definition (every layer's parameters and wiring) as text, without
+    blobs; a .prototxt input converts to a blob-less .caffemodel. A .caffemodel,
     .solverstate or BlobProtoVector converts to the same kind with only the selected
     blobs re-encoded: every other byte is kept. `--blob NAME -o x.npy` (or x.pb)
     extracts one blob. .npy input becomes a blob (float16 or integer arrays need
@@ -274,8 +280,10 @@ def convert(file, output, fmt, precision, half_strict, layout, no_diff, device, 
       blobtool convert net.caffemodel --blob conv1/0 -o conv1.npy
       blobtool convert --names torch net.caffemodel -o net.safetensors
       blobtool convert snapshot_iter_1000.caffemodel.h5 -o snapshot_iter_1000.caffemodel
+      blobtool convert model.caffemodel -o model.prototxt    # the net's definition, without blobs
     """
     from ..formats.numpy import cast_for
+    from ..formats.targets import chosen_format
 
     if device is not None:
         raise click.UsageError("--device: convert computes nothing a GPU could run (it re-encodes values on the "
@@ -285,6 +293,10 @@ def convert(file, output, fmt, precision, half_strict, layout, no_diff, device, 
             raise click.UsageError(f"--half-strict writes float16; it cannot be combined with --{precision}")
         precision = "half"
     output = output_target(output)
+    if chosen_format(output, fmt) == "prototxt":
+        _definition(file, output, kind, precision=precision, layout=layout, patterns=patterns, names=names,
+                    strict=strict)
+        return
     npy_cast = cast_for(precision)
     doc, entries, blobs = load_selected(file, kind, patterns, npy_cast=npy_cast, to_write=True)
     result = None
@@ -351,3 +363,17 @@ def _say_export(result, entries, blobs, precision, asked, output) -> None:
     types = [written_type(blob, per_blob.get(e.name) if per_blob else precision) for e, blob in zip(entries, blobs)]
     say_summary(export_summary(result.document.path, "standard output" if output == "-" else output,
                                result.scheme, types, asked, kind_counts(result.rows)))
+
+
+def _definition(file, output, kind, *, precision, layout, patterns, names, strict) -> None:
+    """convert's .prototxt output: the input net's definition as text (no blobs, so no blob options)."""
+    from ..api import write
+    from .output import say_warning
+    from .work import open_input
+
+    for given, option in ((patterns, "--blob"), (names != "blobtool", "--names")):
+        if given:
+            raise click.UsageError(f"{option}: a .prototxt holds every layer's definition and no blobs; drop {option}")
+    doc = open_input(file, kind)
+    write(doc, None, output, format="prototxt", precision=precision, layout=layout, strict=strict,
+          warn=say_warning)
