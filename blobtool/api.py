@@ -20,7 +20,7 @@ from .formats.origin import Precision
 from .formats.targets import output_target
 from .files import releasing, writes_in_place
 
-__all__ = ["load", "load_all", "save", "write", "open_document", "resolve_precision"]
+__all__ = ["load", "load_all", "save", "write", "open_document", "net_definition", "resolve_precision"]
 
 
 def load(src) -> Blob:
@@ -244,3 +244,21 @@ def _new_entry(name: str, blob: Blob) -> Entry:
                  bool(origin and origin.has_diff), _blob=blob,
                  diff_dtype=blob.diff_dtype if blob.diff_dtype != blob.dtype else None)
 
+
+
+def net_definition(src):
+    """A net's full definition (formats/caffe/netdef.py NetDefinition), from a Document or what open_document takes.
+
+    `.net` is its NetParameter without blobs (V1 layers upgraded as Caffe
+    does, V2); `.layers` holds, per layer in file order (as Document.layers),
+    `.message` (its LayerParameter), `.format` ("V2", "V1", "V0") and `.lost`
+    (fields protobuf's text format cannot write: another fork's). A
+    .caffemodel, .prototxt or any protobuf net has one; Caffe's HDF5
+    snapshot, which holds blobs only, is a UsageError.
+    """
+    from .formats.caffe.netdef import definition
+
+    if isinstance(src, Document):
+        return definition(src)
+    with open_document(src) as doc:
+        return definition(doc)
