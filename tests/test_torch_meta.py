@@ -50,6 +50,10 @@ def settings_net(tmp_path, fmt: str = "new"):
     return write_net(tmp_path / "settings.caffemodel", fmt, layers)
 
 
+CONV1_DEFAULTS = {"conv1.kernel_size": "2", "conv1.stride": "1", "conv1.padding": "0", "conv1.dilation": "1",
+                  "conv1.groups": "1"}
+
+
 def summary(path, out, written: str, renamed: int, folded: int, divided: int, kept: int, extra=()) -> list:
     return [f"blobtool: {path}: --names torch: {written.format(out=out)}",
             f"blobtool: {path}: {renamed} renamed (the layer's name, PyTorch's parameter name)",
@@ -75,7 +79,8 @@ def test_settings_mapping_and_summary_of_an_export(tmp_path):
     with safe_open(out, "np") as f:
         meta = f.metadata()
     assert {k: v for k, v in meta.items() if "." in k} == {
-        "bn1.eps": "0.001", "bn2.eps": "1e-05", "bn3.eps": "0.001", "ip.axis": "2", "prelu.channel_shared": "true"}
+        # No convolution_param: Caffe's defaults, the kernel from the weight's shape.
+        **CONV1_DEFAULTS, "bn1.eps": "0.001", "bn2.eps": "1e-05", "bn3.eps": "0.001", "ip.axis": "2", "prelu.channel_shared": "true"}
     assert float(meta["bn1.eps"]) == 0.001 and np.float32(meta["bn2.eps"]) == np.float32(1e-5)
     mapping = json.loads(meta["mapping"])
     assert mapping["format"] == 1 and "modules" not in mapping
@@ -116,7 +121,7 @@ def test_info_names_torch_shows_the_settings(tmp_path):
     result = run_blobtool("info", "--json", "--names", "torch", net, text=True)
     assert result.returncode == 0
     record = json.loads(result.stdout)
-    assert record["settings"] == {"bn1.eps": "0.001", "bn2.eps": "1e-05", "bn3.eps": "0.001", "ip.axis": "2",
+    assert record["settings"] == {**CONV1_DEFAULTS, "bn1.eps": "0.001", "bn2.eps": "1e-05", "bn3.eps": "0.001", "ip.axis": "2",
                                   "prelu.channel_shared": "true"}
     # A selection limits the settings to the modules written.
     record = json.loads(run_blobtool("info", "--json", "--names", "torch", "--blob", "bn2", net, text=True).stdout)
@@ -389,3 +394,66 @@ def test_an_export_of_the_most_tensors_reads_back(tmp_path):
     record = json.loads(result.stdout)
     assert len(record["blobs"]) == MAX_BLOBS and len(record["modules"]) == MAX_BLOBS // 2
     assert record["blobs"][-1]["from"] == {"layer": layers[-1].name, "blob": 1, "done": "renamed"}
+
+
+# -- Convolution and Pooling settings (from the net's full definition) ---------------------------
+
+def conv_param(*fields, v1: bool = False) -> bytes:
+    """convolution_param (LayerParameter 106; V1 10) holding these raw fields."""
+    return len_field(10 if v1 else 106, b"".join(fields))
+
+
+def pool_param(*fields, v1: bool = False) -> bytes:
+    """pooling_param (LayerParameter 121; V1 19) holding these raw fields."""
+    return len_field(19 if v1 else 121, b"".join(fields))
+
+
+@pytest.mark.parametrize("fmt", ["new", "v1"])
+def test_convolution_and_pooling_settings(tmp_path, fmt):
+    v1 = fmt == "v1"
+    layers = [
+        # kernel 3 for both axes, stride 2, pad 1, dilation 2, group 2.
+        Layer("conv1", "Convolution", [rand(4, 1, 3, 3), rand(4)], legacy=v1, bottom=["data"], top=["c1"],
+              params=conv_param(varint_field(1, 4), varint_field(4, 3), varint_field(6, 2), varint_field(3, 1),
+                                varint_field(18, 2), varint_field(5, 2), v1=v1)),
+        # kernel_h/kernel_w, stride_h/stride_w, pad_h/pad_w; the defaults otherwise.
+        Layer("conv2", "Convolution", [rand(4, 4, 1, 5), rand(4)], legacy=v1, bottom=["c1"], top=["c2"],
+              params=conv_param(varint_field(1, 4), varint_field(11, 1), varint_field(12, 5), varint_field(13, 1),
+                                varint_field(14, 2), varint_field(9, 0), varint_field(10, 2), v1=v1)),
+        Layer("pool1", "Pooling", bottom=["c2"], top=["p1"],
+              params=pool_param(varint_field(1, 0), varint_field(2, 3), varint_field(3, 2), v1=v1)),
+        Layer("pool2", "Pooling", bottom=["p1"], top=["p2"],
+              params=pool_param(varint_field(1, 1), varint_field(12, 1), v1=v1)),
+    ]
+    net = write_net(tmp_path / "c.caffemodel", fmt, layers)
+    out = tmp_path / "c.safetensors"
+    assert run_blobtool("convert", "--names", "torch", net, "-o", out).returncode == 0
+    with safe_open(out, "np") as f:
+        meta = f.metadata()
+    settings = {k: v for k, v in meta.items() if "." in k}
+    assert settings == {
+        "conv1.kernel_size": "3", "conv1.stride": "2", "conv1.padding": "1", "conv1.dilation": "2", "conv1.groups": "2",
+        "conv2.kernel_size": "(1, 5)", "conv2.stride": "(1, 2)", "conv2.padding": "(0, 2)", "conv2.dilation": "1",
+        "conv2.groups": "1",
+        "pool1.pool": "max", "pool1.kernel_size": "3", "pool1.stride": "2", "pool1.padding": "0",
+        "pool1.ceil_mode": "true",
+        "pool2.pool": "ave", "pool2.global_pooling": "true", "pool2.stride": "1", "pool2.padding": "0",
+        "pool2.ceil_mode": "true"}
+    # A selection carries the settings of the layers it writes, and no Pooling's.
+    record = json.loads(run_blobtool("info", "--json", "--names", "torch", "--blob", "conv2", net, text=True).stdout)
+    assert sorted(record["settings"]) == ["conv2.dilation", "conv2.groups", "conv2.kernel_size", "conv2.padding",
+                                          "conv2.stride"]
+
+
+def test_the_real_nets_carry_their_convolutions(realworld):
+    record = json.loads(run_blobtool("info", "--json", "--names", "torch", realworld / "lenet_iter_10000.caffemodel",
+                                     text=True).stdout)
+    assert record["settings"] == {
+        "conv1.kernel_size": "5", "conv1.stride": "1", "conv1.padding": "0", "conv1.dilation": "1",
+        "conv1.groups": "1",
+        "pool1.pool": "max", "pool1.kernel_size": "2", "pool1.stride": "2", "pool1.padding": "0",
+        "pool1.ceil_mode": "true",
+        "conv2.kernel_size": "5", "conv2.stride": "1", "conv2.padding": "0", "conv2.dilation": "1",
+        "conv2.groups": "1",
+        "pool2.pool": "max", "pool2.kernel_size": "2", "pool2.stride": "2", "pool2.padding": "0",
+        "pool2.ceil_mode": "true"}

@@ -5,22 +5,42 @@ settings that live in no blob, and a user wants to see what was done. This
 module adds, for the same selection:
 
 Settings (``settings``): ``{"<module>.<setting>": text}``, ``<module>`` being
-the prefix of that module's tensor names (what ``named_modules`` calls it),
-in the net's layer order, for the layers whose tensors are written:
+the prefix of that module's tensor names (what ``named_modules`` calls it;
+a Pooling layer, which holds no tensors, by its layer name), in the net's
+layer order, for the layers whose tensors are written, and for every
+Pooling layer when the whole net is (no selection). A setting is named as
+PyTorch's module takes it where it has the argument, else as Caffe names it:
 
-===============  =================  ==========================================================
-Caffe layer      key                value (text)
-===============  =================  ==========================================================
-BatchNorm        ``<module>.eps``   batch_norm_param.eps (field 3, a float; Caffe's default
-                                    1e-05), always: the shortest decimal that reads back as
-                                    the same float32 ("0.001", "1e-05"); PyTorch's
-                                    BatchNorm default is 1e-05, and a port must pass any other
-InnerProduct     ``<module>.axis``  inner_product_param.axis (field 5) where it is not 1: the
-                                    input is flattened from that axis, not from axis 1
-PReLU            ``<module>.        prelu_param.channel_shared (field 2): "true" or "false",
-                 channel_shared``   always (Caffe's default is one slope per channel, PyTorch's
-                                    PReLU() one shared slope)
-===============  =================  ==========================================================
+===============  ================================  ============================================
+Caffe layer      settings                          value (text)
+===============  ================================  ============================================
+BatchNorm        ``eps``                           batch_norm_param.eps (field 3, a float;
+                                                   Caffe's default 1e-05), always: the shortest
+                                                   decimal that reads back as the same float32
+                                                   ("0.001", "1e-05"); PyTorch's BatchNorm
+                                                   default is 1e-05, and a port must pass any
+                                                   other
+InnerProduct     ``axis``                          inner_product_param.axis (field 5) where it
+                                                   is not 1: the input is flattened from that
+                                                   axis, not from axis 1
+PReLU            ``channel_shared``                prelu_param.channel_shared: "true" or
+                                                   "false", always (Caffe's default is a slope
+                                                   per channel, PyTorch's PReLU() one slope)
+Convolution,     ``kernel_size``, ``stride``,      convolution_param by Caffe's rules (the
+Deconvolution    ``padding``, ``dilation``,        _h/_w pair when given, else one value for
+                 ``groups``                        every spatial axis or one per axis; the
+                                                   kernel from the weight's shape when none is
+                                                   given), always; an int when every axis has
+                                                   the same value, else a tuple ("(1, 5)")
+Pooling          ``pool`` (max, ave, stochastic),  pooling_param, always; ``ceil_mode`` "true"
+                 ``kernel_size`` or                unless round_mode is FLOOR: Caffe rounds a
+                 ``global_pooling``, ``stride``,   pooled size up, PyTorch's default down; a
+                 ``padding``, ``ceil_mode``        pooling's stride defaults to 1 in Caffe, to
+                                                   the kernel in PyTorch
+===============  ================================  ============================================
+
+Convolution and Pooling settings come from the net's full definition
+(formats/caffe/netdef.py: V1 layers upgraded); a V0 net's are not carried.
 
 The mapping (MAPPING_KEY): one JSON text, ``{"format": 1, "tensors":
 {"<tensor>": ["<Caffe layer>", <blob index>, "<done>"], ...}}`` in the
@@ -90,10 +110,12 @@ def named(doc, entries=None, *, fold: bool = True, scheme: str = "torch") -> Tor
     torch_names does.
     """
     result = torch_names(doc, entries, fold=fold)
+    whole = entries is None or len(entries) == len(doc.entries)
     final, modules, warnings = {}, {}, list(result.warnings)
     if scheme == "torch-identifiers":
-        with_blobs = list(dict.fromkeys(e.layer for e in doc.entries if e.layer is not None))
-        final, numbered = python_identifiers(with_blobs)
+        held = {e.layer for e in doc.entries}
+        final, numbered = python_identifiers([layer.name for layer in doc.layers
+                                              if layer.name in held or layer_type(layer.type) in _NO_TENSORS])
         if numbered:
             listed = ", ".join(f"{name} -> {ident}" for name, ident in numbered[:_SHOWN])
             more = f" and {len(numbered) - _SHOWN} more" if len(numbered) > _SHOWN else ""
@@ -112,9 +134,9 @@ def named(doc, entries=None, *, fold: bool = True, scheme: str = "torch") -> Tor
             entry = replace(entry, name=name)
         rows.append(row)
         entries_out.append(entry)
-    used = {row.module for row in rows if row.name is not None}
+    settings = _settings(doc, rows, final, whole)
+    used = {row.module for row in rows if row.name is not None} | {k.rsplit(".", 1)[0] for k in settings}
     modules = {ident: name for name, ident in final.items() if ident != name and ident in used}
-    settings = _settings(doc, rows, final)
     mapping = {"format": MAPPING_FORMAT, "tensors": {row.name: [row.entry.layer, _blob_index(row.entry.name),
                                                                 row.kind]
                                                      for row in rows if row.name is not None}}
@@ -132,25 +154,101 @@ def _blob_index(name: str) -> int:
     return int(name.rsplit("/", 1)[1])
 
 
-def _settings(doc, rows: list, final: dict) -> dict:
-    """{"<module>.<setting>": text} for the layers whose tensors are written, in layer order."""
+def _settings(doc, rows: list, final: dict, whole: bool) -> dict:
+    """{"<module>.<setting>": text} for the layers whose tensors are written (and Pooling's, for a whole net)."""
     written = {row.entry.layer for row in rows if row.name is not None}
-    out = {}
-    for layer in doc.layers:
-        if layer.name not in written:
-            continue
+    weights = {}
+    for e in doc.entries:
+        weights.setdefault(e.layer, e.shape)
+    out, definitions = {}, None
+    for index, layer in enumerate(doc.layers):
         kind = layer_type(layer.type)
+        if layer.name not in written and not (whole and kind in _NO_TENSORS):
+            continue
         module = final.get(layer.name, layer.name)
         if kind == "BatchNorm":
             eps = layer_param_values(doc, layer, "batch_norm_param").get(3, TORCH_EPS)
-            out[f"{module}.eps"] = _float32_text(eps if isinstance(eps, float) else TORCH_EPS)
+            found = {"eps": _float32_text(eps if isinstance(eps, float) else TORCH_EPS)}
         elif kind == "InnerProduct":
             axis = _signed(layer_param_values(doc, layer, "inner_product_param").get(5, 1))
-            if axis != 1:
-                out[f"{module}.axis"] = str(axis)
+            found = {"axis": str(axis)} if axis != 1 else {}
         elif kind == "PReLU":
             shared = layer_param_values(doc, layer, "prelu_param").get(2, 0)
-            out[f"{module}.channel_shared"] = "true" if shared else "false"
+            found = {"channel_shared": "true" if shared else "false"}
+        elif kind in ("Convolution", "Deconvolution", "Pooling"):
+            if definitions is None:
+                definitions = _definitions(doc)
+            message = definitions[index] if definitions else None
+            if message is None:
+                continue
+            if kind == "Pooling":
+                found = _pooling(message.pooling_param)
+            else:
+                found = _convolution(message.convolution_param, weights.get(layer.name))
+        else:
+            continue
+        out.update((f"{module}.{setting}", value) for setting, value in found.items())
+    return out
+
+
+# Layers without tensors whose settings a whole net's export carries.
+_NO_TENSORS = ("Pooling",)
+
+
+def _definitions(doc) -> list:
+    """Each layer's full LayerParameter (formats/caffe/netdef.py), None for a V0 layer (its parameters are not upgraded)."""
+    from .caffe.netdef import definition
+
+    return [layer.message if layer.format != "V0" else None for layer in definition(doc).layers]
+
+
+def _per_axis(values, h, w, has_hw: bool, default: int, axes: int) -> list:
+    """Caffe's rule for kernel, stride and pad: the _h/_w pair when given, else one value for every axis or one per axis."""
+    if has_hw:
+        return [h, w]
+    values = list(values)
+    if not values:
+        return [default] * axes
+    return values * axes if len(values) == 1 else values
+
+
+def _literal(values: list) -> str:
+    """Values per spatial axis as Python text: one int when they are all the same, else a tuple."""
+    if len(set(values)) == 1:
+        return str(values[0])
+    return "(" + ", ".join(map(str, values)) + ("," if len(values) == 1 else "") + ")"
+
+
+def _convolution(p, weight_shape) -> dict:
+    """A Convolution's or Deconvolution's settings under PyTorch's names (kernel_size, stride, padding, dilation, groups)."""
+    axes = max(len(weight_shape) - 2, 1) if weight_shape else 2
+    kernel = _per_axis(p.kernel_size, p.kernel_h, p.kernel_w, p.HasField("kernel_h") or p.HasField("kernel_w"), 0,
+                       axes)
+    if weight_shape and len(weight_shape) > 2 and not any(kernel):
+        kernel = list(weight_shape[2:])
+    stride = _per_axis(p.stride, p.stride_h, p.stride_w, p.HasField("stride_h") or p.HasField("stride_w"), 1, axes)
+    pad = _per_axis(p.pad, p.pad_h, p.pad_w, p.HasField("pad_h") or p.HasField("pad_w"), 0, axes)
+    dilation = _per_axis(p.dilation, 1, 1, False, 1, axes)
+    return {"kernel_size": _literal(kernel), "stride": _literal(stride), "padding": _literal(pad),
+            "dilation": _literal(dilation), "groups": str(p.group)}
+
+
+_POOL_METHODS = {0: "max", 1: "ave", 2: "stochastic"}
+
+
+def _pooling(p) -> dict:
+    """A Pooling layer's settings: its method, kernel_size (or global_pooling), stride, padding, ceil_mode."""
+    out = {"pool": _POOL_METHODS.get(p.pool, str(p.pool))}
+    if p.global_pooling:
+        out["global_pooling"] = "true"
+    else:
+        out["kernel_size"] = _literal(_per_axis([p.kernel_size] if p.HasField("kernel_size") else [], p.kernel_h,
+                                                p.kernel_w, p.HasField("kernel_h") or p.HasField("kernel_w"), 0, 2))
+    out["stride"] = _literal(_per_axis([p.stride], p.stride_h, p.stride_w,
+                                       p.HasField("stride_h") or p.HasField("stride_w"), 1, 2))
+    out["padding"] = _literal(_per_axis([p.pad], p.pad_h, p.pad_w, p.HasField("pad_h") or p.HasField("pad_w"), 0, 2))
+    # Caffe rounds a pooled size up (round_mode CEIL = 0, its default); FLOOR = 1 as PyTorch's default.
+    out["ceil_mode"] = "false" if p.round_mode == 1 else "true"
     return out
 
 
