@@ -457,3 +457,16 @@ def test_the_real_nets_carry_their_convolutions(realworld):
         "conv2.groups": "1",
         "pool2.pool": "max", "pool2.kernel_size": "2", "pool2.stride": "2", "pool2.padding": "0",
         "pool2.ceil_mode": "true"}
+
+
+def test_an_output_without_metadata_says_the_settings_are_not_in_it(tmp_path):
+    net = settings_net(tmp_path)
+    for extra in ([], ["--float"]):
+        result = run_blobtool("convert", "--names", "torch", *extra, net, "-o", tmp_path / "s.npz", text=True)
+        assert result.returncode == 0
+        assert (f"blobtool: warning: {net}: --names torch: a numpy output holds no metadata: the settings (BatchNorm "
+                "eps, strides, ...) and where each tensor came from are not in it (info --names torch lists them; "
+                ".safetensors keeps them)\n") in result.stderr
+        assert len(np.load(tmp_path / "s.npz").files) == 18
+    result = run_blobtool("convert", "--names", "torch", net, "-o", tmp_path / "s.safetensors", text=True)
+    assert "holds no metadata" not in result.stderr

@@ -305,10 +305,10 @@ def convert(file, output, fmt, precision, half_strict, layout, no_diff, device, 
         doc, entries = result.document, result.document.entries
         blobs = [e.blob() for e in entries]
     asked = precision
+    if result is not None:
+        # Resolved here, so that the summary says what each tensor is written in.
+        precision = _resolved(doc, entries, blobs, output, fmt, precision, no_diff, half_strict)
     if precision != "float":
-        if result is not None:
-            # Resolved here, so that the summary says what each tensor is written in.
-            precision = _resolved(doc, entries, blobs, output, fmt, precision, no_diff, half_strict)
         _write(doc, entries, blobs, output, fmt, precision=precision, layout=layout,
                write_diff=False if no_diff else None, half_strict=half_strict)
         if result is not None:
@@ -340,15 +340,22 @@ def _renamed_for_export(doc, entries, names: str, no_fold: bool, no_diff: bool):
 
 
 def _resolved(doc, entries, blobs, output, fmt, precision, no_diff: bool, half_strict: bool):
-    """api.resolve_precision for this write (its warnings said), after the output's format is checked."""
+    """api.resolve_precision for this write (its warnings said), after the output's format is checked.
+
+    An output other than .safetensors has no metadata: a warning says the
+    settings and the mapping are not in it.
+    """
     from ..api import resolve_precision
     from ..formats.targets import output_target as format_of
     from .output import say_warning
 
-    if precision == "bf16":
-        chosen, _ = format_of(output, fmt, doc)
-        if chosen.name != "safetensors":
+    chosen, _ = format_of(output, fmt, doc)
+    if chosen.name != "safetensors":
+        if precision == "bf16":
             return precision   # api.write refuses it, saying why
+        say_warning(f"{doc.path}: --names {doc.naming}: a {chosen.name} output holds no metadata: the settings "
+                    "(BatchNorm eps, strides, ...) and where each tensor came from are not in it (info --names "
+                    "torch lists them; .safetensors keeps them)")
     return resolve_precision(doc, entries, blobs, precision, write_diff=False if no_diff else None,
                              half_strict=half_strict, warn=say_warning)
 
