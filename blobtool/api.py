@@ -181,12 +181,13 @@ def _write_definition(doc: Document, dest, fmt, *, precision, layout, strict: bo
     """Write a net's definition as text, saying which fields text cannot carry (an error when `strict`)."""
     from .formats.caffe.netdef import definition
 
-    lines = definition(doc).lost_lines(doc.path)
+    found = definition(doc)
+    lines = found.lost_lines(doc.path) + found.escaped_lines(doc.path)
     if lines and strict:
         raise UsageError(f"{lines[0]}; --strict refuses to leave them out ({len(lines)} such line"
                          f"{'s' * (len(lines) != 1)})")
     for line in lines:
-        (warn or warnings.warn)(f"{line}; left out of the text")
+        (warn or warnings.warn)(line if "octal escapes" in line else f"{line}; left out of the text")
     module(fmt).write(doc, [], [], dest, kind="net", precision=Precision.of(precision), layout=layout)
 
 

@@ -191,3 +191,24 @@ def test_layers_on_hdf5_and_on_a_blob(tmp_path):
     assert_error(invoke("convert", h5, "-o", tmp_path / "x.prototxt"), 2, "blobs only")
     blob = write_blob(tmp_path / "b.pb", np.ones(3, np.float32))
     assert_error(invoke("info", "--layers", blob), 2, "--layers")
+
+
+def test_a_prototxt_gives_an_hdf5_snapshot_its_layer_types(tmp_path):
+    # --names torch needs layer types, which Caffe's HDF5 snapshot lacks: the net's text definition has them.
+    from safetensors.numpy import load_file
+
+    rng = np.random.default_rng(5)
+    conv = [rng.standard_normal((4, 2, 3, 3)).astype(np.float32), rng.standard_normal(4).astype(np.float32)]
+    fc = [rng.standard_normal((3, 36)).astype(np.float32), rng.standard_normal(3).astype(np.float32)]
+    h5 = write_h5(tmp_path / "s.caffemodel.h5", h5_net_bytes([("conv1", conv), ("relu1", []), ("fc", fc)]))
+    deploy = tmp_path / "deploy.prototxt"
+    deploy.write_text('name: "n"\n'
+                      'layer { name: "conv1" type: "Convolution" bottom: "data" top: "conv1" }\n'
+                      'layer { name: "relu1" type: "ReLU" bottom: "conv1" top: "conv1" }\n'
+                      'layer { name: "fc" type: "InnerProduct" bottom: "conv1" top: "fc" }\n')
+    out = tmp_path / "s.safetensors"
+    result = invoke("convert", "--names", "torch", "--net", deploy, h5, "-o", out)
+    assert result.exit_code == 0, result.stderr
+    got = load_file(str(out))
+    assert sorted(got) == ["conv1.bias", "conv1.weight", "fc.bias", "fc.weight"]
+    assert got["fc.weight"].tobytes() == fc[0].tobytes() and got["conv1.bias"].tobytes() == conv[1].tobytes()

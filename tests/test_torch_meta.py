@@ -470,3 +470,26 @@ def test_an_output_without_metadata_says_the_settings_are_not_in_it(tmp_path):
         assert len(np.load(tmp_path / "s.npz").files) == 18
     result = run_blobtool("convert", "--names", "torch", net, "-o", tmp_path / "s.safetensors", text=True)
     assert "holds no metadata" not in result.stderr
+
+
+def test_a_snapshot_takes_its_settings_from_the_net_beside_it(tmp_path):
+    pytest.importorskip("h5py", reason="h5py (the hdf5 extra) is not installed")
+    from builders import h5_net_bytes, write_h5
+
+    layers = [Layer("conv-1", "Convolution", [rand(4, 3, 3, 3), rand(4)], bottom=["data"], top=["c"],
+                    params=conv_param(varint_field(1, 4), varint_field(4, 3), varint_field(6, 2))),
+              *bn_layers("bn1", "c", 0.001)]
+    net = write_net(tmp_path / "net.caffemodel", "new", layers)
+    snapshot = write_h5(tmp_path / "net.caffemodel.h5",
+                        h5_net_bytes([(layer.name, list(layer.blobs)) for layer in layers]))
+    out = tmp_path / "s.safetensors"
+    result = run_blobtool("convert", "--names", "torch-identifiers", "--net", net, snapshot, "-o", out, text=True)
+    assert result.returncode == 0, result.stderr
+    assert (f"blobtool: warning: {snapshot}: BatchNorm eps 0.001 in 1 module (bn1), not PyTorch's default 1e-05: "
+            "give BatchNorm2d eps=0.001 (the file's metadata has <module>.eps)") in result.stderr.splitlines()
+    with safe_open(out, "np") as f:
+        meta = f.metadata()
+    assert {k: v for k, v in meta.items() if "." in k} == {
+        "conv_1.kernel_size": "3", "conv_1.stride": "2", "conv_1.padding": "0", "conv_1.dilation": "1",
+        "conv_1.groups": "1", "bn1.eps": "0.001"}
+    assert json.loads(meta["mapping"])["tensors"]["bn1.running_var"] == ["bn1", 1, "divided"]

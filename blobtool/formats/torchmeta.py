@@ -74,7 +74,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from .caffe import layer_param_values
-from .naming import TorchNames, layer_type, torch_names
+from .naming import TorchNames, layer_type, torch_names, typed_by
 
 __all__ = ["TorchExport", "named", "python_identifiers", "eps_warnings", "kind_counts", "read_export",
            "MAPPING_KEY", "DONE_KINDS", "TORCH_EPS", "settings_groups"]
@@ -102,19 +102,21 @@ class TorchExport(TorchNames):
     scheme: str = "torch"
 
 
-def named(doc, entries=None, *, fold: bool = True, scheme: str = "torch") -> TorchExport:
+def named(doc, entries=None, *, fold: bool = True, scheme: str = "torch", net=None) -> TorchExport:
     """--names torch or torch-identifiers for the `entries` of a net (default: all), with settings and mapping.
 
     The renamed Document carries the metadata a safetensors export writes
-    (Document.export_metadata: the settings and MAPPING_KEY). Raises as
+    (Document.export_metadata: the settings and MAPPING_KEY). `net` gives
+    the layers of a net without types (naming.typed_by). Raises as
     torch_names does.
     """
-    result = torch_names(doc, entries, fold=fold)
+    result = torch_names(doc, entries, fold=fold, net=net)
+    types = typed_by(doc, net)
     whole = entries is None or len(entries) == len(doc.entries)
     final, modules, warnings = {}, {}, list(result.warnings)
     if scheme == "torch-identifiers":
         held = {e.layer for e in doc.entries}
-        final, numbered = python_identifiers([layer.name for layer in doc.layers
+        final, numbered = python_identifiers([layer.name for layer in types.layers
                                               if layer.name in held or layer_type(layer.type) in _NO_TENSORS])
         if numbered:
             listed = ", ".join(f"{name} -> {ident}" for name, ident in numbered[:_SHOWN])
@@ -134,7 +136,7 @@ def named(doc, entries=None, *, fold: bool = True, scheme: str = "torch") -> Tor
             entry = replace(entry, name=name)
         rows.append(row)
         entries_out.append(entry)
-    settings = _settings(doc, rows, final, whole)
+    settings = _settings(types, doc, rows, final, whole)
     used = {row.module for row in rows if row.name is not None} | {k.rsplit(".", 1)[0] for k in settings}
     modules = {ident: name for name, ident in final.items() if ident != name and ident in used}
     mapping = {"format": MAPPING_FORMAT, "tensors": {row.name: [row.entry.layer, _blob_index(row.entry.name),
@@ -154,30 +156,34 @@ def _blob_index(name: str) -> int:
     return int(name.rsplit("/", 1)[1])
 
 
-def _settings(doc, rows: list, final: dict, whole: bool) -> dict:
-    """{"<module>.<setting>": text} for the layers whose tensors are written (and Pooling's, for a whole net)."""
+def _settings(types, doc, rows: list, final: dict, whole: bool) -> dict:
+    """{"<module>.<setting>": text} for the layers whose tensors are written (and Pooling's, for a whole net).
+
+    `types` holds the layers and their parameters (`doc` itself, or the
+    --net of a net without types); `doc` the blobs.
+    """
     written = {row.entry.layer for row in rows if row.name is not None}
     weights = {}
     for e in doc.entries:
         weights.setdefault(e.layer, e.shape)
     out, definitions = {}, None
-    for index, layer in enumerate(doc.layers):
+    for index, layer in enumerate(types.layers):
         kind = layer_type(layer.type)
         if layer.name not in written and not (whole and kind in _NO_TENSORS):
             continue
         module = final.get(layer.name, layer.name)
         if kind == "BatchNorm":
-            eps = layer_param_values(doc, layer, "batch_norm_param").get(3, TORCH_EPS)
+            eps = layer_param_values(types, layer, "batch_norm_param").get(3, TORCH_EPS)
             found = {"eps": _float32_text(eps if isinstance(eps, float) else TORCH_EPS)}
         elif kind == "InnerProduct":
-            axis = _signed(layer_param_values(doc, layer, "inner_product_param").get(5, 1))
+            axis = _signed(layer_param_values(types, layer, "inner_product_param").get(5, 1))
             found = {"axis": str(axis)} if axis != 1 else {}
         elif kind == "PReLU":
-            shared = layer_param_values(doc, layer, "prelu_param").get(2, 0)
+            shared = layer_param_values(types, layer, "prelu_param").get(2, 0)
             found = {"channel_shared": "true" if shared else "false"}
         elif kind in ("Convolution", "Deconvolution", "Pooling"):
             if definitions is None:
-                definitions = _definitions(doc)
+                definitions = _definitions(types)
             message = definitions[index] if definitions else None
             if message is None:
                 continue
