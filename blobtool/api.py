@@ -12,7 +12,7 @@ import os
 import warnings
 
 from .engine.blob import Blob
-from .engine.float16 import half_precisions
+from .engine.float16 import HALF, half_precisions
 from .formats.caffe.blobwrite import Unread, check_layout
 from .errors import FormatError, UsageError
 from .formats import Document, Entry, module, open_document
@@ -20,7 +20,7 @@ from .formats.origin import Precision
 from .formats.targets import output_target
 from .files import releasing, writes_in_place
 
-__all__ = ["load", "load_all", "save", "write", "open_document", "net_definition"]
+__all__ = ["load", "load_all", "save", "write", "open_document", "net_definition", "resolve_precision"]
 
 
 def load(src) -> Blob:
@@ -103,7 +103,9 @@ def write(doc: Document | None, blobs, dest, *, format: str | None = None, preci
         .caffemodel/.solverstate); a name without an extension (or a file
         object) gives "same" for a container input and "blob" otherwise;
         any other extension is a UsageError.
-    precision : "float", "double" or "half"; layout : "shape" or "legacy";
+    precision : "float", "double", "half", or "bf16" (bfloat16, safetensors
+        only; kept wider where it would make an Inf, as "half" is), or a
+        {name: precision} dict (resolve_precision's); layout : "shape" or "legacy";
     write_diff : None keeps each blob's stored form.
         With "half", a blob whose finite values do not fit float16 (past
         65504) is written in float32 instead (float64 past float32's range),
@@ -142,9 +144,11 @@ def write(doc: Document | None, blobs, dest, *, format: str | None = None, preci
     fmt, kind = output_target(dest, format, doc)
     if kind == "blob" and len(blob_list) != 1:
         raise UsageError(_one_blob_message(dest, format, doc, len(blob_list)))
-    if precision == "half":
-        precision = _half_precisions(doc.path if doc is not None else None, entries, blob_list,
-                                     write_diff=write_diff, transforms=transforms, strict=half_strict, warn=warn)
+    if precision == "bf16" and fmt.name != "safetensors":
+        raise UsageError(f"bfloat16 (--bf16) is written to .safetensors only: the {kind} output (format "
+                         f"{fmt.name}) has no bfloat16 type; write .safetensors, or use --half (float16)")
+    precision = resolve_precision(doc, entries, blob_list, precision, write_diff=write_diff, transforms=transforms,
+                                  half_strict=half_strict, warn=warn)
     if doc is not None and doc.naming != "blobtool" and fmt.name == doc.format and kind == doc.kind:
         raise UsageError(f"blobs renamed with --names {doc.naming} cannot be written back into the {kind} they "
                          "came from; write .safetensors, .npz or .npy")
@@ -154,6 +158,23 @@ def write(doc: Document | None, blobs, dest, *, format: str | None = None, preci
         module(fmt).write(doc, entries, blob_list, dest, kind=kind, precision=Precision.of(precision),
                           write_diff=write_diff, layout=layout, transforms=transforms)
     return kind
+
+
+def resolve_precision(doc: Document | None, entries: list, blobs: list, precision, *, write_diff=None,
+                      transforms=None, half_strict: bool = False, warn=None):
+    """The precision `write` writes in: for "half" and "bf16", {name: precision} (see write), else `precision`.
+
+    A blob whose values float16 (bfloat16) cannot hold without an Inf is
+    written in float32 (float64) instead, with a warning; `half_strict`
+    refuses it (float16 only).
+    """
+    if precision not in ("half", "bf16"):
+        return precision
+    from .engine.bfloat16 import BFLOAT16
+
+    return _half_precisions(doc.path if doc is not None else None, entries, blobs, write_diff=write_diff,
+                            transforms=transforms, strict=half_strict and precision == "half", warn=warn,
+                            narrow=HALF if precision == "half" else BFLOAT16)
 
 
 def _write_definition(doc: Document, dest, fmt, *, precision, layout, strict: bool, warn) -> None:
@@ -204,12 +225,12 @@ def _one_blob_message(dest, format: str | None, doc: Document | None, selected: 
     return f"{chosen}: {selected} selected; {ways}"
 
 
-def _half_precisions(path, entries, blobs, *, write_diff, transforms, strict, warn) -> dict:
-    """{name: precision} for writing in float16 (float16.half_precisions), its warnings handed to `warn`."""
+def _half_precisions(path, entries, blobs, *, write_diff, transforms, strict, warn, narrow=None) -> dict:
+    """{name: precision} for writing in float16 or `narrow` (float16.half_precisions), its warnings handed to `warn`."""
     # A blob not read yet is read for this look and let go (read again when written).
     blobs = (blob.built() if isinstance(blob, Unread) else blob for blob in blobs)
     precisions, lines = half_precisions(path, entries, blobs, write_diff=write_diff, transforms=transforms,
-                                        strict=strict)
+                                        strict=strict, narrow=narrow or HALF)
     for line in lines:
         if warn is not None:
             warn(line)

@@ -83,6 +83,8 @@ def info_record(doc: Document, entries, *, stats: bool = False, check: str | Non
     out.update(doc.meta)
     invalid = [found for found in map(value_count_mismatch, entries) if found is not None]
     out["blobs"] = [entry_info(e, stats=stats) for e in entries]
+    if doc.kind == "safetensors":
+        _torch_export(out, doc.meta.get("metadata"))
     if doc.kind == "net" and doc.layers:
         held = collections.Counter(e.layer for e in doc.entries)
         out["layers"] = len(doc.layers)
@@ -98,6 +100,22 @@ def info_record(doc: Document, entries, *, stats: bool = False, check: str | Non
     if check == "finite":
         out["check"] = check_finite(entries)
     return out
+
+
+def _torch_export(out: dict, meta) -> None:
+    """A --names torch export's info: per tensor where it came from ("from"), and "settings" (and "modules")."""
+    from .formats.torchmeta import read_export
+
+    export = read_export(meta)
+    if export is None:
+        return
+    for b in out["blobs"]:
+        came = export["tensors"].get(b["name"])
+        if came is not None:
+            b["from"] = came
+    out["settings"] = export["settings"]
+    if export["modules"]:
+        out["modules"] = export["modules"]
 
 
 def _layer_defs(doc: Document) -> list:

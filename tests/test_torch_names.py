@@ -74,6 +74,11 @@ WARNING = ("blobtool: warning: {path}: --names torch has no rule for these layer
            "<layer>.<index>: Bias: bias1\n")
 
 
+def warnings(result) -> str:
+    """A run's stderr without convert --names torch's summary lines (those not "blobtool: warning: ")."""
+    return "".join(line for line in result.stderr.splitlines(True) if line.startswith("blobtool: warning: "))
+
+
 def assert_exported(path, expected: dict) -> None:
     got = load_file(path)
     assert sorted(got) == sorted(expected)
@@ -88,7 +93,7 @@ def test_every_rule_on_a_generated_net(tmp_path):
     out = tmp_path / "rules.safetensors"
     result = run_blobtool("convert", "--names", "torch", net, "-o", out, text=True)
     assert result.returncode == 0
-    assert result.stderr == WARNING.format(path=net)
+    assert warnings(result) == WARNING.format(path=net)
     assert_exported(out, EXPECTED)
     # The header lists the tensors in the net's order; the metadata names the scheme.
     from safetensors import safe_open
@@ -130,7 +135,9 @@ def test_info_lists_the_mapping(tmp_path):
     assert [line.split()[:3] for line in table[4:7]] == [["bn1/0", "BatchNorm", "bn1.running_mean"],
                                                        ["bn1/1", "BatchNorm", "bn1.running_var"],
                                                        ["bn1/2", "BatchNorm", "-"]]
-    assert table[-1] == "  3 Caffe blobs, 2 PyTorch tensors"
+    assert table[-3:] == ["  3 Caffe blobs, 2 PyTorch tensors",
+                          "  settings a port must copy (the export's metadata keys <module>.<setting>):",
+                          "    eps = 1e-05: bn1"]
     # With --stats, the blobs under their PyTorch names (tests/test_names_everywhere.py).
     assert run_blobtool("info", "--names", "torch", "--stats", net).returncode == 0
 
@@ -153,7 +160,7 @@ def test_old_layer_formats_map_the_same(tmp_path, fmt):
     net = write_net(tmp_path / f"{fmt}.caffemodel", fmt, layers)
     out = tmp_path / f"{fmt}.safetensors"
     result = run_blobtool("convert", "--names", "torch", net, "-o", out, text=True)
-    assert (result.returncode, result.stderr) == (0, "")
+    assert (result.returncode, warnings(result)) == (0, "")
     assert_exported(out, {k: EXPECTED[k] for k in ("conv1.weight", "conv1.bias", "ip.weight", "ip.bias")})
 
 
@@ -192,7 +199,7 @@ def test_diffs_are_left_out_with_a_warning(tmp_path):
     out = tmp_path / "d.safetensors"
     result = run_blobtool("convert", "--names", "torch", net, "-o", out, text=True)
     assert result.returncode == 0
-    assert result.stderr == (f"blobtool: warning: {net}: --names torch writes no diffs (a PyTorch state_dict "
+    assert warnings(result) == (f"blobtool: warning: {net}: --names torch writes no diffs (a PyTorch state_dict "
                              "holds none): 1 blobs' diffs left out\n")
     assert sorted(load_file(out)) == ["ip.bias", "ip.weight"]
 
@@ -211,7 +218,7 @@ def test_a_tiny_factor_that_overflows_is_said(tmp_path):
                     [Layer("bn", "BatchNorm", [np.array([1e30, 1.0]), np.array([1.0, 1.0]), np.array([1e-30])])])
     result = run_blobtool("convert", "--names", "torch", net, "-o", tmp_path / "o.safetensors", text=True)
     assert result.returncode == 0
-    assert result.stderr == (f"blobtool: warning: {net}: bn.running_mean: 1 values became Inf or NaN dividing "
+    assert warnings(result) == (f"blobtool: warning: {net}: bn.running_mean: 1 values became Inf or NaN dividing "
                              "bn/0 by the BatchNorm factor 1e-30\n")
 
 
@@ -259,7 +266,7 @@ def test_the_real_resnet(realworld, tmp_path):
     src = realworld / "resnet20_cifar10.caffemodel"
     out = tmp_path / "resnet.safetensors"
     result = run_blobtool("convert", "--names", "torch", src, "-o", out, text=True)
-    assert (result.returncode, result.stderr) == (0, "")
+    assert (result.returncode, warnings(result)) == (0, "")
     layers = real_layers(src)
     expected = {}
     previous_bn = None
@@ -338,7 +345,7 @@ def test_the_real_mtcnn_keeps_float16_and_names_prelu(realworld, tmp_path):
     src = realworld / "mtcnn_det1_half.caffemodel"
     out = tmp_path / "pnet.safetensors"
     result = run_blobtool("convert", "--names", "torch", src, "-o", out, text=True)
-    assert (result.returncode, result.stderr) == (0, "")
+    assert (result.returncode, warnings(result)) == (0, "")
     got = load_file(out)
     doc = open_document(src)
     stored = {e.name: e for e in doc.entries}
@@ -380,7 +387,7 @@ def test_a_transposed_inner_product_is_transposed_for_linear(tmp_path, fmt):
     net = write_net(tmp_path / "t.caffemodel", fmt, layers)
     out = tmp_path / "t.safetensors"
     result = run_blobtool("convert", "--names", "torch", net, "-o", out, text=True)
-    assert (result.returncode, result.stderr) == (0, "")
+    assert (result.returncode, warnings(result)) == (0, "")
     got = load_file(out)
     assert got["ip.weight"].shape == (n, k) and got["ip.weight"].tobytes() == np.ascontiguousarray(stored.T).tobytes()
     np.testing.assert_allclose(linear(x, got["ip.weight"].astype(np.float64), got["ip.bias"]), caffe, rtol=1e-12)
@@ -412,7 +419,7 @@ def test_a_shared_prelu_slope_and_a_two_bottom_scale(tmp_path):
     net = write_net(tmp_path / "p.caffemodel", "new", layers)
     out = tmp_path / "p.safetensors"
     result = run_blobtool("convert", "--names", "torch", net, "-o", out, text=True)
-    assert (result.returncode, result.stderr) == (0, "")
+    assert (result.returncode, warnings(result)) == (0, "")
     assert_exported(out, {"prelu.weight": np.array([0.25], np.float32), "scale.bias": W["beta"]})
     rows = {r["name"]: r for r in json.loads(run_blobtool("info", "--json", "--names", "torch", net,
                                                           text=True).stdout)["blobs"]}
@@ -443,7 +450,7 @@ def test_a_scale_is_folded_only_when_it_alone_reads_the_batchnorm(tmp_path, kind
     result = run_blobtool("convert", "--names", "torch", net, "-o", out, text=True)
     warning = (f"blobtool: warning: {net}: --names torch did not fold these Scale layers into the BatchNorm "
                "before them; each keeps its own name: scale1 (relu1 also reads bn1's output)\n")
-    assert (result.returncode, result.stderr) == (0, warning)
+    assert (result.returncode, warnings(result)) == (0, warning)
     expected = {k: EXPECTED[k] for k in ("conv1.weight", "conv1.bias", "bn1.running_mean", "bn1.running_var")}
     expected.update({"scale1.weight": W["gamma"], "scale1.bias": W["beta"]})
     assert_exported(out, expected)
@@ -457,14 +464,14 @@ def test_a_scale_is_folded_only_when_it_alone_reads_the_batchnorm(tmp_path, kind
     layers[2], layers[3] = layers[3], layers[2]
     net = write_net(tmp_path / "c.caffemodel", "new", layers)
     result = run_blobtool("convert", "--names", "torch", net, "-o", out, text=True)
-    assert (result.returncode, result.stderr) == (0, "")
+    assert (result.returncode, warnings(result)) == (0, "")
     assert load_file(out)["bn1.weight"].tobytes() == W["gamma"].tobytes()
 
 
 def test_the_real_resnet_still_folds_every_scale(realworld):
     src = realworld / "resnet20_cifar10.caffemodel"
     result = run_blobtool("info", "--json", "--names", "torch", src, text=True)
-    assert (result.returncode, result.stderr) == (0, "")
+    assert (result.returncode, warnings(result)) == (0, "")
     scales = [r for r in json.loads(result.stdout)["blobs"] if r["type"] == "Scale"]
     assert len(scales) == 42 and all(r["done"].startswith("folded into ") for r in scales)
 
@@ -485,7 +492,7 @@ def test_nvidia_batchnorm_of_five_blobs(tmp_path):
     warning = (f"blobtool: warning: {net}: --names torch did not fold these Scale layers into the BatchNorm "
                "before them; each keeps its own name: scale1 (bn1 holds its own scale and bias (NVIDIA Caffe's "
                "BatchNorm))\n")
-    assert (result.returncode, result.stderr) == (0, warning)
+    assert (result.returncode, warnings(result)) == (0, warning)
     expected = {k: EXPECTED[k] for k in ("conv1.weight", "conv1.bias", "bn1.running_mean", "bn1.running_var")}
     expected.update({"bn1.weight": W["gamma"], "bn1.bias": W["beta"], "scale1.weight": W["gamma2"],
                      "scale1.bias": W["beta2"]})
@@ -498,7 +505,7 @@ def test_nvidia_batchnorm_of_five_blobs(tmp_path):
     assert rows["bn1/4"]["done"] == "renamed (NVIDIA Caffe's BatchNorm bias)"
     assert rows["bn1/0"]["done"] == "divided by the factor 2.5 (bn1/2) in float64; reshaped (1, 4, 1, 1) -> (4,)"
     table = run_blobtool("info", "--names", "torch", "--blob", "bn1", net, text=True).stdout
-    assert table.splitlines()[-1] == "  5 Caffe blobs, 4 PyTorch tensors"
+    assert table.splitlines()[-3] == "  5 Caffe blobs, 4 PyTorch tensors"
     # A PyTorch port of it compares equal; one with the Scale's values in the BatchNorm does not.
     port = dict(expected, **{"bn1.num_batches_tracked": np.array(0, np.int64)})
     save_file(port, tmp_path / "port.safetensors")

@@ -60,7 +60,24 @@ def _tables():
 
 
 def _emit_info(record: dict, as_json: bool) -> None:
-    emit(record, as_json, plain=text.plain_info, draw=lambda out: _tables().render_info(out, record))
+    emit(record, as_json, plain=_plain_info, draw=lambda out: _draw_info(out, record))
+
+
+def _plain_info(record: dict, width: int) -> str | None:
+    """info's plain text, and under it where a --names torch export's tensors came from."""
+    from ..report.mapping import plain_origins
+
+    table, origins = text.plain_info(record, width), plain_origins(record)
+    if table is None or origins is None:
+        return None
+    return table + "".join(line + "\n" for line in origins)
+
+
+def _draw_info(out, record: dict) -> None:
+    from ..report.mapping import render_origins
+
+    _tables().render_info(out, record)
+    render_origins(out, record)
 
 
 def _emit_norm(record: dict, as_json: bool) -> None:
@@ -109,7 +126,7 @@ def info(files, stats, check, all_layers, layer_defs, patterns, kind, as_json, j
       blobtool info mean.binaryproto
       blobtool info --json --stats weights.pb | jq .blobs[0].stats
       blobtool info --check finite snapshot.caffemodel
-      blobtool info --names torch model.caffemodel    # the PyTorch names convert would give
+      blobtool info --names torch model.caffemodel    # the PyTorch names convert would give, BatchNorm eps
       blobtool info --layers model.caffemodel         # every layer: wiring, kernel, stride, eps, ...
       blobtool info --names torch --stats model.caffemodel | grep running_var
       blobtool info --names torch --net model.caffemodel snapshot.caffemodel.h5
@@ -122,7 +139,7 @@ def info(files, stats, check, all_layers, layer_defs, patterns, kind, as_json, j
     batch = _Batch(files, fail_fast, all_files)
     if names != "blobtool" and not (stats or check):
         for record in batch.records(functools.partial(_mapping_one, kind=kind, patterns=patterns,
-                                                      fold=not no_fold, net=net), jobs):
+                                                      fold=not no_fold, net=net, scheme=names), jobs):
             _emit_mapping(record, as_json)
         batch.exit()
         return
@@ -163,13 +180,13 @@ def _names_noted(record: dict, names: str) -> dict:
     return record
 
 
-def _mapping_one(path, *, kind, patterns, fold, net=None, show_progress=True):
-    """info --names torch's record for one file: the renaming that convert would apply."""
+def _mapping_one(path, *, kind, patterns, fold, net=None, scheme="torch", show_progress=True):
+    """info --names torch's record for one file: the renaming that convert would apply, and the settings."""
     from ..formats import select
     from ..report.mapping import mapping_record
 
     doc = open_input(path, kind)
-    return mapping_record(doc, renamed(doc, select(doc, patterns), fold, net), fold=fold)
+    return mapping_record(doc, renamed(doc, select(doc, patterns), fold, net, scheme), fold=fold)
 
 
 def _emit_mapping(record: dict, as_json: bool) -> None:
@@ -291,13 +308,15 @@ def compare(a, b, rtol, atol, quiet, device, patterns, kind, as_json, names, no_
     device_info = use_device(device)
     doc_a, doc_b = open_inputs([a, b], kind)
     change = prefixes_asked(strip_prefix, add_prefix)
-    if names == "torch":
+    if names != "blobtool":
         from ..formats.naming import torch_pair
+        from .names import renamer
 
         types = open_input(net) if net is not None else None
         try:
             (doc_a, entries_a), (doc_b, entries_b), warnings = torch_pair(doc_a, doc_b, patterns, fold=not no_fold,
-                                                                          net=types, prefixes=change)
+                                                                          net=types, prefixes=change,
+                                                                          rename=renamer(names))
         finally:
             if types is not None:
                 types.close()

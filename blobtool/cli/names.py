@@ -1,4 +1,4 @@
-"""--names, --no-fold and --net: renaming a net's blobs as PyTorch names them (blobtool.naming), and its warnings."""
+"""--names, --no-fold and --net: renaming a net's blobs as PyTorch names them (formats/naming.py, torchmeta.py), and its lines."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ from ..formats import NAMING_SCHEMES as SCHEMES
 from .output import say_warning
 from .paths import INPUT
 
-__all__ = ["names_options", "check_names", "prefix_options", "prefixes_asked", "renamed", "named", "warn_all"]
+__all__ = ["names_options", "check_names", "prefix_options", "prefixes_asked", "renamed", "named", "renamer",
+           "warn_all", "say_summary"]
 
 
 def names_options(f):
@@ -22,14 +23,16 @@ def names_options(f):
                           "folding it into the BatchNorm's names.")(f)
     f = click.option("--names", "names", type=click.Choice(SCHEMES), default="blobtool", show_default=True,
                      help="Blob names: blobtool's (conv1/0), or torch: a net's blobs by layer type as "
-                          "PyTorch names them (conv1.weight; BatchNorm statistics divided by their factor). "
-                          "--blob selects by blobtool's names (show's also by PyTorch's).")(f)
+                          "PyTorch names them (conv1.weight; BatchNorm statistics divided by their factor; "
+                          "BatchNorm eps and the other settings in a .safetensors export's metadata), or "
+                          "torch-identifiers: the same with each module name made a Python identifier "
+                          "(conv6-1 -> conv6_1). --blob selects by blobtool's names (show's also by PyTorch's).")(f)
     return f
 
 
 def check_names(names: str, net) -> None:
     """Refuse --net without --names torch (usage error): it would change nothing."""
-    if net is not None and names != "torch":
+    if net is not None and names == "blobtool":
         raise click.UsageError("--net gives the layer types that --names torch renames by; add --names torch")
     if net == "-":
         raise click.UsageError("--net names a file: standard input is for the inputs")
@@ -59,17 +62,27 @@ def warn_all(lines) -> None:
         say_warning(line)
 
 
-def renamed(doc, entries, fold: bool, net=None):
-    """The library's torch_names for the selected entries, its warnings printed; `net`: the --net path or None."""
-    from ..formats.naming import has_layer_types, torch_names
+def renamer(scheme: str):
+    """The library's renaming for --names `scheme` (torch or torch-identifiers), as torch_pair takes it."""
+    import functools
+
+    from ..formats.torchmeta import named as export
+
+    return functools.partial(export, scheme=scheme)
+
+
+def renamed(doc, entries, fold: bool, net=None, scheme: str = "torch"):
+    """The library's TorchExport for the selected entries, its warnings printed; `net`: the --net path or None."""
+    from ..formats.naming import has_layer_types
     from .work import open_input
 
+    rename = renamer(scheme)
     if net is None or has_layer_types(doc):
-        result = torch_names(doc, entries, fold=fold)
+        result = rename(doc, entries, fold=fold)
     else:
         # Only its layers are read (types, bottoms, tops, settings): it is let go once the names are made.
         with open_input(net) as types:
-            result = torch_names(doc, entries, fold=fold, net=types)
+            result = rename(doc, entries, fold=fold, net=types)
     warn_all(result.warnings)
     return result
 
@@ -78,5 +91,16 @@ def named(doc, entries, names: str, fold: bool, net=None) -> tuple:
     """(document, entries) under the names asked: as they are for blobtool's, renamed for torch's."""
     if names == "blobtool":
         return doc, entries
-    result = renamed(doc, entries, fold, net)
+    result = renamed(doc, entries, fold, net, names)
     return result.document, list(result.document.entries)
+
+
+def say_summary(lines) -> None:
+    """"blobtool: " and each line, on stderr: what a command did, not a warning."""
+    from ..report.escape import escape
+
+    for line in lines:
+        try:
+            click.echo("blobtool: " + escape(line), err=True)
+        except (OSError, ValueError):
+            pass  # a closed or full stderr loses the line, not the command's result

@@ -6,7 +6,7 @@ import click
 
 from ..errors import FormatError
 from .group import CONTEXT_SETTINGS
-from .names import check_names, names_options, renamed, warn_all
+from .names import check_names, names_options, renamed, say_summary, warn_all
 from .options import INPUT, blob_option, device_option, kind_option, output_options, output_target
 from .output import progress
 from .work import load_selected, use_device
@@ -237,6 +237,10 @@ def update(file, output, fmt, device, patterns, kind):
               help="Write float16 values: NVIDIA Caffe's raw FLOAT16 form in protobuf (half the size; only NVIDIA "
                    "Caffe and OpenCV read it), float16 arrays elsewhere. A blob with values past float16's range "
                    "(65504) stays float32, with a warning.")
+@click.option("--bf16", "precision", flag_value="bf16",
+              help="Write bfloat16 values (PyTorch's usual half type; .safetensors only: BF16 tensors), rounded to "
+                   "nearest. A blob with values that would become Inf stays float32, with a warning; values "
+                   "made subnormal or 0 are counted.")
 @click.option("--half-strict", is_flag=True,
               help="As --half, but a blob that float16 cannot hold is an error (exit 2, nothing written).")
 @click.option("--shape", "layout", flag_value="shape", help="Write the `shape` field (Caffe's ToProto).")
@@ -300,16 +304,20 @@ def convert(file, output, fmt, precision, half_strict, layout, no_diff, device, 
         return
     npy_cast = cast_for(precision)
     doc, entries, blobs = load_selected(file, kind, patterns, npy_cast=npy_cast, to_write=True)
-    if names == "torch":
-        result = renamed(doc, entries, not no_fold, net)
-        if result.dropped_diffs and not no_diff:
-            warn_all([f"{doc.path}: --names torch writes no diffs (a PyTorch state_dict holds none): "
-                      f"{result.dropped_diffs} blobs' diffs left out"])
+    result = None
+    if names != "blobtool":
+        result = _renamed_for_export(doc, entries, names, no_fold, no_diff, net)
         doc, entries = result.document, result.document.entries
         blobs = [e.blob() for e in entries]
+    asked = precision
+    if result is not None:
+        # Resolved here, so that the summary says what each tensor is written in.
+        precision = _resolved(doc, entries, blobs, output, fmt, precision, no_diff, half_strict)
     if precision != "float":
         _write(doc, entries, blobs, output, fmt, precision=precision, layout=layout,
                write_diff=False if no_diff else None, half_strict=half_strict)
+        if result is not None:
+            _say_export(result, entries, blobs, precision, asked, output)
         return
     # float64 values past float32's range become Inf, as Caffe's cast makes
     # them: counted as they are narrowed while writing, and warned about.
@@ -320,6 +328,53 @@ def convert(file, output, fmt, precision, half_strict, layout, no_diff, device, 
            write_diff=False if no_diff else None, transforms={e.name: c for e, c in zip(entries, counters)})
     _warn_nonfinite(doc, entries, [{side: (c.count, c.dtype) for side, c in per.items()} for per in counters],
                     "converting to float32")
+    if result is not None:
+        _say_export(result, entries, blobs, precision, asked, output)
+
+
+def _renamed_for_export(doc, entries, names: str, no_fold: bool, no_diff: bool, net=None):
+    """--names torch (or torch-identifiers) for convert: the TorchExport, its warnings and eps warnings said."""
+    from ..formats.torchmeta import eps_warnings
+
+    result = renamed(doc, entries, not no_fold, net, names)
+    if result.dropped_diffs and not no_diff:
+        warn_all([f"{doc.path}: --names {names} writes no diffs (a PyTorch state_dict holds none): "
+                  f"{result.dropped_diffs} blobs' diffs left out"])
+    warn_all(eps_warnings(doc.path, result.settings))
+    return result
+
+
+def _resolved(doc, entries, blobs, output, fmt, precision, no_diff: bool, half_strict: bool):
+    """api.resolve_precision for this write (its warnings said), after the output's format is checked.
+
+    An output other than .safetensors has no metadata: a warning says the
+    settings and the mapping are not in it.
+    """
+    from ..api import resolve_precision
+    from ..formats.targets import output_target as format_of
+    from .output import say_warning
+
+    chosen, _ = format_of(output, fmt, doc)
+    if chosen.name != "safetensors":
+        if precision == "bf16":
+            return precision   # api.write refuses it, saying why
+        say_warning(f"{doc.path}: --names {doc.naming}: a {chosen.name} output holds no metadata: the settings "
+                    "(BatchNorm eps, strides, ...) and where each tensor came from are not in it (info --names "
+                    "torch lists them; .safetensors keeps them)")
+    return resolve_precision(doc, entries, blobs, precision, write_diff=False if no_diff else None,
+                             half_strict=half_strict, warn=say_warning)
+
+
+def _say_export(result, entries, blobs, precision, asked, output) -> None:
+    """convert --names torch's summary on stderr: what was written, and a line per kind of renaming."""
+    from ..formats.origin import written_type
+    from ..formats.torchmeta import kind_counts
+    from ..report.mapping import export_summary
+
+    per_blob = precision if isinstance(precision, dict) else {}
+    types = [written_type(blob, per_blob.get(e.name) if per_blob else precision) for e, blob in zip(entries, blobs)]
+    say_summary(export_summary(result.document.path, "standard output" if output == "-" else output,
+                               result.scheme, types, asked, kind_counts(result.rows)))
 
 
 def _definition(file, output, kind, *, precision, layout, patterns, names, strict) -> None:

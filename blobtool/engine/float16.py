@@ -20,7 +20,7 @@ import numpy as np
 from ..errors import UsageError
 from .kernels import finite_range, map_chunks
 
-__all__ = ["Float16Fit", "float16_fit", "half_precisions"]
+__all__ = ["Float16Fit", "Narrow", "HALF", "float16_fit", "half_precisions"]
 
 _HALF = np.finfo(np.float16)
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
@@ -63,14 +63,30 @@ def _chunk_counts(part: np.ndarray) -> tuple:
             int(np.count_nonzero(half == 0)) - int(np.count_nonzero(part == 0)))
 
 
-def float16_fit(name: str, arrays) -> Float16Fit:
-    """Count, over `arrays` (a blob's data and diff as flat arrays), what float16 would make of their values."""
+@dataclass(frozen=True)
+class Narrow:
+    """A 16-bit type blobs may be written in: its names, its range, and how a chunk's losses are counted."""
+
+    name: str          # "float16"
+    option: str        # the command line's flag: "--half"
+    precision: str     # the write precision: "half"
+    max: float         # the largest finite value
+    tiny: float        # the smallest normal value
+    counts: object     # fn(chunk) -> (overflowed, made subnormal, made zero)
+    strict: str | None = None   # the flag refusing instead of keeping a blob wider
+
+
+HALF = Narrow("float16", "--half", "half", float(_HALF.max), float(_HALF.tiny), _chunk_counts, "--half-strict")
+
+
+def float16_fit(name: str, arrays, narrow: Narrow = HALF) -> Float16Fit:
+    """Count, over `arrays` (a blob's data and diff as flat arrays), what float16 (or `narrow`) would make of their values."""
     fit = Float16Fit(name, 0)
     for values in arrays:
         fit.count += values.size
-        if values.dtype == np.float16:
+        if narrow is HALF and values.dtype == np.float16:
             continue  # already float16: nothing to lose
-        for over, sub, zero in map_chunks(_chunk_counts, values):
+        for over, sub, zero in map_chunks(narrow.counts, values):
             fit.overflow += over
             fit.subnormal += sub
             fit.zero += zero
@@ -82,7 +98,8 @@ def float16_fit(name: str, arrays) -> Float16Fit:
     return fit
 
 
-def half_precisions(path, entries, blobs, *, write_diff=None, transforms=None, strict: bool = False) -> tuple:
+def half_precisions(path, entries, blobs, *, write_diff=None, transforms=None, strict: bool = False,
+                    narrow: Narrow = HALF) -> tuple:
     """({name: precision} for writing `blobs` in float16, [warning lines]), or UsageError when `strict`.
 
     A blob whose finite values all fit is written in "half"; the others in
@@ -90,7 +107,8 @@ def half_precisions(path, entries, blobs, *, write_diff=None, transforms=None, s
     wider than its data), each with one warning line saying why. The values
     that become subnormal or 0 in the blobs written in float16 are counted
     in one more line. With `strict`, a blob that does not fit is a
-    UsageError, raised before anything is written.
+    UsageError, raised before anything is written. `narrow` is the type
+    (HALF; engine/bfloat16.py's BFLOAT16 for --bf16).
     """
     precisions, lines = {}, []
     lossy = Float16Fit("", 0)
@@ -104,20 +122,20 @@ def half_precisions(path, entries, blobs, *, write_diff=None, transforms=None, s
         if diff and blob.diff_memory is not None:
             sides.append(("diff", blob.cpu_diff))
         arrays = [fns[side](get(), 0) if fns.get(side) else get() for side, get in sides]
-        fit = float16_fit(entry.name, arrays)
+        fit = float16_fit(entry.name, arrays, narrow)
         dtypes, diff_side = (blob.dtype, blob.diff_dtype), len(sides) == 2
         # Let go of the values before `blobs` gives the next (one read only for this look).
         del blob, sides, arrays
         if fit.fits:
-            precisions[entry.name] = "half"
+            precisions[entry.name] = narrow.precision
             lossy.subnormal += fit.subnormal
             lossy.zero += fit.zero
             lossy.count += 1
             continue
-        reason = (f"blob {entry.name}: {fit.overflow:,} of {fit.count:,} values are past float16's range "
-                  f"(largest {fit.max_abs:.6g}, float16 holds up to {float(_HALF.max):g})")
+        reason = (f"blob {entry.name}: {fit.overflow:,} of {fit.count:,} values are past {narrow.name}'s range "
+                  f"(largest {fit.max_abs:.6g}, {narrow.name} holds up to {narrow.max:g})")
         if strict:
-            raise UsageError(f"--half-strict: {reason}; nothing written", path=path)
+            raise UsageError(f"{narrow.strict}: {reason}; nothing written", path=path)
         if diff_side and dtypes[1] != dtypes[0]:
             # A diff held wider than its data (float data, double diff):
             # both sides as stored, so neither is narrowed.
@@ -129,6 +147,7 @@ def half_precisions(path, entries, blobs, *, write_diff=None, transforms=None, s
         lines.append(f"{where}{reason}: kept {kept} "
                      f"({fit.subnormal:,} values would have become subnormal and {fit.zero:,} zero)")
     if lossy.subnormal or lossy.zero:
-        lines.append(f"{where}--half: in the {lossy.count:,} blob(s) written in float16, {lossy.subnormal:,} values "
-                     f"became subnormal (below {float(_HALF.tiny):.3g}) and {lossy.zero:,} became 0")
+        lines.append(f"{where}{narrow.option}: in the {lossy.count:,} blob(s) written in {narrow.name}, "
+                     f"{lossy.subnormal:,} values became subnormal (below {narrow.tiny:.3g}) and {lossy.zero:,} "
+                     "became 0")
     return precisions, lines

@@ -178,7 +178,7 @@ PRECISION_TYPES = {"float": "<f4", "double": "<f8", "half": "<f2"}
 # How a document's blobs can be named: blobtool's own names, or a scheme of
 # formats/naming.py (listed here, so that the command's options need not
 # import it at start-up).
-NAMING_SCHEMES = ("blobtool", "torch")
+NAMING_SCHEMES = ("blobtool", "torch", "torch-identifiers")
 
 
 def get_format(name: str) -> Format:
@@ -398,6 +398,9 @@ class Document:
     format: str = "caffe"    # the Format's name: which module reads and writes it
     layers: list = field(default_factory=list)  # a net's layers in file order, blobs or not (NetLayer)
     naming: str = "blobtool"  # how its entries are named: "blobtool", or a scheme of blobtool.naming ("torch")
+    # Text a writer that keeps metadata (safetensors' __metadata__) adds for
+    # these entries: what --names torch knows beyond the tensors (torchmeta.py).
+    export_metadata: dict = field(default_factory=dict)
     definition: object = None  # a net's full definition (formats/caffe/netdef.py), parsed when first asked for
     parsed: object = None    # a text input's message as parsed (.prototxt)
     notes: list = field(default_factory=list)  # what the reader chose for the user to know (stderr, one line each)

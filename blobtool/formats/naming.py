@@ -106,6 +106,10 @@ class Mapped:
     shape: tuple | None
     done: str
     module: str | None = None   # the PyTorch module the name belongs to
+    # What was done, as one word (the summary's kinds): "renamed" (reshaped
+    # too), "transposed", "folded", "divided" (by BatchNorm's factor),
+    # "kept" (<layer>.<index>: no rule), "not written".
+    kind: str = "renamed"
     type: str | None = None     # the layer's type, where it comes from another file (a --net) than the blob
 
 
@@ -348,6 +352,7 @@ def _map_layer(doc: Document, types: Document, layer, kind: str, blobs: list, fo
             row = _view(entry, f"{module}.{_PARAMS[index]}", shape, module)
             if fold_into:
                 row.mapped.done = f"folded into {fold_into}" + _reshaped(entry.shape, shape, "; ")
+                row.mapped.kind = "folded"
             elif apart is not None:
                 row.mapped.done += f"; not folded into {apart[0]}: {apart[1]}"
             rows.append(row)
@@ -360,6 +365,7 @@ def _map_layer(doc: Document, types: Document, layer, kind: str, blobs: list, fo
             row = _view(entry, f"{name}.{index}", entry.shape, name,
                         done=f"kept (no rule for {kind or 'no type'})")
             row.unruled = True
+            row.mapped.kind = "kept"
             rows.append(row)
     return rows
 
@@ -392,7 +398,7 @@ def _transposed_weight(doc: Document, entry: Entry, layer: str) -> _Row:
     renamed = Entry(name, shape, "shape", entry.dtype, False, layer=entry.layer, type=entry.type, build=make)
     done = (_reshaped(entry.shape, stored, "", "; ") + f"transposed {_fmt(stored)} -> {_fmt(shape)}: "
             "inner_product_param.transpose is true, Linear's weight is (out, in)")
-    return _Row(Mapped(entry, name, shape, done, layer), renamed)
+    return _Row(Mapped(entry, name, shape, done, layer, kind="transposed"), renamed)
 
 
 def _weight_shape(kind: str, shape: tuple) -> tuple:
@@ -464,9 +470,10 @@ def _batchnorm(doc: Document, layer: str, blobs: list, warnings: list) -> list:
         blob.origin = _origin(src)
         shape = (entry.count,)
         renamed = Entry(name, shape, "shape", entry.dtype, False, layer=entry.layer, type=entry.type, _blob=blob)
-        rows.append(_Row(Mapped(entry, name, shape, done + _reshaped(entry.shape, shape, "; "), layer), renamed))
+        rows.append(_Row(Mapped(entry, name, shape, done + _reshaped(entry.shape, shape, "; "), layer,
+                                kind="divided"), renamed))
     rows.append(_Row(Mapped(blobs[2], None, None, "not written: the factor of running_mean and running_var",
-                            layer), None))
+                            layer, kind="not written"), None))
     for index, entry in enumerate(blobs[3:5]):
         # NVIDIA Caffe's BatchNorm with scale_bias: its own affine weight and bias.
         row = _view(entry, f"{layer}.{_PARAMS[index]}", (entry.count,), layer)
@@ -476,19 +483,23 @@ def _batchnorm(doc: Document, layer: str, blobs: list, warnings: list) -> list:
 
 
 def torch_pair(doc_a: Document, doc_b: Document, patterns, *, fold: bool = True, net: Document | None = None,
-               prefixes=None) -> tuple:
+               prefixes=None, rename=None) -> tuple:
     """compare --names torch: ((doc, entries) for a, (doc, entries) for b, warnings).
 
     Each side that is a net is renamed (its selection by `patterns`, in
-    Caffe's names; a net without layer types by the types of `net`); then
-    b's names are matched to a's (prefixes.py: `prefixes` as asked, else a
-    prefix found that makes them match, said in the warnings); the side
-    that is not a net is taken as it is, limited with patterns to the names
-    the net's selection maps to, and without the buffers PyTorch adds to a
-    BatchNorm module (``num_batches_tracked``), which Caffe has no blob
-    for. Raises UsageError when neither side is a net that can be renamed.
+    Caffe's names; a net without layer types by the types of `net`) by
+    `rename(doc, entries, fold=fold, net=net)` (default torch_names; one
+    giving a TorchNames as it does: torchmeta.named); then b's names are
+    matched to a's (prefixes.py: `prefixes` as asked, else a prefix found
+    that makes them match, said in the warnings); the side that is not a
+    net is taken as it is, limited with patterns to the names the net's
+    selection maps to, and without the buffers PyTorch adds to a BatchNorm
+    module (``num_batches_tracked``), which Caffe has no blob for. Raises
+    UsageError when neither side is a net that can be renamed.
     """
     from .prefixes import match_documents
+
+    rename = rename or torch_names
 
     def renames(doc):
         return has_layer_types(doc) or (net is not None and doc.kind == "net")
@@ -499,7 +510,7 @@ def torch_pair(doc_a: Document, doc_b: Document, patterns, *, fold: bool = True,
     warnings = []
     for doc in (doc_a, doc_b):
         if renames(doc):
-            result = torch_names(doc, select(doc, patterns), fold=fold, net=net)
+            result = rename(doc, select(doc, patterns), fold=fold, net=net)
             mapped[id(doc)] = result
             warnings += result.warnings
     sides = [mapped[id(d)].document if id(d) in mapped else d for d in (doc_a, doc_b)]

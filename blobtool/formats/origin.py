@@ -13,7 +13,7 @@ import numpy as np
 
 from ..errors import UsageError
 
-__all__ = ["Origin", "Precision", "held_dtype", "exact_values"]
+__all__ = ["Origin", "Precision", "held_dtype", "exact_values", "written_type"]
 
 
 def exact_values(values: np.ndarray, dtype) -> np.ndarray:
@@ -114,3 +114,16 @@ class Precision:
         if self.per_blob is None:
             return self.name
         return dict(self.per_blob).get(name)
+
+
+# The type each write precision writes a float blob's values in, by name.
+_WRITTEN = {"float": "float32", "double": "float64", "half": "float16", "bf16": "bfloat16"}
+
+
+def written_type(blob, precision: str | None) -> str:
+    """The name of the type a blob's data is written in as a tensor or array: `precision`'s, else as stored."""
+    if precision is not None:
+        return _WRITTEN[precision]
+    origin = blob.origin
+    stored = np.dtype(origin.dtype if origin is not None else blob.dtype)
+    return stored.name if stored.kind in "fiu" else np.dtype(blob.dtype).name

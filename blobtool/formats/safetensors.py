@@ -108,11 +108,15 @@ _BF16 = _StoredType("bfloat16", 2)
 
 # A forged header of millions of tiny JSON values would cost 10 to 30 times
 # its bytes as Python objects. Each tensor needs one object, two lists and
-# about four strings; these bound what json.loads may build (MAX_BLOBS
-# tensors, and metadata of as many strings).
-_MAX_BRACES = MAX_BLOBS + 2
-_MAX_BRACKETS = 2 * MAX_BLOBS
-_MAX_QUOTES = 2 * 6 * MAX_BLOBS
+# five strings (ten quotes); a --names torch export's metadata adds per
+# tensor a row of the mapping (one list, three strings, its quotes escaped
+# in the metadata's text but counted here) and a few settings (two strings
+# each). These bound what json.loads may build (MAX_BLOBS tensors and that
+# metadata), whatever the header's length: 32 quotes a tensor make at most
+# about 130,000 strings.
+_MAX_BRACES = MAX_BLOBS + 6
+_MAX_BRACKETS = 3 * MAX_BLOBS + 8
+_MAX_QUOTES = 32 * MAX_BLOBS
 
 
 def sniff(source) -> str:
@@ -327,11 +331,12 @@ def _plan(entries: list, blobs: list, precision, write_diff, transforms) -> list
         asked = Precision.of(precision).for_blob(entry.name)
         form = resolve_form(blob, precision=asked, write_diff=write_diff, encoded=False)
         fns = (transforms or {}).get(entry.name, {})
-        plan.append((entry.name, blob.shape, blob.cpu_data(), _target(blob, form, asked, "data"), fns.get("data")))
+        target = _target(blob, form, asked, "data")
+        plan.append((entry.name, blob.shape, blob.cpu_data(), target, _bits(target, fns.get("data"))))
         names.append((entry.name, k, "data"))
         if form["write_diff"]:
-            plan.append((entry.name + DIFF_SUFFIX, blob.shape, blob.cpu_diff(), _target(blob, form, asked, "diff"),
-                         fns.get("diff")))
+            target = _target(blob, form, asked, "diff")
+            plan.append((entry.name + DIFF_SUFFIX, blob.shape, blob.cpu_diff(), target, _bits(target, fns.get("diff"))))
             names.append((entry.name + DIFF_SUFFIX, k, "diff"))
     check_member_names(names, ".safetensors")
     return plan
@@ -347,11 +352,35 @@ def _target(blob: Blob, form: dict, asked, which: str) -> np.dtype:
         stored = origin.dtype if which == "data" or origin.diff_dtype is None else origin.diff_dtype
         if stored.kind in "iu":
             return stored.newbyteorder("<")
-    return PRECISION_DTYPES[form["precision" if which == "data" else "diff_precision"]].newbyteorder("<")
+    precision = form["precision" if which == "data" else "diff_precision"]
+    if precision == "bf16":
+        return BF16_BITS
+    return PRECISION_DTYPES[precision].newbyteorder("<")
+
+
+# What a tensor written in bfloat16 (--bf16) is written as: its 16 bits, made
+# from the values chunk by chunk (engine/bfloat16.py); the header says BF16.
+BF16_BITS = np.dtype("<u2", metadata={"safetensors": "BF16"})
+
+
+def _bits(target: np.dtype, transform):
+    """The chunk transform writing `target`: bfloat16 bits after `transform`, or `transform` itself."""
+    if target is not BF16_BITS:
+        return transform
+
+    def to_bits(chunk, start: int):
+        from ..engine.bfloat16 import to_bfloat16_bits
+
+        return to_bfloat16_bits(chunk if transform is None else transform(chunk, start))
+
+    return to_bits
 
 
 def metadata(doc: Document | None) -> dict:
-    """What __metadata__ records: the source file's name and kind, the naming scheme, blobtool's version."""
+    """What __metadata__ records: the source file's name and kind, the naming scheme, blobtool's version.
+
+    A --names torch export adds its settings and mapping (Document.export_metadata).
+    """
     meta = {}
     if doc is not None:
         source = os.path.basename(doc.path) if doc.path not in ("<stdin>", "<stream>") else doc.path
@@ -363,6 +392,9 @@ def metadata(doc: Document | None) -> dict:
         naming = doc.meta.get("metadata", {}).get("names", naming)
     meta["names"] = _utf8_text(naming)
     meta["blobtool_version"] = __version__
+    if doc is not None:
+        # What --names torch knows beyond the tensors (formats/torchmeta.py).
+        meta.update({_utf8_text(k): _utf8_text(v) for k, v in doc.export_metadata.items()})
     return meta
 
 
@@ -401,7 +433,8 @@ def header_bytes(tensors: list, meta: dict | None) -> tuple[bytes, list]:
         pos += size
     header = {METADATA_KEY: meta} if meta else {}
     for i, (name, shape, dtype) in enumerate(tensors):
-        header[name] = {"dtype": _CODES[np.dtype(dtype).newbyteorder("=")], "shape": list(shape),
+        code = "BF16" if dtype is BF16_BITS else _CODES[np.dtype(dtype).newbyteorder("=")]
+        header[name] = {"dtype": code, "shape": list(shape),
                         "data_offsets": offsets[i]}
     text = json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
     text += b" " * (-len(text) % _HEADER_ALIGN)

@@ -40,8 +40,8 @@ from ...files import atomic_output, display_name
 from .. import MAX_BLOBS, MAX_NAME, Document, Entry, NetLayer, unique_names
 
 __all__ = ["read", "write", "write_new", "write_container", "save_blob", "container_parts", "MAX_LAYERS", "MAX_NAME",
-           "V1_TYPE_NAMES", "V0_TYPE_NAMES", "layer_links", "layer_param_varints", "LAYER_PARAMS", "split_message",
-           "text"]
+           "V1_TYPE_NAMES", "V0_TYPE_NAMES", "layer_links", "layer_param_varints", "layer_param_values", "LAYER_PARAMS",
+           "split_message", "text"]
 
 
 NET_FIELD_NAMES = {1: "name", 2: "layers", 3: "input", 4: "input_dim", 5: "force_backward", 6: "state",
@@ -269,29 +269,54 @@ def layer_param_varints(doc: Document, layer: NetLayer, param: str) -> dict:
     them); the layer's blobs and other fields are skipped in bulk, not parsed.
     An absent message gives {}: every setting at its default.
     """
+    return {number: value for number, value in layer_param_values(doc, layer, param).items()
+            if isinstance(value, int)}
+
+
+def layer_param_values(doc: Document, layer: NetLayer, param: str) -> dict:
+    """{field number: value} of the varint, 32-bit and 64-bit fields of a layer's `param` message, last value winning.
+
+    As layer_param_varints (the same bounds: one message read, at most
+    _MAX_PARAM_FIELDS fields an occurrence), and also the fixed-width
+    fields: in Caffe's layer parameter messages those are `float` (32-bit,
+    such as batch_norm_param.eps = 3) and `double` (64-bit), given as Python
+    floats (a float32 widened exactly). Varints are ints as stored (an int32
+    field's negative value is its 64-bit two's complement). Length-delimited
+    fields (nested messages, strings, packed repeats) are not read.
+    """
     f = layer.field
+    values: dict = {}
     if doc.format == "prototxt":  # the layer's parsed message (V2: upgraded when read)
-        message = getattr(f, param)
-        raw = message.SerializeToString()
-        return {h.number: h.value for h in wire.iter_fields(memoryview(raw), 0, len(raw), path=doc.path)
-                if h.wire_type == wire.VARINT}
+        raw = getattr(f, param).SerializeToString()
+        _param_fields(memoryview(raw), 0, len(raw), doc.path, layer, param, values)
+        return values
     number = LAYER_PARAMS[param][0 if f.number == 100 else 1]
     if number is None:
-        return {}
+        return values
     buf = memoryview(doc.source.buf)
 
     def too_many(g):
         return f"a layer holds more than {MAX_BLOBS} {param} fields (blobtool's limit)"
 
-    values = {}
     for g in _locate(buf, f.start, f.end, doc.path, {number: param}, {number}, too_many, []):
-        for k, h in enumerate(wire.iter_fields(buf, g.start, g.end, path=doc.path)):
-            if k == _MAX_PARAM_FIELDS:
-                raise FormatError(f"{param} of layer {layer.name!r} holds more than {_MAX_PARAM_FIELDS} fields",
-                                  path=doc.path, offset=h.offset)
-            if h.wire_type == wire.VARINT:
-                values[h.number] = h.value
+        _param_fields(buf, g.start, g.end, doc.path, layer, param, values)
     return values
+
+
+def _param_fields(buf, start: int, end: int, path, layer: NetLayer, param: str, values: dict) -> None:
+    """Put the varint and fixed-width fields of one occurrence of a parameter message into `values`."""
+    for k, h in enumerate(wire.iter_fields(buf, start, end, path=path)):
+        if k == _MAX_PARAM_FIELDS:
+            raise FormatError(f"{param} of layer {layer.name!r} holds more than {_MAX_PARAM_FIELDS} fields",
+                              path=path, offset=h.offset)
+        if h.wire_type == wire.VARINT:
+            values[h.number] = h.value
+        elif h.wire_type in _FIXED_TYPES:
+            values[h.number] = float(np.frombuffer(buf, _FIXED_TYPES[h.wire_type], 1, h.start)[0])
+
+
+# The little-endian types of the fixed-width fields of a layer parameter message (float, double).
+_FIXED_TYPES = {wire.I32: np.dtype("<f4"), wire.I64: np.dtype("<f8")}
 
 
 def _read_solverstate(doc: Document, buf) -> None:
