@@ -246,16 +246,21 @@ def _read_npz(doc: Document, cast) -> None:
                                  else None))
 
 
-def _open_member(archive: zipfile.ZipFile, info: zipfile.ZipInfo, path, cast) -> _Member:
-    """Read and check a member's .npy header, inflating no more of it than the header."""
-    label = f"member {info.filename!r}"
+def check_compression(info: zipfile.ZipInfo, label: str, expected: str, path) -> None:
+    """Refuse a zip member neither stored nor deflated, or declaring more bytes than its stored ones can hold."""
     expansion = _NPZ_MAX_EXPANSION.get(info.compress_type)
     if expansion is None:
-        raise FormatError(f"{label} uses zip compression method {info.compress_type}; "
-                          ".npz members are stored or deflated", path=path, offset=info.header_offset)
+        raise FormatError(f"{label} uses zip compression method {info.compress_type}; {expected}", path=path,
+                          offset=info.header_offset)
     if info.file_size > expansion * info.compress_size:
         raise FormatError(f"{label} declares {info.file_size} bytes, more than its {info.compress_size} "
                           "stored bytes can hold", path=path, offset=info.header_offset)
+
+
+def _open_member(archive: zipfile.ZipFile, info: zipfile.ZipInfo, path, cast) -> _Member:
+    """Read and check a member's .npy header, inflating no more of it than the header."""
+    label = f"member {info.filename!r}"
+    check_compression(info, label, ".npz members are stored or deflated", path)
     try:
         with archive.open(info) as stream:
             head = _read_head(stream, min(info.file_size, NPY_HEADER_READ))

@@ -70,7 +70,7 @@ import numpy as np
 from ..engine.blob import MAX_BLOB_AXES, Blob
 from ..errors import BlobToolError, FormatError
 from ..files import BufferFile
-from . import DEFLATE_MAX_EXPANSION, MAX_BLOBS, Document, Entry
+from . import MAX_BLOBS, Document, Entry
 from .origin import Origin
 from .zipdir import directory
 
@@ -260,13 +260,9 @@ class _Archive:
 
 def _check_method(info: zipfile.ZipInfo, path) -> None:
     """Refuse an entry neither stored nor deflated, or declaring more than its compressed bytes can hold."""
-    expansion = {zipfile.ZIP_STORED: 1, zipfile.ZIP_DEFLATED: DEFLATE_MAX_EXPANSION}.get(info.compress_type)
-    if expansion is None:
-        raise FormatError(f"{info.filename} uses zip compression method {info.compress_type}; torch.save "
-                          "stores its records", path=path, offset=info.header_offset)
-    if info.file_size > expansion * info.compress_size:
-        raise FormatError(f"{info.filename} declares {info.file_size} bytes, more than its {info.compress_size} "
-                          "stored bytes can hold", path=path, offset=info.header_offset)
+    from .numpy import check_compression  # the .npz reader's rule for its members
+
+    check_compression(info, info.filename, "torch.save stores its records", path)
 
 
 def _data_start(buf, info: zipfile.ZipInfo, path) -> int:
