@@ -20,6 +20,7 @@ _EXPORTS = {
     "load": "api",
     "load_all": "api",
     "save": "api",
+    "state_dict": "api",
     "write": "api",
     "open_document": "formats",
     "select": "formats",
@@ -28,7 +29,7 @@ _EXPORTS = {
 }
 
 __all__ = ["Blob", "BlobToolError", "ExitCode", "SyncedHead", "SyncedMemory", "load", "load_all", "open_document",
-           "save", "select", "write", "__version__"]
+           "save", "select", "state_dict", "write", "__version__"]
 
 
 # Modules a script reaches as blobtool.NAME (from blobtool import work) without importing them first.

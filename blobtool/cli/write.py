@@ -9,6 +9,7 @@ from .group import CONTEXT_SETTINGS
 from .names import names_options, renamed, warn_all
 from .options import INPUT, blob_option, device_option, kind_option, output_options, output_target
 from .output import progress
+from .surgery import open_edited, surgery_options, write_into
 from .work import load_selected, use_device
 
 __all__ = ["scale", "update", "convert"]
@@ -245,7 +246,9 @@ def update(file, output, fmt, device, patterns, kind):
 @blob_option
 @kind_option
 @names_options
-def convert(file, output, fmt, precision, half_strict, layout, no_diff, device, patterns, kind, names, no_fold):
+@surgery_options
+def convert(file, output, fmt, precision, half_strict, layout, no_diff, device, patterns, kind, names, no_fold,
+            template, partial, reshape, renames, drops):
     """Re-save blobs with Caffe's ToProto meaning: as the same kind, a blob file, .npy, .npz, .safetensors or HDF5.
 
     Keeps each blob's dtype, layout and diff unless told otherwise. A .caffemodel,
@@ -263,6 +266,12 @@ def convert(file, output, fmt, precision, half_strict, layout, no_diff, device, 
     host as the output is written), so convert refuses --device (exit 2) rather
     than copy blobs to a GPU and back for nothing.
 
+    --into TEMPLATE writes FILE's values (any format; --names torch: PyTorch's names)
+    into the net TEMPLATE, blob by blob, and writes TEMPLATE with them: strict by
+    default (exit 3 naming the missing, unexpected and mismatched blobs), --partial
+    keeps TEMPLATE's values where FILE has none. --rename OLD=NEW and --drop LAYER
+    edit the net written (FILE's, or TEMPLATE's with --into), every other byte kept.
+
     \b
     Example:
       blobtool convert --double mean.binaryproto -o mean64.pb
@@ -270,6 +279,8 @@ def convert(file, output, fmt, precision, half_strict, layout, no_diff, device, 
       blobtool convert net.caffemodel --blob conv1/0 -o conv1.npy
       blobtool convert --names torch net.caffemodel -o net.safetensors
       blobtool convert snapshot_iter_1000.caffemodel.h5 -o snapshot_iter_1000.caffemodel
+      blobtool convert finetuned.safetensors --names torch --into net.caffemodel -o finetuned.caffemodel
+      blobtool convert net.caffemodel --rename fc8=fc8_new --drop loss -o surgery.caffemodel
     """
     from ..formats.numpy import cast_for
 
@@ -280,9 +291,19 @@ def convert(file, output, fmt, precision, half_strict, layout, no_diff, device, 
         if precision not in (None, "half"):
             raise click.UsageError(f"--half-strict writes float16; it cannot be combined with --{precision}")
         precision = "half"
+    if template is None and (partial or reshape):
+        raise click.UsageError(f"--{'partial' if partial else 'reshape'} goes with --into TEMPLATE")
     output = output_target(output)
+    if template is not None:
+        write_into(file, template, output, fmt, kind=kind, patterns=patterns, names=names, fold=not no_fold,
+                   partial=partial, reshape=reshape, precision=precision, layout=layout, half_strict=half_strict,
+                   renames=renames, drops=drops)
+        return
     npy_cast = cast_for(precision)
-    doc, entries, blobs = load_selected(file, kind, patterns, npy_cast=npy_cast, to_write=True)
+    if renames or drops:
+        doc, entries, blobs = open_edited(file, kind, patterns, npy_cast, renames, drops)
+    else:
+        doc, entries, blobs = load_selected(file, kind, patterns, npy_cast=npy_cast, to_write=True)
     if names == "torch":
         result = renamed(doc, entries, not no_fold)
         if result.dropped_diffs and not no_diff:

@@ -366,6 +366,9 @@ class Document:
     format: str = "caffe"    # the Format's name: which module reads and writes it
     layers: list = field(default_factory=list)  # a net's layers in file order, blobs or not (NetLayer)
     naming: str = "blobtool"  # how its entries are named: "blobtool", or a scheme of blobtool.naming ("torch")
+    # Byte edits a rewrite of its own protobuf container applies (layers renamed or
+    # dropped, surgery/rename.py): (enclosing fields, start, end, new bytes).
+    edits: list = field(default_factory=list)
 
     @property
     def size(self) -> int:

@@ -105,6 +105,11 @@ class Mapped:
     shape: tuple | None
     done: str
     module: str | None = None   # the PyTorch module the name belongs to
+    # How the Caffe blob became the named tensor, for the way back (surgery/into.py):
+    # "view" (the same values, maybe reshaped), "transposed" (an InnerProduct
+    # stored (K, N)), "statistic" (a BatchNorm sum divided by the factor), or
+    # "factor" (the BatchNorm factor itself, written under no name).
+    made: str = "view"
 
 
 @dataclass
@@ -342,7 +347,7 @@ def _transposed_weight(doc: Document, entry: Entry, layer: str) -> _Row:
     renamed = Entry(name, shape, "shape", entry.dtype, False, layer=entry.layer, type=entry.type, build=make)
     done = (_reshaped(entry.shape, stored, "", "; ") + f"transposed {_fmt(stored)} -> {_fmt(shape)}: "
             "inner_product_param.transpose is true, Linear's weight is (out, in)")
-    return _Row(Mapped(entry, name, shape, done, layer), renamed)
+    return _Row(Mapped(entry, name, shape, done, layer, made="transposed"), renamed)
 
 
 def _weight_shape(kind: str, shape: tuple) -> tuple:
@@ -414,9 +419,10 @@ def _batchnorm(doc: Document, layer: str, blobs: list, warnings: list) -> list:
         blob.origin = _origin(src)
         shape = (entry.count,)
         renamed = Entry(name, shape, "shape", entry.dtype, False, layer=entry.layer, type=entry.type, _blob=blob)
-        rows.append(_Row(Mapped(entry, name, shape, done + _reshaped(entry.shape, shape, "; "), layer), renamed))
+        rows.append(_Row(Mapped(entry, name, shape, done + _reshaped(entry.shape, shape, "; "), layer,
+                                made="statistic"), renamed))
     rows.append(_Row(Mapped(blobs[2], None, None, "not written: the factor of running_mean and running_var",
-                            layer), None))
+                            layer, made="factor"), None))
     for index, entry in enumerate(blobs[3:5]):
         # NVIDIA Caffe's BatchNorm with scale_bias: its own affine weight and bias.
         row = _view(entry, f"{layer}.{_PARAMS[index]}", (entry.count,), layer)
