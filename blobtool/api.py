@@ -221,7 +221,11 @@ def _write_into(doc, blobs, dest, into, *, names, partial, reshape, fold, precis
     _say(fitted.notes, warn)
     if precision is None and fitted.precision:
         precision = fitted.precision
-    return write(template, fitted.blobs, dest, precision=precision, warn=warn, **options)
+    blobs = fitted.blobs
+    if output_target(dest, options.get("format"), template)[1] != template.kind:
+        # Not the template's own kind (an .npz, a .safetensors): its blobs kept are written too, as stored.
+        blobs = {e.name: blobs[e.name] if e.name in blobs else e.blob() for e in template.entries}
+    return write(template, blobs, dest, precision=precision, warn=warn, **options)
 
 
 def _read_unread(doc: Document | None, entries: list, blobs: list, fmt, kind: str) -> None:

@@ -212,6 +212,9 @@ def test_partial_keeps_the_template_and_says_what(tmp_path):
         f"blobtool: warning: {port}: --partial left 1 value unused: head.weight"]
     # The port's values were unchanged, so the net written is the template, byte for byte.
     assert out.read_bytes() == net.read_bytes()
+    # Written as another kind (.npz), the template's blobs kept are there too.
+    ok("convert", port, "--names", "torch", "--into", net, "-o", tmp_path / "out.npz", "--partial")
+    assert sorted(np.load(tmp_path / "out.npz")) == sorted(e.name for e in blobtool.open_document(net).entries)
     # --reshape takes the value of equal count, in the template's shape.
     result = ok("convert", port, "--names", "torch", "--into", net, "-o", out, "--partial", "--reshape")
     assert "--reshape wrote 1 value in the template's shape: deconv.weight (2, 4, 3, 3) -> (4, 2, 3, 3)" in result.stderr
