@@ -116,8 +116,8 @@ def save(blob: Blob, dest, *, double: bool | None = None, write_diff: bool | Non
 
 def write(doc: Document | None, blobs, dest, *, format: str | None = None, precision: str | None = None,
           layout: str | None = None, write_diff: bool | None = None, transforms: dict | None = None,
-          release: bool = False, half_strict: bool = False, warn=None, into=None, names: str = "blobtool",
-          partial: bool = False, reshape: bool = False, fold: bool = True) -> str:
+          release: bool = False, half_strict: bool = False, warn=None, strict: bool = False, into=None,
+          names: str = "blobtool", partial: bool = False, reshape: bool = False, fold: bool = True) -> str:
     """Write blobs to `dest` (a path, "-" or a binary file object) in any format blobtool writes.
 
     Parameters
@@ -128,8 +128,11 @@ def write(doc: Document | None, blobs, dest, *, format: str | None = None, preci
         Names not in `doc` are new blobs (without a layer).
     format : "blob" (one BlobProto), "npy", "npz", "safetensors", "hdf5"
         (Caffe's HDF5 snapshot of a net or solver state input), "protobuf"
-        (the input's kind as Caffe's protobuf), or "same" (the input's own
-        kind and format, every other byte of a protobuf container kept);
+        (the input's kind as Caffe's protobuf), "prototxt" (a net input's
+        definition as text, without blobs: `blobs` is not used; fields text
+        cannot carry are warned about, or with `strict` a UsageError), or
+        "same" (the input's own kind and format, every other byte of a
+        protobuf container kept);
         None chooses from dest's extension (.npy, .npz, .safetensors,
         .pb/.binaryproto/.blob/.protobin, .h5/.hdf5,
         .caffemodel/.solverstate); a name without an extension (or a file
@@ -171,6 +174,11 @@ def write(doc: Document | None, blobs, dest, *, format: str | None = None, preci
                            half_strict=half_strict, warn=warn)
     if doc is None and blobs is None:
         raise UsageError("write: nothing to write (no document and no blobs)")
+    if doc is not None:
+        fmt, kind = output_target(dest, format, doc)
+        if fmt.name == "prototxt":
+            _write_definition(doc, dest, fmt, precision=precision, layout=layout, strict=strict, warn=warn)
+            return kind
     if blobs is None:
         entries = list(doc.entries)
         blob_list = [e.blob() for e in entries]
@@ -226,6 +234,19 @@ def _write_into(doc, blobs, dest, into, *, names, partial, reshape, fold, precis
         # Not the template's own kind (an .npz, a .safetensors): its blobs kept are written too, as stored.
         blobs = {e.name: blobs[e.name] if e.name in blobs else e.blob() for e in template.entries}
     return write(template, blobs, dest, precision=precision, warn=warn, **options)
+
+
+def _write_definition(doc: Document, dest, fmt, *, precision, layout, strict: bool, warn) -> None:
+    """Write a net's definition as text, saying which fields text cannot carry (an error when `strict`)."""
+    from .formats.caffe.netdef import definition
+
+    lines = definition(doc).lost_lines(doc.path)
+    if lines and strict:
+        raise UsageError(f"{lines[0]}; --strict refuses to leave them out ({len(lines)} such line"
+                         f"{'s' * (len(lines) != 1)})")
+    for line in lines:
+        (warn or warnings.warn)(f"{line}; left out of the text")
+    module(fmt).write(doc, [], [], dest, kind="net", precision=Precision.of(precision), layout=layout)
 
 
 def _read_unread(doc: Document | None, entries: list, blobs: list, fmt, kind: str) -> None:

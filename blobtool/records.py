@@ -11,6 +11,7 @@ import math
 
 from .engine import kernels
 from .formats.caffe.blobproto import PAYLOAD_BY_NAME
+from .errors import UsageError
 from .formats import Document, Entry
 
 __all__ = ["json_float", "info_record", "norm_record", "norm_values", "compare_record", "CHECKS",
@@ -64,13 +65,20 @@ def entry_info(entry: Entry, *, stats: bool = False) -> dict:
 
 
 def info_record(doc: Document, entries, *, stats: bool = False, check: str | None = None,
-                all_layers: bool = False) -> dict:
+                all_layers: bool = False, layer_defs: bool = False) -> dict:
     """info's JSON object for one file; with `check` ("finite"), its result under "check".
 
     A net's record counts its layers ("layers", "layers_without_blobs"), and
-    with `all_layers` lists them all ("all_layers": name, type, blobs). Blobs
-    whose shape disagrees with the values stored go under "invalid".
+    with `all_layers` lists them all ("all_layers": name, type, blobs). With
+    `layer_defs`, "layer_defs" holds each layer's definition in file order,
+    as protobuf's MessageToDict writes its LayerParameter without blobs (V1
+    layers as Caffe upgrades them; see formats/caffe/netdef.py), and
+    "format" the format the net was read from; Caffe's HDF5 snapshot holds
+    blobs only, so there each layer's definition is its name. Blobs whose
+    shape disagrees with the values stored go under "invalid".
     """
+    if layer_defs and doc.kind != "net":
+        raise UsageError(f"--layers lists a net's layers and this file is a {doc.kind}", path=doc.path)
     out = {"path": doc.path, "kind": doc.kind, "bytes": doc.size}
     out.update(doc.meta)
     invalid = [found for found in map(value_count_mismatch, entries) if found is not None]
@@ -79,7 +87,10 @@ def info_record(doc: Document, entries, *, stats: bool = False, check: str | Non
         held = collections.Counter(e.layer for e in doc.entries)
         out["layers"] = len(doc.layers)
         out["layers_without_blobs"] = sum(1 for layer in doc.layers if not held[layer.name])
-        if all_layers:
+        if layer_defs:
+            out["format"] = doc.format
+            out["layer_defs"] = _layer_defs(doc)
+        if all_layers or layer_defs:
             out["all_layers"] = [{"name": layer.name, "type": layer.type, "blobs": held[layer.name]}
                                  for layer in doc.layers]
     if invalid:
@@ -87,6 +98,17 @@ def info_record(doc: Document, entries, *, stats: bool = False, check: str | Non
     if check == "finite":
         out["check"] = check_finite(entries)
     return out
+
+
+def _layer_defs(doc: Document) -> list:
+    if doc.format == "hdf5":
+        return [{"name": layer.name} for layer in doc.layers]
+    from google.protobuf import json_format  # protobuf loads only where definitions are asked for
+
+    from .formats.caffe.netdef import definition
+
+    return [json_format.MessageToDict(layer.message, preserving_proto_field_name=True)
+            for layer in definition(doc).layers]
 
 
 def value_count_mismatch(entry: Entry) -> dict | None:

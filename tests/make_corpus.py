@@ -167,6 +167,7 @@ FILES = {
     "empty.pb": b"",
     "random.bin": RNG.bytes(256),
     "net.prototxt": b'name: "LeNet"\nlayer {\n  name: "data"\n  type: "Input"\n  top: "data"\n}\n',
+    "solver.prototxt": b'net: "train_val.prototxt"\nbase_lr: 0.01\n',
     "truncated_blob.pb": cut(SEEDS["blob_shape"], 60),
     "truncated_vector.binaryproto": cut(SEEDS["vector"], 100),
     "truncated_layer.caffemodel": cut(SEEDS["net_layer"], 200),
@@ -250,9 +251,9 @@ EXPECTED = [
     ("empty.pb", INFO, 3, "blobtool: empty.pb: empty file: a Caffe file holds at least one field"),
     ("random.bin", INFO, 3, "blobtool: random.bin: at byte 9: field 2971696 uses the group wire type 3, which Caffe's "
                               "schema never writes"),
-    ("net.prototxt", INFO, 3, "blobtool: net.prototxt: at byte 0: not a Caffe protobuf file: it looks like "
-                              "text, perhaps a .prototxt; blobtool reads binary files (field 13 has invalid "
-                              "wire type 6)"),
+    ("net.prototxt", INFO, 0, ""),
+    ("solver.prototxt", INFO, 3, "blobtool: solver.prototxt: not a Caffe net definition: line 1, column 1: Message "
+                                 "type \"caffe.NetParameter\" has no field named \"net\"."),
     ("truncated_blob.pb", INFO, 3, "blobtool: truncated_blob.pb: truncated at byte 50: field 6 (diff) declares "
                                    "48 bytes, 8 remain"),
     ("truncated_vector.binaryproto", INFO, 3, "blobtool: truncated_vector.binaryproto: truncated at byte 60: "
@@ -417,11 +418,11 @@ EXPECTED += [
     ("huge_values.pb", ["convert", "-o", "out.json"], 2,
      "blobtool: out.json: blobtool does not write '.json' files; it writes blob (.pb, .binaryproto, .blob, "
      ".protobin), protobuf (.caffemodel, .solverstate), hdf5 (.h5, .hdf5), npy (.npy), npz (.npz), safetensors "
-     "(.safetensors); or name the format with --format"),
+     "(.safetensors), prototxt (.prototxt, .pbtxt); or name the format with --format"),
     ("huge_values.pb", ["convert", "-o", "mean.png"], 2,
      "blobtool: mean.png: blobtool does not write '.png' files; it writes blob (.pb, .binaryproto, .blob, "
      ".protobin), protobuf (.caffemodel, .solverstate), hdf5 (.h5, .hdf5), npy (.npy), npz (.npz), safetensors "
-     "(.safetensors); pictures are written by `blobtool show -o PATH.png`"),
+     "(.safetensors), prototxt (.prototxt, .pbtxt); pictures are written by `blobtool show -o PATH.png`"),
     ("hostile_names.caffemodel", ["info", "--stats"], 0, ""),
     ("hostile_names.caffemodel", ["show"], 2,
      "blobtool: hostile_names.caffemodel: show draws one blob; 2 match (\\x1b]0;owned\\x07conv1/0, "

@@ -286,8 +286,6 @@ NOT_CAFFE = [
     ("weights.caffemodel.gz", lambda raw: gzip.compress(raw), ("gzip", "gunzip")),
     ("._weights.caffemodel", lambda raw: b"\x00\x05\x16\x07" + b"\x00\x02\x00\x00Mac OS X        " + raw,
      ("AppleDouble", "'._'")),
-    ("deploy.prototxt", lambda raw: b'name: "LeNet"\nlayer {\n  name: "conv1"\n  type: "Convolution"\n}\n',
-     ("text", ".prototxt")),
 ]
 
 

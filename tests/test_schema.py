@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 from google.protobuf import descriptor_pb2
 
@@ -14,10 +15,16 @@ PROTO_FILE = "blobtool_caffe.proto"
 
 
 def clear_json_names(messages) -> None:
-    """Drop json_name, which protoc puts in descriptor sets and never in generated Python."""
+    """Drop json_name, which protoc puts in descriptor sets and never in generated Python.
+
+    A float default is written as the float32 it is: protoc versions spell
+    0.999 as "0.999" or "0.999000013".
+    """
     for message in messages:
         for field in message.field:
             field.ClearField("json_name")
+            if field.type == descriptor_pb2.FieldDescriptorProto.TYPE_FLOAT and field.HasField("default_value"):
+                field.default_value = repr(float(np.float32(float(field.default_value))))
         clear_json_names(message.nested_type)
 
 
@@ -36,6 +43,7 @@ def test_generated_module_matches_the_schema(tmp_path):
 
     committed = descriptor_pb2.FileDescriptorProto()
     pb.DESCRIPTOR.CopyToProto(committed)
+    clear_json_names(committed.message_type)
     # Compared whole: messages, fields, numbers, types, labels, defaults,
     # options (packed), enums, package. A difference means proto/generate.sh
     # was not rerun after the schema changed (or the module was edited).
@@ -58,6 +66,24 @@ CAFFE_FIELDS = {
     ("BlobProto", "double_data"): (8, FDP.LABEL_REPEATED, FDP.TYPE_DOUBLE, True),
     ("BlobProto", "double_diff"): (9, FDP.LABEL_REPEATED, FDP.TYPE_DOUBLE, True),
     ("BlobProtoVector", "blobs"): (1, FDP.LABEL_REPEATED, FDP.TYPE_MESSAGE, False),
+    ("NetParameter", "layer"): (100, FDP.LABEL_REPEATED, FDP.TYPE_MESSAGE, False),
+    ("NetParameter", "layers"): (2, FDP.LABEL_REPEATED, FDP.TYPE_MESSAGE, False),
+    ("NetParameter", "input_shape"): (8, FDP.LABEL_REPEATED, FDP.TYPE_MESSAGE, False),
+    ("LayerParameter", "blobs"): (7, FDP.LABEL_REPEATED, FDP.TYPE_MESSAGE, False),
+    ("LayerParameter", "convolution_param"): (106, FDP.LABEL_OPTIONAL, FDP.TYPE_MESSAGE, False),
+    ("LayerParameter", "inner_product_param"): (117, FDP.LABEL_OPTIONAL, FDP.TYPE_MESSAGE, False),
+    ("LayerParameter", "pooling_param"): (121, FDP.LABEL_OPTIONAL, FDP.TYPE_MESSAGE, False),
+    ("LayerParameter", "batch_norm_param"): (139, FDP.LABEL_OPTIONAL, FDP.TYPE_MESSAGE, False),
+    ("LayerParameter", "scale_param"): (142, FDP.LABEL_OPTIONAL, FDP.TYPE_MESSAGE, False),
+    ("LayerParameter", "input_param"): (143, FDP.LABEL_OPTIONAL, FDP.TYPE_MESSAGE, False),
+    ("LayerParameter", "clip_param"): (148, FDP.LABEL_OPTIONAL, FDP.TYPE_MESSAGE, False),
+    ("LayerParameter", "norm_param"): (206, FDP.LABEL_OPTIONAL, FDP.TYPE_MESSAGE, False),
+    ("ConvolutionParameter", "group"): (5, FDP.LABEL_OPTIONAL, FDP.TYPE_UINT32, False),
+    ("ConvolutionParameter", "dilation"): (18, FDP.LABEL_REPEATED, FDP.TYPE_UINT32, False),
+    ("BatchNormParameter", "eps"): (3, FDP.LABEL_OPTIONAL, FDP.TYPE_FLOAT, False),
+    ("V1LayerParameter", "convolution_param"): (10, FDP.LABEL_OPTIONAL, FDP.TYPE_MESSAGE, False),
+    ("V1LayerParameter", "blobs_lr"): (7, FDP.LABEL_REPEATED, FDP.TYPE_FLOAT, False),
+    ("V1LayerParameter", "param"): (1001, FDP.LABEL_REPEATED, FDP.TYPE_STRING, False),
 }
 
 
@@ -117,3 +143,15 @@ def test_the_wire_bytes_are_caffes():
     assert msg.SerializeToString() == expected
     vector = pb.BlobProtoVector(blobs=[pb.BlobProto(num=7)])
     assert vector.SerializeToString() == b"\x0a\x02\x08\x07"
+
+
+@pytest.mark.parametrize("header, full", [("NetHeader", "NetParameter"), ("LayerHeader", "LayerParameter"),
+                                          ("V1LayerHeader", "V1LayerParameter"), ("V0LayerHeader", "V0LayerParameter")])
+def test_header_messages_read_the_full_messages_fields(header, full):
+    # What a file is opened with is a subset of the full definition, field for field.
+    fields = committed_fields()
+    mine = {name: f for (message, name), f in fields.items() if message == header}
+    assert mine
+    for name, f in mine.items():
+        g = fields[(full, name)]
+        assert (f.number, f.label, f.type) == (g.number, g.label, g.type), name

@@ -79,6 +79,9 @@ def _emit_compare(record: dict, as_json: bool, quiet: bool) -> None:
               help="Exit 1 when a check fails; finite: no NaN or Inf in the selected blobs' data and diff "
                    "(reads the values).")
 @click.option("--all-layers", is_flag=True, help="Also list every layer of a net with its type, blobs or not.")
+@click.option("--layers", "layer_defs", is_flag=True,
+              help="List a net's layers in file order: type, bottoms -> tops, parameters in short, blob shapes "
+                   "(--json: each layer's definition under layer_defs).")
 @blob_option
 @kind_option
 @json_option
@@ -86,7 +89,8 @@ def _emit_compare(record: dict, as_json: bool, quiet: bool) -> None:
 @fail_fast_option
 @all_files_option
 @names_options
-def info(files, stats, check, all_layers, patterns, kind, as_json, jobs, fail_fast, all_files, names, no_fold):
+def info(files, stats, check, all_layers, layer_defs, patterns, kind, as_json, jobs, fail_fast, all_files, names,
+         no_fold):
     """Show what a blob file holds: kind, size, and each blob's shape, layout, dtype, count and diff.
 
     Reads no values unless --stats is given. FILES may be folders: every file in
@@ -101,6 +105,7 @@ def info(files, stats, check, all_layers, patterns, kind, as_json, jobs, fail_fa
       blobtool info --json --stats weights.pb | jq .blobs[0].stats
       blobtool info --check finite snapshot.caffemodel
       blobtool info --names torch model.caffemodel    # the PyTorch names convert would give
+      blobtool info --layers model.caffemodel         # every layer: wiring, kernel, stride, eps, ...
     """
     from ..report.text import check_message, invalid_message
 
@@ -114,7 +119,7 @@ def info(files, stats, check, all_layers, patterns, kind, as_json, jobs, fail_fa
         batch.exit()
         return
     work = functools.partial(_info_one, kind=kind, patterns=patterns, stats=stats, check=check,
-                             all_layers=all_layers)
+                             all_layers=all_layers, layer_defs=layer_defs)
     failed = ExitCode.OK
     for record in batch.records(work, jobs):
         _emit_info(record, as_json)
@@ -126,7 +131,7 @@ def info(files, stats, check, all_layers, patterns, kind, as_json, jobs, fail_fa
     batch.exit(failed)
 
 
-def _info_one(path, *, kind, patterns, stats, check=None, all_layers=False, show_progress=True):
+def _info_one(path, *, kind, patterns, stats, check=None, all_layers=False, layer_defs=False, show_progress=True):
     """info's record for one file (runs in a worker process when several files are given)."""
     from ..formats import select
     from ..records import info_record
@@ -136,7 +141,8 @@ def _info_one(path, *, kind, patterns, stats, check=None, all_layers=False, show
     doc = open_input(path, kind)
     # Nothing changes the values here: their pages can go back as they are read.
     with progress(doc, "reading", show_progress), releasing():
-        return info_record(doc, select(doc, patterns), stats=stats, check=check, all_layers=all_layers)
+        return info_record(doc, select(doc, patterns), stats=stats, check=check, all_layers=all_layers,
+                           layer_defs=layer_defs)
 
 
 def _mapping_one(path, *, kind, patterns, fold, show_progress=True):

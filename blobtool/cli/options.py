@@ -60,9 +60,10 @@ def output_options(f):
     f = click.option("--format", "fmt", type=click.Choice(OUTPUT_FORMATS), default=None,
                      help="Output format: blob (one BlobProto), npy, npz, safetensors, hdf5 (Caffe's HDF5 snapshot "
                           "of a net or solver state), protobuf (the input's kind as Caffe's protobuf), or same (the "
-                          "input's kind and format). Default by extension: .npy, .npz, .safetensors, "
-                          ".pb/.binaryproto (one blob), .h5/.hdf5, .caffemodel/.solverstate (protobuf); a name without "
-                          "an extension: same; any other extension is refused (exit 2).")(f)
+                          "input's kind and format), prototxt (a net's definition as text, no blobs). Default by "
+                          "extension: .npy, .npz, .safetensors, .pb/.binaryproto (one blob), .h5/.hdf5, "
+                          ".caffemodel/.solverstate (protobuf), .prototxt/.pbtxt; a name without an extension: same; "
+                          "any other extension is refused (exit 2).")(f)
     f = click.option("-o", "--output", type=OUTPUT, default=None, metavar="PATH",
                      help="Where to write ('-' for stdout; default stdout when it is not a terminal).")(f)
     return f

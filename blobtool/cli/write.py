@@ -243,15 +243,20 @@ def update(file, output, fmt, device, patterns, kind):
 @click.option("--no-diff", is_flag=True, help="Drop the diff.")
 @click.option("--device", "device", type=click.IntRange(min=0), metavar="N", default=None,
               help="Refused (exit 2): convert computes nothing, so no work of it would run on a GPU.")
+@click.option("--strict", is_flag=True,
+              help="With a .prototxt output: fields that text cannot carry (another fork's fields) are an error "
+                   "(exit 2, nothing written), not a warning line each.")
 @blob_option
 @kind_option
 @names_options
 @surgery_options
-def convert(file, output, fmt, precision, half_strict, layout, no_diff, device, patterns, kind, names, no_fold,
-            template, partial, reshape, renames, drops):
+def convert(file, output, fmt, precision, half_strict, layout, no_diff, device, strict, patterns, kind, names,
+            no_fold, template, partial, reshape, renames, drops):
     """Re-save blobs with Caffe's ToProto meaning: as the same kind, a blob file, .npy, .npz, .safetensors or HDF5.
 
-    Keeps each blob's dtype, layout and diff unless told otherwise. A .caffemodel,
+    Keeps each blob's dtype, layout and diff unless told otherwise. -o x.prototxt
+    writes a net's definition (every layer's parameters and wiring) as text, without
+    blobs; a .prototxt input converts to a blob-less .caffemodel. A .caffemodel,
     .solverstate or BlobProtoVector converts to the same kind with only the selected
     blobs re-encoded: every other byte is kept. `--blob NAME -o x.npy` (or x.pb)
     extracts one blob. .npy input becomes a blob (float16 or integer arrays need
@@ -279,10 +284,12 @@ def convert(file, output, fmt, precision, half_strict, layout, no_diff, device, 
       blobtool convert net.caffemodel --blob conv1/0 -o conv1.npy
       blobtool convert --names torch net.caffemodel -o net.safetensors
       blobtool convert snapshot_iter_1000.caffemodel.h5 -o snapshot_iter_1000.caffemodel
+      blobtool convert model.caffemodel -o model.prototxt    # the net's definition, without blobs
       blobtool convert finetuned.safetensors --names torch --into net.caffemodel -o finetuned.caffemodel
       blobtool convert net.caffemodel --rename fc8=fc8_new --drop loss -o surgery.caffemodel
     """
     from ..formats.numpy import cast_for
+    from ..formats.targets import chosen_format
 
     if device is not None:
         raise click.UsageError("--device: convert computes nothing a GPU could run (it re-encodes values on the "
@@ -298,6 +305,13 @@ def convert(file, output, fmt, precision, half_strict, layout, no_diff, device, 
         write_into(file, template, output, fmt, kind=kind, patterns=patterns, names=names, fold=not no_fold,
                    partial=partial, reshape=reshape, precision=precision, layout=layout, half_strict=half_strict,
                    renames=renames, drops=drops)
+        return
+    if chosen_format(output, fmt) == "prototxt":
+        if renames or drops:
+            raise click.UsageError("--rename and --drop rewrite a net's .caffemodel (or .h5); write that first, "
+                                   "then convert it to .prototxt")
+        _definition(file, output, kind, precision=precision, layout=layout, patterns=patterns, names=names,
+                    strict=strict)
         return
     npy_cast = cast_for(precision)
     if renames or drops:
@@ -324,3 +338,17 @@ def convert(file, output, fmt, precision, half_strict, layout, no_diff, device, 
            write_diff=False if no_diff else None, transforms={e.name: c for e, c in zip(entries, counters)})
     _warn_nonfinite(doc, entries, [{side: (c.count, c.dtype) for side, c in per.items()} for per in counters],
                     "converting to float32")
+
+
+def _definition(file, output, kind, *, precision, layout, patterns, names, strict) -> None:
+    """convert's .prototxt output: the input net's definition as text (no blobs, so no blob options)."""
+    from ..api import write
+    from .output import say_warning
+    from .work import open_input
+
+    for given, option in ((patterns, "--blob"), (names != "blobtool", "--names")):
+        if given:
+            raise click.UsageError(f"{option}: a .prototxt holds every layer's definition and no blobs; drop {option}")
+    doc = open_input(file, kind)
+    write(doc, None, output, format="prototxt", precision=precision, layout=layout, strict=strict,
+          warn=say_warning)

@@ -96,13 +96,16 @@ class Format:
     magic: tuple = ()      # leading bytes that mark its files; () for the format without a signature (protobuf)
     outputs: tuple = ()    # the Output choices it writes
     containers: tuple = ()  # kinds that hold several blobs and are written back as themselves (--format same)
-    probe: object = None   # head -> bool, for a signature that is not a prefix (light: runs at sniffing)
+    probe: object = None   # bytes -> bool, for a signature that is not a prefix (light: runs at sniffing); a
+                           # name: that function of the format's module (imported at sniffing: keep it light)
     userblock: bool = False  # the signature may also follow a user block: at 512, 1024, 2048, ... (HDF5)
+    searched: bool = True  # folders given as input are searched for its extensions (not text: solver files)
 
 
-def _safetensors_head(head: bytes) -> bool:
+def _safetensors_head(buf) -> bool:
     # An 8-byte little-endian header length (under 2**48: a protobuf file
     # rarely has zero bytes 6 and 7) and the JSON header's opening brace.
+    head = bytes(buf[:9])
     return len(head) > 8 and head[6:8] == b"\0\0" and head[8:9] == b"{"
 
 
@@ -117,11 +120,16 @@ FORMATS = (
            outputs=(Output("npy", (".npy",), "npy"), Output("npz", (".npz",), "npz"))),
     Format("safetensors", ("safetensors",), probe=_safetensors_head,
            outputs=(Output("safetensors", (".safetensors",), "safetensors"),), containers=("safetensors",)),
+    Format("prototxt", ("net",), probe="looks_like_text", outputs=(Output("prototxt", (".prototxt", ".pbtxt"), "net"),),
+           searched=False),
 )
 
 # The file name extensions of the formats blobtool reads (and writes): how a
 # folder given as input is searched. A file's kind still comes from its bytes.
-EXTENSIONS = tuple(dict.fromkeys(ext for fmt in FORMATS for out in fmt.outputs for ext in out.extensions))
+# Text definitions are read when named, not found in folders, where Caffe's
+# solver and training definitions (solver.prototxt) sit beside the nets.
+EXTENSIONS = tuple(dict.fromkeys(ext for fmt in FORMATS if fmt.searched for out in fmt.outputs
+                                 for ext in out.extensions))
 
 # Every kind --kind accepts, and the ones that hold several named blobs.
 KINDS = tuple(dict.fromkeys(kind for fmt in FORMATS for kind in fmt.kinds))
@@ -185,7 +193,8 @@ def format_by_signature(buf) -> Format | None:
     for fmt in FORMATS:
         if any(buf[:len(m)] == m for m in fmt.magic):
             return fmt
-        if fmt.probe is not None and fmt.probe(bytes(buf[:16])):
+        probe = getattr(module(fmt), fmt.probe) if isinstance(fmt.probe, str) else fmt.probe
+        if probe is not None and probe(buf):
             return fmt
     for fmt in FORMATS:
         if not fmt.userblock:
@@ -366,6 +375,8 @@ class Document:
     format: str = "caffe"    # the Format's name: which module reads and writes it
     layers: list = field(default_factory=list)  # a net's layers in file order, blobs or not (NetLayer)
     naming: str = "blobtool"  # how its entries are named: "blobtool", or a scheme of blobtool.naming ("torch")
+    definition: object = None  # a net's full definition (formats/caffe/netdef.py), parsed when first asked for
+    parsed: object = None    # a text input's message as parsed (.prototxt)
     # Byte edits a rewrite of its own protobuf container applies (layers renamed or
     # dropped, surgery/rename.py): (enclosing fields, start, end, new bytes).
     edits: list = field(default_factory=list)

@@ -64,6 +64,7 @@ from ..engine.blob import Blob
 from ..errors import FormatError, UsageError
 from . import NAMING_SCHEMES, Document, Entry, select
 from .caffe import layer_links, layer_param_varints
+from .caffe.containers import V0_TYPE_NAMES
 from .origin import Origin
 
 __all__ = ["SCHEMES", "V0_TYPE_NAMES", "Mapped", "TorchNames", "torch_names", "torch_pair", "TORCH_ONLY_BUFFERS"]
@@ -71,15 +72,6 @@ __all__ = ["SCHEMES", "V0_TYPE_NAMES", "Mapped", "TorchNames", "torch_names", "t
 # The --names choices: blobtool's own names, or PyTorch's.
 SCHEMES = NAMING_SCHEMES
 
-# Caffe's UpgradeV0LayerType: V0's type strings, as today's type names.
-V0_TYPE_NAMES = {
-    "accuracy": "Accuracy", "bnll": "BNLL", "concat": "Concat", "conv": "Convolution", "data": "Data",
-    "dropout": "Dropout", "euclidean_loss": "EuclideanLoss", "flatten": "Flatten", "hdf5_data": "HDF5Data",
-    "hdf5_output": "HDF5Output", "im2col": "Im2col", "images": "ImageData", "infogain_loss": "InfogainLoss",
-    "innerproduct": "InnerProduct", "lrn": "LRN", "multinomial_logistic_loss": "MultinomialLogisticLoss",
-    "pool": "Pooling", "relu": "ReLU", "sigmoid": "Sigmoid", "softmax": "Softmax",
-    "softmax_loss": "SoftmaxWithLoss", "split": "Split", "tanh": "TanH", "window_data": "WindowData",
-}
 
 # Layer types whose blobs 0 and 1 are a weight and a bias.
 _WEIGHT_BIAS = ("Convolution", "Deconvolution", "InnerProduct", "Embed")

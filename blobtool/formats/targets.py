@@ -7,7 +7,7 @@ import os
 from ..errors import UsageError
 from . import FORMATS, OUTPUT_FORMATS, Format, Output, Document, get_format, CONTAINER_KINDS
 
-__all__ = ["output_target", "output_extensions"]
+__all__ = ["output_target", "output_extensions", "chosen_format"]
 
 
 def output_target(dest, choice: str | None, doc: Document | None) -> tuple:
@@ -36,6 +36,11 @@ def output_target(dest, choice: str | None, doc: Document | None) -> tuple:
             if out.name == choice:
                 return fmt, out.kind or _own_kind(fmt, out, doc)
     raise UsageError(f"unknown output format {choice!r}; expected one of {', '.join(OUTPUT_FORMATS)}")
+
+
+def chosen_format(dest, choice: str | None) -> str | None:
+    """The output format a --format `choice` or dest's extension names; None when neither does."""
+    return choice if choice is not None else _choice_by_extension(dest)
 
 
 # Output names that blobtool never writes itself, and where to go instead.

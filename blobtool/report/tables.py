@@ -26,10 +26,11 @@ from rich.table import Table
 from rich.text import Text
 
 from .escape import escape
-from .text import (ASCII_BLOCKS, ASCII_DIVIDER, BLOCKS, DIVIDER, KEY_INDENT, LAYERS_COLUMNS, compare_footer,
+from .layers import HDF5_NOTE, layer_table
+from .text import (ASCII_BLOCKS, ASCII_DIVIDER, BLOCKS, DIVIDER, KEY_INDENT, compare_footer,
                    compare_table, compare_verdict, fmt_bytes, fmt_num, fmt_shape, fold_widths, fork_note, grid_width,
                    histogram_cell_segments, histogram_key_segments, histogram_rows, info_footer, info_table,
-                   layers_rows, norm_table, stats_table, table_width, title_parts)
+                   norm_table, stats_table, table_width, title_parts)
 
 
 __all__ = ["fmt_num", "fmt_bytes", "fmt_shape", "render_info", "render_norm", "render_compare",
@@ -109,12 +110,15 @@ def render_info(console: Console, record: dict) -> None:
     """
     print_line(console, _title(record))
     columns, rows, note = info_table(record, console.width, cell_len)
-    print_table(console, columns, [cells for cells, _ in rows])
+    if "layer_defs" in record:  # the layer table holds the blobs' shapes: it stands for the blob table
+        note = HDF5_NOTE if record.get("format") == "hdf5" else None
+    else:
+        print_table(console, columns, [cells for cells, _ in rows])
     for line in (info_footer(record), fork_note(record), note):
         if line is not None:
             print_line(console, line)
     if "all_layers" in record:
-        print_table(console, LAYERS_COLUMNS, layers_rows(record))
+        print_table(console, *layer_table(record))
     if any("stats" in b for b in record["blobs"]):
         _render_stats(console, record)
         _render_histograms(console, record["blobs"])

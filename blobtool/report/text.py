@@ -28,11 +28,12 @@ import os
 import sys
 
 from .escape import escape
+from .layers import HDF5_NOTE, layer_table
 
 __all__ = ["invalid_message", "check_message", "BAR_LEVELS", "BAR_STEP", "histogram_bars", "fmt_num", "fmt_bytes", "fmt_shape", "title_parts", "fit_columns", "table_width",
            "grid_width", "fold_widths", "FOLD_COLUMNS", "MIN_FOLD", "pick", "left_out_note",
-           "info_columns", "info_rows", "info_footer", "fork_note", "info_table", "stats_rows", "stats_table", "layers_rows",
-           "LAYERS_COLUMNS", "norm_columns", "norm_rows", "norm_table",
+           "info_columns", "info_rows", "info_footer", "fork_note", "info_table", "stats_rows", "stats_table",
+           "norm_columns", "norm_rows", "norm_table",
            "compare_verdict", "compare_rows", "compare_table", "compare_footer", "COMPARE_COLUMNS",
            "plain_info", "plain_norm", "plain_compare", "plain_stdout", "plain_width", "stdout_is_terminal",
            "MAX_COLUMNS", "BLOCKS", "DIVIDER", "ASCII_BLOCKS", "ASCII_DIVIDER", "histogram_key_segments", "histogram_cell_segments", "histogram_rows", "KEY_INDENT"]
@@ -104,7 +105,6 @@ def _has_layers(record: dict) -> bool:
 INFO_DROP_ORDER = ("layout", "bytes", "diff", "dtype", "type")
 STATS_DROP_ORDER = ("std", "mean")
 STATS_COLUMNS = [("blob", "left")] + [(c, "right") for c in ("min", "max", "mean", "std", "nan", "inf")]
-LAYERS_COLUMNS = [("layer", "left"), ("type", "left"), ("blobs", "right")]
 
 
 def table_width(widths) -> int:
@@ -230,12 +230,6 @@ def stats_table(record: dict, width: int | None, measure=len) -> tuple[list, lis
     rows = stats_rows(record)
     kept, left = fit_columns(STATS_COLUMNS, [cells for cells, _ in rows], width, STATS_DROP_ORDER, measure)
     return pick(STATS_COLUMNS, kept), [(pick(cells, kept), d) for cells, d in rows], left_out_note(left, width)
-
-
-def layers_rows(record: dict) -> list:
-    """info --all-layers' table: every layer of a net, its type and how many blobs it holds."""
-    return [[escape(layer["name"]), escape(layer["type"] or "-"), fmt_num(layer["blobs"])]
-            for layer in record.get("all_layers", ())]
 
 
 def info_footer(record: dict) -> str | None:
@@ -541,14 +535,13 @@ def plain_info(record: dict, width: int) -> str | None:
     title = _plain_title(record)
     columns, rows, note = info_table(record, width)
     table = plain_table(columns, [cells for cells, _ in rows])
-    if title is None or table is None:
+    layers = plain_table(*layer_table(record)) if "all_layers" in record else []
+    if title is None or table is None or layers is None:
         return None
+    if "layer_defs" in record:  # the layer table holds the blobs' shapes: it stands for the blob table
+        table, note = [], HDF5_NOTE if record.get("format") == "hdf5" else None
     out = [title, *table, *(line for line in (info_footer(record), fork_note(record), note) if line is not None)]
-    if "all_layers" in record:
-        layers = plain_table(LAYERS_COLUMNS, layers_rows(record))
-        if layers is None:
-            return None
-        out += layers
+    out += layers
     return "\n".join(out + (stats or [])) + "\n"
 
 

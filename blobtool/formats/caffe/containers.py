@@ -40,7 +40,8 @@ from ...files import atomic_output, display_name
 from .. import MAX_BLOBS, MAX_NAME, Document, Entry, NetLayer, unique_names
 
 __all__ = ["read", "write", "write_new", "write_container", "save_blob", "container_parts", "MAX_LAYERS", "MAX_NAME",
-           "V1_TYPE_NAMES", "layer_links", "layer_param_varints", "LAYER_PARAMS"]
+           "V1_TYPE_NAMES", "V0_TYPE_NAMES", "layer_links", "layer_param_varints", "LAYER_PARAMS", "split_message",
+           "text"]
 
 
 NET_FIELD_NAMES = {1: "name", 2: "layers", 3: "input", 4: "input_dim", 5: "force_backward", 6: "state",
@@ -76,6 +77,17 @@ V1_TYPE_NAMES = {
     16: "MultinomialLogisticLoss", 34: "MVN", 17: "Pooling", 26: "Power", 18: "ReLU", 19: "Sigmoid",
     27: "SigmoidCrossEntropyLoss", 36: "Silence", 20: "Softmax", 21: "SoftmaxWithLoss", 22: "Split",
     33: "Slice", 23: "TanH", 24: "WindowData", 31: "Threshold",
+}
+
+
+# Caffe's UpgradeV0LayerType: V0's lower-case type strings, as today's type names.
+V0_TYPE_NAMES = {
+    "accuracy": "Accuracy", "bnll": "BNLL", "concat": "Concat", "conv": "Convolution", "data": "Data",
+    "dropout": "Dropout", "euclidean_loss": "EuclideanLoss", "flatten": "Flatten", "hdf5_data": "HDF5Data",
+    "hdf5_output": "HDF5Output", "im2col": "Im2col", "images": "ImageData", "infogain_loss": "InfogainLoss",
+    "innerproduct": "InnerProduct", "lrn": "LRN", "multinomial_logistic_loss": "MultinomialLogisticLoss",
+    "pool": "Pooling", "relu": "ReLU", "sigmoid": "Sigmoid", "softmax": "Softmax",
+    "softmax_loss": "SoftmaxWithLoss", "split": "Split", "tanh": "TanH", "window_data": "WindowData",
 }
 
 
@@ -145,7 +157,7 @@ def _locate(buf, start: int, end: int, path, names: dict, keep: set, too_many, s
     return kept
 
 
-def _split(buf, start: int, end: int, path, names: dict, keep: set, message_cls):
+def split_message(buf, start: int, end: int, path, names: dict, keep: set, message_cls):
     """Parse a message's small fields with protobuf, returning (message, [fields numbered in `keep`]).
 
     The fields in `keep` (blobs, nested layers) are located, not parsed; at
@@ -165,7 +177,7 @@ def _split(buf, start: int, end: int, path, names: dict, keep: set, message_cls)
     return message, kept
 
 
-def _text(value) -> str:
+def text(value) -> str:
     """A name or type as text, cut to MAX_NAME characters (bytes, when not UTF-8).
 
     protobuf hands proto2 strings that are not UTF-8 over as bytes; they are
@@ -183,25 +195,25 @@ def _text(value) -> str:
 def _read_net(doc: Document, buf) -> None:
     from ..._pb import blobtool_caffe_pb2 as pb  # protobuf loads only where a message's small fields are parsed
 
-    net, layer_fields = _split(buf, 0, doc.size, doc.path, NET_FIELD_NAMES, {2, 100}, pb.NetParameter)
-    doc.meta["name"] = _text(net.name) if net.HasField("name") else None
+    net, layer_fields = split_message(buf, 0, doc.size, doc.path, NET_FIELD_NAMES, {2, 100}, pb.NetHeader)
+    doc.meta["name"] = text(net.name) if net.HasField("name") else None
     layers = []  # (name, type, blob field chains, layer field) per layer, in file order
     for lf in layer_fields:
         if lf.number == 100:
-            layer, blob_fields = _split(buf, lf.start, lf.end, doc.path, LAYER_FIELD_NAMES, {7},
-                                        pb.LayerParameter)
-            name, type_ = _text(layer.name), _text(layer.type)
+            layer, blob_fields = split_message(buf, lf.start, lf.end, doc.path, LAYER_FIELD_NAMES, {7},
+                                        pb.LayerHeader)
+            name, type_ = text(layer.name), text(layer.type)
             chains = [(lf, bf) for bf in blob_fields]
         else:
-            v1, nested = _split(buf, lf.start, lf.end, doc.path, V1_FIELD_NAMES, {1, 6}, pb.V1LayerParameter)
-            name = _text(v1.name)
+            v1, nested = split_message(buf, lf.start, lf.end, doc.path, V1_FIELD_NAMES, {1, 6}, pb.V1LayerHeader)
+            name = text(v1.name)
             type_ = V1_TYPE_NAMES.get(v1.type, str(v1.type)) if v1.HasField("type") else ""
             chains = [(lf, f) for f in nested if f.number == 6]
             for v0f in (f for f in nested if f.number == 1):
-                v0, v0_blobs = _split(buf, v0f.start, v0f.end, doc.path, V0_FIELD_NAMES, {50},
-                                      pb.V0LayerParameter)
-                name = name or _text(v0.name)
-                type_ = type_ or _text(v0.type)
+                v0, v0_blobs = split_message(buf, v0f.start, v0f.end, doc.path, V0_FIELD_NAMES, {50},
+                                      pb.V0LayerHeader)
+                name = name or text(v0.name)
+                type_ = type_ or text(v0.type)
                 chains += [(lf, v0f, bf) for bf in v0_blobs]
         layers.append((name, type_, chains, lf))
     names = unique_names([name for name, _, _, _ in layers])
@@ -223,12 +235,14 @@ def layer_links(doc: Document, layer: NetLayer) -> tuple[tuple, tuple]:
     from ..._pb import blobtool_caffe_pb2 as pb  # protobuf loads only where a message's small fields are parsed
 
     f = layer.field
+    if doc.format == "prototxt":  # the layer's parsed message
+        return tuple(text(b) for b in f.bottom), tuple(text(t) for t in f.top)
     buf = memoryview(doc.source.buf)
     if f.number == 100:
-        message, _ = _split(buf, f.start, f.end, doc.path, LAYER_FIELD_NAMES, {7}, pb.LayerParameter)
+        message, _ = split_message(buf, f.start, f.end, doc.path, LAYER_FIELD_NAMES, {7}, pb.LayerHeader)
     else:
-        message, _ = _split(buf, f.start, f.end, doc.path, V1_FIELD_NAMES, {1, 6}, pb.V1LayerParameter)
-    return tuple(_text(b) for b in message.bottom), tuple(_text(t) for t in message.top)
+        message, _ = split_message(buf, f.start, f.end, doc.path, V1_FIELD_NAMES, {1, 6}, pb.V1LayerHeader)
+    return tuple(text(b) for b in message.bottom), tuple(text(t) for t in message.top)
 
 
 # Layer parameter messages --names torch reads a setting of: their field number in
@@ -250,6 +264,11 @@ def layer_param_varints(doc: Document, layer: NetLayer, param: str) -> dict:
     An absent message gives {}: every setting at its default.
     """
     f = layer.field
+    if doc.format == "prototxt":  # the layer's parsed message (V2: upgraded when read)
+        message = getattr(f, param)
+        raw = message.SerializeToString()
+        return {h.number: h.value for h in wire.iter_fields(memoryview(raw), 0, len(raw), path=doc.path)
+                if h.wire_type == wire.VARINT}
     number = LAYER_PARAMS[param][0 if f.number == 100 else 1]
     if number is None:
         return {}
@@ -272,9 +291,9 @@ def layer_param_varints(doc: Document, layer: NetLayer, param: str) -> dict:
 def _read_solverstate(doc: Document, buf) -> None:
     from ..._pb import blobtool_caffe_pb2 as pb  # protobuf loads only where a message's small fields are parsed
 
-    state, history = _split(buf, 0, doc.size, doc.path, SOLVER_FIELD_NAMES, {3}, pb.SolverState)
+    state, history = split_message(buf, 0, doc.size, doc.path, SOLVER_FIELD_NAMES, {3}, pb.SolverState)
     doc.meta["iter"] = state.iter
-    doc.meta["learned_net"] = _text(state.learned_net)
+    doc.meta["learned_net"] = text(state.learned_net)
     doc.meta["current_step"] = state.current_step
     for index, f in enumerate(history):
         doc.check_room(f.offset)
@@ -404,6 +423,10 @@ def write_new(doc: Document, entries: list, blobs: list, dest, *, precision=None
     from ..._pb import blobtool_caffe_pb2 as pb  # protobuf loads only where a message's small fields are parsed
 
     transforms = transforms or {}
+    if doc.format == "prototxt":  # a definition without blobs: its binary form, as parsed (V1 stays V1)
+        with atomic_output(dest) as out:
+            write_parts(out, [doc.parsed.SerializeToString()])
+        return
 
     def field(number: int, parts: list) -> list:
         return [wire.len_field_header(number, blob_encoded_size(parts)), *parts]

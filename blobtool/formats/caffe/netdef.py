@@ -1,0 +1,288 @@
+"""A net's definition: each layer's full LayerParameter (blobs left out), as Caffe reads it.
+
+A .caffemodel holds the whole net it was trained as, not only its blobs.
+Files are opened through header messages (names, types, wiring, blobs:
+containers.py); this module parses a net's full definition only when a
+command asks for it (info --layers, a .prototxt output), with the schema of
+proto/blobtool_caffe.proto (every BVLC layer parameter, and SSD's):
+
+- V2 layers (NetParameter.layer, 100) are parsed as they are, their blobs
+  skipped unparsed;
+- V1 layers (NetParameter.layers, 2) are upgraded as Caffe's
+  UpgradeV1LayerParameter does it: the enum type becomes today's type name,
+  `param` names, `blob_share_mode`, `blobs_lr` and `weight_decay` become
+  ParamSpecs (name, share_mode, lr_mult, decay_mult), every parameter
+  message moves to the field of the same name; and before that, as Caffe's
+  UpgradeNetDataTransformation, a Data, ImageData or WindowData layer's
+  scale, mean_file, crop_size and mirror move to its transform_param;
+- a V0 layer nested in a V1 one (Caffe's first format) keeps its name and
+  type only: its parameters are not upgraded, and are reported as lost.
+
+Net-level fields (name, input, input_shape, input_dim, force_backward,
+state, debug_info) are kept as the file has them; Caffe's reader takes the
+`input` fields as they are, so they are not turned into an Input layer.
+
+What text cannot carry: protobuf's text format writes only fields the
+schema knows. Fields of other forks (unknown numbers), a fork's field where
+BVLC has another type under the same number (NVIDIA Caffe's varints 145-148
+on every layer, where BVLC has messages), and enum values the schema does
+not list are found by walking the bytes against the schema (`lost`), so a
+writer can name them rather than drop them in silence.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from . import wire
+from .containers import (LAYER_FIELD_NAMES, NET_FIELD_NAMES, V0_FIELD_NAMES, V0_TYPE_NAMES, V1_FIELD_NAMES,
+                         V1_TYPE_NAMES, split_message, text)
+from ...errors import FormatError, UsageError
+
+__all__ = ["LayerDef", "NetDefinition", "definition", "upgrade_v1", "lost_fields", "MAX_DEFINITION_FIELDS"]
+
+
+# A layer's definition as Caffe writes it holds tens of fields; one holding
+# more than this is damaged or forged, and is refused rather than walked.
+MAX_DEFINITION_FIELDS = 1 << 16
+
+
+@dataclass
+class LayerDef:
+    """One layer's definition: its V2 LayerParameter without blobs, and the fields text cannot carry.
+
+    `lost` holds field paths: a known field by name, an unknown one by number
+    ("145", "convolution_param.19"); `format` is "V2", "V1" or "V0".
+    """
+
+    message: object
+    lost: tuple = ()
+    format: str = "V2"
+
+
+@dataclass
+class NetDefinition:
+    """A net's definition: its NetParameter (layers in V2 form, no blobs) and what text cannot carry."""
+
+    net: object                      # NetParameter: net-level fields and `layer`
+    layers: list = field(default_factory=list)   # LayerDef per layer, file order (as doc.layers)
+    lost: tuple = ()                 # net-level fields text cannot carry
+    upgraded: bool = False           # V1 layers were upgraded
+
+    def lost_lines(self, path: str) -> list:
+        """One line per set of lost fields, naming the layers that hold it (at most 8 by name)."""
+        lines = []
+        if self.lost:
+            lines.append(f"{path}: the net holds fields text cannot carry: {', '.join(self.lost)}")
+        groups: dict = {}
+        for layer in self.layers:
+            if layer.lost:
+                groups.setdefault(layer.lost, []).append(text(layer.message.name) or "(unnamed)")
+        for lost, names in groups.items():
+            shown = ", ".join(names[:8]) + (f" and {len(names) - 8} more" if len(names) > 8 else "")
+            which = f"layer {shown}" if len(names) == 1 else f"{len(names)} layers ({shown})"
+            lines.append(f"{path}: {which} hold{'s' * (len(names) == 1)} fields text cannot carry: "
+                         f"{', '.join(lost)}")
+        return lines
+
+
+def definition(doc) -> NetDefinition:
+    """The definition of a net document (a Caffe protobuf net or a .prototxt), parsed once and kept.
+
+    UsageError for a document that holds no definition (not a net, or
+    Caffe's HDF5 snapshot, which holds blobs only).
+    """
+    cached = getattr(doc, "definition", None)
+    if cached is not None:
+        return cached
+    if doc.kind != "net":
+        raise UsageError(f"a {doc.kind} holds no net definition (layers, their parameters and wiring)",
+                         path=doc.path)
+    if doc.format != "caffe":
+        raise UsageError("Caffe's HDF5 snapshot holds blobs only, no layer types, parameters or wiring; "
+                         "the net's .prototxt or .caffemodel holds them", path=doc.path)
+    doc.definition = _from_bytes(doc)
+    return doc.definition
+
+
+def _from_bytes(doc) -> NetDefinition:
+    from ..._pb import blobtool_caffe_pb2 as pb  # protobuf loads only where a message's small fields are parsed
+
+    buf = memoryview(doc.source.buf)
+    net, _ = split_message(buf, 0, doc.size, doc.path, NET_FIELD_NAMES, {2, 100}, pb.NetParameter)
+    result = NetDefinition(net, lost=tuple(lost_fields(buf, 0, doc.size, pb.NetParameter.DESCRIPTOR,
+                                                       skip={2, 100}, path=doc.path)))
+    v1 = bool(doc.layers) and doc.layers[0].field.number == 2
+    for layer in doc.layers:
+        f = layer.field
+        if f.number == 100:
+            message, _ = split_message(buf, f.start, f.end, doc.path, LAYER_FIELD_NAMES, {7}, pb.LayerParameter)
+            lost = lost_fields(buf, f.start, f.end, pb.LayerParameter.DESCRIPTOR, skip={7}, path=doc.path)
+            result.layers.append(LayerDef(message, tuple(lost), "V2"))
+        else:
+            old, kept = split_message(buf, f.start, f.end, doc.path, V1_FIELD_NAMES, {1, 6}, pb.V1LayerParameter)
+            lost = lost_fields(buf, f.start, f.end, pb.V1LayerParameter.DESCRIPTOR, skip={1, 6}, path=doc.path)
+            v0 = None
+            for g in (g for g in kept if g.number == 1):
+                header, _ = split_message(buf, g.start, g.end, doc.path, V0_FIELD_NAMES, {50}, pb.V0LayerHeader)
+                v0 = (header.name, header.type)
+            message = upgrade_v1(old, v0)
+            if v0 is not None:
+                lost.append("layer (a V0 layer's parameters, not upgraded)")
+            result.layers.append(LayerDef(message, tuple(lost), "V0" if v0 else "V1"))
+    result.upgraded = v1 or any(layer.format != "V2" for layer in result.layers)
+    for layer in result.layers:
+        result.net.layer.append(layer.message)
+    del result.net.layers[:]
+    return result
+
+
+def from_message(net, path: str) -> NetDefinition:
+    """The definition of a parsed NetParameter (a .prototxt): V1 layers upgraded, blobs dropped.
+
+    Text holds only fields the schema knows, so nothing is lost.
+    """
+    from ..._pb import blobtool_caffe_pb2 as pb  # protobuf loads only where a message's small fields are parsed
+
+    out = pb.NetParameter()
+    out.CopyFrom(net)
+    del out.layer[:]
+    del out.layers[:]
+    result = NetDefinition(out)
+    for layer in net.layer:
+        message = pb.LayerParameter()
+        message.CopyFrom(layer)
+        del message.blobs[:]
+        result.layers.append(LayerDef(message))
+    for old in net.layers:
+        v0 = (old.layer.name, old.layer.type) if old.HasField("layer") else None
+        message = upgrade_v1(old, v0)
+        result.layers.append(LayerDef(message, ("layer (a V0 layer's parameters, not upgraded)",) if v0 else (),
+                                      "V1" if v0 is None else "V0"))
+        result.upgraded = True
+    for layer in result.layers:
+        result.net.layer.append(layer.message)
+    return result
+
+
+# V1 layer types whose data parameter's transformation fields Caffe moves
+# to transform_param (UpgradeNetDataTransformation), and that message's name.
+_DATA_TRANSFORM = {5: "data_param", 12: "image_data_param", 24: "window_data_param"}
+_TRANSFORM_FIELDS = ("scale", "mean_file", "crop_size", "mirror")
+
+
+def upgrade_v1(old, v0: tuple | None = None):
+    """The LayerParameter Caffe's upgrade makes of a V1LayerParameter (blobs left out).
+
+    `v0` is (name, type) of the V0 layer nested in it, if any: they stand in
+    for a V1 name or type the layer lacks; its other parameters are not
+    upgraded.
+    """
+    from ..._pb import blobtool_caffe_pb2 as pb  # protobuf loads only where a message's small fields are parsed
+
+    v1 = pb.V1LayerParameter()
+    v1.CopyFrom(old)
+    v1.ClearField("layer")
+    v1.ClearField("blobs")
+    holder = _DATA_TRANSFORM.get(v1.type) if v1.HasField("type") else None
+    if holder is not None and v1.HasField(holder):
+        source = getattr(v1, holder)
+        for name in _TRANSFORM_FIELDS:
+            if source.HasField(name):
+                setattr(v1.transform_param, name, getattr(source, name))
+                source.ClearField(name)
+
+    layer = pb.LayerParameter()
+    if v1.HasField("name"):
+        layer.name = v1.name
+    if v1.HasField("type"):
+        layer.type = V1_TYPE_NAMES.get(v1.type, "")
+    layer.bottom.extend(v1.bottom)
+    layer.top.extend(v1.top)
+    layer.loss_weight.extend(v1.loss_weight)
+    layer.include.extend(v1.include)
+    layer.exclude.extend(v1.exclude)
+
+    def spec(i):
+        while len(layer.param) <= i:
+            layer.param.add()
+        return layer.param[i]
+
+    for i, name in enumerate(v1.param):
+        spec(i).name = name
+    for i, mode in enumerate(v1.blob_share_mode):
+        spec(i).share_mode = mode  # the two DimCheckMode enums number STRICT and PERMISSIVE alike
+    for i, value in enumerate(v1.blobs_lr):
+        spec(i).lr_mult = value
+    for i, value in enumerate(v1.weight_decay):
+        spec(i).decay_mult = value
+    for descriptor, value in v1.ListFields():
+        if descriptor.message_type is not None and descriptor.name.endswith("_param") and not _repeated(descriptor):
+            getattr(layer, descriptor.name).CopyFrom(value)
+    if v0 is not None:
+        name, type_ = v0
+        if not layer.name and name:
+            layer.name = name
+        if not layer.type and type_:
+            layer.type = V0_TYPE_NAMES.get(type_, type_)
+    return layer
+
+
+def lost_fields(buf, start: int, end: int, descriptor, *, skip=frozenset(), path=None, prefix: str = "") -> list:
+    """The fields of the message in buf[start:end] that protobuf's text format cannot write (see the module doc).
+
+    Fields numbered in `skip` (blobs) are passed over unparsed. At most
+    MAX_DEFINITION_FIELDS fields are walked (FormatError past that).
+    """
+    lost: list = []
+    budget = [MAX_DEFINITION_FIELDS]
+    _walk(buf, start, end, descriptor, skip, path, prefix, lost, budget)
+    return list(dict.fromkeys(lost))
+
+
+def _repeated(fd) -> bool:
+    # protobuf 5.28 added is_repeated and later runtimes dropped `label`; 3.20 has only `label`.
+    flag = getattr(fd, "is_repeated", None)
+    return flag if flag is not None else fd.label == fd.LABEL_REPEATED
+
+
+# The wire type each protobuf field type is written with (repeated scalars may also come packed, as LEN).
+def _wire_type(fd) -> int:
+    if fd.type in (fd.TYPE_MESSAGE, fd.TYPE_STRING, fd.TYPE_BYTES):
+        return wire.LEN
+    if fd.type in (fd.TYPE_DOUBLE, fd.TYPE_FIXED64, fd.TYPE_SFIXED64):
+        return wire.I64
+    if fd.type in (fd.TYPE_FLOAT, fd.TYPE_FIXED32, fd.TYPE_SFIXED32):
+        return wire.I32
+    return wire.VARINT
+
+
+def _walk(buf, start, end, descriptor, skip, path, prefix, lost, budget) -> None:
+    by_number = descriptor.fields_by_number
+    pos = start
+    while pos < end:
+        budget[0] -= 1
+        if budget[0] < 0:
+            raise FormatError(f"a layer's definition holds more than {MAX_DEFINITION_FIELDS} fields "
+                              "(blobtool's limit)", path=path, offset=pos)
+        f = wire.read_field(buf, pos, end, path=path)
+        pos = f.end
+        if f.number in skip:
+            continue
+        fd = by_number.get(f.number)
+        if fd is None:
+            lost.append(f"{prefix}{f.number}")
+            continue
+        expected = _wire_type(fd)
+        packed = _repeated(fd) and expected != wire.LEN and f.wire_type == wire.LEN
+        if f.wire_type != expected and not packed:
+            lost.append(f"{prefix}{f.number}")
+        elif fd.type == fd.TYPE_MESSAGE:
+            try:
+                _walk(buf, f.start, f.end, fd.message_type, frozenset(), path, f"{prefix}{fd.name}.", lost, budget)
+            except FormatError:
+                if budget[0] < 0:
+                    raise
+                lost.append(f"{prefix}{fd.name}")  # not a message: protobuf refuses it when parsing
+        elif fd.type == fd.TYPE_ENUM and not packed and fd.enum_type.values_by_number.get(f.value) is None:
+            lost.append(f"{prefix}{fd.name}={f.value}")
