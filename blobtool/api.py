@@ -224,6 +224,9 @@ def _write_into(doc, blobs, dest, into, *, names, partial, reshape, fold, precis
         blobs = {e.name: e for e in doc.entries}   # read when fitted; buffers Caffe has no blob for never are
     source = doc.path if doc is not None else "the values"
     template = into if isinstance(into, Document) else open_document(into)
+    if template.format == "prototxt":
+        return _write_into_definition(template, blobs, dest, names=names, partial=partial, reshape=reshape,
+                                      fold=fold, precision=precision, warn=warn, source=source, **options)
     fitted = fit(template, blobs, names=names, partial=partial, reshape=reshape, precision=precision, source=source,
                  fold=fold)
     _say(fitted.notes, warn)
@@ -234,6 +237,30 @@ def _write_into(doc, blobs, dest, into, *, names, partial, reshape, fold, precis
         # Not the template's own kind (an .npz, a .safetensors): its blobs kept are written too, as stored.
         blobs = {e.name: blobs[e.name] if e.name in blobs else e.blob() for e in template.entries}
     return write(template, blobs, dest, precision=precision, warn=warn, **options)
+
+
+def _write_into_definition(definition, blobs, dest, *, names, partial, reshape, fold, precision, warn, source,
+                           **options) -> str:
+    """write(into=a .prototxt): the blobs made from the definition and the values, written as a net."""
+    from .surgery.blueprint import net_with_blobs, template_from_definition
+    from .surgery.into import fit
+
+    if partial:
+        raise UsageError("--partial keeps a template's values, and a .prototxt holds none: every blob needs a value",
+                         path=definition.path)
+    notes: list = []
+    template = template_from_definition(definition, blobs, names, fold, precision, notes)
+    _say(notes, warn)
+    fitted = fit(template, blobs, names=names, reshape=reshape, precision=precision, source=source, fold=fold)
+    _say(fitted.notes, warn)
+    fmt, kind = output_target(dest, options.get("format"), template)
+    if fmt.name == "caffe" and kind == "net":
+        net_with_blobs(template, fitted.blobs, dest, precision=precision, layout=options.get("layout"))
+        return kind
+    if fmt.name == "prototxt":
+        raise UsageError("a .prototxt output holds no blobs: write the values into the definition as a "
+                         ".caffemodel (or .h5, .npz, .safetensors)", path=definition.path)
+    return write(template, fitted.blobs, dest, precision=precision, warn=warn, **options)
 
 
 def _write_definition(doc: Document, dest, fmt, *, precision, layout, strict: bool, warn) -> None:

@@ -217,7 +217,8 @@ def test_partial_keeps_the_template_and_says_what(tmp_path):
     assert sorted(np.load(tmp_path / "out.npz")) == sorted(e.name for e in blobtool.open_document(net).entries)
     # --reshape takes the value of equal count, in the template's shape.
     result = ok("convert", port, "--names", "torch", "--into", net, "-o", out, "--partial", "--reshape")
-    assert "--reshape wrote 1 value in the template's shape: deconv.weight (2, 4, 3, 3) -> (4, 2, 3, 3)" in result.stderr
+    assert ("--reshape wrote 1 value in the template's shape: deconv.weight (2, 4, 3, 3) -> (4, 2, 3, 3)"
+            in result.stderr)
     written = {e.name: e.blob().cpu_data() for e in blobtool.open_document(out).entries}
     assert written["deconv/0"].tobytes() == load_file(port)["deconv.weight"].tobytes()
 
@@ -320,3 +321,76 @@ def test_the_command_in_a_real_process(tmp_path):
     assert result.returncode == 3 and result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
     assert "missing 15 (conv1.bias, bn1.running_mean," in result.stderr
     assert not (tmp_path / "y.caffemodel").exists()
+
+
+# -- a .prototxt as the template: the blobs made from the definition -------------------------------
+
+def test_into_a_definition_of_the_real_nets(realworld, tmp_path):
+    for name in ("lenet_iter_10000.caffemodel", "mtcnn_det1_half.caffemodel", "resnet20_cifar10.caffemodel"):
+        src = realworld / name
+        where = tmp_path / name
+        where.mkdir()
+        text, st, npz = where / "net.prototxt", where / "net.safetensors", where / "net.npz"
+        ok("convert", src, "-o", text)
+        ok("convert", "--names", "torch", src, "-o", st)
+        ok("convert", src, "-o", npz)
+        out = where / "out.caffemodel"
+        ok("convert", st, "--names", "torch", "--into", text, "-o", out)
+        ok("compare", "-q", "--names", "torch", src, out)
+        ok("convert", npz, "--into", text, "-o", out)
+        ok("compare", "-q", src, out)          # every blob, BatchNorm's factor too, in Caffe's shapes
+        before, after = blobtool.open_document(src), blobtool.open_document(out)
+        assert [(e.name, e.shape) for e in after.entries] == [(e.name, e.shape) for e in before.entries]
+        # The layers are the definition's: the same names, types and wiring.
+        assert [(layer.name, layer.type, list(layer.bottom), list(layer.top)) for layer in net_message(out).layer] \
+            == [(layer.name, layer.type, list(layer.bottom), list(layer.top)) for layer in net_message(src).layer]
+
+
+def test_into_a_definition_makes_each_layers_blobs(tmp_path):
+    net = write_net(tmp_path / "net.caffemodel", "new", every_rule(factor=2.0))
+    text, st = tmp_path / "net.prototxt", tmp_path / "net.safetensors"
+    ok("convert", net, "-o", text)
+    ok("convert", "--names", "torch", net, "-o", st)
+    out = tmp_path / "out.caffemodel"
+    ok("convert", st, "--names", "torch", "--into", text, "-o", out)
+    ok("compare", "-q", "--names", "torch", net, out)
+    got = {e.name: e.shape for e in blobtool.open_document(out).entries}
+    # bias_term false: no bias; Scale's bias_term: two blobs; the shared slope: no axes; the transposed
+    # InnerProduct stored (K, N); the legacy (1, 1, N, K) weight as today's Caffe makes it, (N, K).
+    assert "dw/1" not in got and got["scale1/1"] == (4,) and got["shared/0"] == ()
+    assert got["ipt/0"] == (5, 3) and got["ip/0"] == (5, 8) and got["bn1/2"] == (1,)
+    assert blobtool.load_all(out)["bn1/2"].cpu_data().tolist() == [1.0]
+    # Every blob needs a value: nothing to keep.
+    values = load_file(st)
+    del values["ipt.bias"]
+    save_file(values, tmp_path / "less.safetensors")
+    assert_error(invoke("convert", tmp_path / "less.safetensors", "--names", "torch", "--into", text, "-o", out), 3,
+                 "missing 1 (ipt.bias)", warnings=True)
+    assert_error(invoke("convert", st, "--names", "torch", "--into", text, "-o", out, "--partial"), 2,
+                 "a .prototxt holds none")
+    assert_error(invoke("convert", st, "--names", "torch", "--into", text, "-o", tmp_path / "x.prototxt"), 2,
+                 "a .prototxt output holds no blobs", warnings=True)
+
+
+def test_into_a_v1_definition(tmp_path):
+    net = write_net(tmp_path / "net.caffemodel", "v1", v1_net())
+    text, npz = tmp_path / "net.prototxt", tmp_path / "net.npz"
+    ok("convert", net, "-o", text)
+    ok("convert", net, "-o", npz)
+    out = tmp_path / "out.caffemodel"
+    ok("convert", npz, "--into", text, "-o", out)
+    before, after = blobtool.load_all(net), blobtool.load_all(out)
+    assert list(after) == list(before)
+    assert all(after[k].cpu_data().tobytes() == before[k].cpu_data().tobytes() for k in before)
+    # A V1 definition written by hand: its layers stay V1 (`layers`, blobs = 6), bias_term false honoured.
+    text.write_text('name: "v1net"\n'
+                    'layers { name: "conv1" type: CONVOLUTION bottom: "data" top: "conv1" '
+                    'convolution_param { num_output: 2 kernel_size: 1 } }\n'
+                    'layers { name: "ip1" type: INNER_PRODUCT bottom: "conv1" top: "ip1" '
+                    'inner_product_param { num_output: 3 bias_term: false } }\n')
+    values = {"conv1/0": rand(2, 1, 1, 1), "conv1/1": rand(2), "ip1/0": rand(3, 2)}
+    np.savez(tmp_path / "v.npz", **values)
+    ok("convert", tmp_path / "v.npz", "--into", text, "-o", out)
+    written = net_message(out)
+    assert [len(layer.blobs) for layer in written.layers] == [2, 1] and not written.layer
+    assert all(blobtool.load_all(out)[k].cpu_data().tobytes() == v.tobytes() for k, v in values.items())

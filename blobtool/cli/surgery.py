@@ -24,7 +24,8 @@ def surgery_options(f):
                      help="With --into: keep the template's values where FILE has none that fits, and name them "
                           "on stderr (default: exit 3 listing the missing, unexpected and mismatched blobs).")(f)
     f = click.option("--into", "template", type=INPUT, default=None, metavar="TEMPLATE",
-                     help="Write FILE's values into the net TEMPLATE (.caffemodel or .caffemodel.h5), matched by "
+                     help="Write FILE's values into the net TEMPLATE (.caffemodel, .caffemodel.h5, or .prototxt: blobs "
+                          "made from its layers), matched by "
                           "name (--names torch: PyTorch's names, as convert --names torch writes them), keeping "
                           "TEMPLATE's every other byte and stored types.")(f)
     return f

@@ -120,8 +120,8 @@ class TorchNames:
 
 
 def has_layer_types(doc: Document) -> bool:
-    """Whether `doc` carries the layer types --names torch renames by (a protobuf net)."""
-    return doc.kind == "net" and doc.format == "caffe" and bool(doc.layers)
+    """Whether `doc` carries the layer types --names torch renames by (a protobuf net, or a definition's layers)."""
+    return doc.kind == "net" and doc.format in ("caffe", "prototxt") and bool(doc.layers)
 
 
 def layer_type(stored: str | None) -> str:

@@ -2,7 +2,8 @@
 
 The template (a .caffemodel, V1 or V2 layers, or Caffe's HDF5 snapshot of a
 net) gives the structure: each blob's name, shape and stored type, and for a
-protobuf net every other byte of the file. The values come from any file
+protobuf net every other byte of the file (a .prototxt, which holds no blobs,
+is made into such a template first: surgery/blueprint.py). The values come from any file
 blobtool reads (or a {name: array} dict), matched by name:
 
 - blobtool's names (``conv1/0``): a value takes the template blob of its name.
@@ -116,8 +117,8 @@ def fit(template, values: dict, *, names: str = "blobtool", partial: bool = Fals
     that is not a net or a scheme it cannot be named by.
     """
     if template.kind != "net":
-        raise UsageError(f"{template.path}: --into takes a net (.caffemodel or .caffemodel.h5) as the template; "
-                         f"this is a {template.kind} file")
+        raise UsageError(f"{template.path}: --into takes a net (.caffemodel, .caffemodel.h5, .prototxt) as the "
+                         f"template; this is a {template.kind} file")
     notes: list = []
     slots = _slots(template, names, notes, fold)
     given = dict(values)
