@@ -214,3 +214,27 @@ def test_real_lenet_keeps_every_other_byte(realworld, tmp_path):
     del expected.layer[5]
     assert parsed(out) == expected
     assert out.read_bytes() == expected_bytes(src.read_bytes(), {"conv1": "first"}, {"ip1"})
+
+
+def test_a_definitions_layers_renamed_and_dropped(tmp_path):
+    net = write_net(tmp_path / "net.caffemodel", "new", lenet_like())
+    text, npz = tmp_path / "net.prototxt", tmp_path / "net.npz"
+    ok("convert", net, "-o", text)
+    ok("convert", net, "-o", npz)
+    out = tmp_path / "out.caffemodel"
+    ok("convert", text, "--rename", "ip1=features", "--drop", "loss", "-o", out)
+    assert [layer.name for layer in parsed(out).layer] == ["conv1", "relu1", "features", "relu2", "ip2"]
+    # As a template: the values are matched under the new names. (ip2 was built without its bias, which
+    # the definition, bias_term true by default, asks for.)
+    line = assert_error(invoke("convert", npz, "--into", text, "--rename", "ip1=features", "-o", out), 3,
+                        "missing 3 (features/0, features/1, ip2/1); unexpected 2 (ip1/0, ip1/1)")
+    assert "every blob needs one" in line
+    arrays = dict(np.load(npz))
+    arrays["features/0"], arrays["features/1"] = arrays.pop("ip1/0"), arrays.pop("ip1/1")
+    arrays["ip2/1"] = rand(2)
+    np.savez(tmp_path / "renamed.npz", **arrays)
+    ok("convert", tmp_path / "renamed.npz", "--into", text, "--rename", "ip1=features", "--drop", "loss", "-o", out)
+    assert blobtool.load_all(out)["features/0"].cpu_data().tobytes() == arrays["features/0"].tobytes()
+    assert [layer.name for layer in parsed(out).layer][-1] == "ip2"
+    result = invoke("convert", text, "--drop", "loss", "-o", tmp_path / "x.prototxt")
+    assert result.exit_code == 2 and "then convert it to .prototxt" in result.stderr

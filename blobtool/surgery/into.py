@@ -259,6 +259,8 @@ def _fit_error(template, source: str, result: Fit, partial: bool, reshape: bool)
     if partial:
         hint = ("no value fits any blob, so nothing would change (are the names blobtool's or PyTorch's? "
                 "--names chooses)")
+    elif template.format == "prototxt":
+        hint = "a .prototxt holds no values to keep: every blob needs one"
     else:
         hint = "--partial keeps the template's values for the blobs without one"
         if any(_count(shape) == _count(taken) for _, shape, taken in result.mismatched) and not reshape:

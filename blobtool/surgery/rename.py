@@ -76,7 +76,10 @@ def edit_layers(doc: Document, renames: dict, drops) -> tuple[Document, list]:
         if final.count(new) > 1:
             raise UsageError(f"--rename {old}={new}: another layer is called {new!r}", path=doc.path)
     edits = []
-    if doc.format == "caffe":
+    extra = {}
+    if doc.format == "prototxt":
+        extra = _edited_definition(doc, renames, drops)
+    elif doc.format == "caffe":
         buf = memoryview(doc.source.buf)
         for layer in doc.layers:
             if layer.name in drops:
@@ -96,8 +99,28 @@ def edit_layers(doc: Document, renames: dict, drops) -> tuple[Document, list]:
             entry = dataclasses.replace(entry, name=f"{renames[entry.layer]}/{index}", layer=renames[entry.layer])
         entries.append(entry)
     edited = Document(doc.path, doc.kind, doc.source, entries=entries, meta=doc.meta, format=doc.format,
-                      layers=layers, naming=doc.naming, edits=[*doc.edits, *edits])
+                      layers=layers, naming=doc.naming, edits=[*doc.edits, *edits], **extra)
     return edited, lines
+
+
+def _edited_definition(doc: Document, renames: dict, drops) -> dict:
+    """A definition read from text (.prototxt): its parsed NetParameter with the layers renamed and dropped."""
+    from ..formats.caffe.netdef import from_message
+
+    net = type(doc.parsed)()
+    net.CopyFrom(doc.parsed)
+    held = net.layer if len(net.layer) else net.layers
+    for index in reversed(range(len(doc.layers))):
+        name = doc.layers[index].name
+        if name in drops:
+            del held[index]
+        elif name in renames:
+            message = held[index]
+            if held is net.layers and not message.name and message.HasField("layer"):
+                message.layer.name = renames[name]   # a V0 layer named only inside
+            else:
+                message.name = renames[name]
+    return {"parsed": net, "definition": from_message(net, doc.path)}
 
 
 def _name_edits(buf, path, lf, name: bytes) -> list:
