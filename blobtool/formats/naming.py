@@ -120,8 +120,11 @@ class TorchNames:
 
 
 def has_layer_types(doc: Document) -> bool:
-    """Whether `doc` carries the layer types --names torch renames by (a protobuf net, or a definition's layers)."""
-    return doc.kind == "net" and doc.format in ("caffe", "prototxt") and bool(doc.layers)
+    """Whether `doc` carries the layer types --names torch renames by (a protobuf net; a definition's layers
+    once blobs are made for them, surgery/blueprint.py)."""
+    if doc.kind != "net" or not doc.layers:
+        return False
+    return doc.format == "caffe" or (doc.format == "prototxt" and bool(doc.entries))
 
 
 def layer_type(stored: str | None) -> str:
