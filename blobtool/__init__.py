@@ -22,14 +22,15 @@ _EXPORTS = {
     "save": "api",
     "state_dict": "api",
     "write": "api",
+    "net_definition": "api",
     "open_document": "formats",
     "select": "formats",
     "SyncedHead": "engine.syncedmem",
     "SyncedMemory": "engine.syncedmem",
 }
 
-__all__ = ["Blob", "BlobToolError", "ExitCode", "SyncedHead", "SyncedMemory", "load", "load_all", "open_document",
-           "save", "select", "state_dict", "write", "__version__"]
+__all__ = ["Blob", "BlobToolError", "ExitCode", "SyncedHead", "SyncedMemory", "load", "load_all", "net_definition",
+           "open_document", "save", "select", "state_dict", "write", "__version__"]
 
 
 # Modules a script reaches as blobtool.NAME (from blobtool import work) without importing them first.

@@ -20,7 +20,7 @@ from .formats.origin import Precision
 from .formats.targets import output_target
 from .files import releasing, writes_in_place
 
-__all__ = ["load", "load_all", "state_dict", "save", "write", "open_document"]
+__all__ = ["load", "load_all", "state_dict", "save", "write", "open_document", "net_definition"]
 
 
 def load(src) -> Blob:
@@ -117,7 +117,8 @@ def save(blob: Blob, dest, *, double: bool | None = None, write_diff: bool | Non
 def write(doc: Document | None, blobs, dest, *, format: str | None = None, precision: str | None = None,
           layout: str | None = None, write_diff: bool | None = None, transforms: dict | None = None,
           release: bool = False, half_strict: bool = False, warn=None, strict: bool = False, into=None,
-          names: str = "blobtool", partial: bool = False, reshape: bool = False, fold: bool = True) -> str:
+          names: str = "blobtool", partial: bool = False, reshape: bool = False, fold: bool = True,
+          net=None) -> str:
     """Write blobs to `dest` (a path, "-" or a binary file object) in any format blobtool writes.
 
     Parameters
@@ -163,14 +164,15 @@ def write(doc: Document | None, blobs, dest, *, format: str | None = None, preci
         takes and those of another shape; `partial` keeps the template's
         values instead (the lists go to `warn`), `reshape` writes a value of
         equal count in the template's shape; `fold` False reads PyTorch names
-        written with --no-fold. `precision` None keeps the template's stored
-        types.
+        written with --no-fold; `net` (a Document) gives the layer types of
+        a template without them (an HDF5 snapshot), as --net does.
+        `precision` None keeps the template's stored types.
 
     Returns the kind written. Paths are written atomically.
     """
     if into is not None:
         return _write_into(doc, blobs, dest, into, names=names, partial=partial, reshape=reshape, fold=fold,
-                           format=format, precision=precision, layout=layout, release=release,
+                           net=net, format=format, precision=precision, layout=layout, release=release,
                            half_strict=half_strict, warn=warn)
     if doc is None and blobs is None:
         raise UsageError("write: nothing to write (no document and no blobs)")
@@ -208,7 +210,7 @@ def write(doc: Document | None, blobs, dest, *, format: str | None = None, preci
     return kind
 
 
-def _write_into(doc, blobs, dest, into, *, names, partial, reshape, fold, precision, warn, **options) -> str:
+def _write_into(doc, blobs, dest, into, *, names, partial, reshape, fold, net, precision, warn, **options) -> str:
     """write(into=...): the values fitted into the template's blobs (surgery.into.fit), then the template written."""
     from .surgery.into import fit
 
@@ -228,7 +230,7 @@ def _write_into(doc, blobs, dest, into, *, names, partial, reshape, fold, precis
         return _write_into_definition(template, blobs, dest, names=names, partial=partial, reshape=reshape,
                                       fold=fold, precision=precision, warn=warn, source=source, **options)
     fitted = fit(template, blobs, names=names, partial=partial, reshape=reshape, precision=precision, source=source,
-                 fold=fold)
+                 fold=fold, net=net)
     _say(fitted.notes, warn)
     if precision is None and fitted.precision:
         precision = fitted.precision
@@ -267,12 +269,13 @@ def _write_definition(doc: Document, dest, fmt, *, precision, layout, strict: bo
     """Write a net's definition as text, saying which fields text cannot carry (an error when `strict`)."""
     from .formats.caffe.netdef import definition
 
-    lines = definition(doc).lost_lines(doc.path)
+    found = definition(doc)
+    lines = found.lost_lines(doc.path) + found.escaped_lines(doc.path)
     if lines and strict:
         raise UsageError(f"{lines[0]}; --strict refuses to leave them out ({len(lines)} such line"
                          f"{'s' * (len(lines) != 1)})")
     for line in lines:
-        (warn or warnings.warn)(f"{line}; left out of the text")
+        (warn or warnings.warn)(line if "octal escapes" in line else f"{line}; left out of the text")
     module(fmt).write(doc, [], [], dest, kind="net", precision=Precision.of(precision), layout=layout)
 
 
@@ -330,3 +333,21 @@ def _new_entry(name: str, blob: Blob) -> Entry:
                  bool(origin and origin.has_diff), _blob=blob,
                  diff_dtype=blob.diff_dtype if blob.diff_dtype != blob.dtype else None)
 
+
+
+def net_definition(src):
+    """A net's full definition (formats/caffe/netdef.py NetDefinition), from a Document or what open_document takes.
+
+    `.net` is its NetParameter without blobs (V1 layers upgraded as Caffe
+    does, V2); `.layers` holds, per layer in file order (as Document.layers),
+    `.message` (its LayerParameter), `.format` ("V2", "V1", "V0") and `.lost`
+    (fields protobuf's text format cannot write: another fork's). A
+    .caffemodel, .prototxt or any protobuf net has one; Caffe's HDF5
+    snapshot, which holds blobs only, is a UsageError.
+    """
+    from .formats.caffe.netdef import definition
+
+    if isinstance(src, Document):
+        return definition(src)
+    with open_document(src) as doc:
+        return definition(doc)

@@ -29,7 +29,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+# Loaded here, not in the first case that reads a net's definition (whose allocations are measured).
+from google.protobuf import json_format, text_format  # noqa: F401
 
+import blobtool.formats.caffe.netdef  # noqa: F401
+import blobtool.formats.prototxt  # noqa: F401
 from blobtool.formats.caffe import wire
 from blobtool._pb import blobtool_caffe_pb2 as pb
 from blobtool.formats import open_document
@@ -209,7 +213,29 @@ def generated_seeds() -> list:
         Seed("npy_f64_fortran", "npy", npy_bytes(np.asfortranarray(rng.standard_normal((4, 3))))),
         Seed("npz", "npz", _npz(False)),
         Seed("npz_compressed", "npz", _npz(True)),
+        Seed("prototxt", "net", PROTOTXT_SEED),
+        Seed("prototxt_v1", "net", PROTOTXT_V1_SEED),
     ]
+
+
+# Net definitions in text (no blobs): every kind of field, a V2 and a V1 net.
+PROTOTXT_SEED = b"""# a deploy net
+name: "seed"
+input: "data"
+input_shape { dim: 1 dim: 3 dim: 8 dim: 8 }
+layer { name: "conv1" type: "Convolution" bottom: "data" top: "conv1"
+  param { lr_mult: 1 decay_mult: 1 }
+  convolution_param { num_output: 4 kernel_size: 3 stride: 2 pad: 1 group: 1 bias_term: false
+                      weight_filler { type: "msra" } } }
+layer { name: "bn1" type: "BatchNorm" bottom: "conv1" top: "conv1" batch_norm_param { eps: 0.001 } }
+layer { name: "pool1" type: "Pooling" bottom: "conv1" top: "pool1" pooling_param { pool: AVE global_pooling: true } }
+layer { name: "fc" type: "InnerProduct" bottom: "pool1" top: "fc" inner_product_param { num_output: 10 } }
+"""
+PROTOTXT_V1_SEED = b"""name: "old"
+layers { name: "data" type: DATA top: "data" data_param { source: "lmdb" scale: 0.5 mirror: true } }
+layers { name: "ip" type: INNER_PRODUCT bottom: "data" top: "ip" blobs_lr: 1 blobs_lr: 2
+         inner_product_param { num_output: 3 } }
+"""
 
 
 # The real files and the kind each is.
@@ -419,7 +445,18 @@ def npy_layout(data: bytes) -> Layout:
     return Layout(tuple(sorted({0, 6, 8, 10, header_end, len(data)})), ((8, 10),), ())
 
 
+def text_layout(data: bytes) -> Layout:
+    """For text: where each line starts, and each word."""
+    starts = {0, len(data)}
+    for i, byte in enumerate(data):
+        if byte in b" \n{}:":
+            starts.add(i + 1)
+    return Layout(tuple(sorted(s for s in starts if s <= len(data))), (), ())
+
+
 def layout_of(seed: Seed) -> Layout:
+    if seed.name.startswith("prototxt"):
+        return text_layout(seed.data)
     if seed.data.startswith(HDF5_SIGNATURE):
         return hdf5_layout(seed.data)
     if seed.kind == "npz":
@@ -648,6 +685,27 @@ def read_everything(data: bytes, kind: str | None) -> None:
         blob.sumsq_data()
         blob.asum_diff()
         blob.sumsq_diff()
+    if doc.kind == "net" and doc.format in ("caffe", "prototxt"):
+        check_definition(doc)
+
+
+def check_definition(doc) -> None:
+    """A net's definition as info --layers and a .prototxt output make it; its text parses back the same."""
+    from google.protobuf import json_format, text_format
+
+    from blobtool import net_definition
+
+    found = net_definition(doc)
+    for layer in found.layers:
+        json_format.MessageToDict(layer.message, preserving_proto_field_name=True)
+    text = text_format.MessageToString(found.net, as_utf8=True)
+    if found.escaped_lines("x"):  # octal escapes of bytes that are not UTF-8: protobuf's Python reader refuses them
+        return
+    known = pb.NetParameter()
+    known.CopyFrom(found.net)
+    known.DiscardUnknownFields()  # a fork's fields, which text cannot carry (and which are warned about)
+    if text_format.Parse(text, pb.NetParameter()) != known:
+        raise FuzzFailure("a net's definition does not parse back from its text")
 
 
 @dataclass

@@ -160,9 +160,22 @@ def test_the_real_hdf5_snapshot_with_blobtool_names(realworld, tmp_path):
         for name in names:
             assert a["data"][name].dtype == b["data"][name].dtype
             assert a["data"][name][()].tobytes() == b["data"][name][()].tobytes(), name
-    # --names torch needs layer types, which the snapshot does not hold.
-    assert_error(invoke("convert", npz, "--names", "torch", "--into", src, "-o", tmp_path / "x.h5"), 2,
-                 "carry no layer types")
+    # --names torch needs layer types, which the snapshot does not hold; --net gives them (a net of the
+    # snapshot's layer names and types, as Caffe's cifar10_full_train_test.prototxt defines them).
+    assert_error(invoke("convert", npz, "--names", "torch", "--into", src, "-o", tmp_path / "x.h5"), 2, "--net")
+    with h5py.File(src, "r") as f:
+        stored = {name: [f["data"][name][str(i)][()] for i in range(len(f["data"][name]))] for name in f["data"]}
+    kinds = {"conv1": "Convolution", "conv2": "Convolution", "conv3": "Convolution", "ip1": "InnerProduct",
+             "ip2": "InnerProduct"}
+    net = write_net(tmp_path / "types.caffemodel", "new", [
+        Layer(name, kinds[name], [np.zeros_like(a) for a in arrays], bottom=[], top=[name])
+        for name, arrays in stored.items() if arrays])
+    st = tmp_path / "c.safetensors"
+    ok("convert", "--names", "torch", "--net", net, src, "-o", st)
+    ok("convert", st, "--names", "torch", "--net", net, "--into", src, "-o", back)
+    with h5py.File(src, "r") as a, h5py.File(back, "r") as b:
+        for name in names:
+            assert a["data"][name][()].tobytes() == b["data"][name][()].tobytes(), name
 
 
 def strict_case(tmp_path):

@@ -26,7 +26,7 @@ from PIL import Image
 import runner
 from blobtool import kernels
 from blobtool.errors import UsageError
-from blobtool.report import pictures
+from blobtool.report import legend, pictures
 from blobtool.report.pictures import (BORDER_RGB, EMPTY_RGB, NONFINITE_RGB, PNG_MIN_SIZE, TERMINAL_MIN_SIZE, filter_grid,
                                       heat_map, view)
 from blobtool.report.text import histogram_bars
@@ -476,7 +476,8 @@ def test_show_png_to_stdout_in_a_pipe(tmp_path):
     result = runner.invoke("show", path, "-o", "-", columns=None)
     assert result.exit_code == 0, result.stderr
     with Image.open(io.BytesIO(result.stdout_bytes)) as im:
-        assert im.size == (32, 32)
+        # 2x2 values at 256x256 pixels each (PNG_HEAT_SIZE 512), the colour bar under them (tests/test_legend.py)
+        assert im.size == (512, 512 + legend.LEGEND_ROWS)
 
 
 SHOW_ERRORS = {

@@ -9,7 +9,7 @@ import click
 from ..errors import ExitCode
 from ..report import text
 from .group import CONTEXT_SETTINGS, batch_error, debug_traceback, say_error
-from .names import names_options, renamed, warn_all
+from .names import check_names, named, names_options, renamed, warn_all
 from .options import (INPUT, Tolerance, all_files_option, batch_inputs, blob_option, device_option,
                       fail_fast_option, jobs_option, json_object_option, json_option, kind_option)
 from .output import consoles, emit, emit_json, progress
@@ -90,7 +90,7 @@ def _emit_compare(record: dict, as_json: bool, quiet: bool) -> None:
 @all_files_option
 @names_options
 def info(files, stats, check, all_layers, layer_defs, patterns, kind, as_json, jobs, fail_fast, all_files, names,
-         no_fold):
+         no_fold, net):
     """Show what a blob file holds: kind, size, and each blob's shape, layout, dtype, count and diff.
 
     Reads no values unless --stats is given. FILES may be folders: every file in
@@ -99,6 +99,11 @@ def info(files, stats, check, all_layers, layer_defs, patterns, kind, as_json, j
     input is one stderr line and the others are still shown (exit 3 at the end;
     --fail-fast stops at the first).
 
+    --names torch alone lists the renaming (Caffe blob, PyTorch name, what was
+    done); with --stats or --check it shows the blobs as PyTorch would hold
+    them, under their PyTorch names (BatchNorm statistics divided by their
+    factor, the factor left out).
+
     \b
     Example:
       blobtool info mean.binaryproto
@@ -106,20 +111,23 @@ def info(files, stats, check, all_layers, layer_defs, patterns, kind, as_json, j
       blobtool info --check finite snapshot.caffemodel
       blobtool info --names torch model.caffemodel    # the PyTorch names convert would give
       blobtool info --layers model.caffemodel         # every layer: wiring, kernel, stride, eps, ...
+      blobtool info --names torch --stats model.caffemodel | grep running_var
+      blobtool info --names torch --net model.caffemodel snapshot.caffemodel.h5
     """
     from ..report.text import check_message, invalid_message
 
-    if names != "blobtool" and (stats or check):
-        raise click.UsageError("--names torch lists the renaming; --stats and --check apply to blobs as stored")
+    check_names(names, net)
+    if layer_defs and names != "blobtool":
+        raise click.UsageError("--layers lists the file's layers as Caffe defines them; drop --names")
     batch = _Batch(files, fail_fast, all_files)
-    if names != "blobtool":
+    if names != "blobtool" and not (stats or check):
         for record in batch.records(functools.partial(_mapping_one, kind=kind, patterns=patterns,
-                                                      fold=not no_fold), jobs):
+                                                      fold=not no_fold, net=net), jobs):
             _emit_mapping(record, as_json)
         batch.exit()
         return
     work = functools.partial(_info_one, kind=kind, patterns=patterns, stats=stats, check=check,
-                             all_layers=all_layers, layer_defs=layer_defs)
+                             all_layers=all_layers, layer_defs=layer_defs, names=names, fold=not no_fold, net=net)
     failed = ExitCode.OK
     for record in batch.records(work, jobs):
         _emit_info(record, as_json)
@@ -131,7 +139,8 @@ def info(files, stats, check, all_layers, layer_defs, patterns, kind, as_json, j
     batch.exit(failed)
 
 
-def _info_one(path, *, kind, patterns, stats, check=None, all_layers=False, layer_defs=False, show_progress=True):
+def _info_one(path, *, kind, patterns, stats, check=None, all_layers=False, layer_defs=False, names="blobtool",
+              fold=True, net=None, show_progress=True):
     """info's record for one file (runs in a worker process when several files are given)."""
     from ..formats import select
     from ..records import info_record
@@ -139,19 +148,28 @@ def _info_one(path, *, kind, patterns, stats, check=None, all_layers=False, laye
     from ..files import releasing
 
     doc = open_input(path, kind)
+    shown, entries = named(doc, select(doc, patterns), names, fold, net)
     # Nothing changes the values here: their pages can go back as they are read.
     with progress(doc, "reading", show_progress), releasing():
-        return info_record(doc, select(doc, patterns), stats=stats, check=check, all_layers=all_layers,
-                           layer_defs=layer_defs)
+        record = info_record(shown, entries, stats=stats, check=check, all_layers=all_layers,
+                             layer_defs=layer_defs)
+    return _names_noted(record, names)
 
 
-def _mapping_one(path, *, kind, patterns, fold, show_progress=True):
+def _names_noted(record: dict, names: str) -> dict:
+    """A record of blobs under PyTorch's names says so ("names": "torch")."""
+    if names != "blobtool":
+        record["names"] = names
+    return record
+
+
+def _mapping_one(path, *, kind, patterns, fold, net=None, show_progress=True):
     """info --names torch's record for one file: the renaming that convert would apply."""
     from ..formats import select
     from ..report.mapping import mapping_record
 
     doc = open_input(path, kind)
-    return mapping_record(doc, renamed(doc, select(doc, patterns), fold), fold=fold)
+    return mapping_record(doc, renamed(doc, select(doc, patterns), fold, net), fold=fold)
 
 
 def _emit_mapping(record: dict, as_json: bool) -> None:
@@ -169,35 +187,41 @@ def _emit_mapping(record: dict, as_json: bool) -> None:
 @jobs_option
 @fail_fast_option
 @all_files_option
-def norm(files, device, patterns, kind, as_json, jobs, fail_fast, all_files):
+@names_options
+def norm(files, device, patterns, kind, as_json, jobs, fail_fast, all_files, names, no_fold, net):
     """Report Caffe's asum (L1), sumsq (squared L2) and l2 of each blob's data and diff.
 
     Sums accumulate in float64, also for float32 blobs. FILES may be folders,
-    and a bad input does not stop the others, as for info.
+    and a bad input does not stop the others, as for info. --names torch sums
+    the blobs as PyTorch would hold them, under their PyTorch names (see
+    info --names torch; no diffs).
 
     \b
     Example:
       blobtool norm weights.pb
       cat weights.pb | blobtool norm --json --device 0
+      blobtool norm --names torch --blob bn1 model.caffemodel
     """
+    check_names(names, net)
     device_info = use_device(device)
     if device_info is not None:
         jobs = 1  # one process owns the GPU
-    work = functools.partial(_norm_one, kind=kind, patterns=patterns, device_info=device_info)
+    work = functools.partial(_norm_one, kind=kind, patterns=patterns, device_info=device_info, names=names,
+                             fold=not no_fold, net=net)
     batch = _Batch(files, fail_fast, all_files)
     for record in batch.records(work, jobs):
         _emit_norm(record, as_json)
     batch.exit()
 
 
-def _norm_one(path, *, kind, patterns, device_info, show_progress=True):
+def _norm_one(path, *, kind, patterns, device_info, names="blobtool", fold=True, net=None, show_progress=True):
     """norm's record for one file (runs in a worker process when several files are given)."""
     from ..formats import select
     from ..records import norm_record
     from ..files import releasing
 
     doc = open_input(path, kind)
-    entries = select(doc, patterns)
+    shown, entries = named(doc, select(doc, patterns), names, fold, net)
     doc.source.will_read_through()
     # One blob at a time: a blob a reader builds (an HDF5 dataset read
     # through HDF5, an .npz member) is let go once summed. On a GPU no blob
@@ -209,7 +233,7 @@ def _norm_one(path, *, kind, patterns, device_info, show_progress=True):
     blobs = (_norm_target(e, streamer) for e in entries)
     try:
         with progress(doc, "summing", show_progress), releasing():
-            return norm_record(doc, entries, blobs, device=device_info)
+            return _names_noted(norm_record(shown, entries, blobs, device=device_info), names)
     finally:
         if streamer is not None:
             streamer.close()
@@ -237,7 +261,7 @@ def _norm_target(entry, streamer):
 @kind_option
 @json_object_option("Print the comparison as one JSON object (one line).")
 @names_options
-def compare(a, b, rtol, atol, quiet, device, patterns, kind, as_json, names, no_fold):
+def compare(a, b, rtol, atol, quiet, device, patterns, kind, as_json, names, no_fold, net):
     """Compare two blob files value by value; exit 1 when they differ.
 
     Blobs match by name; shapes compare with Caffe's legacy rule ((3,2) equals
@@ -248,6 +272,7 @@ def compare(a, b, rtol, atol, quiet, device, patterns, kind, as_json, names, no_
       blobtool compare before.pb after.pb --rtol 1e-6
       blobtool convert --double w.pb -o - | blobtool compare - w.pb
       blobtool compare --names torch model.caffemodel ported.safetensors
+      blobtool compare --names torch --net model.caffemodel snapshot.caffemodel.h5 ported.safetensors
     """
     from ..engine.compare import compare_documents
     from ..formats import select
@@ -257,12 +282,19 @@ def compare(a, b, rtol, atol, quiet, device, patterns, kind, as_json, names, no_
 
     if a == "-" and b == "-":
         raise click.UsageError("standard input ('-') can be read only once")
+    check_names(names, net)
     device_info = use_device(device)
     doc_a, doc_b = open_inputs([a, b], kind)
     if names == "torch":
         from ..formats.naming import torch_pair
 
-        (doc_a, entries_a), (doc_b, entries_b), warnings = torch_pair(doc_a, doc_b, patterns, fold=not no_fold)
+        types = open_input(net) if net is not None else None
+        try:
+            (doc_a, entries_a), (doc_b, entries_b), warnings = torch_pair(doc_a, doc_b, patterns, fold=not no_fold,
+                                                                          net=types)
+        finally:
+            if types is not None:
+                types.close()
         warn_all(warnings)
     else:
         entries_a = select(doc_a, patterns)

@@ -1,4 +1,4 @@
-"""--names and --no-fold: renaming a net's blobs as PyTorch names them (blobtool.naming), and its warnings."""
+"""--names, --no-fold and --net: renaming a net's blobs as PyTorch names them (blobtool.naming), and its warnings."""
 
 from __future__ import annotations
 
@@ -6,18 +6,33 @@ import click
 
 from ..formats import NAMING_SCHEMES as SCHEMES
 from .output import say_warning
+from .paths import INPUT
 
-__all__ = ["names_options", "renamed", "warn_all"]
+__all__ = ["names_options", "check_names", "renamed", "named", "warn_all"]
 
 
 def names_options(f):
+    f = click.option("--net", "net", type=INPUT, default=None, metavar="FILE",
+                     help="With --names torch: the net whose layer types rename the blobs of a net that holds "
+                          "none (Caffe's HDF5 snapshot): the matching .caffemodel, its layers matched by name "
+                          "(exit 2 when a layer holding blobs is not in it or its blobs differ). Files with "
+                          "types of their own use theirs.")(f)
     f = click.option("--no-fold", is_flag=True,
                      help="With --names torch: keep a Scale after a BatchNorm apart (<scale>.weight) instead of "
                           "folding it into the BatchNorm's names.")(f)
     f = click.option("--names", "names", type=click.Choice(SCHEMES), default="blobtool", show_default=True,
-                     help="Blob names: blobtool's (conv1/0), or torch: a .caffemodel's blobs by layer type as "
-                          "PyTorch names them (conv1.weight; BatchNorm statistics divided by their factor).")(f)
+                     help="Blob names: blobtool's (conv1/0), or torch: a net's blobs by layer type as "
+                          "PyTorch names them (conv1.weight; BatchNorm statistics divided by their factor). "
+                          "--blob selects by blobtool's names (show's also by PyTorch's).")(f)
     return f
+
+
+def check_names(names: str, net) -> None:
+    """Refuse --net without --names torch (usage error): it would change nothing."""
+    if net is not None and names != "torch":
+        raise click.UsageError("--net gives the layer types that --names torch renames by; add --names torch")
+    if net == "-":
+        raise click.UsageError("--net names a file: standard input is for the inputs")
 
 
 def warn_all(lines) -> None:
@@ -25,10 +40,24 @@ def warn_all(lines) -> None:
         say_warning(line)
 
 
-def renamed(doc, entries, fold: bool):
-    """The library's torch_names for the selected entries, its warnings printed."""
-    from ..formats.naming import torch_names
+def renamed(doc, entries, fold: bool, net=None):
+    """The library's torch_names for the selected entries, its warnings printed; `net`: the --net path or None."""
+    from ..formats.naming import has_layer_types, torch_names
+    from .work import open_input
 
-    result = torch_names(doc, entries, fold=fold)
+    if net is None or has_layer_types(doc):
+        result = torch_names(doc, entries, fold=fold)
+    else:
+        # Only its layers are read (types, bottoms, tops, settings): it is let go once the names are made.
+        with open_input(net) as types:
+            result = torch_names(doc, entries, fold=fold, net=types)
     warn_all(result.warnings)
     return result
+
+
+def named(doc, entries, names: str, fold: bool, net=None) -> tuple:
+    """(document, entries) under the names asked: as they are for blobtool's, renamed for torch's."""
+    if names == "blobtool":
+        return doc, entries
+    result = renamed(doc, entries, fold, net)
+    return result.document, list(result.document.entries)

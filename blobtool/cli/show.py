@@ -10,6 +10,7 @@ from ..errors import UsageError
 from ..report.text import MAX_COLUMNS
 from .completion import complete_blob_names
 from .group import CONTEXT_SETTINGS
+from .names import check_names, named, names_options
 from .options import INPUT, OUTPUT, kind_option
 from .output import consoles, say_warning
 from .work import open_input
@@ -29,10 +30,12 @@ __all__ = ["show"]
               help=f"Terminal view at most COLUMNS characters wide, 1 to {MAX_COLUMNS:,} (default: the terminal's "
                    "width).")
 @click.option("-o", "--output", type=OUTPUT, default=None, metavar="PATH.png",
-              help="Write the picture as a PNG (full resolution, small filters enlarged) instead of drawing it; "
+              help="Write the picture as a PNG (full resolution; small filters enlarged to 32 pixels, heat maps "
+                   "to 512 on the longer side, with their colour bar and range under them) instead of drawing it; "
                    "needs Pillow: pip install 'blobtool[image]'.")
 @kind_option
-def show(file, name, channel, index, width, output, kind):
+@names_options
+def show(file, name, channel, index, width, output, kind, names, no_fold, net):
     """Draw a blob as a picture in the terminal, or write it as a PNG.
 
     (H, W): a heat map with its value range. (C, H, W) or (1, C, H, W) with
@@ -43,15 +46,21 @@ def show(file, name, channel, index, width, output, kind):
     A picture holds at most 4096 x 4096 pixels (512 x 512 in the terminal)
     and a grid at most 4096 filters; a warning says what was shrunk or left out.
 
+    With --names torch the blob is drawn as PyTorch would hold it (an
+    InnerProduct weight as Linear's (out, in), BatchNorm statistics divided by
+    their factor), and --blob takes its blobtool name (ip2/0) or its PyTorch
+    name (ip2.weight).
+
     \b
     Example:
       blobtool show imagenet_mean.binaryproto
       blobtool show lenet.caffemodel --blob conv1/0 -o conv1.png
       blobtool show net.caffemodel --blob conv2/0 --index 3 --channel 0
+      blobtool show -o ip2.png --names torch --blob ip2.weight net.caffemodel
     """
-    from ..formats import select
     from ..files import releasing
 
+    check_names(names, net)
     image_module = None
     if output is not None:
         if output != "-" and not output.lower().endswith(".png"):
@@ -60,7 +69,7 @@ def show(file, name, channel, index, width, output, kind):
             raise click.UsageError("refusing to write a PNG to a terminal; use -o PATH.png")
         image_module = _pillow_image()
     doc = open_input(file, kind)
-    entries = select(doc, [name] if name is not None else [])
+    entries = _chosen(doc, name, names, not no_fold, net)
     if len(entries) != 1:
         names = ", ".join(e.name for e in entries[:8]) + (", ..." if len(entries) > 8 else "")
         raise UsageError(f"{doc.path}: show draws one blob; {len(entries)} match ({names}): "
@@ -71,8 +80,26 @@ def show(file, name, channel, index, width, output, kind):
               image_module)
 
 
+def _chosen(doc, name, names, fold, net) -> list:
+    """The entries --blob NAME selects, under the names asked; with torch's, NAME may be either name of a blob."""
+    from ..errors import FormatError
+    from ..formats import select
+
+    patterns = [name] if name is not None else []
+    if names == "blobtool":
+        return select(doc, patterns)
+    try:
+        return named(doc, select(doc, patterns), names, fold, net)[1]
+    except FormatError as caffe_miss:
+        shown, entries = named(doc, select(doc, []), names, fold, net)
+        try:
+            return select(shown, patterns)
+        except FormatError:
+            raise caffe_miss from None
+
+
 def _draw(doc, entry, data, channel, index, width, output, image_module) -> None:
-    from ..report.pictures import MAX_PIXELS, PNG_MIN_SIZE, TERMINAL_MIN_SIZE, TERMINAL_MAX_PIXELS, view
+    from ..report.pictures import MAX_PIXELS, PNG_HEAT_SIZE, PNG_MIN_SIZE, TERMINAL_MIN_SIZE, TERMINAL_MAX_PIXELS, view
     from ..report.tables import render_picture
 
     def picture_of(**bounds):
@@ -89,9 +116,11 @@ def _draw(doc, entry, data, channel, index, width, output, image_module) -> None
         return
     from ..files import atomic_output
 
-    picture = picture_of(min_size=PNG_MIN_SIZE, max_pixels=MAX_PIXELS)
+    from ..report.legend import png_pixels
+
+    picture = picture_of(min_size=PNG_MIN_SIZE, max_pixels=MAX_PIXELS, heat_size=PNG_HEAT_SIZE)
     with atomic_output(output) as f:
-        image_module.fromarray(picture.rgb).save(f, format="PNG")
+        image_module.fromarray(png_pixels(picture)).save(f, format="PNG")
     for line in picture.limits:
         say_warning(f"{doc.path}: blob {entry.name}: {line}")
 

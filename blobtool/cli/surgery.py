@@ -50,14 +50,17 @@ def open_edited(path, kind, patterns, npy_cast, renames, drops):
 
 
 def write_into(file, template, output, fmt, *, kind, patterns, names, fold, partial, reshape, precision, layout,
-               half_strict, renames, drops) -> None:
-    """convert FILE --into TEMPLATE: FILE's selected values written into TEMPLATE (edited), by api.write."""
+               half_strict, renames, drops, net=None) -> None:
+    """convert FILE --into TEMPLATE: FILE's selected values written into TEMPLATE (edited), by api.write.
+
+    `net` (--net) gives the layer types of a template without them (an HDF5 snapshot).
+    """
     from ..api import write
     from ..formats.naming import has_layer_types
     from ..formats.numpy import cast_for
     from .names import renamed
     from .output import progress, say_warning
-    from .work import load_selected
+    from .work import load_selected, open_input
 
     target, _, _ = open_edited(template, None, (), None, renames, drops)
     # Values of another type (float16 .npy, integers, bfloat16) load as float64,
@@ -68,6 +71,7 @@ def write_into(file, template, output, fmt, *, kind, patterns, names, fold, part
         doc, entries = result.document, result.document.entries
     # Entries, read when fitted: PyTorch's buffers Caffe has no blob for are named, never read.
     values = {e.name: e for e in entries}
+    types = open_input(net) if net is not None else None
     with progress(target, "writing"):
         write(doc, values, output, format=fmt, precision=precision, layout=layout, half_strict=half_strict,
-              warn=say_warning, into=target, names=names, partial=partial, reshape=reshape, fold=fold)
+              warn=say_warning, into=target, names=names, partial=partial, reshape=reshape, fold=fold, net=types)

@@ -6,7 +6,7 @@ import click
 
 from ..errors import FormatError
 from .group import CONTEXT_SETTINGS
-from .names import names_options, renamed, warn_all
+from .names import check_names, names_options, renamed, warn_all
 from .options import INPUT, blob_option, device_option, kind_option, output_options, output_target
 from .output import progress
 from .surgery import open_edited, surgery_options, write_into
@@ -167,7 +167,9 @@ def scale(file, factor, diff_factor, output, fmt, device, patterns, kind):
     float32 blob scaled by 1e39 is all Inf and NaN; a float16 blob is scaled
     in float32 and counted against float16, the type it is written back in):
     blobtool still writes them and exits 0, with one warning line per blob on
-    stderr counting the values that became Inf or NaN.
+    stderr counting the values that became Inf or NaN. It takes no --names:
+    the file is written back as it is, under its own names (convert --names
+    torch renames).
 
     \b
     Example:
@@ -204,7 +206,8 @@ def update(file, output, fmt, device, patterns, kind):
     Computed in the data's type (a diff stored wider is rounded to it
     first). Differences past the range of the type written become Inf, as
     in Caffe: blobtool writes them and exits 0, with one warning line per
-    blob on stderr counting the values that became Inf or NaN.
+    blob on stderr counting the values that became Inf or NaN. It takes no
+    --names: the file is written back under its own names.
 
     \b
     Example:
@@ -251,7 +254,7 @@ def update(file, output, fmt, device, patterns, kind):
 @names_options
 @surgery_options
 def convert(file, output, fmt, precision, half_strict, layout, no_diff, device, strict, patterns, kind, names,
-            no_fold, template, partial, reshape, renames, drops):
+            no_fold, net, template, partial, reshape, renames, drops):
     """Re-save blobs with Caffe's ToProto meaning: as the same kind, a blob file, .npy, .npz, .safetensors or HDF5.
 
     Keeps each blob's dtype, layout and diff unless told otherwise. -o x.prototxt
@@ -262,7 +265,8 @@ def convert(file, output, fmt, precision, half_strict, layout, no_diff, device, 
     extracts one blob. .npy input becomes a blob (float16 or integer arrays need
     --float or --double; pickles are never loaded). .npy output holds the data
     array; .npz and .safetensors hold every blob by name and its diff under "<name>/diff".
-    --names torch names a .caffemodel's blobs as PyTorch does (see info --names torch).
+    --names torch names a .caffemodel's blobs as PyTorch does (see info --names torch);
+    an HDF5 snapshot's with --net and the matching .caffemodel.
     Caffe's HDF5 snapshots (.caffemodel.h5, .solverstate.h5; needs blobtool[hdf5])
     convert both ways: -o x.h5 writes Caffe's HDF5 layout, -o x.caffemodel or
     -o x.solverstate the protobuf form. HDF5 holds no layer types or parameters, so an
@@ -298,13 +302,14 @@ def convert(file, output, fmt, precision, half_strict, layout, no_diff, device, 
         if precision not in (None, "half"):
             raise click.UsageError(f"--half-strict writes float16; it cannot be combined with --{precision}")
         precision = "half"
+    check_names(names, net)
     if template is None and (partial or reshape):
         raise click.UsageError(f"--{'partial' if partial else 'reshape'} goes with --into TEMPLATE")
     output = output_target(output)
     if template is not None:
         write_into(file, template, output, fmt, kind=kind, patterns=patterns, names=names, fold=not no_fold,
                    partial=partial, reshape=reshape, precision=precision, layout=layout, half_strict=half_strict,
-                   renames=renames, drops=drops)
+                   renames=renames, drops=drops, net=net)
         return
     if chosen_format(output, fmt) == "prototxt":
         if renames or drops:
@@ -319,7 +324,7 @@ def convert(file, output, fmt, precision, half_strict, layout, no_diff, device, 
     else:
         doc, entries, blobs = load_selected(file, kind, patterns, npy_cast=npy_cast, to_write=True)
     if names == "torch":
-        result = renamed(doc, entries, not no_fold)
+        result = renamed(doc, entries, not no_fold, net)
         if result.dropped_diffs and not no_diff:
             warn_all([f"{doc.path}: --names torch writes no diffs (a PyTorch state_dict holds none): "
                       f"{result.dropped_diffs} blobs' diffs left out"])

@@ -43,8 +43,16 @@ weight's layout; Embed's weight (input_dim, num_output) is nn.Embedding's.
 V1 nets carry enum types (formats/caffe/containers.py turns them into today's type
 strings); V0 layers carry the lower-case strings of Caffe's first format
 ("conv", "innerproduct"), which V0_TYPE_NAMES turns into today's. Files
-without layer types (a solverstate, a blob, .npy/.npz, safetensors, Caffe's
-HDF5 snapshots) cannot be renamed: UsageError (exit 2).
+without layer types (a solverstate, a blob, .npy/.npz, safetensors) cannot be
+renamed: UsageError (exit 2). Caffe's HDF5 snapshots of a net hold layer
+names and no types: they are renamed with the types (and the bottoms, tops
+and settings the rules read) of a net given beside them (``net``: the
+matching .caffemodel, or any net whose layers carry types), its layers
+matched by name. Every layer of the snapshot that holds blobs must be in
+that net, and where the net holds blobs of its own for the layer, each of
+the snapshot's must be there with as many values (a .caffemodel may keep
+the legacy 4-D shape of the same blob); otherwise UsageError (exit 2): it is
+not the snapshot's net.
 
 PyTorch's state_dict holds no gradients, so diffs are not carried over.
 Renamed blobs share the Caffe blob's memory (no copy), but for the
@@ -67,7 +75,8 @@ from .caffe import layer_links, layer_param_varints
 from .caffe.containers import V0_TYPE_NAMES
 from .origin import Origin
 
-__all__ = ["SCHEMES", "V0_TYPE_NAMES", "Mapped", "TorchNames", "torch_names", "torch_pair", "TORCH_ONLY_BUFFERS"]
+__all__ = ["SCHEMES", "V0_TYPE_NAMES", "Mapped", "TorchNames", "torch_names", "torch_pair", "typed_by",
+           "has_layer_types", "TORCH_ONLY_BUFFERS"]
 
 # The --names choices: blobtool's own names, or PyTorch's.
 SCHEMES = NAMING_SCHEMES
@@ -97,6 +106,7 @@ class Mapped:
     shape: tuple | None
     done: str
     module: str | None = None   # the PyTorch module the name belongs to
+    type: str | None = None     # the layer's type, where it comes from another file (a --net) than the blob
     # How the Caffe blob became the named tensor, for the way back (surgery/into.py):
     # "view" (the same values, maybe reshaped), "transposed" (an InnerProduct
     # stored (K, N)), "statistic" (a BatchNorm sum divided by the factor), or
@@ -120,11 +130,8 @@ class TorchNames:
 
 
 def has_layer_types(doc: Document) -> bool:
-    """Whether `doc` carries the layer types --names torch renames by (a protobuf net; a definition's layers
-    once blobs are made for them, surgery/blueprint.py)."""
-    if doc.kind != "net" or not doc.layers:
-        return False
-    return doc.format == "caffe" or (doc.format == "prototxt" and bool(doc.entries))
+    """Whether `doc` carries the layer types --names torch renames by (a net whose layers have types)."""
+    return doc.kind == "net" and any(layer.type for layer in doc.layers)
 
 
 def layer_type(stored: str | None) -> str:
@@ -135,39 +142,86 @@ def layer_type(stored: str | None) -> str:
 def _refuse(doc: Document) -> UsageError:
     if doc.kind == "net" and doc.format == "hdf5":
         return UsageError(f"{doc.path}: --names torch renames a .caffemodel's blobs by layer type, and Caffe's "
-                          "HDF5 snapshots carry no layer types (only names); the matching .caffemodel (the same "
-                          "layer names) carries them: convert that one")
+                          "HDF5 snapshots carry no layer types (only names); give the net they come from "
+                          "(the matching .caffemodel, the same layer names) with --net FILE")
     what = f"a {doc.kind} file" if doc.kind != "net" else "a net without layer types (not a .caffemodel)"
     return UsageError(f"{doc.path}: --names torch renames a .caffemodel's blobs by layer type; {what} has none")
 
 
-def torch_names(doc: Document, entries: list | None = None, *, fold: bool = True) -> TorchNames:
+def typed_by(doc: Document, net: Document | None) -> Document:
+    """The document whose layers give `doc`'s blobs their types: `doc` itself when it has types, else `net`.
+
+    `net` serves a net without layer types (Caffe's HDF5 snapshot): its
+    layers are matched to `doc`'s by name (see the module doc). UsageError
+    when neither carries types, or `net` is not `doc`'s net.
+    """
+    if has_layer_types(doc):
+        return doc
+    if net is None or doc.kind != "net":
+        raise _refuse(doc)
+    if not has_layer_types(net):
+        what = f"a {net.kind} file" if net.kind != "net" else "a net without layer types"
+        raise UsageError(f"{net.path}: --net gives the layer types of {doc.path}'s layers; {what} has none: "
+                         "give the matching .caffemodel")
+    held: dict = {}
+    for e in doc.entries:
+        held.setdefault(e.layer, []).append(e)
+    theirs: dict = {}
+    for e in net.entries:
+        theirs.setdefault(e.layer, []).append(e)
+    names = {layer.name for layer in net.layers}
+    missing = [name for name in held if name not in names]
+    if missing:
+        raise UsageError(f"{doc.path}: layer{'s' * (len(missing) > 1)} {_some(missing)} of this file "
+                         f"{'are' if len(missing) > 1 else 'is'} not in the net {net.path} (--net): it is not "
+                         "this file's net")
+    for name, entries in held.items():
+        other = theirs.get(name, [])
+        for e in entries:
+            # Blob k of a layer is "<layer>/k" in both (a snapshot leaves out a shared parameter's dataset).
+            index = e.name.rpartition("/")[2]
+            match = next((o for o in other if o.name.rpartition("/")[2] == index), None)
+            if other and (match is None or match.count != e.count):
+                found = f"shape {_fmt(match.shape)}" if match is not None else "no such blob"
+                raise UsageError(f"{doc.path}: blob {e.name} has shape {_fmt(e.shape)}, the net {net.path} "
+                                 f"(--net) {found}: it is not this file's net")
+    return net
+
+
+def torch_names(doc: Document, entries: list | None = None, *, fold: bool = True,
+                net: Document | None = None) -> TorchNames:
     """PyTorch names for the `entries` of a net (default: all), by the rules in this module's docstring.
 
     Returns the renamed Document (naming "torch"; its entries in file order,
     each blob made on first use), a Mapped row per selected Caffe blob, and
     the warnings (layer types without a rule, values made infinite).
-    Raises UsageError for a file without layer types, FormatError for a
-    BatchNorm without its three blobs (or NVIDIA Caffe's five).
+    `net`: the net whose layers give the types where `doc` has none
+    (typed_by). Raises UsageError for a file without layer types (and no
+    matching `net`), FormatError for a BatchNorm without its three blobs (or
+    NVIDIA Caffe's five).
     """
-    if not has_layer_types(doc):
-        raise _refuse(doc)
+    types = typed_by(doc, net)
     chosen = {id(e) for e in (doc.entries if entries is None else entries)}
     groups: dict = {}
     for e in doc.entries:
         groups.setdefault(e.layer, []).append(e)
-    folded, apart = _fold_targets(doc, groups) if fold else ({}, {})
+    folded, apart = _fold_targets(types, groups) if fold else ({}, {})
     rows, warnings, unruled, batchnorms = [], [], {}, []
-    for layer in doc.layers:
+    for layer in types.layers:
         blobs = groups.get(layer.name, [])
         kind = layer_type(layer.type)
         if kind == "BatchNorm":
             batchnorms.append(layer.name)
         if not any(id(e) in chosen for e in blobs):
             continue
-        for row in _map_layer(doc, layer, kind, blobs, folded.get(layer.name), apart.get(layer.name), warnings):
+        for row in _map_layer(doc, types, layer, kind, blobs, folded.get(layer.name), apart.get(layer.name),
+                              warnings):
             if id(row.mapped.entry) not in chosen:
                 continue
+            if types is not doc:  # the snapshot's blobs have no type: the net's layer gives it
+                row.mapped.type = layer.type
+                if row.out is not None:
+                    row.out.type = layer.type
             rows.append(row)
             if row.unruled and layer.name not in unruled.setdefault(kind or "(no type)", []):
                 unruled[kind or "(no type)"].append(layer.name)
@@ -182,7 +236,7 @@ def torch_names(doc: Document, entries: list | None = None, *, fold: bool = True
                         f"them; each keeps its own name: {_some(shown)}")
     _check_unique(doc, [row.mapped for row in rows])
     out = Document(doc.path, doc.kind, doc.source, entries=[row.out for row in rows if row.out is not None],
-                   meta=doc.meta, format=doc.format, layers=doc.layers, naming="torch")
+                   meta=doc.meta, format=doc.format, layers=types.layers, naming="torch")
     return TorchNames(out, [row.mapped for row in rows], warnings, tuple(batchnorms))
 
 
@@ -202,7 +256,7 @@ def _check_unique(doc: Document, rows: list) -> None:
         seen[row.name] = row.entry.name
 
 
-def _fold_targets(doc: Document, groups: dict) -> tuple[dict, dict]:
+def _fold_targets(doc: Document, groups: dict) -> tuple[dict, dict]:  # doc: the one holding the layers
     """({Scale layer: BatchNorm layer} to fold, {Scale layer: (BatchNorm layer, why not)}).
 
     A Scale is folded into the BatchNorm that last wrote its bottom when it
@@ -274,16 +328,17 @@ class _Row:
     unruled: bool = False    # named <layer>.<index>: no rule for it
 
 
-def _map_layer(doc: Document, layer, kind: str, blobs: list, fold_into: str | None, apart, warnings: list) -> list:
-    """The rows of one layer's blobs (in blob order)."""
+def _map_layer(doc: Document, types: Document, layer, kind: str, blobs: list, fold_into: str | None, apart,
+               warnings: list) -> list:
+    """The rows of one layer's blobs (in blob order); `types` is the document holding `layer` (typed_by)."""
     name = layer.name
     if kind == "BatchNorm":
         return _batchnorm(doc, name, blobs, warnings)
     rows = []
-    bias_only = kind == "Scale" and _bottom_count(doc, layer) > 1
+    bias_only = kind == "Scale" and _bottom_count(types, layer) > 1
     for index, entry in enumerate(blobs):
         if kind in _WEIGHT_BIAS and index < 2:
-            if index == 0 and kind == "InnerProduct" and _transposed(doc, layer):
+            if index == 0 and kind == "InnerProduct" and _transposed(types, layer):
                 rows.append(_transposed_weight(doc, entry, name))
                 continue
             shape = _weight_shape(kind, entry.shape) if index == 0 else (entry.count,)
@@ -426,22 +481,26 @@ def _batchnorm(doc: Document, layer: str, blobs: list, warnings: list) -> list:
     return rows
 
 
-def torch_pair(doc_a: Document, doc_b: Document, patterns, *, fold: bool = True) -> tuple:
+def torch_pair(doc_a: Document, doc_b: Document, patterns, *, fold: bool = True, net: Document | None = None) -> tuple:
     """compare --names torch: ((doc, entries) for a, (doc, entries) for b, warnings).
 
     Each side that is a net is renamed (its selection by `patterns`, in
-    Caffe's names); the other side is taken as it is, limited with patterns
-    to the names the net's selection maps to, and without the buffers
-    PyTorch adds to a BatchNorm module (``num_batches_tracked``), which
-    Caffe has no blob for. Raises UsageError when neither side is a net.
+    Caffe's names; a net without layer types by the types of `net`); the
+    other side is taken as it is, limited with patterns to the names the
+    net's selection maps to, and without the buffers PyTorch adds to a
+    BatchNorm module (``num_batches_tracked``), which Caffe has no blob
+    for. Raises UsageError when neither side is a net that can be renamed.
     """
-    if not (has_layer_types(doc_a) or has_layer_types(doc_b)):
+    def renames(doc):
+        return has_layer_types(doc) or (net is not None and doc.kind == "net")
+
+    if not (renames(doc_a) or renames(doc_b)):
         raise _refuse(doc_a)
     mapped = {}
     warnings = []
     for doc in (doc_a, doc_b):
-        if has_layer_types(doc):
-            result = torch_names(doc, select(doc, patterns), fold=fold)
+        if renames(doc):
+            result = torch_names(doc, select(doc, patterns), fold=fold, net=net)
             mapped[id(doc)] = result
             warnings += result.warnings
     names = {e.name for m in mapped.values() for e in m.document.entries}

@@ -7,6 +7,7 @@
 - pictures.py: a blob as an RGB picture (heat map, colour image, filter grid);
   a mapped input's pages go back as its rows are drawn, when the call says
   so (blobtool.engine.work).
+- legend.py: a heat map's PNG pixels with its colour bar and value range;
 - mapping.py: info --names torch's renaming, as a record and a table.
 
 Nothing is imported here, so that the command line loads only what a

@@ -16,7 +16,7 @@ def mapping_record(doc, result, *, fold: bool) -> dict:
     """The JSON object of one file: path, kind, the scheme, and a row per selected Caffe blob."""
     rows = []
     for m in result.rows:
-        rows.append({"name": m.entry.name, "layer": m.entry.layer, "type": m.entry.type, "torch": m.name,
+        rows.append({"name": m.entry.name, "layer": m.entry.layer, "type": m.type or m.entry.type, "torch": m.name,
                      "shape": list(m.entry.shape), "torch_shape": list(m.shape) if m.shape is not None else None,
                      "done": m.done})
     out = {"path": doc.path, "kind": doc.kind, "bytes": doc.size, "names": "torch", "fold": fold}

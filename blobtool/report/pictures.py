@@ -24,6 +24,8 @@ minimum, yellow for the maximum. NaN and Inf are left out of every range and
 drawn magenta. A picture is built at one pixel per value; ``width`` shrinks it
 (block means of the values) and ``min_size`` enlarges small images and filter
 tiles by whole factors (nearest neighbour); borders stay one pixel wide.
+A PNG enlarges heat maps further, to PNG_HEAT_SIZE (``heat_size``), and
+writes their colour bar and range under them (report/legend.py).
 
 Bounds: a picture holds at most ``max_pixels`` pixels (MAX_PIXELS for a PNG,
 TERMINAL_MAX_PIXELS in the terminal): enlargement stops short of it, and a
@@ -52,7 +54,8 @@ from .text import fmt_num, fmt_shape
 
 __all__ = ["Picture", "view", "heat_map",
            "colour_image", "filter_grid", "colourise", "grid_columns", "block_mean", "enlarge",
-           "VIRIDIS", "NONFINITE_RGB", "BORDER_RGB", "EMPTY_RGB", "PNG_MIN_SIZE", "TERMINAL_MIN_SIZE", "MAX_PIXELS",
+           "VIRIDIS", "NONFINITE_RGB", "BORDER_RGB", "EMPTY_RGB", "PNG_MIN_SIZE", "PNG_HEAT_SIZE", "TERMINAL_MIN_SIZE",
+           "MAX_PIXELS",
            "TERMINAL_MAX_PIXELS", "MAX_TILES"]
 
 # Viridis at 0, 1/8, ..., 1: perceptually even, readable in grey, and dark at
@@ -75,6 +78,10 @@ LEGEND_STEPS = 24
 # and in the terminal: smaller ones are enlarged by a whole factor.
 PNG_MIN_SIZE = 32
 TERMINAL_MIN_SIZE = 10
+# Smallest size (pixels, longer side) of a heat map in a PNG: a plane of values
+# (a 10x64 InnerProduct weight) becomes 512x80 pixels, each value a square of
+# one colour, rather than a 64x10 sliver; its colour bar and range go under it.
+PNG_HEAT_SIZE = 512
 # Most pixels in a picture: 4096 x 4096 in a PNG (48 MiB of RGB while it is
 # built, about a second to encode), and 512 x 512 in the terminal (128K cells
 # of half blocks, about a second for rich to draw). Without a bound, a 1.6 MB
@@ -152,14 +159,16 @@ def _shade(luma: np.ndarray, levels: int) -> np.ndarray:
 
 
 def view(array: np.ndarray, *, channel: int | None = None, index: int | None = None,
-         width: int | None = None, min_size: int = 0, max_pixels: int = MAX_PIXELS) -> Picture:
+         width: int | None = None, min_size: int = 0, max_pixels: int = MAX_PIXELS,
+         heat_size: int | None = None) -> Picture:
     """The picture of a blob's values (shaped as the blob) that its shape calls for; see the module doc.
 
     width: at most this many pixels wide (None: one pixel per value; a grid
     first puts fewer filters per row). min_size: enlarge an image, or each
     grid tile, by the whole factor that makes its longer side at least this
     many pixels (never past `width`). max_pixels: the most pixels the
-    picture may hold (see the module doc). Raises UsageError for shapes that are
+    picture may hold (see the module doc). heat_size: min_size for a heat
+    map (default: min_size). Raises UsageError for shapes that are
     no picture (fewer than 2 axes, more than 4 that are not leading 1s) and
     for a channel or index out of range.
     """
@@ -176,26 +185,28 @@ def view(array: np.ndarray, *, channel: int | None = None, index: int | None = N
             raise UsageError(f"--index picks one item of a 4-D blob (N, C, H, W); this blob has shape "
                              f"{fmt_shape(shape)}")
         _check_range("--index", index, array.shape[0], "items")
-        return _image(array[index], channel, width, min_size, max_pixels, f"item {index} of {array.shape[0]}")
+        return _image(array[index], channel, width, min_size, max_pixels, f"item {index} of {array.shape[0]}",
+                      heat_size)
     if array.ndim == 4:
         if array.shape[0] == 1:
-            return _image(array[0], channel, width, min_size, max_pixels, None)
+            return _image(array[0], channel, width, min_size, max_pixels, None, heat_size)
         return filter_grid(array, channel=channel, width=width, min_size=min_size, max_pixels=max_pixels)
     if array.ndim == 3:
-        return _image(array, channel, width, min_size, max_pixels, None)
+        return _image(array, channel, width, min_size, max_pixels, None, heat_size)
     if channel is not None:
         raise UsageError(f"--channel picks a channel of a 3-D or 4-D blob; this blob has shape {fmt_shape(shape)}")
-    return heat_map(array, width=width, min_size=min_size, max_pixels=max_pixels)
+    return heat_map(array, width=width, min_size=min_size if heat_size is None else heat_size, max_pixels=max_pixels)
 
 
-def _image(chw: np.ndarray, channel, width, min_size, max_pixels, what) -> Picture:
+def _image(chw: np.ndarray, channel, width, min_size, max_pixels, what, heat_size=None) -> Picture:
     c = chw.shape[0]
     if channel is None and c == 3:
         picture = colour_image(chw, width=width, min_size=min_size, max_pixels=max_pixels)
     else:
         if channel is not None:
             _check_range("--channel", channel, c, "channels")
-        picture = heat_map(chw[channel or 0], width=width, min_size=min_size, max_pixels=max_pixels)
+        picture = heat_map(chw[channel or 0], width=width, min_size=min_size if heat_size is None else heat_size,
+                           max_pixels=max_pixels)
         if c > 1:
             picture.caption = f"channel {channel or 0} of {c}, " + picture.caption
             if channel is None:

@@ -96,7 +96,7 @@ class _Slot:
 
 
 def fit(template, values: dict, *, names: str = "blobtool", partial: bool = False, reshape: bool = False,
-        precision: str | None = None, source: str = "the values", fold: bool = True) -> Fit:
+        precision: str | None = None, source: str = "the values", fold: bool = True, net=None) -> Fit:
     """Fit `values` ({name: Blob, Entry or array}) into the blobs of `template` (an open net Document).
 
     Parameters
@@ -112,6 +112,8 @@ def fit(template, values: dict, *, names: str = "blobtool", partial: bool = Fals
     source : how messages name where the values came from.
     fold : names="torch": whether the values name a Scale after a BatchNorm
         by the BatchNorm (the export's default; False as --no-fold wrote them).
+    net : names="torch": the net (a Document) whose layer types name the
+        blobs of a template without types (an HDF5 snapshot), as --net does.
 
     Raises FitError (exit 3) with the three lists, UsageError for a template
     that is not a net or a scheme it cannot be named by.
@@ -120,7 +122,7 @@ def fit(template, values: dict, *, names: str = "blobtool", partial: bool = Fals
         raise UsageError(f"{template.path}: --into takes a net (.caffemodel, .caffemodel.h5, .prototxt) as the "
                          f"template; this is a {template.kind} file")
     notes: list = []
-    slots = _slots(template, names, notes, fold)
+    slots = _slots(template, names, notes, fold, net)
     given = dict(values)
     ignored = []
     if names == "torch":
@@ -187,7 +189,7 @@ def fit(template, values: dict, *, names: str = "blobtool", partial: bool = Fals
     return result
 
 
-def _slots(template, names: str, notes: list, fold: bool) -> list:
+def _slots(template, names: str, notes: list, fold: bool, net=None) -> list:
     """The template's blobs in file order, each with the name and shape its value comes in."""
     if names == "blobtool":
         return [_Slot(e, e.name, tuple(e.shape), layer=e.layer) for e in template.entries]
@@ -195,7 +197,7 @@ def _slots(template, names: str, notes: list, fold: bool) -> list:
         raise UsageError(f"unknown naming scheme {names!r}; expected blobtool or torch")
     from ..formats.naming import torch_names
 
-    named = torch_names(template, fold=fold)
+    named = torch_names(template, fold=fold, net=net)
     notes += named.warnings
     exported = {e.name: e for e in named.document.entries}
     return [_Slot(row.entry, row.name, tuple(row.shape) if row.shape is not None else None, row.made,

@@ -157,6 +157,11 @@ def _locate(buf, start: int, end: int, path, names: dict, keep: set, too_many, s
     return kept
 
 
+def _caffe_name(message_cls) -> str:
+    """Caffe's name of a message blobtool parses: a header message (NetHeader) is read as its Caffe message."""
+    return message_cls.__name__.replace("Header", "Parameter")
+
+
 def split_message(buf, start: int, end: int, path, names: dict, keep: set, message_cls):
     """Parse a message's small fields with protobuf, returning (message, [fields numbered in `keep`]).
 
@@ -165,7 +170,7 @@ def split_message(buf, start: int, end: int, path, names: dict, keep: set, messa
     """
     spans = []
     def too_many(f):
-        return f"{message_cls.__name__} holds more than {MAX_BLOBS} {names.get(f.number, 'nested')} fields " \
+        return f"{_caffe_name(message_cls)} holds more than {MAX_BLOBS} {names.get(f.number, 'nested')} fields " \
                "(blobtool's limit)"
 
     kept = _locate(buf, start, end, path, names, keep, too_many, spans)
@@ -173,7 +178,8 @@ def split_message(buf, start: int, end: int, path, names: dict, keep: set, messa
     try:
         message.ParseFromString(b"".join(wire.protobuf_ready(buf, a, b) for a, b in spans))
     except parse_errors() as exc:
-        raise FormatError(f"invalid {message_cls.__name__} fields ({exc})", path=path, offset=start) from exc
+        said = str(exc).replace("blobtool.caffe.", "caffe.").replace(message_cls.__name__, _caffe_name(message_cls))
+        raise FormatError(f"invalid {_caffe_name(message_cls)} fields ({said})", path=path, offset=start) from exc
     return message, kept
 
 

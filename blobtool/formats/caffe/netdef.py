@@ -69,6 +69,25 @@ class NetDefinition:
     lost: tuple = ()                 # net-level fields text cannot carry
     upgraded: bool = False           # V1 layers were upgraded
 
+    def escaped_lines(self, path: str) -> list:
+        """One line per layer holding text fields that are not UTF-8 (a damaged or foreign name).
+
+        Protobuf's text format writes such bytes as octal escapes, which
+        Caffe's reader takes back as the same bytes; Python's text reader
+        (blobtool's) refuses them.
+        """
+        lines = []
+        found = [name for name in _byte_strings(self.net) if not name.startswith("layer.")]
+        if found:
+            lines.append(f"{path}: the net's {', '.join(found)} not UTF-8 text, written as octal escapes (Caffe "
+                         "reads them; blobtool's text reader does not)")
+        for layer in self.layers:
+            found = _byte_strings(layer.message)
+            if found:
+                lines.append(f"{path}: layer {text(layer.message.name) or '(unnamed)'}: {', '.join(found)} not "
+                             "UTF-8 text, written as octal escapes (Caffe reads them; blobtool's text reader does not)")
+        return lines
+
     def lost_lines(self, path: str) -> list:
         """One line per set of lost fields, naming the layers that hold it (at most 8 by name)."""
         lines = []
@@ -194,11 +213,11 @@ def upgrade_v1(old, v0: tuple | None = None):
 
     layer = pb.LayerParameter()
     if v1.HasField("name"):
-        layer.name = v1.name
+        layer.name = _str(v1.name)
     if v1.HasField("type"):
         layer.type = V1_TYPE_NAMES.get(v1.type, "")
-    layer.bottom.extend(v1.bottom)
-    layer.top.extend(v1.top)
+    layer.bottom.extend(map(_str, v1.bottom))
+    layer.top.extend(map(_str, v1.top))
     layer.loss_weight.extend(v1.loss_weight)
     layer.include.extend(v1.include)
     layer.exclude.extend(v1.exclude)
@@ -209,7 +228,7 @@ def upgrade_v1(old, v0: tuple | None = None):
         return layer.param[i]
 
     for i, name in enumerate(v1.param):
-        spec(i).name = name
+        spec(i).name = _str(name)
     for i, mode in enumerate(v1.blob_share_mode):
         spec(i).share_mode = mode  # the two DimCheckMode enums number STRICT and PERMISSIVE alike
     for i, value in enumerate(v1.blobs_lr):
@@ -220,12 +239,17 @@ def upgrade_v1(old, v0: tuple | None = None):
         if descriptor.message_type is not None and descriptor.name.endswith("_param") and not _repeated(descriptor):
             getattr(layer, descriptor.name).CopyFrom(value)
     if v0 is not None:
-        name, type_ = v0
+        name, type_ = map(_str, v0)
         if not layer.name and name:
             layer.name = name
         if not layer.type and type_:
             layer.type = V0_TYPE_NAMES.get(type_, type_)
     return layer
+
+
+def _str(value) -> str:
+    """A string field's value for another message: protobuf takes no bytes that are not UTF-8, so those are escaped."""
+    return value.decode("utf-8", "backslashreplace") if isinstance(value, bytes) else value
 
 
 def lost_fields(buf, start: int, end: int, descriptor, *, skip=frozenset(), path=None, prefix: str = "") -> list:
@@ -286,3 +310,16 @@ def _walk(buf, start, end, descriptor, skip, path, prefix, lost, budget) -> None
                 lost.append(f"{prefix}{fd.name}")  # not a message: protobuf refuses it when parsing
         elif fd.type == fd.TYPE_ENUM and not packed and fd.enum_type.values_by_number.get(f.value) is None:
             lost.append(f"{prefix}{fd.name}={f.value}")
+
+
+def _byte_strings(message, prefix: str = "") -> list:
+    """The string fields of `message` (nested too) that protobuf hands over as bytes: not UTF-8."""
+    found = []
+    for fd, value in message.ListFields():
+        values = value if _repeated(fd) else [value]
+        if fd.type == fd.TYPE_STRING and any(isinstance(v, bytes) for v in values):
+            found.append(prefix + fd.name)
+        elif fd.type == fd.TYPE_MESSAGE:
+            for v in values:
+                found += _byte_strings(v, f"{prefix}{fd.name}.")
+    return list(dict.fromkeys(found))

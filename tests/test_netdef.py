@@ -1,0 +1,214 @@
+"""A net's definition: info --layers, .prototxt out and in, against protobuf's own decoding of the same bytes."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from google.protobuf import json_format, text_format
+
+from blobtool._pb import blobtool_caffe_pb2 as pb
+from builders import Layer, len_field, net_bytes, varint_field, write_net, h5_net_bytes, write_h5, write_blob
+from runner import assert_error, invoke, ok, one_json, run_blobtool
+
+import blobtool
+from blobtool.formats import MAX_BLOBS
+
+REAL_NETS = ["lenet_iter_10000.caffemodel", "resnet20_cifar10.caffemodel", "mtcnn_det1_half.caffemodel"]
+
+
+def oracle_defs(raw: bytes) -> list:
+    """Each V2 layer of a binary net as protobuf decodes the whole file, blobs cleared, as MessageToDict writes it."""
+    net = pb.NetParameter.FromString(raw)
+    out = []
+    for layer in net.layer:
+        layer.ClearField("blobs")
+        out.append(json_format.MessageToDict(layer, preserving_proto_field_name=True))
+    return out
+
+
+def layer_defs(path) -> list:
+    return one_json(ok("info", "--layers", "--json", path))["layer_defs"]
+
+
+@pytest.mark.parametrize("name", REAL_NETS)
+def test_real_nets_layers_equal_protobufs_decode(realworld, name):
+    path = realworld / name
+    assert layer_defs(path) == oracle_defs(path.read_bytes())
+
+
+@pytest.mark.parametrize("name", REAL_NETS)
+def test_real_nets_round_trip_through_prototxt(realworld, tmp_path, name):
+    path = realworld / name
+    out = tmp_path / "net.prototxt"
+    result = invoke("convert", path, "-o", out)
+    assert result.exit_code == 0, result.stderr
+    parsed = text_format.Parse(out.read_text(), pb.NetParameter())
+    whole = pb.NetParameter.FromString(path.read_bytes())
+    for layer in whole.layer:
+        layer.ClearField("blobs")
+    whole.DiscardUnknownFields()  # a fork's fields, which text cannot carry (and which are warned about)
+    assert parsed == whole  # field for field
+    # and read back by blobtool, the same definitions
+    assert layer_defs(out) == oracle_defs(path.read_bytes())
+
+
+def test_info_layers_text_shows_wiring_parameters_and_shapes(tmp_path):
+    conv = Layer("conv1", "Convolution", [np.ones((32, 1, 3, 3), np.float32)], bottom=["data"], top=["conv1"],
+                 params=len_field(106, varint_field(1, 32) + varint_field(2, 0) + varint_field(4, 3)
+                                  + varint_field(6, 2) + varint_field(3, 1) + varint_field(5, 32)))
+    bn = Layer("bn1", "BatchNorm", [np.zeros(32, np.float32), np.ones(32, np.float32), np.ones(1, np.float32)],
+               bottom=["conv1"], top=["conv1"],
+               params=len_field(139, varint_field(1, 1) + b"\x1d" + np.float32(1e-3).tobytes()))
+    pool = Layer("pool1", "Pooling", bottom=["conv1"], top=["pool1"],
+                 params=len_field(121, varint_field(1, 1) + varint_field(2, 3) + varint_field(3, 2)))
+    path = write_net(tmp_path / "n.caffemodel", "new", [conv, bn, pool])
+    out = ok("info", "--layers", path).stdout
+    lines = {line.split()[0]: line for line in out.splitlines() if line.strip().split()[:1] in (["conv1"], ["bn1"],
+                                                                                                ["pool1"])}
+    assert "data -> conv1" in lines["conv1"] and "k3 s2 p1 g32 out32 no bias" in lines["conv1"]
+    assert "32x1x3x3" in lines["conv1"]
+    assert "conv1 -> conv1" in lines["bn1"] and "eps 0.001 global" in lines["bn1"] and "32, 32, 1" in lines["bn1"]
+    assert "AVE k3 s2" in lines["pool1"]
+
+
+def test_v1_layers_are_listed_as_caffe_upgrades_them(tmp_path):
+    v1 = pb.V1LayerParameter(name="conv1", type=pb.V1LayerParameter.CONVOLUTION, bottom=["data"], top=["conv1"],
+                             blobs_lr=[1, 2], weight_decay=[1, 0], param=["w"])
+    v1.convolution_param.num_output = 8
+    v1.convolution_param.kernel_size.append(3)
+    data = pb.V1LayerParameter(name="data", type=pb.V1LayerParameter.DATA, top=["data"])
+    data.data_param.source = "train_lmdb"
+    data.data_param.scale = 0.5
+    data.data_param.mirror = True
+    net = pb.NetParameter(name="old", layers=[data, v1])
+    path = tmp_path / "v1.caffemodel"
+    path.write_bytes(net.SerializeToString())
+    defs = layer_defs(path)
+    assert defs[0] == {"name": "data", "type": "Data", "top": ["data"],
+                       "transform_param": {"scale": 0.5, "mirror": True},
+                       "data_param": {"source": "train_lmdb"}}
+    assert defs[1] == {"name": "conv1", "type": "Convolution", "bottom": ["data"], "top": ["conv1"],
+                       "param": [{"name": "w", "lr_mult": 1.0, "decay_mult": 1.0},
+                                 {"lr_mult": 2.0, "decay_mult": 0.0}],
+                       "convolution_param": {"num_output": 8, "kernel_size": [3]}}
+    out = tmp_path / "v2.prototxt"
+    ok("convert", path, "-o", out)
+    text = out.read_text()
+    assert "layers {" not in text and "layer {" in text
+    written = text_format.Parse(text, pb.NetParameter())
+    assert [json_format.MessageToDict(layer, preserving_proto_field_name=True) for layer in written.layer] == defs
+
+
+def test_fields_text_cannot_carry_are_named_and_strict_refuses(tmp_path):
+    # NVIDIA Caffe writes varints 145-148 on every layer, where BVLC has messages under those numbers.
+    fork = b"".join(varint_field(n, 0) for n in (145, 146, 147, 148))
+    layers = [Layer(f"conv{i}", "Convolution", [np.ones((2, 1, 1, 1), np.float32)], params=fork) for i in range(3)]
+    layers.append(Layer("ip", "InnerProduct", [np.ones((2, 2), np.float32)], params=len_field(117, varint_field(99, 1))))
+    path = write_net(tmp_path / "fork.caffemodel", "new", layers)
+    out = tmp_path / "fork.prototxt"
+    result = invoke("convert", path, "-o", out)
+    assert result.exit_code == 0
+    warnings = [line for line in result.stderr.splitlines() if line]
+    assert len(warnings) == 2
+    assert "3 layers (conv0, conv1, conv2) hold fields text cannot carry: 145, 146, 147, 148" in warnings[0]
+    assert "layer ip holds fields text cannot carry: inner_product_param.99" in warnings[1]
+    assert text_format.Parse(out.read_text(), pb.NetParameter()).layer[3].name == "ip"
+    out.unlink()
+    result = invoke("convert", path, "-o", out, "--strict")
+    assert_error(result, 2, "--strict", "145, 146, 147, 148")
+    assert not out.exists()
+
+
+def test_prototxt_input_info_layers_and_binary_out(tmp_path):
+    text = '''# a deploy definition
+name: "tiny"
+input: "data"
+input_shape { dim: 1 dim: 3 dim: 8 dim: 8 }
+layer { name: "conv" type: "Convolution" bottom: "data" top: "conv"
+        convolution_param { num_output: 4 kernel_size: 3 pad: 1 } }
+layer { name: "prob" type: "Softmax" bottom: "conv" top: "prob" }
+'''
+    path = tmp_path / "deploy.prototxt"
+    path.write_text(text)
+    record = one_json(ok("info", "--json", path))
+    assert (record["kind"], record["name"], record["layers"], record["blobs"]) == ("net", "tiny", 2, [])
+    defs = layer_defs(path)
+    assert defs[0]["convolution_param"] == {"num_output": 4, "kernel_size": [3], "pad": [1]}
+    binary = tmp_path / "deploy.caffemodel"
+    ok("convert", path, "-o", binary)
+    assert pb.NetParameter.FromString(binary.read_bytes()) == text_format.Parse(text, pb.NetParameter())
+    assert layer_defs(binary) == defs
+    with blobtool.open_document(path) as doc:
+        assert [layer.name for layer in doc.layers] == ["conv", "prob"]
+        assert blobtool.net_definition(doc).net.layer[0].convolution_param.num_output == 4
+
+
+@pytest.mark.parametrize("text, where", [
+    ('net: "train_val.prototxt"\nbase_lr: 0.01\n', "line 1, column 1"),
+    ('name: "x"\nlayer {\n  name: "a"\n  convolution_param { kernel: 3 }\n}\n', "line 4, column 23"),
+    ('name: "x"\nlayer { name: "a" \n', "line 2"),
+])
+def test_text_that_is_not_a_net_is_exit_3_with_line_and_column(tmp_path, text, where):
+    path = tmp_path / "bad.prototxt"
+    path.write_text(text)
+    for command in ("info", "convert"):
+        args = ("-o", tmp_path / "out.caffemodel") if command == "convert" else ()
+        line = assert_error(invoke(command, path, *args), 3, str(path), "not a Caffe net definition", where)
+        assert "\n" not in line.strip()
+    assert not (tmp_path / "out.caffemodel").exists()
+
+
+def test_hostile_text_is_refused_in_bounded_time(tmp_path):
+    floods = {
+        "layers.prototxt": b"layer {}\n" * (MAX_BLOBS + 1),
+        "string.prototxt": b'name: "' + b"a" * (9 << 20) + b'"\n',
+        "binary.prototxt": b'name: "x"\nlayer { name: "\xff\xfe" }\n',
+    }
+    for name, data in floods.items():
+        path = tmp_path / name
+        path.write_bytes(data)
+        result = run_blobtool("info", path, timeout=30)
+        assert result.returncode == 3, (name, result.stderr)
+        assert len(result.stderr.splitlines()) == 1 and str(path) in result.stderr.decode()
+
+
+def test_binary_net_whose_name_reads_as_text_stays_binary(tmp_path):
+    # A 10-character name makes the length byte a newline: "\n\nResNet: 50".
+    path = tmp_path / "n.caffemodel"
+    path.write_bytes(net_bytes("new", [Layer("fc", "InnerProduct", [np.ones((2, 2), np.float32)])],
+                               name="ResNet: 50"))
+    record = one_json(ok("info", "--json", path))
+    assert record["name"] == "ResNet: 50" and record["blobs"][0]["name"] == "fc/0"
+
+
+def test_layers_on_hdf5_and_on_a_blob(tmp_path):
+    h5 = write_h5(tmp_path / "s.caffemodel.h5", h5_net_bytes([("conv1", [np.ones((2, 1, 3, 3), np.float32)])]))
+    result = ok("info", "--layers", h5)
+    assert "holds blobs only" in result.stdout and "2x1x3x3" in result.stdout
+    assert layer_defs(h5) == [{"name": "conv1"}]
+    assert_error(invoke("convert", h5, "-o", tmp_path / "x.prototxt"), 2, "blobs only")
+    blob = write_blob(tmp_path / "b.pb", np.ones(3, np.float32))
+    assert_error(invoke("info", "--layers", blob), 2, "--layers")
+
+
+def test_a_prototxt_gives_an_hdf5_snapshot_its_layer_types(tmp_path):
+    # --names torch needs layer types, which Caffe's HDF5 snapshot lacks: the net's text definition has them.
+    from safetensors.numpy import load_file
+
+    rng = np.random.default_rng(5)
+    conv = [rng.standard_normal((4, 2, 3, 3)).astype(np.float32), rng.standard_normal(4).astype(np.float32)]
+    fc = [rng.standard_normal((3, 36)).astype(np.float32), rng.standard_normal(3).astype(np.float32)]
+    h5 = write_h5(tmp_path / "s.caffemodel.h5", h5_net_bytes([("conv1", conv), ("relu1", []), ("fc", fc)]))
+    deploy = tmp_path / "deploy.prototxt"
+    deploy.write_text('name: "n"\n'
+                      'layer { name: "conv1" type: "Convolution" bottom: "data" top: "conv1" }\n'
+                      'layer { name: "relu1" type: "ReLU" bottom: "conv1" top: "conv1" }\n'
+                      'layer { name: "fc" type: "InnerProduct" bottom: "conv1" top: "fc" }\n')
+    out = tmp_path / "s.safetensors"
+    result = invoke("convert", "--names", "torch", "--net", deploy, h5, "-o", out)
+    assert result.exit_code == 0, result.stderr
+    got = load_file(str(out))
+    assert sorted(got) == ["conv1.bias", "conv1.weight", "fc.bias", "fc.weight"]
+    assert got["fc.weight"].tobytes() == fc[0].tobytes() and got["conv1.bias"].tobytes() == conv[1].tobytes()
