@@ -105,7 +105,7 @@ def _requirements(packages: list) -> list:
 
 REALWORLD = HERE.parents[1] / "shared" / "realworld"
 # Kinds an input may be forced to (one per input, chosen from its last byte).
-FORCED = ("blob", "vector", "net", "solverstate", "npy", "npz", "safetensors")
+FORCED = ("blob", "vector", "net", "solverstate", "npy", "npz", "safetensors", "pt")
 
 
 class Stats:
@@ -231,7 +231,8 @@ def run_atheris(fc, args, stats: Stats) -> int:
         if seed % 2:
             return atheris.Mutate(data, max_size)
         mutations_rng.seed(seed)
-        kind = "npz" if data.startswith(b"PK") else "npy" if data.startswith(b"\x93NUMPY") else "blob"
+        kind = ("pt" if b"data.pkl" in data else "npz") if data.startswith(b"PK") else \
+            "npy" if data.startswith(b"\x93NUMPY") else "blob"
         base = fc.Seed("input", kind, data)
         try:
             lay = fc.layout_of(base)

@@ -44,7 +44,7 @@ from builders import (I32, I64, Layer, blob_bytes, blob_proto, h5_bytes, h5_net_
 
 # The format modules are imported here, not inside the first traced case
 # (the registry imports each when a file of its format is first met).
-for _module in ("caffe", "numpy"):
+for _module in ("caffe", "numpy", "pytorch"):
     importlib.import_module(f"blobtool.formats.{_module}")
 
 # A case that takes longer than this is a hang waiting to happen on a real file.
@@ -181,6 +181,24 @@ def _npz(compressed: bool) -> bytes:
     return npz_bytes(arrays, compressed=compressed)
 
 
+def _pt(**kw) -> bytes:
+    """A PyTorch checkpoint (tests/ptfiles.py) of float32, float16, bfloat16 and int64 tensors, one a strided view."""
+    import collections
+
+    from ptfiles import Storage, Tensor, pt_bytes
+
+    rng = np.random.default_rng(73)
+    shared = Storage(rng.standard_normal(12))
+    state = collections.OrderedDict([
+        ("conv.weight", Tensor(rng.standard_normal((2, 3, 2)).astype(np.float32), parameter=True)),
+        ("conv.bias", Tensor(rng.standard_normal(2).astype(np.float16))),
+        ("bn.weight", Tensor(np.array([0x3F80, 0xC040], np.uint16), bf16=True)),
+        ("bn.num_batches_tracked", Tensor(np.array(12, np.int64))),
+        ("fc.weight", Tensor(storage=shared, offset=1, size=(3, 3), stride=(1, 3))),
+    ])
+    return pt_bytes({"state_dict": state, "epoch": 3}, **kw)
+
+
 @dataclass(frozen=True)
 class Seed:
     """A valid input: its name, the kind its reader is, and its bytes."""
@@ -215,6 +233,8 @@ def generated_seeds() -> list:
         Seed("npz_compressed", "npz", _npz(True)),
         Seed("prototxt", "net", PROTOTXT_SEED),
         Seed("prototxt_v1", "net", PROTOTXT_V1_SEED),
+        Seed("pt", "pt", _pt()),
+        Seed("pt_deflated_big_endian", "pt", _pt(deflate_storages=True, byteorder="big")),
     ]
 
 
@@ -459,7 +479,7 @@ def layout_of(seed: Seed) -> Layout:
         return text_layout(seed.data)
     if seed.data.startswith(HDF5_SIGNATURE):
         return hdf5_layout(seed.data)
-    if seed.kind == "npz":
+    if seed.kind in ("npz", "pt"):
         return zip_layout(seed.data)
     if seed.kind == "npy":
         return npy_layout(seed.data)
@@ -641,8 +661,29 @@ def rename_npz_members(data, lay, pick):
     return zip_bytes(members, compressed=pick("bool"))
 
 
+def damage_pickle(data, lay, pick):
+    """A PyTorch checkpoint whose data.pkl (only) is damaged, its CRC made right again (other inputs: bits flipped).
+
+    Damage to the zip's bytes mostly fails data.pkl's CRC, so the unpickler
+    is reached through this one.
+    """
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as archive:
+            members = {info.filename: archive.read(info) for info in archive.infolist()}
+    except Exception:  # noqa: BLE001  any damage: leave it to the byte mutations
+        return flip_bits(data, lay, pick)
+    target = next((name for name in members if name.endswith("/data.pkl")), None)
+    if target is None:
+        return flip_bits(data, lay, pick)
+    pickled = members[target]
+    plain = Layout((0, len(pickled)), (), ())
+    how = pick("choice", (flip_bits, truncate_anywhere, random_bytes, duplicate_span, insert_varint))
+    members[target] = how(pickled, plain, pick)
+    return zip_bytes(members)
+
+
 MUTATIONS = (truncate_at_boundary, truncate_anywhere, flip_bits, insert_varint, overwrite_length,
-             replace_tag, random_bytes, duplicate_span, forge_npy_header, rename_npz_members)
+             replace_tag, random_bytes, duplicate_span, forge_npy_header, rename_npz_members, damage_pickle)
 
 
 def random_picker(rng):

@@ -14,6 +14,7 @@ from __future__ import annotations
 import base64
 import gzip
 import json
+import pickle
 import sys
 import types
 from pathlib import Path
@@ -343,6 +344,64 @@ FILES.update({
     "unknown_dtype.safetensors": safetensors_file({"w": {"dtype": "F128", "shape": [1], "data_offsets": [0, 16]}},
                                                   bytes(16)),
 })
+# PyTorch's .pt: a pickle naming os.system (never run), a whole pickled model, a
+# TorchScript archive, the legacy format, a tensor past its storage; a checkpoint
+# holding one state dict among other things is read through it.
+class _System:
+    def __reduce__(self):
+        import os
+
+        return os.system, ("touch blobtool_ran_a_pickle",)
+
+
+def _pt_corpus() -> dict:
+    import collections
+
+    from ptfiles import Tensor, pickle_with_torch, pt_bytes
+
+    state = collections.OrderedDict([("conv1.weight", Tensor(np.arange(6, dtype=np.float32).reshape(2, 3))),
+                                     ("conv1.bias", Tensor(np.array([0.5, -1.5], np.float32)))])
+    model = types.SimpleNamespace(weight=Tensor(np.ones(2, np.float32)))
+    data, storages = pickle_with_torch(model)
+    forged = (b"\x80\x02}X\x01\x00\x00\x00wctorch._utils\n_rebuild_tensor_v2\n((X\x07\x00\x00\x00storage"
+              b"ctorch\nFloatStorage\nX\x01\x00\x00\x000X\x03\x00\x00\x00cpuK\x02tQK\x01K\x02\x85K\x01\x85"
+              b"\x89ccollections\nOrderedDict\n)RtRs.")
+    return {
+        "pickle_runs_code.pt": pt_bytes(None, data_pkl=pickle.dumps({"w": _System()}, protocol=2)),
+        "whole_model.pt": pt_bytes(None, data_pkl=data, storages=storages),
+        "torchscript.pt": pt_bytes(state, records={"constants.pkl": b"\x80\x02).", "code/m.py": b"pass"}),
+        "legacy.pth": pickle.dumps(0x1950a86a20f9469cfc6c, protocol=2) + pickle.dumps(1001, protocol=2),
+        "tensor_past_storage.pt": pt_bytes(None, data_pkl=forged, records={"data/0": bytes(8)}),
+        "checkpoint.pth": pt_bytes({"state_dict": state, "epoch": 3}),
+    }
+
+
+FILES.update(_pt_corpus())
+EXPECTED += [
+    ("pickle_runs_code.pt", INFO, 3, "blobtool: pickle_runs_code.pt: archive/data.pkl: names posix.system, which a "
+                                     "state dict does not hold; blobtool reads only tensors, their storages, dicts, "
+                                     "lists and numbers, and never imports or runs what a pickle names (a whole "
+                                     "pickled model? save the weights as a state dict instead: "
+                                     "torch.save(model.state_dict(), path))"),
+    ("whole_model.pt", INFO, 3, "blobtool: whole_model.pt: archive/data.pkl: names types.SimpleNamespace, which a "
+                                "state dict does not hold; blobtool reads only tensors, their storages, dicts, lists "
+                                "and numbers, and never imports or runs what a pickle names (a whole pickled model? "
+                                "save the weights as a state dict instead: torch.save(model.state_dict(), path))"),
+    ("torchscript.pt", INFO, 3, "blobtool: torchscript.pt: a TorchScript archive (torch.jit.save): its data.pkl "
+                                "rebuilds a scripted module with code from the file, which blobtool never runs; save "
+                                "the weights as a state dict instead: torch.save(model.state_dict(), path)"),
+    ("legacy.pth", INFO, 3, "blobtool: legacy.pth: not a Caffe file: this looks like a PyTorch file in the legacy "
+                            "format (torch.save before 1.6), a bare pickle that only running it can read; save it "
+                            "again in PyTorch's zip format, which blobtool reads: "
+                            "torch.save(torch.load(FILE, weights_only=True), NEW_FILE)"),
+    ("tensor_past_storage.pt", ["norm"], 3, "blobtool: tensor_past_storage.pt: archive/data.pkl: a tensor of size "
+                                            "(2,), stride (1,) at offset 1 reaches element 2 of storage '0', which "
+                                            "holds 2"),
+    ("checkpoint.pth", ["compare", "checkpoint.pth"], 0, "blobtool: warning: checkpoint.pth: reading the state dict "
+                                                         "checkpoint['state_dict'] (the file also holds 'epoch')\n"
+                                                         "blobtool: warning: checkpoint.pth: reading the state dict "
+                                                         "checkpoint['state_dict'] (the file also holds 'epoch')"),
+]
 EXPECTED += [
     ("forged_header_length.safetensors", INFO, 3, "blobtool: forged_header_length.safetensors: truncated at byte 0: "
                                                   "the header length declares 1099511627776 bytes, 69 remain"),

@@ -123,7 +123,7 @@ def test_seeds_are_valid_and_cover_every_reader():
         assert doc.layers or doc.kind != "net", seed.name
         assert fc.check_case(seed.data).error is None, seed.name
     kinds = {s.kind for s in SEEDS}
-    assert kinds == {"blob", "vector", "net", "solverstate", "npy", "npz"}
+    assert kinds == {"blob", "vector", "net", "solverstate", "npy", "npz", "pt"}
     # The net seeds hold the three layer formats: layer (100), V1 layers (2), V0 inside V1.
     numbers = {s.name: {f.number for f in wire.iter_fields(memoryview(s.data), 0, len(s.data))}
                for s in SEEDS if s.kind == "net" and not s.name.startswith("prototxt")}
@@ -313,7 +313,7 @@ def _every_cut_and_forged_length(seed: fc.Seed, huge_values) -> int:
             cases += 1
     for start, end in lay.lengths:
         for value in huge_values:
-            if end - start in (2, 4) and (seed.kind in ("npy", "npz") or seed.data.startswith(fc.HDF5_SIGNATURE)):
+            if end - start in (2, 4) and (seed.kind in ("npy", "npz", "pt") or seed.data.startswith(fc.HDF5_SIGNATURE)):
                 forged = (value & ((1 << 8 * (end - start)) - 1)).to_bytes(end - start, "little")
             else:
                 forged = wire.encode_varint(value)
@@ -692,10 +692,12 @@ def test_npz_member_names():
     run()
 
 
-@pytest.mark.parametrize("mutation", [fc.forge_npy_header, fc.rename_npz_members], ids=lambda m: m.__name__)
+@pytest.mark.parametrize("mutation", [fc.forge_npy_header, fc.rename_npz_members, fc.damage_pickle],
+                         ids=lambda m: m.__name__)
 def test_npy_and_npz_mutations_change_what_they_aim_at(mutation):
     # The mutations reach their target (else the fuzz runs test nothing new).
-    seed = {s.name: s for s in SEEDS}["npy_f32" if mutation is fc.forge_npy_header else "npz"]
+    target = {fc.forge_npy_header: "npy_f32", fc.rename_npz_members: "npz", fc.damage_pickle: "pt"}[mutation]
+    seed = {s.name: s for s in SEEDS}[target]
     import random
     pick = fc.random_picker(random.Random(3))
     changed = {mutation(seed.data, fc.layout_of(seed), pick) != seed.data for _ in range(20)}

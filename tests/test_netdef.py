@@ -165,6 +165,10 @@ def test_hostile_text_is_refused_in_bounded_time(tmp_path):
         "layers.prototxt": b"layer {}\n" * (MAX_BLOBS + 1),
         "string.prototxt": b'name: "' + b"a" * (9 << 20) + b'"\n',
         "binary.prototxt": b'name: "x"\nlayer { name: "\xff\xfe" }\n',
+        # Runs of blanks where the sniffer and the layer count look (once exponential and quadratic).
+        "blank_run.prototxt": b"name: 'x'\nlayer" + b" " * (1 << 20) + b"x",
+        "blank_head.prototxt": b" " * (1 << 16) + b"!",
+        "comment_head.prototxt": (b"# a comment\n" + b" " * 200) * 300 + b"!",
     }
     for name, data in floods.items():
         path = tmp_path / name

@@ -13,7 +13,7 @@ library (formats, api, compare, report) and print what it returns.
 - paths.py: the click types of input and output paths; names.py: --names;
   completion.py: shell completion of --blob's names;
 - inspect.py (info, norm, compare, devices), write.py (scale, update,
-  convert), show.py (show): one module per group of commands.
+  convert), fold.py (fold), show.py (show): one module per group of commands.
 
 A new command is a function in one of those modules (or a new one) and a
 line in COMMANDS below.
@@ -32,6 +32,7 @@ import sys
 
 from ..errors import ExitCode
 from .group import cli, fail_output, is_output_failure, quiet_broken_pipe, stopped
+from .fold import fold
 from .inspect import compare, devices, info, norm
 from .process import guard_standard_streams, keep_freed_memory, single_threaded_blas, stop_on_signals
 from .show import show
@@ -40,7 +41,7 @@ from .write import convert, scale, update
 __all__ = ["cli", "main"]
 
 # The commands, in the order `blobtool --help` lists them.
-COMMANDS = (info, norm, scale, update, convert, compare, devices, show)
+COMMANDS = (info, norm, scale, update, convert, fold, compare, devices, show)
 for _command in COMMANDS:
     cli.add_command(_command)
 

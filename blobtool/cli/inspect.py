@@ -9,7 +9,7 @@ import click
 from ..errors import ExitCode
 from ..report import text
 from .group import CONTEXT_SETTINGS, batch_error, debug_traceback, say_error
-from .names import check_names, named, names_options, renamed, warn_all
+from .names import check_names, named, names_options, prefix_options, prefixes_asked, renamed, warn_all
 from .options import (INPUT, Tolerance, all_files_option, batch_inputs, blob_option, device_option,
                       fail_fast_option, jobs_option, json_object_option, json_option, kind_option)
 from .output import consoles, emit, emit_json, progress
@@ -261,11 +261,15 @@ def _norm_target(entry, streamer):
 @kind_option
 @json_object_option("Print the comparison as one JSON object (one line).")
 @names_options
-def compare(a, b, rtol, atol, quiet, device, patterns, kind, as_json, names, no_fold, net):
+@prefix_options
+def compare(a, b, rtol, atol, quiet, device, patterns, kind, as_json, names, no_fold, net, strip_prefix,
+            add_prefix):
     """Compare two blob files value by value; exit 1 when they differ.
 
-    Blobs match by name; shapes compare with Caffe's legacy rule ((3,2) equals
-    legacy 1x1x3x2); values compare in float64, NaN equal to NaN.
+    Blobs match by name (the second file's names after --strip-prefix and
+    --add-prefix, or a shared prefix found that makes them match, said on
+    stderr); shapes compare with Caffe's legacy rule ((3,2) equals legacy
+    1x1x3x2); values compare in float64, NaN equal to NaN.
 
     \b
     Example:
@@ -273,6 +277,7 @@ def compare(a, b, rtol, atol, quiet, device, patterns, kind, as_json, names, no_
       blobtool convert --double w.pb -o - | blobtool compare - w.pb
       blobtool compare --names torch model.caffemodel ported.safetensors
       blobtool compare --names torch --net model.caffemodel snapshot.caffemodel.h5 ported.safetensors
+      blobtool compare --names torch model.caffemodel port.pth --strip-prefix module.
     """
     from ..engine.compare import compare_documents
     from ..formats import select
@@ -285,18 +290,23 @@ def compare(a, b, rtol, atol, quiet, device, patterns, kind, as_json, names, no_
     check_names(names, net)
     device_info = use_device(device)
     doc_a, doc_b = open_inputs([a, b], kind)
+    change = prefixes_asked(strip_prefix, add_prefix)
     if names == "torch":
         from ..formats.naming import torch_pair
 
         types = open_input(net) if net is not None else None
         try:
             (doc_a, entries_a), (doc_b, entries_b), warnings = torch_pair(doc_a, doc_b, patterns, fold=not no_fold,
-                                                                          net=types)
+                                                                          net=types, prefixes=change)
         finally:
             if types is not None:
                 types.close()
         warn_all(warnings)
     else:
+        from ..formats.prefixes import match_documents
+
+        doc_b, _, note = match_documents(doc_a, doc_b, change)
+        warn_all([note] if note else [])
         entries_a = select(doc_a, patterns)
         entries_b = select(doc_b, patterns)
     doc_a.source.will_read_through()

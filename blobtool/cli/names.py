@@ -8,7 +8,7 @@ from ..formats import NAMING_SCHEMES as SCHEMES
 from .output import say_warning
 from .paths import INPUT
 
-__all__ = ["names_options", "check_names", "renamed", "named", "warn_all"]
+__all__ = ["names_options", "check_names", "prefix_options", "prefixes_asked", "renamed", "named", "warn_all"]
 
 
 def names_options(f):
@@ -33,6 +33,25 @@ def check_names(names: str, net) -> None:
         raise click.UsageError("--net gives the layer types that --names torch renames by; add --names torch")
     if net == "-":
         raise click.UsageError("--net names a file: standard input is for the inputs")
+
+
+def prefix_options(f):
+    f = click.option("--add-prefix", metavar="P", default=None,
+                     help="Put P before every name of the second file (after --strip-prefix), to match the "
+                          "first's.")(f)
+    f = click.option("--strip-prefix", metavar="P", default=None,
+                     help="Take P off the names of the second file that start with it (module. from "
+                          "nn.DataParallel), to match the first's. Without either option a shared prefix that "
+                          "makes the names match is found and said; --strip-prefix '' turns that off.")(f)
+    return f
+
+
+def prefixes_asked(strip, add):
+    """The Prefixes the options ask for (formats/prefixes.py), or None: find one."""
+    from ..formats.prefixes import Prefixes
+
+    change = Prefixes(strip, add)
+    return change if change.asked else None
 
 
 def warn_all(lines) -> None:

@@ -27,7 +27,9 @@ command line's start-up pays only for this file. To add a format: write
 ``formats/<name>.py`` with those three functions, and add one Format line
 below (its kinds, signature, and the --format choices and extensions it
 writes). A Document records its format, so two formats may hold the same
-kind (a net as protobuf or as another container).
+kind (a net as protobuf or as another container). A format that only reads
+(PyTorch's .pt) writes nothing and names its extensions in `reads`; one
+whose signature another shares (a zip) tells its files apart in `claims`.
 
 Kinds and blob names (stable, in file order):
 
@@ -41,6 +43,8 @@ net          NetParameter (.caffemodel), three layer     "<layer>/<index>"
 solverstate  SolverState (.solverstate); Caffe's HDF5    "history/<index>"
              snapshot (.h5)
 npy / npz    numpy's formats                             "0" / the array names
+pt           PyTorch's zip checkpoint (torch.save): a    the state dict's keys
+             state dict, read without running its pickle
 safetensors  safetensors (8-byte header length, JSON     the tensor names
              header, raw little-endian tensors)
 ===========  ==========================================  =======================
@@ -100,6 +104,8 @@ class Format:
                            # name: that function of the format's module (imported at sniffing: keep it light)
     userblock: bool = False  # the signature may also follow a user block: at 512, 1024, 2048, ... (HDF5)
     searched: bool = True  # folders given as input are searched for its extensions (not text: solver files)
+    claims: object = None  # buf -> bool: the signature is shared, and this format's files are these (a zip's members)
+    reads: tuple = ()      # extensions of files it reads but does not write (folders given as input are searched)
 
 
 def _safetensors_head(buf) -> bool:
@@ -109,6 +115,15 @@ def _safetensors_head(buf) -> bool:
     return len(head) > 8 and head[6:8] == b"\0\0" and head[8:9] == b"{"
 
 
+def _torch_zip(buf) -> bool:
+    # A zip holding "<archive>/data.pkl" is PyTorch's (torch.save since 1.6);
+    # an .npz holds ".npy" members. Entries past MAX_BLOBS and a few records
+    # are not looked at: the reader refuses such a file.
+    from .zipdir import holds_member
+
+    return holds_member(buf, b"data.pkl", MAX_BLOBS + 64)
+
+
 FORMATS = (
     Format("caffe", ("blob", "vector", "net", "solverstate"),
            outputs=(Output("blob", (".pb", ".binaryproto", ".blob", ".protobin"), "blob"),
@@ -116,6 +131,7 @@ FORMATS = (
            containers=("vector", "net", "solverstate")),
     Format("hdf5", ("net", "solverstate"), magic=(b"\x89HDF\r\n\x1a\n",), userblock=True,
            outputs=(Output("hdf5", (".h5", ".hdf5"), None),), containers=("net", "solverstate")),
+    Format("pytorch", ("pt",), magic=(b"PK\x03\x04",), claims=_torch_zip, reads=(".pt", ".pth")),
     Format("numpy", ("npy", "npz"), magic=(b"\x93NUMPY", b"PK\x03\x04", b"PK\x05\x06"),
            outputs=(Output("npy", (".npy",), "npy"), Output("npz", (".npz",), "npz"))),
     Format("safetensors", ("safetensors",), probe=_safetensors_head,
@@ -128,8 +144,8 @@ FORMATS = (
 # folder given as input is searched. A file's kind still comes from its bytes.
 # Text definitions are read when named, not found in folders, where Caffe's
 # solver and training definitions (solver.prototxt) sit beside the nets.
-EXTENSIONS = tuple(dict.fromkeys(ext for fmt in FORMATS if fmt.searched for out in fmt.outputs
-                                 for ext in out.extensions))
+EXTENSIONS = tuple(dict.fromkeys([ext for fmt in FORMATS if fmt.searched for out in fmt.outputs
+                                  for ext in out.extensions] + [ext for fmt in FORMATS for ext in fmt.reads]))
 
 # Every kind --kind accepts, and the ones that hold several named blobs.
 KINDS = tuple(dict.fromkeys(kind for fmt in FORMATS for kind in fmt.kinds))
@@ -191,7 +207,7 @@ def format_by_signature(buf) -> Format | None:
     """
     size = len(buf)
     for fmt in FORMATS:
-        if any(buf[:len(m)] == m for m in fmt.magic):
+        if any(buf[:len(m)] == m for m in fmt.magic) and (fmt.claims is None or fmt.claims(buf)):
             return fmt
         probe = getattr(module(fmt), fmt.probe) if isinstance(fmt.probe, str) else fmt.probe
         if probe is not None and probe(buf):
@@ -230,7 +246,9 @@ def _based_at(buf, offset: int) -> bool:
 #
 # A format with a signature (numpy's ".npy" and zip magic, safetensors' header
 # length and brace, HDF5's at 0, 512, 1024, ... bytes) is known by it, listed
-# in the registry (FORMATS); its module's sniff() then tells the kind.
+# in the registry (FORMATS); its module's sniff() then tells the kind. Two
+# formats share the zip signature: a zip whose directory names
+# "<archive>/data.pkl" is PyTorch's (claims), any other is an .npz.
 # A header at byte 0 wins over a signature found deeper: HDF5's signature after
 # a user block counts only when no format starts at byte 0 and the superblock
 # found there is HDF5's own (format_by_signature). Other well-known
@@ -246,6 +264,11 @@ _MAGICS = (
                           "read the file of the same name without the '._' prefix"),
     (b"BZh", "a bzip2-compressed file; decompress it first (bunzip2 -k FILE)"),
     (b"\xfd7zXZ\x00", "an xz-compressed file; decompress it first (unxz -k FILE)"),
+    # torch.save before 1.6: a pickle of the magic number 0x1950a86a20f9469cfc6c first.
+    (b"\x80\x02\x8a\x0al\xfc\x9cF\xf9 j\xa8P\x19",
+     "a PyTorch file in the legacy format (torch.save before 1.6), a bare pickle that only running it can read; "
+     "save it again in PyTorch's zip format, which blobtool reads: "
+     "torch.save(torch.load(FILE, weights_only=True), NEW_FILE)"),
 )
 
 
@@ -377,6 +400,7 @@ class Document:
     naming: str = "blobtool"  # how its entries are named: "blobtool", or a scheme of blobtool.naming ("torch")
     definition: object = None  # a net's full definition (formats/caffe/netdef.py), parsed when first asked for
     parsed: object = None    # a text input's message as parsed (.prototxt)
+    notes: list = field(default_factory=list)  # what the reader chose for the user to know (stderr, one line each)
     # Byte edits a rewrite of its own protobuf container applies (layers renamed or
     # dropped, surgery/rename.py): (enclosing fields, start, end, new bytes).
     edits: list = field(default_factory=list)
@@ -421,7 +445,8 @@ class Document:
 
     @property
     def warnings(self) -> list:
-        return [f"{self.path}: blob {e.name} {e.warning}" for e in self.entries if e.warning]
+        return ([f"{self.path}: {note}" for note in self.notes]
+                + [f"{self.path}: blob {e.name} {e.warning}" for e in self.entries if e.warning])
 
     def whole(self, entries, blobs) -> list:
         """[(entry, Blob, selected)] for every blob of this container, in order, for writing it whole.

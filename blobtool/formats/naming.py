@@ -481,16 +481,21 @@ def _batchnorm(doc: Document, layer: str, blobs: list, warnings: list) -> list:
     return rows
 
 
-def torch_pair(doc_a: Document, doc_b: Document, patterns, *, fold: bool = True, net: Document | None = None) -> tuple:
+def torch_pair(doc_a: Document, doc_b: Document, patterns, *, fold: bool = True, net: Document | None = None,
+               prefixes=None) -> tuple:
     """compare --names torch: ((doc, entries) for a, (doc, entries) for b, warnings).
 
     Each side that is a net is renamed (its selection by `patterns`, in
-    Caffe's names; a net without layer types by the types of `net`); the
-    other side is taken as it is, limited with patterns to the names the
-    net's selection maps to, and without the buffers PyTorch adds to a
+    Caffe's names; a net without layer types by the types of `net`); then
+    b's names are matched to a's (prefixes.py: `prefixes` as asked, else a
+    prefix found that makes them match, said in the warnings); the side
+    that is not a net is taken as it is, limited with patterns to the names
+    the net's selection maps to, and without the buffers PyTorch adds to a
     BatchNorm module (``num_batches_tracked``), which Caffe has no blob
     for. Raises UsageError when neither side is a net that can be renamed.
     """
+    from .prefixes import match_documents
+
     def renames(doc):
         return has_layer_types(doc) or (net is not None and doc.kind == "net")
 
@@ -503,16 +508,26 @@ def torch_pair(doc_a: Document, doc_b: Document, patterns, *, fold: bool = True,
             result = torch_names(doc, select(doc, patterns), fold=fold, net=net)
             mapped[id(doc)] = result
             warnings += result.warnings
-    names = {e.name for m in mapped.values() for e in m.document.entries}
-    extras = {f"{bn}.{buf}" for m in mapped.values() for bn in m.batchnorms for buf in TORCH_ONLY_BUFFERS}
-    sides = []
-    for doc in (doc_a, doc_b):
-        result = mapped.get(id(doc))
-        if result is not None:
-            sides.append((result.document, list(result.document.entries)))
+    sides = [mapped[id(d)].document if id(d) in mapped else d for d in (doc_a, doc_b)]
+    sides[1], change, note = match_documents(sides[0], sides[1], prefixes)
+    if note:
+        warnings.append(note)
+    nets = [(i, mapped[id(d)]) for i, d in enumerate((doc_a, doc_b)) if id(d) in mapped]
+    names = {e.name for i, _ in nets for e in sides[i].entries}
+    extras = set()
+    for i, result in nets:
+        for bn in result.batchnorms:
+            for buf in TORCH_ONLY_BUFFERS:
+                name = f"{bn}.{buf}"
+                extras.add(change.apply(name) if i == 1 and change is not None else name)
+    out = []
+    for i, doc in enumerate((doc_a, doc_b)):
+        if id(doc) in mapped:
+            out.append((sides[i], list(sides[i].entries)))
             continue
-        entries = [e for e in doc.entries if e.name not in extras]
+        entries = [e for e in sides[i].entries if e.name not in extras]
         if patterns:
             entries = [e for e in entries if e.name in names]
-        sides.append((doc, entries))
-    return sides[0], sides[1], warnings
+        out.append((sides[i], entries))
+    return out[0], out[1], warnings
+

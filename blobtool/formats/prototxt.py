@@ -17,7 +17,7 @@ Bounds: protobuf's text parser is pure Python. Measured on this project's
 2.7 MB, in 1.8 s; one 16 MB string in 0.34 s), so the text is capped at
 MAX_TEXT (about 6 s at worst; the largest published Caffe definitions are
 under 1 MB) and its layers are counted with one regular expression before
-parsing, to refuse more than MAX_LAYERS at once. The schema has no
+parsing, to refuse more than MAX_BLOBS (formats.MAX_BLOBS, the layer cap) at once. The schema has no
 recursive message, so nesting is at most a few levels deep whatever the
 text holds.
 """
@@ -35,10 +35,13 @@ __all__ = ["sniff", "read", "write", "looks_like_text", "MAX_TEXT"]
 MAX_TEXT = 8 << 20
 
 # A layer opening in text: `layer {`, `layers {` or `layer: {`, after a non-name character.
-_LAYER_OPENING = re.compile(rb"(?<![A-Za-z0-9_])layers?\s*:?\s*\{")
+_LAYER_OPENING = re.compile(rb"(?<![A-Za-z0-9_])layers?\s*(?::\s*)?\{")  # one way to match blanks: linear
 
-# Blank space and comments, then the first field name and what follows it.
-_FIRST_FIELD = re.compile(rb"(?:[ \t\r\n\f\v]+|#[^\n]*(?:\n|\Z))*([A-Za-z_][A-Za-z0-9_]*)[ \t\r\n]*([:{])")
+# Blank space and comments, then the first field name and what follows it. Each
+# repetition matches one blank or one whole comment, in one way only, so a
+# head that fails to match costs a single pass (a `\s+` inside the
+# repetition would try every split of a run of blanks: exponential).
+_FIRST_FIELD = re.compile(rb"(?:[ \t\r\n\f\v]|#[^\n]*(?:\n|\Z))*([A-Za-z_][A-Za-z0-9_]*)[ \t\r\n]*([:{])")
 
 # NetParameter's field names: text starting with one of them is a net definition.
 _NET_FIELDS = frozenset({b"name", b"input", b"input_shape", b"input_dim", b"force_backward", b"state",

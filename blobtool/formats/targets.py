@@ -44,7 +44,8 @@ def chosen_format(dest, choice: str | None) -> str | None:
 
 
 # Output names that blobtool never writes itself, and where to go instead.
-_ELSEWHERE = {".png": "pictures are written by `blobtool show -o PATH.png`"}
+_PYTORCH = "PyTorch loads .safetensors (safetensors.torch.load_file): write that"
+_ELSEWHERE = {".png": "pictures are written by `blobtool show -o PATH.png`", ".pt": _PYTORCH, ".pth": _PYTORCH}
 
 
 def output_extensions() -> str:

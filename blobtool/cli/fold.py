@@ -1,0 +1,82 @@
+"""The fold command: a net's BatchNorm layers (and the Scale after each) folded into the layer before them."""
+
+from __future__ import annotations
+
+import click
+
+from .group import CONTEXT_SETTINGS
+from .options import INPUT, OUTPUT, output_target
+from .output import emit_json, say_warning
+
+__all__ = ["fold"]
+
+
+@click.command(context_settings=CONTEXT_SETTINGS)
+@click.argument("net", type=INPUT)
+@click.option("-o", "--output", "outputs", type=OUTPUT, multiple=True, metavar="PATH",
+              help="Where to write: the folded net (.caffemodel, or a name without an extension), or its "
+                   "definition as text (.prototxt); repeatable, to write both. '-' is stdout; default stdout "
+                   "when it is not a terminal.")
+@click.option("--definition", type=INPUT, default=None, metavar="PATH",
+              help="The definition a .prototxt output folds (a deploy.prototxt of the same net), by layer name, "
+                   "instead of the one NET holds; refused where it wires the folded layers otherwise.")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print what was folded as one JSON object (with -o PATH: stdout cannot hold both).")
+def fold(net, outputs, definition, as_json):
+    """Fold each BatchNorm, and the Scale after it, into the Convolution, Deconvolution or InnerProduct before it.
+
+    For deployment: the folded layer computes what the three computed at test
+    time (Caffe's stored statistics divided by the BatchNorm's factor, its
+    eps), with W' = W * gamma / sqrt(var + eps) and b' = (b - mean) * gamma /
+    sqrt(var + eps) + beta per output channel (axis 1 of a Deconvolution's
+    weight, in its group), computed in float64 and stored in the type the
+    weights were stored in. A bias is created where the layer had none
+    (bias_term set). The BatchNorm and Scale layers leave the net, the folded
+    layer writes the Scale's (or BatchNorm's) top, and every other layer and
+    byte stays as it was. A BatchNorm with no Scale after it folds alone.
+    A .prototxt output gets the folded net's definition (no weights), or with
+    --definition that definition (a deploy.prototxt) folded the same way.
+
+    A BatchNorm stays, with a warning line saying why, when its input comes
+    from another layer type or also feeds other layers, or its output feeds
+    more than the Scale. Folded layers are listed on stdout (one per line, or
+    --json) unless an output is written there.
+
+    \b
+    Example:
+      blobtool fold resnet.caffemodel -o resnet_folded.caffemodel
+      blobtool fold resnet.caffemodel -o folded.caffemodel -o folded.prototxt --json
+      blobtool fold resnet.caffemodel --definition deploy.prototxt -o folded.caffemodel -o folded_deploy.prototxt
+    """
+    from ..surgery.foldnet import fold_document
+    from .work import open_input
+
+    outputs = list(outputs) or [output_target(None)]
+    if outputs.count("-") > 1:
+        raise click.UsageError("standard output ('-') can be written only once")
+    if as_json and "-" in outputs:
+        raise click.UsageError("--json prints to stdout, where an output is written: give -o PATH")
+    doc = open_input(net)
+    with doc:
+        if definition is None:
+            result = fold_document(doc, *outputs)
+        else:
+            with open_input(definition) as other:
+                result = fold_document(doc, *outputs, definition=other)
+    for kept in result.plan.kept:
+        say_warning(f"{result.path}: BatchNorm {kept.batchnorm} stays: {kept.why}")
+    for line in result.warnings:
+        say_warning(line)
+    if "-" in outputs:
+        return
+    if as_json:
+        emit_json(result.record())
+        return
+    from ..report.escape import escape
+
+    for f in result.plan.folds:
+        into = f"{f.batchnorm.name} + {f.scale.name}" if f.scale is not None else f"{f.batchnorm.name} (no Scale)"
+        bias = ", bias created" if f.bias is None else ""
+        click.echo(escape(f"{f.target.name} <- {into}{bias}"))
+    click.echo(escape(f"{result.path}: {len(result.plan.folds)} BatchNorm folded, {len(result.plan.kept)} kept; "
+                      f"{result.layers_before} layers -> {result.layers_after}"))

@@ -1,0 +1,538 @@
+"""PyTorch's zip checkpoints (``torch.save`` since 1.6), read without PyTorch and without running the file's pickle.
+
+The format, as torch.save writes it and torch.load reads it:
+
+- a zip file whose entries all lie in one folder, ``<archive>/`` (its name
+  is free; torch uses the file's stem or "archive");
+- ``<archive>/data.pkl``: a pickle (protocol 2 unless the caller chose
+  another) of the saved object. Each tensor in it is the call
+  ``torch._utils._rebuild_tensor_v2(storage, storage_offset, size, stride,
+  requires_grad, backward_hooks[, metadata])`` (a Parameter wraps that in
+  ``torch._utils._rebuild_parameter``), and each storage a persistent id
+  ``('storage', torch.<Type>Storage, key, location, numel)``;
+- ``<archive>/data/<key>``: one storage's bytes, ``numel`` elements of its
+  type, written stored (not compressed) and aligned to 64 bytes;
+- ``<archive>/byteorder`` ("little" or "big"; absent: little-endian),
+  ``<archive>/version`` and, in recent versions, ``.format_version`` and
+  ``.data/serialization_id``, which blobtool does not need.
+
+A pickle runs code when loaded: any callable its GLOBAL opcodes name is
+imported and called. blobtool never lets it. data.pkl is read by an
+unpickler (pickle.Unpickler, whose find_class and persistent_load are the
+only ways a pickle reaches outside itself) that accepts exactly the globals
+a state dict needs, those ``torch.load(weights_only=True)`` accepts for one:
+collections.OrderedDict, the two tensor rebuilds above (and
+``_rebuild_parameter_with_state``), and the storage types of the usual
+dtypes (STORAGE_TYPES). The rebuilds are blobtool's own functions that
+check their arguments and return a description of the tensor; nothing is
+imported, nothing from the file is called. Any other global (a model's
+class, numpy, os.system) is refused, naming it, before the pickle goes on.
+Before unpickling, the opcodes are walked once (pickletools): a pickle of
+more than MAX_PICKLE bytes or MAX_OPCODES opcodes, or using an opcode that
+builds objects by other means (INST, OBJ, NEWOBJ, extension codes, text
+persistent ids, out-of-band buffers), is refused.
+
+What is read: the state dict, a dict of tensors by name. A checkpoint that
+holds one such dict among other things (``{"state_dict": ..., "epoch": 3}``,
+``{"model": {...}, "optimizer": {...}}``) is read through it, saying which
+key; several are listed, and refused. One tensor saved alone is blob "0".
+A TorchScript archive (``constants.pkl``, ``code/``) is refused: its pickle
+rebuilds a scripted module from code in the file.
+
+Each tensor is a blob named by its key, in the dict's order, viewing its
+storage: float32 and float64 storages in the file's byte order are viewed in
+place (the memory-mapped file, no copy); float16 widens to a float32 blob
+that keeps float16 as its stored type; bfloat16 widens exactly to float32
+(stored type float32: numpy has no bfloat16); integers and bools are held
+as float64, exactly (an int64 past 2**53 is refused), and written as
+float64, which every reader takes (num_batches_tracked in an .npz). A
+tensor's offset, sizes and strides are checked against its storage; a
+tensor that is not contiguous (a transposed view, an expanded one) is
+copied into C order when its blob is built.
+"""
+
+from __future__ import annotations
+
+import collections
+import functools
+import io
+import math
+import pickle
+import pickletools
+import struct
+import warnings
+import zipfile
+import zlib
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..engine.blob import MAX_BLOB_AXES, Blob
+from ..errors import BlobToolError, FormatError
+from ..files import BufferFile
+from . import DEFLATE_MAX_EXPANSION, MAX_BLOBS, Document, Entry
+from .origin import Origin
+from .zipdir import directory
+
+__all__ = ["sniff", "read", "STORAGE_TYPES", "MAX_PICKLE", "MAX_OPCODES", "SAVE_STATE_DICT"]
+
+# torch's storage types a state dict's tensors use, by the name the pickle
+# gives them, and the type of their elements (bfloat16: its 16 bits).
+STORAGE_TYPES = {
+    "FloatStorage": "f4", "DoubleStorage": "f8", "HalfStorage": "f2", "BFloat16Storage": "bf16",
+    "ByteStorage": "u1", "CharStorage": "i1", "ShortStorage": "i2", "IntStorage": "i4", "LongStorage": "i8",
+    "BoolStorage": "?",
+}
+# The globals a state dict's pickle names: all that find_class gives it.
+_GLOBALS = frozenset([("collections", "OrderedDict"), ("torch._utils", "_rebuild_tensor_v2"),
+                      ("torch._utils", "_rebuild_parameter"), ("torch._utils", "_rebuild_parameter_with_state")]
+                     + [("torch", name) for name in STORAGE_TYPES])
+# A state dict's pickle costs about 100 to 300 bytes and 30 to 60 opcodes a
+# tensor: MAX_BLOBS tensors fit in a few MiB and a few hundred thousand
+# opcodes. Each opcode can make one object of up to ~100 bytes (an empty
+# dict), so these bound what unpickling can build, and its time (walking
+# the opcodes costs about 1 us each).
+MAX_PICKLE = 32 << 20
+MAX_OPCODES = 64 * MAX_BLOBS
+# Records an archive holds besides its storages (data.pkl, version, byteorder ...).
+_MAX_OTHER_RECORDS = 64
+# How deep into a checkpoint's dicts the state dict is looked for, and how
+# many of their items at most are looked at.
+_MAX_DEPTH = 4
+_MAX_VISITS = 4 * MAX_BLOBS
+# Opcodes that make objects other than through find_class and REDUCE, or
+# read persistent ids as text: a state dict's pickle has none.
+_REFUSED_OPCODES = {"INST", "OBJ", "NEWOBJ", "NEWOBJ_EX", "EXT1", "EXT2", "EXT4", "PERSID", "NEXT_BUFFER",
+                    "READONLY_BUFFER"}
+# What to do instead, said whenever a file is not a state dict blobtool can read.
+SAVE_STATE_DICT = "save the weights as a state dict instead: torch.save(model.state_dict(), path)"
+_LOCAL_HEADER = b"PK\x03\x04"
+_LOCAL_HEADER_SIZE = 30
+# Everything zipfile raises on a damaged archive (a bad CRC, a broken deflate stream, a bad header ...).
+_ZIP_ERRORS = (zipfile.BadZipFile, zipfile.LargeZipFile, zlib.error, struct.error, EOFError, OSError, ValueError,
+               NotImplementedError, RuntimeError, KeyError, OverflowError, UnicodeDecodeError)
+
+
+def sniff(source) -> str:
+    """"pt" (the registry matched a zip naming "<archive>/data.pkl")."""
+    return "pt"
+
+
+@dataclass(frozen=True, slots=True)
+class _StorageType:
+    """A storage type a pickle names (torch.FloatStorage), as blobtool holds it: the name and element type."""
+
+    name: str
+    code: str
+
+    @property
+    def itemsize(self) -> int:
+        return 2 if self.code == "bf16" else np.dtype(self.code).itemsize
+
+
+@dataclass(frozen=True, slots=True)
+class _Storage:
+    """One storage record: its key, type, element count and zip entry."""
+
+    key: str
+    type: _StorageType
+    numel: int
+    info: zipfile.ZipInfo
+
+
+@dataclass(frozen=True, slots=True)
+class _Tensor:
+    """What _rebuild_tensor_v2 would make: a view of a storage (offset and strides in elements)."""
+
+    storage: _Storage
+    offset: int
+    shape: tuple
+    stride: tuple
+
+    @property
+    def contiguous(self) -> bool:
+        expected = 1
+        for size, step in zip(reversed(self.shape), reversed(self.stride)):
+            if size != 1 and step != expected:
+                return False
+            expected *= size
+        return True
+
+
+@dataclass(frozen=True)
+class _StoredType:
+    """What info shows as the stored type of a bfloat16 tensor (numpy has no bfloat16)."""
+
+    name: str
+    itemsize: int
+
+
+_BF16 = _StoredType("bfloat16", 2)
+
+
+# -- the archive ------------------------------------------------------------------------
+
+class _Archive:
+    """An opened checkpoint: its zip, the folder its records are in, its storages' records and byte order."""
+
+    def __init__(self, doc: Document):
+        self.path = doc.path
+        self.source = doc.source
+        found = directory(doc.source.buf)
+        if found is not None and found.entries > MAX_BLOBS + _MAX_OTHER_RECORDS:
+            raise FormatError(f"the zip directory lists {found.entries} entries, more than the {MAX_BLOBS} "
+                              "storages blobtool reads (its limit) and their records", path=self.path)
+        try:
+            self.zip = zipfile.ZipFile(BufferFile(doc.source.buf))
+            infos = self.zip.infolist()
+        except _ZIP_ERRORS as exc:
+            raise FormatError(f"not a readable zip file: {exc}", path=self.path) from exc
+        folders = sorted({i.filename[:-len("/data.pkl")] for i in infos
+                          if i.filename.endswith("/data.pkl") and i.filename.count("/") == 1})
+        if len(folders) != 1:
+            what = "no" if not folders else f"{len(folders)} ({', '.join(map(repr, folders[:4]))})"
+            raise FormatError(f"holds {what} PyTorch archives (<archive>/data.pkl); torch.save writes one",
+                              path=self.path)
+        self.folder = folders[0]
+        self.records = {i.filename: i for i in infos}
+        if len(self.records) != len(infos):
+            raise FormatError("the zip holds two entries of the same name", path=self.path)
+        self._refuse_torchscript()
+        self.order = self._byteorder()
+        data = f"{self.folder}/data/"
+        self.storages = {name[len(data):]: info for name, info in self.records.items() if name.startswith(data)}
+
+    def _refuse_torchscript(self) -> None:
+        folder = self.folder + "/"
+        if folder + "constants.pkl" in self.records or any(n.startswith(folder + "code/") for n in self.records):
+            raise FormatError("a TorchScript archive (torch.jit.save): its data.pkl rebuilds a scripted module "
+                              "with code from the file, which blobtool never runs; " + SAVE_STATE_DICT,
+                              path=self.path)
+
+    def _byteorder(self) -> str:
+        info = self.records.get(f"{self.folder}/byteorder")
+        if info is None:
+            return "<"
+        text = self.member_bytes(info, 16)
+        if text not in (b"little", b"big"):
+            raise FormatError(f"{info.filename} holds {text[:16]!r}; expected 'little' or 'big'",
+                              path=self.path, offset=info.header_offset)
+        return "<" if text == b"little" else ">"
+
+    def member_bytes(self, info: zipfile.ZipInfo, limit: int) -> bytes:
+        """A small record's bytes (data.pkl, byteorder), at most `limit` declared; its CRC checked."""
+        _check_method(info, self.path)
+        if info.file_size > limit:
+            raise FormatError(f"{info.filename} declares {info.file_size} bytes, more than the {limit} "
+                              "blobtool reads there", path=self.path, offset=info.header_offset)
+        try:
+            with self.zip.open(info) as stream:
+                data = stream.read(info.file_size + 1)
+        except _ZIP_ERRORS as exc:
+            raise FormatError(f"{info.filename} is unreadable: {exc}", path=self.path,
+                              offset=info.header_offset) from exc
+        if len(data) != info.file_size:
+            raise FormatError(f"{info.filename} holds {len(data)} bytes; its zip entry declares {info.file_size}",
+                              path=self.path, offset=info.header_offset)
+        return data
+
+    def storage_values(self, storage: _Storage) -> np.ndarray:
+        """A storage's elements, flat, in the file's byte order: a view of the file when stored, else inflated."""
+        info, dtype = storage.info, _element_dtype(storage.type, self.order)
+        if info.compress_type == zipfile.ZIP_STORED:
+            start = _data_start(self.source.buf, info, self.path)
+            return np.frombuffer(self.source.buf, dtype=dtype, count=storage.numel, offset=start)
+        out = np.empty(info.file_size, np.uint8)
+        try:
+            with self.zip.open(info) as stream:
+                done = stream.readinto(memoryview(out))
+                while done < info.file_size:
+                    got = stream.readinto(memoryview(out)[done:])
+                    if not got:
+                        raise EOFError(f"ends after {done} of {info.file_size} bytes")
+                    done += got
+                stream.read(1)  # the end of the entry: zipfile checks its CRC there
+        except _ZIP_ERRORS as exc:
+            raise FormatError(f"{info.filename} is unreadable: {exc}", path=self.path,
+                              offset=info.header_offset) from exc
+        return out.view(dtype)
+
+
+def _check_method(info: zipfile.ZipInfo, path) -> None:
+    """Refuse an entry neither stored nor deflated, or declaring more than its compressed bytes can hold."""
+    expansion = {zipfile.ZIP_STORED: 1, zipfile.ZIP_DEFLATED: DEFLATE_MAX_EXPANSION}.get(info.compress_type)
+    if expansion is None:
+        raise FormatError(f"{info.filename} uses zip compression method {info.compress_type}; torch.save "
+                          "stores its records", path=path, offset=info.header_offset)
+    if info.file_size > expansion * info.compress_size:
+        raise FormatError(f"{info.filename} declares {info.file_size} bytes, more than its {info.compress_size} "
+                          "stored bytes can hold", path=path, offset=info.header_offset)
+
+
+def _data_start(buf, info: zipfile.ZipInfo, path) -> int:
+    """Where a stored entry's bytes begin: after its local header, whose name and extra field lengths it gives."""
+    at = info.header_offset
+    head = bytes(buf[at:at + _LOCAL_HEADER_SIZE])
+    if len(head) < _LOCAL_HEADER_SIZE or head[:4] != _LOCAL_HEADER:
+        raise FormatError(f"{info.filename}: no zip local header at its offset", path=path, offset=at)
+    name_len, extra_len = struct.unpack_from("<HH", head, 26)
+    start = at + _LOCAL_HEADER_SIZE + name_len + extra_len
+    if start + info.file_size > len(buf):
+        raise FormatError(f"{info.filename}: {info.file_size} bytes declared from byte {start}, the file ends at "
+                          f"{len(buf)}", path=path, offset=at)
+    return start
+
+
+def _element_dtype(stype: _StorageType, order: str) -> np.dtype:
+    return np.dtype(order + ("u2" if stype.code == "bf16" else stype.code))
+
+
+# -- the pickle -------------------------------------------------------------------------
+
+class _StateDictUnpickler(pickle.Unpickler):
+    """Unpickles data.pkl reaching nothing outside it but blobtool's own rebuilds and the storages' records."""
+
+    def __init__(self, data: bytes, archive: _Archive):
+        super().__init__(io.BytesIO(data))
+        self.archive = archive
+        self.where = f"{archive.folder}/data.pkl"
+        self.loaded: dict = {}
+        self.tensors = 0
+        rebuilds = {"OrderedDict": collections.OrderedDict, "_rebuild_tensor_v2": self.rebuild_tensor,
+                    "_rebuild_parameter": self.rebuild_parameter,
+                    "_rebuild_parameter_with_state": self.rebuild_parameter}
+        self.allowed = {(module, name): rebuilds[name] if name in rebuilds else _StorageType(name, STORAGE_TYPES[name])
+                        for module, name in _GLOBALS}
+
+    def refuse(self, what: str) -> FormatError:
+        return FormatError(f"{self.where}: {what}", path=self.archive.path)
+
+    def find_class(self, module, name):
+        found = self.allowed.get((module, name))
+        if found is None:
+            raise _not_allowed(module, name, self.where, self.archive.path)
+        return found
+
+    def persistent_load(self, pid):
+        if not (isinstance(pid, tuple) and len(pid) == 5 and pid[0] == "storage"):
+            raise self.refuse(f"persistent id {_shown(pid)} is not ('storage', type, key, location, numel)")
+        _, stype, key, location, numel = pid
+        if not isinstance(stype, _StorageType) or not isinstance(key, str) or not isinstance(location, str) \
+                or type(numel) is not int or numel < 0:
+            raise self.refuse(f"persistent id {_shown(pid)} is not ('storage', type, key, location, numel)")
+        found = self.loaded.get((key, stype.name))
+        if found is not None:
+            return found
+        if len(self.loaded) >= MAX_BLOBS:
+            raise self.refuse(f"names more than {MAX_BLOBS} storages (blobtool's limit)")
+        info = self.archive.storages.get(key)
+        if info is None:
+            raise self.refuse(f"storage {key!r} has no record {self.archive.folder}/data/{key}")
+        _check_method(info, self.archive.path)
+        if info.file_size != numel * stype.itemsize:
+            raise self.refuse(f"storage {key!r} holds {numel} elements of {stype.name} ({numel * stype.itemsize} "
+                              f"bytes); its record {info.filename} holds {info.file_size}")
+        found = self.loaded[(key, stype.name)] = _Storage(key, stype, numel, info)
+        return found
+
+    def rebuild_tensor(self, *args):
+        if len(args) not in (6, 7):
+            raise self.refuse(f"_rebuild_tensor_v2 is given {len(args)} arguments; it takes 6 or 7")
+        storage, offset, shape, stride = args[:4]
+        if not isinstance(storage, _Storage):
+            raise self.refuse(f"a tensor's storage is {type(storage).__name__}, not a storage record")
+        if not (_ints(shape) and _ints(stride) and len(shape) == len(stride) and type(offset) is int
+                and offset >= 0):
+            raise self.refuse(f"a tensor of storage {storage.key!r} has offset {_shown(offset)}, size "
+                              f"{_shown(shape)} and stride {_shown(stride)}: expected non-negative integers, "
+                              "one stride per dimension")
+        if len(shape) > MAX_BLOB_AXES:
+            raise self.refuse(f"a tensor of storage {storage.key!r} has {len(shape)} dimensions; a blob holds at "
+                              f"most {MAX_BLOB_AXES}")
+        count = math.prod(shape)
+        last = offset + sum((size - 1) * step for size, step in zip(shape, stride)) if count else offset - 1
+        if last >= storage.numel:
+            raise self.refuse(f"a tensor of size {shape}, stride {stride} at offset {offset} reaches element "
+                              f"{last} of storage {storage.key!r}, which holds {storage.numel}")
+        self.tensors += 1
+        if self.tensors > MAX_BLOBS:
+            raise self.refuse(f"holds more than {MAX_BLOBS} tensors (blobtool's limit)")
+        return _Tensor(storage, offset, shape, stride)
+
+    def rebuild_parameter(self, data, *rest):
+        if not isinstance(data, _Tensor):
+            raise self.refuse(f"a Parameter wraps {type(data).__name__}, not a tensor")
+        return data
+
+
+def _not_allowed(module: str, name: str, where: str, path) -> FormatError:
+    return FormatError(f"{where}: names {module}.{name}, which a state dict does not hold; blobtool reads only "
+                       "tensors, their storages, dicts, lists and numbers, and never imports or runs what a "
+                       f"pickle names (a whole pickled model? {SAVE_STATE_DICT})", path=path)
+
+
+def _ints(values) -> bool:
+    return isinstance(values, tuple) and all(type(v) is int and v >= 0 for v in values)
+
+
+def _shown(value) -> str:
+    text = repr(value) if isinstance(value, (tuple, int, str, type(None))) else type(value).__name__
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _check_opcodes(data: bytes, where: str, path) -> None:
+    """Walk the pickle's opcodes once: refuse too many, and those a state dict's pickle never uses."""
+    try:
+        with warnings.catch_warnings():
+            # A text string with a bad escape is a DeprecationWarning of the
+            # decoder's: here, a damaged pickle, said in the one error line.
+            warnings.simplefilter("error")
+            _walk_opcodes(data, where, path)
+    except BlobToolError:
+        raise
+    except (ValueError, struct.error, UnicodeDecodeError, TypeError, Warning) as exc:
+        raise FormatError(f"{where} is not a readable pickle: {exc}", path=path) from exc
+
+
+def _walk_opcodes(data: bytes, where: str, path) -> None:
+    for count, (opcode, arg, pos) in enumerate(pickletools.genops(data), 1):
+        if count > MAX_OPCODES:
+            raise FormatError(f"{where} holds more than {MAX_OPCODES} pickle opcodes, more than "
+                              f"{MAX_BLOBS} tensors need (blobtool's limit)", path=path)
+        if opcode.name == "GLOBAL":  # "module name": refused here, before any opcode that would use it
+            module, _, name = str(arg).partition(" ")
+            if (module, name) not in _GLOBALS:
+                raise _not_allowed(module, name, where, path)
+        if opcode.name in _REFUSED_OPCODES:
+            raise FormatError(f"{where} uses the pickle opcode {opcode.name} at byte {pos}, which builds "
+                              "objects a state dict does not hold; blobtool never runs it", path=path)
+        if opcode.name == "STOP":
+            return
+    raise FormatError(f"{where} is not a readable pickle: it ends without STOP", path=path)
+
+
+def _unpickle(archive: _Archive):
+    where = f"{archive.folder}/data.pkl"
+    data = archive.member_bytes(archive.records[where], MAX_PICKLE)
+    _check_opcodes(data, where, archive.path)
+    unpickler = _StateDictUnpickler(data, archive)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            return unpickler.load()
+    except BlobToolError:
+        raise
+    # The unpickler raises a dozen kinds of error on damaged bytes (its own,
+    # a wrong type handed to an opcode, a bad memo index, a bad UTF-8 string):
+    # each is this file's fault, and is said as such.
+    except Exception as exc:  # noqa: BLE001
+        raise FormatError(f"{where} is not a readable pickle: {type(exc).__name__}: {exc}",
+                          path=archive.path) from exc
+
+
+# -- the state dict ---------------------------------------------------------------------
+
+def _is_state_dict(value) -> bool:
+    return (isinstance(value, dict) and bool(value)
+            and all(isinstance(k, str) and isinstance(v, _Tensor) for k, v in value.items()))
+
+
+def _index(keys: tuple) -> str:
+    return "".join(f"[{k!r}]" for k in keys)
+
+
+def _state_dict(obj, path) -> tuple:
+    """(the keys leading to it, () at the top; the dict of tensors by name)."""
+    if isinstance(obj, _Tensor):
+        return (), {"0": obj}
+    if _is_state_dict(obj):
+        return (), obj
+    found, queue, visits = [], [((), obj)], 0
+    while queue and visits < _MAX_VISITS:
+        keys, node = queue.pop(0)
+        if not isinstance(node, dict):
+            continue
+        for key, value in node.items():
+            visits += 1
+            if visits > _MAX_VISITS:
+                break
+            if _is_state_dict(value):
+                found.append(keys + (key,))
+            elif isinstance(value, dict) and len(keys) + 1 < _MAX_DEPTH:
+                queue.append((keys + (key,), value))
+    if len(found) == 1:
+        value = obj
+        for key in found[0]:
+            value = value[key]
+        return found[0], value
+    if found:
+        shown = ", ".join(_index(keys) for keys in found[:8]) + (" ..." if len(found) > 8 else "")
+        raise FormatError(f"holds {len(found)} state dicts (dicts of tensors by name): {shown}; blobtool reads "
+                          f"one: save the one to read alone, e.g. torch.save(checkpoint{_index(found[0])}, path)",
+                          path=path)
+    if isinstance(obj, dict):
+        held = ", ".join(sorted({type(v).__name__.replace("_Tensor", "tensor") for v in obj.values()}))
+        what = f"a dict of {held[:80] or 'nothing'}"
+    else:
+        what = "a " + type(obj).__name__
+    raise FormatError(f"holds no state dict (a dict of tensors by name) but {what}; {SAVE_STATE_DICT}", path=path)
+
+
+def read(doc: Document, cast=None) -> None:
+    """Read a checkpoint's state dict: an Entry per tensor, its Blob viewing the storage when first used.
+
+    `cast` does not apply: every type read here has a blob type holding it exactly.
+    """
+    archive = _Archive(doc)
+    obj = _unpickle(archive)
+    keys, tensors = _state_dict(obj, doc.path)
+    if keys:
+        others = [repr(k) for k in obj if k != keys[0]]
+        also = f" (the file also holds {', '.join(others[:6])}{' ...' if len(others) > 6 else ''})" if others else ""
+        doc.notes.append(f"reading the state dict checkpoint{_index(keys)}{also}")
+        doc.meta["state_dict"] = _index(keys)
+    for name, tensor in tensors.items():
+        code = tensor.storage.type.code
+        dtype = _BF16 if code == "bf16" else np.dtype(code)
+        doc.entries.append(Entry(name, tensor.shape, "shape", dtype, False,
+                                 build=functools.partial(_build_blob, archive, name, tensor)))
+
+
+def _build_blob(archive: _Archive, name: str, tensor: _Tensor) -> Blob:
+    """A tensor's Blob: float32/float64 in native order viewing the file; other types converted exactly."""
+    storage = archive.storage_values(tensor.storage)
+    count = math.prod(tensor.shape)
+    if tensor.contiguous:
+        raw = storage[tensor.offset:tensor.offset + count]
+    else:
+        item = storage.dtype.itemsize
+        strided = np.lib.stride_tricks.as_strided(storage[tensor.offset:], shape=tensor.shape,
+                                                  strides=tuple(s * item for s in tensor.stride), writeable=False)
+        raw = np.ascontiguousarray(strided).reshape(-1)
+    values, stored = _held(raw, tensor.storage.type.code, name, archive.path)
+    blob = Blob(dtype=values.dtype)
+    try:
+        blob.fill_from(tensor.shape, values, None, adopt=True)
+    except BlobToolError as exc:
+        raise exc.with_path(archive.path) from exc
+    blob.origin = Origin("shape", stored, False)
+    return blob
+
+
+# int64 values past this are not all float64 values.
+_EXACT_INTEGER = 1 << 53
+
+
+def _held(raw: np.ndarray, code: str, name: str, path) -> tuple:
+    """(the values as the blob holds them, the type they are written back in)."""
+    if code in ("f4", "f8"):
+        native = raw.dtype.newbyteorder("=")
+        return (raw if raw.dtype == native else raw.astype(native)), native
+    if code == "f2":
+        return raw.astype(np.float32), np.dtype(np.float16)
+    if code == "bf16":  # the high half of a float32: widening is exact
+        return (raw.astype(np.uint32) << 16).view(np.float32), np.dtype(np.float32)
+    if code == "i8" and raw.size and (int(raw.max()) >= _EXACT_INTEGER or int(raw.min()) <= -_EXACT_INTEGER):
+        raise FormatError(f"tensor {name!r} holds int64 values past 2**53, which a blob (float64) cannot hold "
+                          "exactly", path=path)
+    return raw.astype(np.float64), np.dtype(np.float64)

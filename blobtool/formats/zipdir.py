@@ -1,0 +1,111 @@
+"""A zip file's central directory, read from the bytes without zipfile: how many entries, and their names.
+
+What the registry needs to tell two formats that share the zip signature
+apart (an .npz from PyTorch's zip checkpoint), and what a reader needs to
+refuse a forged directory of millions of entries before zipfile builds an
+object for each.
+
+The end of central directory record (signature PK\\5\\6, 22 bytes plus a
+comment of at most 65535 bytes) is the last thing in the file; it gives the
+directory's entry count, size and offset. Where one of them does not fit its
+field (0xFFFF, 0xFFFFFFFF) a ZIP64 end record (PK\\6\\6) holds it, found
+through the ZIP64 locator (PK\\6\\7) in the 20 bytes before. Each directory
+entry (PK\\1\\2) is 46 bytes, then its name (length at +28), extra field
+(+30) and comment (+32).
+
+This module imports nothing but the standard library's struct: the registry
+calls it while sniffing.
+"""
+
+from __future__ import annotations
+
+import struct
+
+__all__ = ["Directory", "directory", "entry_names", "holds_member"]
+
+_END = b"PK\x05\x06"
+_END_SIZE = 22
+_MAX_COMMENT = 0xFFFF
+_ZIP64_LOCATOR = b"PK\x06\x07"
+_ZIP64_LOCATOR_SIZE = 20
+_ZIP64_END = b"PK\x06\x06"
+_ENTRY = b"PK\x01\x02"
+_ENTRY_SIZE = 46
+
+
+class Directory(tuple):
+    """(entries, offset, size) of a zip's central directory."""
+
+    __slots__ = ()
+
+    @property
+    def entries(self) -> int:
+        return self[0]
+
+    @property
+    def offset(self) -> int:
+        return self[1]
+
+    @property
+    def size(self) -> int:
+        return self[2]
+
+
+def directory(buf) -> Directory | None:
+    """The central directory `buf` (bytes, mmap) declares, or None when no end record is found or it lies outside."""
+    total = len(buf)
+    tail_start = max(0, total - _END_SIZE - _MAX_COMMENT)
+    tail = bytes(buf[tail_start:total])
+    at = tail.rfind(_END)
+    while at >= 0 and at + _END_SIZE > len(tail):
+        at = tail.rfind(_END, 0, at)
+    if at < 0:
+        return None
+    end = tail_start + at
+    entries, size, offset = struct.unpack_from("<10xHII", tail, at)
+    if entries == 0xFFFF or size == 0xFFFFFFFF or offset == 0xFFFFFFFF:
+        locator = end - _ZIP64_LOCATOR_SIZE
+        if locator < 0 or bytes(buf[locator:locator + 4]) != _ZIP64_LOCATOR:
+            return None
+        record = struct.unpack_from("<Q", bytes(buf[locator + 8:locator + 16]))[0]
+        head = bytes(buf[record:record + 56]) if record < total else b""
+        if len(head) < 56 or head[:4] != _ZIP64_END:
+            return None
+        entries, size, offset = struct.unpack_from("<QQQ", head, 32)
+    if offset + size > total:
+        return None
+    return Directory((entries, offset, size))
+
+
+def entry_names(buf, found: Directory, limit: int):
+    """The names (bytes) of the directory's entries in order, at most `limit`; stops at the first damaged entry."""
+    pos, stop = found.offset, found.offset + found.size
+    for _ in range(min(found.entries, limit)):
+        if pos + _ENTRY_SIZE > stop:
+            return
+        head = bytes(buf[pos:pos + _ENTRY_SIZE])
+        if head[:4] != _ENTRY:
+            return
+        name_len, extra_len, comment_len = struct.unpack_from("<HHH", head, 28)
+        name_end = pos + _ENTRY_SIZE + name_len
+        if name_end > stop:
+            return
+        yield bytes(buf[pos + _ENTRY_SIZE:name_end])
+        pos = name_end + extra_len + comment_len
+
+
+def holds_member(buf, suffix: bytes, limit: int) -> bool:
+    """Whether one of the first `limit` entries of the zip in `buf` is named "<folder>/<suffix>" (one folder deep).
+
+    The directory's bytes are searched for `suffix` first (no copy where
+    `buf` can search itself: bytes, mmap), so a zip without it costs no walk
+    of its entries.
+    """
+    found = directory(buf)
+    if found is None:
+        return False
+    search = getattr(buf, "find", None)
+    if search is not None and search(suffix, found.offset, found.offset + found.size) < 0:
+        return False
+    tail = b"/" + suffix
+    return any(name.endswith(tail) and name.count(b"/") == 1 for name in entry_names(buf, found, limit))

@@ -1,0 +1,129 @@
+"""A folded net's definition: the net's own, or another one of the same net (a deploy.prototxt), with the folds applied.
+
+A definition (formats/caffe/netdef.py) is each layer's full LayerParameter
+without blobs. Folding changes it as it changes the net: the BatchNorm and
+Scale layers folded leave it, each folded layer writes the top of the last
+layer it took in, and its bias_term is true where the fold created a bias.
+
+Caffe loads weights into the net a definition builds, by layer name, so a
+deploy definition must change as the weights did. Another definition is
+folded by the plan made on the net's weights (foldplan.py), layer by name,
+and only where it wires those layers as the net does: the layer before
+each folded BatchNorm writes its input and nothing else reads it, the
+BatchNorm's output feeds that Scale only (or no Scale, where it folded
+alone), and the new top clashes with nothing between. Otherwise the
+definition is refused (UsageError) naming the layer: folded weights loaded
+into a net wired otherwise would compute something else.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from ..errors import UsageError
+from ..formats import Document, unique_names
+from .foldplan import FoldPlan, blob_versions, rename_why_not
+
+__all__ = ["folded_definition", "definition_text"]
+
+# The parameter message of each foldable type, by its name in LayerParameter.
+_PARAM_NAME = {"Convolution": "convolution_param", "Deconvolution": "convolution_param",
+               "InnerProduct": "inner_product_param"}
+
+
+def folded_definition(doc: Document, plan: FoldPlan, other: Document | None = None):
+    """The folded definition (a NetParameter without blobs) of `doc`, or of `other`, by the plan made on `doc`."""
+    from ..formats.caffe.netdef import definition
+
+    source = other if other is not None else doc
+    whole = definition(source)
+    messages = [layer.message for layer in whole.layers]
+    names = _names(doc, other)
+    if other is not None:
+        _check_wiring(source.path, doc.path, plan, messages, names)
+    net = type(whole.net)()
+    net.CopyFrom(whole.net)
+    del net.layer[:]
+    by_name = dict(zip(names, messages))
+    folds = {f.target.name: f for f in plan.folds}
+    removed = plan.removed
+    for name, message in zip(names, messages):
+        if name in removed:
+            continue
+        layer = net.layer.add()
+        layer.CopyFrom(message)
+        fold = folds.get(name)
+        if fold is None:
+            continue
+        last = by_name[(fold.scale or fold.batchnorm).name]
+        del layer.top[:]
+        layer.top.append(last.top[0])
+        if fold.bias is None:
+            getattr(layer, _PARAM_NAME[fold.kind]).bias_term = True
+    return net
+
+
+def _names(doc: Document, other: Document | None) -> list:
+    """The layer names of the definition folded, as the plan names layers (unique_names: duplicates told apart)."""
+    if other is None:
+        return [layer.name for layer in doc.layers]
+    from ..formats.caffe.containers import text
+    from ..formats.caffe.netdef import definition
+
+    return unique_names([text(layer.message.name) for layer in definition(other).layers])
+
+
+def _check_wiring(path: str, net_path: str, plan: FoldPlan, messages: list, names: list) -> None:
+    """Refuse (UsageError) a definition that lacks a folded layer or wires one otherwise than the net."""
+    index = {name: i for i, name in enumerate(names)}
+    links = [(tuple(m.bottom), tuple(m.top)) for m in messages]
+    inputs, readers = blob_versions(links)
+    for fold in plan.folds:
+        why = _why_different(fold, index, messages, links, inputs, readers, names)
+        if why:
+            raise UsageError(f"{why}, where {net_path} folds {fold.batchnorm.name} into {fold.target.name}: "
+                             "folded weights would compute something else in this definition", path=path)
+
+
+def _why_different(fold, index, messages, links, inputs, readers, names) -> str | None:
+    wanted = [(fold.target.name, fold.kind), (fold.batchnorm.name, "BatchNorm")]
+    if fold.scale is not None:
+        wanted.append((fold.scale.name, "Scale"))
+    for name, kind in wanted:
+        if name not in index:
+            return f"it has no layer {name}"
+        if messages[index[name]].type != kind:
+            return f"its layer {name} is a {messages[index[name]].type or 'layer without a type'}, not a {kind}"
+    p, i = index[fold.target.name], index[fold.batchnorm.name]
+    if len(links[i][0]) != 1 or len(links[i][1]) != 1 or len(links[p][1]) != 1:
+        return f"its {names[i]} or {names[p]} has another number of bottoms or tops"
+    source = inputs[i][0]
+    if source is None or source[0] != p or readers[source] != [i]:
+        return f"its {names[i]} does not read {names[p]}'s output alone"
+    after = readers.get((i, 0), [])
+    scales = [r for r in after if messages[r].type == "Scale"]
+    if fold.scale is None:
+        if scales:
+            return f"its {names[i]} feeds the Scale {names[scales[0]]}"
+        last = i
+    else:
+        s = index[fold.scale.name]
+        if after != [s] or len(links[s][0]) != 1 or len(links[s][1]) != 1:
+            return f"its {names[i]}'s output does not feed {names[s]} alone"
+        last = s
+    return rename_why_not(links, names, p, last, i, links[last][1][0])
+
+
+def definition_text(doc: Document, plan: FoldPlan, warnings: list, other: Document | None = None) -> bytes:
+    """The folded definition in protobuf's text format (UTF-8); fields text cannot carry are warned about."""
+    from google.protobuf import text_format  # protobuf loads only where a definition is written
+
+    from ..formats.caffe.netdef import definition
+
+    source = other if other is not None else doc
+    net = folded_definition(doc, plan, other)
+    whole = definition(source)
+    kept = [d for name, d in zip(_names(doc, other), whole.layers) if name not in plan.removed]
+    lines = dataclasses.replace(whole, layers=kept).lost_lines(source.path)
+    warnings += [f"{line}; left out of the text" for line in lines]
+    return text_format.MessageToString(net, as_utf8=True).encode("utf-8")
