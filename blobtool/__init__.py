@@ -20,6 +20,7 @@ _EXPORTS = {
     "load": "api",
     "load_all": "api",
     "save": "api",
+    "state_dict": "api",
     "write": "api",
     "net_definition": "api",
     "open_document": "formats",
@@ -29,7 +30,7 @@ _EXPORTS = {
 }
 
 __all__ = ["Blob", "BlobToolError", "ExitCode", "SyncedHead", "SyncedMemory", "load", "load_all", "net_definition",
-           "open_document", "save", "select", "write", "__version__"]
+           "open_document", "save", "select", "state_dict", "write", "__version__"]
 
 
 # Modules a script reaches as blobtool.NAME (from blobtool import work) without importing them first.

@@ -1,4 +1,4 @@
-"""The library's entry points: load, load_all, save, write, and open_document.
+"""The library's entry points: load, load_all, state_dict, save, write, and open_document.
 
 Everything the command line does to files, a Python user can do here in one
 call: read any kind of file (the kind sniffed from its bytes), and write a
@@ -20,7 +20,8 @@ from .formats.origin import Precision
 from .formats.targets import output_target
 from .files import releasing, writes_in_place
 
-__all__ = ["load", "load_all", "save", "write", "open_document", "net_definition", "resolve_precision"]
+__all__ = ["load", "load_all", "state_dict", "save", "write", "open_document", "net_definition",
+           "resolve_precision"]
 
 
 def load(src) -> Blob:
@@ -47,6 +48,40 @@ def load_all(src, kind: str | None = None) -> dict:
     """Every blob of any kind of file, as an ordered {name: Blob} dict (names as in blobtool.formats)."""
     doc = open_document(src, kind)
     return {e.name: e.blob() for e in doc.entries}
+
+
+def state_dict(src, names: str = "torch", *, kind: str | None = None, warn=None) -> dict:
+    """Every blob of a file as {name: numpy array}, named as PyTorch names them (default) or as blobtool does.
+
+    With names="torch" a .caffemodel's blobs are renamed by layer type as
+    ``convert --names torch`` names them (formats/naming.py: BatchNorm
+    statistics divided by their factor, a Scale after a BatchNorm under the
+    BatchNorm's name, ...), so that ``model.load_state_dict({k:
+    torch.from_numpy(v) for k, v in blobtool.state_dict(path).items()})`` is
+    one line; a file without layers (.safetensors, .npz) keeps the names it
+    holds. The arrays are copies, writable, float32 or float64 (a float16
+    blob comes as float32); diffs are not included. The rename's warnings
+    (layer types without a rule) go to `warn(line)` (default: warnings.warn).
+    """
+    if names not in ("torch", "blobtool"):
+        raise UsageError(f"unknown naming scheme {names!r}; expected torch or blobtool")
+    with open_document(src, kind) as doc:
+        entries = doc.entries
+        if names == "torch" and doc.kind == "net":
+            from .formats.naming import torch_names
+
+            renamed = torch_names(doc)
+            _say(renamed.warnings, warn)
+            entries = renamed.document.entries
+        return {e.name: e.blob().cpu_data().reshape(e.shape).copy() for e in entries}
+
+
+def _say(lines, warn) -> None:
+    for line in lines:
+        if warn is not None:
+            warn(line)
+        else:
+            warnings.warn(line, stacklevel=3)
 
 
 def save(blob: Blob, dest, *, double: bool | None = None, write_diff: bool | None = None,
@@ -82,7 +117,9 @@ def save(blob: Blob, dest, *, double: bool | None = None, write_diff: bool | Non
 
 def write(doc: Document | None, blobs, dest, *, format: str | None = None, precision: str | None = None,
           layout: str | None = None, write_diff: bool | None = None, transforms: dict | None = None,
-          release: bool = False, half_strict: bool = False, warn=None, strict: bool = False) -> str:
+          release: bool = False, half_strict: bool = False, warn=None, strict: bool = False, into=None,
+          names: str = "blobtool", partial: bool = False, reshape: bool = False, fold: bool = True,
+          net=None) -> str:
     """Write blobs to `dest` (a path, "-" or a binary file object) in any format blobtool writes.
 
     Parameters
@@ -120,8 +157,26 @@ def write(doc: Document | None, blobs, dest, *, format: str | None = None, preci
         Only for blobs that are not used afterwards: a page changed in
         memory (scale_data on the host) reads back as the file's bytes.
 
+    into : a template net (a path, or a Document from open_document): the
+        values of `blobs` (or of every blob of `doc`; {name: Blob or numpy
+        array}) are written into its blobs, matched by name (`names`:
+        "blobtool" or "torch", PyTorch's names as convert --names torch
+        writes them), and the template is written with them: every other
+        byte of a .caffemodel kept (surgery/into.py). Strict: FitError (exit
+        3) lists the template blobs without a value, the values no blob
+        takes and those of another shape; `partial` keeps the template's
+        values instead (the lists go to `warn`), `reshape` writes a value of
+        equal count in the template's shape; `fold` False reads PyTorch names
+        written with --no-fold; `net` (a Document) gives the layer types of
+        a template without them (an HDF5 snapshot), as --net does.
+        `precision` None keeps the template's stored types.
+
     Returns the kind written. Paths are written atomically.
     """
+    if into is not None:
+        return _write_into(doc, blobs, dest, into, names=names, partial=partial, reshape=reshape, fold=fold,
+                           net=net, format=format, precision=precision, layout=layout, release=release,
+                           half_strict=half_strict, warn=warn)
     if doc is None and blobs is None:
         raise UsageError("write: nothing to write (no document and no blobs)")
     if doc is not None:
@@ -175,6 +230,61 @@ def resolve_precision(doc: Document | None, entries: list, blobs: list, precisio
     return _half_precisions(doc.path if doc is not None else None, entries, blobs, write_diff=write_diff,
                             transforms=transforms, strict=half_strict and precision == "half", warn=warn,
                             narrow=HALF if precision == "half" else BFLOAT16)
+
+
+def _write_into(doc, blobs, dest, into, *, names, partial, reshape, fold, net, precision, warn, **options) -> str:
+    """write(into=...): the values fitted into the template's blobs (surgery.into.fit), then the template written."""
+    from .surgery.into import fit
+
+    if blobs is None:
+        if doc is None:
+            raise UsageError("write: nothing to write into the template (no document and no blobs)")
+        if names == "torch" and doc.kind == "net" and doc.naming == "blobtool":
+            from .formats.naming import torch_names
+
+            renamed = torch_names(doc, fold=fold)
+            _say(renamed.warnings, warn)
+            doc = renamed.document
+        blobs = {e.name: e for e in doc.entries}   # read when fitted; buffers Caffe has no blob for never are
+    source = doc.path if doc is not None else "the values"
+    template = into if isinstance(into, Document) else open_document(into)
+    if template.format == "prototxt":
+        return _write_into_definition(template, blobs, dest, names=names, partial=partial, reshape=reshape,
+                                      fold=fold, precision=precision, warn=warn, source=source, **options)
+    fitted = fit(template, blobs, names=names, partial=partial, reshape=reshape, precision=precision, source=source,
+                 fold=fold, net=net)
+    _say(fitted.notes, warn)
+    if precision is None and fitted.precision:
+        precision = fitted.precision
+    blobs = fitted.blobs
+    if output_target(dest, options.get("format"), template)[1] != template.kind:
+        # Not the template's own kind (an .npz, a .safetensors): its blobs kept are written too, as stored.
+        blobs = {e.name: blobs[e.name] if e.name in blobs else e.blob() for e in template.entries}
+    return write(template, blobs, dest, precision=precision, warn=warn, **options)
+
+
+def _write_into_definition(definition, blobs, dest, *, names, partial, reshape, fold, precision, warn, source,
+                           **options) -> str:
+    """write(into=a .prototxt): the blobs made from the definition and the values, written as a net."""
+    from .surgery.blueprint import net_with_blobs, template_from_definition
+    from .surgery.into import fit
+
+    if partial:
+        raise UsageError("--partial keeps a template's values, and a .prototxt holds none: every blob needs a value",
+                         path=definition.path)
+    notes: list = []
+    template = template_from_definition(definition, blobs, names, fold, precision, notes)
+    _say(notes, warn)
+    fitted = fit(template, blobs, names=names, reshape=reshape, precision=precision, source=source, fold=fold)
+    _say(fitted.notes, warn)
+    fmt, kind = output_target(dest, options.get("format"), template)
+    if fmt.name == "caffe" and kind == "net":
+        net_with_blobs(template, fitted.blobs, dest, precision=precision, layout=options.get("layout"))
+        return kind
+    if fmt.name == "prototxt":
+        raise UsageError("a .prototxt output holds no blobs: write the values into the definition as a "
+                         ".caffemodel (or .h5, .npz, .safetensors)", path=definition.path)
+    return write(template, fitted.blobs, dest, precision=precision, warn=warn, **options)
 
 
 def _write_definition(doc: Document, dest, fmt, *, precision, layout, strict: bool, warn) -> None:

@@ -22,6 +22,7 @@ __all__ = [
     "UsageError",
     "DeviceError",
     "OutputError",
+    "FitError",
     "Stopped", "require_bytes", "truncated", "env_count",
     "format_location",
 ]
@@ -111,6 +112,29 @@ class FormatError(BlobToolError):
     """The input is unreadable or is not what it claims to be (exit 3)."""
 
     exit_code = ExitCode.INPUT
+
+
+class FitError(FormatError):
+    """Values that do not fit a net (convert --into, write(into=...)): exit 3, with the three lists.
+
+    Attributes
+    ----------
+    missing : the template's blobs no value was given for (names as matched).
+    unexpected : the values given that no blob of the template takes.
+    mismatched : (name, shape given, shape the template takes) per value of another shape.
+    """
+
+    def __init__(self, message: str, *, path=None, missing=(), unexpected=(), mismatched=()):
+        super().__init__(message, path=path)
+        self.missing = list(missing)
+        self.unexpected = list(unexpected)
+        self.mismatched = list(mismatched)
+
+    def with_path(self, path) -> "FitError":
+        if self.path is not None or path is None:
+            return self
+        return FitError(self.reason, path=path, missing=self.missing, unexpected=self.unexpected,
+                        mismatched=self.mismatched)
 
 
 class UsageError(BlobToolError):

@@ -9,6 +9,7 @@ from .group import CONTEXT_SETTINGS
 from .names import check_names, names_options, renamed, say_summary, warn_all
 from .options import INPUT, blob_option, device_option, kind_option, output_options, output_target
 from .output import progress
+from .surgery import open_edited, surgery_options, write_into
 from .work import load_selected, use_device
 
 __all__ = ["scale", "update", "convert"]
@@ -255,8 +256,9 @@ def update(file, output, fmt, device, patterns, kind):
 @blob_option
 @kind_option
 @names_options
+@surgery_options
 def convert(file, output, fmt, precision, half_strict, layout, no_diff, device, strict, patterns, kind, names,
-            no_fold, net):
+            no_fold, net, template, partial, reshape, renames, drops):
     """Re-save blobs with Caffe's ToProto meaning: as the same kind, a blob file, .npy, .npz, .safetensors or HDF5.
 
     Keeps each blob's dtype, layout and diff unless told otherwise. -o x.prototxt
@@ -277,6 +279,12 @@ def convert(file, output, fmt, precision, half_strict, layout, no_diff, device, 
     host as the output is written), so convert refuses --device (exit 2) rather
     than copy blobs to a GPU and back for nothing.
 
+    --into TEMPLATE writes FILE's values (any format; --names torch: PyTorch's names)
+    into the net TEMPLATE, blob by blob, and writes TEMPLATE with them: strict by
+    default (exit 3 naming the missing, unexpected and mismatched blobs), --partial
+    keeps TEMPLATE's values where FILE has none. --rename OLD=NEW and --drop LAYER
+    edit the net written (FILE's, or TEMPLATE's with --into), every other byte kept.
+
     \b
     Example:
       blobtool convert --double mean.binaryproto -o mean64.pb
@@ -285,6 +293,8 @@ def convert(file, output, fmt, precision, half_strict, layout, no_diff, device, 
       blobtool convert --names torch net.caffemodel -o net.safetensors
       blobtool convert snapshot_iter_1000.caffemodel.h5 -o snapshot_iter_1000.caffemodel
       blobtool convert model.caffemodel -o model.prototxt    # the net's definition, without blobs
+      blobtool convert finetuned.safetensors --names torch --into net.caffemodel -o finetuned.caffemodel
+      blobtool convert net.caffemodel --rename fc8=fc8_new --drop loss -o surgery.caffemodel
     """
     from ..formats.numpy import cast_for
     from ..formats.targets import chosen_format
@@ -297,13 +307,26 @@ def convert(file, output, fmt, precision, half_strict, layout, no_diff, device, 
             raise click.UsageError(f"--half-strict writes float16; it cannot be combined with --{precision}")
         precision = "half"
     check_names(names, net)
+    if template is None and (partial or reshape):
+        raise click.UsageError(f"--{'partial' if partial else 'reshape'} goes with --into TEMPLATE")
     output = output_target(output)
+    if template is not None:
+        write_into(file, template, output, fmt, kind=kind, patterns=patterns, names=names, fold=not no_fold,
+                   partial=partial, reshape=reshape, precision=precision, layout=layout, half_strict=half_strict,
+                   renames=renames, drops=drops, net=net)
+        return
     if chosen_format(output, fmt) == "prototxt":
+        if renames or drops:
+            raise click.UsageError("--rename and --drop rewrite a net's .caffemodel (or .h5); write that first, "
+                                   "then convert it to .prototxt")
         _definition(file, output, kind, precision=precision, layout=layout, patterns=patterns, names=names,
                     strict=strict)
         return
     npy_cast = cast_for(precision)
-    doc, entries, blobs = load_selected(file, kind, patterns, npy_cast=npy_cast, to_write=True)
+    if renames or drops:
+        doc, entries, blobs = open_edited(file, kind, patterns, npy_cast, renames, drops)
+    else:
+        doc, entries, blobs = load_selected(file, kind, patterns, npy_cast=npy_cast, to_write=True)
     result = None
     if names != "blobtool":
         result = _renamed_for_export(doc, entries, names, no_fold, no_diff, net)

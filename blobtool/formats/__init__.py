@@ -404,6 +404,9 @@ class Document:
     definition: object = None  # a net's full definition (formats/caffe/netdef.py), parsed when first asked for
     parsed: object = None    # a text input's message as parsed (.prototxt)
     notes: list = field(default_factory=list)  # what the reader chose for the user to know (stderr, one line each)
+    # Byte edits a rewrite of its own protobuf container applies (layers renamed or
+    # dropped, surgery/rename.py): (enclosing fields, start, end, new bytes).
+    edits: list = field(default_factory=list)
 
     @property
     def size(self) -> int:

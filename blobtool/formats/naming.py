@@ -111,6 +111,11 @@ class Mapped:
     # "kept" (<layer>.<index>: no rule), "not written".
     kind: str = "renamed"
     type: str | None = None     # the layer's type, where it comes from another file (a --net) than the blob
+    # How the Caffe blob became the named tensor, for the way back (surgery/into.py):
+    # "view" (the same values, maybe reshaped), "transposed" (an InnerProduct
+    # stored (K, N)), "statistic" (a BatchNorm sum divided by the factor), or
+    # "factor" (the BatchNorm factor itself, written under no name).
+    made: str = "view"
 
 
 @dataclass
@@ -398,7 +403,7 @@ def _transposed_weight(doc: Document, entry: Entry, layer: str) -> _Row:
     renamed = Entry(name, shape, "shape", entry.dtype, False, layer=entry.layer, type=entry.type, build=make)
     done = (_reshaped(entry.shape, stored, "", "; ") + f"transposed {_fmt(stored)} -> {_fmt(shape)}: "
             "inner_product_param.transpose is true, Linear's weight is (out, in)")
-    return _Row(Mapped(entry, name, shape, done, layer, kind="transposed"), renamed)
+    return _Row(Mapped(entry, name, shape, done, layer, kind="transposed", made="transposed"), renamed)
 
 
 def _weight_shape(kind: str, shape: tuple) -> tuple:
@@ -471,9 +476,9 @@ def _batchnorm(doc: Document, layer: str, blobs: list, warnings: list) -> list:
         shape = (entry.count,)
         renamed = Entry(name, shape, "shape", entry.dtype, False, layer=entry.layer, type=entry.type, _blob=blob)
         rows.append(_Row(Mapped(entry, name, shape, done + _reshaped(entry.shape, shape, "; "), layer,
-                                kind="divided"), renamed))
+                                kind="divided", made="statistic"), renamed))
     rows.append(_Row(Mapped(blobs[2], None, None, "not written: the factor of running_mean and running_var",
-                            layer, kind="not written"), None))
+                            layer, kind="not written", made="factor"), None))
     for index, entry in enumerate(blobs[3:5]):
         # NVIDIA Caffe's BatchNorm with scale_bias: its own affine weight and bias.
         row = _view(entry, f"{layer}.{_PARAMS[index]}", (entry.count,), layer)

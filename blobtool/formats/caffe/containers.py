@@ -335,9 +335,15 @@ def _read_solverstate(doc: Document, buf) -> None:
 _READERS = {"blob": _read_blob, "vector": _read_vector, "net": _read_net, "solverstate": _read_solverstate}
 
 
+class _Splice(tuple):
+    """A byte span of the input replaced by other bytes: (end, data); keyed in the tree by where it starts."""
+
+
 def container_parts(doc: Document, replacements: dict) -> list:
     """The pieces of `doc` with the blobs in `replacements` ({entry name: parts}) re-encoded.
 
+    The document's `edits` ((enclosing fields, start, end, bytes): a layer
+    renamed or dropped, surgery/rename.py) replace those spans too.
     Everything else is memoryview slices of the input; enclosing messages get
     new length prefixes.
     """
@@ -350,6 +356,11 @@ def container_parts(doc: Document, replacements: dict) -> list:
         for f in chain[:-1]:
             node = node.setdefault(f.offset, (f, {}))[1]
         node[chain[-1].offset] = (chain[-1], parts)
+    for chain, start, end, data in doc.edits:
+        node = tree
+        for f in chain:
+            node = node.setdefault(f.offset, (f, {}))[1]
+        node[start] = (None, _Splice((end, data)))
     return _emit(buf, 0, doc.size, tree)
 
 
@@ -360,6 +371,11 @@ def _emit(buf, start: int, end: int, tree: dict) -> list:
         f, sub = tree[offset]
         if offset > pos:
             out.append(buf[pos:offset])
+        if isinstance(sub, _Splice):
+            if sub[1]:
+                out.append(sub[1])
+            pos = max(pos, sub[0])
+            continue
         tag_end = wire.read_varint(buf, f.offset, f.start)[1]
         content = sub if isinstance(sub, list) else _emit(buf, f.start, f.end, sub)
         out.append(bytes(buf[f.offset:tag_end]))

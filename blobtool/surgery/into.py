@@ -1,0 +1,311 @@
+"""Weights into a net: the values of one file written into the blobs of another (convert --into).
+
+The template (a .caffemodel, V1 or V2 layers, or Caffe's HDF5 snapshot of a
+net) gives the structure: each blob's name, shape and stored type, and for a
+protobuf net every other byte of the file (a .prototxt, which holds no blobs,
+is made into such a template first: surgery/blueprint.py). The values come from any file
+blobtool reads (or a {name: array} dict), matched by name:
+
+- blobtool's names (``conv1/0``): a value takes the template blob of its name.
+- PyTorch's names (``names="torch"``): the export of formats/naming.py run
+  backwards from the same rows (``torch_names(template).rows``), so that what
+  ``convert --names torch`` wrote comes back where it came from. A row that
+  is a view (a weight, a bias, a Scale folded into its BatchNorm's names, a
+  PReLU slope) takes the value as it is, in the template blob's own shape
+  (an InnerProduct weight (N, K) goes back into a legacy (1, 1, N, K)); a
+  transposed InnerProduct (``transpose: true``) takes Linear's (N, K)
+  transposed back to (K, N); a BatchNorm's ``running_mean`` and
+  ``running_var`` are written as blobs 0 and 1 with the factor, blob 2,
+  set to 1 (the statistics are the sums divided by the factor, so factor 1
+  gives Caffe the same mean and variance); ``num_batches_tracked`` of a
+  BatchNorm, which Caffe has no blob for, is ignored and said so.
+
+A value fits a blob when its shape is the one the scheme gives, or equals it
+by Caffe's legacy rule (shapes of at most 4 axes padded with leading 1s, as
+Blob::ShapeEquals compares them). Matching is strict, as PyTorch's
+load_state_dict: a template blob without a value (missing), a value no blob
+takes (unexpected), or a value of another shape (mismatched) is a FitError
+(exit 3) naming the three lists. With `partial` the blobs without a fitting
+value keep the template's values (Caffe's CopyTrainedLayersFrom) and the
+lists are said instead; a value of equal count but another shape is written
+in the template's shape only with `reshape` (Caffe's net surgery example
+turns fc6's (4096, 9216) into a (4096, 256, 6, 6) convolution). A fit that
+would take no value at all is refused even with `partial`: it would write the
+template unchanged.
+
+Each blob written keeps the template's stored type, layout, encoding and
+unknown fields (a float16 blob of NVIDIA Caffe stays float16), unless a
+precision is asked for; values that the template's type turns into Inf are
+counted and said, and a float16 blob whose values pass float16's range is
+written in float32 instead, with a line saying so (as --half does). Only the
+data is written: the template's diffs belong to other values and are left out
+(said when there were any).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..engine.blob import Blob, legacy_shapes_equal
+from ..errors import FitError, UsageError
+from ..formats.origin import held_dtype
+
+__all__ = ["Fit", "fit", "SHOWN"]
+
+# Names shown per list in a message; past this many, "and N more".
+SHOWN = 32
+
+# float16's largest finite value: a value past it is Inf in float16.
+_HALF_MAX = 65504.0
+
+
+@dataclass
+class Fit:
+    """What fit() made: the blobs to write into the template and what it says about them.
+
+    `blobs` maps template blob names to the Blobs to write (template order);
+    the template's other blobs are written as they are. `precision` gives the
+    blobs that cannot keep their stored type ({name: "float"}: a float16
+    blob holding values past float16's range). `missing`, `unexpected` and
+    `mismatched` ((name, shape given, shape taken)) are the three lists;
+    `kept` the template blobs written as they were; `notes` the lines to say.
+    """
+
+    blobs: dict
+    precision: dict = field(default_factory=dict)
+    missing: list = field(default_factory=list)
+    unexpected: list = field(default_factory=list)
+    mismatched: list = field(default_factory=list)
+    kept: list = field(default_factory=list)
+    notes: list = field(default_factory=list)
+
+
+@dataclass
+class _Slot:
+    """One template blob and the value that fills it: its name and shape in the scheme, and how it was made."""
+
+    entry: object              # the template's Entry
+    name: str | None           # the value's name (None: a BatchNorm factor, written as 1)
+    shape: tuple | None        # the shape the value comes in
+    made: str = "view"         # naming.Mapped.made: view, transposed, statistic, factor
+    layer: str | None = None
+    exported: object = None    # torch: the template's own value under that name (a statistic, divided)
+
+
+def fit(template, values: dict, *, names: str = "blobtool", partial: bool = False, reshape: bool = False,
+        precision: str | None = None, source: str = "the values", fold: bool = True, net=None) -> Fit:
+    """Fit `values` ({name: Blob, Entry or array}) into the blobs of `template` (an open net Document).
+
+    Parameters
+    ----------
+    names : "blobtool" (``conv1/0``) or "torch" (PyTorch's names, inverted
+        from formats/naming.py's export rows).
+    partial : keep the template's values where no value fits, instead of
+        raising FitError.
+    reshape : write a value of equal count but another shape in the
+        template's shape.
+    precision : the precision the output is written in (None: the template's
+        stored types); decides the type values are held in.
+    source : how messages name where the values came from.
+    fold : names="torch": whether the values name a Scale after a BatchNorm
+        by the BatchNorm (the export's default; False as --no-fold wrote them).
+    net : names="torch": the net (a Document) whose layer types name the
+        blobs of a template without types (an HDF5 snapshot), as --net does.
+
+    Raises FitError (exit 3) with the three lists, UsageError for a template
+    that is not a net or a scheme it cannot be named by.
+    """
+    if template.kind != "net":
+        raise UsageError(f"{template.path}: --into takes a net (.caffemodel, .caffemodel.h5, .prototxt) as the "
+                         f"template; this is a {template.kind} file")
+    notes: list = []
+    slots = _slots(template, names, notes, fold, net)
+    given = dict(values)
+    ignored = []
+    if names == "torch":
+        from ..formats.naming import TORCH_ONLY_BUFFERS
+
+        batchnorms = {slot.layer for slot in slots if slot.made == "factor"}
+        for key in list(given):
+            module, _, buffer = key.rpartition(".")
+            if buffer in TORCH_ONLY_BUFFERS and module in batchnorms:
+                ignored.append(key)
+                del given[key]
+    # Read only now, and not the buffers ignored: a value may be an Entry not read yet.
+    given = {name: _array(value) for name, value in given.items()}
+    result = Fit({})
+    written: dict = {}
+    used: set = set()
+    fed: dict = {}   # BatchNorm layer -> statistics given
+    reshaped = []
+    for slot in slots:
+        if slot.made == "factor":
+            continue
+        value = given.get(slot.name)
+        if value is None:
+            result.missing.append(slot.name)
+            result.kept.append(slot)
+            continue
+        used.add(slot.name)
+        if not _same_shape(value.shape, slot):
+            if reshape and value.size == slot.entry.count:
+                reshaped.append(f"{slot.name} {_fmt(value.shape)} -> {_fmt(slot.entry.shape)}")
+            else:
+                result.mismatched.append((slot.name, tuple(value.shape), slot.shape))
+                result.kept.append(slot)
+                continue
+        written[slot.entry.name] = _written(slot, value, precision, result, source)
+        if slot.made == "statistic":
+            fed[slot.layer] = fed.get(slot.layer, 0) + 1
+    for slot in slots:
+        if slot.made == "factor" and fed.get(slot.layer):
+            written[slot.entry.name] = _written(slot, np.ones(1), precision, result, source)
+    for slot in list(result.kept):
+        if slot.made == "statistic" and fed.get(slot.layer):
+            # Its BatchNorm's factor becomes 1: the template's own value is written divided by its factor.
+            written[slot.entry.name] = _written(slot, slot.exported.blob().cpu_data(), precision, result, source)
+    result.unexpected = [name for name in given if name not in used]
+    result.blobs = {e.name: written[e.name] for e in template.entries if e.name in written}
+    wrong = result.missing or result.unexpected or result.mismatched
+    if wrong and (not partial or not written):
+        raise _fit_error(template, source, result, partial, reshape)
+    if ignored:
+        notes.append(f"{source}: ignored {len(ignored)} num_batches_tracked buffer{'s' * (len(ignored) != 1)} "
+                     f"(Caffe's BatchNorm has no blob for them): {_some(ignored)}")
+    if reshaped:
+        notes.append(f"{source}: --reshape wrote {len(reshaped)} value{'s' * (len(reshaped) != 1)} in the "
+                     f"template's shape: {_some(reshaped)}")
+    stored = {e.name: e for e in template.entries}
+    diffs = [name for name in result.blobs if stored[name].has_diff]
+    if diffs:
+        notes.append(f"{template.path}: {len(diffs)} blob{'s' * (len(diffs) != 1)} written without the template's "
+                     f"diff (it belongs to the values replaced): {_some(diffs)}")
+    if partial and wrong:
+        notes += _partial_lines(template, source, result)
+    result.notes = notes + result.notes
+    return result
+
+
+def _slots(template, names: str, notes: list, fold: bool, net=None) -> list:
+    """The template's blobs in file order, each with the name and shape its value comes in."""
+    if names == "blobtool":
+        return [_Slot(e, e.name, tuple(e.shape), layer=e.layer) for e in template.entries]
+    if names != "torch":
+        raise UsageError(f"unknown naming scheme {names!r}; expected blobtool or torch")
+    from ..formats.naming import torch_names
+
+    named = torch_names(template, fold=fold, net=net)
+    notes += named.warnings
+    exported = {e.name: e for e in named.document.entries}
+    return [_Slot(row.entry, row.name, tuple(row.shape) if row.shape is not None else None, row.made,
+                  row.entry.layer, exported.get(row.name)) for row in named.rows]
+
+
+def _array(value) -> np.ndarray:
+    """A value as an array of its own shape: a Blob's data, an Entry's (read now), or anything numpy takes."""
+    if hasattr(value, "blob") and hasattr(value, "record"):   # a formats.Entry
+        value = value.blob()
+    if isinstance(value, Blob):
+        return value.cpu_data().reshape(value.shape)
+    return np.asarray(value)
+
+
+def _same_shape(shape, slot: _Slot) -> bool:
+    shape = tuple(shape)
+    return (shape == slot.shape or legacy_shapes_equal(shape, slot.shape)
+            or legacy_shapes_equal(shape, slot.entry.shape))
+
+
+def _written(slot: _Slot, value: np.ndarray, precision, result: Fit, source: str) -> Blob:
+    """The Blob to write into `slot`'s template blob: `value` in its shape and stored type, the data only."""
+    entry = slot.entry
+    origin = entry.blob_to_write().origin
+    stored = origin.dtype if origin is not None else entry.dtype
+    if precision == "double":
+        dtype = np.dtype(np.float64)
+    elif precision in ("float", "half"):
+        dtype = np.dtype(np.float32)
+    else:
+        dtype = held_dtype(stored)
+    values = np.asarray(value)
+    if slot.made == "transposed":
+        # Linear's (N, K) back to the (K, N) that inner_product_param.transpose stores.
+        values = values.reshape(slot.shape).T
+    values = np.ascontiguousarray(values).reshape(-1)
+    if values.dtype != dtype:
+        with np.errstate(over="ignore", invalid="ignore"):
+            cast = values.astype(dtype)
+        made = int(np.count_nonzero(np.isfinite(values) & ~np.isfinite(cast)))
+        if made:
+            result.notes.append(f"{source}: {slot.name}: {made} of {values.size} values became Inf written as "
+                                f"{dtype.name} (past its range) into {entry.name}")
+        values = cast
+    if precision is None and np.dtype(stored) == np.float16 and values.size:
+        finite = values[np.isfinite(values)]
+        if finite.size and float(np.max(np.abs(finite))) > _HALF_MAX:
+            result.precision[entry.name] = "float"
+            result.notes.append(f"{source}: {slot.name}: values past float16's range (65504): {entry.name} is "
+                                "written in float32, not the template's float16")
+    blob = Blob(entry.shape, dtype=dtype)
+    blob.set_cpu_data(values)
+    if origin is not None:
+        blob.origin = dataclasses.replace(origin, has_diff=False, diff_dtype=None)
+    return blob
+
+
+def _fit_error(template, source: str, result: Fit, partial: bool, reshape: bool) -> FitError:
+    parts = _lists(result)
+    if partial:
+        hint = ("no value fits any blob, so nothing would change (are the names blobtool's or PyTorch's? "
+                "--names chooses)")
+    elif template.format == "prototxt":
+        hint = "a .prototxt holds no values to keep: every blob needs one"
+    else:
+        hint = "--partial keeps the template's values for the blobs without one"
+        if any(_count(shape) == _count(taken) for _, shape, taken in result.mismatched) and not reshape:
+            hint += "; --reshape writes a value of equal count in the template's shape"
+    return FitError(f"does not fit {template.path}: {'; '.join(parts)}; {hint}", path=source,
+                    missing=result.missing, unexpected=result.unexpected, mismatched=result.mismatched)
+
+
+def _lists(result: Fit) -> list:
+    parts = []
+    if result.missing:
+        parts.append(f"missing {len(result.missing)} ({_some(result.missing)})")
+    if result.unexpected:
+        parts.append(f"unexpected {len(result.unexpected)} ({_some(result.unexpected)})")
+    if result.mismatched:
+        shown = [f"{name} {_fmt(shape)}, the template takes {_fmt(taken)}" for name, shape, taken in
+                 result.mismatched]
+        parts.append(f"mismatched {len(result.mismatched)} ({_some(shown)})")
+    return parts
+
+
+def _partial_lines(template, source: str, result: Fit) -> list:
+    lines = []
+    kept = [slot.entry.name for slot in result.kept if slot.entry.name not in result.blobs]
+    if kept:
+        why = [p for p in _lists(Fit({}, missing=result.missing, mismatched=result.mismatched)) if p]
+        lines.append(f"{template.path}: --partial kept the template's values of {len(kept)} "
+                     f"blob{'s' * (len(kept) != 1)}: {_some(kept)} ({'; '.join(why)})")
+    if result.unexpected:
+        lines.append(f"{source}: --partial left {len(result.unexpected)} value{'s' * (len(result.unexpected) != 1)} "
+                     f"unused: {_some(result.unexpected)}")
+    return lines
+
+
+def _count(shape) -> int:
+    return int(np.prod(shape)) if shape is not None else 0
+
+
+def _some(names: list) -> str:
+    shown = ", ".join(names[:SHOWN])
+    return shown + (f" and {len(names) - SHOWN} more" if len(names) > SHOWN else "")
+
+
+def _fmt(shape) -> str:
+    shape = tuple(shape) if shape is not None else ()
+    return "(" + ", ".join(map(str, shape)) + ("," if len(shape) == 1 else "") + ")"

@@ -1,0 +1,175 @@
+"""Layers renamed and dropped on a rewrite of a net (convert --rename OLD=NEW, --drop LAYER).
+
+A rename changes the layer's name, and so its blobs' names (``old/0`` becomes
+``new/0``); its tops and bottoms stay as they are (they name the data that
+flows, not the layer). A drop removes the layer, its blobs with it. Nothing
+else changes: in a protobuf net the name field is re-encoded and the enclosing
+messages get new length prefixes, every other byte is copied as it was (the
+edits travel with the Document, formats/caffe/containers.py applies them);
+a net read from Caffe's HDF5 snapshot is written from the new names.
+
+Where the name is: LayerParameter.name (1); V1LayerParameter.name (4), or the
+nested V0LayerParameter's name (1) for a V0 layer named only there. Every
+occurrence is rewritten (protobuf keeps the last); a layer without a name
+gets one, written at the end of its message.
+
+A dropped layer's consumers (the layers after it that read a top it wrote,
+until another layer writes that top) are left as they are, never rewired:
+dropped() lists them, so that the command says so.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from ..errors import FormatError, UsageError
+from ..formats import Document
+
+__all__ = ["edit_layers", "parse_renames", "dropped"]
+
+# Name fields: LayerParameter (100) and V1LayerParameter (2) by their field in
+# NetParameter; V0LayerParameter nested in V1's field 1.
+_NAME_FIELD = {100: 1, 2: 4}
+_V1_NESTED_V0 = 1
+_V0_NAME = 1
+
+
+def parse_renames(pairs) -> dict:
+    """{old: new} from OLD=NEW strings; UsageError for one without '=' or with an empty side, or a layer given twice."""
+    renames: dict = {}
+    for pair in pairs:
+        old, sep, new = pair.partition("=")
+        if not sep or not old or not new:
+            raise UsageError(f"--rename {pair!r}: expected OLD=NEW (a layer's name, '=', its new name)")
+        if old in renames:
+            raise UsageError(f"--rename: layer {old!r} is renamed twice ({renames[old]!r} and {new!r})")
+        renames[old] = new
+    return renames
+
+
+def edit_layers(doc: Document, renames: dict, drops) -> tuple[Document, list]:
+    """`doc` (a net) with layers renamed ({old: new}) and dropped: (the edited Document, lines to say).
+
+    The edited Document shares the input's bytes; its entries and layers carry
+    the new names and lack the dropped layers, and for a protobuf net its
+    `edits` make the rewrite. The lines name each dropped layer's consumers.
+    Raises FormatError for a layer the net does not hold (listing those it
+    does), UsageError for a new name another layer bears or a layer both
+    renamed and dropped.
+    """
+    if not renames and not drops:
+        return doc, []
+    if doc.kind != "net":
+        raise UsageError(f"{doc.path}: --rename and --drop change a net's layers; this is a {doc.kind} file")
+    drops = list(dict.fromkeys(drops))
+    names = [layer.name for layer in doc.layers]
+    for name in [*renames, *drops]:
+        if name not in names:
+            shown = ", ".join(names[:64]) + (f" and {len(names) - 64} more" if len(names) > 64 else "")
+            raise FormatError(f"no layer called {name!r} (--rename, --drop); layers: {shown or 'none'}",
+                              path=doc.path)
+    both = [name for name in drops if name in renames]
+    if both:
+        raise UsageError(f"layer {both[0]!r} is both renamed and dropped")
+    final = [renames.get(name, name) for name in names if name not in drops]
+    for old, new in renames.items():
+        if final.count(new) > 1:
+            raise UsageError(f"--rename {old}={new}: another layer is called {new!r}", path=doc.path)
+    edits = []
+    extra = {}
+    if doc.format == "prototxt":
+        extra = _edited_definition(doc, renames, drops)
+    elif doc.format == "caffe":
+        buf = memoryview(doc.source.buf)
+        for layer in doc.layers:
+            if layer.name in drops:
+                edits.append(((), layer.field.offset, layer.field.end, b""))
+            elif layer.name in renames:
+                edits += _name_edits(buf, doc.path, layer.field, renames[layer.name].encode())
+    # Only a protobuf net says which blobs its layers read (HDF5 holds names and blobs only).
+    lines = dropped(doc, drops) if drops and doc.format == "caffe" else []
+    layers = [dataclasses.replace(layer, name=renames.get(layer.name, layer.name))
+              for layer in doc.layers if layer.name not in drops]
+    entries = []
+    for entry in doc.entries:
+        if entry.layer in drops:
+            continue
+        if entry.layer in renames:
+            index = entry.name.rpartition("/")[2]
+            entry = dataclasses.replace(entry, name=f"{renames[entry.layer]}/{index}", layer=renames[entry.layer])
+        entries.append(entry)
+    edited = Document(doc.path, doc.kind, doc.source, entries=entries, meta=doc.meta, format=doc.format,
+                      layers=layers, naming=doc.naming, edits=[*doc.edits, *edits], **extra)
+    return edited, lines
+
+
+def _edited_definition(doc: Document, renames: dict, drops) -> dict:
+    """A definition read from text (.prototxt): its parsed NetParameter with the layers renamed and dropped."""
+    from ..formats.caffe.netdef import from_message
+
+    net = type(doc.parsed)()
+    net.CopyFrom(doc.parsed)
+    held = net.layer if len(net.layer) else net.layers
+    for index in reversed(range(len(doc.layers))):
+        name = doc.layers[index].name
+        if name in drops:
+            del held[index]
+        elif name in renames:
+            message = held[index]
+            if held is net.layers and not message.name and message.HasField("layer"):
+                message.layer.name = renames[name]   # a V0 layer named only inside
+            else:
+                message.name = renames[name]
+    return {"parsed": net, "definition": from_message(net, doc.path)}
+
+
+def _name_edits(buf, path, lf, name: bytes) -> list:
+    """The edits that give the layer in field `lf` the name `name`: each name field rewritten, or one added."""
+    from ..formats.caffe import wire
+
+    number = _NAME_FIELD[lf.number]
+    field = wire.len_field_header(number, len(name)) + name
+    fields = list(wire.iter_fields(buf, lf.start, lf.end, path=path))
+    own = [f for f in fields if f.number == number and f.wire_type == wire.LEN]
+    if own:
+        return [((lf,), f.offset, f.end, field) for f in own]
+    if lf.number == 2:
+        for v0 in (f for f in fields if f.number == _V1_NESTED_V0 and f.wire_type == wire.LEN):
+            nested = [f for f in wire.iter_fields(buf, v0.start, v0.end, path=path)
+                      if f.number == _V0_NAME and f.wire_type == wire.LEN]
+            if nested:
+                v0_field = wire.len_field_header(_V0_NAME, len(name)) + name
+                return [((lf, v0), f.offset, f.end, v0_field) for f in nested]
+    return [((lf,), lf.end, lf.end, field)]
+
+
+def dropped(doc: Document, drops) -> list:
+    """One line per dropped layer whose output later layers read: those layers, left as they are."""
+    from ..formats.caffe import layer_links
+
+    current: dict = {}        # blob name -> the layer whose output it holds now
+    readers: dict = {}        # dropped layer -> {layer reading its output: [tops read]}
+    in_place: dict = {}       # dropped layer -> its tops that were also its bottoms
+    for layer in doc.layers:
+        bottoms, tops = layer_links(doc, layer)
+        for bottom in dict.fromkeys(bottoms):
+            writer = current.get(bottom)
+            if writer in drops and writer != layer.name:
+                readers.setdefault(writer, {}).setdefault(layer.name, []).append(bottom)
+        if layer.name in drops:
+            in_place[layer.name] = [top for top in tops if top in bottoms]
+        for top in tops:
+            current[top] = layer.name
+    lines = []
+    for name in drops:
+        found = readers.get(name)
+        if not found:
+            continue
+        read = ", ".join(f"{reader} ({', '.join(tops)})" for reader, tops in found.items())
+        note = ""
+        if in_place.get(name):
+            note = (f"; {name} worked in place on {', '.join(in_place[name])}, so they now read that blob as "
+                    "the layer before it left it")
+        lines.append(f"{doc.path}: --drop {name}: {len(found)} layer{'s' * (len(found) != 1)} still read "
+                     f"its output, left as they are (not rewired): {read}{note}")
+    return lines
