@@ -407,3 +407,33 @@ def test_into_a_v1_definition(tmp_path):
     written = net_message(out)
     assert [len(layer.blobs) for layer in written.layers] == [2, 1] and not written.layer
     assert all(blobtool.load_all(out)[k].cpu_data().tobytes() == v.tobytes() for k, v in values.items())
+
+
+def test_a_wrapped_ports_prefix_is_found_or_stripped(tmp_path):
+    # A state dict saved from nn.DataParallel: every key under module., and PyTorch's buffers beside them.
+    import collections
+
+    from ptfiles import Tensor, write_pt
+
+    net = write_net(tmp_path / "net.caffemodel", "new", every_rule())
+    st = tmp_path / "export.safetensors"
+    ok("convert", "--names", "torch", net, "-o", st)
+    state = collections.OrderedDict()
+    for name, value in load_file(st).items():
+        state["module." + name] = Tensor(value)
+    state["module.bn1.num_batches_tracked"] = Tensor(np.array(7, np.int64))
+    port = write_pt(tmp_path / "port.pth", state)
+    found = tmp_path / "found.caffemodel"
+    result = invoke("convert", port, "--names", "torch", "--into", net, "-o", found)
+    assert result.exit_code == 0, result.stderr
+    assert "without the prefix 'module.'" in result.stderr and "--strip-prefix module." in result.stderr
+    assert found.read_bytes() == net.read_bytes()
+    asked = tmp_path / "asked.caffemodel"
+    result = invoke("convert", port, "--names", "torch", "--into", net, "-o", asked, "--strip-prefix", "module.")
+    assert result.exit_code == 0 and "names matched" not in result.stderr
+    assert asked.read_bytes() == net.read_bytes()
+    # Detection off: the names as they are fit nothing, and say so.
+    assert_error(invoke("convert", port, "--names", "torch", "--into", net, "-o", tmp_path / "x.caffemodel",
+                        "--strip-prefix", ""), 3, "module.conv1.weight", warnings=True)
+    result = invoke("convert", port, "-o", tmp_path / "y.npz", "--strip-prefix", "module.")
+    assert result.exit_code == 2 and "--strip-prefix goes with --into" in result.stderr

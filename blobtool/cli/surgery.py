@@ -10,6 +10,12 @@ __all__ = ["surgery_options", "open_edited", "write_into"]
 
 
 def surgery_options(f):
+    f = click.option("--add-prefix", metavar="P", default=None,
+                     help="With --into: put P before every name of FILE (after --strip-prefix) before matching.")(f)
+    f = click.option("--strip-prefix", metavar="P", default=None,
+                     help="With --into: take P off FILE's names that start with it (module. from nn.DataParallel) "
+                          "before matching them with TEMPLATE's. Without either option a prefix that makes the "
+                          "names match is found and said on stderr; --strip-prefix '' turns that off.")(f)
     f = click.option("--drop", "drops", multiple=True, metavar="LAYER",
                      help="Leave layer LAYER and its blobs out of the net written (of TEMPLATE with --into); "
                           "the layers reading its output are left as they are and named on stderr. "
@@ -50,7 +56,7 @@ def open_edited(path, kind, patterns, npy_cast, renames, drops):
 
 
 def write_into(file, template, output, fmt, *, kind, patterns, names, fold, partial, reshape, precision, layout,
-               half_strict, renames, drops, net=None) -> None:
+               half_strict, renames, drops, net=None, strip_prefix=None, add_prefix=None) -> None:
     """convert FILE --into TEMPLATE: FILE's selected values written into TEMPLATE (edited), by api.write.
 
     `net` (--net) gives the layer types of a template without them (an HDF5 snapshot).
@@ -72,6 +78,49 @@ def write_into(file, template, output, fmt, *, kind, patterns, names, fold, part
     # Entries, read when fitted: PyTorch's buffers Caffe has no blob for are named, never read.
     values = {e.name: e for e in entries}
     types = open_input(net) if net is not None else None
+    values = _prefixed(values, doc.path, target, names, fold, types, strip_prefix, add_prefix)
     with progress(target, "writing"):
         write(doc, values, output, format=fmt, precision=precision, layout=layout, half_strict=half_strict,
               warn=say_warning, into=target, names=names, partial=partial, reshape=reshape, fold=fold, net=types)
+
+
+def _prefixed(values: dict, path, target, names: str, fold: bool, types, strip, add) -> dict:
+    """FILE's values under the names --strip-prefix/--add-prefix make, or a prefix found that makes them match.
+
+    The names looked for are the template's (PyTorch's with --names torch);
+    a prefix found is said on stderr in one line, as compare says it.
+    """
+    from ..errors import BlobToolError
+    from ..formats.prefixes import Prefixes, detect
+    from .output import say_warning
+
+    change = Prefixes(strip, add)
+    if not change.asked:
+        try:
+            if names == "blobtool":
+                wanted = target.names()
+            else:
+                from ..formats.naming import TORCH_ONLY_BUFFERS, torch_names
+
+                found = torch_names(target, fold=fold, net=types)
+                wanted = [e.name for e in found.document.entries]
+                wanted += [f"{bn}.{buf}" for bn in found.batchnorms for buf in TORCH_ONLY_BUFFERS]
+        except BlobToolError:
+            return values  # the fit says what is wrong with the template
+        change, count = detect(wanted, list(values))
+        if change is None:
+            return values
+        say_warning(f"{path}: names matched {_how(change)} ({count} of {len(values)} then match the template's); "
+                    f"{change.options()} says so, --strip-prefix '' matches them as they are")
+    renamed = {}
+    for name, value in values.items():
+        new = change.apply(name)
+        if new in renamed:
+            raise click.UsageError(f"{change.options()} makes two of {path}'s names {new!r}")
+        renamed[new] = value
+    return renamed
+
+
+def _how(change) -> str:
+    return " and ".join(filter(None, [f"without the prefix {change.strip!r}" if change.strip else None,
+                                      f"with the prefix {change.add!r} added" if change.add else None]))

@@ -258,7 +258,7 @@ def update(file, output, fmt, device, patterns, kind):
 @names_options
 @surgery_options
 def convert(file, output, fmt, precision, half_strict, layout, no_diff, device, strict, patterns, kind, names,
-            no_fold, net, template, partial, reshape, renames, drops):
+            no_fold, net, template, partial, reshape, renames, drops, strip_prefix, add_prefix):
     """Re-save blobs with Caffe's ToProto meaning: as the same kind, a blob file, .npy, .npz, .safetensors or HDF5.
 
     Keeps each blob's dtype, layout and diff unless told otherwise. -o x.prototxt
@@ -307,13 +307,15 @@ def convert(file, output, fmt, precision, half_strict, layout, no_diff, device, 
             raise click.UsageError(f"--half-strict writes float16; it cannot be combined with --{precision}")
         precision = "half"
     check_names(names, net)
-    if template is None and (partial or reshape):
-        raise click.UsageError(f"--{'partial' if partial else 'reshape'} goes with --into TEMPLATE")
+    for given, option in ((partial, "--partial"), (reshape, "--reshape"), (strip_prefix is not None, "--strip-prefix"),
+                          (add_prefix is not None, "--add-prefix")):
+        if given and template is None:
+            raise click.UsageError(f"{option} goes with --into TEMPLATE")
     output = output_target(output)
     if template is not None:
         write_into(file, template, output, fmt, kind=kind, patterns=patterns, names=names, fold=not no_fold,
                    partial=partial, reshape=reshape, precision=precision, layout=layout, half_strict=half_strict,
-                   renames=renames, drops=drops, net=net)
+                   renames=renames, drops=drops, net=net, strip_prefix=strip_prefix, add_prefix=add_prefix)
         return
     if chosen_format(output, fmt) == "prototxt":
         if renames or drops:
