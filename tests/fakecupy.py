@@ -25,6 +25,8 @@ import weakref
 
 import numpy as np
 
+from modswap import modules_restored
+
 
 class FakeOutOfMemoryError(MemoryError):
     pass
@@ -212,12 +214,5 @@ def install(count: int = 1):
 
 @contextlib.contextmanager
 def installed(count: int = 1):
-    saved = {name: sys.modules.get(name) for name in ("cupy", "cupyx")}
-    try:
+    with modules_restored("cupy", "cupyx"):
         yield install(count)
-    finally:
-        for name, module in saved.items():
-            if module is None:
-                sys.modules.pop(name, None)
-            else:
-                sys.modules[name] = module

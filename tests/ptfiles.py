@@ -28,6 +28,8 @@ import zipfile
 
 import numpy as np
 
+from modswap import modules_restored
+
 __all__ = ["Tensor", "Storage", "BF16", "pt_bytes", "write_pt", "pickle_with_torch", "STORAGE_NAMES"]
 
 # numpy dtype (or BF16) -> torch's storage type name.
@@ -87,17 +89,10 @@ def _stand_ins():
 
 @contextlib.contextmanager
 def _torch_names():
-    saved = {name: sys.modules.get(name) for name in ("torch", "torch._utils")}
-    torch, utils = _stand_ins()
-    sys.modules["torch"], sys.modules["torch._utils"] = torch, utils
-    try:
+    with modules_restored("torch", "torch._utils"):
+        torch, utils = _stand_ins()
+        sys.modules["torch"], sys.modules["torch._utils"] = torch, utils
         yield torch, utils
-    finally:
-        for name, module in saved.items():
-            if module is None:
-                sys.modules.pop(name, None)
-            else:
-                sys.modules[name] = module
 
 
 def pickle_with_torch(obj, *, protocol: int = 2) -> tuple:
