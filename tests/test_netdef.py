@@ -234,3 +234,10 @@ def test_a_name_that_is_not_utf8_is_written_escaped_in_one_pass(tmp_path):
     quoted = text.split('name: "', 2)[2].split('"\n', 1)[0]
     assert text_encoding.CUnescape(quoted) == name  # the escapes give back the very bytes
     assert_error(invoke("convert", path, "-o", out, "--strict"), 2, "not UTF-8")
+
+
+def test_strict_goes_with_a_prototxt_output(tmp_path):
+    path = write_net(tmp_path / "n.caffemodel", "new", [Layer("fc", "InnerProduct", [np.ones((2, 2), np.float32)])])
+    result = invoke("convert", path, "-o", tmp_path / "x.npz", "--strict")
+    assert result.exit_code == 2 and "--strict goes with a .prototxt output" in result.stderr
+    assert not (tmp_path / "x.npz").exists()

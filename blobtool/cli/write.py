@@ -312,6 +312,8 @@ def convert(file, output, fmt, precision, half_strict, layout, no_diff, device, 
         if given and template is None:
             raise click.UsageError(f"{option} goes with --into TEMPLATE")
     output = output_target(output)
+    if strict and (template is not None or chosen_format(output, fmt) != "prototxt"):
+        raise click.UsageError("--strict goes with a .prototxt output (fields that text cannot carry)")
     if template is not None:
         write_into(file, template, output, fmt, kind=kind, patterns=patterns, names=names, fold=not no_fold,
                    partial=partial, reshape=reshape, precision=precision, layout=layout, half_strict=half_strict,
