@@ -180,7 +180,8 @@ def test_several_state_dicts_are_listed_and_refused(tmp_path):
     path = write_pt(tmp_path / "two.pth", {"model": _state_dict(), "ema": _state_dict()})
     line = _error(invoke("info", path))
     assert line == (f"blobtool: {path}: holds 2 state dicts (dicts of tensors by name): ['model'], ['ema']; "
-                    "blobtool reads one: save the one to read alone, e.g. torch.save(checkpoint['model'], path)")
+                    "blobtool reads one: name it with --key (e.g. --key ema), or save the one to read alone, e.g. "
+                    "torch.save(checkpoint['model'], path)")
 
 
 # -- what is refused --------------------------------------------------------------------

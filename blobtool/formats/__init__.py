@@ -68,18 +68,19 @@ builds its options from it).
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import fnmatch
 import importlib
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ..errors import BlobToolError, FormatError, UsageError
 
 __all__ = ["Format", "Output", "FORMATS", "EXTENSIONS", "KINDS", "CONTAINER_KINDS", "OUTPUT_FORMATS", "Entry",
            "Document", "NetLayer", "get_format", "format_by_signature", "sniff", "module", "open_document",
            "open_documents", "select", "unique_names", "MAX_BLOBS", "MAX_NAME", "DEFLATE_MAX_EXPANSION",
-           "PRECISION_TYPES",
-           "NAMING_SCHEMES"]
+           "PRECISION_TYPES", "NAMING_SCHEMES", "ReadSettings", "read_settings", "reading"]
 
 
 @dataclass(frozen=True)
@@ -161,6 +162,36 @@ OUTPUT_FORMATS = tuple(out.name for fmt in FORMATS for out in fmt.outputs) + ("s
 # 16,384 one-value blobs (0.6 MB) took 1.6 s of CPU for `norm` and 3.3 s for
 # `compare`, past the 1 s + 0.2 s/MB any input may take; 8,192 take half.
 MAX_BLOBS = 1 << 13
+
+@dataclass(frozen=True)
+class ReadSettings:
+    """What a reader is told beyond the bytes, for one call (reading() sets it).
+
+    key: which state dict of a PyTorch checkpoint to read, by its key, keys of
+    nested dicts joined by "/" ("ema", "model/state_dict"); None: the one
+    state dict the checkpoint holds. Other formats ignore it.
+    """
+
+    key: str | None = None
+
+
+_read_settings: contextvars.ContextVar = contextvars.ContextVar("blobtool_reading", default=ReadSettings())
+
+
+def read_settings() -> ReadSettings:
+    """The ReadSettings of the running call."""
+    return _read_settings.get()
+
+
+@contextlib.contextmanager
+def reading(**changes):
+    """The current ReadSettings with `changes` (key=) for the files opened inside a with block."""
+    token = _read_settings.set(replace(_read_settings.get(), **changes))
+    try:
+        yield _read_settings.get()
+    finally:
+        _read_settings.reset(token)
+
 
 # Characters of a layer's (or net's) name, type or learned_net kept, in
 # every format: a longer one is damaged or forged.

@@ -53,14 +53,9 @@ copied into C order when its blob is built.
 
 from __future__ import annotations
 
-import collections
 import functools
-import io
 import math
-import pickle
-import pickletools
 import struct
-import warnings
 import zipfile
 import zlib
 from dataclasses import dataclass
@@ -68,11 +63,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..engine.blob import MAX_BLOB_AXES, Blob
-from ..errors import BlobToolError, FormatError
+from ..errors import FormatError
 from ..files import BufferFile
 from . import MAX_BLOBS, Document, Entry
+from . import read_settings as reading
 from .origin import Origin
-from .zipdir import directory
+from .pickled import Global, PickledDict, PickledList, PickledTuple, run_pickle, shown
+from .zipdir import check_entry_count
 
 __all__ = ["sniff", "read", "STORAGE_TYPES", "MAX_PICKLE", "MAX_OPCODES", "SAVE_STATE_DICT"]
 
@@ -100,10 +97,6 @@ _MAX_OTHER_RECORDS = 64
 # many of their items at most are looked at.
 _MAX_DEPTH = 4
 _MAX_VISITS = 4 * MAX_BLOBS
-# Opcodes that make objects other than through find_class and REDUCE, or
-# read persistent ids as text: a state dict's pickle has none.
-_REFUSED_OPCODES = {"INST", "OBJ", "NEWOBJ", "NEWOBJ_EX", "EXT1", "EXT2", "EXT4", "PERSID", "NEXT_BUFFER",
-                    "READONLY_BUFFER"}
 # What to do instead, said whenever a file is not a state dict blobtool can read.
 SAVE_STATE_DICT = "save the weights as a state dict instead: torch.save(model.state_dict(), path)"
 _LOCAL_HEADER = b"PK\x03\x04"
@@ -178,10 +171,8 @@ class _Archive:
     def __init__(self, doc: Document):
         self.path = doc.path
         self.source = doc.source
-        found = directory(doc.source.buf)
-        if found is not None and found.entries > MAX_BLOBS + _MAX_OTHER_RECORDS:
-            raise FormatError(f"the zip directory lists {found.entries} entries, more than the {MAX_BLOBS} "
-                              "storages blobtool reads (its limit) and their records", path=self.path)
+        check_entry_count(doc.source.buf, MAX_BLOBS + _MAX_OTHER_RECORDS,
+                          f"the {MAX_BLOBS} storages blobtool reads (its limit) and their records", self.path)
         try:
             self.zip = zipfile.ZipFile(BufferFile(doc.source.buf))
             infos = self.zip.infolist()
@@ -242,20 +233,13 @@ class _Archive:
         if info.compress_type == zipfile.ZIP_STORED:
             start = _data_start(self.source.buf, info, self.path)
             return np.frombuffer(self.source.buf, dtype=dtype, count=storage.numel, offset=start)
-        out = np.empty(info.file_size, np.uint8)
-        try:
-            with self.zip.open(info) as stream:
-                done = stream.readinto(memoryview(out))
-                while done < info.file_size:
-                    got = stream.readinto(memoryview(out)[done:])
-                    if not got:
-                        raise EOFError(f"ends after {done} of {info.file_size} bytes")
-                    done += got
-                stream.read(1)  # the end of the entry: zipfile checks its CRC there
-        except _ZIP_ERRORS as exc:
-            raise FormatError(f"{info.filename} is unreadable: {exc}", path=self.path,
-                              offset=info.header_offset) from exc
-        return out.view(dtype)
+        return inflate_member(self.zip, info, 0, info.file_size, info.filename, self.path).view(dtype)
+
+
+def inflate_member(archive, info, skip, nbytes, label, path) -> np.ndarray:
+    from .numpy import inflate_member as inflate  # the .npz reader's chunked inflate
+
+    return inflate(archive, info, skip, nbytes, label, path)
 
 
 def _check_method(info: zipfile.ZipInfo, path) -> None:
@@ -285,16 +269,22 @@ def _element_dtype(stype: _StorageType, order: str) -> np.dtype:
 
 # -- the pickle -------------------------------------------------------------------------
 
-class _StateDictUnpickler(pickle.Unpickler):
-    """Unpickles data.pkl reaching nothing outside it but blobtool's own rebuilds and the storages' records."""
+# What a tensor's offset, sizes and strides may be: what torch itself holds (int64).
+_MAX_INDEX = (1 << 63) - 1
+# Bytes an array can span (numpy's limit), counted at the widest type a blob holds them in.
+_MAX_EXTENT = (1 << 63) - 1
+_WIDEST = 8
 
-    def __init__(self, data: bytes, archive: _Archive):
-        super().__init__(io.BytesIO(data))
+
+class _Rebuilds:
+    """What data.pkl may call and name: blobtool's own checked rebuilds, and the storages' records."""
+
+    def __init__(self, archive: _Archive):
         self.archive = archive
         self.where = f"{archive.folder}/data.pkl"
         self.loaded: dict = {}
         self.tensors = 0
-        rebuilds = {"OrderedDict": collections.OrderedDict, "_rebuild_tensor_v2": self.rebuild_tensor,
+        rebuilds = {"OrderedDict": self.ordered_dict, "_rebuild_tensor_v2": self.rebuild_tensor,
                     "_rebuild_parameter": self.rebuild_parameter,
                     "_rebuild_parameter_with_state": self.rebuild_parameter}
         self.allowed = {(module, name): rebuilds[name] if name in rebuilds else _StorageType(name, STORAGE_TYPES[name])
@@ -303,19 +293,29 @@ class _StateDictUnpickler(pickle.Unpickler):
     def refuse(self, what: str) -> FormatError:
         return FormatError(f"{self.where}: {what}", path=self.archive.path)
 
-    def find_class(self, module, name):
-        found = self.allowed.get((module, name))
-        if found is None:
-            raise _not_allowed(module, name, self.where, self.archive.path)
-        return found
+    def ordered_dict(self, *args):
+        """collections.OrderedDict() as pickle calls it: no argument, or a list of (key, value) pairs."""
+        made = PickledDict(ordered=True)
+        if not args:
+            return made
+        pairs = args[0]
+        if len(args) != 1 or not isinstance(pairs, PickledList) or not all(
+                isinstance(p, PickledTuple) and len(p.items) == 2 for p in pairs.items):
+            raise self.refuse(f"calls OrderedDict with {len(args)} arguments; a pickle gives it none or a list "
+                              "of pairs")
+        made.pairs = [p.items for p in pairs.items]
+        made.depth = pairs.depth
+        return made
 
     def persistent_load(self, pid):
-        if not (isinstance(pid, tuple) and len(pid) == 5 and pid[0] == "storage"):
-            raise self.refuse(f"persistent id {_shown(pid)} is not ('storage', type, key, location, numel)")
-        _, stype, key, location, numel = pid
-        if not isinstance(stype, _StorageType) or not isinstance(key, str) or not isinstance(location, str) \
-                or type(numel) is not int or numel < 0:
-            raise self.refuse(f"persistent id {_shown(pid)} is not ('storage', type, key, location, numel)")
+        items = pid.items if isinstance(pid, PickledTuple) else None
+        if not (items is not None and len(items) == 5 and items[0] == "storage"):
+            raise self.refuse(f"persistent id {shown(pid)} is not ('storage', type, key, location, numel)")
+        _, stype, key, location, numel = items
+        if not isinstance(stype, Global) or not isinstance(stype.target, _StorageType) or type(key) is not str \
+                or type(location) is not str or not _index_ok(numel):
+            raise self.refuse(f"persistent id {shown(pid)} is not ('storage', type, key, location, numel)")
+        stype = stype.target
         found = self.loaded.get((key, stype.name))
         if found is not None:
             return found
@@ -336,20 +336,32 @@ class _StateDictUnpickler(pickle.Unpickler):
             raise self.refuse(f"_rebuild_tensor_v2 is given {len(args)} arguments; it takes 6 or 7")
         storage, offset, shape, stride = args[:4]
         if not isinstance(storage, _Storage):
-            raise self.refuse(f"a tensor's storage is {type(storage).__name__}, not a storage record")
-        if not (_ints(shape) and _ints(stride) and len(shape) == len(stride) and type(offset) is int
-                and offset >= 0):
-            raise self.refuse(f"a tensor of storage {storage.key!r} has offset {_shown(offset)}, size "
-                              f"{_shown(shape)} and stride {_shown(stride)}: expected non-negative integers, "
+            raise self.refuse(f"a tensor's storage is {shown(storage)}, not a storage record")
+        shape, stride = _indices(shape), _indices(stride)
+        if shape is None or stride is None or len(shape) != len(stride) or not _index_ok(offset):
+            raise self.refuse(f"a tensor of storage {storage.key!r} has offset {shown(offset)}, size "
+                              f"{shown(args[2])} and stride {shown(args[3])}: expected non-negative integers, "
                               "one stride per dimension")
         if len(shape) > MAX_BLOB_AXES:
             raise self.refuse(f"a tensor of storage {storage.key!r} has {len(shape)} dimensions; a blob holds at "
                               f"most {MAX_BLOB_AXES}")
+        extent = _WIDEST * math.prod(max(size, 1) for size in shape)
+        if extent > _MAX_EXTENT:
+            raise self.refuse(f"a tensor of storage {storage.key!r} has size {shape}, which spans more bytes than "
+                              "an array can address")
         count = math.prod(shape)
         last = offset + sum((size - 1) * step for size, step in zip(shape, stride)) if count else offset - 1
         if last >= storage.numel:
             raise self.refuse(f"a tensor of size {shape}, stride {stride} at offset {offset} reaches element "
                               f"{last} of storage {storage.key!r}, which holds {storage.numel}")
+        if count > storage.numel:
+            # An expanded view (stride 0): each stored element read many times.
+            # Read whole, it would cost count elements for a file holding
+            # numel; blobtool reads a tensor no larger than its storage.
+            raise self.refuse(f"a tensor of size {shape}, stride {stride} has {count} elements over storage "
+                              f"{storage.key!r} of {storage.numel} (an expanded view, which repeats stored "
+                              "elements); blobtool reads tensors no larger than their storage: save "
+                              "tensor.contiguous() (or .clone()) instead")
         self.tensors += 1
         if self.tensors > MAX_BLOBS:
             raise self.refuse(f"holds more than {MAX_BLOBS} tensors (blobtool's limit)")
@@ -357,133 +369,146 @@ class _StateDictUnpickler(pickle.Unpickler):
 
     def rebuild_parameter(self, data, *rest):
         if not isinstance(data, _Tensor):
-            raise self.refuse(f"a Parameter wraps {type(data).__name__}, not a tensor")
+            raise self.refuse(f"a Parameter wraps {shown(data)}, not a tensor")
         return data
 
 
 def _not_allowed(module: str, name: str, where: str, path) -> FormatError:
-    return FormatError(f"{where}: names {module}.{name}, which a state dict does not hold; blobtool reads only "
-                       "tensors, their storages, dicts, lists and numbers, and never imports or runs what a "
-                       f"pickle names (a whole pickled model? {SAVE_STATE_DICT})", path=path)
+    return FormatError(f"{where}: names {shown(module)[1:-1]}.{shown(name)[1:-1]}, which a state dict does not "
+                       "hold; blobtool reads only tensors, their storages, dicts, lists and numbers, and never "
+                       f"imports or runs what a pickle names (a whole pickled model? {SAVE_STATE_DICT})", path=path)
 
 
-def _ints(values) -> bool:
-    return isinstance(values, tuple) and all(type(v) is int and v >= 0 for v in values)
+def _index_ok(value) -> bool:
+    return type(value) is int and 0 <= value <= _MAX_INDEX
 
 
-def _shown(value) -> str:
-    text = repr(value) if isinstance(value, (tuple, int, str, type(None))) else type(value).__name__
-    return text if len(text) <= 80 else text[:77] + "..."
-
-
-def _check_opcodes(data: bytes, where: str, path) -> None:
-    """Walk the pickle's opcodes once: refuse too many, and those a state dict's pickle never uses."""
-    try:
-        with warnings.catch_warnings():
-            # A text string with a bad escape is a DeprecationWarning of the
-            # decoder's: here, a damaged pickle, said in the one error line.
-            warnings.simplefilter("error")
-            _walk_opcodes(data, where, path)
-    except BlobToolError:
-        raise
-    except (ValueError, struct.error, UnicodeDecodeError, TypeError, Warning) as exc:
-        raise FormatError(f"{where} is not a readable pickle: {exc}", path=path) from exc
-
-
-def _walk_opcodes(data: bytes, where: str, path) -> None:
-    for count, (opcode, arg, pos) in enumerate(pickletools.genops(data), 1):
-        if count > MAX_OPCODES:
-            raise FormatError(f"{where} holds more than {MAX_OPCODES} pickle opcodes, more than "
-                              f"{MAX_BLOBS} tensors need (blobtool's limit)", path=path)
-        if opcode.name == "GLOBAL":  # "module name": refused here, before any opcode that would use it
-            module, _, name = str(arg).partition(" ")
-            if (module, name) not in _GLOBALS:
-                raise _not_allowed(module, name, where, path)
-        if opcode.name in _REFUSED_OPCODES:
-            raise FormatError(f"{where} uses the pickle opcode {opcode.name} at byte {pos}, which builds "
-                              "objects a state dict does not hold; blobtool never runs it", path=path)
-        if opcode.name == "STOP":
-            return
-    raise FormatError(f"{where} is not a readable pickle: it ends without STOP", path=path)
+def _indices(value) -> tuple | None:
+    """A tuple of non-negative int64 values as a Python tuple, else None."""
+    if not isinstance(value, PickledTuple) or not all(_index_ok(v) for v in value.items):
+        return None
+    return tuple(value.items)
 
 
 def _unpickle(archive: _Archive):
     where = f"{archive.folder}/data.pkl"
     data = archive.member_bytes(archive.records[where], MAX_PICKLE)
-    _check_opcodes(data, where, archive.path)
-    unpickler = _StateDictUnpickler(data, archive)
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("error")
-            return unpickler.load()
-    except BlobToolError:
-        raise
-    # The unpickler raises a dozen kinds of error on damaged bytes (its own,
-    # a wrong type handed to an opcode, a bad memo index, a bad UTF-8 string):
-    # each is this file's fault, and is said as such.
-    except Exception as exc:  # noqa: BLE001
-        raise FormatError(f"{where} is not a readable pickle: {type(exc).__name__}: {exc}",
-                          path=archive.path) from exc
+    rebuilds = _Rebuilds(archive)
+    return run_pickle(data, max_opcodes=MAX_OPCODES, callables=rebuilds.allowed,
+                      persistent=rebuilds.persistent_load,
+                      refuse=lambda text: FormatError(f"{where} {text}", path=archive.path),
+                      not_allowed=lambda module, name: _not_allowed(module, name, where, archive.path))
 
 
 # -- the state dict ---------------------------------------------------------------------
 
-def _is_state_dict(value) -> bool:
-    return (isinstance(value, dict) and bool(value)
-            and all(isinstance(k, str) and isinstance(v, _Tensor) for k, v in value.items()))
+def _tensors_by_name(value) -> dict | None:
+    """{name: tensor} when `value` is a state dict (a dict of tensors by str name, not empty), else None."""
+    if not isinstance(value, PickledDict) or not value.pairs:
+        return None
+    if not all(isinstance(v, _Tensor) for _, v in value.pairs):
+        return None
+    return value.str_keyed()
+
+
+def _is_optimizer(value) -> bool:
+    """An optimizer's state dict (torch.optim.Optimizer.state_dict(): "state" and "param_groups")."""
+    return isinstance(value, PickledDict) and {"state", "param_groups"} <= set(
+        k for k in value.keys() if type(k) is str)
 
 
 def _index(keys: tuple) -> str:
-    return "".join(f"[{k!r}]" for k in keys)
+    return "".join(f"[{shown(k)}]" for k in keys)
 
 
-def _state_dict(obj, path) -> tuple:
-    """(the keys leading to it, () at the top; the dict of tensors by name)."""
-    if isinstance(obj, _Tensor):
-        return (), {"0": obj}
-    if _is_state_dict(obj):
-        return (), obj
-    found, queue, visits = [], [((), obj)], 0
+def _state_dicts(obj) -> tuple:
+    """([keys leading to each state dict found], [keys of each optimizer state passed over]), breadth first."""
+    found, optimizers, queue, visits = [], [], [((), obj)], 0
     while queue and visits < _MAX_VISITS:
         keys, node = queue.pop(0)
-        if not isinstance(node, dict):
-            continue
-        for key, value in node.items():
+        for key, value in node.pairs:
             visits += 1
             if visits > _MAX_VISITS:
                 break
-            if _is_state_dict(value):
+            if _tensors_by_name(value) is not None:
                 found.append(keys + (key,))
-            elif isinstance(value, dict) and len(keys) + 1 < _MAX_DEPTH:
+            elif _is_optimizer(value):
+                optimizers.append(keys + (key,))
+            elif isinstance(value, PickledDict) and len(keys) + 1 < _MAX_DEPTH:
                 queue.append((keys + (key,), value))
+    return found, optimizers
+
+
+def _at(obj, keys: tuple):
+    for key in keys:
+        obj = next(v for k, v in reversed(obj.pairs) if k == key)
+    return obj
+
+
+def _chosen(obj, key: str, path):
+    """The state dict at `key` (keys of nested dicts joined by "/"): (its keys, its tensors by name)."""
+    node, keys = obj, ()
+    for part in key.split("/"):
+        held = node.str_keyed() if isinstance(node, PickledDict) else None
+        if held is None or part not in held:
+            here = f"checkpoint{_index(keys)}" if keys else "the checkpoint"
+            listed = sorted(k for k in (held or {}) if isinstance(k, str))
+            shown_keys = ", ".join(map(repr, listed[:12])) + (" ..." if len(listed) > 12 else "")
+            raise FormatError(f"--key {key}: {here} has no key {part!r}" + (f" (it has {shown_keys})" if listed
+                                                                             else ""), path=path)
+        node, keys = held[part], keys + (part,)
+    tensors = _tensors_by_name(node)
+    if tensors is None:
+        raise FormatError(f"--key {key}: checkpoint{_index(keys)} is {shown(node)}, not a state dict (a dict of "
+                          "tensors by name)", path=path)
+    return keys, tensors
+
+
+def _state_dict(obj, path, key=None) -> tuple:
+    """(the keys leading to it, () at the top; the dict of tensors by name)."""
+    if key is not None:
+        if not isinstance(obj, PickledDict):
+            raise FormatError(f"--key {key}: the file holds {shown(obj)}, not a checkpoint dict", path=path)
+        return _chosen(obj, key, path)
+    if isinstance(obj, _Tensor):
+        return (), {"0": obj}
+    tensors = _tensors_by_name(obj)
+    if tensors is not None:
+        return (), tensors
+    found, optimizers = _state_dicts(obj) if isinstance(obj, PickledDict) else ([], [])
     if len(found) == 1:
-        value = obj
-        for key in found[0]:
-            value = value[key]
-        return found[0], value
+        return found[0], _tensors_by_name(_at(obj, found[0]))
     if found:
-        shown = ", ".join(_index(keys) for keys in found[:8]) + (" ..." if len(found) > 8 else "")
-        raise FormatError(f"holds {len(found)} state dicts (dicts of tensors by name): {shown}; blobtool reads "
-                          f"one: save the one to read alone, e.g. torch.save(checkpoint{_index(found[0])}, path)",
-                          path=path)
-    if isinstance(obj, dict):
-        held = ", ".join(sorted({type(v).__name__.replace("_Tensor", "tensor") for v in obj.values()}))
+        shown_found = ", ".join(_index(keys) for keys in found[:8]) + (" ..." if len(found) > 8 else "")
+        example = "/".join(str(k) for k in found[-1])
+        raise FormatError(f"holds {len(found)} state dicts (dicts of tensors by name): {shown_found}; blobtool reads "
+                          f"one: name it with --key (e.g. --key {example}), or save the one to read alone, e.g. "
+                          f"torch.save(checkpoint{_index(found[0])}, path)", path=path)
+    if isinstance(obj, PickledDict):
+        held = ", ".join(sorted({"tensor" if isinstance(v, _Tensor) else shown(v).split(" ")[-1]
+                                 for _, v in obj.pairs}))
         what = f"a dict of {held[:80] or 'nothing'}"
+        if optimizers:
+            what += (f" (the optimizer state at {', '.join(_index(k) for k in optimizers[:4])} is not a model's "
+                     "state dict)")
     else:
-        what = "a " + type(obj).__name__
+        what = shown(obj)
+        what = what if what.startswith("a ") else f"the value {what}"
     raise FormatError(f"holds no state dict (a dict of tensors by name) but {what}; {SAVE_STATE_DICT}", path=path)
 
 
 def read(doc: Document, cast=None) -> None:
     """Read a checkpoint's state dict: an Entry per tensor, its Blob viewing the storage when first used.
 
-    `cast` does not apply: every type read here has a blob type holding it exactly.
+    `cast` does not apply: every type read here has a blob type holding it
+    exactly. The checkpoint key read (reading(key=...)) picks one state dict
+    where a file holds several.
     """
     archive = _Archive(doc)
     obj = _unpickle(archive)
-    keys, tensors = _state_dict(obj, doc.path)
+    keys, tensors = _state_dict(obj, doc.path, reading().key)
     if keys:
-        others = [repr(k) for k in obj if k != keys[0]]
+        others = [shown(k) for k in obj.keys() if k != keys[0]]
         also = f" (the file also holds {', '.join(others[:6])}{' ...' if len(others) > 6 else ''})" if others else ""
         doc.notes.append(f"reading the state dict checkpoint{_index(keys)}{also}")
         doc.meta["state_dict"] = _index(keys)

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import struct
 
-__all__ = ["Directory", "directory", "entry_names", "holds_member"]
+__all__ = ["Directory", "directory", "entry_names", "holds_member", "count_entries", "check_entry_count"]
 
 _END = b"PK\x05\x06"
 _END_SIZE = 22
@@ -34,7 +34,13 @@ _ENTRY_SIZE = 46
 
 
 class Directory(tuple):
-    """(entries, offset, size) of a zip's central directory."""
+    """(entries, offset, size, end) of a zip's central directory; `end`: where the record after it starts.
+
+    zipfile reads the directory from ``end - size`` (it takes the bytes
+    before the end record as the directory, whatever the offset says, so that
+    a zip with bytes prepended still opens) and reads entries until it has
+    read `size` bytes, whatever `entries` says.
+    """
 
     __slots__ = ()
 
@@ -50,6 +56,10 @@ class Directory(tuple):
     def size(self) -> int:
         return self[2]
 
+    @property
+    def end(self) -> int:
+        return self[3]
+
 
 def directory(buf) -> Directory | None:
     """The central directory `buf` (bytes, mmap) declares, or None when no end record is found or it lies outside."""
@@ -62,6 +72,7 @@ def directory(buf) -> Directory | None:
     if at < 0:
         return None
     end = tail_start + at
+    record_end = end
     entries, size, offset = struct.unpack_from("<10xHII", tail, at)
     if entries == 0xFFFF or size == 0xFFFFFFFF or offset == 0xFFFFFFFF:
         locator = end - _ZIP64_LOCATOR_SIZE
@@ -72,9 +83,10 @@ def directory(buf) -> Directory | None:
         if len(head) < 56 or head[:4] != _ZIP64_END:
             return None
         entries, size, offset = struct.unpack_from("<QQQ", head, 32)
-    if offset + size > total:
+        record_end = record
+    if offset + size > total or size > record_end:
         return None
-    return Directory((entries, offset, size))
+    return Directory((entries, offset, size, record_end))
 
 
 def entry_names(buf, found: Directory, limit: int):
@@ -109,3 +121,35 @@ def holds_member(buf, suffix: bytes, limit: int) -> bool:
         return False
     tail = b"/" + suffix
     return any(name.endswith(tail) and name.count(b"/") == 1 for name in entry_names(buf, found, limit))
+
+
+def count_entries(buf, found: Directory, limit: int) -> int:
+    """How many entries zipfile would read from the directory (from found.end - size, by size), at most limit + 1."""
+    pos, stop, count = found.end - found.size, found.end, 0
+    while pos + _ENTRY_SIZE <= stop and count <= limit:
+        head = bytes(buf[pos:pos + _ENTRY_SIZE])
+        if head[:4] != _ENTRY:
+            break
+        name_len, extra_len, comment_len = struct.unpack_from("<HHH", head, 28)
+        pos += _ENTRY_SIZE + name_len + extra_len + comment_len
+        count += 1
+    return count
+
+
+def check_entry_count(buf, limit: int, what: str, path) -> None:
+    """Refuse a zip whose directory holds more than `limit` entries (`what`: the reason), before zipfile reads it.
+
+    Both the count the end record declares and the entries zipfile would
+    walk are checked: zipfile builds an object for each of the latter (a
+    forged end record declaring 2 entries over a million real ones took
+    15 s and 587 MB).
+    """
+    from ..errors import FormatError  # the registry imports this module while sniffing: keep it light
+
+    found = directory(buf)
+    if found is None:
+        return
+    listed = max(found.entries, count_entries(buf, found, limit))
+    if listed > limit:
+        shown = f"{listed}" if listed == found.entries else f"more than {limit}"
+        raise FormatError(f"the zip directory lists {shown} entries, more than {what}", path=path)
