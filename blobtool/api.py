@@ -15,7 +15,7 @@ from .engine.blob import Blob
 from .engine.float16 import HALF, half_precisions
 from .formats.caffe.blobwrite import Unread, check_layout
 from .errors import FormatError, UsageError
-from .formats import Document, Entry, module, open_document
+from .formats import Document, Entry, module, open_document, reading
 from .formats.origin import Precision
 from .formats.targets import output_target
 from .files import releasing, writes_in_place
@@ -44,13 +44,18 @@ def load(src) -> Blob:
                       "use blobtool.load_all() to read them", path=doc.path)
 
 
-def load_all(src, kind: str | None = None) -> dict:
-    """Every blob of any kind of file, as an ordered {name: Blob} dict (names as in blobtool.formats)."""
-    doc = open_document(src, kind)
+def load_all(src, kind: str | None = None, *, key: str | None = None) -> dict:
+    """Every blob of any kind of file, as an ordered {name: Blob} dict (names as in blobtool.formats).
+
+    `key`: of a PyTorch checkpoint holding several state dicts, the one to
+    read ("ema", "model/state_dict"), as --key.
+    """
+    with reading(key=key):
+        doc = open_document(src, kind)
     return {e.name: e.blob() for e in doc.entries}
 
 
-def state_dict(src, names: str = "torch", *, kind: str | None = None, warn=None) -> dict:
+def state_dict(src, names: str = "torch", *, kind: str | None = None, key: str | None = None, warn=None) -> dict:
     """Every blob of a file as {name: numpy array}, named as PyTorch names them (default) or as blobtool does.
 
     With names="torch" a .caffemodel's blobs are renamed by layer type as
@@ -62,10 +67,13 @@ def state_dict(src, names: str = "torch", *, kind: str | None = None, warn=None)
     holds. The arrays are copies, writable, float32 or float64 (a float16
     blob comes as float32); diffs are not included. The rename's warnings
     (layer types without a rule) go to `warn(line)` (default: warnings.warn).
+    `key` picks a PyTorch checkpoint's state dict, as in load_all.
     """
     if names not in ("torch", "blobtool"):
         raise UsageError(f"unknown naming scheme {names!r}; expected torch or blobtool")
-    with open_document(src, kind) as doc:
+    with reading(key=key):
+        doc = open_document(src, kind)
+    with doc:
         entries = doc.entries
         if names == "torch" and doc.kind == "net":
             from .formats.naming import torch_names

@@ -30,7 +30,8 @@ import numpy as np
 
 from modswap import modules_restored
 
-__all__ = ["Tensor", "Storage", "BF16", "pt_bytes", "write_pt", "pickle_with_torch", "STORAGE_NAMES"]
+__all__ = ["Tensor", "Storage", "BF16", "pt_bytes", "write_pt", "pickle_with_torch", "STORAGE_NAMES", "op_int",
+           "op_long", "op_str", "op_tuple", "storage_pickle", "PID", "HOOKS", "REBUILD"]
 
 # numpy dtype (or BF16) -> torch's storage type name.
 BF16 = "bfloat16"
@@ -193,3 +194,43 @@ def pt_bytes(obj, *, folder: str = "archive", byteorder: str | None = "little", 
 def write_pt(path, obj, **kw):
     path.write_bytes(pt_bytes(obj, **kw))
     return path
+
+
+# -- pickles written by hand, opcode by opcode (hostile ones: what pickle.Pickler never writes) ----------
+
+def op_int(value: int) -> bytes:
+    """BININT: a signed 32-bit int."""
+    return b"J" + value.to_bytes(4, "little", signed=True)
+
+
+def op_long(value: int) -> bytes:
+    """LONG1: any int, as two's complement bytes."""
+    data = value.to_bytes((value.bit_length() + 8) // 8, "little", signed=True)
+    return b"\x8a" + bytes([len(data)]) + data
+
+
+def op_str(text: str) -> bytes:
+    """BINUNICODE."""
+    data = text.encode()
+    return b"X" + len(data).to_bytes(4, "little") + data
+
+
+def op_tuple(*values) -> bytes:
+    return b"(" + b"".join(values) + b"t"
+
+
+REBUILD = b"ctorch._utils\n_rebuild_tensor_v2\n"
+# ('storage', torch.FloatStorage, '0', 'cpu', 12)
+PID = op_tuple(op_str("storage"), b"ctorch\nFloatStorage\n", op_str("0"), op_str("cpu"), op_int(12))
+# backward_hooks: OrderedDict()
+HOOKS = b"\x89ccollections\nOrderedDict\n)R"
+
+
+def storage_pickle(pid, *args, after_pid: bytes = b"", after_tensor: bytes = b"") -> bytes:
+    """A pickle of {"w": _rebuild_tensor_v2(<persistent id pid>, *args)} with hand-picked arguments.
+
+    `after_pid` and `after_tensor` are opcodes run right after the storage
+    and the tensor are made (with them on top of the stack).
+    """
+    return (b"\x80\x02}" + op_str("w") + REBUILD + b"(" + pid + b"Q" + after_pid + b"".join(args) + b"t" + b"R"
+            + after_tensor + b"s.")

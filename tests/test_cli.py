@@ -1571,9 +1571,9 @@ from blobtool.cli import process
 _real_start = process._start_worker
 
 
-def _start(guard):  # runs in each worker (this file is imported there too): was numpy loaded before the set-up?
+def _start(*args):  # runs in each worker (this file is imported there too): was numpy loaded before the set-up?
     os.environ["NUMPY_BEFORE_SET_UP"] = str("numpy" in sys.modules)
-    _real_start(guard)
+    _real_start(*args)
 
 
 process._start_worker = _start

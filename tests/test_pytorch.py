@@ -22,7 +22,12 @@ from blobtool.errors import BlobToolError
 from blobtool.formats import MAX_BLOBS, open_document
 from blobtool.formats.pytorch import MAX_OPCODES
 from builders import Layer, npz_bytes, write_net
+from ptfiles import HOOKS as _HOOKS
+from ptfiles import PID as _PID
 from ptfiles import Storage, Tensor, pickle_with_torch, pt_bytes, write_pt
+from ptfiles import op_int as _int
+from ptfiles import op_tuple as _tuple
+from ptfiles import storage_pickle as _storage_pickle
 from runner import invoke, run_blobtool
 
 RNG = np.random.default_rng(26)
@@ -238,26 +243,6 @@ def test_torchscript_and_legacy_files_are_refused_with_what_to_do(tmp_path):
     line = _error(invoke("info", legacy))
     assert "a PyTorch file in the legacy format (torch.save before 1.6)" in line
     assert "torch.save(torch.load(FILE, weights_only=True), NEW_FILE)" in line
-
-
-def _storage_pickle(pid, *args):
-    """A pickle of {"w": _rebuild_tensor_v2(<persistent id pid>, *args)} with hand-picked arguments."""
-    rebuild = b"ctorch._utils\n_rebuild_tensor_v2\n"
-    body = b"\x80\x02}X\x01\x00\x00\x00w" + rebuild + b"(" + pid + b"Q" + b"".join(args) + b"t" + b"Rs."
-    return body
-
-
-def _int(value: int) -> bytes:
-    return b"J" + value.to_bytes(4, "little", signed=True)
-
-
-def _tuple(*values) -> bytes:
-    return b"(" + b"".join(values) + b"t"
-
-
-_PID = _tuple(b"X\x07\x00\x00\x00storage", b"ctorch\nFloatStorage\n", b"X\x01\x00\x00\x000",
-              b"X\x03\x00\x00\x00cpu", _int(12))
-_HOOKS = b"\x89ccollections\nOrderedDict\n)R"
 
 
 @pytest.mark.parametrize("pickled, storage_bytes, message", [

@@ -5,6 +5,7 @@ Exit codes are errors.ExitCode; the --help text says them from there.
 
 from __future__ import annotations
 
+import contextvars
 import errno
 import os
 import sys
@@ -166,7 +167,9 @@ class BlobtoolGroup(click.Group):
 
     def invoke(self, ctx):
         try:
-            result = super().invoke(ctx)
+            # The command runs in a copy of this context: the read settings its
+            # options set (--key) end with it (CliRunner runs many in one thread).
+            result = contextvars.copy_context().run(super().invoke, ctx)
             _report_pending_change()
             return result
         except BlobToolError as caught:

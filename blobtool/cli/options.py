@@ -52,8 +52,24 @@ def blob_option(f):
 
 
 def kind_option(f):
+    """--kind, and --key (which state dict of a PyTorch checkpoint), the options of how inputs are read."""
+    f = click.option("--key", metavar="KEY", default=None, expose_value=False, callback=_read_key,
+                     help="In a PyTorch checkpoint (.pt/.pth) holding several state dicts, read the one at KEY "
+                          "(keys of nested dicts joined by '/': ema, model/state_dict). Other inputs ignore "
+                          "it.")(f)
     return click.option("--kind", type=click.Choice(KINDS), default=None,
                         help="Read the input as this kind instead of sniffing it.")(f)
+
+
+def _read_key(ctx, param, value):
+    # The group runs each command in a context of its own (group.py), so
+    # this setting ends with the command.
+    if value is not None:
+        if not value or any(not part for part in value.split("/")):
+            raise click.BadParameter(f"{value!r} is not a key: expected names joined by '/'", ctx, param)
+        from ..formats import ReadSettings, use_read_settings
+
+        use_read_settings(ReadSettings(key=value))
 
 
 def output_options(f):

@@ -171,9 +171,10 @@ def records(paths: list, work, jobs, *, fail_fast: bool = True):
     # 16 MiB, 5.8 s against 0.6 s).
     context = multiprocessing.get_context("spawn")
     from ..files import guarding
+    from ..formats import read_settings
 
     pool = concurrent.futures.ProcessPoolExecutor(max_workers=min(jobs, len(paths)), mp_context=context,
-                                                  initializer=_start_worker, initargs=(guarding(),))
+                                                  initializer=_start_worker, initargs=(guarding(), read_settings()))
     try:
         futures = [path if isinstance(path, BlobToolError) else pool.submit(work, path, show_progress=False)
                    for path in paths]
@@ -194,9 +195,15 @@ def records(paths: list, work, jobs, *, fail_fast: bool = True):
         pool.shutdown(wait=True, cancel_futures=True)
 
 
-def _start_worker(guard: bool) -> None:
-    """A worker process's set-up: one BLAS thread (numpy is not loaded yet in it), and its inputs guarded."""
+def _start_worker(guard: bool, settings) -> None:
+    """A worker process's set-up: one BLAS thread, its inputs guarded, read as the command's options say (--key).
+
+    numpy is not loaded yet in it, so the BLAS setting takes.
+    """
     os.environ.update({name: "1" for name in _BLAS_THREAD_VARIABLES})  # this worker's own environment
+    from ..formats import use_read_settings
+
+    use_read_settings(settings)
     if guard:
         from ..files import guard_inputs
 

@@ -80,7 +80,8 @@ from ..errors import BlobToolError, FormatError, UsageError
 __all__ = ["Format", "Output", "FORMATS", "EXTENSIONS", "KINDS", "CONTAINER_KINDS", "OUTPUT_FORMATS", "Entry",
            "Document", "NetLayer", "get_format", "format_by_signature", "sniff", "module", "open_document",
            "open_documents", "select", "unique_names", "MAX_BLOBS", "MAX_NAME", "DEFLATE_MAX_EXPANSION",
-           "PRECISION_TYPES", "NAMING_SCHEMES", "ReadSettings", "read_settings", "reading"]
+           "PRECISION_TYPES", "NAMING_SCHEMES", "ReadSettings", "read_settings", "reading",
+           "use_read_settings"]
 
 
 @dataclass(frozen=True)
@@ -181,6 +182,11 @@ _read_settings: contextvars.ContextVar = contextvars.ContextVar("blobtool_readin
 def read_settings() -> ReadSettings:
     """The ReadSettings of the running call."""
     return _read_settings.get()
+
+
+def use_read_settings(settings: ReadSettings) -> None:
+    """Read with `settings` from now on in this context (a worker process's set-up; a command's options)."""
+    _read_settings.set(settings)
 
 
 @contextlib.contextmanager

@@ -184,6 +184,8 @@ class _Machine:
 
     def place(self, value, into: _Container, pos: int):
         """Put `value` into `into` (its depth grows to hold it); a container placed is never changed again."""
+        if value is into:
+            raise self.refuse(f"puts {_KIND[type(into)]} into itself at byte {pos}; a state dict holds no cycle")
         depth = _depth(value) + 1
         if depth > MAX_NESTING:
             raise self.refuse(f"nests containers more than {MAX_NESTING} deep at byte {pos} (blobtool's limit)")

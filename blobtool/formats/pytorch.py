@@ -17,25 +17,31 @@ The format, as torch.save writes it and torch.load reads it:
   ``.data/serialization_id``, which blobtool does not need.
 
 A pickle runs code when loaded: any callable its GLOBAL opcodes name is
-imported and called. blobtool never lets it. data.pkl is read by an
-unpickler (pickle.Unpickler, whose find_class and persistent_load are the
-only ways a pickle reaches outside itself) that accepts exactly the globals
-a state dict needs, those ``torch.load(weights_only=True)`` accepts for one:
-collections.OrderedDict, the two tensor rebuilds above (and
-``_rebuild_parameter_with_state``), and the storage types of the usual
-dtypes (STORAGE_TYPES). The rebuilds are blobtool's own functions that
-check their arguments and return a description of the tensor; nothing is
-imported, nothing from the file is called. Any other global (a model's
-class, numpy, os.system) is refused, naming it, before the pickle goes on.
-Before unpickling, the opcodes are walked once (pickletools): a pickle of
-more than MAX_PICKLE bytes or MAX_OPCODES opcodes, or using an opcode that
-builds objects by other means (INST, OBJ, NEWOBJ, extension codes, text
-persistent ids, out-of-band buffers), is refused.
+imported and called. blobtool never lets it. data.pkl is run on a pickle
+machine of blobtool's own (formats/pickled.py, whose docstring says why not
+pickle.Unpickler): it builds dicts, lists, tuples and sets as records that
+are never hashed, never changed once placed in another object and never
+nested past 64, and it knows exactly the globals a state dict needs, those
+``torch.load(weights_only=True)`` accepts for one: collections.OrderedDict,
+the two tensor rebuilds above (and ``_rebuild_parameter_with_state``), and
+the storage types of the usual dtypes (STORAGE_TYPES). The rebuilds are
+blobtool's own functions that check their arguments and return an
+immutable description of the tensor; nothing is imported, nothing from the
+file is called, and no opcode can set the state of what a rebuild returned
+(BUILD is taken only on an OrderedDict, whose ``_metadata`` torch keeps that
+way). Any other global (a model's class, numpy, os.system) is refused,
+naming it. A pickle of more than MAX_PICKLE bytes or MAX_OPCODES opcodes,
+or using an opcode that builds objects by other means (INST, OBJ, NEWOBJ,
+extension codes, text persistent ids, out-of-band buffers), is refused.
 
 What is read: the state dict, a dict of tensors by name. A checkpoint that
 holds one such dict among other things (``{"state_dict": ..., "epoch": 3}``,
 ``{"model": {...}, "optimizer": {...}}``) is read through it, saying which
-key; several are listed, and refused. One tensor saved alone is blob "0".
+key. An optimizer's state (a dict with "state" and "param_groups", whose
+per-parameter dicts of momentum_buffer, exp_avg ... look like state dicts)
+is never taken for a model's. Several state dicts ({"model", "ema"}) are
+listed and refused, unless the read settings name one (``--key ema``;
+nested keys joined by "/"). One tensor saved alone is blob "0".
 A TorchScript archive (``constants.pkl``, ``code/``) is refused: its pickle
 rebuilds a scripted module from code in the file.
 
@@ -47,8 +53,10 @@ that keeps float16 as its stored type; bfloat16 widens exactly to float32
 as float64, exactly (an int64 past 2**53 is refused), and written as
 float64, which every reader takes (num_batches_tracked in an .npz). A
 tensor's offset, sizes and strides are checked against its storage; a
-tensor that is not contiguous (a transposed view, an expanded one) is
-copied into C order when its blob is built.
+tensor that is not contiguous (a transposed view) is copied into C order
+when its blob is built; one with more elements than its storage (an
+expanded view, stride 0) is refused: read whole it would cost its size for
+a file holding one element.
 """
 
 from __future__ import annotations

@@ -1,0 +1,331 @@
+"""Hostile PyTorch checkpoints: pickles that change what was checked, nest, collide, or claim more than they hold.
+
+Each case is a .pt built here opcode by opcode (ptfiles), from what pickle's
+own Unpickler would do with it: a value changed after its check (BUILD,
+SETITEM, APPEND onto a rebuilt tensor or its storage), a 300,000-deep tuple
+hashed as a key, a memo slot far out, keys that all hash alike, a view
+repeating one stored element, a zip directory larger than its end record
+says. Where the old way crashed the process, the case runs in a subprocess.
+"""
+
+from __future__ import annotations
+
+import collections
+import io
+import struct
+import subprocess
+import sys
+import time
+import tracemalloc
+import zipfile
+
+import numpy as np
+import pytest
+
+from blobtool import load_all, state_dict
+from blobtool.errors import BlobToolError
+from blobtool.formats import MAX_BLOBS, open_document
+from blobtool.formats.pickled import MAX_NESTING
+from builders import npz_bytes
+from ptfiles import HOOKS, PID, REBUILD, Storage, Tensor, op_int, op_long, op_str, op_tuple, pt_bytes, \
+    storage_pickle, write_pt
+from runner import invoke, run_blobtool, subprocess_env
+
+_W = np.arange(12, dtype=np.float32)
+_ARGS = (op_int(0), op_tuple(op_int(3), op_int(4)), op_tuple(op_int(4), op_int(1)), HOOKS)  # HOOKS: False, {}
+# BUILD's state for a slotted object: (None, {"storage_offset": 1 << 20}).
+_STATE = b"N}" + op_str("storage_offset") + op_int(1 << 20) + b"s\x86"
+
+
+def _pt(tmp_path, data_pkl: bytes, storage=_W, name="hostile.pt"):
+    path = tmp_path / name
+    path.write_bytes(pt_bytes(None, data_pkl=data_pkl, records={"data/0": storage.tobytes()}))
+    return path
+
+
+def _one_line(result) -> str:
+    assert result.exit_code == 3, (result.exit_code, result.stdout, result.stderr)
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
+    return lines[0]
+
+
+def test_the_hand_made_pickle_reads_as_the_tensor_it_describes(tmp_path):
+    # The base every case below damages: it must read, or the cases prove nothing.
+    loaded = load_all(_pt(tmp_path, storage_pickle(PID, *_ARGS)))
+    np.testing.assert_array_equal(loaded["w"].cpu_data().reshape(3, 4), _W.reshape(3, 4))
+
+
+@pytest.mark.parametrize("data_pkl, refused", [
+    # BUILD onto what _rebuild_tensor_v2 returned: its offset past the storage after the check.
+    (storage_pickle(PID, *_ARGS, after_tensor=_STATE + b"b"), "uses BUILD at byte"),
+    # BUILD onto the storage record (its numel raised after the size check).
+    (storage_pickle(PID, *_ARGS, after_pid=b"N}" + op_str("numel") + op_int(1 << 30) + b"s\x86b"),
+     "uses BUILD at byte"),
+    # BUILD onto torch.FloatStorage itself (its element type made 'U1').
+    (storage_pickle(PID.replace(b"ctorch\nFloatStorage\n", b"ctorch\nFloatStorage\nN}" + op_str("code")
+                                + op_str("U1") + b"s\x86b"), *_ARGS), "uses BUILD at byte"),
+    # SETITEM and APPEND onto a rebuilt tensor.
+    (storage_pickle(PID, *_ARGS, after_tensor=op_str("offset") + op_int(99) + b"s"), "uses SETITEM at byte"),
+    (storage_pickle(PID, *_ARGS, after_tensor=op_int(99) + b"a"), "uses APPEND at byte"),
+], ids=["BUILD on the tensor", "BUILD on the storage", "BUILD on the storage type", "SETITEM on the tensor",
+        "APPEND on the tensor"])
+def test_nothing_a_pickle_does_changes_a_checked_tensor(tmp_path, data_pkl, refused):
+    path = _pt(tmp_path, data_pkl)
+    out = tmp_path / "x.npy"
+    # In a process of its own: the old reader died of SIGSEGV here.
+    for args in (["norm", path], ["convert", path, "-o", out]):
+        result = run_blobtool(*args, capture_output=True, text=True, timeout=60)
+        assert result.returncode == 3, (args, result.returncode, result.stderr)
+        assert refused in result.stderr and len(result.stderr.splitlines()) == 1, result.stderr
+    assert not out.exists()
+
+
+def test_a_container_is_not_changed_after_it_was_placed(tmp_path):
+    # The state dict is memoized, placed under "model", then fetched and given
+    # a tensor whose offset was never checked against anything.
+    sd = b"}q\x01" + op_str("w") + REBUILD + b"(" + PID + b"Q" + b"".join(_ARGS) + b"tRs"
+    data_pkl = (b"\x80\x02}" + op_str("model") + sd + b"s" + b"h\x01" + op_str("late") + op_int(1) + b"s0.")
+    line = _one_line(invoke("info", _pt(tmp_path, data_pkl)))
+    assert "uses SETITEM at byte" in line and "to change a dict after it was placed" in line
+
+
+def test_a_list_cannot_hold_itself():
+    from blobtool.formats.pickled import run_pickle
+
+    def refuse(text):
+        return BlobToolError(text)
+
+    def run(data):
+        return run_pickle(data, max_opcodes=100, callables={}, persistent=None, refuse=refuse,
+                          not_allowed=lambda m, n: BlobToolError(n))
+
+    with pytest.raises(BlobToolError, match="puts a list into itself"):
+        run(b"\x80\x02]q\x00h\x00a.")
+    # Two lists, each into the other: the second placing changes a placed list.
+    with pytest.raises(BlobToolError, match="to change a list after it was placed"):
+        run(b"\x80\x02]q\x00]q\x01h\x00a0h\x01a.")
+
+
+_DEEP = 300_000
+
+
+@pytest.mark.parametrize("container", [
+    b"}" + b"N" + b"\x85" * _DEEP + b"Ns.",            # a dict's key
+    b"\x8f(" + b"N" + b"\x85" * _DEEP + b"\x90.",      # a set's item
+    b"(" + b"N" + b"\x85" * _DEEP + b"\x91.",          # a frozenset's item
+    b"]" + b"]" * _DEEP + b"a" * _DEEP + b".",         # lists in lists
+], ids=["dict key", "set item", "frozenset item", "nested lists"])
+def test_deep_nesting_is_refused_in_the_command_and_the_library(tmp_path, container):
+    path = _pt(tmp_path, b"\x80\x02" + container)
+    result = run_blobtool("info", path, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 3, (result.returncode, result.stderr)
+    assert f"nests containers more than {MAX_NESTING} deep" in result.stderr, result.stderr
+    code = "import sys, blobtool\ntry:\n    blobtool.load_all(sys.argv[1])\nexcept blobtool.BlobToolError as e:\n" \
+           "    print(e)\n    sys.exit(3)\n"
+    lib = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, timeout=60,
+                         env=subprocess_env())
+    assert lib.returncode == 3, (lib.returncode, lib.stderr)
+
+
+def test_nesting_up_to_the_limit_reads(tmp_path):
+    # A state dict 62 dicts deep is still a checkpoint (not looked into past 4 levels, but read without harm).
+    inner = b"}" + op_str("k") + b"N" + b"s"
+    data = b"\x80\x02" + b"}" + op_str("a") + b"".join([b"}" + op_str("a")] * (MAX_NESTING - 3)) + inner \
+        + b"s" * (MAX_NESTING - 2) + b"."
+    line = _one_line(invoke("info", _pt(tmp_path, data)))
+    assert "holds no state dict" in line
+
+
+def test_a_huge_tensor_of_no_elements_is_one_line(tmp_path):
+    big = op_long(1 << 62)
+    args = (op_int(0), op_tuple(op_int(0), big, big), op_tuple(op_int(0), op_int(0), op_int(0)), HOOKS)
+    line = _one_line(invoke("info", _pt(tmp_path, storage_pickle(PID, *args))))
+    assert "spans more bytes than an array can address" in line
+
+
+def test_an_index_past_int64_is_refused(tmp_path):
+    args = (op_long(1 << 64), op_tuple(op_int(3), op_int(4)), op_tuple(op_int(4), op_int(1)), HOOKS)
+    line = _one_line(invoke("info", _pt(tmp_path, storage_pickle(PID, *args))))
+    assert "has offset <an integer of 65 bits>" in line
+
+
+def test_a_far_memo_slot_costs_what_is_stored_not_the_slot():
+    data = pt_bytes(None, data_pkl=b"\x80\x02Nr" + struct.pack("<I", 1 << 25) + b".", records={})
+    tracemalloc.start()
+    try:
+        with pytest.raises(BlobToolError, match="holds no state dict"):
+            open_document(io.BytesIO(data))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 16 << 20, peak  # pickle.Unpickler: an array of 2**25 slots, 256 MB
+
+
+def test_an_expanded_view_larger_than_its_storage_is_refused(tmp_path):
+    pid = PID.replace(op_int(12), op_int(1))
+    args = (op_int(0), op_tuple(op_int(8192), op_int(8192)), op_tuple(op_int(0), op_int(0)), HOOKS)
+    path = _pt(tmp_path, storage_pickle(pid, *args), storage=np.ones(1, np.float32))
+    out = tmp_path / "x.npy"
+    line = _one_line(invoke("convert", path, "-o", out))
+    assert "has 67108864 elements over storage '0' of 1 (an expanded view" in line
+    assert "save tensor.contiguous()" in line
+    assert not out.exists()
+
+
+def test_a_view_within_its_storage_still_reads(tmp_path):
+    # Stride 0 over a storage at least as large as the tensor: read, copied into C order.
+    storage = Storage(np.arange(6, dtype=np.float32))
+    path = write_pt(tmp_path / "v.pt", {"w": Tensor(storage=storage, offset=1, size=(2, 3), stride=(0, 1))})
+    np.testing.assert_array_equal(load_all(path)["w"].cpu_data().reshape(2, 3), [[1, 2, 3], [1, 2, 3]])
+
+
+def _timed_error(tmp_path, data_pkl) -> float:
+    path = _pt(tmp_path, data_pkl)
+    start = time.process_time()
+    result = invoke("info", path)
+    elapsed = time.process_time() - start
+    assert result.exit_code == 3 and "holds no state dict" in result.stderr, result.stderr
+    return elapsed
+
+
+def test_keys_that_all_hash_alike_cost_no_more_than_others(tmp_path):
+    # Python's int hash is the value modulo 2**61 - 1: all these hash to 0.
+    # pickle.Unpickler: 5.1 s for 20,000, over 60 s for 60,000.
+    keys = b"".join(op_long(k * ((1 << 61) - 1)) + b"N" for k in range(1, 60_001))
+    elapsed = _timed_error(tmp_path, b"\x80\x02}(" + keys + b"u.")
+    assert elapsed < 5, elapsed  # measured: 0.3 to 0.5 s
+
+
+def test_a_big_tuple_reused_as_a_key_is_not_hashed_again_and_again(tmp_path):
+    # pickle.Unpickler: 9.2 s (each SETITEMS hashes the 20,000-int tuple again).
+    big = b"(" + b"".join(op_int(k) for k in range(20_000)) + b"tq\x00"
+    data = b"\x80\x02" + big + b"0}(" + b"h\x00N" * 60_000 + b"u."
+    elapsed = _timed_error(tmp_path, data)
+    assert elapsed < 4, elapsed  # measured: 0.3 to 0.5 s
+
+
+def test_a_deflated_storage_is_inflated_in_place_not_twice():
+    # 64 MiB of zeros, deflated: the blob's array and one 4 MiB chunk at a time.
+    size = 64 << 20
+    values = np.zeros(size // 4, np.float32)
+    data = pt_bytes({"w": Tensor(values)}, deflate_storages=True)
+    with open_document(io.BytesIO(data)) as doc:
+        tracemalloc.start()
+        try:
+            blob = doc.entries[0].blob()
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        assert blob.count == values.size
+    assert peak < size + (24 << 20), peak  # measured: size + 15 MiB; readinto of the whole member: twice the size
+
+
+def _forged_directory(entries: int, declared: int, members) -> bytes:
+    """A zip of `members` plus `entries` empty ones, its end record saying `declared` entries."""
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", compression=zipfile.ZIP_STORED) as archive:
+        for name, data in members.items():
+            archive.writestr(name, data)
+        for k in range(entries):
+            archive.writestr(f"archive/pad/{k}", b"")
+    data = bytearray(out.getvalue())
+    end = data.rfind(b"PK\x05\x06")
+    struct.pack_into("<HH", data, end + 8, declared, declared)
+    return bytes(data)
+
+
+def test_a_directory_larger_than_its_end_record_says_is_refused_before_zipfile_reads_it(tmp_path):
+    good = zipfile.ZipFile(io.BytesIO(pt_bytes({"w": Tensor(_W)})))
+    members = {info.filename: good.read(info) for info in good.infolist()}
+    path = tmp_path / "forged.pt"
+    path.write_bytes(_forged_directory(MAX_BLOBS + 100, 2, members))
+    line = _one_line(invoke("info", path))
+    assert f"the zip directory lists more than {MAX_BLOBS + 64} entries" in line
+    npz = zipfile.ZipFile(io.BytesIO(npz_bytes({"a": np.ones(3, np.float32)})))
+    path = tmp_path / "forged.npz"
+    path.write_bytes(_forged_directory(MAX_BLOBS + 100, 2, {i.filename: npz.read(i) for i in npz.infolist()}))
+    line = _one_line(invoke("info", path))
+    assert f"the zip directory lists more than {MAX_BLOBS + 64} entries" in line
+
+
+# -- checkpoints with optimizer state ------------------------------------------------------
+
+def _model():
+    return collections.OrderedDict([("conv.weight", Tensor(np.ones((2, 1, 3, 3), np.float32), parameter=True)),
+                                    ("conv.bias", Tensor(np.zeros(2, np.float32), parameter=True))])
+
+
+def _sgd_momentum():
+    return {"state": {0: {"momentum_buffer": Tensor(np.full((2, 1, 3, 3), 0.5, np.float32))},
+                      1: {"momentum_buffer": Tensor(np.full(2, 0.5, np.float32))}},
+            "param_groups": [{"lr": 0.1, "momentum": 0.9, "dampening": 0, "weight_decay": 0.0005,
+                              "nesterov": False, "params": [0, 1]}]}
+
+
+def _adam():
+    return {"state": {k: {"step": Tensor(np.array(1.0, np.float32)), "exp_avg": Tensor(np.ones(2, np.float32)),
+                          "exp_avg_sq": Tensor(np.ones(2, np.float32))} for k in (0, 1)},
+            "param_groups": [{"lr": 0.001, "betas": (0.9, 0.999), "eps": 1e-08, "weight_decay": 0,
+                              "amsgrad": False, "params": [0, 1]}]}
+
+
+@pytest.mark.parametrize("checkpoint, key", [
+    ({"state_dict": _model(), "epoch": 3, "optimizer": _sgd_momentum()}, "state_dict"),
+    ({"state_dict": _model(), "epoch": 3, "optimizer": _adam()}, "state_dict"),
+    ({"model": _model(), "optimizer": _sgd_momentum(), "lr_scheduler": {"last_epoch": 3, "_last_lr": [0.1]},
+      "epoch": 3}, "model"),
+], ids=["SGD with momentum", "Adam", "torchvision's layout"])
+def test_a_training_checkpoint_reads_its_model_past_the_optimizer_state(tmp_path, checkpoint, key):
+    path = write_pt(tmp_path / "ckpt.pth", checkpoint)
+    result = invoke("info", "--json", path)
+    assert result.exit_code == 0, result.stderr
+    assert f"reading the state dict checkpoint['{key}']" in result.stderr
+    assert list(state_dict(path)) == ["conv.weight", "conv.bias"]
+
+
+def _ema():
+    ema = _model()
+    ema["conv.bias"] = Tensor(np.full(2, 7, np.float32), parameter=True)
+    return ema
+
+
+def test_several_real_state_dicts_are_picked_by_key(tmp_path):
+    path = write_pt(tmp_path / "ema.pth", {"model": _model(), "ema": _ema(), "optimizer": _adam()})
+    line = _one_line(invoke("info", path))
+    assert "holds 2 state dicts (dicts of tensors by name): ['model'], ['ema']; blobtool reads one: name it with " \
+           "--key (e.g. --key ema)" in line
+    result = invoke("norm", "--json", "--key", "ema", "--blob", "conv.bias", path)
+    assert result.exit_code == 0, result.stderr
+    assert '"asum": 14.0' in result.stdout, result.stdout
+    assert load_all(path, key="ema")["conv.bias"].cpu_data().tolist() == [7, 7]
+    assert state_dict(path, key="model")["conv.bias"].tolist() == [0, 0]
+    line = _one_line(invoke("info", "--key", "swa", path))
+    assert line.endswith("--key swa: the checkpoint has no key 'swa' (it has 'ema', 'model', 'optimizer')")
+    line = _one_line(invoke("info", "--key", "optimizer", path))
+    assert "--key optimizer: checkpoint['optimizer'] is a dict, not a state dict" in line
+    nested = write_pt(tmp_path / "nested.pth", {"run": {"ema": _ema(), "model": _model()}})
+    assert load_all(nested, key="run/ema")["conv.bias"].cpu_data().tolist() == [7, 7]
+
+
+def test_key_applies_in_worker_processes_too(tmp_path):
+    paths = [write_pt(tmp_path / f"ema{k}.pth", {"model": _model(), "ema": _ema()}) for k in range(2)]
+    env = subprocess_env(BLOBTOOL_PARALLEL_MIN_BYTES="0")
+    result = run_blobtool("norm", "--json", "-j", "2", "--key", "ema", *paths, capture_output=True, text=True,
+                          env=env, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.count('"conv.bias"') == 2 and "14" in result.stdout
+
+
+def test_a_bad_key_is_a_usage_error():
+    result = invoke("info", "--key", "a//b", "x.pt")
+    assert result.exit_code == 2 and "'a//b' is not a key" in result.stderr
+
+
+def test_torch_s_metadata_on_the_state_dict_is_read_as_torch_writes_it(tmp_path):
+    # state_dict() returns an OrderedDict with a _metadata attribute: pickled as BUILD with {"_metadata": ...}.
+    meta = b"}" + op_str("_metadata") + b"ccollections\nOrderedDict\n)R" + b"s"
+    data_pkl = (b"\x80\x02ccollections\nOrderedDict\n)R" + op_str("w") + REBUILD + b"(" + PID + b"Q"
+                + b"".join(_ARGS) + b"tRs" + meta + b"b.")
+    loaded = load_all(_pt(tmp_path, data_pkl))
+    assert list(loaded) == ["w"]
