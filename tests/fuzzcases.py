@@ -199,6 +199,20 @@ def _pt(**kw) -> bytes:
     return pt_bytes({"state_dict": state, "epoch": 3}, **kw)
 
 
+def _pt_training() -> bytes:
+    """A training checkpoint: model, an Adam optimizer's state (tensors by int key), a scheduler, numbers."""
+    import collections
+
+    from ptfiles import Tensor, pt_bytes
+
+    model = collections.OrderedDict([("fc.weight", Tensor(np.ones((2, 3), np.float32), parameter=True)),
+                                     ("fc.bias", Tensor(np.zeros(2, np.float32), parameter=True))])
+    adam = {"state": {0: {"step": Tensor(np.array(3.0, np.float32)), "exp_avg": Tensor(np.ones((2, 3), np.float32))}},
+            "param_groups": [{"lr": 0.001, "betas": (0.9, 0.999), "params": [0, 1], "amsgrad": False}]}
+    return pt_bytes({"model": model, "optimizer": adam, "lr_scheduler": {"last_epoch": 3}, "epoch": 3,
+                     "best": float("nan"), "name": "run", "sizes": (None, True, -7)})
+
+
 @dataclass(frozen=True)
 class Seed:
     """A valid input: its name, the kind its reader is, and its bytes."""
@@ -235,6 +249,7 @@ def generated_seeds() -> list:
         Seed("prototxt_v1", "net", PROTOTXT_V1_SEED),
         Seed("pt", "pt", _pt()),
         Seed("pt_deflated_big_endian", "pt", _pt(deflate_storages=True, byteorder="big")),
+        Seed("pt_training_checkpoint", "pt", _pt_training()),
     ]
 
 
@@ -682,8 +697,84 @@ def damage_pickle(data, lay, pick):
     return zip_bytes(members)
 
 
+def _pickle_snippets(pick) -> list:
+    """Opcodes a hostile pickle inserts: changes onto what is on the stack, memo slots near and far, nesting
+    past the limit, globals allowed and not, calls, numbers at the edges of int64."""
+    import struct
+
+    from ptfiles import op_int, op_long, op_str
+
+    deep = pick("choice", (63, 64, 65, 2000))
+    return [
+        # BUILD onto the top: a slotted object's state (None, {...}), a 4-tuple
+        # (a frozen dataclass's fields: storage, offset, size, stride), a dict.
+        b"b", b"N}" + op_str("storage_offset") + op_long(1 << 40) + b"s\x86b", b"}b",
+        b"(N" + op_long(1 << 40) + b"(" + op_int(1 << 30) + b"t(" + op_int(1) + b"ttb", b"2b",
+        op_str("k") + op_int(1) + b"s", op_int(1) + b"a", b"(" + op_int(1) + b"\x90",   # SETITEM/APPEND/ADDITEMS
+        b"0", b"2", b"1", b"(", b"t", b")", b"}", b"]", b"\x8f", b"\x85", b"\x86", b"\x87", b"e", b"u", b"l",
+        b"q\x00", b"h\x00", b"\x94", b"r" + struct.pack("<I", pick("choice", (0, 1, 1 << 20, 1 << 31))),
+        b"j" + struct.pack("<I", pick("choice", (0, 3, 1 << 26))),                        # memo slots
+        b"N" + b"\x85" * deep, b"]" * deep + b"a" * (deep - 1), b"}" * deep,                # nesting
+        b"ccollections\nOrderedDict\n)R", b"ctorch._utils\n_rebuild_tensor_v2\n", b"ctorch\nFloatStorage\n",
+        b"cos\nsystem\n", b"R", b"Q", op_str("torch") + op_str("FloatStorage") + b"\x93",
+        op_long(pick("choice", ((1 << 62), (1 << 63), -1, (1 << 64) + 1))), op_int(-1), op_int(0x7FFFFFFF),
+        b"N", b"\x88", b"\x89", b"\x80\x02", b".",
+    ]
+
+
+def mutate_pickle_ops(data, lay, pick):
+    """A PyTorch checkpoint whose data.pkl has opcodes inserted, replaced, removed, reordered or repeated.
+
+    Works on whole opcodes (pickletools.genops' positions), so the result
+    still parses as far as the change and reaches the unpickler's handling
+    of each opcode (BUILD and SETITEM on what a rebuild returned, memo slots,
+    nesting), where byte damage mostly makes an unparsable pickle. Other
+    inputs: bits flipped.
+    """
+    import pickletools
+
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as archive:
+            members = {info.filename: archive.read(info) for info in archive.infolist()}
+    except Exception:  # noqa: BLE001  any damage: leave it to the byte mutations
+        return flip_bits(data, lay, pick)
+    target = next((name for name in members if name.endswith("/data.pkl")), None)
+    if target is None:
+        return flip_bits(data, lay, pick)
+    pickled = members[target]
+    try:
+        with warnings.catch_warnings():  # genops' own complaint of a bad escape in a text string
+            warnings.simplefilter("ignore")
+            starts = [pos for _, _, pos in pickletools.genops(pickled)]
+    except Exception:  # noqa: BLE001  an earlier mutation broke it: cut anywhere instead
+        starts = list(range(len(pickled)))
+    spans = [(a, b) for a, b in zip(starts, starts[1:] + [len(pickled)])]
+    if not spans:
+        return flip_bits(data, lay, pick)
+    ops = [pickled[a:b] for a, b in spans]
+    how = pick("choice", ("insert", "replace", "delete", "swap", "repeat"))
+    at = pick("int", 0, len(ops) - 1)
+    if how == "insert":
+        ops.insert(at, pick("choice", _pickle_snippets(pick)))
+    elif how == "replace":
+        ops[at] = pick("choice", _pickle_snippets(pick))
+    elif how == "delete":
+        del ops[at]
+    elif how == "swap":
+        other = pick("int", 0, len(ops) - 1)
+        ops[at], ops[other] = ops[other], ops[at]
+    else:
+        end = min(len(ops), at + pick("int", 1, 8))
+        ops[at:at] = ops[at:end] * pick("choice", (1, 2, 100))
+    members[target] = b"".join(ops)
+    return zip_bytes(members)
+
+
 MUTATIONS = (truncate_at_boundary, truncate_anywhere, flip_bits, insert_varint, overwrite_length,
-             replace_tag, random_bytes, duplicate_span, forge_npy_header, rename_npz_members, damage_pickle)
+             replace_tag, random_bytes, duplicate_span, forge_npy_header, rename_npz_members, damage_pickle,
+             mutate_pickle_ops)
+# What the pickle fuzzing applies to checkpoints alone (test_fuzz, fuzz_long --pickle).
+PICKLE_MUTATIONS = (mutate_pickle_ops, damage_pickle)
 
 
 def random_picker(rng):

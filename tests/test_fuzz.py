@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import io
 import os
+import time
 import tracemalloc
 import warnings
 
@@ -692,11 +693,12 @@ def test_npz_member_names():
     run()
 
 
-@pytest.mark.parametrize("mutation", [fc.forge_npy_header, fc.rename_npz_members, fc.damage_pickle],
-                         ids=lambda m: m.__name__)
+@pytest.mark.parametrize("mutation", [fc.forge_npy_header, fc.rename_npz_members, fc.damage_pickle,
+                                      fc.mutate_pickle_ops], ids=lambda m: m.__name__)
 def test_npy_and_npz_mutations_change_what_they_aim_at(mutation):
     # The mutations reach their target (else the fuzz runs test nothing new).
-    target = {fc.forge_npy_header: "npy_f32", fc.rename_npz_members: "npz", fc.damage_pickle: "pt"}[mutation]
+    target = {fc.forge_npy_header: "npy_f32", fc.rename_npz_members: "npz", fc.damage_pickle: "pt",
+              fc.mutate_pickle_ops: "pt"}[mutation]
     seed = {s.name: s for s in SEEDS}[target]
     import random
     pick = fc.random_picker(random.Random(3))
@@ -736,3 +738,33 @@ def test_many_tiny_fields_are_read(tmp_path, name):
         assert not result.stderr, (command, result.stderr)
     if len(commands) > 2:
         assert (tmp_path / "out.pb").read_bytes() == data  # unknown fields and all, as they were
+
+
+# -- pickles mutated opcode by opcode ----------------------------------------------------------
+
+PICKLE_SEEDS = [s for s in SEEDS if s.kind == "pt"]
+PICKLE_SECONDS = float(os.environ.get("BLOBTOOL_FUZZ_PICKLE_SECONDS", "40"))
+
+
+@pytest.mark.parametrize("seed", PICKLE_SEEDS, ids=[s.name for s in PICKLE_SEEDS])
+def test_pickle_opcode_mutations(seed, tracing):
+    # Opcodes inserted, replaced, removed, reordered and repeated (BUILD and
+    # SETITEM on what a rebuild returned, memo slots, nesting past the
+    # limit), up to four rounds, for a bounded time per seed.
+    import random
+
+    lay = fc.layout_of(seed)
+    deadline = time.monotonic() + PICKLE_SECONDS / len(PICKLE_SEEDS)
+    cases = 0
+    while time.monotonic() < deadline or cases < 50:
+        rng = random.Random(cases)  # case N is random.Random(N): a failure names its N to rerun
+        pick = fc.random_picker(rng)
+        mutated = seed.data
+        for _ in range(rng.randint(1, 4)):
+            mutated = pick("choice", fc.PICKLE_MUTATIONS)(mutated, lay, pick)
+        try:
+            fc.check_case(mutated, "pt")
+        except fc.FuzzFailure as exc:
+            raise fc.FuzzFailure(f"case {cases} (random.Random({cases})): {exc}") from exc
+        cases += 1
+    print(f"{seed.name}: {cases} cases")
