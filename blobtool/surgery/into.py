@@ -266,6 +266,7 @@ def _template_float16(template, result: Fit, source: str) -> None:
     exported and written back) say nothing.
     """
     from ..engine.float16 import Float16Fit, float16_fit, lossy_line, overflow_reason
+    from ..engine.kernels import map_chunks
 
     lossy = Float16Fit("", 0)
     changed = total = 0
@@ -277,10 +278,7 @@ def _template_float16(template, result: Fit, source: str) -> None:
         if np.dtype(stored) != np.float16:
             continue
         values = blob.cpu_data()
-        with np.errstate(over="ignore", invalid="ignore"):
-            half = values.astype(np.float16)
-        moved = int(np.count_nonzero((half != values) & ~np.isnan(values)))
-        del half
+        moved = sum(map_chunks(_moved_by_float16, values))
         if not moved:
             continue   # float16 holds every value as it is: nothing to lose (as --half skips a float16 array)
         fit16 = float16_fit(entry.name, [values])
@@ -297,6 +295,13 @@ def _template_float16(template, result: Fit, source: str) -> None:
     if changed:
         result.notes.append(lossy_line(f"{source}: ", _INTO_HALF, lossy, rounded=(changed, total),
                                        hint=_INTO_HALF_HINT))
+
+
+def _moved_by_float16(part: np.ndarray) -> int:
+    """How many of `part`'s values float16 changes (rounded, or past its range); a NaN stays NaN."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        half = part.astype(np.float16)
+    return int(np.count_nonzero(half != part)) - int(np.count_nonzero(np.isnan(part)))
 
 
 def _fit_error(template, source: str, result: Fit, partial: bool, reshape: bool) -> FitError:
