@@ -11,7 +11,8 @@ from ..formats import KINDS, OUTPUT_FORMATS
 from .completion import complete_blob_names
 from .paths import INPUT, OUTPUT
 
-__all__ = ["INPUT", "OUTPUT", "Tolerance", "listed_names", "json_option", "json_object_option", "device_option", "blob_option",
+__all__ = ["INPUT", "OUTPUT", "Tolerance", "listed_names", "json_option", "json_object_option", "device_option",
+           "blob_option",
            "kind_option", "output_options", "jobs_option", "fail_fast_option", "all_files_option", "inputs",
            "batch_inputs",
            "output_target"]
