@@ -95,8 +95,9 @@ def edit_layers(doc: Document, renames: dict, drops) -> tuple[Document, list]:
     the new names and lack the dropped layers, and for a protobuf net its
     `edits` make the rewrite. The lines name each dropped layer's consumers.
     Raises FormatError for a layer the net does not hold (listing those it
-    does), UsageError for a new name another layer bears or a layer both
-    renamed and dropped.
+    does), UsageError for a new name another layer bears, a layer both
+    renamed and dropped (or renamed twice, by its two forms), or bytes that
+    could name several layers.
     """
     if not renames and not drops:
         return doc, []
