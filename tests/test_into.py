@@ -146,6 +146,68 @@ def test_the_real_mtcnn_keeps_its_float16(realworld, tmp_path):
     assert back.read_bytes() == src.read_bytes()
 
 
+def float16_counts(values: np.ndarray) -> tuple:
+    """(values float16 changes, values it makes subnormal, non-zero values it makes 0), counted by hand."""
+    half = values.astype(np.float16)
+    tiny = np.finfo(np.float16).tiny
+    return (int(np.sum(half != values)), int(np.sum((np.abs(half) > 0) & (np.abs(half) < tiny))),
+            int(np.sum((half == 0) & (values != 0))))
+
+
+def test_a_float16_template_says_what_rounding_to_float16_did(tmp_path):
+    # The template stores float16; the port's float32 values are rounded to it, which is said in one line
+    # naming --float, the way to keep them (as --half counts what float16 does to values).
+    stored = rand(8, 8)
+    net = tmp_path / "half.caffemodel"
+    net.write_bytes(pb.NetParameter(name="n").SerializeToString() + len_field(100, pb.LayerParameter(
+        name="fc", type="InnerProduct").SerializeToString() + len_field(7, half_blob_bytes(stored))))
+    port = (stored * 1.001).astype(np.float32)
+    port[0, :4] = [3e-5, -1e-6, 1e-8, 0.0]   # subnormal in float16, subnormal, 0, and a 0 given
+    save_file({"fc/0": port}, tmp_path / "port.safetensors")
+    out = tmp_path / "out.caffemodel"
+    result = run_blobtool("convert", tmp_path / "port.safetensors", "--into", net, "-o", out, text=True)
+    assert result.returncode == 0, result.stderr
+    moved, subnormal, zero = float16_counts(port)
+    assert (subnormal, zero) == (2, 1) and moved > 60
+    assert result.stderr.splitlines() == [
+        f"blobtool: warning: {tmp_path / 'port.safetensors'}: --into (the template's float16): in the 1 blob(s) "
+        f"written in float16, {moved:,} of 64 values were rounded to float16's precision; {subnormal} values "
+        f"became subnormal (below 6.1e-05) and {zero} became 0; --float writes float32 (the values as given)"]
+    written = blobtool.open_document(out).entries[0]
+    assert written.dtype == np.float16
+    assert written.blob().cpu_data().tobytes() == port.astype(np.float16).astype(np.float32).tobytes()
+    # --float keeps the values as given, and says nothing.
+    result = run_blobtool("convert", tmp_path / "port.safetensors", "--into", net, "-o", out, "--float",
+                          text=True)
+    assert (result.returncode, result.stderr) == (0, "")
+    assert blobtool.open_document(out).entries[0].blob().cpu_data().tobytes() == port.tobytes()
+    # Values float16 holds as they are lose nothing: not a word.
+    save_file({"fc/0": stored.astype(np.float16).astype(np.float32)}, tmp_path / "exact.safetensors")
+    result = run_blobtool("convert", tmp_path / "exact.safetensors", "--into", net, "-o", out, text=True)
+    assert (result.returncode, result.stderr) == (0, "")
+
+
+def test_the_real_fp16_mtcnn_says_what_a_float32_port_loses(realworld, tmp_path):
+    src = realworld / "mtcnn_det1_half.caffemodel"
+    st = tmp_path / "m.safetensors"
+    ok("convert", "--names", "torch", src, "-o", st)
+    rng = np.random.default_rng(3)
+    # A port trained on in float32: every value moved a little.
+    port = {k: (v * (1 + 1e-3 * rng.standard_normal(v.shape))).astype(np.float32) for k, v in load_file(st).items()}
+    save_file(port, tmp_path / "port.safetensors")
+    out = tmp_path / "out.caffemodel"
+    result = run_blobtool("convert", tmp_path / "port.safetensors", "--names", "torch", "--into", src, "-o", out,
+                          text=True)
+    assert result.returncode == 0, result.stderr
+    halves = [k for k in port if not k.startswith("PReLU")]   # its Convolutions' blobs (the PReLUs': float32)
+    moved = sum(float16_counts(port[k])[0] for k in halves)
+    (line,) = result.stderr.splitlines()
+    assert f"in the {len(halves)} blob(s) written in float16, {moved:,} of " in line and "--float writes" in line
+    assert len(halves) == 10 and moved > 6000
+    ok("convert", tmp_path / "port.safetensors", "--names", "torch", "--into", src, "-o", out, "--float")
+    ok("compare", "-q", "--names", "torch", out, tmp_path / "port.safetensors")   # exit 0: equal, nothing rounded
+
+
 def test_the_real_hdf5_snapshot_with_blobtool_names(realworld, tmp_path):
     src = realworld / "cifar10_full_iter_70000.caffemodel.h5"
     npz, back = tmp_path / "c.npz", tmp_path / "back.caffemodel.h5"
@@ -274,7 +336,8 @@ def test_precision_follows_the_template_unless_asked(tmp_path):
     save_file({"fc/0": big}, tmp_path / "big.safetensors")
     out = tmp_path / "out.caffemodel"
     result = ok("convert", tmp_path / "big.safetensors", "--into", half, "-o", out)
-    assert "fc/0: values past float16's range (65504): fc/0 is written in float32" in result.stderr
+    assert ("blob fc/0: 1 of 6 values are past float16's range (largest 100000, float16 holds up to 65504): "
+            "written in float32, not the template's float16") in result.stderr
     doc = blobtool.open_document(out)
     assert doc.entries[0].dtype == np.float32 and doc.entries[0].blob().cpu_data()[0] == 1e5
     # --double writes double_data whatever the template held.

@@ -121,6 +121,22 @@ def test_fields_text_cannot_carry_are_named_and_strict_refuses(tmp_path):
     assert not out.exists()
 
 
+def test_every_layer_holding_fields_text_cannot_carry_is_named_in_one_line(tmp_path):
+    # A fork's net (caffe-ssd's yufacedetectnet) held an unknown field in 80 layers: each one is named.
+    layers = [Layer(f"conv{i}", "ReLU", params=varint_field(4321, i)) for i in range(80)]
+    path = write_net(tmp_path / "fork.caffemodel", "new", layers)
+    out = tmp_path / "fork.prototxt"
+    result = run_blobtool("convert", path, "-o", out, text=True)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.splitlines() == [
+        f"blobtool: warning: {path}: 80 layers ({', '.join(f'conv{i}' for i in range(80))}) hold fields text "
+        "cannot carry: 4321; left out of the text"]
+    assert len(text_format.Parse(out.read_text(), pb.NetParameter()).layer) == 80
+    out.unlink()
+    line = assert_error(invoke("convert", path, "-o", out, "--strict"), 2, "--strict", "conv0, conv1", "conv79)")
+    assert "more" not in line and not out.exists()
+
+
 def test_prototxt_input_info_layers_and_binary_out(tmp_path):
     text = '''# a deploy definition
 name: "tiny"

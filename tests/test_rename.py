@@ -238,3 +238,99 @@ def test_a_definitions_layers_renamed_and_dropped(tmp_path):
     assert [layer.name for layer in parsed(out).layer][-1] == "ip2"
     result = invoke("convert", text, "--drop", "loss", "-o", tmp_path / "x.prototxt")
     assert result.exit_code == 2 and "then convert it to .prototxt" in result.stderr
+
+
+# -- names that are not UTF-8 -------------------------------------------------------------------
+
+def refuses_bytes_that_are_not_utf8() -> bool:
+    """Whether this protobuf runtime refuses a string field that is not UTF-8 (the pure-Python one, 3.20, does)."""
+    try:
+        pb.NetParameter().ParseFromString(b"\x0a\x01\xff")
+    except Exception:  # noqa: BLE001  its DecodeError, or a UnicodeDecodeError from older runtimes
+        return True
+    return False
+
+
+def raw_net(path, names: list):
+    """A net of Convolution layers named by the bytes in `names`, each with one blob, written by hand."""
+    from builders import blob_bytes, len_field
+
+    body = len_field(1, b"n")
+    for i, name in enumerate(names):
+        layer = (len_field(1, name) + len_field(2, b"Convolution") + len_field(3, b"data")
+                 + len_field(4, b"t%d" % i) + len_field(7, blob_bytes(np.full((2, 1, 1, 1), i, np.float32))))
+        body += len_field(100, layer)
+    path.write_bytes(body)
+    return path
+
+
+def assert_refused_by_protobuf(result, out) -> None:
+    """protobuf's pure-Python runtime refuses the input's name at parse: so does blobtool (exit 3, one line)."""
+    assert result.returncode == 3 and "invalid LayerParameter fields" in result.stderr, result.stderr
+    assert len(result.stderr.splitlines()) == 1 and not out.exists()
+
+
+def test_options_given_bytes_that_are_not_utf8_say_so_in_one_line(tmp_path):
+    # A command line's bytes that are not UTF-8 reach Python as lone surrogates ("\udcff"):
+    # a new name of them is refused (a layer's name is UTF-8), a name looked for is shown as listed.
+    net = write_net(tmp_path / "net.caffemodel", "new", lenet_like())
+    out = tmp_path / "out.caffemodel"
+    odd = "a\udcff"
+    cases = [(("--rename", f"conv1={odd}"), 2, "--rename 'conv1=a\\xff': the new name 'a\\xff' is not UTF-8 text"),
+             (("--rename", f"{odd}=x"), 3, "no layer called 'a\\xff'"),
+             (("--drop", odd), 3, "no layer called 'a\\xff'"),
+             (("--blob", odd), 3, "--blob 'a\\xff' selects nothing"),
+             (("--into", net, "--add-prefix", odd), 3, "unexpected 5 (a\\xffconv1/0,"),
+             (("--into", net, "--strip-prefix", odd, "--rename", f"ip1={odd}"), 2, "is not UTF-8 text")]
+    for args, code, fragment in cases:
+        result = run_blobtool("convert", net, "-o", out, *args, text=True)
+        assert result.returncode == code, (args, result.stderr)
+        lines = result.stderr.splitlines()
+        assert len(lines) == 1 and fragment in lines[0] and "Traceback" not in result.stderr, (args, lines)
+        assert not out.exists()
+
+
+def test_a_layer_named_by_bytes_that_are_not_utf8_is_named_as_listed_or_by_those_bytes(tmp_path):
+    net = raw_net(tmp_path / "odd.caffemodel", [b"b\xff1", b"c1"])
+    out = tmp_path / "out.caffemodel"
+    result = run_blobtool("convert", net, "--rename", "b\\xff1=first", "-o", out, text=True)
+    if refuses_bytes_that_are_not_utf8():
+        return assert_refused_by_protobuf(result, out)
+    assert (result.returncode, result.stderr) == (0, "")
+    assert [layer.name for layer in parsed(out).layer] == ["first", "c1"]
+    assert "b\\xff1" in ok("info", "--layers", net).stdout   # the form given above: as listed
+    # The bytes themselves, as a command line hands them over.
+    ok("convert", net, "--rename", "b\udcff1=first", "-o", out)
+    assert [layer.name for layer in parsed(out).layer] == ["first", "c1"]
+    assert out.read_bytes() == raw_net(tmp_path / "expected.caffemodel", [b"first", b"c1"]).read_bytes()
+    ok("convert", net, "--drop", "b\udcff1", "-o", out)
+    assert [layer.name for layer in parsed(out).layer] == ["c1"]
+    result = ok("convert", net, "--blob", "b\udcff1/0", "-o", tmp_path / "b.npz")
+    assert list(np.load(tmp_path / "b.npz")) == ["b\\xff1/0"]
+    assert_error(invoke("convert", net, "--rename", "b\udcff1=x", "--drop", "b\\xff1", "-o", out), 2,
+                 "layer 'b\\xff1' is both renamed and dropped")
+
+
+def test_bytes_that_could_name_two_layers_are_refused(tmp_path):
+    # The first layer is named by the four characters b \ x f f 1, the second by the byte 0xff: both list
+    # as b\xff1 (the second as b\xff1#2), so the byte given on a command line is ambiguous.
+    net = raw_net(tmp_path / "odd.caffemodel", [b"b\\xff1", b"b\xff1"])
+    out = tmp_path / "out.caffemodel"
+    result = run_blobtool("convert", net, "--drop", "b\udcff1", "-o", out, text=True)
+    if refuses_bytes_that_are_not_utf8():
+        return assert_refused_by_protobuf(result, out)
+    assert result.returncode == 2 and len(result.stderr.splitlines()) == 1, result.stderr
+    assert "could name any of the 2 layers listed as b\\xff1, b\\xff1#2" in result.stderr and not out.exists()
+    ok("convert", net, "--drop", "b\\xff1#2", "-o", out)
+    assert [layer.name for layer in parsed(out).layer] == ["b\\xff1"]
+
+
+def test_a_prefix_of_bytes_that_are_not_utf8(tmp_path):
+    values = raw_net(tmp_path / "values.caffemodel", [b"\xffconv1", b"\xffconv2"])
+    template = raw_net(tmp_path / "template.caffemodel", [b"conv1", b"conv2"])
+    out = tmp_path / "out.caffemodel"
+    result = run_blobtool("convert", values, "--into", template, "--strip-prefix", "\udcff", "-o", out, text=True)
+    if refuses_bytes_that_are_not_utf8():
+        return assert_refused_by_protobuf(result, out)
+    assert (result.returncode, result.stderr) == (0, "")
+    assert blobtool.load_all(out)["conv2/0"].cpu_data().tolist() == [1, 1]

@@ -6,6 +6,7 @@ import click
 
 from ..formats import NAMING_SCHEMES as SCHEMES
 from .output import say_warning
+from .options import listed_names
 from .paths import INPUT
 
 __all__ = ["names_options", "check_names", "prefix_options", "prefixes_asked", "renamed", "named", "renamer",
@@ -39,10 +40,10 @@ def check_names(names: str, net) -> None:
 
 
 def prefix_options(f):
-    f = click.option("--add-prefix", metavar="P", default=None,
+    f = click.option("--add-prefix", metavar="P", default=None, callback=listed_names,
                      help="Put P before every name of the second file (after --strip-prefix), to match the "
                           "first's.")(f)
-    f = click.option("--strip-prefix", metavar="P", default=None,
+    f = click.option("--strip-prefix", metavar="P", default=None, callback=listed_names,
                      help="Take P off the names of the second file that start with it (module. from "
                           "nn.DataParallel), to match the first's. Without either option a shared prefix that "
                           "makes the names match is found and said; --strip-prefix '' turns that off.")(f)

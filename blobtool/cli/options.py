@@ -11,7 +11,8 @@ from ..formats import KINDS, OUTPUT_FORMATS
 from .completion import complete_blob_names
 from .paths import INPUT, OUTPUT
 
-__all__ = ["INPUT", "OUTPUT", "Tolerance", "json_option", "json_object_option", "device_option", "blob_option",
+__all__ = ["INPUT", "OUTPUT", "Tolerance", "listed_names", "json_option", "json_object_option", "device_option",
+           "blob_option",
            "kind_option", "output_options", "jobs_option", "fail_fast_option", "all_files_option", "inputs",
            "batch_inputs",
            "output_target"]
@@ -30,6 +31,19 @@ class Tolerance(click.ParamType):
         if not math.isfinite(number) or number < 0:
             self.fail(f"{value!r} is not a tolerance: expected a finite number >= 0", param, ctx)
         return number + 0.0  # -0 is 0
+
+
+def listed_names(ctx, param, value):
+    """A click callback: an option's name (or names) with a command line's bytes that are not UTF-8 as \\xNN.
+
+    Names read from files carry such bytes as \\xNN escapes (formats.listed_name):
+    so the bytes as typed (a prefix, say) match them.
+    """
+    from ..formats import listed_name
+
+    if value is None:
+        return None
+    return tuple(map(listed_name, value)) if isinstance(value, tuple) else listed_name(value)
 
 
 def json_option(f):

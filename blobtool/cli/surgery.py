@@ -4,25 +4,28 @@ from __future__ import annotations
 
 import click
 
+from .options import listed_names
 from .paths import INPUT
 
 __all__ = ["surgery_options", "open_edited", "write_into"]
 
 
 def surgery_options(f):
-    f = click.option("--add-prefix", metavar="P", default=None,
+    f = click.option("--add-prefix", metavar="P", default=None, callback=listed_names,
                      help="With --into: put P before every name of FILE (after --strip-prefix) before matching.")(f)
-    f = click.option("--strip-prefix", metavar="P", default=None,
+    f = click.option("--strip-prefix", metavar="P", default=None, callback=listed_names,
                      help="With --into: take P off FILE's names that start with it (module. from nn.DataParallel) "
                           "before matching them with TEMPLATE's. Without either option a prefix that makes the "
                           "names match is found and said on stderr; --strip-prefix '' turns that off.")(f)
     f = click.option("--drop", "drops", multiple=True, metavar="LAYER",
-                     help="Leave layer LAYER and its blobs out of the net written (of TEMPLATE with --into); "
+                     help="Leave layer LAYER (named as info --layers lists it) and its blobs out of the net "
+                          "written (of TEMPLATE with --into); "
                           "the layers reading its output are left as they are and named on stderr. "
                           "Repeatable.")(f)
     f = click.option("--rename", "renames", multiple=True, metavar="OLD=NEW",
                      help="Rename layer OLD to NEW in the net written (of TEMPLATE with --into), and so its "
-                          "blobs (OLD/0 becomes NEW/0); its tops and bottoms stay. Repeatable.")(f)
+                          "blobs (OLD/0 becomes NEW/0); its tops and bottoms stay. NEW must be UTF-8 text. "
+                          "Repeatable.")(f)
     f = click.option("--reshape", is_flag=True,
                      help="With --into: write a value of the same count but another shape in the template's "
                           "shape (default: refused, listed as mismatched).")(f)

@@ -20,7 +20,7 @@ import numpy as np
 from ..errors import UsageError
 from .kernels import finite_range, map_chunks
 
-__all__ = ["Float16Fit", "Narrow", "HALF", "float16_fit", "half_precisions"]
+__all__ = ["Float16Fit", "Narrow", "HALF", "float16_fit", "half_precisions", "overflow_reason", "lossy_line"]
 
 _HALF = np.finfo(np.float16)
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
@@ -132,8 +132,7 @@ def half_precisions(path, entries, blobs, *, write_diff=None, transforms=None, s
             lossy.zero += fit.zero
             lossy.count += 1
             continue
-        reason = (f"blob {entry.name}: {fit.overflow:,} of {fit.count:,} values are past {narrow.name}'s range "
-                  f"(largest {fit.max_abs:.6g}, {narrow.name} holds up to {narrow.max:g})")
+        reason = overflow_reason(fit, narrow)
         if strict:
             raise UsageError(f"{narrow.strict}: {reason}; nothing written", path=path)
         if diff_side and dtypes[1] != dtypes[0]:
@@ -147,7 +146,25 @@ def half_precisions(path, entries, blobs, *, write_diff=None, transforms=None, s
         lines.append(f"{where}{reason}: kept {kept} "
                      f"({fit.subnormal:,} values would have become subnormal and {fit.zero:,} zero)")
     if lossy.subnormal or lossy.zero:
-        lines.append(f"{where}{narrow.option}: in the {lossy.count:,} blob(s) written in {narrow.name}, "
-                     f"{lossy.subnormal:,} values became subnormal (below {narrow.tiny:.3g}) and {lossy.zero:,} "
-                     "became 0")
+        lines.append(lossy_line(where, narrow.option, lossy, narrow))
     return precisions, lines
+
+
+def overflow_reason(fit: Float16Fit, narrow: Narrow = HALF) -> str:
+    """Why a blob cannot be written in float16 (or `narrow`): how many of its values are past the range."""
+    return (f"blob {fit.name}: {fit.overflow:,} of {fit.count:,} values are past {narrow.name}'s range "
+            f"(largest {fit.max_abs:.6g}, {narrow.name} holds up to {narrow.max:g})")
+
+
+def lossy_line(where: str, option: str, lossy: Float16Fit, narrow: Narrow = HALF, rounded: tuple | None = None,
+               hint: str = "") -> str:
+    """The line saying what float16 (or `narrow`) made of the values of the `lossy.count` blobs written in it.
+
+    `lossy` sums their subnormal and zero counts; `rounded`, when given, is
+    (values that changed, values written), said before them; `hint` ends the line.
+    """
+    counts = (f"{lossy.subnormal:,} values became subnormal (below {narrow.tiny:.3g}) and {lossy.zero:,} "
+              "became 0")
+    if rounded is not None:
+        counts = f"{rounded[0]:,} of {rounded[1]:,} values were rounded to {narrow.name}'s precision; {counts}"
+    return f"{where}{option}: in the {lossy.count:,} blob(s) written in {narrow.name}, {counts}{hint}"

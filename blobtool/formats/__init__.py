@@ -79,8 +79,8 @@ from ..errors import BlobToolError, FormatError, UsageError
 
 __all__ = ["Format", "Output", "FORMATS", "EXTENSIONS", "KINDS", "CONTAINER_KINDS", "OUTPUT_FORMATS", "Entry",
            "Document", "NetLayer", "get_format", "format_by_signature", "sniff", "module", "open_document",
-           "open_documents", "select", "unique_names", "MAX_BLOBS", "MAX_NAME", "DEFLATE_MAX_EXPANSION",
-           "PRECISION_TYPES", "NAMING_SCHEMES", "ReadSettings", "read_settings", "reading",
+           "open_documents", "select", "unique_names", "listed_name", "MAX_BLOBS", "MAX_NAME",
+           "DEFLATE_MAX_EXPANSION", "PRECISION_TYPES", "NAMING_SCHEMES", "ReadSettings", "read_settings", "reading",
            "use_read_settings"]
 
 
@@ -587,17 +587,42 @@ def select(doc: Document, patterns) -> list:
     by_name = {e.name: i for i, e in enumerate(doc.entries)}
     chosen = set()
     for pattern in patterns:
-        if pattern in by_name:
-            hits = [by_name[pattern]]
-        else:
-            hits = [i for i, e in enumerate(doc.entries) if e.layer is not None and e.layer == pattern]
-            if not hits:
-                hits = [i for i, e in enumerate(doc.entries) if fnmatch.fnmatchcase(e.name, pattern)]
+        hits = _selected(doc, by_name, pattern)
+        listed = listed_name(pattern)
+        if not hits and listed != pattern:   # bytes that are not UTF-8, as a command line gives them
+            hits = _selected(doc, by_name, listed)
         if not hits:
             names = ", ".join(doc.names()) or "none"
-            raise FormatError(f"--blob {pattern!r} selects nothing; blobs: {names}", path=doc.path)
+            shown = repr(pattern) if listed == pattern else f"'{listed}'"
+            raise FormatError(f"--blob {shown} selects nothing; blobs: {names}", path=doc.path)
         chosen.update(hits)
     return [e for i, e in enumerate(doc.entries) if i in chosen]
+
+
+def _selected(doc: Document, by_name: dict, pattern: str) -> list:
+    if pattern in by_name:
+        return [by_name[pattern]]
+    hits = [i for i, e in enumerate(doc.entries) if e.layer is not None and e.layer == pattern]
+    return hits or [i for i, e in enumerate(doc.entries) if fnmatch.fnmatchcase(e.name, pattern)]
+
+
+def listed_name(name: str) -> str:
+    """`name` in the form blobtool lists names in: bytes that are not UTF-8 as \\xNN escapes.
+
+    A name read from a file with such bytes is listed with escapes (the
+    layer named by the bytes ``b\\xff1`` is listed as ``b\\xff1``, and its
+    blobs as ``b\\xff1/0``). Python hands a command line's such bytes over as
+    lone surrogates (U+DC80 to U+DCFF, os.fsdecode's surrogateescape); this
+    turns them into the same escapes, so that the bytes as typed name what
+    they name in the file. A name without such surrogates is returned as it is.
+    """
+    if name.isascii():
+        return name
+    try:
+        raw = name.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:   # a surrogate that stands for no byte
+        return name
+    return raw.decode("utf-8", "backslashreplace")
 
 
 def unique_names(names: list, unnamed: str = "layer") -> list:

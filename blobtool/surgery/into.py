@@ -37,7 +37,10 @@ Each blob written keeps the template's stored type, layout, encoding and
 unknown fields (a float16 blob of NVIDIA Caffe stays float16), unless a
 precision is asked for; values that the template's type turns into Inf are
 counted and said, and a float16 blob whose values pass float16's range is
-written in float32 instead, with a line saying so (as --half does). Only the
+written in float32 instead, with a line saying so (as --half does); what
+float16 does to the others (values rounded, made subnormal or 0) is counted
+in one line naming --float, which keeps them as given; values float16 holds
+exactly (a float16 net exported and written back) say nothing. Only the
 data is written: the template's diffs belong to other values and are left out
 (said when there were any).
 """
@@ -58,8 +61,9 @@ __all__ = ["Fit", "fit", "SHOWN"]
 # Names shown per list in a message; past this many, "and N more".
 SHOWN = 32
 
-# float16's largest finite value: a value past it is Inf in float16.
-_HALF_MAX = 65504.0
+# How the line on the template's float16 blobs names them, and what it offers instead.
+_INTO_HALF = "--into (the template's float16)"
+_INTO_HALF_HINT = "; --float writes float32 (the values as given)"
 
 
 @dataclass
@@ -172,6 +176,8 @@ def fit(template, values: dict, *, names: str = "blobtool", partial: bool = Fals
     wrong = result.missing or result.unexpected or result.mismatched
     if wrong and (not partial or not written):
         raise _fit_error(template, source, result, partial, reshape)
+    if precision is None:
+        _template_float16(template, result, source)
     if ignored:
         notes.append(f"{source}: ignored {len(ignored)} num_batches_tracked buffer{'s' * (len(ignored) != 1)} "
                      f"(Caffe's BatchNorm has no blob for them): {_some(ignored)}")
@@ -243,17 +249,59 @@ def _written(slot: _Slot, value: np.ndarray, precision, result: Fit, source: str
             result.notes.append(f"{source}: {slot.name}: {made} of {values.size} values became Inf written as "
                                 f"{dtype.name} (past its range) into {entry.name}")
         values = cast
-    if precision is None and np.dtype(stored) == np.float16 and values.size:
-        finite = values[np.isfinite(values)]
-        if finite.size and float(np.max(np.abs(finite))) > _HALF_MAX:
-            result.precision[entry.name] = "float"
-            result.notes.append(f"{source}: {slot.name}: values past float16's range (65504): {entry.name} is "
-                                "written in float32, not the template's float16")
     blob = Blob(entry.shape, dtype=dtype)
     blob.set_cpu_data(values)
     if origin is not None:
         blob.origin = dataclasses.replace(origin, has_diff=False, diff_dtype=None)
     return blob
+
+
+def _template_float16(template, result: Fit, source: str) -> None:
+    """The blobs the template stores in float16, as --half writes float16 (engine/float16.py), and what it did said.
+
+    A blob with values past float16's range is written in float32 instead,
+    a line each; for the others one line counts the values that float16
+    rounded (and those made subnormal or 0), naming --float, which keeps
+    them as given. Values that float16 holds exactly (a float16 net
+    exported and written back) say nothing.
+    """
+    from ..engine.float16 import Float16Fit, float16_fit, lossy_line, overflow_reason
+    from ..engine.kernels import map_chunks
+
+    lossy = Float16Fit("", 0)
+    changed = total = 0
+    for entry in template.entries:
+        blob = result.blobs.get(entry.name)
+        if blob is None or not blob.count:
+            continue
+        stored = blob.origin.dtype if blob.origin is not None else entry.dtype
+        if np.dtype(stored) != np.float16:
+            continue
+        values = blob.cpu_data()
+        moved = sum(map_chunks(_moved_by_float16, values))
+        if not moved:
+            continue   # float16 holds every value as it is: nothing to lose (as --half skips a float16 array)
+        fit16 = float16_fit(entry.name, [values])
+        if not fit16.fits:
+            result.precision[entry.name] = fit16.fallback
+            result.notes.append(f"{source}: {overflow_reason(fit16)}: written in float32, not the template's "
+                                "float16")
+            continue
+        lossy.count += 1
+        lossy.subnormal += fit16.subnormal
+        lossy.zero += fit16.zero
+        changed += moved
+        total += values.size
+    if changed:
+        result.notes.append(lossy_line(f"{source}: ", _INTO_HALF, lossy, rounded=(changed, total),
+                                       hint=_INTO_HALF_HINT))
+
+
+def _moved_by_float16(part: np.ndarray) -> int:
+    """How many of `part`'s values float16 changes (rounded, or past its range); a NaN stays NaN."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        half = part.astype(np.float16)
+    return int(np.count_nonzero(half != part)) - int(np.count_nonzero(np.isnan(part)))
 
 
 def _fit_error(template, source: str, result: Fit, partial: bool, reshape: bool) -> FitError:

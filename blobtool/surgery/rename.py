@@ -13,6 +13,12 @@ nested V0LayerParameter's name (1) for a V0 layer named only there. Every
 occurrence is rewritten (protobuf keeps the last); a layer without a name
 gets one, written at the end of its message.
 
+A layer is named as blobtool lists it (info --layers): a name read with bytes
+that are not UTF-8 as its \\xNN escapes, or those bytes themselves as a
+command line hands them over (surrogate escapes: formats.listed_name) when no
+other layer is listed alike (``b\\xff1#2``: then the listed form is asked for).
+A new name must be UTF-8 text (a protobuf string): other bytes are refused.
+
 A dropped layer's consumers (the layers after it that read a top it wrote,
 until another layer writes that top) are left as they are, never rewired:
 dropped() lists them, so that the command says so.
@@ -23,7 +29,7 @@ from __future__ import annotations
 import dataclasses
 
 from ..errors import FormatError, UsageError
-from ..formats import Document
+from ..formats import Document, listed_name
 
 __all__ = ["edit_layers", "parse_renames", "dropped"]
 
@@ -35,16 +41,51 @@ _V0_NAME = 1
 
 
 def parse_renames(pairs) -> dict:
-    """{old: new} from OLD=NEW strings; UsageError for one without '=' or with an empty side, or a layer given twice."""
+    """{old: new} from OLD=NEW strings; UsageError for one without '=' or with an empty side, a new name
+    that is not UTF-8 text, or a layer given twice."""
     renames: dict = {}
     for pair in pairs:
         old, sep, new = pair.partition("=")
         if not sep or not old or not new:
-            raise UsageError(f"--rename {pair!r}: expected OLD=NEW (a layer's name, '=', its new name)")
+            raise UsageError(f"--rename {_quoted(pair)}: expected OLD=NEW (a layer's name, '=', its new name)")
+        if not _is_text(new):
+            raise UsageError(f"--rename {_quoted(pair)}: the new name {_quoted(new)} is not UTF-8 text (bytes "
+                             "shown as \\xNN); a layer's name is a protobuf string, written as UTF-8")
         if old in renames:
-            raise UsageError(f"--rename: layer {old!r} is renamed twice ({renames[old]!r} and {new!r})")
+            raise UsageError(f"--rename: layer {_quoted(old)} is renamed twice ({_quoted(renames[old])} and "
+                             f"{_quoted(new)})")
         renames[old] = new
     return renames
+
+
+def _is_text(name: str) -> bool:
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _quoted(name: str) -> str:
+    """`name` in quotes for a message, as info --layers lists it (a command line's bytes as \\xNN, see listed_name)."""
+    return f"'{listed_name(name)}'"
+
+
+def _layer_named(given: str, names: list, path) -> str:
+    """The layer name (of `names`, as listed) that `given` names (see the module doc)."""
+    if given in names:
+        return given
+    listed = listed_name(given)
+    if listed != given and listed in names:
+        alike = [name for name in names if name == listed or
+                 (name.startswith(listed + "#") and name[len(listed) + 1:].isdigit())]
+        if len(alike) > 1:
+            raise UsageError(f"{_quoted(given)} (bytes that are not UTF-8) could name any of the {len(alike)} "
+                             f"layers listed as {', '.join(alike)}; give the name as info --layers lists it",
+                             path=path)
+        return listed
+    shown = ", ".join(names[:64]) + (f" and {len(names) - 64} more" if len(names) > 64 else "")
+    raise FormatError(f"no layer called {_quoted(given)} (--rename, --drop); layers: {shown or 'none'}", path=path)
 
 
 def edit_layers(doc: Document, renames: dict, drops) -> tuple[Document, list]:
@@ -54,27 +95,30 @@ def edit_layers(doc: Document, renames: dict, drops) -> tuple[Document, list]:
     the new names and lack the dropped layers, and for a protobuf net its
     `edits` make the rewrite. The lines name each dropped layer's consumers.
     Raises FormatError for a layer the net does not hold (listing those it
-    does), UsageError for a new name another layer bears or a layer both
-    renamed and dropped.
+    does), UsageError for a new name another layer bears, a layer both
+    renamed and dropped (or renamed twice, by its two forms), or bytes that
+    could name several layers.
     """
     if not renames and not drops:
         return doc, []
     if doc.kind != "net":
         raise UsageError(f"{doc.path}: --rename and --drop change a net's layers; this is a {doc.kind} file")
-    drops = list(dict.fromkeys(drops))
     names = [layer.name for layer in doc.layers]
-    for name in [*renames, *drops]:
-        if name not in names:
-            shown = ", ".join(names[:64]) + (f" and {len(names) - 64} more" if len(names) > 64 else "")
-            raise FormatError(f"no layer called {name!r} (--rename, --drop); layers: {shown or 'none'}",
-                              path=doc.path)
+    drops = list(dict.fromkeys(_layer_named(name, names, doc.path) for name in drops))
+    given, renames = renames, {}
+    for old, new in given.items():
+        layer = _layer_named(old, names, doc.path)
+        if layer in renames:
+            raise UsageError(f"--rename: layer {_quoted(layer)} is renamed twice ({_quoted(renames[layer])} and "
+                             f"{_quoted(new)})")
+        renames[layer] = new
     both = [name for name in drops if name in renames]
     if both:
-        raise UsageError(f"layer {both[0]!r} is both renamed and dropped")
+        raise UsageError(f"layer {_quoted(both[0])} is both renamed and dropped")
     final = [renames.get(name, name) for name in names if name not in drops]
     for old, new in renames.items():
         if final.count(new) > 1:
-            raise UsageError(f"--rename {old}={new}: another layer is called {new!r}", path=doc.path)
+            raise UsageError(f"--rename {old}={new}: another layer is called {_quoted(new)}", path=doc.path)
     edits = []
     extra = {}
     if doc.format == "prototxt":

@@ -89,7 +89,7 @@ class NetDefinition:
         return lines
 
     def lost_lines(self, path: str) -> list:
-        """One line per set of lost fields, naming the layers that hold it (at most 8 by name)."""
+        """One line per set of lost fields, naming every layer that holds it (a net of many fork layers: all)."""
         lines = []
         if self.lost:
             lines.append(f"{path}: the net holds fields text cannot carry: {', '.join(self.lost)}")
@@ -98,7 +98,7 @@ class NetDefinition:
             if layer.lost:
                 groups.setdefault(layer.lost, []).append(text(layer.message.name) or "(unnamed)")
         for lost, names in groups.items():
-            shown = ", ".join(names[:8]) + (f" and {len(names) - 8} more" if len(names) > 8 else "")
+            shown = ", ".join(names)
             which = f"layer {shown}" if len(names) == 1 else f"{len(names)} layers ({shown})"
             lines.append(f"{path}: {which} hold{'s' * (len(names) == 1)} fields text cannot carry: "
                          f"{', '.join(lost)}")
