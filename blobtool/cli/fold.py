@@ -65,6 +65,8 @@ def fold(net, outputs, definition, as_json):
                 result = fold_document(doc, *outputs, definition=other)
     for kept in result.plan.kept:
         say_warning(f"{result.path}: BatchNorm {kept.batchnorm} stays: {kept.why}")
+    for kept in result.plan.kept_scales:
+        say_warning(f"{result.path}: Scale {kept.scale} stays: {kept.why}")
     for line in result.warnings:
         say_warning(line)
     if "-" in outputs:

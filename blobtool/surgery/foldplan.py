@@ -16,13 +16,37 @@ blob name followed version by version, so in-place layers count right):
   weight and bias only, stored as floats, and shares them with no other
   layer (a ParamSpec name);
 - its output can take the last folded layer's top: no layer between them
-  reads or writes that name.
+  reads or writes that name;
+- the layer and the Scale hold the blobs their bias_term says (a weight,
+  and a bias with bias_term; gamma, and beta with bias_term): Caffe loads
+  no others into them.
+
+The net folded for is the deployed one, Caffe's TEST net (phase TEST, level
+0, the stages the net's own `state` names: netdef.deployment_state): a
+layer its include/exclude rules leave out of it is no fold candidate and is
+passed over in the walk of who reads what, so a TRAIN-only reader neither
+blocks nor takes a fold; a BatchNorm or Scale outside it stays, with the
+rule. A layer's own `phase` field, which a snapshot sets on every layer, is
+no such rule.
+
+Another definition of the same net (a deploy.prototxt) is the net that
+will run: given one, the settings read above come from its layer of the
+same name (batch_norm_param.eps; scale_param axis, num_axes, bias_term; the
+folded layer's axis, bias_term, transpose, group), and a BatchNorm it sets
+`use_global_stats: false` for stays (it normalizes with each batch's
+statistics, which no weight holds). Where the definition's value differs
+from the net's own and the fold is made with it, `FoldPlan.notes` says so,
+one line per setting naming the layers; where the definition's value
+leaves no fold, the BatchNorm stays with it in the reason. The net's own
+use_global_stats is not read: a snapshot's holds its training setting.
 
 Everything else stays, with the reason. Field numbers are Caffe's:
-LayerParameter bottom = 3, top = 4, param = 6 (ParamSpec name = 1), blobs = 7,
-convolution_param = 106 (group = 5, axis = 16), inner_product_param = 117
-(axis = 5, transpose = 6), batch_norm_param = 139 (eps = 3, a float),
-scale_param = 142 (axis = 1, num_axes = 2).
+NetParameter state = 6; LayerParameter bottom = 3, top = 4, param = 6
+(ParamSpec name = 1), blobs = 7, include = 8, exclude = 9,
+convolution_param = 106 (bias_term = 2, group = 5, axis = 16),
+inner_product_param = 117 (bias_term = 2, axis = 5, transpose = 6),
+batch_norm_param = 139 (use_global_stats = 1, eps = 3, a float),
+scale_param = 142 (axis = 1, num_axes = 2, bias_term = 4).
 """
 
 from __future__ import annotations
@@ -31,28 +55,43 @@ import struct
 from dataclasses import dataclass, field
 
 from ..errors import FormatError, UsageError
-from ..formats import Document, Entry, NetLayer
+from ..formats import Document, Entry, NetLayer, unique_names
 from ..formats.caffe import layer_links, wire
 from ..formats.naming import layer_type
 from .fold import DEFAULT_EPS, FOLDABLE, output_channels
 
 __all__ = ["Fold", "Kept", "FoldPlan", "plan_folds", "check_foldable_net", "layer_fields", "blob_versions",
-           "rename_why_not", "PARAM_FIELD", "TOP", "BLOBS", "BIAS_TERM"]
+           "rename_why_not", "definition_layers", "outside_text", "PARAM_FIELD", "TOP", "BLOBS", "BIAS_TERM"]
 
 # LayerParameter fields.
-TOP, PARAM, BLOBS = 4, 6, 7
+TOP, PARAM, BLOBS, _INCLUDE, _EXCLUDE = 4, 6, 7, 8, 9
+# NetParameter.state.
+_NET_STATE = 6
 # Each foldable type's parameter message (field in LayerParameter), and their bias_term (field 2).
 PARAM_FIELD = {"Convolution": 106, "Deconvolution": 106, "InnerProduct": 117}
 BIAS_TERM = 2
 _BATCH_NORM_PARAM, _SCALE_PARAM = 139, 142
 _CONV_GROUP, _CONV_AXIS, _IP_AXIS, _IP_TRANSPOSE = 5, 16, 5, 6
-_EPS = 3
+_USE_GLOBAL_STATS, _EPS = 1, 3
+_SCALE_AXIS, _SCALE_NUM_AXES, _SCALE_BIAS_TERM = 1, 2, 4
+# The parameter messages read, by their field name in LayerParameter (a definition's parsed layers).
+_PARAM_NAMES = {106: "convolution_param", 117: "inner_product_param", 139: "batch_norm_param", 142: "scale_param"}
 
 # A layer as Caffe writes it has a few dozen fields besides its blobs; one
 # holding more is forged, and is refused rather than walked field by field.
 MAX_LAYER_FIELDS = 1 << 16
 # Layers named in one reason, at most.
 _NAMED = 4
+
+
+@dataclass
+class Setting:
+    """A setting a fold was made with as another definition states it, where the net's own differs."""
+
+    name: str                       # the field, as a .prototxt names it: "batch_norm_param.eps"
+    layer: str
+    value: object                   # the definition's
+    own: object                     # the net's
 
 
 @dataclass
@@ -73,6 +112,7 @@ class Fold:
     eps: float
     group: int = 1
     transpose: bool = False
+    settings: tuple = ()            # Setting: what another definition states otherwise, and the fold used
 
     @property
     def removed(self) -> tuple:
@@ -88,9 +128,19 @@ class Kept:
 
 
 @dataclass
+class KeptScale:
+    """A Scale outside the TEST net, which stays whatever its BatchNorm does, and why."""
+
+    scale: str
+    why: str
+
+
+@dataclass
 class FoldPlan:
     folds: list = field(default_factory=list)
     kept: list = field(default_factory=list)
+    kept_scales: list = field(default_factory=list)
+    notes: list = field(default_factory=list)      # lines: settings another definition states otherwise
 
     @property
     def removed(self) -> set:
@@ -126,6 +176,43 @@ def _param(doc: Document, fields: list, number: int) -> dict:
             elif g.wire_type == wire.I32:
                 values[g.number] = struct.unpack("<f", bytes(buf[g.start:g.end]))[0]
     return values
+
+
+def _message_values(message) -> dict:
+    """{field number: value} of a parsed parameter message's scalar fields that are set (as _param gives them)."""
+    values = {}
+    for fd, value in message.ListFields():
+        if isinstance(value, bool):
+            values[fd.number] = int(value)
+        elif isinstance(value, float) and fd.type == fd.TYPE_FLOAT:
+            values[fd.number] = struct.unpack("<f", struct.pack("<f", value))[0]
+        elif isinstance(value, (int, float)):
+            values[fd.number] = value
+    return values
+
+
+def _parse(message_type, buf, f, path):
+    """A small message field's content parsed by protobuf; FormatError where it is not such a message."""
+    from google.protobuf.message import DecodeError
+
+    try:
+        return message_type.FromString(bytes(buf[f.start:f.end]))
+    except DecodeError as e:
+        raise FormatError(f"field {f.number} is not a {message_type.DESCRIPTOR.name}: {e}", path=path,
+                          offset=f.offset) from e
+
+
+def _net_state(doc: Document):
+    """The NetState the net's own definition holds (NetParameter.state, 6; occurrences merged), or None."""
+    from .._pb import blobtool_caffe_pb2 as pb  # protobuf loads only where a message's small fields are parsed
+
+    buf = memoryview(doc.source.buf)
+    state = None
+    for f in wire.iter_fields(buf, 0, doc.size, path=doc.path):
+        if f.number == _NET_STATE and f.wire_type == wire.LEN:
+            part = _parse(pb.NetState, buf, f, doc.path)
+            state = part if state is None else (state.MergeFrom(part) or state)
+    return state
 
 
 def _signed(value: int) -> int:
@@ -187,20 +274,83 @@ def blob_versions(links: list) -> tuple[list, dict]:
     return inputs, readers
 
 
-class _Net:
-    """A net's layers with their links, and each blob version's writer and readers."""
+def definition_layers(doc: Document) -> tuple[list, list]:
+    """(names, LayerParameter messages) of a definition's layers, in order, named as the plan names layers.
 
-    def __init__(self, doc: Document):
+    Names are told apart as a net's layers are (unique_names: a repeated
+    name gets "#2").
+    """
+    from ..formats.caffe.containers import text
+    from ..formats.caffe.netdef import definition
+
+    messages = [layer.message for layer in definition(doc).layers]
+    return unique_names([text(m.name) for m in messages]), messages
+
+
+def outside_text(why: str) -> str:
+    """Why a layer its rules leave out of the TEST net is not folded (`why`: the rules, netdef.state_excludes)."""
+    return f"it is not in the TEST net (the one deployed), by its {why}"
+
+
+class _Net:
+    """A net's layers with their links in its TEST net, each blob version's writer and readers, and their settings.
+
+    A layer outside the TEST net keeps no links here (it reads and writes
+    nothing), and is in `outside` with the rules that leave it out.
+    `definition`: the settings of layers it has by name come from it.
+    """
+
+    def __init__(self, doc: Document, definition: Document | None = None):
+        from ..formats.caffe.netdef import deployment_state, state_excludes
+
         self.doc = doc
         self.layers = doc.layers
         self.types = [layer_type(layer.type) for layer in doc.layers]
-        self.links = [layer_links(doc, layer) for layer in doc.layers]
+        self._fields: dict = {}
+        self._names = None
+        state = deployment_state(_net_state(doc))
+        self.outside = {}
+        for i in range(len(self.layers)):
+            why = state_excludes(state, *self._rules(i), layer=self.name(i), path=doc.path)
+            if why is not None:
+                self.outside[i] = why
+        self.links = [((), ()) if i in self.outside else layer_links(doc, layer) for i, layer in enumerate(doc.layers)]
         self.blobs: dict = {}
         for e in doc.entries:
             self.blobs.setdefault(e.layer, []).append(e)
         self.inputs, self.readers = blob_versions(self.links)
-        self._fields: dict = {}
-        self._names = None
+        self.definition = definition
+        self._defined = dict(zip(*definition_layers(definition))) if definition is not None else {}
+
+    def _rules(self, i: int) -> tuple[list, list]:
+        """Layer i's include and exclude rules (NetStateRule messages)."""
+        from .._pb import blobtool_caffe_pb2 as pb  # protobuf loads only where a message's small fields are parsed
+
+        buf = memoryview(self.doc.source.buf)
+        rules: tuple = ([], [])
+        for f in self.fields(i):
+            if f.number in (_INCLUDE, _EXCLUDE) and f.wire_type == wire.LEN:
+                rules[f.number - _INCLUDE].append(_parse(pb.NetStateRule, buf, f, self.doc.path))
+        return rules
+
+    def defined(self, i: int):
+        """Layer i's LayerParameter in the definition given, or None (none given, or it has no layer of that name)."""
+        return self._defined.get(self.name(i))
+
+    def where(self, i: int) -> str:
+        """' in PATH' where layer i's settings come from the definition given, else ''."""
+        return f" in {self.definition.path}" if self.defined(i) is not None else ""
+
+    def settings(self, i: int, number: int) -> dict:
+        """{field number: value} of layer i's parameter message `number` as the net that runs states it.
+
+        The definition's layer of the same name where one is given and has
+        it, else the net's own (`param`).
+        """
+        message = self.defined(i)
+        if message is None:
+            return self.param(i, number)
+        return _message_values(getattr(message, _PARAM_NAMES[number]))
 
     def fields(self, i: int) -> list:
         if i not in self._fields:
@@ -230,20 +380,55 @@ class _Net:
         return self.layers[i].name
 
 
-def plan_folds(doc: Document) -> FoldPlan:
-    """The folds of a net's BatchNorm layers, in file order, and those that stay with why (module docstring)."""
+def plan_folds(doc: Document, definition: Document | None = None) -> FoldPlan:
+    """The folds of a net's BatchNorm layers, in file order, and those that stay with why (module docstring).
+
+    `definition`: another definition of the same net (a deploy.prototxt),
+    whose settings the folds are made with (module docstring); its wiring
+    is checked where it is folded (folddef.py).
+    """
     check_foldable_net(doc)
-    net = _Net(doc)
+    net = _Net(doc, definition)
     plan = FoldPlan()
     for i, kind in enumerate(net.types):
+        if kind == "Scale" and i in net.outside:
+            plan.kept_scales.append(KeptScale(net.name(i), outside_text(net.outside[i])))
         if kind != "BatchNorm":
             continue
-        result = _fold_of(net, i)
+        result = outside_text(net.outside[i]) if i in net.outside else _fold_of(net, i)
         if isinstance(result, str):
             plan.kept.append(Kept(net.name(i), result))
         else:
             plan.folds.append(result)
+    if definition is not None:
+        plan.notes = _setting_lines(definition.path, doc.path, [s for f in plan.folds for s in f.settings])
     return plan
+
+
+# Layers named in one line of settings, at most.
+_NAMED_SETTINGS = 8
+
+
+def _setting_lines(path: str, net_path: str, settings: list) -> list:
+    """One line per setting another definition states otherwise, naming the layers folded with its value."""
+    groups: dict = {}
+    for s in settings:
+        groups.setdefault(s.name, []).append(s)
+    lines = []
+    for name, found in groups.items():
+        shown = ", ".join(f"{s.layer} {_value_text(s.value)} (not {_value_text(s.own)})"
+                          for s in found[:_NAMED_SETTINGS])
+        more = f" and {len(found) - _NAMED_SETTINGS} more" if len(found) > _NAMED_SETTINGS else ""
+        lines.append(f"{path}: folded with this definition's {name}, not {net_path}'s: {shown}{more}")
+    return lines
+
+
+def _value_text(value) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return f"{value:.7g}"
+    return str(value)
 
 
 def _fold_of(net: _Net, i: int):
@@ -266,6 +451,10 @@ def _fold_of(net: _Net, i: int):
     why = _target_why_not(net, p, target, kind)
     if why:
         return why
+    batchnorm = net.settings(i, _BATCH_NORM_PARAM)
+    if net.defined(i) is not None and batchnorm.get(_USE_GLOBAL_STATS, 1) == 0:
+        return (f"{net.definition.path} sets use_global_stats: false for it: there it normalizes with each "
+                "batch's own mean and variance, which no folded weight holds")
     stats = net.blobs.get(net.name(i), [])
     if len(stats) != 3:
         if len(stats) == 5:
@@ -275,21 +464,27 @@ def _fold_of(net: _Net, i: int):
     if stats[1].count != channels or stats[2].count != 1:
         return (f"its blobs hold {', '.join(str(e.count) for e in stats)} values; Caffe's BatchNorm holds the "
                 "same count twice, then one factor")
-    conv = net.param(p, PARAM_FIELD[kind])
+    conv = net.settings(p, PARAM_FIELD[kind])
+    where = net.where(p)
     group, transpose = 1, False
     if kind == "InnerProduct":
         axis, transpose = _signed(conv.get(_IP_AXIS, 1)), bool(conv.get(_IP_TRANSPOSE, 0))
     else:
         axis, group = _signed(conv.get(_CONV_AXIS, 1)), conv.get(_CONV_GROUP, 1)
     if axis != 1:
-        return f"{target} computes its channels on axis {axis}; BatchNorm normalizes axis 1"
+        return f"{target} computes its channels on axis {axis}{where}; BatchNorm normalizes axis 1"
     layer_blobs = net.blobs[target]
     weight = layer_blobs[0]
+    bias = layer_blobs[1] if len(layer_blobs) > 1 else None
+    bias_term = bool(conv.get(BIAS_TERM, 1))
+    if bias_term != (bias is not None):
+        return (f"{target} has bias_term: {_value_text(bias_term)}{where} and holds {len(layer_blobs)} blobs: "
+                "Caffe loads no such weights into it")
     computed = output_channels(kind, weight.shape, group=group, transpose=transpose)
     if computed != channels:
         what = "a shape that is no weight of its type" if computed is None else f"{computed} channels"
-        return f"{target}'s weight {weight.shape} (group {group}) computes {what}; it has {channels}"
-    bias = layer_blobs[1] if len(layer_blobs) > 1 else None
+        how = f"transpose {_value_text(transpose)}" if kind == "InnerProduct" else f"group {group}"
+        return f"{target}'s weight {weight.shape} ({how}{where}) computes {what}; it has {channels}"
     if bias is not None and bias.count != channels:
         return f"{target}'s bias holds {bias.count} values; it has {channels} channels"
     scale = _scale_of(net, i, channels)
@@ -304,9 +499,40 @@ def _fold_of(net: _Net, i: int):
     if scale is not None:
         held = net.blobs[net.name(scale)]
         gamma, beta = held[0], (held[1] if len(held) > 1 else None)
-    eps = net.param(i, _BATCH_NORM_PARAM).get(_EPS, DEFAULT_EPS)
+    eps = batchnorm.get(_EPS, DEFAULT_EPS)
     return Fold(net.layers[p], kind, net.layers[i], net.layers[scale] if scale is not None else None, top,
-                net.top_bytes(last), weight, bias, tuple(stats), gamma, beta, float(eps), group, transpose)
+                net.top_bytes(last), weight, bias, tuple(stats), gamma, beta, float(eps), group, transpose,
+                tuple(_settings_used(net, p, kind, i, scale)))
+
+
+def _settings_used(net: _Net, p: int, kind: str, i: int, scale: int | None) -> list:
+    """A Setting for each value the fold read from the definition given that the net's own states otherwise."""
+    param = PARAM_FIELD[kind]
+    name = _PARAM_NAMES[param]
+    read = [(i, _BATCH_NORM_PARAM, _EPS, DEFAULT_EPS, "batch_norm_param.eps"),
+            (p, param, BIAS_TERM, 1, f"{name}.bias_term")]
+    if kind == "InnerProduct":
+        read += [(p, param, _IP_AXIS, 1, f"{name}.axis"), (p, param, _IP_TRANSPOSE, 0, f"{name}.transpose")]
+    else:
+        read.append((p, param, _CONV_AXIS, 1, f"{name}.axis"))
+        if kind == "Deconvolution":
+            read.append((p, param, _CONV_GROUP, 1, f"{name}.group"))
+    if scale is not None:
+        read += [(scale, _SCALE_PARAM, _SCALE_AXIS, 1, "scale_param.axis"),
+                 (scale, _SCALE_PARAM, _SCALE_NUM_AXES, 1, "scale_param.num_axes"),
+                 (scale, _SCALE_PARAM, _SCALE_BIAS_TERM, 0, "scale_param.bias_term")]
+    found = []
+    for j, number, field_number, default, label in read:
+        if net.defined(j) is None:
+            continue
+        value = net.settings(j, number).get(field_number, default)
+        own = net.param(j, number).get(field_number, default)
+        value, own = (_signed(v) if isinstance(v, int) else v for v in (value, own))
+        if value != own:
+            if label.endswith((".bias_term", ".transpose")):
+                value, own = bool(value), bool(own)
+            found.append(Setting(label, net.name(j), value, own))
+    return found
 
 
 def _target_why_not(net: _Net, p: int, target: str, kind: str) -> str | None:
@@ -347,15 +573,21 @@ def _scale_of(net: _Net, i: int, channels: int):
     held = net.blobs.get(name, [])
     if len(held) not in (1, 2):
         return f"the Scale after it, {name}, holds {len(held)} blobs; gamma (and beta) expected"
+    settings = net.settings(s, _SCALE_PARAM)
+    where = net.where(s)
+    bias_term = bool(settings.get(_SCALE_BIAS_TERM, 0))
+    if bias_term != (len(held) == 2):
+        return (f"the Scale after it, {name}, has bias_term: {_value_text(bias_term)}{where} and holds "
+                f"{len(held)} blobs: Caffe loads no such weights into it")
     if any(e.count != channels for e in held):
         return (f"the Scale after it, {name}, holds {', '.join(str(e.count) for e in held)} values; "
                 f"{channels} channels expected")
     if any(e.dtype.kind in "iu" for e in held):
         return f"the Scale after it, {name}, holds its values as integers"
-    settings = net.param(s, _SCALE_PARAM)
-    axis, num_axes = _signed(settings.get(1, 1)), _signed(settings.get(2, 1))
+    axis, num_axes = _signed(settings.get(_SCALE_AXIS, 1)), _signed(settings.get(_SCALE_NUM_AXES, 1))
     if axis != 1 or num_axes != 1:
-        return f"the Scale after it, {name}, has axis {axis} and num_axes {num_axes}: not one value per channel"
+        return (f"the Scale after it, {name}, has axis {axis} and num_axes {num_axes}{where}: not one value per "
+                "channel")
     return s
 
 
