@@ -21,13 +21,10 @@ blob name followed version by version, so in-place layers count right):
   and a bias with bias_term; gamma, and beta with bias_term): Caffe loads
   no others into them.
 
-The net folded for is the deployed one, Caffe's TEST net (phase TEST, level
-0, the stages the net's own `state` names: netdef.deployment_state): a
-layer its include/exclude rules leave out of it is no fold candidate and is
-passed over in the walk of who reads what, so a TRAIN-only reader neither
-blocks nor takes a fold; a BatchNorm or Scale outside it stays, with the
-rule. A layer's own `phase` field, which a snapshot sets on every layer, is
-no such rule.
+The net folded for is the deployed one, Caffe's TEST net (foldgraph.py):
+layers its include/exclude rules leave out of it are passed over in the
+walk of who reads what, and a BatchNorm or Scale outside it stays, with the
+rules (a Scale in `kept_scales`).
 
 Another definition of the same net (a deploy.prototxt) is the net that
 will run: given one, the settings read above come from its layer of the
@@ -51,22 +48,18 @@ scale_param = 142 (axis = 1, num_axes = 2, bias_term = 4).
 
 from __future__ import annotations
 
-import struct
 from dataclasses import dataclass, field
 
-from ..errors import FormatError, UsageError
-from ..formats import Document, Entry, NetLayer, unique_names
-from ..formats.caffe import layer_links, wire
-from ..formats.naming import layer_type
+from ..errors import UsageError
+from ..formats import Document, Entry, NetLayer
 from .fold import DEFAULT_EPS, FOLDABLE, output_channels
+from .foldgraph import PARAM_NAMES, DeployedNet, blob_versions, definition_layers, layer_fields, signed
 
-__all__ = ["Fold", "Kept", "FoldPlan", "plan_folds", "check_foldable_net", "layer_fields", "blob_versions",
+__all__ = ["Fold", "Kept", "KeptScale", "Setting", "FoldPlan", "plan_folds", "check_foldable_net", "layer_fields", "blob_versions",
            "rename_why_not", "definition_layers", "outside_text", "PARAM_FIELD", "TOP", "BLOBS", "BIAS_TERM"]
 
 # LayerParameter fields.
-TOP, PARAM, BLOBS, _INCLUDE, _EXCLUDE = 4, 6, 7, 8, 9
-# NetParameter.state.
-_NET_STATE = 6
+TOP, BLOBS = 4, 7
 # Each foldable type's parameter message (field in LayerParameter), and their bias_term (field 2).
 PARAM_FIELD = {"Convolution": 106, "Deconvolution": 106, "InnerProduct": 117}
 BIAS_TERM = 2
@@ -74,12 +67,6 @@ _BATCH_NORM_PARAM, _SCALE_PARAM = 139, 142
 _CONV_GROUP, _CONV_AXIS, _IP_AXIS, _IP_TRANSPOSE = 5, 16, 5, 6
 _USE_GLOBAL_STATS, _EPS = 1, 3
 _SCALE_AXIS, _SCALE_NUM_AXES, _SCALE_BIAS_TERM = 1, 2, 4
-# The parameter messages read, by their field name in LayerParameter (a definition's parsed layers).
-_PARAM_NAMES = {106: "convolution_param", 117: "inner_product_param", 139: "batch_norm_param", 142: "scale_param"}
-
-# A layer as Caffe writes it has a few dozen fields besides its blobs; one
-# holding more is forged, and is refused rather than walked field by field.
-MAX_LAYER_FIELDS = 1 << 16
 # Layers named in one reason, at most.
 _NAMED = 4
 
@@ -147,92 +134,6 @@ class FoldPlan:
         return {name for f in self.folds for name in f.removed}
 
 
-def layer_fields(doc: Document, layer: NetLayer) -> list:
-    """The fields of one layer's message (wire.Field, offsets in the file), at most MAX_LAYER_FIELDS."""
-    f = layer.field
-    buf = memoryview(doc.source.buf)
-    fields = []
-    for g in wire.iter_fields(buf, f.start, f.end, path=doc.path):
-        if len(fields) == MAX_LAYER_FIELDS:
-            raise FormatError(f"layer {layer.name!r} holds more than {MAX_LAYER_FIELDS} fields",
-                              path=doc.path, offset=g.offset)
-        fields.append(g)
-    return fields
-
-
-def _param(doc: Document, fields: list, number: int) -> dict:
-    """{field number: value} of the varint and 32-bit float fields of a parameter message, the last one winning."""
-    buf = memoryview(doc.source.buf)
-    values = {}
-    for f in fields:
-        if f.number != number or f.wire_type != wire.LEN:
-            continue
-        for k, g in enumerate(wire.iter_fields(buf, f.start, f.end, path=doc.path)):
-            if k == MAX_LAYER_FIELDS:
-                raise FormatError(f"a parameter message (field {number}) holds more than {MAX_LAYER_FIELDS} "
-                                  "fields", path=doc.path, offset=g.offset)
-            if g.wire_type == wire.VARINT:
-                values[g.number] = g.value
-            elif g.wire_type == wire.I32:
-                values[g.number] = struct.unpack("<f", bytes(buf[g.start:g.end]))[0]
-    return values
-
-
-def _message_values(message) -> dict:
-    """{field number: value} of a parsed parameter message's scalar fields that are set (as _param gives them)."""
-    values = {}
-    for fd, value in message.ListFields():
-        if isinstance(value, bool):
-            values[fd.number] = int(value)
-        elif isinstance(value, float) and fd.type == fd.TYPE_FLOAT:
-            values[fd.number] = struct.unpack("<f", struct.pack("<f", value))[0]
-        elif isinstance(value, (int, float)):
-            values[fd.number] = value
-    return values
-
-
-def _parse(message_type, buf, f, path):
-    """A small message field's content parsed by protobuf; FormatError where it is not such a message."""
-    from google.protobuf.message import DecodeError
-
-    try:
-        return message_type.FromString(bytes(buf[f.start:f.end]))
-    except DecodeError as e:
-        raise FormatError(f"field {f.number} is not a {message_type.DESCRIPTOR.name}: {e}", path=path,
-                          offset=f.offset) from e
-
-
-def _net_state(doc: Document):
-    """The NetState the net's own definition holds (NetParameter.state, 6; occurrences merged), or None."""
-    from .._pb import blobtool_caffe_pb2 as pb  # protobuf loads only where a message's small fields are parsed
-
-    buf = memoryview(doc.source.buf)
-    state = None
-    for f in wire.iter_fields(buf, 0, doc.size, path=doc.path):
-        if f.number == _NET_STATE and f.wire_type == wire.LEN:
-            part = _parse(pb.NetState, buf, f, doc.path)
-            state = part if state is None else (state.MergeFrom(part) or state)
-    return state
-
-
-def _signed(value: int) -> int:
-    """An int32 field's value as read from its varint (a negative one is a 10-byte varint)."""
-    value &= (1 << 64) - 1
-    return value - (1 << 64) if value >> 63 else value
-
-
-def _param_names(doc: Document, fields: list) -> set:
-    """The names of a layer's ParamSpecs (param = 6, name = 1): blobs shared between layers by name."""
-    buf = memoryview(doc.source.buf)
-    names = set()
-    for f in fields:
-        if f.number == PARAM and f.wire_type == wire.LEN:
-            for g in wire.iter_fields(buf, f.start, f.end, path=doc.path):
-                if g.number == 1 and g.wire_type == wire.LEN:
-                    names.add(bytes(buf[g.start:g.end]))
-    return names
-
-
 def _some(names) -> str:
     names = list(names)
     shown = ", ".join(names[:_NAMED])
@@ -254,130 +155,9 @@ def check_foldable_net(doc: Document) -> None:
                          "so nothing in it can fold, and fold writes no V1 net")
 
 
-def blob_versions(links: list) -> tuple[list, dict]:
-    """Each blob name followed version by version through layers given as (bottoms, tops), in order.
-
-    Returns (per layer, the version each bottom reads: (writer's index, which
-    of its tops), or None for a net input; {version: indices of the layers
-    reading it}). An in-place layer reads one version and writes the next.
-    """
-    current: dict = {}
-    inputs: list = []
-    readers: dict = {}
-    for i, (bottoms, tops) in enumerate(links):
-        versions = [current.get(b) for b in bottoms]
-        inputs.append(versions)
-        for v in dict.fromkeys(v for v in versions if v is not None):
-            readers.setdefault(v, []).append(i)
-        for k, top in enumerate(tops):
-            current[top] = (i, k)
-    return inputs, readers
-
-
-def definition_layers(doc: Document) -> tuple[list, list]:
-    """(names, LayerParameter messages) of a definition's layers, in order, named as the plan names layers.
-
-    Names are told apart as a net's layers are (unique_names: a repeated
-    name gets "#2").
-    """
-    from ..formats.caffe.containers import text
-    from ..formats.caffe.netdef import definition
-
-    messages = [layer.message for layer in definition(doc).layers]
-    return unique_names([text(m.name) for m in messages]), messages
-
-
 def outside_text(why: str) -> str:
     """Why a layer its rules leave out of the TEST net is not folded (`why`: the rules, netdef.state_excludes)."""
     return f"it is not in the TEST net (the one deployed), by its {why}"
-
-
-class _Net:
-    """A net's layers with their links in its TEST net, each blob version's writer and readers, and their settings.
-
-    A layer outside the TEST net keeps no links here (it reads and writes
-    nothing), and is in `outside` with the rules that leave it out.
-    `definition`: the settings of layers it has by name come from it.
-    """
-
-    def __init__(self, doc: Document, definition: Document | None = None):
-        from ..formats.caffe.netdef import deployment_state, state_excludes
-
-        self.doc = doc
-        self.layers = doc.layers
-        self.types = [layer_type(layer.type) for layer in doc.layers]
-        self._fields: dict = {}
-        self._names = None
-        state = deployment_state(_net_state(doc))
-        self.outside = {}
-        for i in range(len(self.layers)):
-            why = state_excludes(state, *self._rules(i), layer=self.name(i), path=doc.path)
-            if why is not None:
-                self.outside[i] = why
-        self.links = [((), ()) if i in self.outside else layer_links(doc, layer) for i, layer in enumerate(doc.layers)]
-        self.blobs: dict = {}
-        for e in doc.entries:
-            self.blobs.setdefault(e.layer, []).append(e)
-        self.inputs, self.readers = blob_versions(self.links)
-        self.definition = definition
-        self._defined = dict(zip(*definition_layers(definition))) if definition is not None else {}
-
-    def _rules(self, i: int) -> tuple[list, list]:
-        """Layer i's include and exclude rules (NetStateRule messages)."""
-        from .._pb import blobtool_caffe_pb2 as pb  # protobuf loads only where a message's small fields are parsed
-
-        buf = memoryview(self.doc.source.buf)
-        rules: tuple = ([], [])
-        for f in self.fields(i):
-            if f.number in (_INCLUDE, _EXCLUDE) and f.wire_type == wire.LEN:
-                rules[f.number - _INCLUDE].append(_parse(pb.NetStateRule, buf, f, self.doc.path))
-        return rules
-
-    def defined(self, i: int):
-        """Layer i's LayerParameter in the definition given, or None (none given, or it has no layer of that name)."""
-        return self._defined.get(self.name(i))
-
-    def where(self, i: int) -> str:
-        """' in PATH' where layer i's settings come from the definition given, else ''."""
-        return f" in {self.definition.path}" if self.defined(i) is not None else ""
-
-    def settings(self, i: int, number: int) -> dict:
-        """{field number: value} of layer i's parameter message `number` as the net that runs states it.
-
-        The definition's layer of the same name where one is given and has
-        it, else the net's own (`param`).
-        """
-        message = self.defined(i)
-        if message is None:
-            return self.param(i, number)
-        return _message_values(getattr(message, _PARAM_NAMES[number]))
-
-    def fields(self, i: int) -> list:
-        if i not in self._fields:
-            self._fields[i] = layer_fields(self.doc, self.layers[i])
-        return self._fields[i]
-
-    def param(self, i: int, number: int) -> dict:
-        return _param(self.doc, self.fields(i), number)
-
-    def sharing(self, i: int) -> list:
-        """(layer, name) for each other layer holding a ParamSpec of the same name as one of layer i's."""
-        own = _param_names(self.doc, self.fields(i))
-        if not own:
-            return []
-        if self._names is None:
-            self._names = [_param_names(self.doc, self.fields(j)) for j in range(len(self.layers))]
-        return [(self.layers[j].name, name.decode("utf-8", "backslashreplace"))
-                for j, names in enumerate(self._names) if j != i for name in sorted(own & names)]
-
-    def top_bytes(self, i: int) -> bytes:
-        """Layer i's first top as stored."""
-        buf = memoryview(self.doc.source.buf)
-        f = next(f for f in self.fields(i) if f.number == TOP and f.wire_type == wire.LEN)
-        return bytes(buf[f.start:f.end])
-
-    def name(self, i: int) -> str:
-        return self.layers[i].name
 
 
 def plan_folds(doc: Document, definition: Document | None = None) -> FoldPlan:
@@ -388,7 +168,7 @@ def plan_folds(doc: Document, definition: Document | None = None) -> FoldPlan:
     is checked where it is folded (folddef.py).
     """
     check_foldable_net(doc)
-    net = _Net(doc, definition)
+    net = DeployedNet(doc, definition)
     plan = FoldPlan()
     for i, kind in enumerate(net.types):
         if kind == "Scale" and i in net.outside:
@@ -431,7 +211,7 @@ def _value_text(value) -> str:
     return str(value)
 
 
-def _fold_of(net: _Net, i: int):
+def _fold_of(net: DeployedNet, i: int):
     """The Fold of BatchNorm layer i, or why it cannot fold (a str)."""
     bottoms, tops = net.links[i]
     if len(bottoms) != 1 or len(tops) != 1:
@@ -468,9 +248,9 @@ def _fold_of(net: _Net, i: int):
     where = net.where(p)
     group, transpose = 1, False
     if kind == "InnerProduct":
-        axis, transpose = _signed(conv.get(_IP_AXIS, 1)), bool(conv.get(_IP_TRANSPOSE, 0))
+        axis, transpose = signed(conv.get(_IP_AXIS, 1)), bool(conv.get(_IP_TRANSPOSE, 0))
     else:
-        axis, group = _signed(conv.get(_CONV_AXIS, 1)), conv.get(_CONV_GROUP, 1)
+        axis, group = signed(conv.get(_CONV_AXIS, 1)), conv.get(_CONV_GROUP, 1)
     if axis != 1:
         return f"{target} computes its channels on axis {axis}{where}; BatchNorm normalizes axis 1"
     layer_blobs = net.blobs[target]
@@ -505,10 +285,10 @@ def _fold_of(net: _Net, i: int):
                 tuple(_settings_used(net, p, kind, i, scale)))
 
 
-def _settings_used(net: _Net, p: int, kind: str, i: int, scale: int | None) -> list:
+def _settings_used(net: DeployedNet, p: int, kind: str, i: int, scale: int | None) -> list:
     """A Setting for each value the fold read from the definition given that the net's own states otherwise."""
     param = PARAM_FIELD[kind]
-    name = _PARAM_NAMES[param]
+    name = PARAM_NAMES[param]
     read = [(i, _BATCH_NORM_PARAM, _EPS, DEFAULT_EPS, "batch_norm_param.eps"),
             (p, param, BIAS_TERM, 1, f"{name}.bias_term")]
     if kind == "InnerProduct":
@@ -527,7 +307,7 @@ def _settings_used(net: _Net, p: int, kind: str, i: int, scale: int | None) -> l
             continue
         value = net.settings(j, number).get(field_number, default)
         own = net.param(j, number).get(field_number, default)
-        value, own = (_signed(v) if isinstance(v, int) else v for v in (value, own))
+        value, own = (signed(v) if isinstance(v, int) else v for v in (value, own))
         if value != own:
             if label.endswith((".bias_term", ".transpose")):
                 value, own = bool(value), bool(own)
@@ -535,7 +315,7 @@ def _settings_used(net: _Net, p: int, kind: str, i: int, scale: int | None) -> l
     return found
 
 
-def _target_why_not(net: _Net, p: int, target: str, kind: str) -> str | None:
+def _target_why_not(net: DeployedNet, p: int, target: str, kind: str) -> str | None:
     """Why the layer a BatchNorm reads cannot take it in (tops, blobs, their type, shared weights), or None."""
     tops = net.links[p][1]
     if len(tops) != 1:
@@ -554,7 +334,7 @@ def _target_why_not(net: _Net, p: int, target: str, kind: str) -> str | None:
     return None
 
 
-def _scale_of(net: _Net, i: int, channels: int):
+def _scale_of(net: DeployedNet, i: int, channels: int):
     """The index of the Scale that folds with BatchNorm i, None when it folds alone, or why it cannot fold (a str)."""
     readers = net.readers.get((i, 0), [])
     scales = [r for r in readers if net.types[r] == "Scale"]
@@ -584,7 +364,7 @@ def _scale_of(net: _Net, i: int, channels: int):
                 f"{channels} channels expected")
     if any(e.dtype.kind in "iu" for e in held):
         return f"the Scale after it, {name}, holds its values as integers"
-    axis, num_axes = _signed(settings.get(_SCALE_AXIS, 1)), _signed(settings.get(_SCALE_NUM_AXES, 1))
+    axis, num_axes = signed(settings.get(_SCALE_AXIS, 1)), signed(settings.get(_SCALE_NUM_AXES, 1))
     if axis != 1 or num_axes != 1:
         return (f"the Scale after it, {name}, has axis {axis} and num_axes {num_axes}{where}: not one value per "
                 "channel")
