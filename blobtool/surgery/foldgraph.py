@@ -172,6 +172,7 @@ class DeployedNet:
 
         self.doc = doc
         self.layers = doc.layers
+        self.names = [layer.name for layer in doc.layers]
         self.types = [layer_type(layer.type) for layer in doc.layers]
         self._fields: dict = {}
         self._names = None
@@ -244,4 +245,4 @@ class DeployedNet:
         return bytes(buf[f.start:f.end])
 
     def name(self, i: int) -> str:
-        return self.layers[i].name
+        return self.names[i]

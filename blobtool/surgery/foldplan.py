@@ -272,7 +272,7 @@ def _fold_of(net: DeployedNet, i: int):
         return scale
     last = scale if scale is not None else i
     top = net.links[last][1][0]
-    why = rename_why_not(net.links, [layer.name for layer in net.layers], p, last, i, top)
+    why = rename_why_not(net.links, net.names, p, last, i, top)
     if why:
         return why
     gamma = beta = None
