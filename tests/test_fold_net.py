@@ -646,16 +646,19 @@ def test_a_train_only_batchnorm_stays_and_its_test_twin_folds(tmp_path):
 
 def test_a_train_only_reader_neither_blocks_nor_takes_a_fold(tmp_path):
     rng = np.random.default_rng(21)
-    layers = [conv("conv", "in", "c", weights(rng, 4, 3, 3, 3), weights(rng, 4)),
+    w, b = weights(rng, 4, 3, 3, 3), weights(rng, 4)
+    shared = len_field(6, pb.ParamSpec(name="shared_w").SerializeToString())
+    layers = [conv("conv", "in", "c", w, b, extra=shared),
               ruled(relu("tap", "c", "t"), exclude=[TEST_ONLY]),
               batchnorm("bn", "c", "b", rng, 4), scale("sc", "b", "s", rng, 4),
-              ruled(relu("tap2", "b", "t2"), include=[TRAIN_ONLY])]
+              ruled(relu("tap2", "b", "t2"), include=[TRAIN_ONLY]),
+              ruled(conv("conv_train", "in", "ct", w, b, extra=shared), include=[TRAIN_ONLY])]
     net = write_net(tmp_path / "net.caffemodel", "new", layers)
     out = tmp_path / "out.caffemodel"
     result = ok("fold", net, "-o", out, "-o", tmp_path / "out.prototxt")
     assert result.stderr == "" and result.stdout.splitlines()[0] == "conv <- bn + sc"
-    assert [l.name for l in parsed(out).layer] == ["conv", "tap", "tap2"]
-    assert all(layer_bytes(out)[name] == layer_bytes(net)[name] for name in ("tap", "tap2"))
+    assert [l.name for l in parsed(out).layer] == ["conv", "tap", "tap2", "conv_train"]
+    assert all(layer_bytes(out)[name] == layer_bytes(net)[name] for name in ("tap", "tap2", "conv_train"))
     assert_same_forward(net, out, {"in": rng.standard_normal((2, 3, 6, 6))}, ["s"])
 
 

@@ -74,7 +74,7 @@ def _names(doc: Document, other: Document | None) -> list:
 
 
 def _check_wiring(path: str, net_path: str, plan: FoldPlan, messages: list, names: list, state) -> None:
-    """Refuse (UsageError) a definition that lacks a folded layer in its TEST net or wires one otherwise than the net."""
+    """Refuse (UsageError) a definition whose TEST net lacks a folded layer or wires one otherwise than the net."""
     from ..formats.caffe.netdef import deployment_state, state_excludes
 
     test = deployment_state(state)

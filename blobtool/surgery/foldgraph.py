@@ -175,7 +175,7 @@ class DeployedNet:
         self.names = [layer.name for layer in doc.layers]
         self.types = [layer_type(layer.type) for layer in doc.layers]
         self._fields: dict = {}
-        self._names = None
+        self._shared_names = None
         state = deployment_state(_net_state(doc))
         self.outside = {}
         for i in range(len(self.layers)):
@@ -229,14 +229,15 @@ class DeployedNet:
         return _param(self.doc, self.fields(i), number)
 
     def sharing(self, i: int) -> list:
-        """(layer, name) for each other layer holding a ParamSpec of the same name as one of layer i's."""
+        """(layer, name) for each other layer of the TEST net holding a ParamSpec named as one of layer i's."""
         own = _param_names(self.doc, self.fields(i))
         if not own:
             return []
-        if self._names is None:
-            self._names = [_param_names(self.doc, self.fields(j)) for j in range(len(self.layers))]
-        return [(self.layers[j].name, name.decode("utf-8", "backslashreplace"))
-                for j, names in enumerate(self._names) if j != i for name in sorted(own & names)]
+        if self._shared_names is None:
+            self._shared_names = [set() if j in self.outside else _param_names(self.doc, self.fields(j))
+                                  for j in range(len(self.layers))]
+        return [(self.names[j], name.decode("utf-8", "backslashreplace"))
+                for j, names in enumerate(self._shared_names) if j != i for name in sorted(own & names)]
 
     def top_bytes(self, i: int) -> bytes:
         """Layer i's first top as stored."""

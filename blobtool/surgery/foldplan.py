@@ -55,8 +55,9 @@ from ..formats import Document, Entry, NetLayer
 from .fold import DEFAULT_EPS, FOLDABLE, output_channels
 from .foldgraph import PARAM_NAMES, DeployedNet, blob_versions, definition_layers, layer_fields, signed
 
-__all__ = ["Fold", "Kept", "KeptScale", "Setting", "FoldPlan", "plan_folds", "check_foldable_net", "layer_fields", "blob_versions",
-           "rename_why_not", "definition_layers", "outside_text", "PARAM_FIELD", "TOP", "BLOBS", "BIAS_TERM"]
+__all__ = ["Fold", "Kept", "KeptScale", "Setting", "FoldPlan", "plan_folds", "check_foldable_net", "layer_fields",
+           "blob_versions", "rename_why_not", "definition_layers", "outside_text", "PARAM_FIELD", "TOP", "BLOBS",
+           "BIAS_TERM"]
 
 # LayerParameter fields.
 TOP, BLOBS = 4, 7
