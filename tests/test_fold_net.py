@@ -713,13 +713,17 @@ def test_stages_and_levels_decide_as_in_caffes_test_net(tmp_path):
            '"deploy" }' in result.stderr
 
 
-def test_a_layer_with_include_and_exclude_rules_is_refused(tmp_path):
+def test_a_layer_with_include_and_exclude_rules_or_a_rule_that_is_no_rule_is_refused(tmp_path):
     rng = np.random.default_rng(25)
     layers = [conv("conv", "in", "c", weights(rng, 4, 3, 3, 3), weights(rng, 4)),
               ruled(batchnorm("bn", "c", "c", rng, 4), include=[TEST_ONLY], exclude=[TRAIN_ONLY])]
     net = write_net(tmp_path / "net.caffemodel", "new", layers)
     out = tmp_path / "out.caffemodel"
     assert_error(invoke("fold", net, "-o", out), 3, str(net), "layer 'bn' has both include and exclude rules")
+    bn = batchnorm("bn", "c", "c", rng, 4)
+    bn.params += len_field(8, b"\x0a\x05ab")  # a stage string of 5 bytes where 2 remain
+    forged = write_net(tmp_path / "forged.caffemodel", "new", [layers[0], bn])
+    assert_error(invoke("fold", forged, "-o", out), 3, str(forged), "an include rule of layer 'bn' (field 8) is not a NetStateRule")
     assert not out.exists()
 
 

@@ -84,14 +84,14 @@ def _message_values(message) -> dict:
     return values
 
 
-def _parse(message_type, buf, f, path):
-    """A small message field's content parsed by protobuf; FormatError where it is not such a message."""
+def _parse(message_type, buf, f, path, what: str):
+    """A small message field's content parsed by protobuf; FormatError naming `what` where it is not such a message."""
     from google.protobuf.message import DecodeError
 
     try:
         return message_type.FromString(bytes(buf[f.start:f.end]))
     except DecodeError as e:
-        raise FormatError(f"field {f.number} is not a {message_type.DESCRIPTOR.name}: {e}", path=path,
+        raise FormatError(f"{what} (field {f.number}) is not a {message_type.DESCRIPTOR.name}: {e}", path=path,
                           offset=f.offset) from e
 
 
@@ -103,7 +103,7 @@ def _net_state(doc: Document):
     state = None
     for f in wire.iter_fields(buf, 0, doc.size, path=doc.path):
         if f.number == _NET_STATE and f.wire_type == wire.LEN:
-            part = _parse(pb.NetState, buf, f, doc.path)
+            part = _parse(pb.NetState, buf, f, doc.path, "the net's state")
             state = part if state is None else (state.MergeFrom(part) or state)
     return state
 
@@ -198,7 +198,8 @@ class DeployedNet:
         rules: tuple = ([], [])
         for f in self.fields(i):
             if f.number in (_INCLUDE, _EXCLUDE) and f.wire_type == wire.LEN:
-                rules[f.number - _INCLUDE].append(_parse(pb.NetStateRule, buf, f, self.doc.path))
+                what = f"an {'include' if f.number == _INCLUDE else 'exclude'} rule of layer {self.name(i)!r}"
+                rules[f.number - _INCLUDE].append(_parse(pb.NetStateRule, buf, f, self.doc.path, what))
         return rules
 
     def defined(self, i: int):
