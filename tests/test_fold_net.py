@@ -392,8 +392,13 @@ def test_resnet20_folded_computes_what_it_did(tmp_path):
     folded_definition_matches(out, tmp_path / "resnet20_folded.prototxt")
     # Its definition given apart (as a deploy.prototxt would be) folds to the same text.
     ok("convert", RESNET, "-o", tmp_path / "resnet20.prototxt")
-    ok("fold", RESNET, "--definition", tmp_path / "resnet20.prototxt", "-o", tmp_path / "apart.prototxt")
+    apart = ok("fold", RESNET, "--definition", tmp_path / "resnet20.prototxt", "-o", tmp_path / "apart.prototxt")
     assert (tmp_path / "apart.prototxt").read_text() == (tmp_path / "resnet20_folded.prototxt").read_text()
+    # Given apart, it is the net that runs: its BatchNorm layers' own phase: TRAIN is said.
+    assert apart.stderr.splitlines() == [
+        f"blobtool: warning: {tmp_path / 'resnet20.prototxt'}: BatchNorm "
+        f"{', '.join(f'BatchNorm{i}' for i in range(1, 9))} and 13 more set phase: TRAIN of their own, with which "
+        "Caffe normalizes by each batch's statistics; folded with the stored ones, as the TEST phase computes"]
     assert result.stderr == ""
     assert result.stdout.splitlines()[-1] == f"{RESNET}: 21 BatchNorm folded, 0 kept; 104 layers -> 62"
     before, after = layer_bytes(RESNET), layer_bytes(out)

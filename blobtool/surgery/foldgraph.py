@@ -204,7 +204,11 @@ class DeployedNet:
 
     def defined(self, i: int):
         """Layer i's LayerParameter in the definition given, or None (none given, or it has no layer of that name)."""
-        return self._defined.get(self.name(i))
+        return self.defined_layer(self.name(i))
+
+    def defined_layer(self, name: str):
+        """The definition given's LayerParameter of the layer named `name` (as the plan names it), or None."""
+        return self._defined.get(name)
 
     def where(self, i: int) -> str:
         """' in PATH' where layer i's settings come from the definition given, else ''."""

@@ -183,7 +183,31 @@ def plan_folds(doc: Document, definition: Document | None = None) -> FoldPlan:
             plan.folds.append(result)
     if definition is not None:
         plan.notes = _setting_lines(definition.path, doc.path, [s for f in plan.folds for s in f.settings])
+        plan.notes += _train_phase_lines(net, definition.path, plan.folds)
     return plan
+
+
+def _train_phase_lines(net: DeployedNet, path: str, folds: list) -> list:
+    """A line naming the folded BatchNorm layers a definition gives `phase: TRAIN` of their own (and no use_global_stats).
+
+    Caffe's BatchNorm takes use_global_stats from its own phase when unset:
+    such a layer normalizes by each batch's statistics, even in a TEST net.
+    Folding replaces it with what the TEST phase computes, which is said.
+    """
+    from ..formats.caffe.netdef import TRAIN
+
+    names = []
+    for f in folds:
+        message = net.defined_layer(f.batchnorm.name)
+        if message is not None and message.HasField("phase") and message.phase == TRAIN \
+                and not message.batch_norm_param.HasField("use_global_stats"):
+            names.append(f.batchnorm.name)
+    if not names:
+        return []
+    shown = ", ".join(names[:_NAMED_SETTINGS])
+    more = f" and {len(names) - _NAMED_SETTINGS} more" if len(names) > _NAMED_SETTINGS else ""
+    return [f"{path}: BatchNorm {shown}{more} set phase: TRAIN of their own, with which Caffe normalizes by each "
+            "batch's statistics; folded with the stored ones, as the TEST phase computes"]
 
 
 # Layers named in one line of settings, at most.
