@@ -3,7 +3,9 @@
 Each net is run before and after folding by tests/layerforward.py (Caffe's
 forward pass in numpy) on random input; the folded net must give the same
 blobs to float32 rounding, keep every other layer byte for byte, and list
-each BatchNorm it could not fold with the reason.
+each BatchNorm it could not fold with the reason. Nets are run as Caffe's
+TEST net, the one folded (include/exclude rules); a deploy definition given
+apart is run with its own settings, before and after folding.
 """
 
 from __future__ import annotations
