@@ -13,6 +13,13 @@ N x C x H x W; each function mirrors the Caffe layer it is named after:
   factor (0 when it is 0), and eps.
 - ``scale``: ScaleLayer, axis 1, one axis, with or without its bias.
 
+A whole net (``run_net``) runs as Caffe's TEST net: a layer whose include or
+exclude rules leave it out of phase TEST (Net::FilterNet) is passed over;
+rules on levels or stages are not run here. Its layers and their settings
+come from the .caffemodel, or from a definition given apart (a
+deploy.prototxt, which Caffe fills with the .caffemodel's blobs by layer
+name).
+
 Computed in float64 so that the only rounding a comparison sees is the one of
 the stored weights.
 """
@@ -174,19 +181,44 @@ def _pooling(x, p) -> np.ndarray:
     return y
 
 
-def run_net(path, feeds: dict, *, stop_types=("SoftmaxWithLoss", "Accuracy", "Softmax")) -> dict:
-    """Run a .caffemodel's layers in order on `feeds` ({blob name: array}); {blob name: its last value}.
+_TEST = 1  # Caffe's Phase enum: TRAIN = 0, TEST = 1
+
+
+def in_test_net(layer) -> bool:
+    """Whether Caffe's TEST net holds `layer` (Net::FilterNet and StateMeetsRule, for rules on the phase only)."""
+    rules = list(layer.include) + list(layer.exclude)
+    assert not any(r.HasField("min_level") or r.HasField("max_level") or r.stage or r.not_stage for r in rules), \
+        f"layer {layer.name}: rules on levels or stages are not run here"
+    assert not (layer.include and layer.exclude), f"layer {layer.name}: Caffe refuses include and exclude both"
+
+    def met(rule):
+        return not rule.HasField("phase") or rule.phase == _TEST
+
+    if layer.include:
+        return any(met(rule) for rule in layer.include)
+    return not any(met(rule) for rule in layer.exclude)
+
+
+def run_net(path, feeds: dict, *, definition=None, stop_types=("SoftmaxWithLoss", "Accuracy", "Softmax")) -> dict:
+    """Run a .caffemodel's TEST net in layer order on `feeds` ({blob name: array}); {blob name: its last value}.
 
     Data layers are passed over (the feeds stand for them); a type in
-    `stop_types` ends the run. Blob values
-    are read with blobtool (any stored encoding), layer settings with the
-    protobuf schema.
+    `stop_types` ends the run. Blob values are read with blobtool (any
+    stored encoding), by layer name; the layers and their settings with the
+    protobuf schema, from the .caffemodel or from `definition` (a .prototxt
+    path) where one is given.
     """
+    from google.protobuf import text_format
+
     from blobtool._pb import blobtool_caffe_pb2 as pb
     from blobtool.formats import open_document
 
-    with open(path, "rb") as f:
-        net = pb.NetParameter.FromString(f.read())
+    if definition is None:
+        with open(path, "rb") as f:
+            net = pb.NetParameter.FromString(f.read())
+    else:
+        with open(definition, encoding="utf-8") as f:
+            net = text_format.Parse(f.read(), pb.NetParameter())
     with open_document(path) as doc:
         values: dict = {}
         for e in doc.entries:
@@ -194,6 +226,8 @@ def run_net(path, feeds: dict, *, stop_types=("SoftmaxWithLoss", "Accuracy", "So
     blobs = {name: np.asarray(x, np.float64) for name, x in feeds.items()}
     for layer in net.layer:
         kind = layer.type
+        if not in_test_net(layer):
+            continue
         if kind in stop_types:
             break
         if kind in ("Data", "Input", "ImageData", "HDF5Data", "DummyData", "MemoryData"):

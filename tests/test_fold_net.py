@@ -3,7 +3,9 @@
 Each net is run before and after folding by tests/layerforward.py (Caffe's
 forward pass in numpy) on random input; the folded net must give the same
 blobs to float32 rounding, keep every other layer byte for byte, and list
-each BatchNorm it could not fold with the reason.
+each BatchNorm it could not fold with the reason. Nets are run as Caffe's
+TEST net, the one folded (include/exclude rules); a deploy definition given
+apart is run with its own settings, before and after folding.
 """
 
 from __future__ import annotations
@@ -392,8 +394,13 @@ def test_resnet20_folded_computes_what_it_did(tmp_path):
     folded_definition_matches(out, tmp_path / "resnet20_folded.prototxt")
     # Its definition given apart (as a deploy.prototxt would be) folds to the same text.
     ok("convert", RESNET, "-o", tmp_path / "resnet20.prototxt")
-    ok("fold", RESNET, "--definition", tmp_path / "resnet20.prototxt", "-o", tmp_path / "apart.prototxt")
+    apart = ok("fold", RESNET, "--definition", tmp_path / "resnet20.prototxt", "-o", tmp_path / "apart.prototxt")
     assert (tmp_path / "apart.prototxt").read_text() == (tmp_path / "resnet20_folded.prototxt").read_text()
+    # Given apart, it is the net that runs: its BatchNorm layers' own phase: TRAIN is said.
+    assert apart.stderr.splitlines() == [
+        f"blobtool: warning: {tmp_path / 'resnet20.prototxt'}: BatchNorm "
+        f"{', '.join(f'BatchNorm{i}' for i in range(1, 9))} and 13 more set phase: TRAIN of their own, with which "
+        "Caffe normalizes by each batch's statistics; folded with the stored ones, as the TEST phase computes"]
     assert result.stderr == ""
     assert result.stdout.splitlines()[-1] == f"{RESNET}: 21 BatchNorm folded, 0 kept; 104 layers -> 62"
     before, after = layer_bytes(RESNET), layer_bytes(out)
@@ -505,3 +512,250 @@ def test_a_definition_needs_a_prototxt_output(tmp_path):
     assert_error(invoke("fold", net, "--definition", deploy, "-o", tmp_path / "out.caffemodel"), 2,
                  "written to a .prototxt output")
     assert not (tmp_path / "out.caffemodel").exists()
+
+
+# -- the definition given is the net that runs: its settings ------------------------------------
+
+def _set_eps(message):
+    _as_deploy(message)
+    for layer in message.layer:
+        if layer.name in ("bn1", "bn2"):
+            layer.batch_norm_param.eps = 0.5
+
+
+def test_a_definitions_eps_is_the_one_folded_with_and_said(tmp_path):
+    rng = np.random.default_rng(17)
+    net = chain_net(tmp_path, rng)
+    deploy = deploy_of(tmp_path, net, _set_eps)
+    binary, out = tmp_path / "folded.caffemodel", tmp_path / "folded_deploy.prototxt"
+    result = ok("fold", net, "--definition", deploy, "-o", binary, "-o", out)
+    assert result.stderr.splitlines() == [
+        f"blobtool: warning: {deploy}: folded with this definition's batch_norm_param.eps, not {net}'s: "
+        "bn1 0.5 (not 0.001), bn2 0.5 (not 1e-05)"]
+    assert "4 BatchNorm folded" in result.stdout
+    # The deploy net run with its own eps, and the folded deploy net run with the folded weights, agree.
+    x = {"in": rng.standard_normal((2, 3, 5, 5))}
+    before = lf.run_net(net, x, definition=deploy)
+    after = lf.run_net(binary, x, definition=out)
+    for name in ("s1", "c2", "d3", "i4"):
+        assert np.abs(before[name] - after[name]).max() <= 32 * F32_EPS * np.abs(before[name]).max(), name
+    # With the net's own eps the folded values would differ from what the deploy net computes.
+    own = lf.run_net(net, x)
+    assert np.abs(own["s1"] - before["s1"]).max() > 0.01 * np.abs(before["s1"]).max()
+
+
+def test_the_folded_weight_is_the_one_the_definitions_eps_gives(tmp_path):
+    conv_ = Layer("conv", "Convolution", [np.float32([[[[1.0]]]])], bottom=["in"], top=["c"],
+                  params=conv_param(1, 1, bias_term=False))
+    bn = Layer("bn", "BatchNorm", [np.float32([0]), np.float32([1]), np.float32([1])], bottom=["c"], top=["c"])
+    net = write_net(tmp_path / "net.caffemodel", "new", [conv_, bn])
+    deploy = deploy_of(tmp_path, net, lambda m: setattr(m.layer[1].batch_norm_param, "eps", 0.5))
+    binary = tmp_path / "folded.caffemodel"
+    ok("fold", net, "--definition", deploy, "-o", binary, "-o", tmp_path / "folded.prototxt")
+    weight, bias = layer_blobs(binary, "conv")
+    assert weight.reshape(-1)[0] == np.float32(1 / np.sqrt(1.5)) and bias.tolist() == [0.0]  # 0.8165, not 0.999995
+
+
+def _edit(name, path, value):
+    """An edit of a deploy definition: layer `name`'s field at `path` ("scale_param.axis") set to `value`."""
+    def edit(message):
+        layer = next(l for l in message.layer if l.name == name)
+        *holders, field_name = path.split(".")
+        for holder in holders:
+            layer = getattr(layer, holder)
+        setattr(layer, field_name, value)
+    return edit
+
+
+@pytest.mark.parametrize("edit, batchnorm, why", [
+    (_edit("sc1", "scale_param.axis", 2), "bn1", "the Scale after it, sc1, has axis 2 and num_axes 1 in {deploy}: "
+                                                 "not one value per channel"),
+    (_edit("sc3", "scale_param.num_axes", 2), "bn3", "has axis 1 and num_axes 2 in {deploy}"),
+    (_edit("sc1", "scale_param.bias_term", False), "bn1",
+     "the Scale after it, sc1, has bias_term: false in {deploy} and holds 2 blobs"),
+    (_edit("bn2", "batch_norm_param.use_global_stats", False), "bn2",
+     "{deploy} sets use_global_stats: false for it"),
+    (_edit("ip4", "inner_product_param.transpose", False), "bn4",
+     "ip4's weight (600, 5) (transpose false in {deploy}) computes 600 channels; it has 5"),
+    (_edit("deconv3", "convolution_param.group", 1), "bn3",
+     "deconv3's weight (4, 3, 2, 2) (group 1 in {deploy}) computes 3 channels; it has 6"),
+    (_edit("conv1", "convolution_param.axis", 2), "bn1", "conv1 computes its channels on axis 2 in {deploy}"),
+    (_edit("conv1", "convolution_param.bias_term", False), "bn1",
+     "conv1 has bias_term: false in {deploy} and holds 2 blobs"),
+], ids=["Scale axis", "Scale num_axes", "Scale bias_term", "use_global_stats", "transpose", "group", "layer axis",
+        "layer bias_term"])
+def test_a_definitions_setting_that_leaves_no_fold_keeps_the_batchnorm(tmp_path, edit, batchnorm, why):
+    net = chain_net(tmp_path, np.random.default_rng(18))
+    deploy = deploy_of(tmp_path, net, edit)
+    binary, out = tmp_path / "folded.caffemodel", tmp_path / "folded_deploy.prototxt"
+    result = ok("fold", net, "--definition", deploy, "-o", binary, "-o", out)
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"blobtool: warning: {net}: BatchNorm {batchnorm} stays: "), lines
+    assert why.format(deploy=deploy) in lines[0], (why, lines[0])
+    assert "3 BatchNorm folded, 1 kept" in result.stdout
+    from google.protobuf import text_format
+
+    written = text_format.Parse(out.read_text(), pb.NetParameter())
+    names = [l.name for l in written.layer]
+    assert batchnorm in names and batchnorm in [l.name for l in parsed(binary).layer]
+    assert layer_bytes(binary)[batchnorm] == layer_bytes(net)[batchnorm]
+
+
+def test_a_definitions_setting_that_allows_a_fold_the_nets_own_does_not_is_used(tmp_path):
+    rng = np.random.default_rng(19)
+    sc = Layer("sc", "Scale", [np.float32(rng.standard_normal(4))], bottom=["b"], top=["b"],
+               params=len_field(142, pb.ScaleParameter(axis=2).SerializeToString()))
+    layers = [conv("conv", "in", "c", weights(rng, 4, 3, 3, 3), weights(rng, 4)), batchnorm("bn", "c", "b", rng, 4),
+              sc]
+    net = write_net(tmp_path / "net.caffemodel", "new", layers)
+    assert "axis 2 and num_axes 1: not one value per channel" in ok("fold", net, "-o", tmp_path / "own").stderr
+    deploy = deploy_of(tmp_path, net, _edit("sc", "scale_param.axis", 1))
+    binary, out = tmp_path / "folded.caffemodel", tmp_path / "folded_deploy.prototxt"
+    result = ok("fold", net, "--definition", deploy, "-o", binary, "-o", out)
+    assert result.stderr.splitlines() == [
+        f"blobtool: warning: {deploy}: folded with this definition's scale_param.axis, not {net}'s: sc 1 (not 2)"]
+    x = {"in": rng.standard_normal((1, 3, 5, 5))}
+    before, after = lf.run_net(net, x, definition=deploy)["b"], lf.run_net(binary, x, definition=out)["b"]
+    assert np.abs(before - after).max() <= 32 * F32_EPS * np.abs(before).max()
+
+
+# -- the TEST net is the one folded: include and exclude rules -------------------------------------
+
+def ruled(layer: Layer, *, include=(), exclude=()) -> Layer:
+    """`layer` with include/exclude rules (NetStateRule messages) added."""
+    for number, rules in ((8, include), (9, exclude)):
+        for rule in rules:
+            layer.params += len_field(number, rule.SerializeToString())
+    return layer
+
+
+TRAIN_ONLY, TEST_ONLY = pb.NetStateRule(phase=0), pb.NetStateRule(phase=1)
+
+
+def test_a_train_only_batchnorm_stays_and_its_test_twin_folds(tmp_path):
+    rng = np.random.default_rng(20)
+    layers = [conv("conv1", "in", "c1", weights(rng, 4, 3, 3, 3), weights(rng, 4)),
+              ruled(batchnorm("bn_train", "c1", "c1", rng, 4), include=[TRAIN_ONLY]),
+              ruled(batchnorm("bn_test", "c1", "c1", rng, 4), include=[TEST_ONLY]),
+              scale("sc", "c1", "c1", rng, 4), relu("relu", "c1", "c1")]
+    net = write_net(tmp_path / "net.caffemodel", "new", layers)
+    out = tmp_path / "out.caffemodel"
+    result = ok("fold", net, "-o", out)
+    assert result.stderr.splitlines() == [
+        f"blobtool: warning: {net}: BatchNorm bn_train stays: it is not in the TEST net (the one deployed), by its "
+        "include { phase: TRAIN }"]
+    assert result.stdout.splitlines() == ["conv1 <- bn_test + sc", f"{net}: 1 BatchNorm folded, 1 kept; 5 layers -> 3"]
+    assert [l.name for l in parsed(out).layer] == ["conv1", "bn_train", "relu"]
+    assert layer_bytes(out)["bn_train"] == layer_bytes(net)["bn_train"]
+    # The TEST net normalizes once, as it did.
+    assert_same_forward(net, out, {"in": rng.standard_normal((2, 3, 6, 6))}, ["c1"])
+
+
+def test_a_train_only_reader_neither_blocks_nor_takes_a_fold(tmp_path):
+    rng = np.random.default_rng(21)
+    w, b = weights(rng, 4, 3, 3, 3), weights(rng, 4)
+    shared = len_field(6, pb.ParamSpec(name="shared_w").SerializeToString())
+    layers = [conv("conv", "in", "c", w, b, extra=shared),
+              ruled(relu("tap", "c", "t"), exclude=[TEST_ONLY]),
+              batchnorm("bn", "c", "b", rng, 4), scale("sc", "b", "s", rng, 4),
+              ruled(relu("tap2", "b", "t2"), include=[TRAIN_ONLY]),
+              ruled(conv("conv_train", "in", "ct", w, b, extra=shared), include=[TRAIN_ONLY])]
+    net = write_net(tmp_path / "net.caffemodel", "new", layers)
+    out = tmp_path / "out.caffemodel"
+    result = ok("fold", net, "-o", out, "-o", tmp_path / "out.prototxt")
+    assert result.stderr == "" and result.stdout.splitlines()[0] == "conv <- bn + sc"
+    assert [l.name for l in parsed(out).layer] == ["conv", "tap", "tap2", "conv_train"]
+    assert all(layer_bytes(out)[name] == layer_bytes(net)[name] for name in ("tap", "tap2", "conv_train"))
+    assert_same_forward(net, out, {"in": rng.standard_normal((2, 3, 6, 6))}, ["s"])
+
+
+def test_a_train_only_scale_stays_and_its_batchnorm_folds_alone(tmp_path):
+    rng = np.random.default_rng(22)
+    layers = [conv("conv", "in", "c", weights(rng, 4, 3, 3, 3), weights(rng, 4)), batchnorm("bn", "c", "b", rng, 4),
+              ruled(scale("sc_train", "b", "s", rng, 4), include=[TRAIN_ONLY])]
+    net = write_net(tmp_path / "net.caffemodel", "new", layers)
+    out = tmp_path / "out.caffemodel"
+    result = ok("fold", net, "-o", out, "--json")
+    assert result.stderr.splitlines() == [
+        f"blobtool: warning: {net}: Scale sc_train stays: it is not in the TEST net (the one deployed), by its "
+        "include { phase: TRAIN }"]
+    record = json.loads(result.stdout)
+    assert [(f["batchnorm"], f["scale"], f["top"]) for f in record["folded"]] == [("bn", None, "b")]
+    assert record["kept_scales"] == [{"scale": "sc_train", "why": "it is not in the TEST net (the one deployed), by "
+                                                                  "its include { phase: TRAIN }"}]
+    assert [l.name for l in parsed(out).layer] == ["conv", "sc_train"]
+    assert_same_forward(net, out, {"in": rng.standard_normal((2, 3, 6, 6))}, ["b"])
+
+
+def test_a_snapshots_phase_field_on_every_layer_is_no_rule(tmp_path):
+    rng = np.random.default_rng(23)
+    layers = [conv("conv", "in", "c", weights(rng, 4, 3, 3, 3), weights(rng, 4)), batchnorm("bn", "c", "c", rng, 4),
+              scale("sc", "c", "c", rng, 4)]
+    for layer in layers:
+        layer.params += varint_field(10, 0)  # LayerParameter.phase: TRAIN, as Caffe's snapshot writes it
+    net = write_net(tmp_path / "net.caffemodel", "new", layers)
+    result = ok("fold", net, "-o", tmp_path / "out.caffemodel")
+    assert result.stderr == "" and "1 BatchNorm folded, 0 kept" in result.stdout
+
+
+def test_stages_and_levels_decide_as_in_caffes_test_net(tmp_path):
+    rng = np.random.default_rng(24)
+    layers = [conv("conv", "in", "c", weights(rng, 4, 3, 3, 3), weights(rng, 4)),
+              ruled(batchnorm("bn_deep", "c", "c", rng, 4), include=[pb.NetStateRule(min_level=1)]),
+              ruled(batchnorm("bn_staged", "c", "c", rng, 4), include=[pb.NetStateRule(stage=["deploy"])]),
+              ruled(batchnorm("bn", "c", "c", rng, 4), exclude=[pb.NetStateRule(stage=["deploy"])])]
+    net = write_net(tmp_path / "net.caffemodel", "new", layers)
+    result = ok("fold", net, "-o", tmp_path / "out.caffemodel")
+    assert result.stdout.splitlines()[0] == "conv <- bn (no Scale)"
+    assert "BatchNorm bn_deep stays: it is not in the TEST net (the one deployed), by its include { min_level: 1 }" \
+        in result.stderr
+    assert 'BatchNorm bn_staged stays: it is not in the TEST net (the one deployed), by its include { stage: ' \
+           '"deploy" }' in result.stderr
+    # The net's own state names the stage "deploy": Caffe's TEST net keeps it.
+    staged = tmp_path / "staged.caffemodel"
+    staged.write_bytes(net.read_bytes() + len_field(6, pb.NetState(stage=["deploy"]).SerializeToString()))
+    result = ok("fold", staged, "-o", tmp_path / "out2.caffemodel")
+    assert result.stdout.splitlines()[0] == "conv <- bn_staged (no Scale)"
+    assert "BatchNorm bn stays: it is not in the TEST net (the one deployed), by its exclude { stage: " \
+           '"deploy" }' in result.stderr
+
+
+def test_a_layer_with_include_and_exclude_rules_or_a_rule_that_is_no_rule_is_refused(tmp_path):
+    rng = np.random.default_rng(25)
+    layers = [conv("conv", "in", "c", weights(rng, 4, 3, 3, 3), weights(rng, 4)),
+              ruled(batchnorm("bn", "c", "c", rng, 4), include=[TEST_ONLY], exclude=[TRAIN_ONLY])]
+    net = write_net(tmp_path / "net.caffemodel", "new", layers)
+    out = tmp_path / "out.caffemodel"
+    assert_error(invoke("fold", net, "-o", out), 3, str(net), "layer 'bn' has both include and exclude rules")
+    bn = batchnorm("bn", "c", "c", rng, 4)
+    bn.params += len_field(8, b"\x0a\x05ab")  # a stage string of 5 bytes where 2 remain
+    forged = write_net(tmp_path / "forged.caffemodel", "new", [layers[0], bn])
+    assert_error(invoke("fold", forged, "-o", out), 3, str(forged), "an include rule of layer 'bn' (field 8) is not a NetStateRule")
+    assert not out.exists()
+
+
+def test_a_definition_folds_in_its_test_net(tmp_path):
+    net = chain_net(tmp_path, np.random.default_rng(26))
+
+    def train_only_tap(message):
+        _as_deploy(message)
+        tap = message.layer.add(name="tap", type="ReLU", bottom=["c1"], top=["t"])
+        tap.include.add(phase=0)
+
+    deploy = deploy_of(tmp_path, net, train_only_tap)
+    out = tmp_path / "folded_deploy.prototxt"
+    result = ok("fold", net, "--definition", deploy, "-o", tmp_path / "folded.caffemodel", "-o", out)
+    assert result.stderr == "" and "4 BatchNorm folded" in result.stdout
+    from google.protobuf import text_format
+
+    written = text_format.Parse(out.read_text(), pb.NetParameter())
+    assert [l.name for l in written.layer][-1] == "tap" and written.layer[-1].include[0].phase == 0
+
+    def train_only_batchnorm(message):
+        next(l for l in message.layer if l.name == "bn1").include.add(phase=0)
+
+    deploy = deploy_of(tmp_path, net, train_only_batchnorm)
+    binary = tmp_path / "refused.caffemodel"
+    line = assert_error(invoke("fold", net, "--definition", deploy, "-o", binary, "-o", out), 2, str(deploy),
+                        "its layer bn1: it is not in the TEST net (the one deployed), by its include { phase: TRAIN }")
+    assert "folded weights would compute something else" in line and not binary.exists()

@@ -263,3 +263,81 @@ def test_strict_goes_with_a_prototxt_output(tmp_path):
     result = invoke("convert", path, "-o", tmp_path / "x.npz", "--strict")
     assert result.exit_code == 2 and "--strict goes with a .prototxt output" in result.stderr
     assert not (tmp_path / "x.npz").exists()
+
+
+# -- which layers a net holds in a state (Net::FilterNet, Net::StateMeetsRule) ------------------
+
+def _rule(**fields):
+    return pb.NetStateRule(**fields)
+
+
+# (rule, state, met): each thing a rule sets checked alone, then together, as net.cpp does.
+_RULES = [
+    ("empty", _rule(), pb.NetState(phase=1), True),
+    ("phase met", _rule(phase=1), pb.NetState(phase=1), True),
+    ("phase not met", _rule(phase=0), pb.NetState(phase=1), False),
+    ("TEST is the state's default phase", _rule(phase=1), pb.NetState(), True),
+    ("min_level met", _rule(min_level=2), pb.NetState(level=2), True),
+    ("min_level not met", _rule(min_level=2), pb.NetState(level=1), False),
+    ("max_level met", _rule(max_level=2), pb.NetState(level=2), True),
+    ("max_level not met", _rule(max_level=2), pb.NetState(level=3), False),
+    ("negative levels", _rule(min_level=-3, max_level=-1), pb.NetState(level=-2), True),
+    ("every stage present", _rule(stage=["a", "b"]), pb.NetState(stage=["b", "c", "a"]), True),
+    ("a stage missing", _rule(stage=["a", "b"]), pb.NetState(stage=["a"]), False),
+    ("no not_stage present", _rule(not_stage=["x"]), pb.NetState(stage=["a"]), True),
+    ("a not_stage present", _rule(not_stage=["x", "y"]), pb.NetState(stage=["y"]), False),
+    ("all at once", _rule(phase=1, min_level=0, max_level=0, stage=["deploy"], not_stage=["train"]),
+     pb.NetState(phase=1, level=0, stage=["deploy"]), True),
+    ("all at once, a stage excluded", _rule(phase=1, stage=["deploy"], not_stage=["train"]),
+     pb.NetState(phase=1, stage=["deploy", "train"]), False),
+]
+
+
+@pytest.mark.parametrize("rule, state, met", [c[1:] for c in _RULES], ids=[c[0] for c in _RULES])
+def test_a_rule_is_met_as_caffes_state_meets_rule_says(rule, state, met):
+    from blobtool.formats.caffe.netdef import state_meets_rule
+
+    assert state_meets_rule(state, rule) is met
+
+
+# (include, exclude, in the TEST net at level 0 without stages, the rules named when out)
+_FILTERS = [
+    ("no rules", [], [], None),
+    ("included in TRAIN only", [_rule(phase=0)], [], "include { phase: TRAIN }"),
+    ("included in TEST", [_rule(phase=1)], [], None),
+    ("one include rule of two met", [_rule(phase=0), _rule(max_level=0)], [], None),
+    ("no include rule of two met", [_rule(phase=0), _rule(stage=["deploy"])], [],
+     'include { phase: TRAIN }, include { stage: "deploy" }'),
+    ("excluded from TEST", [], [_rule(phase=1)], "exclude { phase: TEST }"),
+    ("excluded from TRAIN", [], [_rule(phase=0)], None),
+    ("the second exclude rule met", [], [_rule(phase=0), _rule(not_stage=["train"])],
+     'exclude { not_stage: "train" }'),
+    ("an empty exclude rule", [], [_rule()], "exclude { }"),
+]
+
+
+@pytest.mark.parametrize("include, exclude, why", [c[1:] for c in _FILTERS], ids=[c[0] for c in _FILTERS])
+def test_a_layer_is_in_the_deployed_net_as_caffes_filter_net_says(include, exclude, why):
+    from blobtool.formats.caffe.netdef import deployment_state, state_excludes
+
+    state = deployment_state()
+    assert (state.phase, state.level, list(state.stage)) == (1, 0, [])
+    assert state_excludes(state, include, exclude) == why
+
+
+def test_the_deployed_state_keeps_the_nets_stages_and_sets_test_and_level_0():
+    from blobtool.formats.caffe.netdef import deployment_state, state_excludes
+
+    state = deployment_state(pb.NetState(phase=0, level=3, stage=["deploy"]))
+    assert (state.phase, state.level, list(state.stage)) == (1, 0, ["deploy"])
+    assert state_excludes(state, [_rule(stage=["deploy"])], []) is None
+    assert state_excludes(state, [_rule(min_level=1)], []) == "include { min_level: 1 }"
+
+
+def test_a_layer_with_include_and_exclude_rules_is_refused_as_caffe_refuses_it():
+    from blobtool.errors import FormatError
+    from blobtool.formats.caffe.netdef import deployment_state, state_excludes
+
+    with pytest.raises(FormatError, match="layer 'bn' has both include and exclude rules") as e:
+        state_excludes(deployment_state(), [_rule(phase=1)], [_rule(phase=0)], layer="bn", path="net.prototxt")
+    assert str(e.value).startswith("net.prototxt")

@@ -19,7 +19,8 @@ __all__ = ["fold"]
                    "when it is not a terminal.")
 @click.option("--definition", type=INPUT, default=None, metavar="PATH",
               help="The definition a .prototxt output folds (a deploy.prototxt of the same net), by layer name, "
-                   "instead of the one NET holds; refused where it wires the folded layers otherwise.")
+                   "instead of the one NET holds, and whose settings (eps, the Scale's axes) the folds use; "
+                   "refused where it wires the folded layers otherwise.")
 @click.option("--json", "as_json", is_flag=True,
               help="Print what was folded as one JSON object (with -o PATH: stdout cannot hold both).")
 def fold(net, outputs, definition, as_json):
@@ -37,10 +38,15 @@ def fold(net, outputs, definition, as_json):
     A .prototxt output gets the folded net's definition (no weights), or with
     --definition that definition (a deploy.prototxt) folded the same way.
 
-    A BatchNorm stays, with a warning line saying why, when its input comes
-    from another layer type or also feeds other layers, or its output feeds
-    more than the Scale. Folded layers are listed on stdout (one per line, or
-    --json) unless an output is written there.
+    The net folded is the deployed one, Caffe's TEST net: a layer its
+    include/exclude rules leave out of it (include { phase: TRAIN }) is kept
+    as it is and counts as no reader. A BatchNorm stays, with a warning line
+    saying why, when it is not in the TEST net, its input comes from another
+    layer type or also feeds other layers, or its output feeds more than the
+    Scale. With --definition the folds use that definition's settings, and a
+    warning line names each one it states otherwise than NET. Folded layers
+    are listed on stdout (one per line, or --json) unless an output is
+    written there.
 
     \b
     Example:
@@ -65,6 +71,8 @@ def fold(net, outputs, definition, as_json):
                 result = fold_document(doc, *outputs, definition=other)
     for kept in result.plan.kept:
         say_warning(f"{result.path}: BatchNorm {kept.batchnorm} stays: {kept.why}")
+    for kept in result.plan.kept_scales:
+        say_warning(f"{result.path}: Scale {kept.scale} stays: {kept.why}")
     for line in result.warnings:
         say_warning(line)
     if "-" in outputs:

@@ -7,13 +7,16 @@ layer it took in, and its bias_term is true where the fold created a bias.
 
 Caffe loads weights into the net a definition builds, by layer name, so a
 deploy definition must change as the weights did. Another definition is
-folded by the plan made on the net's weights (foldplan.py), layer by name,
-and only where it wires those layers as the net does: the layer before
-each folded BatchNorm writes its input and nothing else reads it, the
-BatchNorm's output feeds that Scale only (or no Scale, where it folded
-alone), and the new top clashes with nothing between. Otherwise the
-definition is refused (UsageError) naming the layer: folded weights loaded
-into a net wired otherwise would compute something else.
+folded by the plan made on the net's weights (foldplan.py, with this
+definition's settings), layer by name, and only where it wires those
+layers as the net does in its TEST net (the one deployed: layers its
+include/exclude rules leave out read and write nothing there): the folded
+layers are in it, the layer before each folded BatchNorm writes its input
+and nothing else reads it, the BatchNorm's output feeds that Scale only
+(or no Scale, where it folded alone), and the new top clashes with nothing
+between. Otherwise the definition is refused (UsageError) naming the
+layer: folded weights loaded into a net wired otherwise would compute
+something else. Layers outside the TEST net are kept as they are.
 """
 
 from __future__ import annotations
@@ -21,8 +24,8 @@ from __future__ import annotations
 import dataclasses
 
 from ..errors import UsageError
-from ..formats import Document, unique_names
-from .foldplan import FoldPlan, blob_versions, rename_why_not
+from ..formats import Document
+from .foldplan import FoldPlan, blob_versions, definition_layers, outside_text, rename_why_not
 
 __all__ = ["folded_definition", "definition_text"]
 
@@ -40,7 +43,7 @@ def folded_definition(doc: Document, plan: FoldPlan, other: Document | None = No
     messages = [layer.message for layer in whole.layers]
     names = _names(doc, other)
     if other is not None:
-        _check_wiring(source.path, doc.path, plan, messages, names)
+        _check_wiring(source.path, doc.path, plan, messages, names, whole.net.state)
     net = type(whole.net)()
     net.CopyFrom(whole.net)
     del net.layer[:]
@@ -67,25 +70,30 @@ def _names(doc: Document, other: Document | None) -> list:
     """The layer names of the definition folded, as the plan names layers (unique_names: duplicates told apart)."""
     if other is None:
         return [layer.name for layer in doc.layers]
-    from ..formats.caffe.containers import text
-    from ..formats.caffe.netdef import definition
-
-    return unique_names([text(layer.message.name) for layer in definition(other).layers])
+    return definition_layers(other)[0]
 
 
-def _check_wiring(path: str, net_path: str, plan: FoldPlan, messages: list, names: list) -> None:
-    """Refuse (UsageError) a definition that lacks a folded layer or wires one otherwise than the net."""
+def _check_wiring(path: str, net_path: str, plan: FoldPlan, messages: list, names: list, state) -> None:
+    """Refuse (UsageError) a definition whose TEST net lacks a folded layer or wires one otherwise than the net."""
+    from ..formats.caffe.netdef import deployment_state, state_excludes
+
+    test = deployment_state(state)
+    outside = {}
+    for i, m in enumerate(messages):
+        why = state_excludes(test, m.include, m.exclude, layer=names[i], path=path)
+        if why is not None:
+            outside[i] = why
     index = {name: i for i, name in enumerate(names)}
-    links = [(tuple(m.bottom), tuple(m.top)) for m in messages]
+    links = [((), ()) if i in outside else (tuple(m.bottom), tuple(m.top)) for i, m in enumerate(messages)]
     inputs, readers = blob_versions(links)
     for fold in plan.folds:
-        why = _why_different(fold, index, messages, links, inputs, readers, names)
+        why = _why_different(fold, index, messages, links, inputs, readers, names, outside)
         if why:
             raise UsageError(f"{why}, where {net_path} folds {fold.batchnorm.name} into {fold.target.name}: "
                              "folded weights would compute something else in this definition", path=path)
 
 
-def _why_different(fold, index, messages, links, inputs, readers, names) -> str | None:
+def _why_different(fold, index, messages, links, inputs, readers, names, outside) -> str | None:
     wanted = [(fold.target.name, fold.kind), (fold.batchnorm.name, "BatchNorm")]
     if fold.scale is not None:
         wanted.append((fold.scale.name, "Scale"))
@@ -94,6 +102,8 @@ def _why_different(fold, index, messages, links, inputs, readers, names) -> str 
             return f"it has no layer {name}"
         if messages[index[name]].type != kind:
             return f"its layer {name} is a {messages[index[name]].type or 'layer without a type'}, not a {kind}"
+        if index[name] in outside:
+            return f"its layer {name}: {outside_text(outside[index[name]])}"
     p, i = index[fold.target.name], index[fold.batchnorm.name]
     if len(links[i][0]) != 1 or len(links[i][1]) != 1 or len(links[p][1]) != 1:
         return f"its {names[i]} or {names[p]} has another number of bottoms or tops"

@@ -58,6 +58,7 @@ class FoldResult:
                         "scale": f.scale.name if f.scale is not None else None, "top": f.top,
                         "bias_created": f.bias is None} for f in self.plan.folds],
             "kept": [{"batchnorm": k.batchnorm, "why": k.why} for k in self.plan.kept],
+            "kept_scales": [{"scale": k.scale, "why": k.why} for k in self.plan.kept_scales],
             "layers": {"before": self.layers_before, "after": self.layers_after},
         }
 
@@ -73,7 +74,10 @@ def fold_net(src, *outputs, definition=None) -> FoldResult:
     weights) or an output of another format, FormatError for a damaged net.
     `definition` (a path or Document: a deploy .prototxt, or any net) is the
     definition a .prototxt output folds instead of the net's own, by layer
-    name (folddef.py; UsageError where it wires the layers otherwise).
+    name (folddef.py; UsageError where it wires the layers otherwise), and
+    the net that will run: the folds are made with its settings (eps, the
+    Scale's axes, the layer's; foldplan.py), a warning line per setting it
+    states otherwise than the net.
     """
     with open_document(src) as doc:
         if definition is None or isinstance(definition, Document):
@@ -91,8 +95,8 @@ def fold_document(doc: Document, *outputs, definition: Document | None = None) -
     if definition is not None and "definition" not in forms:
         raise UsageError("a definition to fold is written to a .prototxt output, and none is given",
                          path=definition.path)
-    plan = plan_folds(doc)
-    warnings: list = []
+    plan = plan_folds(doc, definition)
+    warnings: list = list(plan.notes)
     # Made before anything is written: a definition wired otherwise is refused with no output left behind.
     text = definition_text(doc, plan, warnings, definition) if "definition" in forms else None
     for dest, form in zip(outputs, forms):

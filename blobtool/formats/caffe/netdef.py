@@ -22,6 +22,19 @@ Net-level fields (name, input, input_shape, input_dim, force_backward,
 state, debug_info) are kept as the file has them; Caffe's reader takes the
 `input` fields as they are, so they are not turned into an Input layer.
 
+Which layers a net holds in a given state (Caffe's Net::FilterNet and
+Net::StateMeetsRule, net.cpp): a layer with no `include` rule is in the net
+unless one of its `exclude` rules is met; a layer with `include` rules is
+in it when one of them is met; a layer with both kinds is refused. A rule
+is met when each thing it sets holds: its phase is the state's, the
+state's level is at least min_level and at most max_level, the state has
+every `stage` it names and none of its `not_stage`. A layer's own `phase`
+field (LayerParameter.phase, 10, which a snapshot sets to TRAIN on every
+layer) is no rule: it only says which phase the layer computes in. A net is
+deployed in phase TEST at level 0 with the stages its own `state` names
+(Caffe's Net(file, TEST) sets the phase and level and keeps the file's
+stages): `deployment_state`.
+
 What text cannot carry: protobuf's text format writes only fields the
 schema knows. Fields of other forks (unknown numbers), a fork's field where
 BVLC has another type under the same number (NVIDIA Caffe's varints 145-148
@@ -39,12 +52,16 @@ from .containers import (LAYER_FIELD_NAMES, NET_FIELD_NAMES, V0_FIELD_NAMES, V0_
                          V1_TYPE_NAMES, split_message, text)
 from ...errors import FormatError, UsageError
 
-__all__ = ["LayerDef", "NetDefinition", "definition", "upgrade_v1", "lost_fields", "MAX_DEFINITION_FIELDS"]
+__all__ = ["LayerDef", "NetDefinition", "definition", "upgrade_v1", "lost_fields", "MAX_DEFINITION_FIELDS",
+           "TRAIN", "TEST", "deployment_state", "state_meets_rule", "state_excludes", "rule_text"]
 
 
 # A layer's definition as Caffe writes it holds tens of fields; one holding
 # more than this is damaged or forged, and is refused rather than walked.
 MAX_DEFINITION_FIELDS = 1 << 16
+
+# Caffe's Phase enum (caffe.proto).
+TRAIN, TEST = 0, 1
 
 
 @dataclass
@@ -323,3 +340,66 @@ def _byte_strings(message, prefix: str = "") -> list:
             for v in values:
                 found += _byte_strings(v, f"{prefix}{fd.name}.")
     return list(dict.fromkeys(found))
+
+
+# -- which layers a net holds in a state (module docstring) -------------------------------------
+
+def deployment_state(state=None):
+    """The NetState a net is deployed in: phase TEST, level 0, and the stages of `state` (the net's own).
+
+    Mirrors Caffe's Net(param_file, TEST): the phase and the level are set,
+    the stages the file's `state` names are kept.
+    """
+    from ..._pb import blobtool_caffe_pb2 as pb  # protobuf loads only where a message's small fields are parsed
+
+    out = pb.NetState(phase=TEST, level=0)
+    if state is not None:
+        out.stage.extend(state.stage)
+    return out
+
+
+def state_meets_rule(state, rule) -> bool:
+    """Whether a NetState meets a NetStateRule. Mirrors Net::StateMeetsRule.
+
+    Only what the rule sets is checked: its phase, min_level and max_level
+    (the state's level within them), every `stage` it names present in the
+    state and no `not_stage` it names.
+    """
+    if rule.HasField("phase") and rule.phase != state.phase:
+        return False
+    if rule.HasField("min_level") and state.level < rule.min_level:
+        return False
+    if rule.HasField("max_level") and state.level > rule.max_level:
+        return False
+    stages = set(state.stage)
+    if any(stage not in stages for stage in rule.stage):
+        return False
+    return not any(stage in stages for stage in rule.not_stage)
+
+
+def state_excludes(state, include=(), exclude=(), *, layer: str = "", path=None) -> str | None:
+    """None when a layer with these rules is in the net of `state`, else the rules that leave it out, as text.
+
+    Mirrors Net::FilterNet for one layer: without `include` rules the layer
+    is in unless an `exclude` rule is met; with them, it is in when one is
+    met. A layer with both kinds is refused as Caffe refuses it (FormatError
+    naming `layer`).
+    """
+    include, exclude = list(include), list(exclude)
+    if include and exclude:
+        raise FormatError(f"layer {layer!r} has both include and exclude rules; Caffe's net refuses a layer "
+                          "with both", path=path)
+    if include:
+        if any(state_meets_rule(state, rule) for rule in include):
+            return None
+        return ", ".join(rule_text("include", rule) for rule in include)
+    met = [rule for rule in exclude if state_meets_rule(state, rule)]
+    return rule_text("exclude", met[0]) if met else None
+
+
+def rule_text(kind: str, rule) -> str:
+    """A rule as a .prototxt writes it on one line: 'include { phase: TRAIN }'."""
+    from google.protobuf import text_format  # protobuf loads only where a message's small fields are parsed
+
+    body = text_format.MessageToString(rule, as_one_line=True, as_utf8=True)
+    return f"{kind} {{ {body} }}" if body else f"{kind} {{ }}"
