@@ -68,12 +68,9 @@ builds its options from it).
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
-import fnmatch
 import importlib
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from ..errors import BlobToolError, FormatError, UsageError
 
@@ -163,41 +160,6 @@ OUTPUT_FORMATS = tuple(out.name for fmt in FORMATS for out in fmt.outputs) + ("s
 # 16,384 one-value blobs (0.6 MB) took 1.6 s of CPU for `norm` and 3.3 s for
 # `compare`, past the 1 s + 0.2 s/MB any input may take; 8,192 take half.
 MAX_BLOBS = 1 << 13
-
-@dataclass(frozen=True)
-class ReadSettings:
-    """What a reader is told beyond the bytes, for one call (reading() sets it).
-
-    key: which state dict of a PyTorch checkpoint to read, by its key, keys of
-    nested dicts joined by "/" ("ema", "model/state_dict"); None: the one
-    state dict the checkpoint holds. Other formats ignore it.
-    """
-
-    key: str | None = None
-
-
-_read_settings: contextvars.ContextVar = contextvars.ContextVar("blobtool_reading", default=ReadSettings())
-
-
-def read_settings() -> ReadSettings:
-    """The ReadSettings of the running call."""
-    return _read_settings.get()
-
-
-def use_read_settings(settings: ReadSettings) -> None:
-    """Read with `settings` from now on in this context (a worker process's set-up; a command's options)."""
-    _read_settings.set(settings)
-
-
-@contextlib.contextmanager
-def reading(**changes):
-    """The current ReadSettings with `changes` (key=) for the files opened inside a with block."""
-    token = _read_settings.set(replace(_read_settings.get(), **changes))
-    try:
-        yield _read_settings.get()
-    finally:
-        _read_settings.reset(token)
-
 
 # Characters of a layer's (or net's) name, type or learned_net kept, in
 # every format: a longer one is damaged or forged.
@@ -572,90 +534,10 @@ def _document(source, kind, npy_cast) -> Document:
     return doc
 
 
-def select(doc: Document, patterns) -> list:
-    """The entries selected by any of `patterns`, in file order.
-
-    A pattern that is a blob's exact name selects that blob only; else one
-    that is a layer's exact name selects that layer's blobs; only a pattern
-    that is neither is a glob over the blob names (so `fc[relu]/0` never
-    selects `fcr/0` when a blob is called `fc[relu]/0`). No patterns selects
-    everything. A pattern that selects nothing raises FormatError listing the
-    names available.
-    """
-    if not patterns:
-        return list(doc.entries)
-    by_name = {e.name: i for i, e in enumerate(doc.entries)}
-    chosen = set()
-    for pattern in patterns:
-        hits = _selected(doc, by_name, pattern)
-        listed = listed_name(pattern)
-        if not hits and listed != pattern:   # bytes that are not UTF-8, as a command line gives them
-            hits = _selected(doc, by_name, listed)
-        if not hits:
-            names = ", ".join(doc.names()) or "none"
-            shown = repr(pattern) if listed == pattern else f"'{listed}'"
-            raise FormatError(f"--blob {shown} selects nothing; blobs: {names}", path=doc.path)
-        chosen.update(hits)
-    return [e for i, e in enumerate(doc.entries) if i in chosen]
-
-
-def _selected(doc: Document, by_name: dict, pattern: str) -> list:
-    if pattern in by_name:
-        return [by_name[pattern]]
-    hits = [i for i, e in enumerate(doc.entries) if e.layer is not None and e.layer == pattern]
-    return hits or [i for i, e in enumerate(doc.entries) if fnmatch.fnmatchcase(e.name, pattern)]
-
-
-def listed_name(name: str) -> str:
-    """`name` in the form blobtool lists names in: bytes that are not UTF-8 as \\xNN escapes.
-
-    A name read from a file with such bytes is listed with escapes (the
-    layer named by the bytes ``b\\xff1`` is listed as ``b\\xff1``, and its
-    blobs as ``b\\xff1/0``). Python hands a command line's such bytes over as
-    lone surrogates (U+DC80 to U+DCFF, os.fsdecode's surrogateescape); this
-    turns them into the same escapes, so that the bytes as typed name what
-    they name in the file. A name without such surrogates is returned as it is.
-    """
-    if name.isascii():
-        return name
-    try:
-        raw = name.encode("utf-8", "surrogateescape")
-    except UnicodeEncodeError:   # a surrogate that stands for no byte
-        return name
-    return raw.decode("utf-8", "backslashreplace")
-
-
-def unique_names(names: list, unnamed: str = "layer") -> list:
-    """The names to give things named `names` (layers, in file order) so that no two are the same.
-
-    A name is kept by the first thing bearing it. An empty name becomes
-    "<unnamed><k>" (k its position); a repeated one gets "#<n>", n its
-    occurrence (2, 3, ...). A made-up name never takes one that a later
-    thing bears, nor one already given: then the next n that is free is used.
-    So `a`, `a`, `a#2` become `a`, `a#3`, `a#2`, and names that do not collide
-    stay as they are.
-    """
-    given = set(names)
-    used = set()
-    seen: dict = {}
-    out = []
-    for k, name in enumerate(names):
-        if name and name not in used:
-            final = name
-        else:
-            base = name or f"{unnamed}{k}"
-            n = seen[base] = seen.get(base, 1 if name else 0) + 1
-            final = base if n == 1 else f"{base}#{n}"
-            while final in used or final in given:
-                n = seen[base] = n + 1
-                final = f"{base}#{n}"
-        used.add(final)
-        out.append(final)
-    return out
-
-
 # What reads values that are not float32 or float64 (integers, bfloat16):
 # only convert takes a precision, whichever command met them.
 CAST_HINT = "blobtool convert --float or --double reads it, into a file every command reads"
 
 
+from .reading import ReadSettings, read_settings, reading, use_read_settings  # noqa: E402
+from .selecting import listed_name, select, unique_names  # noqa: E402
