@@ -3,7 +3,7 @@
 As blobtool.engine.work's Work: ``with reading(key="ema"):`` makes the
 settings current for the code inside the block (contextvars), in this
 thread; another thread or call keeps its own. The command line sets them
-from a command's options (--key) for that command alone.
+for each command, from its options (--key).
 """
 
 from __future__ import annotations
