@@ -64,16 +64,11 @@ class Directory(tuple):
 def directory(buf) -> Directory | None:
     """The central directory `buf` (bytes, mmap) declares, or None when no end record is found or it lies outside."""
     total = len(buf)
-    tail_start = max(0, total - _END_SIZE - _MAX_COMMENT)
-    tail = bytes(buf[tail_start:total])
-    at = tail.rfind(_END)
-    while at >= 0 and at + _END_SIZE > len(tail):
-        at = tail.rfind(_END, 0, at)
-    if at < 0:
+    found = _end_record(buf)
+    if found is None:
         return None
-    end = tail_start + at
+    end, entries, size, offset = found
     record_end = end
-    entries, size, offset = struct.unpack_from("<10xHII", tail, at)
     if entries == 0xFFFF or size == 0xFFFFFFFF or offset == 0xFFFFFFFF:
         locator = end - _ZIP64_LOCATOR_SIZE
         if locator < 0 or bytes(buf[locator:locator + 4]) != _ZIP64_LOCATOR:
@@ -123,10 +118,28 @@ def holds_member(buf, suffix: bytes, limit: int) -> bool:
     return any(name.endswith(tail) and name.count(b"/") == 1 for name in entry_names(buf, found, limit))
 
 
-def count_entries(buf, found: Directory, limit: int) -> int:
-    """How many entries zipfile would read from the directory (from found.end - size, by size), at most limit + 1."""
-    pos, stop, count = found.end - found.size, found.end, 0
-    while pos + _ENTRY_SIZE <= stop and count <= limit:
+def _zip64_record(buf, end: int):
+    """(entries, size, offset) of the ZIP64 end record before the end record at `end`, or None.
+
+    zipfile reads it wherever a locator sits right before the end record,
+    whether or not the end record's fields say so, from the 56 bytes before
+    the locator (and newer versions from where the locator points).
+    """
+    locator = end - _ZIP64_LOCATOR_SIZE
+    if locator < 0 or bytes(buf[locator:locator + 4]) != _ZIP64_LOCATOR:
+        return None
+    pointed = struct.unpack_from("<Q", bytes(buf[locator + 8:locator + 16]))[0]
+    for record in (locator - 56, pointed):
+        head = bytes(buf[record:record + 56]) if 0 <= record < len(buf) else b""
+        if len(head) == 56 and head[:4] == _ZIP64_END:
+            return struct.unpack_from("<QQQ", head, 32)
+    return None
+
+
+def _walked(buf, start: int, size: int, limit: int) -> int:
+    """How many directory entries follow one another from `start` within `size` bytes, at most limit + 1."""
+    pos, stop, count = start, min(start + size, len(buf)), 0
+    while 0 <= pos and pos + _ENTRY_SIZE <= stop and count <= limit:
         head = bytes(buf[pos:pos + _ENTRY_SIZE])
         if head[:4] != _ENTRY:
             break
@@ -136,20 +149,57 @@ def count_entries(buf, found: Directory, limit: int) -> int:
     return count
 
 
+def count_entries(buf, found: Directory, limit: int) -> int:
+    """The most entries a zip reader could take from this zip's directory, counting at most limit + 1 of them.
+
+    zipfile reads the directory from the bytes right before the end record
+    (ZIP64 records included, whatever their offset fields say) and reads
+    entries until it has read the directory's size, whatever its count says;
+    each reading (the declared offset; zipfile's place, with and without a
+    ZIP64 record) is walked, and the largest count taken.
+    """
+    counts = [found.entries, _walked(buf, found.offset, found.size, limit),
+              _walked(buf, found.end - found.size, found.size, limit)]
+    classic_end = _end_record(buf)
+    if classic_end is not None:
+        end, entries, size, offset = classic_end
+        counts += [entries, _walked(buf, end - size, size, limit)]
+        zip64 = _zip64_record(buf, end)
+        if zip64 is not None:
+            entries, size, offset = zip64
+            before = end - _ZIP64_LOCATOR_SIZE - 56
+            counts += [entries, _walked(buf, before - size, size, limit), _walked(buf, offset, size, limit)]
+    return max(counts)
+
+
+def _end_record(buf):
+    """(where the end record starts, its entry count, directory size and offset), or None."""
+    total = len(buf)
+    tail_start = max(0, total - _END_SIZE - _MAX_COMMENT)
+    tail = bytes(buf[tail_start:total])
+    at = tail.rfind(_END)
+    while at >= 0 and at + _END_SIZE > len(tail):
+        at = tail.rfind(_END, 0, at)
+    if at < 0:
+        return None
+    entries, size, offset = struct.unpack_from("<10xHII", tail, at)
+    return tail_start + at, entries, size, offset
+
+
 def check_entry_count(buf, limit: int, what: str, path) -> None:
     """Refuse a zip whose directory holds more than `limit` entries (`what`: the reason), before zipfile reads it.
 
-    Both the count the end record declares and the entries zipfile would
-    walk are checked: zipfile builds an object for each of the latter (a
-    forged end record declaring 2 entries over a million real ones took
-    15 s and 587 MB).
+    Both the count the end records declare and the entries zipfile would
+    walk are checked (count_entries): zipfile builds an object for each of
+    the latter (a forged end record declaring 2 entries over a million real
+    ones took 15 s and 587 MB).
     """
     from ..errors import FormatError  # the registry imports this module while sniffing: keep it light
 
     found = directory(buf)
     if found is None:
         return
-    listed = max(found.entries, count_entries(buf, found, limit))
+    listed = count_entries(buf, found, limit)
     if listed > limit:
         shown = f"{listed}" if listed == found.entries else f"more than {limit}"
         raise FormatError(f"the zip directory lists {shown} entries, more than {what}", path=path)
