@@ -73,11 +73,10 @@ _CONSTANTS = {"NONE": None, "NEWTRUE": True, "NEWFALSE": False}
 
 
 class _Container:
+    # depth: how deep containers nest in it (1: it holds none); placed: put
+    # in another object or handed to a call, and so never changed again.
+    # Each class sets both in its own __init__ (a pickle can make one per opcode).
     __slots__ = ("depth", "placed")
-
-    def __init__(self):
-        self.depth = 1
-        self.placed = False
 
 
 class PickledDict(_Container):
@@ -86,7 +85,7 @@ class PickledDict(_Container):
     __slots__ = ("pairs", "ordered", "attributes")
 
     def __init__(self, ordered: bool = False):
-        super().__init__()
+        self.depth, self.placed = 1, False
         self.pairs: list | tuple = ()  # a list once filled: an empty one costs 56 bytes more a dict
         self.ordered = ordered
         self.attributes = None
@@ -107,7 +106,7 @@ class PickledList(_Container):
     __slots__ = ("items",)
 
     def __init__(self):
-        super().__init__()
+        self.depth, self.placed = 1, False
         self.items: list | tuple = ()  # a list once filled
 
 
@@ -117,7 +116,7 @@ class PickledSet(_Container):
     __slots__ = ("items", "frozen")
 
     def __init__(self, frozen: bool = False):
-        super().__init__()
+        self.depth, self.placed = 1, False
         self.items: list | tuple = ()  # a list once filled
         self.frozen = frozen
 
@@ -128,7 +127,7 @@ class PickledTuple(_Container):
     __slots__ = ("items",)
 
     def __init__(self, items: tuple):
-        super().__init__()
+        self.depth, self.placed = 1, False
         self.items = items
 
 
@@ -242,11 +241,12 @@ class _Machine:
     # -- the opcodes ---------------------------------------------------------------------
 
     def run(self, data: bytes, max_opcodes: int):
+        steps = {name[3:]: getattr(self, name) for name in dir(type(self)) if name.startswith("op_")}
         for count, (opcode, arg, pos) in enumerate(pickletools.genops(data), 1):
             if count > max_opcodes:
                 raise self.refuse(f"holds more than {max_opcodes} pickle opcodes (blobtool's limit)")
             name = opcode.name
-            step = getattr(self, "op_" + name, None)
+            step = steps.get(name)
             if name == "STOP":  # as pickle does, the top of the stack is the value; the rest is dropped
                 if not self.stack:
                     raise self.refuse(f"ends at byte {pos} with nothing on its stack")
