@@ -676,18 +676,23 @@ def rename_npz_members(data, lay, pick):
     return zip_bytes(members, compressed=pick("bool"))
 
 
+def _zip_members(data) -> tuple:
+    """({name: bytes} of a zip's members, the name of its data.pkl or None); ({}, None) for a zip that does not open."""
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as archive:
+            members = {info.filename: archive.read(info) for info in archive.infolist()}
+    except Exception:  # noqa: BLE001  any damage: leave it to the byte mutations
+        return {}, None
+    return members, next((name for name in members if name.endswith("/data.pkl")), None)
+
+
 def damage_pickle(data, lay, pick):
     """A PyTorch checkpoint whose data.pkl (only) is damaged, its CRC made right again (other inputs: bits flipped).
 
     Damage to the zip's bytes mostly fails data.pkl's CRC, so the unpickler
     is reached through this one.
     """
-    try:
-        with zipfile.ZipFile(io.BytesIO(data)) as archive:
-            members = {info.filename: archive.read(info) for info in archive.infolist()}
-    except Exception:  # noqa: BLE001  any damage: leave it to the byte mutations
-        return flip_bits(data, lay, pick)
-    target = next((name for name in members if name.endswith("/data.pkl")), None)
+    members, target = _zip_members(data)
     if target is None:
         return flip_bits(data, lay, pick)
     pickled = members[target]
@@ -733,12 +738,7 @@ def mutate_pickle_ops(data, lay, pick):
     """
     import pickletools
 
-    try:
-        with zipfile.ZipFile(io.BytesIO(data)) as archive:
-            members = {info.filename: archive.read(info) for info in archive.infolist()}
-    except Exception:  # noqa: BLE001  any damage: leave it to the byte mutations
-        return flip_bits(data, lay, pick)
-    target = next((name for name in members if name.endswith("/data.pkl")), None)
+    members, target = _zip_members(data)
     if target is None:
         return flip_bits(data, lay, pick)
     pickled = members[target]

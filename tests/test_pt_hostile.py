@@ -26,6 +26,7 @@ from blobtool import load_all, state_dict
 from blobtool.errors import BlobToolError
 from blobtool.formats import MAX_BLOBS, open_document
 from blobtool.formats.pickled import MAX_NESTING
+from blobtool.formats.pytorch import MAX_OPCODES
 from builders import npz_bytes
 from ptfiles import HOOKS, PID, REBUILD, Storage, Tensor, op_int, op_long, op_str, op_tuple, pt_bytes, \
     storage_pickle, write_pt
@@ -150,16 +151,27 @@ def test_an_index_past_int64_is_refused(tmp_path):
     assert "has offset <an integer of 65 bits>" in line
 
 
-def test_a_far_memo_slot_costs_what_is_stored_not_the_slot():
-    data = pt_bytes(None, data_pkl=b"\x80\x02Nr" + struct.pack("<I", 1 << 25) + b".", records={})
+def _peak_while_refused(data_pkl: bytes, match: str) -> int:
+    """The peak of Python's allocations (tracemalloc) while a .pt of `data_pkl` is opened and refused."""
+    data = pt_bytes(None, data_pkl=data_pkl, records={})
     tracemalloc.start()
     try:
-        with pytest.raises(BlobToolError, match="holds no state dict"):
+        with pytest.raises(BlobToolError, match=match):
             open_document(io.BytesIO(data))
-        peak = tracemalloc.get_traced_memory()[1]
+        return tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
+
+
+def test_a_far_memo_slot_costs_what_is_stored_not_the_slot():
+    peak = _peak_while_refused(b"\x80\x02Nr" + struct.pack("<I", 1 << 25) + b".", "holds no state dict")
     assert peak < 16 << 20, peak  # pickle.Unpickler: an array of 2**25 slots, 256 MB
+
+
+def test_the_costliest_pickle_within_the_opcode_limit_is_bounded_in_memory():
+    # Every opcode an empty dict left on the stack: the most objects per opcode.
+    peak = _peak_while_refused(b"\x80\x02" + b"}" * (MAX_OPCODES - 3) + b".", "holds no state dict")
+    assert peak < 64 << 20, peak  # measured: 40 MB (72 bytes a dict), whatever the file's size
 
 
 def test_an_expanded_view_larger_than_its_storage_is_refused(tmp_path):

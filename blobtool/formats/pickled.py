@@ -359,25 +359,20 @@ class _Machine:
             raise self.refuse(f"gives SETITEMS {len(items)} items at byte {pos}, not pairs")
         self.fill(self.target(PickledDict, "SETITEMS", pos), items, pos)
 
-    def op_APPEND(self, arg, pos):
-        item = self.pop(pos)[0]
-        into = self.target(PickledList, "APPEND", pos)
+    def extend(self, kind: type, opcode: str, items: list, pos: int) -> None:
+        into = self.target(kind, opcode, pos)
         into.items = _grown(into.items)
-        into.items.append(self.place(item, into, pos))
+        for item in items:
+            into.items.append(self.place(item, into, pos))
+
+    def op_APPEND(self, arg, pos):
+        self.extend(PickledList, "APPEND", self.pop(pos), pos)
 
     def op_APPENDS(self, arg, pos):
-        items = self.pop_mark(pos)
-        into = self.target(PickledList, "APPENDS", pos)
-        into.items = _grown(into.items)
-        for item in items:
-            into.items.append(self.place(item, into, pos))
+        self.extend(PickledList, "APPENDS", self.pop_mark(pos), pos)
 
     def op_ADDITEMS(self, arg, pos):
-        items = self.pop_mark(pos)
-        into = self.target(PickledSet, "ADDITEMS", pos)
-        into.items = _grown(into.items)
-        for item in items:
-            into.items.append(self.place(item, into, pos))
+        self.extend(PickledSet, "ADDITEMS", self.pop_mark(pos), pos)
 
     def op_POP(self, arg, pos):
         if self.stack and self.marks and self.marks[-1] == len(self.stack):
