@@ -10,7 +10,8 @@
 - SIGINT, SIGTERM, SIGHUP mid-write: exit 128 + the signal, one line, no
   traceback, no partial output; a signal ignored at start stays ignored.
 - An input truncated or rewritten while it is read: exit 3, one line, never
-  SIGBUS, no partial output (leased inputs, and watched ones); a touch does not stop a read.
+  SIGBUS, no partial output (leased inputs, and watched ones); a touch (GNU touch opens the file for
+  writing, which breaks a lease) does not stop a read.
 - A closed pipe (| head -1) is a quiet exit 0.
 - The input is never changed, including when -o names it.
 """
@@ -822,6 +823,20 @@ def test_a_real_touch_then_a_write_while_an_input_is_read_is_exit_3_one_line(tmp
     _, stderr = proc.communicate(timeout=120)
     # `wrote` False or None: the read ended before the write came (the file is too small for this machine).
     assert (proc.returncode, stderr, wrote) == (3, UNLEASED_CHANGED.format("in.pb"), True)
+
+
+@needs_leases
+@needs_touch
+def test_a_lease_broken_where_no_watch_can_be_had_still_stops_the_read(tmp_path):
+    # Without inotify nothing could tell the touch from a write of the same length: the read stops.
+    path = write_float_blob(tmp_path / "in.pb", TOUCHED_COUNT)
+    proc = subprocess.Popen([sys.executable, "-c", UNWATCHED, "info", "--stats", "in.pb"], cwd=tmp_path,
+                            env=subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    _wait_for_lease(proc, path)
+    _touch_while_running(proc, path)
+    _, stderr = proc.communicate(timeout=120)
+    assert (proc.returncode, stderr) == (3, "blobtool: in.pb: changed while it was read: another process opened it "
+                                            "for writing or truncated it\n")
 
 
 BROKEN_BEFORE_HELD = """
