@@ -10,7 +10,8 @@
 - SIGINT, SIGTERM, SIGHUP mid-write: exit 128 + the signal, one line, no
   traceback, no partial output; a signal ignored at start stays ignored.
 - An input truncated or rewritten while it is read: exit 3, one line, never
-  SIGBUS, no partial output (leased inputs, and watched ones); a touch does not stop a read.
+  SIGBUS, no partial output (leased inputs, and watched ones); a touch (GNU touch opens the file for
+  writing, which breaks a lease) does not stop a read.
 - A closed pipe (| head -1) is a quiet exit 0.
 - The input is never changed, including when -o names it.
 """
@@ -351,7 +352,17 @@ def test_a_hangup_ignored_at_start_stays_ignored(tmp_path, big, converted):
 
 # -- an input that changes while it is read ------------------------------------------------------
 
-CHANGED = "changed while it was read: another process opened it for writing or truncated it"
+# An open for writing breaks a lease (a touch's too) and is no change: blobtool gives the lease up and
+# watches the input from then on, as one it could not lease. A truncation is then told by whichever of
+# the watch's checks meets it first: inotify, a short read, or a byte read through the mapping.
+CHANGED = (r"changed while it was read: (another process wrote to it or truncated it|it ends at byte \d+, before "
+           r"the \d+ bytes wanted from byte \d+|it ended before a byte read through its memory map \(another "
+           r"process truncated it, or its storage failed\))")
+
+
+def _one_change_line(name, stderr: str) -> bool:
+    """Whether `stderr` is exactly one line telling that input `name` changed while it was read."""
+    return re.fullmatch(rf"blobtool: {re.escape(str(name))}: {CHANGED}\n", stderr) is not None
 
 
 def _leased(path: Path) -> bool:
@@ -392,8 +403,8 @@ def test_an_input_truncated_while_it_is_written_out_is_exit_3_one_line(tmp_path)
     stdout, stderr = proc.communicate(timeout=60)
     truncating.join(timeout=60)
     assert proc.returncode == 3
-    assert stderr.decode() == f"blobtool: {path}: {CHANGED}\n"
-    assert path.stat().st_size == 100  # the writer went ahead once blobtool had stopped
+    assert _one_change_line(path, stderr.decode()), stderr
+    assert path.stat().st_size == 100  # the writer went ahead once blobtool had given up its lease
 
 
 @needs_leases
@@ -407,7 +418,7 @@ def test_an_input_truncated_mid_write_leaves_the_earlier_output_and_no_temporary
     _, stderr = proc.communicate(timeout=60)
     truncating.join(timeout=60)
     assert proc.returncode == 3
-    assert stderr == f"blobtool: in.pb: {CHANGED}\n"
+    assert _one_change_line("in.pb", stderr), stderr
     assert (tmp_path / "out.pb").read_bytes() == EARLIER
     assert temps(tmp_path) == []
 
@@ -426,7 +437,7 @@ def test_an_input_truncated_while_it_is_read_is_never_a_signal(tmp_path, command
     _, stderr = proc.communicate(timeout=60)
     truncating.join(timeout=60)
     assert proc.returncode in (0, 3), stderr
-    assert stderr in ("", f"blobtool: in.pb: {CHANGED}\n")
+    assert stderr == "" or _one_change_line("in.pb", stderr), stderr
 
 
 @needs_leases
@@ -442,7 +453,7 @@ def test_an_input_truncated_in_a_worker_process_is_exit_3_one_line(tmp_path):
     _, stderr = proc.communicate(timeout=60)
     truncating.join(timeout=60)
     assert proc.returncode in (0, 3), stderr
-    assert stderr in ("", f"blobtool: b.pb: {CHANGED}\n")
+    assert stderr == "" or _one_change_line("b.pb", stderr), stderr
 
 
 def test_an_input_open_for_writing_elsewhere_is_read_without_a_lease(tmp_path):
@@ -732,6 +743,133 @@ def test_touching_an_input_while_it_is_read_does_not_stop_the_command(tmp_path, 
     assert stdout == expected.stdout
     if "convert" in command:
         assert digest(tmp_path / "out.pb") == expected_out
+
+
+TOUCH = shutil.which("touch")
+needs_touch = pytest.mark.skipif(TOUCH is None, reason="needs a touch program (GNU coreutils' opens the file "
+                                                       "for writing)")
+TOUCH_EVERY = 0.03  # seconds between two touches
+
+
+def _touch_while_running(proc, path: Path, *, write_after: int | None = None) -> tuple:
+    """Run `touch path` every TOUCH_EVERY s while `proc` runs (and overwrite 4096 bytes after `write_after` touches).
+
+    GNU touch opens the file for writing (O_WRONLY | O_CREAT | O_NONBLOCK),
+    then sets its times, writing nothing: the open alone breaks a read lease.
+    Returns (touches made while `proc` still ran, whether the write came
+    while `proc` still ran).
+    """
+    touches, wrote = 0, None
+    while proc.poll() is None:
+        subprocess.run([TOUCH, path], check=True, timeout=60)
+        touches += proc.poll() is None
+        if write_after is not None and wrote is None and touches >= write_after:
+            writer = os.open(path, os.O_WRONLY)
+            try:
+                os.pwrite(writer, b"\x7f" * 4096, path.stat().st_size // 2)  # other bytes, the same size
+            finally:
+                os.close(writer)
+            wrote = proc.poll() is None
+        time.sleep(TOUCH_EVERY)
+    return touches, wrote
+
+
+# A read of 128 MiB takes about 0.5 s here (over 1 s under load): many touches.
+TOUCHED_COUNT = 32 << 20
+
+
+@needs_leases
+@needs_touch
+@pytest.mark.parametrize("command, lease", [("info --stats in.pb", True), ("compare in.pb in.pb", True),
+                                            ("info --stats in.pb", False)],
+                         ids=["info-leased", "compare-leased", "info-unleased"])
+def test_a_real_touch_while_an_input_is_read_does_not_stop_the_command(tmp_path, unleased, command, lease):
+    # A leased input's lease is broken by the first touch, which opens the file for writing; the
+    # read goes on, watched, and the touches after it (opens, new times, no bytes) change nothing.
+    path = write_float_blob(tmp_path / "in.pb", TOUCHED_COUNT)
+    expected = run_blobtool(*command.split(), cwd=tmp_path, text=True, timeout=120)
+    assert expected.returncode == 0, expected.stderr
+    if not lease:
+        unleased(path)
+    proc = subprocess.Popen(blobtool_cmd(*command.split()), cwd=tmp_path, env=subprocess_env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    if lease:
+        _wait_for_lease(proc, path)  # the first touch finds the lease held
+    else:
+        _wait_for_map(proc, path)
+    touches, _ = _touch_while_running(proc, path)
+    stdout, stderr = proc.communicate(timeout=120)
+    assert (proc.returncode, stderr) == (0, "")
+    assert touches >= 2, "the read ended before a second touch: the file is too small for this machine"
+    assert stdout == expected.stdout
+
+
+@needs_leases
+@needs_touch
+@pytest.mark.parametrize("lease", [True, False], ids=["leased", "unleased"])
+def test_a_real_touch_then_a_write_while_an_input_is_read_is_exit_3_one_line(tmp_path, unleased, lease):
+    # The same touches, and then bytes really written (the same size): the watch that took over
+    # from the broken lease stops the read.
+    path = write_float_blob(tmp_path / "in.pb", TOUCHED_COUNT)
+    if not lease:
+        unleased(path)
+    proc = subprocess.Popen(blobtool_cmd("info", "--stats", "in.pb"), cwd=tmp_path, env=subprocess_env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    if lease:
+        _wait_for_lease(proc, path)
+    else:
+        _wait_for_map(proc, path)
+    _, wrote = _touch_while_running(proc, path, write_after=2)
+    _, stderr = proc.communicate(timeout=120)
+    # `wrote` False or None: the read ended before the write came (the file is too small for this machine).
+    assert (proc.returncode, stderr, wrote) == (3, UNLEASED_CHANGED.format("in.pb"), True)
+
+
+@needs_leases
+@needs_touch
+def test_a_lease_broken_where_no_watch_can_be_had_still_stops_the_read(tmp_path):
+    # Without inotify nothing could tell the touch from a write of the same length: the read stops.
+    path = write_float_blob(tmp_path / "in.pb", TOUCHED_COUNT)
+    proc = subprocess.Popen([sys.executable, "-c", UNWATCHED, "info", "--stats", "in.pb"], cwd=tmp_path,
+                            env=subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    _wait_for_lease(proc, path)
+    _touch_while_running(proc, path)
+    _, stderr = proc.communicate(timeout=120)
+    assert (proc.returncode, stderr) == (3, "blobtool: in.pb: changed while it was read: another process opened it "
+                                            "for writing or truncated it\n")
+
+
+BROKEN_BEFORE_HELD = """
+import os, subprocess, sys
+from blobtool import files as source
+from blobtool.files import inputs
+
+source.guard_inputs()
+path, touch = sys.argv[1:]
+real_map = inputs._map
+
+def map_then_touch(fd, name, size):  # the lease is taken, not yet held: its SIGIO finds nothing to look at
+    mapped = real_map(fd, name, size)
+    subprocess.run([touch, path], check=True)
+    return mapped
+
+inputs._map = map_then_touch
+opened = source.open_source(path)
+inode = str(os.stat(path).st_ino)
+with open("/proc/locks") as locks:  # "1: LEASE BREAKING READ <pid> <dev>:<inode> ..." while it is kept
+    print(any(f[1] == "LEASE" and f[5].split(":")[-1] == inode for f in map(str.split, locks) if len(f) > 5),
+          bytes(opened.buf[:4]) == open(path, "rb").read(4))
+"""
+
+
+@needs_leases
+@needs_touch
+def test_a_lease_broken_before_blobtool_holds_it_is_given_up(tmp_path):
+    # Kept, it would hold every later writer back for /proc/sys/fs/lease-break-time (45 s).
+    path = write_float_blob(tmp_path / "in.pb", 1000)
+    result = subprocess.run([sys.executable, "-c", BROKEN_BEFORE_HELD, str(path), TOUCH], env=subprocess_env(),
+                            capture_output=True, text=True, timeout=60)
+    assert (result.returncode, result.stderr, result.stdout) == (0, "", "False True\n")
 
 
 def _wait_for_map(proc, path: Path, timeout: float = 60.0) -> None:

@@ -6,7 +6,8 @@ private copy of the touched pages only, and the file itself never changes.
 Standard input, pipes and files the kernel reports as empty (/proc) are read
 into memory once, at most stream_limit() bytes; devices and folders are
 refused. Each mapping is registered with blobtool.files.mapped, which
-leases or watches it under the command line's guard.
+leases and watches it (or only watches it, where no lease can be had)
+under the command line's guard.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ except ImportError:  # not on Windows
 
 from ..errors import FormatError, UsageError, env_count
 from . import mapped as registry
-from .mapped import _forget, _identity, _lease, _leases, _map_span, _mapped, _unwatch, _watch
+from .mapped import _forget, _hold_lease, _identity, _lease, _map_span, _mapped, _unwatch, _watch
 
 __all__ = ["Source", "BufferFile", "open_source", "display_name", "cannot", "stream_limit", "STDIO", "STREAM_LIMIT",
            "STREAM_LIMIT_VARIABLE"]
@@ -88,7 +89,8 @@ def open_source(src) -> Source:
     """Open a path, "-" (standard input) or a binary file object for reading.
 
     Regular files are memory-mapped copy-on-write (when inputs are guarded,
-    leased, or watched where no lease can be had: see guard_inputs);
+    leased and watched, or only watched where no lease can be had: see
+    guard_inputs);
     pipes, sockets and files the kernel reports as empty (/proc) are read
     once into a bytearray (writable, so adopted arrays can be scaled in
     place), at most stream_limit() bytes. Devices and folders are refused.
@@ -183,9 +185,14 @@ def _open_file(fd: int, name: str) -> Source:
     if st.st_size == 0:
         return _read_file(fd, name)
     source = _map(fd, name, st.st_size)
-    watched = os.dup(fd)
-    _leases[watched] = name
-    weakref.finalize(source.buf, _unwatch, watched)
+    # Watched too, from now on: an open for writing breaks the lease whether or not it writes (GNU
+    # touch opens the file for writing, then sets its times), and the watch then tells whether the
+    # bytes change. Without inotify, or where SIGBUS cannot be caught (a writer let in could fault
+    # the mapping), a broken lease stops the read, as nothing could tell a touch from a write.
+    watched = registry._faults_caught and _watch(fd, name, source.buf, st) is not None
+    holder = os.dup(fd)
+    weakref.finalize(source.buf, _unwatch, holder)
+    _hold_lease(holder, name, watched)
     return source
 
 

@@ -4,9 +4,10 @@ Every input blobtool maps is registered here (its reader descriptor, its
 name, what of it was handed out for writing), so that the pages of a
 mapping, the readers of its file and the command line's guards all know
 it. Under guard_inputs() (the command line) each mapped file is leased,
-so that a writer that truncates it cannot kill the reader with SIGBUS, or,
-where no lease can be had, watched for writes, with SIGBUS caught (see
-"guarding" and "watching" below).
+so that a writer that truncates it cannot kill the reader with SIGBUS, and
+watched for writes, with SIGBUS caught: a lease that an open for writing
+breaks (a touch's too) is given up and the watch alone goes on; where no
+lease can be had, the watch is all (see _look_at_leases and _watch).
 """
 
 from __future__ import annotations
@@ -58,7 +59,7 @@ _guarded = False
 _signalled = False  # a watched input's change was reported by SIGIO
 
 
-_leases: dict = {}  # watched fd -> the input's name
+_leases: dict = {}  # a descriptor holding a lease -> (the input's name, whether a watch takes over when it breaks)
 
 
 def guard_inputs() -> None:
@@ -139,15 +140,48 @@ def _look_at_inputs(frame) -> None:
             return
         _signalled = True  # one stop, however many writes come (read_mapped and commits still check)
         raise Stopped(f"{changed}: {WRITTEN}", ExitCode.INPUT)
-    for fd, name in list(_leases.items()):
+    _look_at_leases()
+
+
+def _hold_lease(fd: int, name: str, watched: bool) -> None:
+    """Keep the read lease taken on `fd` (a descriptor of the input `name` of its own) while its mapping lives.
+
+    `watched`: the input is also watched for writes (inotify, since its
+    open) and SIGBUS is caught, so that a broken lease is given up and the
+    read goes on (see _look_at_leases). A lease broken before this call,
+    whose SIGIO found nothing to look at, is looked at here.
+    """
+    _leases[fd] = (name, watched)
+    if not _signalled:
+        _look_at_leases()
+
+
+def _look_at_leases() -> None:
+    """Give up each broken lease that a watch takes over from; raise Stopped for one that none does.
+
+    A lease breaks when another process opens the file for writing or
+    truncates it, whether or not it then writes: GNU touch opens the file
+    for writing and only sets its times. The kernel holds the breaker back
+    until the lease is given up (at most /proc/sys/fs/lease-break-time).
+    Given up at once, the breaker goes ahead, and a real change (a write,
+    a truncation) is told by the watch (IN_MODIFY, the size, the inode).
+    Without a watch, or where SIGBUS cannot be caught, the read stops.
+    """
+    for fd, (name, watched) in list(_leases.items()):
         try:
             breaking = fcntl.fcntl(fd, fcntl.F_GETLEASE) != fcntl.F_RDLCK
         except OSError:
             continue
-        if breaking:
-            _leases.clear()  # one stop, however many writers come
-            raise Stopped(f"{name}: changed while it was read: another process opened it for writing "
-                          "or truncated it", ExitCode.INPUT)
+        if not breaking:
+            continue
+        if watched:
+            _leases.pop(fd, None)  # the descriptor stays open until the mapping goes (_unwatch closes it)
+            with contextlib.suppress(OSError):
+                fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_UNLCK)
+            continue
+        _leases.clear()  # one stop, however many writers come
+        raise Stopped(f"{name}: changed while it was read: another process opened it for writing "
+                      "or truncated it", ExitCode.INPUT)
 
 
 WRITTEN = "changed while it was read: another process wrote to it or truncated it"
@@ -175,14 +209,19 @@ _told: set = set()  # inputs already reported bad, whose changes are not reporte
 _IN_MODIFY = 0x2
 
 
-def _watch(fd: int, name: str, mapped, st: os.stat_result) -> None:
-    """Watch the unleased input open on `fd` (mapped as `mapped`) for as long as the mapping lives."""
+def _watch(fd: int, name: str, mapped, st: os.stat_result):
+    """Watch the input open on `fd` (mapped as `mapped`) for as long as the mapping lives; its inotify watch, or None.
+
+    An input that could not be leased, and a leased one, whose lease an
+    open for writing may break: the watch then takes over from the lease.
+    """
     reader = _mapped.get(id(mapped), (None,))[0]
     _told.discard(name)  # opened again: its changes count again
     wd = _add_watch(fd, name)
     if reader is not None:
         _watched[reader] = (name, _identity(st), wd)
     weakref.finalize(mapped, _stop_watching, reader, wd)
+    return wd
 
 
 def _libc():
@@ -267,7 +306,7 @@ def take_change(name: str) -> bool:
     """
     _record_changes()
     _told.add(name)
-    for fd, leased in list(_leases.items()):
+    for fd, (leased, _) in list(_leases.items()):
         if leased == name:
             del _leases[fd]  # its lease may break now: it was read
     if name in _changes:

@@ -117,5 +117,5 @@ def read_mapped(fd: int, offset: int, into) -> None:
             err.offset = offset + done  # where the message says it ends
             raise err
         done += n
-    if fd in _watched:  # not leased: look for writers here too (about 2 us a read)
+    if fd in _watched:  # a lease given up, or none had: look for writers here too (about 2 us a read)
         check_inputs()
