@@ -31,8 +31,8 @@ prints). It compares:
   nets against twice that, with the range of the wall times and the CPU
   seconds (`--floods` runs these alone, in seconds instead of minutes).
 
-The table is printed and written to benchmarks/RESULTS.md (or --out) with
-the machine it ran on.
+The table is printed and written to benchmarks/RESULTS.md (FLOODS.md with
+--floods, or --out) with the machine it ran on.
 """
 
 from __future__ import annotations
@@ -304,9 +304,12 @@ def main() -> int:
     parser.add_argument("--huge", action="store_true", help="also a 2.5 GiB blob (norm and convert)")
     parser.add_argument("--floods", action="store_true", help="only the floods (the HDF5 nets among them)")
     parser.add_argument("--reps", type=int, default=None, help="repetitions per case (default 7)")
-    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "RESULTS.md")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="where the table goes (default benchmarks/RESULTS.md; with --floods, FLOODS.md there)")
     parser.add_argument("--workdir", type=Path, default=None, help="where to put the data (default: a temp dir)")
     args = parser.parse_args()
+    if args.out is None:
+        args.out = ROOT / "benchmarks" / ("FLOODS.md" if args.floods else "RESULTS.md")
 
     # blob MiB, net MiB, net layers, files, MiB per file, side of the big blob
     sizes = (4, 8, 15, 4, 1, 1024) if args.smoke else (256, 500, 15, 32, 64, 16384)
