@@ -1200,7 +1200,7 @@ def test_the_walk_opens_each_dataset_once_and_sends_small_values_read_then(tmp_p
     """A net of float16 layers (values read through HDF5, small enough to go with the walk) with diffs, and
     float32 ones (viewed in place): every dataset is opened once, as a dataset, and every group once; the
     values sent are h5py's. The walk of a net of 8000 such layers opened each float16 dataset twice (once
-    to check it, once more, storage checked again, to read its values) and took 40% longer."""
+    to check it, once more, storage checked again, to read its values) and took half as long again."""
     from blobtool.files import open_source
     from blobtool.formats.hdf5 import walk
 
