@@ -3,6 +3,7 @@
     python benchmarks/run.py              # the standard run (needs ~3 GiB of disk in $TMPDIR)
     python benchmarks/run.py --huge       # adds a 2.5 GiB blob (norm and convert past 2 GiB)
     python benchmarks/run.py --smoke      # tiny inputs, two repetitions: checks the harness runs
+    python benchmarks/run.py --floods     # only the floods (among them the HDF5 nets)
 
 It generates its own data, then times each command as a separate process,
 round-robin over the cases (so a slow moment of the machine hits every case
@@ -24,11 +25,14 @@ prints). It compares:
   to read the same bytes from the page cache (`cat FILE > /dev/null`), with
   peak RSS;
 - floods: files of millions of tiny fields (tests/test_fuzz.py's
-  TINY_FIELD_FLOODS) and an HDF5 net of 8000 one-value layers, info and
-  norm against 1 s + 0.2 s per MB.
+  TINY_FIELD_FLOODS), info and norm against 1 s + 0.2 s per MB, and HDF5
+  nets of 8000 one-value layers (float32 and float16, HDF5's default and
+  h5py's latest format), info and norm likewise and compare of two such
+  nets against twice that, with the range of the wall times and the CPU
+  seconds (`--floods` runs these alone, in seconds instead of minutes).
 
-The table is printed and written to benchmarks/RESULTS.md (or --out) with
-the machine it ran on.
+The table is printed and written to benchmarks/RESULTS.md (FLOODS.md with
+--floods, or --out) with the machine it ran on.
 """
 
 from __future__ import annotations
@@ -142,27 +146,50 @@ def flood_files(work: Path, smoke: bool) -> dict:
     for i, name in enumerate(names):
         paths[name] = work / f"flood{i}.pb"
         paths[name].write_bytes(TINY_FIELD_FLOODS[name])
-    if not smoke:
-        path = hdf5_flood(work / "flood_layers.caffemodel.h5", HDF5_FLOOD_LAYERS)
-        if path is not None:
-            paths[f"HDF5 net of {HDF5_FLOOD_LAYERS} one-value layers"] = path
     return paths
 
 
-# An HDF5 snapshot whose cost is all per object (issue: 3 s for info at first).
+# HDF5 snapshots whose cost is all per object (3 s for info at first): nets of
+# this many one-value layers (50 in a smoke run), in Caffe's layout.
 HDF5_FLOOD_LAYERS = 8000
 
 
-def hdf5_flood(path: Path, layers: int) -> Path | None:
-    """A net snapshot of `layers` one-value layers (h5py's latest file format: 3.5 MB), or None without h5py."""
+# The layouts timed: (name, stored dtype, h5py's libver). HDF5's default
+# (earliest) format is what Caffe's libhdf5 writes: symbol-table groups, 11 MB
+# for 8000 layers; h5py's latest format keeps links in the object header
+# (3.5 MB). float16 values are read through HDF5 (converted to float32).
+HDF5_FLOOD_LAYOUTS = (
+    ("float32, h5py's latest format", np.float32, "latest"),
+    ("float32, HDF5's default format", np.float32, None),
+    ("float16, h5py's latest format", np.float16, "latest"),
+    ("float16, HDF5's default format", np.float16, None),
+)
+
+
+def hdf5_floods(work: Path, smoke: bool) -> dict:
+    """{name: (net, a second file with the same blobs)} of HDF5_FLOOD_LAYOUTS; {} without h5py."""
+    layers = 50 if smoke else HDF5_FLOOD_LAYERS
+    paths = {}
+    for i, (layout, dtype, libver) in enumerate(HDF5_FLOOD_LAYOUTS):
+        first = hdf5_flood(work / f"flood_layers{i}.caffemodel.h5", layers, dtype, libver)
+        if first is None:
+            return {}
+        second = work / f"flood_layers{i}b.caffemodel.h5"
+        shutil.copyfile(first, second)
+        paths[f"HDF5 net of {layers} one-value layers, {layout}"] = (first, second)
+    return paths
+
+
+def hdf5_flood(path: Path, layers: int, dtype=np.float32, libver=None) -> Path | None:
+    """A net snapshot of `layers` one-value layers (group data, a group per layer, dataset 0), or None without h5py."""
     try:
         import h5py
     except ImportError:
         return None
-    with h5py.File(path, "w", libver="latest") as f:
+    with h5py.File(path, "w", **({"libver": libver} if libver else {})) as f:
         data = f.create_group("data")
         for i in range(layers):
-            data.create_group(f"layer{i:05d}").create_dataset("0", data=np.array([i], np.float32))
+            data.create_group(f"layer{i:05d}").create_dataset("0", data=np.array([i], dtype))
     return path
 
 
@@ -204,47 +231,49 @@ def write_net_file(path: Path, total_bytes: int, layers: int, rng) -> list:
 TIME = shutil.which("time") or ("/usr/bin/time" if os.path.exists("/usr/bin/time") else None)
 
 
-def run_once(cmd: list, expect=(0,)) -> tuple[float, float]:
-    """(wall seconds, peak RSS in MiB) of one process.
+def run_once(cmd: list, expect=(0,)) -> tuple[float, float, float]:
+    """(wall seconds, peak RSS in MiB, CPU seconds: user + system, its children's included) of one process.
 
-    Peak RSS comes from /usr/bin/time (%M): the rusage a parent gets from
-    wait4 after fork and exec counts the parent's own pages copied at fork,
-    which would charge this harness's memory to every command measured.
+    Peak RSS and CPU come from /usr/bin/time (%M, %U, %S): the rusage a
+    parent gets from wait4 after fork and exec counts the parent's own pages
+    copied at fork, which would charge this harness's memory to every
+    command measured. CPU time is what a loaded machine does not inflate.
     """
     report = None
     if TIME:
         fd, report = tempfile.mkstemp(prefix="rss-")
         os.close(fd)
-        cmd = [TIME, "-f", "%M", "-o", report] + list(cmd)
+        cmd = [TIME, "-f", "%M %U %S", "-o", report] + list(cmd)
     start = time.perf_counter()
     proc = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     wall = time.perf_counter() - start
     if proc.returncode not in expect:
         raise RuntimeError(f"{' '.join(map(str, cmd))} exited {proc.returncode}: "
                            f"{proc.stderr.decode(errors='replace').strip()}")
+    rss_kib, cpu = 0, float("nan")
     if report:
         with open(report) as f:
-            rss_kib = int(f.read().split()[-1])
+            fields = f.read().split()
         os.unlink(report)
-    else:
-        rss_kib = 0
-    return wall, rss_kib / 1024
+        rss_kib, cpu = int(fields[-3]), float(fields[-2]) + float(fields[-1])
+    return wall, rss_kib / 1024, cpu
 
 
 def measure(cases: dict, reps: int) -> dict:
-    """Run every case `reps` times, round-robin; {name: (median s, max of peak RSS MiB)}.
+    """Run every case `reps` times, round-robin; {name: (median s, max of peak RSS MiB, median CPU s, (min s, max s))}.
 
     A case named "... differ" is a compare of different files: it exits 1.
     """
-    walls = {name: [] for name in cases}
-    rss = {name: [] for name in cases}
+    runs = {name: [] for name in cases}
     for rep in range(reps):
         for name, cmd in cases.items():
-            w, m = run_once(cmd, (1,) if name.endswith("differ") else (0,))
-            walls[name].append(w)
-            rss[name].append(m)
+            runs[name].append(run_once(cmd, (1,) if name.endswith("differ") else (0,)))
         print(f"  repetition {rep + 1}/{reps} done", file=sys.stderr)
-    return {name: (statistics.median(walls[name]), max(rss[name])) for name in cases}
+    results = {}
+    for name, got in runs.items():
+        walls, rss, cpus = zip(*got)
+        results[name] = (statistics.median(walls), max(rss), statistics.median(cpus), (min(walls), max(walls)))
+    return results
 
 
 def machine() -> str:
@@ -273,16 +302,18 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--smoke", action="store_true", help="tiny inputs and two repetitions")
     parser.add_argument("--huge", action="store_true", help="also a 2.5 GiB blob (norm and convert)")
+    parser.add_argument("--floods", action="store_true", help="only the floods (the HDF5 nets among them)")
     parser.add_argument("--reps", type=int, default=None, help="repetitions per case (default 7)")
-    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "RESULTS.md")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="where the table goes (default benchmarks/RESULTS.md; with --floods, FLOODS.md there)")
     parser.add_argument("--workdir", type=Path, default=None, help="where to put the data (default: a temp dir)")
     args = parser.parse_args()
+    if args.out is None:
+        args.out = ROOT / "benchmarks" / ("FLOODS.md" if args.floods else "RESULTS.md")
 
-    blob_mib, net_mib, net_layers, files, file_mib, big_side = 256, 500, 15, 32, 64, 16384
-    reps = args.reps or 7
-    if args.smoke:
-        blob_mib, net_mib, net_layers, files, file_mib, big_side = 4, 8, 15, 4, 1, 1024
-        reps = args.reps or 2
+    # blob MiB, net MiB, net layers, files, MiB per file, side of the big blob
+    sizes = (4, 8, 15, 4, 1, 1024) if args.smoke else (256, 500, 15, 32, 64, 16384)
+    reps = args.reps or (2 if args.smoke else 7)
 
     # pip byte-compiles a package when it installs it; do the same, so that
     # start-up is measured as users get it (with PYTHONDONTWRITEBYTECODE set,
@@ -294,62 +325,12 @@ def main() -> int:
     rng = np.random.default_rng(2026)
     try:
         print(f"generating data in {work}", file=sys.stderr)
-        f32, f64 = work / "f32.pb", work / "f64.pb"
-        n32 = blob_mib * MIB // 4
-        n64 = blob_mib * MIB // 8
-        off32 = write_blob_file(f32, n32, "<f4", rng)
-        off64 = write_blob_file(f64, n64, "<f8", rng)
-        net = work / "net.caffemodel"
-        payloads = write_net_file(net, net_mib * MIB, net_layers, rng)
-        small = work / "small.pb"
-        write_blob_file(small, 16, "<f4", rng)
-        many = []
-        for i in range(files):
-            p = work / f"m{i:02d}.caffemodel"
-            write_net_file(p, file_mib * MIB, 4, rng)
-            many.append(str(p))
-        big_a, big_b = work / "big_a.pb", work / "big_b.pb"
-        big_count = big_side * big_side
-        big_off = write_blob_file(big_a, big_count, "<f4", rng, shape=[big_side, big_side])
-        write_changed_copy(big_a, big_b, big_off, big_count)
-        floods = flood_files(work, args.smoke)
-        scripts = {}
-        for name, text in (("floor_blob", FLOOR_BLOB), ("floor_net", FLOOR_NET),
-                           ("pycaffe_blob", PYCAFFE_BLOB), ("pycaffe_net", PYCAFFE_NET)):
-            scripts[name] = work / f"{name}.py"
-            scripts[name].write_text(textwrap.dedent(text))
         env_path = f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"
         os.environ["PYTHONPATH"] = env_path
-        out = str(work / "out.pb")
-
-        cases = {
-            "norm f32: blobtool": bt + ["norm", str(f32)],
-            "norm f32: floor": [py, str(scripts["floor_blob"]), str(f32), "<f4", str(n32), str(off32)],
-            "norm f32: pycaffe idiom": [py, str(scripts["pycaffe_blob"]), str(f32)],
-            "norm f64: blobtool": bt + ["norm", str(f64)],
-            "norm f64: floor": [py, str(scripts["floor_blob"]), str(f64), "<f8", str(n64), str(off64)],
-            "norm f64: pycaffe idiom": [py, str(scripts["pycaffe_blob"]), str(f64)],
-            "norm net: blobtool": bt + ["norm", str(net)],
-            "norm net: floor": [py, str(scripts["floor_net"]), str(net), "<f4"] + [f"{c}:{o}" for c, o in payloads],
-            "norm net: pycaffe idiom": [py, str(scripts["pycaffe_net"]), str(net)],
-            "convert --double f32": bt + ["convert", "--double", str(f32), "-o", out],
-            "scale f32": bt + ["scale", str(f32), "0.5", "-o", out],
-            "info net": bt + ["info", str(net)],
-            "info small": bt + ["info", str(small)],
-            "import numpy": [py, "-c", "import numpy"],
-            f"norm {files} files --jobs 1": bt + ["norm", "--jobs", "1"] + many,
-            f"norm {files} files (all cores)": bt + ["norm"] + many,
-            "big: read floor (cat)": ["cat", str(big_a)],
-            "big: info (start-up)": bt + ["info", str(big_a)],
-            "big: norm": bt + ["norm", str(big_a)],
-            "big: info --stats": bt + ["info", "--stats", str(big_a)],
-            "big: show": bt + ["show", str(big_a)],
-            "big: compare, 1 in 1000 differ": bt + ["compare", "-q", str(big_a), str(big_b)],
-            "big: compare, equal files": bt + ["compare", "-q", str(big_a), str(big_a)],
-        }
-        for name, path in floods.items():
-            cases[f"flood info: {name}"] = bt + ["info", str(path)]
-            cases[f"flood norm: {name}"] = bt + ["norm", str(path)]
+        cases = {} if args.floods else standard_cases(work, py, bt, rng, sizes)
+        floods = flood_files(work, args.smoke)
+        hdf5 = hdf5_floods(work, args.smoke)
+        cases.update(flood_cases(bt, floods, hdf5))
         # Write the new data back to disk before timing: the kernel's writeback
         # of 3.7 GB of dirty pages otherwise runs during the first cases, and
         # made a norm taking 28 ms take 62 ms.
@@ -359,18 +340,88 @@ def main() -> int:
         res = measure(cases, reps)
         load.append(os.getloadavg())
         huge = None
-        if args.huge:
+        if args.huge and not args.floods:
             huge = run_huge(work, bt, rng)
         flood_sizes = {name: path.stat().st_size for name, path in floods.items()}
+        hdf5_sizes = {name: first.stat().st_size for name, (first, _) in hdf5.items()}
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
-    report = render(res, huge, blob_mib, net_mib, net_layers, files, file_mib, reps, args.smoke,
-                    big_count * 4, flood_sizes, load)
+    if args.floods:
+        report = render_floods(res, flood_sizes, hdf5_sizes, reps, args.smoke, load)
+    else:
+        report = render(res, huge, *sizes[:5], reps, args.smoke, sizes[5] ** 2 * 4, flood_sizes, load, hdf5_sizes)
     print(report)
     args.out.write_text(report)
     print(f"wrote {args.out}", file=sys.stderr)
     return 0
+
+
+def standard_cases(work: Path, py: str, bt: list, rng, sizes: tuple) -> dict:
+    """The data and the commands of the standard run (all but the floods): {name: command}."""
+    blob_mib, net_mib, net_layers, files, file_mib, big_side = sizes
+    f32, f64 = work / "f32.pb", work / "f64.pb"
+    n32 = blob_mib * MIB // 4
+    n64 = blob_mib * MIB // 8
+    off32 = write_blob_file(f32, n32, "<f4", rng)
+    off64 = write_blob_file(f64, n64, "<f8", rng)
+    net = work / "net.caffemodel"
+    payloads = write_net_file(net, net_mib * MIB, net_layers, rng)
+    small = work / "small.pb"
+    write_blob_file(small, 16, "<f4", rng)
+    many = []
+    for i in range(files):
+        p = work / f"m{i:02d}.caffemodel"
+        write_net_file(p, file_mib * MIB, 4, rng)
+        many.append(str(p))
+    big_a, big_b = work / "big_a.pb", work / "big_b.pb"
+    big_count = big_side * big_side
+    big_off = write_blob_file(big_a, big_count, "<f4", rng, shape=[big_side, big_side])
+    write_changed_copy(big_a, big_b, big_off, big_count)
+    scripts = {}
+    for name, text in (("floor_blob", FLOOR_BLOB), ("floor_net", FLOOR_NET),
+                       ("pycaffe_blob", PYCAFFE_BLOB), ("pycaffe_net", PYCAFFE_NET)):
+        scripts[name] = work / f"{name}.py"
+        scripts[name].write_text(textwrap.dedent(text))
+    out = str(work / "out.pb")
+    return {
+        "norm f32: blobtool": bt + ["norm", str(f32)],
+        "norm f32: floor": [py, str(scripts["floor_blob"]), str(f32), "<f4", str(n32), str(off32)],
+        "norm f32: pycaffe idiom": [py, str(scripts["pycaffe_blob"]), str(f32)],
+        "norm f64: blobtool": bt + ["norm", str(f64)],
+        "norm f64: floor": [py, str(scripts["floor_blob"]), str(f64), "<f8", str(n64), str(off64)],
+        "norm f64: pycaffe idiom": [py, str(scripts["pycaffe_blob"]), str(f64)],
+        "norm net: blobtool": bt + ["norm", str(net)],
+        "norm net: floor": [py, str(scripts["floor_net"]), str(net), "<f4"] + [f"{c}:{o}" for c, o in payloads],
+        "norm net: pycaffe idiom": [py, str(scripts["pycaffe_net"]), str(net)],
+        "convert --double f32": bt + ["convert", "--double", str(f32), "-o", out],
+        "scale f32": bt + ["scale", str(f32), "0.5", "-o", out],
+        "info net": bt + ["info", str(net)],
+        "info small": bt + ["info", str(small)],
+        "import numpy": [py, "-c", "import numpy"],
+        f"norm {files} files --jobs 1": bt + ["norm", "--jobs", "1"] + many,
+        f"norm {files} files (all cores)": bt + ["norm"] + many,
+        "big: read floor (cat)": ["cat", str(big_a)],
+        "big: info (start-up)": bt + ["info", str(big_a)],
+        "big: norm": bt + ["norm", str(big_a)],
+        "big: info --stats": bt + ["info", "--stats", str(big_a)],
+        "big: show": bt + ["show", str(big_a)],
+        "big: compare, 1 in 1000 differ": bt + ["compare", "-q", str(big_a), str(big_b)],
+        "big: compare, equal files": bt + ["compare", "-q", str(big_a), str(big_a)],
+    }
+
+
+def flood_cases(bt: list, floods: dict, hdf5: dict) -> dict:
+    """info and norm of each flood; info, norm and compare of each HDF5 net (with its copy)."""
+    cases = {}
+    for name, path in floods.items():
+        cases[f"flood info: {name}"] = bt + ["info", str(path)]
+        cases[f"flood norm: {name}"] = bt + ["norm", str(path)]
+    for name, (first, second) in hdf5.items():
+        cases[f"flood info: {name}"] = bt + ["info", str(first)]
+        cases[f"flood norm: {name}"] = bt + ["norm", str(first)]
+        cases[f"flood compare: {name}"] = bt + ["compare", "-q", str(first), str(second)]
+    return cases
 
 
 def run_huge(work: Path, bt: list, rng) -> dict:
@@ -406,19 +457,12 @@ def flood_goal(size: int) -> float:
     return 1.0 + 0.2 * size / 1e6
 
 
-def render(res: dict, huge, blob_mib, net_mib, net_layers, files, file_mib, reps, smoke, big_bytes=0,
-           flood_sizes=None, load=None) -> str:
-    def t(name):
-        return res[name][0]
-
-    def m(name):
-        return res[name][1]
-
+def header(reps: int, flags: str, load) -> list:
     lines = [
         "# blobtool benchmark results",
         "",
         f"Machine: {machine()}.",
-        f"Run: `python benchmarks/run.py{' --smoke' if smoke else ''}` on {time.strftime('%Y-%m-%d')}; "
+        f"Run: `python benchmarks/run.py{flags}` on {time.strftime('%Y-%m-%d')}; "
         f"median of {reps} interleaved repetitions per case, each a separate process; peak RSS is the "
         "largest of the repetitions (/usr/bin/time %M). blobtool is byte-compiled first, as `pip install` "
         "does, and the generated data is flushed to disk before the timings start.",
@@ -428,6 +472,69 @@ def render(res: dict, huge, blob_mib, net_mib, net_layers, files, file_mib, reps
         lines += [f"Load average (1, 5, 15 min) when the timings started: {', '.join(f'{v:.2f}' for v in load[0])}; "
                   f"when they ended: {', '.join(f'{v:.2f}' for v in load[-1])} "
                   f"({os.cpu_count()} cores: a load above that means the figures include waiting for a core).", ""]
+    return lines
+
+
+def floods_section(res: dict, flood_sizes: dict, hdf5_sizes: dict) -> list:
+    """The floods' tables: wall seconds (median), and for the HDF5 nets the range and the CPU seconds too."""
+    def t(name):
+        return res[name][0]
+
+    def spread(name):
+        wall, _, cpu, (low, high) = res[name]
+        return f"{wall:.2f} ({low:.2f}-{high:.2f}), {cpu:.2f}"
+
+    lines = []
+    if flood_sizes:
+        lines += ["", "Floods (files of millions of tiny fields, from tests/test_fuzz.py), against 1 s + 0.2 s "
+                  "per MB:", "", "| file | MB | info s | norm s | goal s |", "|---|---:|---:|---:|---:|"]
+        for name, size in flood_sizes.items():
+            lines.append(f"| {name} | {size / 1e6:.1f} | {t('flood info: ' + name):.2f} | "
+                         f"{t('flood norm: ' + name):.2f} | {flood_goal(size):.2f} |")
+    if hdf5_sizes:
+        lines += ["", "HDF5 nets in Caffe's layout (group data, a group per layer, dataset 0), against 1 s + 0.2 s "
+                  "per MB per input (compare: of the net and a copy, two inputs). Wall seconds: median (range), "
+                  "then the median CPU seconds (user + system, the HDF5 child included):", "",
+                  "| net | MB | info | norm | compare | goal s (compare) |", "|---|---:|---|---|---|---:|"]
+        for name, size in hdf5_sizes.items():
+            lines.append(f"| {name} | {size / 1e6:.1f} | {spread('flood info: ' + name)} | "
+                         f"{spread('flood norm: ' + name)} | {spread('flood compare: ' + name)} | "
+                         f"{flood_goal(size):.2f} ({2 * flood_goal(size):.2f}) |")
+    return lines
+
+
+def flood_targets(res: dict, flood_sizes: dict, hdf5_sizes: dict) -> list:
+    def t(name):
+        return res[name][0]
+
+    sizes = {**flood_sizes, **hdf5_sizes}
+    return [
+        ("floods: info and norm within 1 s + 0.2 s per MB",
+         all(max(t("flood info: " + name), t("flood norm: " + name)) <= flood_goal(size)
+             for name, size in sizes.items())),
+        ("HDF5 floods: compare of two nets within 2 s + 0.2 s per MB of both",
+         all(t("flood compare: " + name) <= 2 * flood_goal(size) for name, size in hdf5_sizes.items())),
+    ]
+
+
+def render_floods(res: dict, flood_sizes: dict, hdf5_sizes: dict, reps, smoke, load) -> str:
+    """The report of a run of the floods alone (--floods)."""
+    lines = header(reps, " --floods" + (" --smoke" if smoke else ""), load)
+    lines += floods_section(res, flood_sizes, hdf5_sizes)
+    lines += ["", "Targets:", ""]
+    lines += [f"- {'met' if ok else 'NOT met'}: {name}" for name, ok in flood_targets(res, flood_sizes, hdf5_sizes)]
+    return "\n".join(lines) + "\n"
+
+
+def render(res: dict, huge, blob_mib, net_mib, net_layers, files, file_mib, reps, smoke, big_bytes=0,
+           flood_sizes=None, load=None, hdf5_sizes=None) -> str:
+    def t(name):
+        return res[name][0]
+
+    def m(name):
+        return res[name][1]
+
+    lines = header(reps, " --smoke" if smoke else "", load)
     lines += [
         f"Inputs: a {blob_mib} MiB float32 blob, a {blob_mib} MiB float64 blob, a {net_mib} MiB "
         f"caffemodel-like net ({net_layers} layers, {2 * net_layers} blobs), {files} nets of {file_mib} MiB.",
@@ -464,13 +571,8 @@ def render(res: dict, huge, blob_mib, net_mib, net_layers, files, file_mib, reps
         lines.append(f"convert wrote {huge['out_bytes'] / 2**30:.2f} GiB; `compare` of input and output "
                      f"exited {huge['compare_exit']} ({'equal' if huge['compare_exit'] == 0 else 'DIFFERENT'}).")
     lines += big_section(res, big_bytes)
-    flood_sizes = flood_sizes or {}
-    if flood_sizes:
-        lines += ["", "Floods (files of millions of tiny fields, from tests/test_fuzz.py), against 1 s + 0.2 s "
-                  "per MB:", "", "| file | MB | info s | norm s | goal s |", "|---|---:|---:|---:|---:|"]
-        for name, size in flood_sizes.items():
-            lines.append(f"| {name} | {size / 1e6:.1f} | {t('flood info: ' + name):.2f} | "
-                         f"{t('flood norm: ' + name):.2f} | {flood_goal(size):.2f} |")
+    flood_sizes, hdf5_sizes = flood_sizes or {}, hdf5_sizes or {}
+    lines += floods_section(res, flood_sizes, hdf5_sizes)
     big = big_figures(res)
     reader_rss = max(m(name) for name in BIG_READERS)
     targets = [
@@ -480,10 +582,8 @@ def render(res: dict, huge, blob_mib, net_mib, net_layers, files, file_mib, reps
         ("big: info --stats <= 6x the read floor beyond start-up", big["big: info --stats"] <= 6),
         (f"big: peak RSS of norm, compare, info --stats and show <= 200 MB ({reader_rss:.0f} MiB)",
          reader_rss <= READER_RSS_MIB),
-        ("floods: info and norm within 1 s + 0.2 s per MB",
-         all(max(t("flood info: " + name), t("flood norm: " + name)) <= flood_goal(size)
-             for name, size in flood_sizes.items())),
     ]
+    targets += flood_targets(res, flood_sizes, hdf5_sizes)
     if huge:
         huge_rss = max(huge[name][1] for name in HUGE_READERS)
         targets.append((f"--huge: peak RSS of norm, info --stats, show and compare <= 200 MB ({huge_rss:.0f} MiB)",

@@ -1191,3 +1191,55 @@ def test_compare_refusing_its_first_input_stops_the_second_walk(tmp_path, monkey
     for pid in children:
         with pytest.raises(ProcessLookupError):  # ended and reaped: not even a zombie is left
             os.kill(pid, 0)
+
+
+# The walk's cost is per object: each dataset is opened once
+
+@pytest.mark.parametrize("libver", ["earliest", "latest"])
+def test_the_walk_opens_each_dataset_once_and_sends_small_values_read_then(tmp_path, monkeypatch, libver):
+    """A net of float16 layers (values read through HDF5, small enough to go with the walk) with diffs, and
+    float32 ones (viewed in place): every dataset is opened once, as a dataset, and every group once; the
+    values sent are h5py's. The walk of a net of 8000 such layers opened each float16 dataset twice (once
+    to check it, once more, storage checked again, to read its values) and took half as long again."""
+    from blobtool.files import open_source
+    from blobtool.formats.hdf5 import walk
+
+    layers = 12
+    half = {f"l{i:02d}": values((i % 3 + 1, 2)).astype("<f2") for i in range(layers)}
+    full = {f"m{i:02d}": values((3,)) for i in range(layers)}
+    stream = io.BytesIO()
+    with h5py.File(stream, "w", libver=libver) as f:
+        data, diff = f.create_group("data"), f.create_group("diff")
+        for name, array in half.items():
+            data.create_group(name).create_dataset("0", data=array)
+            diff.create_group(name).create_dataset("0", data=array * 2)
+        for name, array in full.items():
+            data.create_group(name).create_dataset("0", data=array)
+    path = write_h5(tmp_path / "n.caffemodel.h5", stream.getvalue())
+    calls = {"h5d.open": [], "h5g.open": [], "h5o.open": []}
+    for name in calls:
+        module = getattr(h5py, name.split(".")[0])
+        real = module.open
+
+        def counting(loc, raw, *args, _real=real, _seen=calls[name], **kwargs):
+            _seen.append(raw)
+            return _real(loc, raw, *args, **kwargs)
+
+        monkeypatch.setattr(module, "open", counting)
+    walked = walk._walked_here(open_source(str(path)), "net")  # in this process: the calls are counted here
+    assert walked[:2] == ("walked", "net") and walked[2][0] == "ok", walked
+    entries = {name: (data, diff) for name, _, data, diff in walked[2][1]["entries"]}
+    assert len(entries) == 2 * layers
+    # 3 datasets per float16 layer pair and float32 layer: opened once each, never as "whatever it is"
+    assert sorted(calls["h5d.open"]) == sorted([b"0"] * 3 * layers)
+    assert calls["h5o.open"] == []
+    assert sorted(calls["h5g.open"]) == sorted([b"/", b"data", b"diff"] + [n.encode() for n in half] * 2
+                                               + [n.encode() for n in full])
+    for name, array in half.items():
+        data, diff = entries[f"{name}/0"]
+        assert data[4] is None and data[5] == array.astype(np.float32).tobytes()
+        assert diff[5] == (array * 2).astype(np.float32).tobytes()
+    for name, array in full.items():
+        data, diff = entries[f"{name}/0"]
+        assert data[5] is None and diff is None
+        assert path.read_bytes()[data[4]:data[4] + array.nbytes] == array.tobytes()

@@ -90,7 +90,9 @@ class _Load:
         doc, data, diff = self.doc, self.data, self.diff
         blob = self.shell()
         try:
-            blob.fill_from(data.shape, _values(doc, data), _values(doc, diff) if diff else None, adopt=True)
+            # shell() gave the blob its shape: fill_from only checks that it is the data's.
+            blob.fill_from(data.shape, _values(doc, data), _values(doc, diff) if diff else None, reshape=False,
+                           adopt=True)
         except BlobToolError as exc:
             raise _error(doc.path, data.where, exc.reason) from exc
         return blob

@@ -17,7 +17,7 @@ from ...engine.blob import Blob, MAX_BLOB_AXES
 from ...errors import BlobToolError
 from .. import Document, MAX_BLOBS
 from .h5 import (H5_ERRORS, MAX_CHUNK_BYTES, _At, _FLOATS, _INT32, _MAX_EXPANSION, _MAX_STRING, _PLAIN_SPAN,
-                 _SHIP_BYTES, _SHIP_TOTAL, _SLAB_BYTES, _Stored, _UNSTORED_BYTES, _blob_dtype, _count, _error,
+                 _SHIP_BYTES, _SHIP_TOTAL, _SLAB_BYTES, _Stored, _UNSTORED_BYTES, _blob_dtype, _error,
                  _error_plain, _mark, _opened, _product, _text, h5py_module, reason)
 
 
@@ -95,16 +95,16 @@ def _link_refusal(h5py, gid, raw: bytes, kind: int) -> str:
     return f"is {what}{to}; Caffe's snapshots hold plain groups and datasets"
 
 
-def _open(h5py, gid, raw: bytes, where, doc_path, *, group_expected: bool):
+def _open(h5py, gid, raw: bytes, where, doc_path, *, group_expected: bool, dapl=None):
     """The group a hard link names, or (dataset, its creation property list, its layout), its storage checked.
 
     The object is opened as what it should be (h5g.open, h5d.open: h5py
     then need not ask HDF5 what it is); only when that fails is it opened
     as whatever it is, which says what it is instead, or fails with HDF5's
-    own reason.
+    own reason. A dataset is opened with `dapl` (_no_cache) where given.
     """
     try:
-        obj = (h5py.h5g.open if group_expected else h5py.h5d.open)(gid, raw)
+        obj = h5py.h5g.open(gid, raw) if group_expected else h5py.h5d.open(gid, raw, dapl=dapl)
     except H5_ERRORS:
         obj = None
     if obj is None:
@@ -201,29 +201,18 @@ def _walked_here(source, kind) -> tuple:
             # diff) with _Stored sides, its layers the layers' names; the
             # description sent holds the same as plain values.
             doc = Document(source.name, kind, source, format="hdf5")
-            where = "/"
             try:
                 root = h5py.h5g.open(f.id, b"/")
+                walker = _Walker(h5py, doc)
                 if kind == "net":
-                    _read_net(doc, h5py, root)
+                    _read_net(walker, root)
                 else:
-                    _read_solverstate(doc, h5py, root)
-                shipped = 0
-                entries = []
-                for name, layer, *sides in doc.entries:
-                    for i, stored in enumerate(sides):
-                        if stored is not None and stored.offset is None and stored.values is None:
-                            nbytes = _count(stored) * _blob_dtype(stored.dtype).itemsize
-                            if nbytes <= _SHIP_BYTES and shipped + nbytes <= _SHIP_TOTAL:
-                                where = stored.where
-                                values = b"".join(bytes(slab) for slab in _slabs(h5py, f, stored, doc.path))
-                                stored = stored._replace(values=values)
-                                shipped += nbytes
-                        sides[i] = stored.plain() if stored is not None else None
-                    entries.append((name, layer, *sides))
+                    _read_solverstate(walker, root)
             except H5_ERRORS as exc:
-                where = getattr(exc, "blobtool_where", where)
+                where = getattr(exc, "blobtool_where", "/")
                 raise _error(doc.path, where, f"unreadable: {reason(exc)}") from exc
+            entries = [(name, layer, data.plain(), diff.plain() if diff is not None else None)
+                       for name, layer, data, diff in doc.entries]
     except BlobToolError as exc:
         return ("sniff-error", _error_plain(exc)) if sniffing else ("walked", kind, ("error", _error_plain(exc)))
     meta = {key: value for key, value in doc.meta.items() if key != "format"}
@@ -245,83 +234,145 @@ def _member(doc, h5py, gid, top: dict, name: str, *, group_expected: bool):
     return _open(h5py, gid, top[name], f"/{name}", doc.path, group_expected=group_expected)
 
 
-def _indexed(h5py, gid, where, doc_path) -> list:
-    """[(index, dataset id, its creation property list, its layout, its path)] of a group of blobs (datasets named 0, 1, ...), by index."""
-    found = []
-    for name, raw in _links(h5py, gid, doc_path, where):
-        path = _join(where, _text(name))
-        if not (name.isdigit() and name.isascii() and str(int(name)) == name):
-            raise _error(doc_path, path, "not a blob: a blob's dataset is named by its index (0, 1, ...)")
-        found.append((int(name), *_open(h5py, gid, raw, path, doc_path, group_expected=False), path))
-    return sorted(found, key=_first)
+class _Walker:
+    """What one walk holds besides its document: h5py, the datasets' access property list, what is left to send.
+
+    Everything per dataset is done once per walk where it can be: one
+    access property list without a chunk cache for every dataset, and the
+    values of a small dataset that is not Caffe's contiguous one read from
+    the dataset as it is open for the walk (not opened a second time).
+    """
+
+    def __init__(self, h5py, doc: Document):
+        self.h5py, self.doc = h5py, doc
+        self.dapl = _no_cache(h5py)
+        self.ship_left = _SHIP_TOTAL  # bytes of values still sent with the walk (_SHIP_TOTAL)
+        self.memory_types = {}  # {blob dtype: its HDF5 type}, for read_all
+        # The type IDs of Caffe's own datasets, compared with each dataset's in one call.
+        self.standard = ((h5py.h5t.IEEE_F32LE, _FLOATS[True, 4]), (h5py.h5t.IEEE_F64LE, _FLOATS[True, 8]))
+
+    def indexed(self, gid, where) -> list:
+        """[(index, dataset id, its creation property list, its layout, its path)] of a group of blobs (datasets named 0, 1, ...), by index."""
+        h5py, doc_path, dapl = self.h5py, self.doc.path, self.dapl
+        found = []
+        for name, raw in _links(h5py, gid, doc_path, where):
+            path = _join(where, _text(name))
+            if not (name.isdigit() and name.isascii() and str(int(name)) == name):
+                raise _error(doc_path, path, "not a blob: a blob's dataset is named by its index (0, 1, ...)")
+            found.append((int(name), *_open(h5py, gid, raw, path, doc_path, group_expected=False, dapl=dapl), path))
+        if len(found) > 1:
+            found.sort(key=_first)
+        return found
+
+    def stored(self, dsid, plist, layout, where, raw: bytes, ship: bool = True) -> _Stored:
+        """Check a dataset that holds a blob (its storage already checked: _open); where its values are.
+
+        The type and dataspace are read through h5py's low-level calls (numpy's
+        dtype for an HDF5 type costs more than the rest of a dataset together).
+        Only a dataset whose type is exactly IEEE float32 or float64 in this
+        machine's byte order, contiguous and unfiltered, is viewed in place.
+        Any other one of at most _SHIP_BYTES (in the blob's dtype) has its
+        values read now, while _SHIP_TOTAL allows and `ship` is set, to be
+        sent with the walk.
+        """
+        h5py, doc = self.h5py, self.doc
+        try:
+            tid = dsid.get_type()
+            for standard_type, dtype in self.standard:
+                if tid.equal(standard_type):
+                    standard = True
+                    break
+            else:
+                size = tid.get_size()
+                dtype, standard = None, False
+                if tid.get_class() == h5py.h5t.FLOAT and size in (2, 4, 8):
+                    dtype = _FLOATS[tid.get_order() == h5py.h5t.ORDER_LE, size]
+            space = dsid.get_space()
+            # A simple dataspace has at least one axis: only an empty tuple needs the extent's type.
+            shape = space.get_simple_extent_dims()
+            extent = h5py.h5s.SIMPLE if shape else space.get_simple_extent_type()
+        except H5_ERRORS as exc:
+            _mark(exc, where)
+            raise
+        if dtype is None:
+            with _At(where):
+                found = dsid.dtype
+            what = "string" if found.kind in "SUO" else str(found) if found.kind in "iub" else f"{found.kind!r}-kind"
+            raise _error(doc.path, where, f"holds {what} values; a blob is a float dataset (float32 or float64)")
+        if extent == h5py.h5s.NULL:
+            raise _error(doc.path, where, "is an empty dataset (no dataspace); a blob has 1 to 32 axes")
+        if extent != h5py.h5s.SIMPLE:
+            raise _error(doc.path, where, "is a 0-d (scalar) dataset; a blob's dataset has 1 to 32 axes")
+        if len(shape) > MAX_BLOB_AXES:
+            raise _error(doc.path, where, f"has {len(shape)} axes; a blob has at most {MAX_BLOB_AXES}")
+        shape = tuple(map(int, shape))
+        if math.prod(d or 1 for d in shape) > _PLAIN_SPAN:
+            try:
+                Blob(dtype=_blob_dtype(dtype)).reshape(shape)
+            except BlobToolError as exc:
+                raise _error(doc.path, where, f"invalid blob shape: {exc.reason}") from exc
+        offset = chunk = None
+        try:
+            if layout == h5py.h5d.CONTIGUOUS and standard and dtype.isnative and plist.get_nfilters() == 0:
+                offset = dsid.get_offset()
+            if offset is None:
+                if layout == h5py.h5d.CHUNKED:
+                    chunk = plist.get_chunk()
+                stored = dsid.get_storage_size()
+        except H5_ERRORS as exc:
+            _mark(exc, where)
+            raise
+        nbytes = _product(shape) * dtype.itemsize
+        if offset is not None:
+            if offset + nbytes > doc.size:
+                raise _error(doc.path, where, f"truncated: its {nbytes} bytes of values at byte {offset} run past "
+                                              f"the end of the file ({doc.size} bytes)", offset=offset)
+            return _Stored(where, raw, shape, dtype, offset)
+        if chunk is not None:
+            chunk = tuple(map(int, chunk))
+            chunk_bytes = _product(chunk) * dtype.itemsize
+            if chunk_bytes > MAX_CHUNK_BYTES:
+                raise _error(doc.path, where, f"is stored in chunks of {chunk_bytes} bytes, more than blobtool's "
+                                              f"bound of {MAX_CHUNK_BYTES >> 20} MiB (HDF5 reads a chunk whole); "
+                                              "rechunk it, for example h5repack -l CONTI")
+        if nbytes > _MAX_EXPANSION * stored + _UNSTORED_BYTES:
+            raise _error(doc.path, where, f"declares {nbytes} bytes of values, more than its {stored} stored "
+                                          "bytes can hold")
+        values = None
+        held = _product(shape) * _blob_dtype(dtype).itemsize
+        if ship and held <= _SHIP_BYTES and held <= self.ship_left:
+            values = self.read_all(dsid, shape, _blob_dtype(dtype), where)
+            self.ship_left -= held
+        return _Stored(where, raw, shape, dtype, None, values, chunk)
+
+    def read_all(self, dsid, shape: tuple, target: np.dtype, where: str) -> bytes:
+        """A small dataset's values (its storage checked, opened without a chunk cache), converted by HDF5 to `target`.
+
+        The memory type is made once per dtype (h5py would make it per read).
+        """
+        values = np.empty(shape, dtype=target)
+        if values.size:
+            h5py = self.h5py
+            mtype = self.memory_types.get(target)
+            if mtype is None:
+                mtype = self.memory_types[target] = h5py.h5t.py_create(target)
+            try:
+                with np.errstate(over="ignore", invalid="ignore"):
+                    dsid.read(h5py.h5s.ALL, h5py.h5s.ALL, values, mtype=mtype)
+            except H5_ERRORS as exc:
+                raise _error(self.doc.path, where, f"unreadable values: {reason(exc)}") from exc
+        return values.tobytes()
 
 
 def _first(item):
     return item[0]
 
 
-def _stored(h5py, dsid, plist, layout, where, raw: bytes, doc) -> _Stored:
-    """Check a dataset that holds a blob (its storage already checked: _open); where its values are.
-
-    The type and dataspace are read through h5py's low-level calls (numpy's
-    dtype for an HDF5 type costs more than the rest of a dataset together).
-    Only a dataset whose type is exactly IEEE float32 or float64 in this
-    machine's byte order, contiguous and unfiltered, is viewed in place.
-    """
-    try:
-        tid = dsid.get_type()
-        size = tid.get_size()
-        dtype = None
-        if tid.get_class() == h5py.h5t.FLOAT and size in (2, 4, 8):
-            dtype = _FLOATS[tid.get_order() == h5py.h5t.ORDER_LE, size]
-            standard = size != 2 and tid.equal(h5py.h5t.IEEE_F32LE if size == 4 else h5py.h5t.IEEE_F64LE)
-        space = dsid.get_space()
-        extent = space.get_simple_extent_type()
-        shape = space.get_simple_extent_dims() if extent == h5py.h5s.SIMPLE else None
-    except H5_ERRORS as exc:
-        _mark(exc, where)
-        raise
-    if dtype is None:
-        with _At(where):
-            found = dsid.dtype
-        what = "string" if found.kind in "SUO" else str(found) if found.kind in "iub" else f"{found.kind!r}-kind"
-        raise _error(doc.path, where, f"holds {what} values; a blob is a float dataset (float32 or float64)")
-    if extent == h5py.h5s.NULL:
-        raise _error(doc.path, where, "is an empty dataset (no dataspace); a blob has 1 to 32 axes")
-    if extent == h5py.h5s.SCALAR:
-        raise _error(doc.path, where, "is a 0-d (scalar) dataset; a blob's dataset has 1 to 32 axes")
-    if len(shape) > MAX_BLOB_AXES:
-        raise _error(doc.path, where, f"has {len(shape)} axes; a blob has at most {MAX_BLOB_AXES}")
-    shape = tuple(map(int, shape))
-    if math.prod(d or 1 for d in shape) > _PLAIN_SPAN:
-        try:
-            Blob(dtype=_blob_dtype(dtype)).reshape(shape)
-        except BlobToolError as exc:
-            raise _error(doc.path, where, f"invalid blob shape: {exc.reason}") from exc
-    offset = None
-    try:
-        if layout == h5py.h5d.CONTIGUOUS and standard and dtype.isnative and plist.get_nfilters() == 0:
-            offset = dsid.get_offset()
-        chunk = plist.get_chunk() if layout == h5py.h5d.CHUNKED else None
-        stored = dsid.get_storage_size()
-    except H5_ERRORS as exc:
-        _mark(exc, where)
-        raise
-    nbytes = _product(shape) * dtype.itemsize
-    if offset is not None and offset + nbytes > doc.size:
-        raise _error(doc.path, where, f"truncated: its {nbytes} bytes of values at byte {offset} run past "
-                                      f"the end of the file ({doc.size} bytes)", offset=offset)
-    if chunk is not None:
-        chunk = tuple(map(int, chunk))
-        chunk_bytes = _product(chunk) * dtype.itemsize
-        if chunk_bytes > MAX_CHUNK_BYTES:
-            raise _error(doc.path, where, f"is stored in chunks of {chunk_bytes} bytes, more than blobtool's bound "
-                                          f"of {MAX_CHUNK_BYTES >> 20} MiB (HDF5 reads a chunk whole); rechunk it, "
-                                          "for example h5repack -l CONTI")
-    if offset is None and nbytes > _MAX_EXPANSION * stored + _UNSTORED_BYTES:
-        raise _error(doc.path, where, f"declares {nbytes} bytes of values, more than its {stored} stored "
-                                      "bytes can hold")
-    return _Stored(where, raw, shape, dtype, offset, None, chunk)
+def _no_cache(h5py):
+    """A dataset access property list without a chunk cache (a read holds whole chunks, each read once)."""
+    dapl = h5py.h5p.create(h5py.h5p.DATASET_ACCESS)
+    dapl.set_chunk_cache(0, 0, 1.0)
+    return dapl
 
 
 def _slabs(h5py, f, stored: _Stored, doc_path, into=None):
@@ -335,9 +386,7 @@ def _slabs(h5py, f, stored: _Stored, doc_path, into=None):
     target = _blob_dtype(stored.dtype)
     shape = stored.shape
     try:
-        dapl = h5py.h5p.create(h5py.h5p.DATASET_ACCESS)
-        dapl.set_chunk_cache(0, 0, 1.0)
-        dsid = h5py.h5d.open(f.id, stored.raw, dapl=dapl)
+        dsid = h5py.h5d.open(f.id, stored.raw, dapl=_no_cache(h5py))
         _check_storage(h5py, dsid, stored.where, doc_path)
         row_bytes = max(1, _product(shape[1:]) * target.itemsize)
         step = stored.chunk[0] if stored.chunk else 1
@@ -354,7 +403,9 @@ def _slabs(h5py, f, stored: _Stored, doc_path, into=None):
         raise _error(doc_path, stored.where, f"unreadable values: {reason(exc)}") from exc
 
 
-def _read_net(doc: Document, h5py, root) -> None:
+def _read_net(walker: _Walker, root) -> None:
+    doc, h5py = walker.doc, walker.h5py
+    indexed, stored_at = walker.indexed, walker.stored
     top = _top(doc, h5py, root, _NET_TOP)
     data = _member(doc, h5py, root, top, "data", group_expected=True)
     diff = _member(doc, h5py, root, top, "diff", group_expected=True) if "diff" in top else None
@@ -365,19 +416,19 @@ def _read_net(doc: Document, h5py, root) -> None:
         name = _text(layer)
         where = f"/data/{name}"
         group = _open(h5py, data, raw, where, doc.path, group_expected=True)
-        blobs = _indexed(h5py, group, where, doc.path)
+        blobs = indexed(group, where)
         diffs = {}
         if layer in diff_layers:
             diff_where = f"/diff/{name}"
             diff_group = _open(h5py, diff, diff_layers.pop(layer), diff_where, doc.path, group_expected=True)
-            diffs = {index: opened for index, *opened in _indexed(h5py, diff_group, diff_where, doc.path)}
+            diffs = {index: opened for index, *opened in indexed(diff_group, diff_where)}
         doc.layers.append(name)
         held = set()
         for index, dsid, plist, layout, path in blobs:
-            stored = _stored(h5py, dsid, plist, layout, path, _raw_path(b"data", raw, index), doc)
+            stored = stored_at(dsid, plist, layout, path, _raw_path(b"data", raw, index))
             stored_diff = None
             if index in diffs:
-                stored_diff = _stored(h5py, *diffs[index], _raw_path(b"diff", raw, index), doc)
+                stored_diff = stored_at(*diffs[index], _raw_path(b"diff", raw, index))
                 if stored_diff.shape != stored.shape:
                     raise _error(doc.path, stored_diff.where, f"shape {stored_diff.shape} differs from its "
                                                               f"data's {stored.shape}")
@@ -385,7 +436,7 @@ def _read_net(doc: Document, h5py, root) -> None:
             held.add(index)
         for index in sorted(set(diffs) - held):
             # Caffe saves a shared parameter's data with its owner only.
-            _stored(h5py, *diffs[index], _raw_path(b"diff", raw, index), doc)
+            stored_at(*diffs[index], _raw_path(b"diff", raw, index), ship=False)
             shared.append(f"{name}/{index}")
     if diff_layers:
         layer = next(iter(diff_layers))
@@ -424,7 +475,8 @@ def _scalar(doc, h5py, root, top: dict, name: str, kinds: str):
     return value
 
 
-def _read_solverstate(doc: Document, h5py, root) -> None:
+def _read_solverstate(walker: _Walker, root) -> None:
+    doc, h5py = walker.doc, walker.h5py
     top = _top(doc, h5py, root, _SOLVER_TOP)
     doc.meta["iter"] = int(_scalar(doc, h5py, root, top, "iter", "iu"))
     learned = _scalar(doc, h5py, root, top, "learned_net", "SO")
@@ -435,5 +487,5 @@ def _read_solverstate(doc: Document, h5py, root) -> None:
     doc.meta["learned_net"] = _text(learned)
     doc.meta["current_step"] = int(_scalar(doc, h5py, root, top, "current_step", "iu"))
     history = _member(doc, h5py, root, top, "history", group_expected=True)
-    for index, dsid, plist, layout, path in _indexed(h5py, history, "/history", doc.path):
-        _found(doc, f"history/{index}", _stored(h5py, dsid, plist, layout, path, b"/history/%d" % index, doc), None)
+    for index, dsid, plist, layout, path in walker.indexed(history, "/history"):
+        _found(doc, f"history/{index}", walker.stored(dsid, plist, layout, path, b"/history/%d" % index), None)
