@@ -344,3 +344,27 @@ def test_torch_s_metadata_on_the_state_dict_is_read_as_torch_writes_it(tmp_path)
                 + b"".join(_ARGS) + b"tRs" + meta + b"b.")
     loaded = load_all(_pt(tmp_path, data_pkl))
     assert list(loaded) == ["w"]
+
+
+def _names_of_one_tensor(count: int) -> bytes:
+    """A dict of `count` names, each the same tensor (the pickle's memo: one rebuild, many keys)."""
+    tensor = REBUILD + b"(" + PID + b"Q" + b"".join(_ARGS) + b"tRq\x05"
+    return b"}(" + op_str("n0") + tensor + b"".join(op_str(f"n{k}") + b"h\x05" for k in range(1, count)) + b"u"
+
+
+def test_one_tensor_under_more_names_than_blobs_are_allowed_is_refused(tmp_path):
+    line = _one_line(invoke("info", _pt(tmp_path, b"\x80\x02" + _names_of_one_tensor(MAX_BLOBS + 1) + b".")))
+    assert f"holds a state dict of {MAX_BLOBS + 1} tensors, more than {MAX_BLOBS}" in line
+
+
+def test_one_big_dict_under_many_keys_is_looked_at_once(tmp_path):
+    # A dict of 60,000 names of one tensor, the value of 30,000 keys: looked
+    # at once, it is one state dict (too big); looked at per key, 30,000 x 60,000.
+    inner = _names_of_one_tensor(60_000)
+    data = (b"\x80\x02}(" + op_str("k0") + inner + b"q\x06"
+            + b"".join(op_str(f"k{k}") + b"h\x06" for k in range(1, 30_000)) + b"u.")
+    path = _pt(tmp_path, data)
+    start = time.process_time()
+    line = _one_line(invoke("info", path))
+    assert time.process_time() - start < 10  # measured: about 1 s
+    assert "more than 8192 (blobtool's limit)" in line

@@ -430,19 +430,26 @@ def _index(keys: tuple) -> str:
 
 
 def _state_dicts(obj) -> tuple:
-    """([keys leading to each state dict found], [keys of each optimizer state passed over]), breadth first."""
-    found, optimizers, queue, visits = [], [], [((), obj)], 0
+    """([keys leading to each state dict found], [keys of each optimizer state passed over]), breadth first.
+
+    Each dict is looked at once, however many keys lead to it (a pickle's
+    memo lets one dict of 100,000 items be the value of 30,000 keys).
+    """
+    found, optimizers, queue, visits, seen = [], [], [((), obj)], 0, {id(obj)}
     while queue and visits < _MAX_VISITS:
         keys, node = queue.pop(0)
         for key, value in node.pairs:
             visits += 1
             if visits > _MAX_VISITS:
                 break
+            if not isinstance(value, PickledDict) or id(value) in seen:
+                continue
+            seen.add(id(value))
             if _tensors_by_name(value) is not None:
                 found.append(keys + (key,))
             elif _is_optimizer(value):
                 optimizers.append(keys + (key,))
-            elif isinstance(value, PickledDict) and len(keys) + 1 < _MAX_DEPTH:
+            elif len(keys) + 1 < _MAX_DEPTH:
                 queue.append((keys + (key,), value))
     return found, optimizers
 
@@ -515,6 +522,9 @@ def read(doc: Document, cast=None) -> None:
     archive = _Archive(doc)
     obj = _unpickle(archive)
     keys, tensors = _state_dict(obj, doc.path, reading().key)
+    if len(tensors) > MAX_BLOBS:  # names: a pickle's memo lets one tensor have any number of them
+        raise FormatError(f"holds a state dict of {len(tensors)} tensors, more than {MAX_BLOBS} (blobtool's "
+                          "limit)", path=doc.path)
     if keys:
         others = [shown(k) for k in obj.keys() if k != keys[0]]
         also = f" (the file also holds {', '.join(others[:6])}{' ...' if len(others) > 6 else ''})" if others else ""
