@@ -68,10 +68,10 @@ MAX_BACKSLASHES = 64
 _LAYER_FIELDS = frozenset({"layer", "layers"})
 
 # One token as protobuf's tokenizer (text_format.Tokenizer) splits the text,
-# once every escape (a backslash and the character after it) has been
-# replaced by two letters: a message's opening or closing bracket, a name,
-# a string (to its closing quote or the end of its line, as protobuf's), a
-# comment, a number, any other character. Blanks are skipped by the search.
+# once every escaped backslash or quote has been replaced by two letters: a
+# message's opening or closing bracket, a name, a string (to its closing
+# quote or the end of its line, as protobuf's), a comment, a number, any
+# other character. Blanks are skipped by the search.
 # Every repetition is of one character class, which the regular expression
 # engine matches keeping no state per character.
 _TOKEN = re.compile(r"""
@@ -80,7 +80,6 @@ _TOKEN = re.compile(r"""
     | (?:[0-9+-]|\.[0-9])[0-9A-Za-z_.+-]* | \S
 """, re.VERBOSE)
 _OPEN, _CLOSE, _NAME = 1, 2, 3
-_ESCAPE = re.compile(r"\\[^\n]")
 _LONG_LINE = re.compile(r"^[^\n]{%d}" % (MAX_LINE + 1), re.MULTILINE)  # tried at line starts only: linear
 _BACKSLASH_RUN = re.compile(r"(?<!\\)\\{%d}" % (MAX_BACKSLASHES + 1))  # tried at run starts only: linear
 
@@ -211,7 +210,11 @@ def _scan(content: str, path) -> None:
         m = _BACKSLASH_RUN.search(content)
         if m:
             refuse(m.start(), f"more than {MAX_BACKSLASHES} backslashes in a row")
-        clean = _ESCAPE.sub("__", content)  # same length: positions stay
+        # Escapes as two letters, pairing backslashes from the left as protobuf
+        # does; of what a lone backslash escapes, only a quote changes where a
+        # string ends. Same length, so positions stay; str.replace makes no
+        # object a match (re.sub did: 4 million escapes, 200 MB).
+        clean = content.replace("\\\\", "__").replace('\\"', "__").replace("\\'", "__")
     tokens = _TOKEN.finditer(clean)
     depth = messages = layers = 0
     field = None
