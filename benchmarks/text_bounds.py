@@ -87,7 +87,10 @@ def cases() -> dict:
     tokens = MAX_TOKENS - 64
     esc = (MAX_LINE - 16) // 4
     return {
-        "ResNet-152 deploy": (resnet152_deploy(), 0),
+        "ResNet-152 deploy (670 layers)": (resnet152_deploy(), 0),
+        "8,192 ordinary layers": (b'name: "n"\ninput: "x"\n' + b"".join(
+            b'layer {\n  name: "relu%d"\n  type: "ReLU"\n  bottom: "x"\n  top: "x"\n  include { phase: TEST }\n}\n' % i
+            for i in range(MAX_BLOBS)), 0),
         "floats in a list, 1 token each": (b"layer { blobs { data: [" + lines_of(b"1,", tokens // 2, per)
                                            + b"1] } }\n", 0),
         "tops, 3 tokens each": (b"layer {\n" + lines_of(b'top: "a"\n', tokens // 3, 1) + b"}\n", 0),

@@ -21,20 +21,20 @@ and `<>` messages, `[...]` lists) and refuses, naming the line and column
 where a bound is passed: more than MAX_TEXT bytes, MAX_LINES lines,
 MAX_TOKENS tokens (a comment counts as one), MAX_MESSAGES messages
 opened, MAX_BLOBS (formats.MAX_BLOBS) top-level `layer`/`layers` fields
-(list syntax included), a line longer than MAX_LINE characters, or a run of
-more than MAX_BACKSLASHES backslashes. Measured on this project's 2-core
-machine (benchmarks/text_bounds.py), protobuf's parser takes 1 to 3 us a
-token, 0.2 to 0.6 us a line and up to 0.5 KB a message, whether protobuf
-runs as upb or as its pure-Python runtime (3.20.3), so the worst text
-within the bounds takes a few seconds (see docs/performance.md for the
-figures); real definitions are far inside them (ResNet-152's deploy
-definition: 250 KB, 60,000 tokens). The layers the parser made are counted
-again after parsing. The lines are handed to the parser one at a time
-(not split into a list of millions), and the schema has no recursive
-message, so nesting is at most a few levels deep whatever the text holds.
-A text starting with a byte-order mark is refused (protobuf's text format
-has none), and so is one of comments and blanks only (no net in it), as
-an empty binary file is.
+(list syntax included), a line longer than MAX_LINE characters, or a run
+of more than MAX_BACKSLASHES backslashes. Measured on this project's
+2-core machine (benchmarks/text_bounds.py), protobuf's parser takes 1 to
+3 us a token, 0.2 to 0.6 us a line and 0.5 to 1.5 KB a message, on upb
+and on its pure-Python runtime (3.20.3) alike, so the worst text within
+the bounds takes about 3 s and 100 MB (docs/performance.md). Real
+definitions are far inside them (a ResNet-152 deploy definition: 670
+layers, 15,000 tokens, 1,138 messages, 6,104 lines). The layers the
+parser made are counted again after parsing. The lines are handed to the
+parser one at a time (not split into a list of millions), and the schema
+has no recursive message, so nesting is at most a few levels deep
+whatever the text holds. A text starting with a byte-order mark is
+refused (protobuf's text format has none), and so is one of comments and
+blanks only (no net in it), as an empty binary file is.
 """
 
 from __future__ import annotations
@@ -51,11 +51,14 @@ __all__ = ["sniff", "read", "write", "looks_like_text", "definition_text", "MAX_
 # The bounds on a definition's text (see the module doc), each checked by
 # one scan before parsing. Protobuf's parser takes 1-3 us a token and
 # 0.2-0.6 us a line (a blank or comment line too): a million of each, a
-# few seconds. Each message ({...} or <...>) it makes costs up to 0.5 KB.
+# few seconds. Each message ({...} or <...>) it makes costs 0.5 KB (upb)
+# to 1.5 KB (protobuf's pure-Python runtime): 65,536 of them, 100 MB at
+# most; a net at the layer cap with a few parameter messages a layer
+# (param, convolution_param, its fillers) holds about 50,000.
 MAX_TEXT = 8 << 20
 MAX_TOKENS = 1 << 20
 MAX_LINES = 1 << 20
-MAX_MESSAGES = 1 << 17
+MAX_MESSAGES = 1 << 16
 # Protobuf's tokenizer matches a line with regular expressions that keep
 # about 150 bytes per character of a run of blanks, or of a string's
 # escapes, in that line (a 4 MB line of "\377" escapes took 600 MB).
@@ -182,8 +185,8 @@ def read(doc, cast=None) -> None:
     doc.layers = [NetLayer(name, text(layer.message.type), layer.message) for name, layer in zip(names, layers)]
 
 
-def _scan(content: str, path) -> None:
-    """Refuse text past a bound of the module doc, naming the line and column where it is passed.
+def _scan(content: str, path) -> int:
+    """The layers of a text; FormatError for text past a bound of the module doc, naming the line and column.
 
     The tokens are protobuf's (_TOKEN); the layers are the messages opened
     at the top level whose field, the last name there, is `layer` or
@@ -197,7 +200,7 @@ def _scan(content: str, path) -> None:
         raise FormatError(f"line {line:,}, column {column:,}: {what} (blobtool's limit for a net definition in text)",
                           path=path)
 
-    if content.count("\n") >= MAX_LINES:
+    if content.count("\n") + (not content.endswith("\n")) > MAX_LINES:
         at = 0
         for _ in range(MAX_LINES):
             at = content.index("\n", at) + 1
@@ -238,6 +241,7 @@ def _scan(content: str, path) -> None:
         refuse(extra.start(), f"more than {MAX_TOKENS:,} tokens")
     if field is None and not messages and all(clean[t.start()] == "#" for t in _TOKEN.finditer(clean)):
         raise FormatError("text of comments and blanks only, no field: no net definition in it", path=path)
+    return layers
 
 
 def _lines(content: str):
