@@ -94,6 +94,7 @@ def cases() -> dict:
         "floats in a list, 1 token each": (b"layer { blobs { data: [" + lines_of(b"1,", tokens // 2, per)
                                            + b"1] } }\n", 0),
         "tops, 3 tokens each": (b"layer {\n" + lines_of(b'top: "a"\n', tokens // 3, 1) + b"}\n", 0),
+        "one name of adjacent strings": (b"name:\n" + lines_of(b'"a" ', tokens, 10_000), 0),
         "param messages, 3 tokens each": (b"layer {\n" + lines_of(b"param {}\n", MAX_MESSAGES - 1, 1) + b"}\n", 0),
         "layers in a list": (b"layer: [" + lines_of(b"{},", MAX_BLOBS - 1, 1000) + b"{}]\n", 0),
         "comment lines": (b"#\n" * (MAX_TOKENS - 8) + b'name: "x"\n', 0),

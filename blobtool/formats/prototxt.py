@@ -46,7 +46,8 @@ import re
 from ..errors import FormatError, UsageError
 from . import NetLayer, unique_names, MAX_BLOBS
 
-__all__ = ["sniff", "read", "write", "looks_like_text", "definition_text", "MAX_TEXT"]
+__all__ = ["sniff", "read", "write", "looks_like_text", "definition_text", "MAX_TEXT", "MAX_TOKENS", "MAX_LINES",
+           "MAX_MESSAGES", "MAX_LINE", "MAX_BACKSLASHES"]
 
 # The bounds on a definition's text (see the module doc), each checked by
 # one scan before parsing. Protobuf's parser takes 1-3 us a token and
@@ -117,7 +118,8 @@ def looks_like_text(buf) -> bool:
     reader with its line and column rather than read as binary. A binary
     protobuf's first bytes hold tags and lengths, which are control
     characters or bytes past ASCII (and no Caffe message starts with `#`,
-    field 4 as a group, or with U+FEFF's bytes, a field number past 2**27).
+    field 4 as a group, or with U+FEFF's bytes, a field number in the
+    millions).
     """
     head = bytes(buf[:_HEAD])
     bom = head.startswith(codecs.BOM_UTF8)
