@@ -26,7 +26,7 @@ of more than MAX_BACKSLASHES backslashes. Measured on this project's
 2-core machine (benchmarks/text_bounds.py), protobuf's parser takes 1 to
 3 us a token, 0.2 to 0.6 us a line and 0.5 to 1.5 KB a message, on upb
 and on its pure-Python runtime (3.20.3) alike, so the worst text within
-the bounds takes about 3 s and 100 MB (docs/performance.md). Real
+the bounds takes about 3.5 s and 140 MB (docs/performance.md). Real
 definitions are far inside them (a ResNet-152 deploy definition: 670
 layers, 15,000 tokens, 1,138 messages, 6,104 lines). The layers the
 parser made are counted again after parsing. The lines are handed to the
