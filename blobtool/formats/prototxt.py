@@ -218,7 +218,7 @@ def _scan(content: str, path) -> int:
         # Escapes as two letters, pairing backslashes from the left as protobuf
         # does; of what a lone backslash escapes, only a quote changes where a
         # string ends. Same length, so positions stay; str.replace makes no
-        # object a match (re.sub did: 4 million escapes, 200 MB).
+        # object a match (re.sub did: 2 million escapes, 190 MB).
         clean = content.replace("\\\\", "__").replace('\\"', "__").replace("\\'", "__")
     tokens = _TOKEN.finditer(clean)
     depth = messages = layers = 0
