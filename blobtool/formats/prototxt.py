@@ -24,8 +24,8 @@ opened, MAX_BLOBS (formats.MAX_BLOBS) top-level `layer`/`layers` fields
 (list syntax included), a line longer than MAX_LINE characters, or a run
 of more than MAX_BACKSLASHES backslashes. Measured on this project's
 2-core machine (benchmarks/text_bounds.py), protobuf's parser takes 1 to
-3 us a token, 0.2 to 0.6 us a line and 0.5 to 1.5 KB a message, on upb
-and on its pure-Python runtime (3.20.3) alike, so the worst text within
+3 us a token, 0.2 to 0.6 us a line and up to 1.2 KB a message, on upb
+or on its pure-Python runtime (3.20.3), so the worst text within
 the bounds takes about 3.5 s and 140 MB (docs/performance.md). Real
 definitions are far inside them (a ResNet-152 deploy definition: 670
 layers, 15,000 tokens, 1,138 messages, 6,104 lines). The layers the
@@ -52,9 +52,9 @@ __all__ = ["sniff", "read", "write", "looks_like_text", "definition_text", "MAX_
 # The bounds on a definition's text (see the module doc), each checked by
 # one scan before parsing. Protobuf's parser takes 1-3 us a token and
 # 0.2-0.6 us a line (a blank or comment line too): a million of each, a
-# few seconds. Each message ({...} or <...>) it makes costs 0.5 KB (upb)
-# to 1.5 KB (protobuf's pure-Python runtime): 65,536 of them, 100 MB at
-# most; a net at the layer cap with a few parameter messages a layer
+# few seconds. Each message ({...} or <...>) it makes costs up to 0.5 KB
+# (upb) or 1.2 KB (protobuf's pure-Python runtime): 65,536 of them, 80 MB
+# at most; a net at the layer cap with a few parameter messages a layer
 # (param, convolution_param, its fillers) holds about 50,000.
 MAX_TEXT = 8 << 20
 MAX_TOKENS = 1 << 20
