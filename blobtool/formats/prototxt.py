@@ -12,37 +12,89 @@ Writing: a net's definition (a .caffemodel's, a .prototxt's) without its
 blobs, V1 nets as Caffe's upgrade writes them (V2). Only the fields the
 input sets are written: protobuf writes no defaults.
 
-Bounds: protobuf's text parser is pure Python. Measured on this project's
-2-core machine it reads 1.5 MB/s (an 8,000-layer ResNet-style definition,
-2.7 MB, in 1.8 s; one 16 MB string in 0.34 s), so the text is capped at
-MAX_TEXT (about 6 s at worst; the largest published Caffe definitions are
-under 1 MB) and its layers are counted with one regular expression before
-parsing, to refuse more than MAX_BLOBS (formats.MAX_BLOBS, the layer cap) at once. The schema has no
-recursive message, so nesting is at most a few levels deep whatever the
-text holds.
+Bounds: protobuf's text parser is pure Python, and its time and memory
+follow the text's tokens, lines and messages more than its bytes: a
+million one-character values (`data: [1,1,...]`, 2 MB) cost as much as a
+million names. So before parsing, one scan (_scan) tokenizes the text as
+protobuf's tokenizer does (comments, both quotes and their escapes, `{}`
+and `<>` messages, `[...]` lists) and refuses, naming the line and column
+where a bound is passed: more than MAX_TEXT bytes, MAX_LINES lines,
+MAX_TOKENS tokens (a comment counts as one), MAX_MESSAGES messages
+opened, MAX_BLOBS (formats.MAX_BLOBS) top-level `layer`/`layers` fields
+(list syntax included), a line longer than MAX_LINE characters, or a run
+of more than MAX_BACKSLASHES backslashes. Measured on this project's
+2-core machine (benchmarks/text_bounds.py), protobuf's parser takes 1 to
+3 us a token, 0.2 to 0.6 us a line and up to 1.2 KB a message, on upb
+or on its pure-Python runtime (3.20.3), so the worst text within
+the bounds takes about 3.5 s and 140 MB (docs/performance.md). Real
+definitions are far inside them (a ResNet-152 deploy definition: 670
+layers, 15,000 tokens, 1,138 messages, 6,104 lines). The layers the
+parser made are counted again after parsing. The lines are handed to the
+parser one at a time (not split into a list of millions), and the schema
+has no recursive message, so nesting is at most a few levels deep
+whatever the text holds. A text starting with a byte-order mark is
+refused (protobuf's text format has none), and so is one of comments and
+blanks only (no net in it), as an empty binary file is.
 """
 
 from __future__ import annotations
 
 import codecs
+import itertools
 import re
 
 from ..errors import FormatError, UsageError
 from . import NetLayer, unique_names, MAX_BLOBS
 
-__all__ = ["sniff", "read", "write", "looks_like_text", "definition_text", "MAX_TEXT"]
+__all__ = ["sniff", "read", "write", "looks_like_text", "definition_text", "MAX_TEXT", "MAX_TOKENS", "MAX_LINES",
+           "MAX_MESSAGES", "MAX_LINE", "MAX_BACKSLASHES"]
 
-# A definition's text is refused past this size (see the module doc).
+# The bounds on a definition's text (see the module doc), each checked by
+# one scan before parsing. Protobuf's parser takes 1-3 us a token and
+# 0.2-0.6 us a line (a blank or comment line too): a million of each, a
+# few seconds. Each message ({...} or <...>) it makes costs up to 0.5 KB
+# (upb) or 1.2 KB (protobuf's pure-Python runtime): 65,536 of them, 80 MB
+# at most; a net at the layer cap with a few parameter messages a layer
+# (param, convolution_param, its fillers) holds about 50,000.
 MAX_TEXT = 8 << 20
+MAX_TOKENS = 1 << 20
+MAX_LINES = 1 << 20
+MAX_MESSAGES = 1 << 16
+# Protobuf's tokenizer matches a line with regular expressions that keep
+# about 150 bytes per character of a run of blanks, or of a string's
+# escapes, in that line (a 4 MB line of "\377" escapes took 600 MB).
+MAX_LINE = 1 << 16
+# Protobuf unescapes a string in time growing with the square of each run
+# of backslashes (65,536 in a row: 10 s); real text has runs of one or two.
+MAX_BACKSLASHES = 64
 
-# A layer opening in text: `layer {`, `layers {` or `layer: {`, after a non-name character.
-_LAYER_OPENING = re.compile(rb"(?<![A-Za-z0-9_])layers?\s*(?::\s*)?\{")  # one way to match blanks: linear
+# The NetParameter fields that are layers (V2, V1).
+_LAYER_FIELDS = frozenset({"layer", "layers"})
 
-# Blank space and comments, then the first field name and what follows it. Each
-# repetition matches one blank or one whole comment, in one way only, so a
-# head that fails to match costs a single pass (a `\s+` inside the
-# repetition would try every split of a run of blanks: exponential).
-_FIRST_FIELD = re.compile(rb"(?:[ \t\r\n\f\v]|#[^\n]*(?:\n|\Z))*([A-Za-z_][A-Za-z0-9_]*)[ \t\r\n]*([:{])")
+# One token as protobuf's tokenizer (text_format.Tokenizer) splits the text,
+# once every escaped backslash or quote has been replaced by two letters: a
+# message's opening or closing bracket, a name, a string (to its closing
+# quote or the end of its line, as protobuf's), a comment, a number, any
+# other character. Blanks are skipped by the search.
+# Every repetition is of one character class, which the regular expression
+# engine matches keeping no state per character.
+_TOKEN = re.compile(r"""
+    ([{<]) | ([}>]) | ([A-Za-z_][0-9A-Za-z_+-]*)
+    | "[^"\n]*"? | '[^'\n]*'? | \#[^\n]*
+    | (?:[0-9+-]|\.[0-9])[0-9A-Za-z_.+-]* | \S
+""", re.VERBOSE)
+_OPEN, _CLOSE, _NAME = 1, 2, 3
+_LONG_LINE = re.compile(r"^[^\n]{%d}" % (MAX_LINE + 1), re.MULTILINE)  # tried at line starts only: linear
+_BACKSLASH_RUN = re.compile(r"(?<!\\)\\{%d}" % (MAX_BACKSLASHES + 1))  # tried at run starts only: linear
+
+# Blank space and comments, then the first field name, blanks and comments,
+# and what follows it (`:`, `{` or `<`). Each repetition matches one blank
+# or one whole comment, in one way only, so a head that fails to match
+# costs a single pass (a `\s+` inside the repetition would try every split
+# of a run of blanks: exponential).
+_SKIP = rb"(?:[ \t\r\n\f\v]|#[^\n]*(?:\n|\Z))*"
+_FIRST_FIELD = re.compile(_SKIP + rb"([A-Za-z_][A-Za-z0-9_]*)" + _SKIP + rb"([:{<])")
+_BLANKS_AND_COMMENTS = re.compile(_SKIP)
 
 # NetParameter's field names: text starting with one of them is a net definition.
 _NET_FIELDS = frozenset({b"name", b"input", b"input_shape", b"input_dim", b"force_backward", b"state",
@@ -58,24 +110,36 @@ _BINARY = re.compile(rb"[\x00-\x08\x0e-\x1f\x7f]")
 def looks_like_text(buf) -> bool:
     """Whether a file's first bytes are protobuf's text format.
 
-    Text whose first field is a NetParameter field is; so is any text of
-    printable characters that starts with a field (`net: ...`, `base_lr:`),
-    to be refused by the parser with its line and column rather than read
-    as binary. A binary protobuf's first bytes hold tags and lengths, which
-    are control characters or bytes past ASCII.
+    Text whose first field is a NetParameter field is, after a byte-order
+    mark, blanks and comments, and with blanks or comments between the
+    name and its `:`, `{` or `<`; so is any text of printable characters
+    that starts with a field (`net: ...`, `base_lr:`), holds only comments
+    so far, or starts with a byte-order mark, to be refused by the text
+    reader with its line and column rather than read as binary. A binary
+    protobuf's first bytes hold tags and lengths, which are control
+    characters or bytes past ASCII (and no Caffe message starts with `#`,
+    field 4 as a group, or with U+FEFF's bytes, a field number in the
+    millions).
     """
     head = bytes(buf[:_HEAD])
+    bom = head.startswith(codecs.BOM_UTF8)
+    if bom:
+        head = head[len(codecs.BOM_UTF8):]
     m = _FIRST_FIELD.match(head)
-    if m is None:
-        return False
-    if m.group(1) in _NET_FIELDS:
+    if m is not None and m.group(1) in _NET_FIELDS:
         return True
+    if m is None and not bom and not _comments_only(head):
+        return False
     try:
         head.decode("utf-8")
     except UnicodeDecodeError as exc:
         if exc.start < len(head) - 3:  # a character cut at the end of the head is still text
             return False
     return _BINARY.search(head) is None
+
+
+def _comments_only(head: bytes) -> bool:
+    return b"#" in head and _BLANKS_AND_COMMENTS.match(head).end() == len(head)
 
 
 def sniff(source) -> str:
@@ -94,22 +158,24 @@ def read(doc, cast=None) -> None:
         raise FormatError(f"a net definition in text of {doc.size:,} bytes; blobtool reads at most {MAX_TEXT:,} "
                           "(its text parser reads about 1.5 MB/s)", path=doc.path)
     data = bytes(doc.source.buf)
-    count = 0
-    for m in _LAYER_OPENING.finditer(data):
-        count += 1
-        if count > MAX_BLOBS:
-            raise FormatError(f"holds more than {MAX_BLOBS} layers (blobtool's limit)", path=doc.path,
-                              offset=m.start())
+    if data.startswith(codecs.BOM_UTF8):
+        raise FormatError("line 1, column 1: text that starts with a byte-order mark (U+FEFF), which protobuf's "
+                          "text format does not take; save it without one", path=doc.path)
     try:
         content = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         line = data.count(b"\n", 0, exc.start) + 1
         raise FormatError(f"line {line}: not UTF-8 text (byte {exc.start})", path=doc.path) from exc
+    del data
+    _scan(content, doc.path)
     net = pb.NetParameter()
     try:
-        text_format.Parse(content, net)
+        text_format.ParseLines(_lines(content), net)
     except text_format.ParseError as exc:
         raise FormatError(_parse_error(exc), path=doc.path) from exc
+    if len(net.layer) + len(net.layers) > MAX_BLOBS:  # the scan counted them: this holds whatever it missed
+        raise FormatError(f"holds more than {MAX_BLOBS:,} layers (blobtool's limit): "
+                          f"{len(net.layer) + len(net.layers):,}", path=doc.path)
     doc.parsed = net
     doc.definition = from_message(net, doc.path)
     doc.meta["name"] = text(net.name) if net.HasField("name") else None
@@ -119,6 +185,77 @@ def read(doc, cast=None) -> None:
     layers = doc.definition.layers
     names = unique_names([text(layer.message.name) for layer in layers])
     doc.layers = [NetLayer(name, text(layer.message.type), layer.message) for name, layer in zip(names, layers)]
+
+
+def _scan(content: str, path) -> int:
+    """The layers of a text; FormatError for text past a bound of the module doc, naming the line and column.
+
+    The tokens are protobuf's (_TOKEN); the layers are the messages opened
+    at the top level whose field, the last name there, is `layer` or
+    `layers` (`layer {`, `layer <`, `layer: [{...}, {...}]`, a comment
+    between). Text protobuf would refuse is counted as it comes: the parser
+    stops at its first error, before anything the count got wrong after it.
+    """
+    def refuse(pos: int, what: str):
+        line = content.count("\n", 0, pos) + 1
+        column = pos - content.rfind("\n", 0, pos)
+        raise FormatError(f"line {line:,}, column {column:,}: {what} (blobtool's limit for a net definition in text)",
+                          path=path)
+
+    if content.count("\n") + (not content.endswith("\n")) > MAX_LINES:
+        at = 0
+        for _ in range(MAX_LINES):
+            at = content.index("\n", at) + 1
+        refuse(at, f"more than {MAX_LINES:,} lines")
+    m = _LONG_LINE.search(content)
+    if m:
+        refuse(m.start() + MAX_LINE, f"a line longer than {MAX_LINE:,} characters")
+    clean = content
+    if "\\" in content:
+        m = _BACKSLASH_RUN.search(content)
+        if m:
+            refuse(m.start(), f"more than {MAX_BACKSLASHES} backslashes in a row")
+        # Escapes as two letters, pairing backslashes from the left as protobuf
+        # does; of what a lone backslash escapes, only a quote changes where a
+        # string ends. Same length, so positions stay; str.replace makes no
+        # object a match (re.sub did: 2 million escapes, 190 MB).
+        clean = content.replace("\\\\", "__").replace('\\"', "__").replace("\\'", "__")
+    tokens = _TOKEN.finditer(clean)
+    depth = messages = layers = 0
+    field = None
+    for m in itertools.islice(tokens, MAX_TOKENS):
+        kind = m.lastindex
+        if kind == _OPEN:
+            messages += 1
+            if messages > MAX_MESSAGES:
+                refuse(m.start(), f"more than {MAX_MESSAGES:,} messages ({{...}} or <...>)")
+            if depth == 0 and field in _LAYER_FIELDS:
+                layers += 1
+                if layers > MAX_BLOBS:
+                    refuse(m.start(), f"more than {MAX_BLOBS:,} layers")
+            depth += 1
+        elif kind == _CLOSE:
+            depth = max(depth - 1, 0)
+        elif kind == _NAME and depth == 0:
+            field = m.group(_NAME)
+    extra = next(tokens, None)
+    if extra is not None:
+        refuse(extra.start(), f"more than {MAX_TOKENS:,} tokens")
+    if field is None and not messages and all(clean[t.start()] == "#" for t in _TOKEN.finditer(clean)):
+        raise FormatError("text of comments and blanks only, no field: no net definition in it", path=path)
+    return layers
+
+
+def _lines(content: str):
+    """The lines of `content` without their newlines, one at a time (as text_format.Parse splits them, all at once)."""
+    start = 0
+    while True:
+        end = content.find("\n", start)
+        if end < 0:
+            yield content[start:]
+            return
+        yield content[start:end]
+        start = end + 1
 
 
 def _parse_error(exc) -> str:

@@ -32,6 +32,10 @@ from ...errors import FormatError
 __all__ = ["sniff"]
 
 
+# The first bytes of a file that, all printable, make it text.
+_TEXT_SAMPLE = 512
+
+
 # The (field number, wire type) pairs a SolverState may have at its top level.
 _V, _L = wire.VARINT, wire.LEN
 
@@ -73,10 +77,11 @@ def sniff(source) -> str:
             if i >= _SNIFF_FIELDS:
                 break
     except FormatError as exc:
-        if not pairs and _looks_like_text(source):
-            raise FormatError(f"not a Caffe protobuf file: it looks like text, perhaps a .prototxt; "
-                              f"blobtool reads binary files ({exc.reason})",
-                              path=source.name, offset=exc.offset) from exc
+        # Fields read from printable bytes are text's letters, not a damaged message's.
+        if (not pairs or (exc.offset is not None and exc.offset < _TEXT_SAMPLE)) and _looks_like_text(source):
+            raise FormatError("not a Caffe file: text, but not protobuf's text format (a net definition, "
+                              ".prototxt, starts with a field: `name: \"...\"`, `layer {`)",
+                              path=source.name) from exc
         # Damaged: decide from the fields read so far (none: a BlobProto, as
         # protobuf would), and let that kind's reader report the damage with
         # its field names.
@@ -89,7 +94,7 @@ def sniff(source) -> str:
 
 
 def _looks_like_text(source) -> bool:
-    sample = bytes(source.buf[:512])
+    sample = bytes(source.buf[:_TEXT_SAMPLE])
     return len(sample) >= 16 and all(32 <= c < 127 or c in b"\t\r\n" for c in sample)
 
 
