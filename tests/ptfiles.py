@@ -204,8 +204,10 @@ def op_int(value: int) -> bytes:
 
 
 def op_long(value: int) -> bytes:
-    """LONG1: any int, as two's complement bytes."""
+    """LONG1 (LONG4 past 255 bytes): any int, as two's complement bytes."""
     data = value.to_bytes((value.bit_length() + 8) // 8, "little", signed=True)
+    if len(data) > 255:
+        return b"\x8b" + len(data).to_bytes(4, "little") + data
     return b"\x8a" + bytes([len(data)]) + data
 
 

@@ -368,3 +368,165 @@ def test_one_big_dict_under_many_keys_is_looked_at_once(tmp_path):
     line = _one_line(invoke("info", path))
     assert time.process_time() - start < 10  # measured: about 1 s
     assert "more than 8192 (blobtool's limit)" in line
+
+
+# -- what a review found past the cases above -------------------------------------------------
+
+_T = REBUILD + b"(" + PID + b"Q" + b"".join(_ARGS) + b"tR"   # the tensor of _ARGS
+_SD = b"}" + op_str("w") + _T + b"s"                         # {"w": it}
+
+
+def _top(*pairs) -> bytes:
+    return b"\x80\x02}(" + b"".join(pairs) + b"u."
+
+
+@pytest.mark.parametrize("data_pkl", [
+    _top(op_str("model") + _SD, op_str("model") + op_int(5)),     # a later duplicate wins, as in a dict
+    _top(op_int(1) + _SD, b"\x88" + op_int(5)),                   # 1 and True: one key in Python
+    _top(b"G" + struct.pack(">d", float("nan")) + _SD),            # NaN is no key a path can name
+    _top(op_str("a") + b"}" + op_str("b") + _SD + b"s", op_str("a") + op_int(5)),
+], ids=["duplicate key", "1 and True", "NaN key", "nested duplicate"])
+def test_keys_that_are_no_path_to_a_state_dict_are_one_line(tmp_path, data_pkl):
+    line = _one_line(invoke("info", _pt(tmp_path, data_pkl)))
+    assert "holds no state dict" in line
+
+
+def test_odd_keys_beside_the_state_dict_are_shown_short(tmp_path):
+    data = _top(op_str("a") + _SD, op_long(10 ** 5000) + op_int(1), b"(" + op_int(1) + b"t" + op_int(2))
+    result = invoke("info", _pt(tmp_path, data))
+    assert result.exit_code == 0, result.stderr
+    assert "(the file also holds <an integer of 16610 bits>, (1,))" in result.stderr
+    long_key = _top(op_str("a") + _SD, op_str("x" * 1_000_000) + _SD)
+    line = _one_line(invoke("info", _pt(tmp_path, long_key)))
+    assert len(line) < 1000 and "holds 2 state dicts" in line and "--key" not in line
+
+
+def test_one_list_given_to_ordered_dict_again_and_again_is_refused(tmp_path):
+    pairs = b"](" + b"".join(op_tuple(op_str(f"k{k}"), op_int(k)) for k in range(15_000)) + b"eq\x09"
+    calls = b"".join(op_str(f"d{k}") + b"ccollections\nOrderedDict\n(h\x09tR" for k in range(15_000))
+    data = b"\x80\x02}(" + op_str("first") + b"ccollections\nOrderedDict\n(" + pairs + b"tR" + calls + b"u."
+    start = time.process_time()
+    line = _one_line(invoke("info", _pt(tmp_path, data)))
+    assert time.process_time() - start < 5  # the copies: 13.7 s and 1.8 GB
+    assert "gives OrderedDict the same list of pairs twice" in line
+
+
+def test_an_empty_tensor_with_strides_past_any_array_reads(tmp_path):
+    args = (op_int(0), op_tuple(op_int(0), op_int(2)), op_tuple(op_long(1 << 62), op_int(1)), HOOKS)
+    path = _pt(tmp_path, storage_pickle(PID, *args))
+    for command in (("norm",), ("convert", "-o", tmp_path / "x.npy"), ("compare", path)):
+        result = invoke(command[0], path, *command[1:])
+        assert result.exit_code == 0, (command, result.stderr)
+    assert np.load(tmp_path / "x.npy").shape == (0, 2)
+
+
+def _directory(data: bytes):
+    """(directory offset, [(header, name, extra, comment)]) of a zip without ZIP64 records."""
+    end = data.rfind(b"PK\x05\x06")
+    count, _, offset = struct.unpack_from("<HII", data, end + 10)
+    entries, pos = [], offset
+    for _ in range(count):
+        lengths = struct.unpack_from("<HHH", data, pos + 28)
+        parts, at = [], pos + 46
+        for n in lengths:
+            parts.append(data[at:at + n])
+            at += n
+        entries.append((bytearray(data[pos:pos + 46]), *parts))
+        pos = at
+    return offset, entries
+
+
+def _rebuilt(data: bytes, entries, *, offset_shift=0, end_count=None, comment=b"") -> bytes:
+    """The zip's bytes up to its directory, then `entries` as its directory, then an end record."""
+    offset, _ = _directory(data)
+    cd = b"".join(bytes(head[:28]) + struct.pack("<HHH", len(name), len(extra), len(text)) + bytes(head[34:])
+                  + name + extra + text for head, name, extra, text in entries)
+    count = len(entries) if end_count is None else end_count
+    return (data[:offset] + cd + struct.pack("<4sHHHHIIH", b"PK\x05\x06", 0, 0, count, count, len(cd),
+                                              offset + offset_shift, len(comment)) + comment)
+
+
+def test_a_deflated_member_declaring_more_than_the_file_holds_is_refused(tmp_path):
+    # Its sizes forged in a ZIP64 extra field: 2**46 bytes, "deflated" from 2**46 / 1000.
+    for kind, data in (("pt", pt_bytes({"w": Tensor(_W)}, deflate_storages=True)),
+                       ("npz", npz_bytes({"a": np.ones(3, np.float32)}, compressed=True))):
+        offset, entries = _directory(data)
+        target = next(i for i, e in enumerate(entries) if e[1].endswith((b"data/0", b"a.npy")))
+        head, name, extra, text = entries[target]
+        struct.pack_into("<II", head, 20, 0xFFFFFFFF, 0xFFFFFFFF)
+        entries[target] = (head, name, struct.pack("<HHQQ", 1, 16, 1 << 46, (1 << 46) // 1000) + extra, text)
+        path = tmp_path / f"forged.{kind}"
+        path.write_bytes(_rebuilt(data, entries))
+        line = _one_line(invoke("norm", path))
+        assert "stored bytes from byte" in line and "lie outside the zip's members" in line, line
+
+
+def test_a_member_whose_offset_zipfile_makes_negative_is_refused(tmp_path):
+    # The directory's offset declared past where it is: zipfile shifts every
+    # header offset back by the difference, and one made to land below 0.
+    data = pt_bytes(None, data_pkl=storage_pickle(PID, *_ARGS), records={"data/0": _W.tobytes()})
+    shift = 50
+    offset, entries = _directory(data)
+    for head, name, _, _ in entries:
+        moved = struct.unpack_from("<I", head, 42)[0] + shift
+        struct.pack_into("<I", head, 42, shift - 10 if name.endswith(b"data/0") else moved)
+    comment = b"PK\x03\x04" + bytes(26) + bytes(shift)  # a local header for it to find in the tail
+    path = tmp_path / "shifted.pt"
+    path.write_bytes(_rebuilt(data, entries, offset_shift=shift, comment=comment))
+    line = _one_line(invoke("norm", "--kind", "pt", path))
+    assert "lie outside the zip's members" in line
+
+
+def test_entries_are_counted_wherever_zipfile_finds_the_directory(tmp_path):
+    # The declared offset past the file's end (zipfile reads the directory from before the end record).
+    data = pt_bytes({"w": Tensor(_W)})
+    shift = 100
+    offset, entries = _directory(data)
+    for head, *_ in entries:
+        struct.pack_into("<I", head, 42, struct.unpack_from("<I", head, 42)[0] + shift)
+    extra = [(bytearray(struct.pack("<4sHHHHHHIIIHHHHHII", b"PK\x01\x02", 20, 20, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+                                    0, 0, 0, shift)), f"archive/p/{k}".encode(), b"", b"")
+             for k in range(MAX_BLOBS + 100)]
+    path = tmp_path / "past.pt"
+    path.write_bytes(_rebuilt(data, entries + extra, offset_shift=shift, end_count=2))
+    line = _one_line(invoke("info", "--kind", "pt", path))
+    assert "the zip directory lists more than" in line
+    # A ZIP64 locator pointing past the file: zipfile 3.11 reads the record before it all the same.
+    members = zipfile.ZipFile(io.BytesIO(pt_bytes({"w": Tensor(_W)})))
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w") as archive:
+        for info in members.infolist():
+            archive.writestr(info, members.read(info))
+        for k in range(70_000):
+            archive.writestr(f"archive/p/{k}", b"")
+    forged = bytearray(out.getvalue())
+    struct.pack_into("<Q", forged, forged.rfind(b"PK\x06\x07") + 8, 1 << 40)
+    path.write_bytes(bytes(forged))
+    line = _one_line(invoke("info", "--kind", "pt", path))
+    assert "the zip directory lists" in line
+
+
+def test_a_deflated_storage_viewed_by_many_tensors_is_inflated_once(tmp_path, monkeypatch):
+    import blobtool.formats.numpy as npz_format
+
+    storage = Storage(np.zeros(1 << 20, np.float32))
+    views = {f"t{k}": Tensor(storage=storage, offset=k, size=(1,), stride=(1,)) for k in range(20)}
+    path = write_pt(tmp_path / "shared.pt", views, deflate_storages=True)
+    calls = []
+    real = npz_format.inflate_member
+    monkeypatch.setattr(npz_format, "inflate_member", lambda *a: calls.append(a[1].filename) or real(*a))
+    assert invoke("norm", path).exit_code == 0
+    assert len(calls) == 1, calls  # each of the 20 views inflated it again, and kept all of it
+
+
+@pytest.mark.parametrize("checkpoint, key, blobs", [
+    ({"a/b": "SD", "c": "SD"}, "a/b", ["w"]),         # a key holding "/" is taken whole first
+    ({"a": "SD", 2: "SD"}, "a", ["w"]),               # an int key beside it
+], ids=["slash in a key", "mixed keys"])
+def test_key_names_what_the_checkpoint_holds(tmp_path, checkpoint, key, blobs):
+    made = {k: collections.OrderedDict(w=Tensor(_W)) for k in checkpoint}
+    path = write_pt(tmp_path / "keys.pt", made)
+    result = invoke("info", "--json", "--key", key, path)
+    assert result.exit_code == 0, result.stderr
+    with pytest.raises(BlobToolError, match="a non-empty str"):
+        load_all(path, key=5)

@@ -251,12 +251,21 @@ def _read_npz(doc: Document, cast) -> None:
                                  else None))
 
 
-def check_compression(info: zipfile.ZipInfo, label: str, expected: str, path) -> None:
-    """Refuse a zip member neither stored nor deflated, or declaring more bytes than its stored ones can hold."""
+def check_compression(info: zipfile.ZipInfo, label: str, expected: str, path, end: int) -> None:
+    """Refuse a zip member neither stored nor deflated, lying outside the members' bytes, or declaring more
+    bytes than its stored ones can hold.
+
+    `end`: where the members' bytes end (zipfile's start_dir, the central
+    directory's start): a member's header and stored bytes lie before it,
+    so what it declares is bounded by the file, not by its own forged sizes.
+    """
     expansion = _NPZ_MAX_EXPANSION.get(info.compress_type)
     if expansion is None:
         raise FormatError(f"{label} uses zip compression method {info.compress_type}; {expected}", path=path,
                           offset=info.header_offset)
+    if info.header_offset < 0 or info.header_offset + info.compress_size > end:
+        raise FormatError(f"{label}: {info.compress_size} stored bytes from byte {info.header_offset} lie outside "
+                          f"the zip's members (bytes 0 to {end})", path=path, offset=max(info.header_offset, 0))
     if info.file_size > expansion * info.compress_size:
         raise FormatError(f"{label} declares {info.file_size} bytes, more than its {info.compress_size} "
                           "stored bytes can hold", path=path, offset=info.header_offset)
@@ -265,7 +274,7 @@ def check_compression(info: zipfile.ZipInfo, label: str, expected: str, path) ->
 def _open_member(archive: zipfile.ZipFile, info: zipfile.ZipInfo, path, cast) -> _Member:
     """Read and check a member's .npy header, inflating no more of it than the header."""
     label = f"member {info.filename!r}"
-    check_compression(info, label, ".npz members are stored or deflated", path)
+    check_compression(info, label, ".npz members are stored or deflated", path, archive.start_dir)
     try:
         with archive.open(info) as stream:
             head = _read_head(stream, min(info.file_size, NPY_HEADER_READ))

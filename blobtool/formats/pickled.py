@@ -29,7 +29,8 @@ objects of its own:
 - a container is changed only while it is being built: once it is placed
   in another container or handed to a call, SETITEM, APPEND, ADDITEMS and
   BUILD onto it are refused, and they are refused outright onto anything
-  the caller's functions returned. So no value is changed after it was
+  the caller's functions returned but the containers they make (an
+  OrderedDict() being filled). So no value is changed after it was
   checked, no container holds itself (a cycle needs a placed container
   changed), and each container's nesting depth is known when it is made:
   more than MAX_NESTING is refused;
@@ -89,12 +90,6 @@ class PickledDict(_Container):
         self.pairs: list | tuple = ()  # a list once filled: an empty one costs 56 bytes more a dict
         self.ordered = ordered
         self.attributes = None
-
-    def str_keyed(self) -> dict | None:
-        """{key: value} when every key is a str (later pairs win, as in a dict), else None."""
-        if not all(type(k) is str for k, _ in self.pairs):
-            return None
-        return dict(self.pairs)
 
     def keys(self) -> list:
         return [k for k, _ in self.pairs]

@@ -12,6 +12,8 @@ import contextlib
 import contextvars
 from dataclasses import dataclass, replace
 
+from ..errors import UsageError
+
 __all__ = ["ReadSettings", "read_settings", "reading", "use_read_settings"]
 
 
@@ -25,6 +27,10 @@ class ReadSettings:
     """
 
     key: str | None = None
+
+    def __post_init__(self):
+        if self.key is not None and (not isinstance(self.key, str) or not self.key):
+            raise UsageError(f"key={self.key!r}: a checkpoint's key is a non-empty str (nested keys joined by '/')")
 
 
 _read_settings: contextvars.ContextVar = contextvars.ContextVar("blobtool_reading", default=ReadSettings())

@@ -149,26 +149,25 @@ def _walked(buf, start: int, size: int, limit: int) -> int:
     return count
 
 
-def count_entries(buf, found: Directory, limit: int) -> int:
+def count_entries(buf, limit: int) -> int:
     """The most entries a zip reader could take from this zip's directory, counting at most limit + 1 of them.
 
     zipfile reads the directory from the bytes right before the end record
-    (ZIP64 records included, whatever their offset fields say) and reads
-    entries until it has read the directory's size, whatever its count says;
-    each reading (the declared offset; zipfile's place, with and without a
-    ZIP64 record) is walked, and the largest count taken.
+    (ZIP64 records included, whatever the end record's fields say, and
+    wherever the ZIP64 locator points) and reads entries until it has read
+    the directory's size, whatever its count says; each such reading (and the
+    one at the declared offset) is walked, and the largest count taken.
     """
-    counts = [found.entries, _walked(buf, found.offset, found.size, limit),
-              _walked(buf, found.end - found.size, found.size, limit)]
     classic_end = _end_record(buf)
-    if classic_end is not None:
-        end, entries, size, offset = classic_end
-        counts += [entries, _walked(buf, end - size, size, limit)]
-        zip64 = _zip64_record(buf, end)
-        if zip64 is not None:
-            entries, size, offset = zip64
-            before = end - _ZIP64_LOCATOR_SIZE - 56
-            counts += [entries, _walked(buf, before - size, size, limit), _walked(buf, offset, size, limit)]
+    if classic_end is None:
+        return 0
+    end, entries, size, offset = classic_end
+    counts = [entries, _walked(buf, end - size, size, limit), _walked(buf, offset, size, limit)]
+    zip64 = _zip64_record(buf, end)
+    if zip64 is not None:
+        entries, size, offset = zip64
+        before = end - _ZIP64_LOCATOR_SIZE - 56
+        counts += [entries, _walked(buf, before - size, size, limit), _walked(buf, offset, size, limit)]
     return max(counts)
 
 
@@ -196,10 +195,8 @@ def check_entry_count(buf, limit: int, what: str, path) -> None:
     """
     from ..errors import FormatError  # the registry imports this module while sniffing: keep it light
 
-    found = directory(buf)
-    if found is None:
-        return
-    listed = count_entries(buf, found, limit)
+    listed = count_entries(buf, limit)
     if listed > limit:
-        shown = f"{listed}" if listed == found.entries else f"more than {limit}"
+        declared = _end_record(buf)[1]  # the count it declares where that is what was found, else a walk's bound
+        shown = f"{listed}" if listed == declared else f"more than {limit}"
         raise FormatError(f"the zip directory lists {shown} entries, more than {what}", path=path)
