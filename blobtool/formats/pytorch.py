@@ -76,6 +76,7 @@ from ..errors import BlobToolError, FormatError
 from ..files import BufferFile
 from . import MAX_BLOBS, Document, Entry
 from . import read_settings as reading
+from .checkpoint import SAVE_STATE_DICT, find_state_dict, indexed
 from .origin import Origin
 from .pickled import Global, PickledDict, PickledList, PickledTuple, run_pickle, shown
 from .zipdir import check_entry_count
@@ -102,12 +103,6 @@ MAX_PICKLE = 32 << 20
 MAX_OPCODES = 64 * MAX_BLOBS
 # Records an archive holds besides its storages (data.pkl, version, byteorder ...).
 _MAX_OTHER_RECORDS = 64
-# How deep into a checkpoint's dicts the state dict is looked for, and how
-# many of their items at most are looked at.
-_MAX_DEPTH = 4
-_MAX_VISITS = 4 * MAX_BLOBS
-# What to do instead, said whenever a file is not a state dict blobtool can read.
-SAVE_STATE_DICT = "save the weights as a state dict instead: torch.save(model.state_dict(), path)"
 _LOCAL_HEADER = b"PK\x03\x04"
 _LOCAL_HEADER_SIZE = 30
 # Everything zipfile raises on a damaged archive (a bad CRC, a broken deflate stream, a bad header ...).
@@ -430,127 +425,6 @@ def _unpickle(archive: _Archive):
 
 # -- the state dict ---------------------------------------------------------------------
 
-def _str_items(node) -> dict:
-    """A dict's str keys and values as a Python dict would hold them (the last pair of a key wins); other keys
-    are passed over: a checkpoint names its parts by str keys, and only str keys compare exactly without
-    hashing what a pickle made (1 == True, NaN != NaN)."""
-    if not isinstance(node, PickledDict):
-        return {}
-    return {k: v for k, v in node.pairs if type(k) is str}
-
-
-def _tensors_by_name(value) -> dict | None:
-    """{name: tensor} when `value` is a state dict (a dict of tensors by str name, not empty), else None."""
-    if not isinstance(value, PickledDict) or not value.pairs:
-        return None
-    if not all(type(k) is str and isinstance(v, _Tensor) for k, v in value.pairs):
-        return None
-    return dict(value.pairs)
-
-
-def _is_optimizer(value) -> bool:
-    """An optimizer's state dict (torch.optim.Optimizer.state_dict(): "state" and "param_groups")."""
-    return isinstance(value, PickledDict) and {"state", "param_groups"} <= _str_items(value).keys()
-
-
-def _index(keys: tuple) -> str:
-    return "".join(f"[{shown(k)}]" for k in keys)
-
-
-def _state_dicts(obj) -> tuple:
-    """([keys leading to each state dict found], [keys of each optimizer state passed over]), breadth first.
-
-    Only str keys are followed. Each dict is looked at once, however many
-    keys lead to it (a pickle's memo lets one dict of 100,000 items be the
-    value of 30,000 keys).
-    """
-    found, optimizers, queue, visits, seen = [], [], [((), obj)], 0, {id(obj)}
-    while queue and visits < _MAX_VISITS:
-        keys, node = queue.pop(0)
-        for key, value in _str_items(node).items():
-            visits += 1
-            if visits > _MAX_VISITS:
-                break
-            if not isinstance(value, PickledDict) or id(value) in seen:
-                continue
-            seen.add(id(value))
-            if _tensors_by_name(value) is not None:
-                found.append(keys + (key,))
-            elif _is_optimizer(value):
-                optimizers.append(keys + (key,))
-            elif len(keys) + 1 < _MAX_DEPTH:
-                queue.append((keys + (key,), value))
-    return found, optimizers
-
-
-def _at(obj, keys: tuple):
-    for key in keys:
-        obj = _str_items(obj)[key]
-    return obj
-
-
-def _key_text(keys: tuple) -> str | None:
-    """keys as --key takes them (joined by "/"), or None where they cannot be typed so."""
-    if all(len(k) <= 80 and k.isprintable() and "/" not in k for k in keys):
-        return "/".join(keys)
-    return None
-
-
-def _chosen(obj, key: str, path):
-    """The state dict at `key` (keys of nested dicts joined by "/"; a top-level key holding "/" as it is)."""
-    node, keys = obj, ()
-    parts = [key] if key in _str_items(obj) else key.split("/")
-    for part in parts:
-        held = _str_items(node)
-        if part not in held:
-            here = f"checkpoint{_index(keys)}" if keys else "the checkpoint"
-            listed = sorted(held)
-            shown_keys = ", ".join(shown(k) for k in listed[:12]) + (" ..." if len(listed) > 12 else "")
-            raise FormatError(f"--key {shown(key)[1:-1]}: {here} has no key {shown(part)}"
-                              + (f" (it has {shown_keys})" if listed else ""), path=path)
-        node, keys = held[part], keys + (part,)
-    tensors = _tensors_by_name(node)
-    if tensors is None:
-        raise FormatError(f"--key {shown(key)[1:-1]}: checkpoint{_index(keys)} is {shown(node)}, not a state dict "
-                          "(a dict of tensors by name)", path=path)
-    return keys, tensors
-
-
-def _state_dict(obj, path, key=None) -> tuple:
-    """(the keys leading to it, () at the top; the dict of tensors by name)."""
-    if key is not None:
-        if not isinstance(obj, PickledDict):
-            raise FormatError(f"--key {shown(key)[1:-1]}: the file holds {shown(obj)}, not a checkpoint dict",
-                              path=path)
-        return _chosen(obj, key, path)
-    if isinstance(obj, _Tensor):
-        return (), {"0": obj}
-    tensors = _tensors_by_name(obj)
-    if tensors is not None:
-        return (), tensors
-    found, optimizers = _state_dicts(obj) if isinstance(obj, PickledDict) else ([], [])
-    if len(found) == 1:
-        return found[0], _tensors_by_name(_at(obj, found[0]))
-    if found:
-        shown_found = ", ".join(_index(keys) for keys in found[:8]) + (" ..." if len(found) > 8 else "")
-        example = _key_text(found[-1])
-        name_it = f"name it with --key (e.g. --key {example}), or " if example is not None else ""
-        raise FormatError(f"holds {len(found)} state dicts (dicts of tensors by name): {shown_found}; blobtool reads "
-                          f"one: {name_it}save the one to read alone, e.g. torch.save(checkpoint{_index(found[0])}, "
-                          "path)", path=path)
-    if isinstance(obj, PickledDict):
-        held = ", ".join(sorted({"tensor" if isinstance(v, _Tensor) else shown(v).split(" ")[-1]
-                                 for _, v in obj.pairs}))
-        what = f"a dict of {held[:80] or 'nothing'}"
-        if optimizers:
-            what += (f" (the optimizer state at {', '.join(_index(k) for k in optimizers[:4])} is not a model's "
-                     "state dict)")
-    else:
-        what = shown(obj)
-        what = what if what.startswith("a ") else f"the value {what}"
-    raise FormatError(f"holds no state dict (a dict of tensors by name) but {what}; {SAVE_STATE_DICT}", path=path)
-
-
 def read(doc: Document, cast=None) -> None:
     """Read a checkpoint's state dict: an Entry per tensor, its Blob viewing the storage when first used.
 
@@ -560,7 +434,7 @@ def read(doc: Document, cast=None) -> None:
     """
     archive = _Archive(doc)
     obj = _unpickle(archive)
-    keys, tensors = _state_dict(obj, doc.path, reading().key)
+    keys, tensors = find_state_dict(obj, doc.path, _Tensor, reading().key)
     if len(tensors) > MAX_BLOBS:  # names: a pickle's memo lets one tensor have any number of them
         raise FormatError(f"holds a state dict of {len(tensors)} tensors, more than {MAX_BLOBS} (blobtool's "
                           "limit)", path=doc.path)
@@ -569,8 +443,8 @@ def read(doc: Document, cast=None) -> None:
     if keys:
         others = [shown(k) for k in obj.keys() if k != keys[0]]
         also = f" (the file also holds {', '.join(others[:6])}{' ...' if len(others) > 6 else ''})" if others else ""
-        doc.notes.append(f"reading the state dict checkpoint{_index(keys)}{also}")
-        doc.meta["state_dict"] = _index(keys)
+        doc.notes.append(f"reading the state dict checkpoint{indexed(keys)}{also}")
+        doc.meta["state_dict"] = indexed(keys)
     for name, tensor in tensors.items():
         code = tensor.storage.type.code
         dtype = _BF16 if code == "bf16" else np.dtype(code)
