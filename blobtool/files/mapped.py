@@ -132,6 +132,8 @@ def _look_at_inputs(frame) -> None:
     if _signalled or frame is not None and frame.f_code is _on_fault.__code__:
         return  # stopping already (or inside the SIGBUS handler, which stops the command with this news)
     changed = _changed_watched()
+    if changed and changed in _raised:
+        return  # check_inputs raised this change already: that error is on its way (a second would break it)
     if changed:
         if _in_finalizer(frame):
             # An exception raised in a finalizer is printed and dropped. The change stays recorded
@@ -341,7 +343,11 @@ def check_inputs() -> None:
     """Raise FormatError (exit 3) if a watched input changed (before an output is committed)."""
     changed = _changed_watched()
     if changed:
+        _raised.add(changed)
         raise FormatError(WRITTEN, path=changed)
+
+
+_raised: set = set()  # inputs whose change check_inputs raised: SIGIO stops nothing more for them
 
 
 _faults_caught = False
