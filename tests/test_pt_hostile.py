@@ -507,14 +507,14 @@ def test_entries_are_counted_wherever_zipfile_finds_the_directory(tmp_path):
 
 
 def test_a_deflated_storage_viewed_by_many_tensors_is_inflated_once(tmp_path, monkeypatch):
-    import blobtool.formats.numpy as npz_format
+    import blobtool.formats.pytorch as pt_format
 
     storage = Storage(np.zeros(1 << 20, np.float32))
     views = {f"t{k}": Tensor(storage=storage, offset=k, size=(1,), stride=(1,)) for k in range(20)}
     path = write_pt(tmp_path / "shared.pt", views, deflate_storages=True)
     calls = []
-    real = npz_format.inflate_member
-    monkeypatch.setattr(npz_format, "inflate_member", lambda *a: calls.append(a[1].filename) or real(*a))
+    real = pt_format.inflate_member
+    monkeypatch.setattr(pt_format, "inflate_member", lambda *a: calls.append(a[1].filename) or real(*a))
     assert invoke("norm", path).exit_code == 0
     assert len(calls) == 1, calls  # each of the 20 views inflated it again, and kept all of it
 

@@ -66,11 +66,6 @@ MAX_NESTING = 64
 # read persistent ids as text: a state dict's pickle has none.
 REFUSED_OPCODES = frozenset({"INST", "OBJ", "NEWOBJ", "NEWOBJ_EX", "EXT1", "EXT2", "EXT4", "PERSID",
                              "NEXT_BUFFER", "READONLY_BUFFER"})
-# Python 2's str (STRING, BINSTRING) reads as text, as pickle's default
-# encoding "ASCII" would read it; other bytes are refused.
-_PY2_STRINGS = frozenset({"STRING", "BINSTRING", "SHORT_BINSTRING"})
-_BYTES = frozenset({"BINBYTES", "SHORT_BINBYTES", "BINBYTES8", "BYTEARRAY8"})
-_CONSTANTS = {"NONE": None, "NEWTRUE": True, "NEWFALSE": False}
 
 
 class _Container:
@@ -261,13 +256,10 @@ class _Machine:
     def push_value(self, arg, pos):
         self.stack.append(arg)
 
-    op_BININT = op_BININT1 = op_BININT2 = op_LONG = op_LONG1 = op_LONG4 = push_value
+    # INT included: protocol 0 writes True and False as INT "01" and "00", which genops gives as bools.
+    op_INT = op_BININT = op_BININT1 = op_BININT2 = op_LONG = op_LONG1 = op_LONG4 = push_value
     op_BINFLOAT = op_FLOAT = push_value
     op_UNICODE = op_BINUNICODE = op_SHORT_BINUNICODE = op_BINUNICODE8 = push_value
-
-    def op_INT(self, arg, pos):
-        # Protocol 0 writes True and False as INT "01" and "00"; genops gives them as bools already.
-        self.stack.append(arg)
 
     def push_bytes(self, arg, pos):
         self.stack.append(bytes(arg))
@@ -275,6 +267,7 @@ class _Machine:
     op_BINBYTES = op_SHORT_BINBYTES = op_BINBYTES8 = op_BYTEARRAY8 = push_bytes
 
     def push_py2_string(self, arg, pos):
+        # Python 2's str reads as text, as pickle's default encoding "ASCII" reads it; other bytes are refused.
         text = arg if isinstance(arg, str) else bytes(arg)
         if isinstance(text, bytes):
             try:
@@ -446,8 +439,8 @@ class _NotAllowed(Exception):
         self.module, self.name = module, name
 
 
-def run_pickle(data: bytes, *, max_opcodes: int, callables: dict, persistent: Callable, refuse: Callable[[str], BlobToolError],
-               not_allowed: Callable[[str, str], BlobToolError]):
+def run_pickle(data: bytes, *, max_opcodes: int, callables: dict, persistent: Callable,
+               refuse: Callable[[str], BlobToolError], not_allowed: Callable[[str, str], BlobToolError]):
     """Run the pickle `data` on this module's machine; what it builds (PickledDict ... or a callable's result).
 
     At most `max_opcodes` opcodes are run.

@@ -77,6 +77,7 @@ from ..files import BufferFile
 from . import MAX_BLOBS, Document, Entry
 from . import read_settings as reading
 from .checkpoint import SAVE_STATE_DICT, find_state_dict, indexed
+from .numpy import check_compression, inflate_member  # the .npz reader's rules for zip members, and its inflate
 from .origin import Origin
 from .pickled import Global, PickledDict, PickledList, PickledTuple, run_pickle, shown
 from .zipdir import check_entry_count
@@ -250,17 +251,8 @@ class _Archive:
         return kept
 
 
-def inflate_member(archive, info, skip, nbytes, label, path) -> np.ndarray:
-    from .numpy import inflate_member as inflate  # the .npz reader's chunked inflate
-
-    return inflate(archive, info, skip, nbytes, label, path)
-
-
 def _check_method(archive: zipfile.ZipFile, info: zipfile.ZipInfo, path) -> None:
-    """Refuse an entry neither stored nor deflated, outside the members' bytes, or declaring more than its
-    compressed bytes can hold."""
-    from .numpy import check_compression  # the .npz reader's rule for its members
-
+    """Refuse an entry neither stored nor deflated, outside the members' bytes, or declaring too much (.npz's rule)."""
     check_compression(info, info.filename, "torch.save stores its records", path, archive.start_dir)
 
 

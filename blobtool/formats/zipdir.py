@@ -34,13 +34,7 @@ _ENTRY_SIZE = 46
 
 
 class Directory(tuple):
-    """(entries, offset, size, end) of a zip's central directory; `end`: where the record after it starts.
-
-    zipfile reads the directory from ``end - size`` (it takes the bytes
-    before the end record as the directory, whatever the offset says, so that
-    a zip with bytes prepended still opens) and reads entries until it has
-    read `size` bytes, whatever `entries` says.
-    """
+    """(entries, offset, size) of a zip's central directory."""
 
     __slots__ = ()
 
@@ -56,10 +50,6 @@ class Directory(tuple):
     def size(self) -> int:
         return self[2]
 
-    @property
-    def end(self) -> int:
-        return self[3]
-
 
 def directory(buf) -> Directory | None:
     """The central directory `buf` (bytes, mmap) declares, or None when no end record is found or it lies outside."""
@@ -68,7 +58,6 @@ def directory(buf) -> Directory | None:
     if found is None:
         return None
     end, entries, size, offset = found
-    record_end = end
     if entries == 0xFFFF or size == 0xFFFFFFFF or offset == 0xFFFFFFFF:
         locator = end - _ZIP64_LOCATOR_SIZE
         if locator < 0 or bytes(buf[locator:locator + 4]) != _ZIP64_LOCATOR:
@@ -78,10 +67,9 @@ def directory(buf) -> Directory | None:
         if len(head) < 56 or head[:4] != _ZIP64_END:
             return None
         entries, size, offset = struct.unpack_from("<QQQ", head, 32)
-        record_end = record
-    if offset + size > total or size > record_end:
+    if offset + size > total:
         return None
-    return Directory((entries, offset, size, record_end))
+    return Directory((entries, offset, size))
 
 
 def entry_names(buf, found: Directory, limit: int):
