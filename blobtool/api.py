@@ -13,7 +13,7 @@ import warnings
 
 from .engine.blob import Blob
 from .engine.float16 import HALF, half_precisions
-from .formats.caffe.blobwrite import Unread, check_layout
+from .formats.writing import Unread, check_layout
 from .errors import FormatError, UsageError
 from .formats import Document, Entry, module, open_document, reading
 from .formats.origin import Precision
@@ -59,7 +59,7 @@ def state_dict(src, names: str = "torch", *, kind: str | None = None, key: str |
     """Every blob of a file as {name: numpy array}, named as PyTorch names them (default) or as blobtool does.
 
     With names="torch" a .caffemodel's blobs are renamed by layer type as
-    ``convert --names torch`` names them (formats/naming.py: BatchNorm
+    ``convert --names torch`` names them (torchport/naming.py: BatchNorm
     statistics divided by their factor, a Scale after a BatchNorm under the
     BatchNorm's name, ...), so that ``model.load_state_dict({k:
     torch.from_numpy(v) for k, v in blobtool.state_dict(path).items()})`` is
@@ -76,7 +76,7 @@ def state_dict(src, names: str = "torch", *, kind: str | None = None, key: str |
     with doc:
         entries = doc.entries
         if names == "torch" and doc.kind == "net":
-            from .formats.naming import torch_names
+            from .torchport.naming import torch_names
 
             renamed = torch_names(doc)
             _say(renamed.warnings, warn)
@@ -248,7 +248,7 @@ def _write_into(doc, blobs, dest, into, *, names, partial, reshape, fold, net, p
         if doc is None:
             raise UsageError("write: nothing to write into the template (no document and no blobs)")
         if names == "torch" and doc.kind == "net" and doc.naming == "blobtool":
-            from .formats.naming import torch_names
+            from .torchport.naming import torch_names
 
             renamed = torch_names(doc, fold=fold)
             _say(renamed.warnings, warn)
@@ -310,7 +310,7 @@ def _write_definition(doc: Document, dest, fmt, *, precision, layout, strict: bo
 
 
 def _read_unread(doc: Document | None, entries: list, blobs: list, fmt, kind: str) -> None:
-    """Read every blob to be written whose values are read only as they are written (blobwrite.Unread), and let it go.
+    """Read every blob to be written whose values are read only as they are written (writing.Unread), and let it go.
 
     For an output written in place (standard output, a pipe): bad values
     (a damaged HDF5 chunk) are then found before the first byte goes out, as

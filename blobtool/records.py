@@ -104,7 +104,7 @@ def info_record(doc: Document, entries, *, stats: bool = False, check: str | Non
 
 def _torch_export(out: dict, meta) -> None:
     """A --names torch export's info: per tensor where it came from ("from"), and "settings" (and "modules")."""
-    from .formats.torchmeta import read_export
+    from .torchport.metadata import read_export
 
     export = read_export(meta)
     if export is None:

@@ -305,12 +305,12 @@ def test_cli_scale_on_device_uploads_only_what_it_scales(cupy_state, tmp_path, e
 def test_cli_scale_on_device_works_each_blob_as_the_output_reaches_it(cupy_state, tmp_path, monkeypatch):
     # The host holds one blob's results at a time too: blob k goes to the
     # device only once blob k - 1 is written.
-    from blobtool.formats.caffe import blobwrite
+    from blobtool.formats import writing
     from blobtool.cli import write
 
     path = _net_file(tmp_path)
     events = []
-    run, report = write._DeviceStep.run, blobwrite.report
+    run, report = write._DeviceStep.run, writing.report
 
     def logged_run(step):
         if not step._done:
@@ -318,7 +318,7 @@ def test_cli_scale_on_device_works_each_blob_as_the_output_reaches_it(cupy_state
         run(step)
 
     monkeypatch.setattr(write._DeviceStep, "run", logged_run)
-    monkeypatch.setattr(blobwrite, "report", lambda n: (events.append("written"), report(n)))
+    monkeypatch.setattr(writing, "report", lambda n: (events.append("written"), report(n)))
     res = _invoke("scale", path, "0.5", "--diff-factor", "2", "--device", "0", "-o", tmp_path / "out.caffemodel")
     assert res.exit_code == 0, res.output
     # Per blob: its device work, then its data and its diff written.

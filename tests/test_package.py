@@ -7,16 +7,58 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 PACKAGE = Path(__file__).resolve().parents[1] / "blobtool"
 
+# The layers of docs/development.md, top to bottom: a module imports only
+# modules of its own layer or of a layer below it (a contract, as
+# import-linter's "layers" contracts check them). A module belongs to the
+# first layer one of whose packages or modules holds it.
+LAYERS = (
+    ("the command", ("__main__", "cli")),
+    ("what is shown", ("report",)),
+    ("the library", ("api", "records")),
+    ("jobs on nets", ("surgery",)),
+    ("the PyTorch side", ("torchport",)),
+    ("the net model", ("net",)),
+    ("formats", ("formats",)),
+    ("files", ("files",)),
+    ("the engine", ("engine",)),
+    ("the base", ("errors", "")),  # "": the package itself (its version; its names, imported on first use)
+)
 
-def _module_name(path: Path) -> str:
-    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+
+def _module_name(path: Path, package: Path = PACKAGE) -> str:
+    parts = path.relative_to(package.parent).with_suffix("").parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def _modules() -> dict:
-    return {_module_name(p): p for p in PACKAGE.rglob("*.py") if "_pb" not in p.parts}
+def _modules(package: Path = PACKAGE) -> dict:
+    return {_module_name(p, package): p for p in package.rglob("*.py") if "_pb" not in p.parts}
+
+
+def _layer(name: str, root: str) -> int:
+    """The index in LAYERS of module `name` of package `root`."""
+    inner = name[len(root) + 1:] if name != root else ""
+    for index, (_, members) in enumerate(LAYERS):
+        if any(inner == m or (m and inner.startswith(m + ".")) for m in members):
+            return index
+    raise AssertionError(f"{name} is in no layer of LAYERS: add it to the one docs/development.md draws it in")
+
+
+def upward_imports(package: Path = PACKAGE) -> list:
+    """(importer, imported, their layers) for every import of a module in a layer above the importer's."""
+    modules = _modules(package)
+    root = package.name
+    found = []
+    for name, path in sorted(modules.items()):
+        mine = _layer(name, root)
+        for other in sorted(_imports(name, path, set(modules))):
+            theirs = _layer(other, root)
+            if theirs < mine:
+                found.append(f"{name} ({LAYERS[mine][0]}) imports {other} ({LAYERS[theirs][0]})")
+    return found
 
 
 def _imports(name: str, path: Path, known: set) -> set:
@@ -59,6 +101,35 @@ def test_no_import_cycles():
 
     for name in sorted(graph):
         visit(name, [])
+
+
+def test_no_module_imports_one_of_a_layer_above_its_own():
+    assert upward_imports() == []
+
+
+def test_the_layer_check_finds_an_import_upward(tmp_path):
+    # A deliberate violation in a package of the same layout: the engine
+    # importing the command, inside a function (the parser sees those too),
+    # and formats importing the net model; importing sideways and down is fine.
+    package = tmp_path / "blobtool"
+    for folder in ("cli", "engine", "formats", "net"):
+        (package / folder).mkdir(parents=True)
+        (package / folder / "__init__.py").write_text("")
+    (package / "__init__.py").write_text("")
+    (package / "errors.py").write_text("")
+    (package / "cli" / "group.py").write_text("from ..engine import blob\nfrom .. import errors\n")
+    (package / "engine" / "blob.py").write_text("from .. import errors\n\ndef f():\n    from ..cli import group\n")
+    (package / "formats" / "codec.py").write_text("from ..net import model\nfrom . import other\n")
+    (package / "formats" / "other.py").write_text("")
+    (package / "net" / "model.py").write_text("from ..formats import other\n")
+    assert upward_imports(package) == [
+        "blobtool.engine.blob (the engine) imports blobtool.cli.group (the command)",
+        "blobtool.formats.codec (formats) imports blobtool.net.model (the net model)",
+    ]
+    (package / "stray").mkdir()
+    (package / "stray" / "__init__.py").write_text("")
+    with pytest.raises(AssertionError, match="blobtool.stray is in no layer"):
+        upward_imports(package)
 
 
 def test_the_command_imports_no_format_module_and_no_heavy_library_at_start_up():

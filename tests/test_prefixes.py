@@ -1,4 +1,4 @@
-"""formats/prefixes.py: the prefix change found between two files' names, and the one asked for."""
+"""torchport/prefixes.py: the prefix change found between two files' names, and the one asked for."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 
 from blobtool.errors import UsageError
 from blobtool.formats import Document, Entry
-from blobtool.formats.prefixes import Prefixes, detect, match_documents, renamed_document
+from blobtool.torchport.prefixes import Prefixes, detect, match_documents, renamed_document
 
 PORT = ["conv1.weight", "conv1.bias", "bn1.running_mean", "fc.weight"]
 

@@ -1,4 +1,4 @@
-"""blobtool.formats.torchmeta: what --names torch exports beyond the tensors, run as the commands run.
+"""blobtool.torchport.metadata: what --names torch exports beyond the tensors, run as the commands run.
 
 The settings are written into the nets here as raw protobuf fields (the
 values chosen here); the exports are read back with the safetensors package.
@@ -280,7 +280,7 @@ def test_compare_torch_identifiers_both_ways(tmp_path):
 
 
 def test_python_identifiers_rules():
-    from blobtool.formats.torchmeta import python_identifiers
+    from blobtool.torchport.metadata import python_identifiers
 
     given, numbered = python_identifiers(["a-b", "a_b", "a b", "", "9", "class", "ok", "_9"])
     assert given == {"a-b": "a_b_2", "a_b": "a_b", "a b": "a_b_3", "": "_", "9": "_9_2", "class": "class_",

@@ -1,4 +1,4 @@
-"""blobtool.formats.naming and --names torch: each rule on generated nets (three layer formats) and on a real ResNet.
+"""blobtool.torchport.naming and --names torch: each rule on generated nets (three layer formats) and on a real ResNet.
 
 The expected values are computed here from the arrays the nets were built
 from (or, for the real file, from the protobuf library's parse of it); the
@@ -15,7 +15,7 @@ from safetensors.numpy import load_file, save_file
 
 from blobtool._pb import blobtool_caffe_pb2 as pb
 from blobtool.formats import open_document
-from blobtool.formats.naming import torch_names
+from blobtool.torchport.naming import torch_names
 from builders import (Layer, blob_proto, len_field, varint_field, write_blob, write_net, write_npz, write_solverstate,
                       write_vector)
 from runner import run_blobtool

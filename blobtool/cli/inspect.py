@@ -309,7 +309,7 @@ def compare(a, b, rtol, atol, quiet, device, patterns, kind, as_json, names, no_
     doc_a, doc_b = open_inputs([a, b], kind)
     change = prefixes_asked(strip_prefix, add_prefix)
     if names != "blobtool":
-        from ..formats.naming import torch_pair
+        from ..torchport.naming import torch_pair
         from .names import renamer
 
         types = open_input(net) if net is not None else None
@@ -322,7 +322,7 @@ def compare(a, b, rtol, atol, quiet, device, patterns, kind, as_json, names, no_
                 types.close()
         warn_all(warnings)
     else:
-        from ..formats.prefixes import match_documents
+        from ..torchport.prefixes import match_documents
 
         doc_b, _, note = match_documents(doc_a, doc_b, change)
         warn_all([note] if note else [])

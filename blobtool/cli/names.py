@@ -1,4 +1,4 @@
-"""--names, --no-fold and --net: renaming a net's blobs as PyTorch names them (formats/naming.py, torchmeta.py), and its lines."""
+"""--names, --no-fold and --net: renaming a net's blobs as PyTorch names them (torchport/naming.py, metadata.py), and its lines."""
 
 from __future__ import annotations
 
@@ -51,8 +51,8 @@ def prefix_options(f):
 
 
 def prefixes_asked(strip, add):
-    """The Prefixes the options ask for (formats/prefixes.py), or None: find one."""
-    from ..formats.prefixes import Prefixes
+    """The Prefixes the options ask for (torchport/prefixes.py), or None: find one."""
+    from ..torchport.prefixes import Prefixes
 
     change = Prefixes(strip, add)
     return change if change.asked else None
@@ -67,14 +67,14 @@ def renamer(scheme: str):
     """The library's renaming for --names `scheme` (torch or torch-identifiers), as torch_pair takes it."""
     import functools
 
-    from ..formats.torchmeta import named as export
+    from ..torchport.metadata import named as export
 
     return functools.partial(export, scheme=scheme)
 
 
 def renamed(doc, entries, fold: bool, net=None, scheme: str = "torch"):
     """The library's TorchExport for the selected entries, its warnings printed; `net`: the --net path or None."""
-    from ..formats.naming import has_layer_types
+    from ..torchport.naming import has_layer_types
     from .work import open_input
 
     rename = renamer(scheme)

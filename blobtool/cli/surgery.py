@@ -65,7 +65,7 @@ def write_into(file, template, output, fmt, *, kind, patterns, names, fold, part
     `net` (--net) gives the layer types of a template without them (an HDF5 snapshot).
     """
     from ..api import write
-    from ..formats.naming import has_layer_types
+    from ..torchport.naming import has_layer_types
     from ..formats.numpy import cast_for
     from .names import renamed
     from .output import progress, say_warning
@@ -94,7 +94,7 @@ def _prefixed(values: dict, path, target, names: str, fold: bool, types, strip, 
     a prefix found is said on stderr in one line, as compare says it.
     """
     from ..errors import BlobToolError
-    from ..formats.prefixes import Prefixes, detect
+    from ..torchport.prefixes import Prefixes, detect
     from .output import say_warning
 
     change = Prefixes(strip, add)
@@ -103,7 +103,7 @@ def _prefixed(values: dict, path, target, names: str, fold: bool, types, strip, 
             if names == "blobtool":
                 wanted = target.names()
             else:
-                from ..formats.naming import TORCH_ONLY_BUFFERS, torch_names
+                from ..torchport.naming import TORCH_ONLY_BUFFERS, torch_names
 
                 found = torch_names(target, fold=fold, net=types)
                 wanted = [e.name for e in found.document.entries]

@@ -361,7 +361,7 @@ def convert(file, output, fmt, precision, half_strict, layout, no_diff, device, 
 
 def _renamed_for_export(doc, entries, names: str, no_fold: bool, no_diff: bool, net=None):
     """--names torch (or torch-identifiers) for convert: the TorchExport, its warnings and eps warnings said."""
-    from ..formats.torchmeta import eps_warnings
+    from ..torchport.metadata import eps_warnings
 
     result = renamed(doc, entries, not no_fold, net, names)
     if result.dropped_diffs and not no_diff:
@@ -395,7 +395,7 @@ def _resolved(doc, entries, blobs, output, fmt, precision, no_diff: bool, half_s
 def _say_export(result, entries, blobs, precision, asked, output) -> None:
     """convert --names torch's summary on stderr: what was written, and a line per kind of renaming."""
     from ..formats.origin import written_type
-    from ..formats.torchmeta import kind_counts
+    from ..torchport.metadata import kind_counts
     from ..report.mapping import export_summary
 
     per_blob = precision if isinstance(precision, dict) else {}

@@ -175,7 +175,7 @@ DEFLATE_MAX_EXPANSION = 1032
 PRECISION_TYPES = {"float": "<f4", "double": "<f8", "half": "<f2"}
 
 # How a document's blobs can be named: blobtool's own names, or a scheme of
-# formats/naming.py (listed here, so that the command's options need not
+# torchport/naming.py (listed here, so that the command's options need not
 # import it at start-up).
 NAMING_SCHEMES = ("blobtool", "torch", "torch-identifiers")
 
@@ -356,13 +356,13 @@ class Entry:
 
         An entry whose reader builds its Blob (`build`) and can describe it
         without its values (`build.shell()`: shape, dtypes, origin) gives a
-        blobwrite.Unread, whose values are read when the writer reaches them
+        writing.Unread, whose values are read when the writer reaches them
         and let go once written, so an output is written holding one such
         blob at a time. Any other entry gives blob().
         """
         if self._blob is not None or self.build is None or not hasattr(self.build, "shell"):
             return self.blob()
-        from .caffe.blobwrite import Unread  # numpy loads only when values are read (start-up)
+        from .writing import Unread  # numpy loads only when values are read (start-up)
 
         return Unread(self.build.shell(), self.build)
 
@@ -398,7 +398,7 @@ class Document:
     layers: list = field(default_factory=list)  # a net's layers in file order, blobs or not (NetLayer)
     naming: str = "blobtool"  # how its entries are named: "blobtool", or a scheme of blobtool.naming ("torch")
     # Text a writer that keeps metadata (safetensors' __metadata__) adds for
-    # these entries: what --names torch knows beyond the tensors (torchmeta.py).
+    # these entries: what --names torch knows beyond the tensors (torchport/metadata.py).
     export_metadata: dict = field(default_factory=dict)
     definition: object = None  # a net's full definition (formats/caffe/netdef.py), parsed when first asked for
     parsed: object = None    # a text input's message as parsed (.prototxt)

@@ -47,7 +47,7 @@ from numpy.lib import format as npy_format
 
 from ..engine.blob import Blob
 from .origin import Origin, Precision, exact_values, held_dtype
-from .caffe.blobwrite import UnreadValues
+from .writing import UnreadValues
 from ..errors import BlobToolError, FormatError, UsageError, require_bytes
 from ..engine.kernels import cast_written
 from ..files import BufferFile, Source, atomic_output
@@ -401,7 +401,7 @@ def iter_blob_arrays(entries: list, blobs: list, *, with_diff: bool, precision=N
     (None: each blob that has one). `precision` converts ("float", "double",
     "half"); None keeps the blob's dtype, or the integer type a blob stored
     as integers came with. `transforms` are applied to the values first.
-    A blob whose values are not read yet (blobwrite.Unread) is read for its
+    A blob whose values are not read yet (writing.Unread) is read for its
     pairs and let go after its last one, once the caller asks for the next.
     """
     names = member_names(entries, with_diff=with_diff, write_diff=write_diff)

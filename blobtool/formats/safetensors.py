@@ -35,7 +35,7 @@ next to "<name>" is that blob's diff, held and written back at its own width
 (an F64 diff beside F32 data stays F64). Blobs come in the header's order.
 
 Writing streams: the header is built from the blobs' shapes and dtypes, then
-each tensor is converted and written chunk by chunk (blobwrite.write_parts),
+each tensor is converted and written chunk by chunk (writing.write_parts),
 releasing the input's pages behind it. The measurement that decided it
 (/usr/bin/time -v, a generated 1.0 GiB caffemodel of four 256 MiB blobs,
 the 2-core reference machine): ``convert -o big.safetensors`` peaks at 39 MB
@@ -65,7 +65,7 @@ import numpy as np
 from .. import __version__
 from ..engine.blob import MAX_BLOB_AXES, Blob
 from .origin import Origin, Precision, held_dtype
-from .caffe.blobwrite import resolve_form, write_parts
+from .writing import resolve_form, write_parts
 from ..errors import BlobToolError, FormatError, UsageError, truncated
 from ..files import atomic_output
 from . import CAST_HINT, MAX_BLOBS, Document, Entry
@@ -329,7 +329,7 @@ def _plan(entries: list, blobs: list, precision, write_diff, transforms) -> list
     plan, names = [], []
     for k, (entry, blob) in enumerate(zip(entries, blobs)):
         asked = Precision.of(precision).for_blob(entry.name)
-        form = resolve_form(blob, precision=asked, write_diff=write_diff, encoded=False)
+        form = resolve_form(blob, precision=asked, write_diff=write_diff)
         fns = (transforms or {}).get(entry.name, {})
         target = _target(blob, form, asked, "data")
         plan.append((entry.name, blob.shape, blob.cpu_data(), target, _bits(target, fns.get("data"))))
@@ -393,7 +393,7 @@ def metadata(doc: Document | None) -> dict:
     meta["names"] = _utf8_text(naming)
     meta["blobtool_version"] = __version__
     if doc is not None:
-        # What --names torch knows beyond the tensors (formats/torchmeta.py).
+        # What --names torch knows beyond the tensors (torchport/metadata.py).
         meta.update({_utf8_text(k): _utf8_text(v) for k, v in doc.export_metadata.items()})
     return meta
 

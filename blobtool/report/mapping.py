@@ -15,7 +15,7 @@ __all__ = ["mapping_record", "mapping_columns", "mapping_rows", "mapping_table",
 def mapping_record(doc, result, *, fold: bool) -> dict:
     """The JSON object of one file: path, kind, the scheme, a row per selected Caffe blob, the settings.
 
-    `result` is a TorchExport (formats/torchmeta.py) or a TorchNames; the
+    `result` is a TorchExport (torchport/metadata.py) or a TorchNames; the
     first adds "settings" ({"<module>.<setting>": text}, as the export's
     metadata holds them) and, for torch-identifiers, "modules"
     ({identifier: Caffe name} of the names changed).
@@ -123,7 +123,7 @@ def render_mapping(console, record: dict) -> None:
         print_line(console, line)
 
 
-# convert --names torch's summary: a line per kind of renaming (formats/torchmeta.py's kinds).
+# convert --names torch's summary: a line per kind of renaming (torchport/metadata.py's kinds).
 _KIND_LINES = (("renamed", "renamed (the layer's name, PyTorch's parameter name)", True),
                ("transposed", "transposed (InnerProduct's transpose: true, to Linear's (out, in))", False),
                ("folded", "folded (a Scale's gamma and beta as its BatchNorm's weight and bias)", True),

@@ -20,7 +20,7 @@ any other                         as many as the values given for it (``<layer>/
 ================================  ==============================================================
 
 The shapes come from the values, read back through the naming scheme's own
-rows (formats/naming.py): the blob names of each layer are found by naming a
+rows (torchport/naming.py): the blob names of each layer are found by naming a
 net of the definition's layers whose blobs have placeholder shapes, and each
 blob then takes its value's shape as Caffe stores it: the same, but for a
 transposed InnerProduct weight ((N, K) given, (K, N) stored), a shared PReLU
@@ -124,7 +124,7 @@ def _named(doc: Document, names: str, fold: bool):
     """(entry, the name its value has, how it is made) per blob of `doc`, by the naming scheme."""
     if names == "blobtool":
         return [(e, e.name, "view") for e in doc.entries]
-    from ..formats.naming import torch_names
+    from ..torchport.naming import torch_names
 
     return [(row.entry, row.name, row.made) for row in torch_names(doc, fold=fold).rows]
 
@@ -181,7 +181,8 @@ def net_with_blobs(template: Document, blobs: dict, dest, *, precision=None, lay
     """
     from ..files import atomic_output
     from ..formats.caffe import wire
-    from ..formats.caffe.blobwrite import blob_encoded_size, encode_blob_parts, resolve_form, write_parts
+    from ..formats.caffe.blobwrite import blob_encoded_size, encode_blob_parts, resolve_form
+    from ..formats.writing import write_parts
     from ..formats.origin import Precision
 
     net = template.parsed

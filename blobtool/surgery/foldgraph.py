@@ -23,7 +23,7 @@ import struct
 from ..errors import FormatError
 from ..formats import Document, NetLayer, unique_names
 from ..formats.caffe import layer_links, wire
-from ..formats.naming import layer_type
+from ..torchport.naming import layer_type
 
 __all__ = ["DeployedNet", "layer_fields", "blob_versions", "definition_layers", "signed", "PARAM_NAMES",
            "MAX_LAYER_FIELDS"]

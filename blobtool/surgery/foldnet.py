@@ -29,7 +29,8 @@ from ..errors import UsageError
 from ..files import atomic_output
 from ..formats import Document, open_document
 from ..formats.caffe import wire
-from ..formats.caffe.blobwrite import blob_encoded_size, encode_blob_parts, resolve_form, write_parts
+from ..formats.caffe.blobwrite import blob_encoded_size, encode_blob_parts, resolve_form
+from ..formats.writing import write_parts
 from ..formats.origin import Origin
 from .fold import Folded, batchnorm_statistics, fold_params
 from .folddef import definition_text

@@ -7,7 +7,7 @@ is made into such a template first: surgery/blueprint.py). The values come from 
 blobtool reads (or a {name: array} dict), matched by name:
 
 - blobtool's names (``conv1/0``): a value takes the template blob of its name.
-- PyTorch's names (``names="torch"``): the export of formats/naming.py run
+- PyTorch's names (``names="torch"``): the export of torchport/naming.py run
   backwards from the same rows (``torch_names(template).rows``), so that what
   ``convert --names torch`` wrote comes back where it came from. A row that
   is a view (a weight, a bias, a Scale folded into its BatchNorm's names, a
@@ -106,7 +106,7 @@ def fit(template, values: dict, *, names: str = "blobtool", partial: bool = Fals
     Parameters
     ----------
     names : "blobtool" (``conv1/0``) or "torch" (PyTorch's names, inverted
-        from formats/naming.py's export rows).
+        from torchport/naming.py's export rows).
     partial : keep the template's values where no value fits, instead of
         raising FitError.
     reshape : write a value of equal count but another shape in the
@@ -130,7 +130,7 @@ def fit(template, values: dict, *, names: str = "blobtool", partial: bool = Fals
     given = dict(values)
     ignored = []
     if names == "torch":
-        from ..formats.naming import TORCH_ONLY_BUFFERS
+        from ..torchport.naming import TORCH_ONLY_BUFFERS
 
         batchnorms = {slot.layer for slot in slots if slot.made == "factor"}
         for key in list(given):
@@ -201,7 +201,7 @@ def _slots(template, names: str, notes: list, fold: bool, net=None) -> list:
         return [_Slot(e, e.name, tuple(e.shape), layer=e.layer) for e in template.entries]
     if names != "torch":
         raise UsageError(f"unknown naming scheme {names!r}; expected blobtool or torch")
-    from ..formats.naming import torch_names
+    from ..torchport.naming import torch_names
 
     named = torch_names(template, fold=fold, net=net)
     notes += named.warnings

@@ -34,7 +34,8 @@ import numpy as np
 from . import wire
 from .blobproto import BlobRecord, parse_blob, parse_errors
 from ..origin import Precision
-from .blobwrite import blob_encoded_size, encode_blob_parts, resolve_form, write_blob, write_parts
+from .blobwrite import blob_encoded_size, encode_blob_parts, resolve_form, write_blob
+from ..writing import write_parts
 from ...errors import BlobToolError, FormatError, OutputError, UsageError
 from ...files import atomic_output, display_name
 from .. import MAX_BLOBS, MAX_NAME, Document, Entry, NetLayer, unique_names

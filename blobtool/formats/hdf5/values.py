@@ -98,7 +98,7 @@ class _Load:
         return blob
 
     def shell(self) -> Blob:
-        """The Blob without its values: shape, dtypes and origin, nothing read or allocated (blobwrite.Unread)."""
+        """The Blob without its values: shape, dtypes and origin, nothing read or allocated (writing.Unread)."""
         data, diff = self.data, self.diff
         held = _blob_dtype(data.dtype)
         blob = Blob(dtype=held, diff_dtype=held_dtype(diff.dtype, held) if diff else None)

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..origin import Precision
-from ..caffe.blobwrite import resolve_form, write_parts
+from ..writing import resolve_form, write_parts
 from ...errors import OutputError, UsageError
 from ...files import atomic_output, display_name
 from .. import PRECISION_TYPES, Document
@@ -70,8 +70,8 @@ def write_snapshot(doc: Document | None, entries: list, blobs: list, dest, *, ki
         if blob.num_axes == 0:
             raise UsageError(f"blob {entry.name!r} has no axes (a scalar); Caffe's HDF5 datasets have 1 to 32")
         form = resolve_form(blob, precision=Precision.of(precision).for_blob(entry.name), write_diff=write_diff,
-                            layout="shape", encoded=False) \
-            if selected else resolve_form(blob, layout="shape", encoded=False)
+                            layout="shape") \
+            if selected else resolve_form(blob, layout="shape")
         target = _TARGET[form["precision"]]
         fns = transforms.get(entry.name, {}) if selected else {}
         planned.append(_Planned(f"{group}/{index}", blob.shape, (blob.cpu_data(), target, fns.get("data"))))
@@ -157,7 +157,7 @@ def _string_dataset(h5py, f, name: str, text: str) -> None:
 
 
 def _write_payloads(target_file, planned) -> None:
-    """Stream each blob's values into its dataset's space, chunk by chunk (blobwrite.write_parts).
+    """Stream each blob's values into its dataset's space, chunk by chunk (writing.write_parts).
 
     h5py writes a dataset by N-D hyperslabs only, so a blob whose last axis
     is large (an InnerProduct weight of shape (1, N)) would have to be

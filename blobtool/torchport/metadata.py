@@ -1,6 +1,6 @@
 """What a PyTorch state dict cannot carry: layer settings, where each tensor came from, Python identifiers.
 
-``--names torch`` (formats/naming.py) gives the tensors; a port also needs
+``--names torch`` (torchport/naming.py) gives the tensors; a port also needs
 settings that live in no blob, and a user wants to see what was done. This
 module adds, for the same selection:
 
@@ -73,7 +73,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from .caffe import layer_param_values
+from ..formats.caffe import layer_param_values
 from .naming import TorchNames, layer_type, torch_names, typed_by
 
 __all__ = ["TorchExport", "named", "python_identifiers", "eps_warnings", "kind_counts", "read_export",
@@ -203,7 +203,7 @@ _NO_TENSORS = ("Pooling",)
 
 def _definitions(doc) -> list:
     """Each layer's full LayerParameter (formats/caffe/netdef.py), None for a V0 layer (its parameters are not upgraded)."""
-    from .caffe.netdef import definition
+    from ..formats.caffe.netdef import definition
 
     return [layer.message if layer.format != "V0" else None for layer in definition(doc).layers]
 

@@ -70,10 +70,10 @@ import numpy as np
 
 from ..engine.blob import Blob
 from ..errors import FormatError, UsageError
-from . import NAMING_SCHEMES, Document, Entry, select
-from .caffe import layer_links, layer_param_varints
-from .caffe.containers import V0_TYPE_NAMES
-from .origin import Origin
+from ..formats import NAMING_SCHEMES, Document, Entry, select
+from ..formats.caffe import layer_links, layer_param_varints
+from ..formats.caffe.containers import V0_TYPE_NAMES
+from ..formats.origin import Origin
 
 __all__ = ["SCHEMES", "V0_TYPE_NAMES", "Mapped", "TorchNames", "torch_names", "torch_pair", "typed_by",
            "has_layer_types", "TORCH_ONLY_BUFFERS"]
@@ -494,7 +494,7 @@ def torch_pair(doc_a: Document, doc_b: Document, patterns, *, fold: bool = True,
     Each side that is a net is renamed (its selection by `patterns`, in
     Caffe's names; a net without layer types by the types of `net`) by
     `rename(doc, entries, fold=fold, net=net)` (default torch_names; one
-    giving a TorchNames as it does: torchmeta.named); then b's names are
+    giving a TorchNames as it does: metadata.named); then b's names are
     matched to a's (prefixes.py: `prefixes` as asked, else a prefix found
     that makes them match, said in the warnings); the side that is not a
     net is taken as it is, limited with patterns to the names the net's
