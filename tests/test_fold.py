@@ -13,7 +13,9 @@ import itertools
 import numpy as np
 import pytest
 
-from blobtool.surgery.fold import DEFAULT_EPS, batchnorm_statistics, fold_params, output_channels
+from blobtool.net.batchnorm import statistics as batchnorm_statistics
+from blobtool.net.layertypes import output_channels
+from blobtool.surgery.fold import DEFAULT_EPS, fold_params
 import layerforward as lf
 
 F32_EPS = float(np.finfo(np.float32).eps)

@@ -14,7 +14,7 @@ Scale                             the scale (with one bottom; a second bottom gi
                                   with ``scale_param { bias_term: true }``
 Bias                              the bias (with one bottom)
 PReLU                             the slopes
-the types listed in NO_BLOBS      none
+the others net/layertypes.py has  none
 any other                         as many as the values given for it (``<layer>/<k>`` or
                                   ``<layer>.<k>``, k = 0, 1, ...), with a line saying so
 ================================  ==============================================================
@@ -39,47 +39,13 @@ from ..engine.blob import Blob
 from ..errors import UsageError
 from ..formats import Document, Entry
 from ..formats.origin import Origin
+from ..net.layertypes import blob_count
 
-__all__ = ["NO_BLOBS", "blob_counts", "template_from_definition", "net_with_blobs"]
-
-# Layer types of BVLC Caffe (and SSD's) that hold no blobs.
-NO_BLOBS = frozenset({
-    "Input", "Data", "ImageData", "HDF5Data", "HDF5Output", "MemoryData", "DummyData", "WindowData", "Python",
-    "AnnotatedData", "ReLU", "ELU", "Sigmoid", "TanH", "AbsVal", "BNLL", "Power", "Exp", "Log", "Threshold",
-    "Clip", "Swish", "Dropout", "Pooling", "SPP", "LRN", "MVN", "Softmax", "SoftmaxWithLoss", "EuclideanLoss",
-    "HingeLoss", "InfogainLoss", "MultinomialLogisticLoss", "SigmoidCrossEntropyLoss", "ContrastiveLoss",
-    "Accuracy", "ArgMax", "Concat", "Slice", "Split", "Eltwise", "Flatten", "Reshape", "Crop", "Tile",
-    "Reduction", "Silence", "BatchReindex", "Filter", "Im2col", "Permute", "PriorBox", "DetectionOutput",
-    "DetectionEvaluate", "MultiBoxLoss",
-})
-
+__all__ = ["blob_counts", "template_from_definition", "net_with_blobs"]
 
 def blob_counts(doc: Document) -> dict:
-    """{layer name: blob count} by type and parameters, None for a type without a rule (see the table)."""
-    counts = {}
-    for layer in doc.layers:
-        message = layer.field
-        kind = layer.type or ""
-        bottoms = len(message.bottom)
-        if kind in ("Convolution", "Deconvolution"):
-            counts[layer.name] = 1 + bool(message.convolution_param.bias_term)
-        elif kind == "InnerProduct":
-            counts[layer.name] = 1 + bool(message.inner_product_param.bias_term)
-        elif kind == "Embed":
-            counts[layer.name] = 1 + bool(message.embed_param.bias_term)
-        elif kind == "BatchNorm":
-            counts[layer.name] = 3
-        elif kind == "Scale":
-            counts[layer.name] = (bottoms < 2) + bool(message.scale_param.bias_term)
-        elif kind == "Bias":
-            counts[layer.name] = int(bottoms < 2)
-        elif kind == "PReLU":
-            counts[layer.name] = 1
-        elif kind in NO_BLOBS:
-            counts[layer.name] = 0
-        else:
-            counts[layer.name] = None
-    return counts
+    """{layer name: blob count} by type and parameters (net/layertypes.py), None for a type without a rule."""
+    return {layer.name: blob_count(layer.type, layer.field) for layer in doc.layers}
 
 
 def template_from_definition(doc: Document, values: dict, names: str, fold: bool, precision, notes: list) -> Document:

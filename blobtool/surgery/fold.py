@@ -21,21 +21,8 @@ them, computes with k[o] = gamma[o] / sqrt(var[o] + eps):
     W'[o] = W[o] * k[o]
     b'[o] = (b[o] - mean[o]) * k[o] + beta[o]    (b = 0 where it has no bias)
 
-Where output channel o lies in each layer's weight:
-
-===============  =====================================  ====================
-layer            weight                                 output channel axis
-===============  =====================================  ====================
-Convolution      (C_out, C_in / group, kernel...)       0
-InnerProduct     (N, K); legacy (1, 1, N, K)            0 of (N, K)
-InnerProduct,    (K, N); legacy (1, 1, K, N)            1 of (K, N)
-transpose: true
-Deconvolution    (C_in, C_out / group, kernel...)       1, within its group:
-                                                        channel g * C_out /
-                                                        group + j is [i, j]
-                                                        for the inputs i of
-                                                        group g
-===============  =====================================  ====================
+Where output channel o lies in each layer's weight is its type's row
+(net/layertypes.py: `channels`).
 
 Everything is computed in float64; the caller stores the results in the
 type the layer's blobs were stored in.
@@ -47,10 +34,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["FOLDABLE", "DEFAULT_EPS", "Folded", "batchnorm_statistics", "output_channels", "fold_params"]
+from ..net.layertypes import foldable, output_channels
 
-# The layer types a BatchNorm folds into: those computing W * input + b per output channel.
-FOLDABLE = ("Convolution", "Deconvolution", "InnerProduct")
+__all__ = ["DEFAULT_EPS", "Folded", "fold_params"]
 
 # batch_norm_param.eps's default, as the float Caffe reads it.
 DEFAULT_EPS = float(np.float32(1e-5))
@@ -64,54 +50,12 @@ class Folded:
     bias: np.ndarray
 
 
-def batchnorm_statistics(mean_sums, var_sums, factor) -> tuple[np.ndarray, np.ndarray]:
-    """(mean, var) in float64 from a BatchNorm's three blobs, as Caffe's BatchNormLayer uses them.
-
-    Mirrors batch_norm_layer.cpp: scale_factor = s == 0 ? 0 : 1 / s, with s
-    the single value of blob 2; mean = blob 0 * scale_factor, var = blob 1 *
-    scale_factor.
-    """
-    s = float(np.asarray(factor, dtype=np.float64).reshape(-1)[0])
-    f = 0.0 if s == 0 else 1.0 / s
-    mean = np.asarray(mean_sums, dtype=np.float64).reshape(-1) * f
-    var = np.asarray(var_sums, dtype=np.float64).reshape(-1) * f
-    return mean, var
-
-
-def output_channels(kind: str, shape: tuple, *, group: int = 1, transpose: bool = False) -> int | None:
-    """The output channels a weight of `shape` computes, by the table in this module's docstring.
-
-    None when the shape cannot be such a weight (too few axes, a
-    Deconvolution's inputs not a multiple of its groups).
-    """
-    shape = tuple(shape)
-    if kind == "InnerProduct":
-        matrix = _matrix_shape(shape)
-        if matrix is None:
-            return None
-        return matrix[1] if transpose else matrix[0]
-    if len(shape) < 2 or group < 1:
-        return None
-    if kind == "Deconvolution":
-        return shape[1] * group if shape[0] % group == 0 else None
-    return shape[0]
-
-
-def _matrix_shape(shape: tuple) -> tuple | None:
-    """An InnerProduct weight's 2-D shape: (N, K) as stored, or the last two axes of the legacy (1, 1, N, K)."""
-    if len(shape) == 2:
-        return shape
-    if len(shape) == 4 and shape[:2] == (1, 1):
-        return shape[2:]
-    return None
-
-
 def fold_params(kind: str, weight, bias, mean, var, eps: float, gamma=None, beta=None, *, group: int = 1,
                 transpose: bool = False) -> Folded:
-    """The weight and bias of a `kind` layer (FOLDABLE) with the BatchNorm (and Scale) after it folded in.
+    """The weight and bias of a `kind` layer (one a BatchNorm folds into) with the BatchNorm (and Scale) after it folded in.
 
     `weight` in its stored shape; `bias` 1-D or None (no bias: 0); `mean`
-    and `var` from batchnorm_statistics; `eps` batch_norm_param's; `gamma`
+    and `var` from net/batchnorm.statistics; `eps` batch_norm_param's; `gamma`
     and `beta` the Scale's (None: 1 and 0). `group` is a Deconvolution's
     (convolution_param.group), `transpose` an InnerProduct's
     (inner_product_param.transpose). Values past float64's range (a
@@ -138,11 +82,12 @@ def fold_params(kind: str, weight, bias, mean, var, eps: float, gamma=None, beta
 def _scale_channels(kind: str, weight: np.ndarray, k: np.ndarray, group: int, transpose: bool) -> np.ndarray:
     """`weight` with each output channel's values multiplied by k[channel]."""
     channels = k.size
-    if kind == "Deconvolution":
+    how = foldable(kind).channels
+    if how == "groups":
         inputs = weight.shape[0]
         per_group = channels // group
         view = weight.reshape(group, inputs // group, per_group, -1)
         return (view * k.reshape(group, 1, per_group, 1)).reshape(weight.shape)
-    if kind == "InnerProduct" and transpose:
+    if how == "matrix" and transpose:
         return (weight.reshape(-1, channels) * k).reshape(weight.shape)
     return (weight.reshape(channels, -1) * k[:, None]).reshape(weight.shape)

@@ -25,13 +25,11 @@ import dataclasses
 
 from ..errors import UsageError
 from ..formats import Document
+from ..net.layertypes import param_of
 from .foldplan import FoldPlan, blob_versions, definition_layers, outside_text, rename_why_not
 
 __all__ = ["folded_definition", "definition_text"]
 
-# The parameter message of each foldable type, by its name in LayerParameter.
-_PARAM_NAME = {"Convolution": "convolution_param", "Deconvolution": "convolution_param",
-               "InnerProduct": "inner_product_param"}
 
 
 def folded_definition(doc: Document, plan: FoldPlan, other: Document | None = None):
@@ -62,7 +60,7 @@ def folded_definition(doc: Document, plan: FoldPlan, other: Document | None = No
         del layer.top[:]
         layer.top.append(last.top[0])
         if fold.bias is None:
-            getattr(layer, _PARAM_NAME[fold.kind]).bias_term = True
+            getattr(layer, param_of(fold.kind)).bias_term = True
     return net
 
 

@@ -12,8 +12,8 @@ varint and float fields, the last one winning), or, where another
 definition of the same net is given (a deploy.prototxt, the net that will
 run), from its layer of the same name. Field numbers are Caffe's:
 NetParameter state = 6; LayerParameter top = 4, param = 6 (ParamSpec
-name = 1), include = 8, exclude = 9, convolution_param = 106,
-inner_product_param = 117, batch_norm_param = 139, scale_param = 142.
+name = 1), include = 8, exclude = 9; a parameter message's from the
+schema (formats/caffe/schema.py).
 """
 
 from __future__ import annotations
@@ -23,17 +23,17 @@ import struct
 from ..errors import FormatError
 from ..formats import Document, NetLayer, unique_names
 from ..formats.caffe import layer_links, wire
+from ..formats.caffe.schema import layer_field_name
+from ..formats.caffe.wire import signed
 from ..torchport.naming import layer_type
 
-__all__ = ["DeployedNet", "layer_fields", "blob_versions", "definition_layers", "signed", "PARAM_NAMES",
+__all__ = ["DeployedNet", "layer_fields", "blob_versions", "definition_layers", "signed",
            "MAX_LAYER_FIELDS"]
 
 # LayerParameter fields.
 TOP, PARAM, _INCLUDE, _EXCLUDE = 4, 6, 8, 9
 # NetParameter.state.
 _NET_STATE = 6
-# The parameter messages read, by their field name in LayerParameter (a definition's parsed layers).
-PARAM_NAMES = {106: "convolution_param", 117: "inner_product_param", 139: "batch_norm_param", 142: "scale_param"}
 
 # A layer as Caffe writes it has a few dozen fields besides its blobs; one
 # holding more is forged, and is refused rather than walked field by field.
@@ -106,12 +106,6 @@ def _net_state(doc: Document):
             part = _parse(pb.NetState, buf, f, doc.path, "the net's state")
             state = part if state is None else (state.MergeFrom(part) or state)
     return state
-
-
-def signed(value: int) -> int:
-    """An int32 field's value as read from its varint (a negative one is a 10-byte varint)."""
-    value &= (1 << 64) - 1
-    return value - (1 << 64) if value >> 63 else value
 
 
 def _param_names(doc: Document, fields: list) -> set:
@@ -223,7 +217,7 @@ class DeployedNet:
         message = self.defined(i)
         if message is None:
             return self.param(i, number)
-        return _message_values(getattr(message, PARAM_NAMES[number]))
+        return _message_values(getattr(message, layer_field_name(number)))
 
     def fields(self, i: int) -> list:
         if i not in self._fields:

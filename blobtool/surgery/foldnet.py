@@ -32,9 +32,12 @@ from ..formats.caffe import wire
 from ..formats.caffe.blobwrite import blob_encoded_size, encode_blob_parts, resolve_form
 from ..formats.writing import write_parts
 from ..formats.origin import Origin
-from .fold import Folded, batchnorm_statistics, fold_params
+from ..formats.caffe.schema import layer_field, layer_field_name, param_field
+from ..net.batchnorm import statistics as batchnorm_statistics
+from ..net.layertypes import param_of
+from .fold import Folded, fold_params
 from .folddef import definition_text
-from .foldplan import (BIAS_TERM, BLOBS, PARAM_FIELD, TOP, Fold, FoldPlan, check_foldable_net, layer_fields,
+from .foldplan import (BLOBS, TOP, Fold, FoldPlan, check_foldable_net, layer_fields,
                        plan_folds)
 
 __all__ = ["FoldResult", "fold_net", "fold_document", "output_form"]
@@ -213,7 +216,7 @@ def _layer_parts(doc: Document, fold: Fold, weight: Blob, bias: Blob) -> list:
     content = []
     blob_index = 0
     top_done = False
-    param = PARAM_FIELD[fold.kind]
+    param = layer_field(param_of(fold.kind))
     for f in layer_fields(doc, fold.target):
         if f.number == TOP and f.wire_type == wire.LEN and not top_done:
             content.append(wire.len_field_header(TOP, len(fold.top_bytes)) + fold.top_bytes)
@@ -239,9 +242,10 @@ def _layer_parts(doc: Document, fold: Fold, weight: Blob, bias: Blob) -> list:
 def _bias_term_on(buf, f, number: int, path) -> bytes:
     """A layer's parameter message with every bias_term set to true (absent, it is true by default)."""
     fields = []
+    bias_term = param_field(layer_field_name(number), "bias_term")
     for g in wire.iter_fields(buf, f.start, f.end, path=path):
-        if g.number == BIAS_TERM and g.wire_type == wire.VARINT:
-            fields.append(wire.encode_tag(BIAS_TERM, wire.VARINT) + wire.encode_varint(1))
+        if g.number == bias_term and g.wire_type == wire.VARINT:
+            fields.append(wire.encode_tag(bias_term, wire.VARINT) + wire.encode_varint(1))
         else:
             fields.append(bytes(buf[g.offset:g.end]))
     body = b"".join(fields)

@@ -37,13 +37,10 @@ one line per setting naming the layers; where the definition's value
 leaves no fold, the BatchNorm stays with it in the reason. The net's own
 use_global_stats is not read: a snapshot's holds its training setting.
 
-Everything else stays, with the reason. Field numbers are Caffe's:
-NetParameter state = 6; LayerParameter bottom = 3, top = 4, param = 6
-(ParamSpec name = 1), blobs = 7, include = 8, exclude = 9,
-convolution_param = 106 (bias_term = 2, group = 5, axis = 16),
-inner_product_param = 117 (bias_term = 2, axis = 5, transpose = 6),
-batch_norm_param = 139 (use_global_stats = 1, eps = 3, a float),
-scale_param = 142 (axis = 1, num_axes = 2, bias_term = 4).
+The types a BatchNorm folds into, their parameter message and where their
+output channels lie are their rows in net/layertypes.py; the settings'
+field numbers come from Caffe's schema (formats/caffe/schema.py).
+Everything else stays, with the reason.
 """
 
 from __future__ import annotations
@@ -52,22 +49,16 @@ from dataclasses import dataclass, field
 
 from ..errors import UsageError
 from ..formats import Document, Entry, NetLayer
-from .fold import DEFAULT_EPS, FOLDABLE, output_channels
-from .foldgraph import PARAM_NAMES, DeployedNet, blob_versions, definition_layers, layer_fields, signed
+from ..formats.caffe.schema import layer_field, param_field
+from ..net.layertypes import TYPES, foldable, output_channels, param_of
+from .fold import DEFAULT_EPS
+from .foldgraph import DeployedNet, blob_versions, definition_layers, layer_fields, signed
 
 __all__ = ["Fold", "Kept", "KeptScale", "Setting", "FoldPlan", "plan_folds", "check_foldable_net", "layer_fields",
-           "blob_versions", "rename_why_not", "definition_layers", "outside_text", "PARAM_FIELD", "TOP", "BLOBS",
-           "BIAS_TERM"]
+           "blob_versions", "rename_why_not", "definition_layers", "outside_text", "TOP", "BLOBS"]
 
 # LayerParameter fields.
 TOP, BLOBS = 4, 7
-# Each foldable type's parameter message (field in LayerParameter), and their bias_term (field 2).
-PARAM_FIELD = {"Convolution": 106, "Deconvolution": 106, "InnerProduct": 117}
-BIAS_TERM = 2
-_BATCH_NORM_PARAM, _SCALE_PARAM = 139, 142
-_CONV_GROUP, _CONV_AXIS, _IP_AXIS, _IP_TRANSPOSE = 5, 16, 5, 6
-_USE_GLOBAL_STATS, _EPS = 1, 3
-_SCALE_AXIS, _SCALE_NUM_AXES, _SCALE_BIAS_TERM = 1, 2, 4
 # Layers named in one reason, at most.
 _NAMED = 4
 
@@ -87,7 +78,7 @@ class Fold:
     """One BatchNorm (and its Scale) folded into `target`, which then writes `top`."""
 
     target: NetLayer
-    kind: str                       # the target's type: one of fold.FOLDABLE
+    kind: str                       # the target's type: one a BatchNorm folds into (net/layertypes.py)
     batchnorm: NetLayer
     scale: NetLayer | None
     top: str
@@ -236,6 +227,12 @@ def _value_text(value) -> str:
     return str(value)
 
 
+def _foldable_types() -> str:
+    """The types a BatchNorm folds into, as text ("Convolution, Deconvolution or InnerProduct")."""
+    names = [t.name for t in TYPES.values() if t.folds is not None]
+    return " or ".join(filter(None, [", ".join(names[:-1]), names[-1]]))
+
+
 def _fold_of(net: DeployedNet, i: int):
     """The Fold of BatchNorm layer i, or why it cannot fold (a str)."""
     bottoms, tops = net.links[i]
@@ -243,21 +240,19 @@ def _fold_of(net: DeployedNet, i: int):
         return f"it has {len(bottoms)} bottoms and {len(tops)} tops; Caffe's BatchNorm has one of each"
     source = net.inputs[i][0]
     if source is None:
-        return (f"its input {bottoms[0]!r} is a net input, not the output of a Convolution, Deconvolution or "
-                "InnerProduct")
+        return f"its input {bottoms[0]!r} is a net input, not the output of a {_foldable_types()}"
     p = source[0]
     target, kind = net.name(p), net.types[p]
-    if kind not in FOLDABLE:
-        return (f"its input {bottoms[0]!r} comes from {target} ({kind or 'no type'}), not a Convolution, "
-                "Deconvolution or InnerProduct")
+    if foldable(kind) is None:
+        return f"its input {bottoms[0]!r} comes from {target} ({kind or 'no type'}), not a {_foldable_types()}"
     others = [net.name(r) for r in net.readers[source] if r != i]
     if others:
         return f"its input {bottoms[0]!r} (from {target}) also feeds {_some(others)}"
     why = _target_why_not(net, p, target, kind)
     if why:
         return why
-    batchnorm = net.settings(i, _BATCH_NORM_PARAM)
-    if net.defined(i) is not None and batchnorm.get(_USE_GLOBAL_STATS, 1) == 0:
+    batchnorm = net.settings(i, layer_field("batch_norm_param"))
+    if net.defined(i) is not None and batchnorm.get(param_field("batch_norm_param", "use_global_stats"), 1) == 0:
         return (f"{net.definition.path} sets use_global_stats: false for it: there it normalizes with each "
                 "batch's own mean and variance, which no folded weight holds")
     stats = net.blobs.get(net.name(i), [])
@@ -269,26 +264,25 @@ def _fold_of(net: DeployedNet, i: int):
     if stats[1].count != channels or stats[2].count != 1:
         return (f"its blobs hold {', '.join(str(e.count) for e in stats)} values; Caffe's BatchNorm holds the "
                 "same count twice, then one factor")
-    conv = net.settings(p, PARAM_FIELD[kind])
+    param, how = param_of(kind), foldable(kind)
+    conv = net.settings(p, layer_field(param))
     where = net.where(p)
-    group, transpose = 1, False
-    if kind == "InnerProduct":
-        axis, transpose = signed(conv.get(_IP_AXIS, 1)), bool(conv.get(_IP_TRANSPOSE, 0))
-    else:
-        axis, group = signed(conv.get(_CONV_AXIS, 1)), conv.get(_CONV_GROUP, 1)
+    axis = signed(conv.get(param_field(param, how.axis), 1))
+    transpose = how.transpose and bool(conv.get(param_field(param, "transpose"), 0))
+    group = conv.get(param_field(param, "group"), 1) if how.group else 1
     if axis != 1:
         return f"{target} computes its channels on axis {axis}{where}; BatchNorm normalizes axis 1"
     layer_blobs = net.blobs[target]
     weight = layer_blobs[0]
     bias = layer_blobs[1] if len(layer_blobs) > 1 else None
-    bias_term = bool(conv.get(BIAS_TERM, 1))
+    bias_term = bool(conv.get(param_field(param, "bias_term"), 1))
     if bias_term != (bias is not None):
         return (f"{target} has bias_term: {_value_text(bias_term)}{where} and holds {len(layer_blobs)} blobs: "
                 "Caffe loads no such weights into it")
     computed = output_channels(kind, weight.shape, group=group, transpose=transpose)
     if computed != channels:
         what = "a shape that is no weight of its type" if computed is None else f"{computed} channels"
-        how = f"transpose {_value_text(transpose)}" if kind == "InnerProduct" else f"group {group}"
+        how = f"transpose {_value_text(transpose)}" if foldable(kind).transpose else f"group {group}"
         return f"{target}'s weight {weight.shape} ({how}{where}) computes {what}; it has {channels}"
     if bias is not None and bias.count != channels:
         return f"{target}'s bias holds {bias.count} values; it has {channels} channels"
@@ -304,7 +298,7 @@ def _fold_of(net: DeployedNet, i: int):
     if scale is not None:
         held = net.blobs[net.name(scale)]
         gamma, beta = held[0], (held[1] if len(held) > 1 else None)
-    eps = batchnorm.get(_EPS, DEFAULT_EPS)
+    eps = batchnorm.get(param_field("batch_norm_param", "eps"), DEFAULT_EPS)
     return Fold(net.layers[p], kind, net.layers[i], net.layers[scale] if scale is not None else None, top,
                 net.top_bytes(last), weight, bias, tuple(stats), gamma, beta, float(eps), group, transpose,
                 tuple(_settings_used(net, p, kind, i, scale)))
@@ -312,24 +306,23 @@ def _fold_of(net: DeployedNet, i: int):
 
 def _settings_used(net: DeployedNet, p: int, kind: str, i: int, scale: int | None) -> list:
     """A Setting for each value the fold read from the definition given that the net's own states otherwise."""
-    param = PARAM_FIELD[kind]
-    name = PARAM_NAMES[param]
-    read = [(i, _BATCH_NORM_PARAM, _EPS, DEFAULT_EPS, "batch_norm_param.eps"),
-            (p, param, BIAS_TERM, 1, f"{name}.bias_term")]
-    if kind == "InnerProduct":
-        read += [(p, param, _IP_AXIS, 1, f"{name}.axis"), (p, param, _IP_TRANSPOSE, 0, f"{name}.transpose")]
+    name, how = param_of(kind), foldable(kind)
+    read = [(i, "batch_norm_param", "eps", DEFAULT_EPS), (p, name, "bias_term", 1)]
+    if how.transpose:
+        read += [(p, name, how.axis, 1), (p, name, "transpose", 0)]
     else:
-        read.append((p, param, _CONV_AXIS, 1, f"{name}.axis"))
-        if kind == "Deconvolution":
-            read.append((p, param, _CONV_GROUP, 1, f"{name}.group"))
+        read.append((p, name, how.axis, 1))
+        if how.channels == "groups":  # the group moves a grouped weight's channels (a Convolution's stay on axis 0)
+            read.append((p, name, "group", 1))
     if scale is not None:
-        read += [(scale, _SCALE_PARAM, _SCALE_AXIS, 1, "scale_param.axis"),
-                 (scale, _SCALE_PARAM, _SCALE_NUM_AXES, 1, "scale_param.num_axes"),
-                 (scale, _SCALE_PARAM, _SCALE_BIAS_TERM, 0, "scale_param.bias_term")]
+        read += [(scale, "scale_param", "axis", 1), (scale, "scale_param", "num_axes", 1),
+                 (scale, "scale_param", "bias_term", 0)]
     found = []
-    for j, number, field_number, default, label in read:
+    for j, message, setting, default in read:
         if net.defined(j) is None:
             continue
+        label = f"{message}.{setting}"
+        number, field_number = layer_field(message), param_field(message, setting)
         value = net.settings(j, number).get(field_number, default)
         own = net.param(j, number).get(field_number, default)
         value, own = (signed(v) if isinstance(v, int) else v for v in (value, own))
@@ -378,9 +371,9 @@ def _scale_of(net: DeployedNet, i: int, channels: int):
     held = net.blobs.get(name, [])
     if len(held) not in (1, 2):
         return f"the Scale after it, {name}, holds {len(held)} blobs; gamma (and beta) expected"
-    settings = net.settings(s, _SCALE_PARAM)
+    settings = net.settings(s, layer_field("scale_param"))
     where = net.where(s)
-    bias_term = bool(settings.get(_SCALE_BIAS_TERM, 0))
+    bias_term = bool(settings.get(param_field("scale_param", "bias_term"), 0))
     if bias_term != (len(held) == 2):
         return (f"the Scale after it, {name}, has bias_term: {_value_text(bias_term)}{where} and holds "
                 f"{len(held)} blobs: Caffe loads no such weights into it")
@@ -389,7 +382,8 @@ def _scale_of(net: DeployedNet, i: int, channels: int):
                 f"{channels} channels expected")
     if any(e.dtype.kind in "iu" for e in held):
         return f"the Scale after it, {name}, holds its values as integers"
-    axis, num_axes = signed(settings.get(_SCALE_AXIS, 1)), signed(settings.get(_SCALE_NUM_AXES, 1))
+    axis = signed(settings.get(param_field("scale_param", "axis"), 1))
+    num_axes = signed(settings.get(param_field("scale_param", "num_axes"), 1))
     if axis != 1 or num_axes != 1:
         return (f"the Scale after it, {name}, has axis {axis} and num_axes {num_axes}{where}: not one value per "
                 "channel")

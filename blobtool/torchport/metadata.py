@@ -74,6 +74,9 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from ..formats.caffe import layer_param_values
+from ..formats.caffe.schema import param_field
+from ..formats.caffe.wire import signed as _signed
+from ..net.layertypes import row as type_row
 from .naming import TorchNames, layer_type, torch_names, typed_by
 
 __all__ = ["TorchExport", "named", "python_identifiers", "eps_warnings", "kind_counts", "read_export",
@@ -172,22 +175,26 @@ def _settings(types, doc, rows: list, final: dict, whole: bool) -> dict:
         if layer.name not in written and not (whole and kind in _NO_TENSORS):
             continue
         module = final.get(layer.name, layer.name)
-        if kind == "BatchNorm":
-            eps = layer_param_values(types, layer, "batch_norm_param").get(3, TORCH_EPS)
+        port = getattr(type_row(kind), "port", None)  # the settings a port of its type needs (net/layertypes.py)
+        if port == "batch_norm":
+            eps = layer_param_values(types, layer, "batch_norm_param").get(param_field("batch_norm_param", "eps"),
+                                                                           TORCH_EPS)
             found = {"eps": _float32_text(eps if isinstance(eps, float) else TORCH_EPS)}
-        elif kind == "InnerProduct":
-            axis = _signed(layer_param_values(types, layer, "inner_product_param").get(5, 1))
+        elif port == "inner_product":
+            axis = _signed(layer_param_values(types, layer, "inner_product_param").get(
+                param_field("inner_product_param", "axis"), 1))
             found = {"axis": str(axis)} if axis != 1 else {}
-        elif kind == "PReLU":
-            shared = layer_param_values(types, layer, "prelu_param").get(2, 0)
+        elif port == "prelu":
+            shared = layer_param_values(types, layer, "prelu_param").get(param_field("prelu_param", "channel_shared"),
+                                                                         0)
             found = {"channel_shared": "true" if shared else "false"}
-        elif kind in ("Convolution", "Deconvolution", "Pooling"):
+        elif port in ("convolution", "pooling"):
             if definitions is None:
                 definitions = _definitions(types)
             message = definitions[index] if definitions else None
             if message is None:
                 continue
-            if kind == "Pooling":
+            if port == "pooling":
                 found = _pooling(message.pooling_param)
             else:
                 found = _convolution(message.convolution_param, weights.get(layer.name))
@@ -261,11 +268,6 @@ def _pooling(p) -> dict:
 def _float32_text(value: float) -> str:
     """The shortest decimal text that reads back as the same float32 (numpy's repr: "0.001", "1e-05")."""
     return str(np.float32(value))
-
-
-def _signed(value) -> int:
-    value = int(value) & ((1 << 64) - 1)
-    return value - (1 << 64) if value >> 63 else value
 
 
 def python_identifiers(names: list) -> tuple[dict, list]:

@@ -73,7 +73,11 @@ from ..errors import FormatError, UsageError
 from ..formats import NAMING_SCHEMES, Document, Entry, select
 from ..formats.caffe import layer_links, layer_param_varints
 from ..formats.caffe.containers import V0_TYPE_NAMES
+from ..formats.caffe.schema import param_field
+from ..formats.caffe.wire import signed as _signed
 from ..formats.origin import Origin
+from ..net.batchnorm import caffe_factor, statistic
+from ..net.layertypes import row as type_row
 
 __all__ = ["SCHEMES", "V0_TYPE_NAMES", "Mapped", "TorchNames", "torch_names", "torch_pair", "typed_by",
            "has_layer_types", "TORCH_ONLY_BUFFERS"]
@@ -82,10 +86,7 @@ __all__ = ["SCHEMES", "V0_TYPE_NAMES", "Mapped", "TorchNames", "torch_names", "t
 SCHEMES = NAMING_SCHEMES
 
 
-# Layer types whose blobs 0 and 1 are a weight and a bias.
-_WEIGHT_BIAS = ("Convolution", "Deconvolution", "InnerProduct", "Embed")
 _PARAMS = ("weight", "bias")
-_BN_STATS = ("running_mean", "running_var")
 # Buffers a PyTorch BatchNorm module saves that Caffe has no blob for.
 TORCH_ONLY_BUFFERS = ("num_batches_tracked",)
 # Layers named in the warning about types without a rule, at most.
@@ -309,20 +310,15 @@ def _why_not_fold(doc, scale, bottoms, bn, others: list, groups: dict, param_var
     if len(bn_blobs) == 5:
         return f"{bn.name} holds its own scale and bias (NVIDIA Caffe's BatchNorm)"
     settings = param_varints(doc, scale, "scale_param")
-    axis = _signed(settings.get(1, 1))
-    if axis != 1 or settings.get(2, 1) != 1:
-        return f"scale_param axis {axis}, num_axes {_signed(settings.get(2, 1))}: not one value per channel"
+    axis = _signed(settings.get(param_field("scale_param", "axis"), 1))
+    num_axes = settings.get(param_field("scale_param", "num_axes"), 1)
+    if axis != 1 or num_axes != 1:
+        return f"scale_param axis {axis}, num_axes {_signed(num_axes)}: not one value per channel"
     channels = bn_blobs[0].count if bn_blobs else None
     gamma = groups[scale.name][0].count
     if channels is not None and gamma != channels:
         return f"it holds {gamma} values, {bn.name} {channels} channels"
     return None
-
-
-def _signed(value: int) -> int:
-    """An int32 field's value as read from its varint (negative ones are 10-byte varints)."""
-    value &= (1 << 64) - 1
-    return value - (1 << 64) if value >> 63 else value
 
 
 @dataclass
@@ -340,13 +336,16 @@ def _map_layer(doc: Document, types: Document, layer, kind: str, blobs: list, fo
         return _batchnorm(doc, name, blobs, warnings)
     rows = []
     bias_only = kind == "Scale" and _bottom_count(types, layer) > 1
+    rule = type_row(kind)
+    # A type whose blobs 0 and 1 are a weight and a bias, and a PyTorch module's (Conv2d, Linear, ...).
+    weight_bias = rule is not None and rule.torch is not None and rule.blobs == _PARAMS
     for index, entry in enumerate(blobs):
-        if kind in _WEIGHT_BIAS and index < 2:
+        if weight_bias and index < 2:
             if index == 0 and kind == "InnerProduct" and _transposed(types, layer):
                 rows.append(_transposed_weight(doc, entry, name))
                 continue
             shape = _weight_shape(kind, entry.shape) if index == 0 else (entry.count,)
-            rows.append(_view(entry, f"{name}.{_PARAMS[index]}", shape, name))
+            rows.append(_view(entry, f"{name}.{rule.torch_names[index]}", shape, name))
         elif kind == "Scale" and bias_only and index == 0:
             row = _view(entry, f"{name}.bias", (entry.count,), name)
             row.mapped.done += "; the Scale's scale is its second bottom: blob 0 is its bias"
@@ -381,7 +380,8 @@ def _bottom_count(doc: Document, layer) -> int:
 
 def _transposed(doc: Document, layer) -> bool:
     """Whether an InnerProduct stores its weight (K, N): inner_product_param.transpose (field 6) is true."""
-    return bool(layer_param_varints(doc, layer, "inner_product_param").get(6, 0))
+    return bool(layer_param_varints(doc, layer, "inner_product_param").get(param_field("inner_product_param",
+                                                                                        "transpose"), 0))
 
 
 def _transposed_weight(doc: Document, entry: Entry, layer: str) -> _Row:
@@ -452,6 +452,8 @@ def _batchnorm(doc: Document, layer: str, blobs: list, warnings: list) -> list:
                           "of the mean and variance, and a factor of shape (1,); NVIDIA Caffe's holds 5: "
                           "those, then its scale and bias, one value per channel", path=doc.path)
     factor = float(blobs[2].blob().cpu_data().reshape(-1)[0].astype(np.float64))
+    caffe = caffe_factor(factor)
+    names = type_row("BatchNorm").torch_names
     if factor == 0:
         done = f"set to 0: the factor ({blobs[2].name}) is 0, as Caffe then does"
     else:
@@ -461,12 +463,10 @@ def _batchnorm(doc: Document, layer: str, blobs: list, warnings: list) -> list:
         entry = blobs[index]
         src = entry.blob()
         values = src.cpu_data().astype(np.float64)
-        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-            # Caffe: scale_factor = s == 0 ? 0 : 1 / s, mean = scale_factor * sums.
-            result = values * 0.0 if factor == 0 else values / factor
-            stored = result.astype(src.dtype)
+        with np.errstate(over="ignore", invalid="ignore"):
+            stored = statistic(values, caffe).astype(src.dtype)  # Caffe's: the sums times 1 / s
         made = int(np.count_nonzero(np.isfinite(values) & ~np.isfinite(stored)))
-        name = f"{layer}.{_BN_STATS[index]}"
+        name = f"{layer}.{names[index]}"
         if made:
             warnings.append(f"{doc.path}: {name}: {made} values became Inf or NaN dividing {entry.name} "
                             f"by the BatchNorm factor {factor:.9g}")

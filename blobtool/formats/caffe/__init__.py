@@ -11,10 +11,9 @@ names below.
 
 from __future__ import annotations
 
-from .containers import (LAYER_PARAMS, MAX_LAYERS, MAX_NAME, V1_TYPE_NAMES, container_parts, layer_links,
+from .containers import (MAX_LAYERS, MAX_NAME, V1_TYPE_NAMES, container_parts, layer_links,
                          layer_param_values, layer_param_varints, read, save_blob, write, write_container, write_new)
 from .sniff import sniff
 
 __all__ = ["sniff", "read", "write", "write_new", "write_container", "save_blob", "container_parts", "MAX_LAYERS",
-           "MAX_NAME", "V1_TYPE_NAMES", "layer_links", "layer_param_varints", "layer_param_values",
-           "LAYER_PARAMS"]
+           "MAX_NAME", "V1_TYPE_NAMES", "layer_links", "layer_param_varints", "layer_param_values"]

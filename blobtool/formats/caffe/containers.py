@@ -35,13 +35,14 @@ from . import wire
 from .blobproto import BlobRecord, parse_blob, parse_errors
 from ..origin import Precision
 from .blobwrite import blob_encoded_size, encode_blob_parts, resolve_form, write_blob
+from .schema import layer_field
 from ..writing import write_parts
 from ...errors import BlobToolError, FormatError, OutputError, UsageError
 from ...files import atomic_output, display_name
 from .. import MAX_BLOBS, MAX_NAME, Document, Entry, NetLayer, unique_names
 
 __all__ = ["read", "write", "write_new", "write_container", "save_blob", "container_parts", "MAX_LAYERS", "MAX_NAME",
-           "V1_TYPE_NAMES", "V0_TYPE_NAMES", "layer_links", "layer_param_varints", "layer_param_values", "LAYER_PARAMS",
+           "V1_TYPE_NAMES", "V0_TYPE_NAMES", "layer_links", "layer_param_varints", "layer_param_values",
            "split_message", "text"]
 
 
@@ -252,19 +253,13 @@ def layer_links(doc: Document, layer: NetLayer) -> tuple[tuple, tuple]:
     return tuple(text(b) for b in message.bottom), tuple(text(t) for t in message.top)
 
 
-# Layer parameter messages --names torch reads a setting of: their field number in
-# LayerParameter (100) and in V1LayerParameter (2; None where V1 has none).
-LAYER_PARAMS = {"inner_product_param": (117, 17), "scale_param": (142, None), "prelu_param": (131, None),
-                "batch_norm_param": (139, None)}
-
-
 # A layer parameter message as Caffe writes it has a handful of fields; one
 # holding more is forged, and is refused rather than walked field by field.
 _MAX_PARAM_FIELDS = 1024
 
 
 def layer_param_varints(doc: Document, layer: NetLayer, param: str) -> dict:
-    """{field number: value} of the varint fields of a layer's `param` message (LAYER_PARAMS), last value winning.
+    """{field number: value} of the varint fields of a layer's `param` message ("scale_param"), last value winning.
 
     Only that message is read (its occurrences merge, as protobuf merges
     them); the layer's blobs and other fields are skipped in bulk, not parsed.
@@ -291,7 +286,7 @@ def layer_param_values(doc: Document, layer: NetLayer, param: str) -> dict:
         raw = getattr(f, param).SerializeToString()
         _param_fields(memoryview(raw), 0, len(raw), doc.path, layer, param, values)
         return values
-    number = LAYER_PARAMS[param][0 if f.number == 100 else 1]
+    number = layer_field(param, v1=f.number != 100)  # None: V1 has no such message
     if number is None:
         return values
     buf = memoryview(doc.source.buf)

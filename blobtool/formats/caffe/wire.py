@@ -113,6 +113,12 @@ def read_varint(buf, pos: int, end: int, *, path=None, what: str = "varint") -> 
             raise FormatError(f"{what} longer than {MAX_VARINT_BYTES} bytes", path=path, offset=start)
 
 
+def signed(value: int) -> int:
+    """An int32 or int64 field's value as read from its varint (a negative one is a 10-byte varint)."""
+    value = int(value) & ((1 << 64) - 1)
+    return value - (1 << 64) if value >> 63 else value
+
+
 def read_field(buf, pos: int, end: int, *, path=None, names: dict | None = None) -> Field:
     """Read the field whose tag starts at `pos`, checking its length against `end`.
 

@@ -1,0 +1,41 @@
+"""Caffe's schema asked for its field numbers: from the generated descriptors (proto/), never typed in.
+
+The module that parses a layer by hand (the wire format, without protobuf)
+still needs each field's number; these functions give them from
+blobtool_caffe.proto's descriptors, which hold Caffe's own numbers. protobuf
+is imported on the first question, not at import (the command's start-up).
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+__all__ = ["layer_field", "param_field", "layer_field_name"]
+
+
+def _pb():
+    from ..._pb import blobtool_caffe_pb2 as pb  # protobuf loads only where the schema is asked
+
+    return pb
+
+
+@lru_cache(maxsize=None)
+def layer_field(name: str, v1: bool = False) -> int | None:
+    """The number of LayerParameter's field `name` (V1LayerParameter's with `v1`), None where it has none."""
+    message = _pb().V1LayerParameter if v1 else _pb().LayerParameter
+    fd = message.DESCRIPTOR.fields_by_name.get(name)
+    return None if fd is None else fd.number
+
+
+@lru_cache(maxsize=None)
+def param_field(param: str, name: str) -> int:
+    """The number of field `name` in the layer parameter message `param` ("convolution_param", "group": 5)."""
+    message = _pb().LayerParameter.DESCRIPTOR.fields_by_name[param].message_type
+    return message.fields_by_name[name].number
+
+
+@lru_cache(maxsize=None)
+def layer_field_name(number: int) -> str | None:
+    """The name of LayerParameter's field `number` (106: "convolution_param"), None where it has none."""
+    fd = _pb().LayerParameter.DESCRIPTOR.fields_by_number.get(number)
+    return None if fd is None else fd.name
