@@ -136,16 +136,15 @@ def _eltwise(p: dict) -> list:
     return out
 
 
-# Layer type -> (its parameter message, the short form of it).
-_RULES = {
-    "Convolution": ("convolution_param", _convolution),
-    "Deconvolution": ("convolution_param", _convolution),
-    "Pooling": ("pooling_param", _pooling),
-    "InnerProduct": ("inner_product_param", _inner_product),
-    "BatchNorm": ("batch_norm_param", _batch_norm),
-    "Scale": ("scale_param", _scale),
-    "Input": ("input_param", _input),
-    "Eltwise": ("eltwise_param", _eltwise),
+# A parameter message (a layer type's, net/layertypes.py) -> its short form.
+_SHORT = {
+    "convolution_param": _convolution,
+    "pooling_param": _pooling,
+    "inner_product_param": _inner_product,
+    "batch_norm_param": _batch_norm,
+    "scale_param": _scale,
+    "input_param": _input,
+    "eltwise_param": _eltwise,
 }
 
 
@@ -167,9 +166,11 @@ def _generic(d: dict) -> list:
 
 def summary(d: dict) -> str:
     """A layer's parameters in short (see the module doc); "" when it sets none."""
-    rule = _RULES.get(d.get("type", ""))
-    if rule is not None:
-        param, short = rule
+    from ..net.layertypes import param_of
+
+    param = param_of(d.get("type", ""))
+    short = _SHORT.get(param)
+    if short is not None:
         parts = short(d.get(param, {}))
         rest = {k: v for k, v in d.items() if k != param}
         parts += _generic(rest)
