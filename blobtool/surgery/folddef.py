@@ -26,7 +26,8 @@ import dataclasses
 from ..errors import UsageError
 from ..formats import Document
 from ..net.layertypes import param_of
-from .foldplan import FoldPlan, blob_versions, definition_layers, outside_text, rename_why_not
+from ..net.graph import blob_versions
+from .foldplan import FoldPlan, definition_layers, outside_text, rename_why_not
 
 __all__ = ["folded_definition", "definition_text"]
 

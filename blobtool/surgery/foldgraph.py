@@ -25,9 +25,10 @@ from ..formats import Document, NetLayer, unique_names
 from ..formats.caffe import layer_links, wire
 from ..formats.caffe.schema import layer_field_name
 from ..formats.caffe.wire import signed
+from ..net.graph import blob_versions
 from ..torchport.naming import layer_type
 
-__all__ = ["DeployedNet", "layer_fields", "blob_versions", "definition_layers", "signed",
+__all__ = ["DeployedNet", "layer_fields", "definition_layers", "signed",
            "MAX_LAYER_FIELDS"]
 
 # LayerParameter fields.
@@ -118,26 +119,6 @@ def _param_names(doc: Document, fields: list) -> set:
                 if g.number == 1 and g.wire_type == wire.LEN:
                     names.add(bytes(buf[g.start:g.end]))
     return names
-
-
-def blob_versions(links: list) -> tuple[list, dict]:
-    """Each blob name followed version by version through layers given as (bottoms, tops), in order.
-
-    Returns (per layer, the version each bottom reads: (writer's index, which
-    of its tops), or None for a net input; {version: indices of the layers
-    reading it}). An in-place layer reads one version and writes the next.
-    """
-    current: dict = {}
-    inputs: list = []
-    readers: dict = {}
-    for i, (bottoms, tops) in enumerate(links):
-        versions = [current.get(b) for b in bottoms]
-        inputs.append(versions)
-        for v in dict.fromkeys(v for v in versions if v is not None):
-            readers.setdefault(v, []).append(i)
-        for k, top in enumerate(tops):
-            current[top] = (i, k)
-    return inputs, readers
 
 
 def definition_layers(doc: Document) -> tuple[list, list]:

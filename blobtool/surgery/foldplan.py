@@ -52,10 +52,11 @@ from ..formats import Document, Entry, NetLayer
 from ..formats.caffe.schema import layer_field, param_field
 from ..net.layertypes import TYPES, foldable, output_channels, param_of
 from .fold import DEFAULT_EPS
-from .foldgraph import DeployedNet, blob_versions, definition_layers, layer_fields, signed
+from ..net.graph import blob_versions
+from .foldgraph import DeployedNet, definition_layers, layer_fields, signed
 
 __all__ = ["Fold", "Kept", "KeptScale", "Setting", "FoldPlan", "plan_folds", "check_foldable_net", "layer_fields",
-           "blob_versions", "rename_why_not", "definition_layers", "outside_text", "TOP", "BLOBS"]
+           "rename_why_not", "definition_layers", "outside_text", "TOP", "BLOBS"]
 
 # LayerParameter fields.
 TOP, BLOBS = 4, 7

@@ -190,20 +190,19 @@ def _name_edits(buf, path, lf, name: bytes) -> list:
 def dropped(doc: Document, drops) -> list:
     """One line per dropped layer whose output later layers read: those layers, left as they are."""
     from ..formats.caffe import layer_links
+    from ..net.graph import blob_versions
 
-    current: dict = {}        # blob name -> the layer whose output it holds now
+    links = [layer_links(doc, layer) for layer in doc.layers]
+    inputs, _ = blob_versions(links)
     readers: dict = {}        # dropped layer -> {layer reading its output: [tops read]}
     in_place: dict = {}       # dropped layer -> its tops that were also its bottoms
-    for layer in doc.layers:
-        bottoms, tops = layer_links(doc, layer)
-        for bottom in dict.fromkeys(bottoms):
-            writer = current.get(bottom)
+    for layer, (bottoms, tops), versions in zip(doc.layers, links, inputs):
+        for bottom, version in dict(zip(bottoms, versions)).items():  # each name once (it reads one version)
+            writer = doc.layers[version[0]].name if version is not None else None
             if writer in drops and writer != layer.name:
                 readers.setdefault(writer, {}).setdefault(layer.name, []).append(bottom)
         if layer.name in drops:
             in_place[layer.name] = [top for top in tops if top in bottoms]
-        for top in tops:
-            current[top] = layer.name
     lines = []
     for name in drops:
         found = readers.get(name)

@@ -77,6 +77,7 @@ from ..formats.caffe.schema import param_field
 from ..formats.caffe.wire import signed as _signed
 from ..formats.origin import Origin
 from ..net.batchnorm import caffe_factor, statistic
+from ..net.graph import blob_versions
 from ..net.layertypes import row as type_row
 
 __all__ = ["SCHEMES", "V0_TYPE_NAMES", "Mapped", "TorchNames", "torch_names", "torch_pair", "typed_by",
@@ -274,25 +275,20 @@ def _fold_targets(doc: Document, groups: dict) -> tuple[dict, dict]:  # doc: the
     one axis), as many channels as the BatchNorm's, and the BatchNorm must
     hold no scale of its own (NVIDIA Caffe's five blobs).
     """
-    current: dict = {}    # blob name -> (writer layer, version number) of what it holds now
-    readers: dict = {}    # version number -> names of the layers that read it
-    candidates = []       # (Scale layer, its bottoms, BatchNorm layer, version)
-    for number, layer in enumerate(doc.layers):
-        bottoms, tops = layer_links(doc, layer)
-        for bottom in dict.fromkeys(bottoms):
-            held = current.get(bottom)
-            if held is not None:
-                readers.setdefault(held[1], []).append(layer.name)
+    layers = doc.layers
+    links = [layer_links(doc, layer) for layer in layers]
+    inputs, readers = blob_versions(links)
+    candidates = []       # (Scale layer, its bottoms, BatchNorm layer, the version the Scale reads)
+    for number, layer in enumerate(layers):
+        bottoms = links[number][0]
         if layer_type(layer.type) == "Scale" and bottoms and groups.get(layer.name):
-            held = current.get(bottoms[0])
-            if held is not None and layer_type(held[0].type) == "BatchNorm":
-                candidates.append((layer, bottoms, held[0], held[1]))
-        for top in tops:
-            current[top] = (layer, number)
+            held = inputs[number][0]
+            if held is not None and layer_type(layers[held[0]].type) == "BatchNorm":
+                candidates.append((layer, bottoms, layers[held[0]], held))
     targets, apart = {}, {}
     for scale, bottoms, bn, version in candidates:
-        why = _why_not_fold(doc, scale, bottoms, bn, [r for r in readers.get(version, []) if r != scale.name],
-                            groups, layer_param_varints)
+        others = [layers[r].name for r in readers.get(version, []) if layers[r].name != scale.name]
+        why = _why_not_fold(doc, scale, bottoms, bn, others, groups, layer_param_varints)
         if why is None:
             targets[scale.name] = bn.name
         else:
