@@ -52,7 +52,7 @@ from ..formats import Document, Entry, NetLayer
 from ..formats.caffe.schema import layer_field, param_field
 from ..net.layertypes import TYPES, foldable, output_channels, param_of
 from .fold import DEFAULT_EPS
-from ..net.graph import blob_versions
+from ..net.graph import NOT_PER_CHANNEL, OTHER_COUNT, OTHER_READERS, SECOND_BOTTOM, blob_versions, scale_merge
 from .foldgraph import DeployedNet, definition_layers, layer_fields, signed
 
 __all__ = ["Fold", "Kept", "KeptScale", "Setting", "FoldPlan", "plan_folds", "check_foldable_net", "layer_fields",
@@ -362,30 +362,34 @@ def _scale_of(net: DeployedNet, i: int, channels: int):
     s = scales[0]
     name = net.name(s)
     others = [net.name(r) for r in readers if r != s]
-    if others:
-        return f"its output feeds {_some(others)} besides the Scale {name}"
     bottoms, tops = net.links[s]
-    if len(bottoms) != 1:
-        return f"the Scale after it, {name}, takes its scale from a second bottom, not from its blobs"
-    if len(tops) != 1:
-        return f"the Scale after it, {name}, has {len(tops)} tops"
     held = net.blobs.get(name, [])
-    if len(held) not in (1, 2):
-        return f"the Scale after it, {name}, holds {len(held)} blobs; gamma (and beta) expected"
     settings = net.settings(s, layer_field("scale_param"))
     where = net.where(s)
+    axis = signed(settings.get(param_field("scale_param", "axis"), 1))
+    num_axes = signed(settings.get(param_field("scale_param", "num_axes"), 1))
+    why = scale_merge(others=others, bottoms=len(bottoms), batchnorm_blobs=len(net.blobs.get(net.name(i), [])),
+                      axis=axis, num_axes=num_axes, counts=[e.count for e in held], channels=channels)
+    reason, detail = why if why is not None else (None, None)
+    if reason == OTHER_READERS:
+        return f"its output feeds {_some(detail)} besides the Scale {name}"
+    if reason == SECOND_BOTTOM:
+        return f"the Scale after it, {name}, takes its scale from a second bottom, not from its blobs"
+    # What Caffe loads into the Scale, and what folding computes with.
+    if len(tops) != 1:
+        return f"the Scale after it, {name}, has {len(tops)} tops"
+    if len(held) not in (1, 2):
+        return f"the Scale after it, {name}, holds {len(held)} blobs; gamma (and beta) expected"
     bias_term = bool(settings.get(param_field("scale_param", "bias_term"), 0))
     if bias_term != (len(held) == 2):
         return (f"the Scale after it, {name}, has bias_term: {_value_text(bias_term)}{where} and holds "
                 f"{len(held)} blobs: Caffe loads no such weights into it")
-    if any(e.count != channels for e in held):
+    if reason == OTHER_COUNT:
         return (f"the Scale after it, {name}, holds {', '.join(str(e.count) for e in held)} values; "
                 f"{channels} channels expected")
     if any(e.dtype.kind in "iu" for e in held):
         return f"the Scale after it, {name}, holds its values as integers"
-    axis = signed(settings.get(param_field("scale_param", "axis"), 1))
-    num_axes = signed(settings.get(param_field("scale_param", "num_axes"), 1))
-    if axis != 1 or num_axes != 1:
+    if reason == NOT_PER_CHANNEL:
         return (f"the Scale after it, {name}, has axis {axis} and num_axes {num_axes}{where}: not one value per "
                 "channel")
     return s

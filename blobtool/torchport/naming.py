@@ -77,7 +77,7 @@ from ..formats.caffe.schema import param_field
 from ..formats.caffe.wire import signed as _signed
 from ..formats.origin import Origin
 from ..net.batchnorm import caffe_factor, statistic
-from ..net.graph import blob_versions
+from ..net.graph import NOT_PER_CHANNEL, OTHER_READERS, OWN_SCALE, SECOND_BOTTOM, blob_versions, scale_merge
 from ..net.layertypes import row as type_row
 
 __all__ = ["SCHEMES", "V0_TYPE_NAMES", "Mapped", "TorchNames", "torch_names", "torch_pair", "typed_by",
@@ -297,24 +297,27 @@ def _fold_targets(doc: Document, groups: dict) -> tuple[dict, dict]:  # doc: the
 
 
 def _why_not_fold(doc, scale, bottoms, bn, others: list, groups: dict, param_varints) -> str | None:
-    """Why a Scale after BatchNorm `bn` cannot become that BatchNorm's weight and bias, or None when it can."""
-    if others:
-        return f"{_some(others)} also read{'s' if len(others) == 1 else ''} {bn.name}'s output"
-    if len(bottoms) > 1:
-        return "its scale is its second bottom, not a blob"
+    """Why a Scale after BatchNorm `bn` cannot become that BatchNorm's weight and bias, or None (net/graph.py's rule)."""
     bn_blobs = groups.get(bn.name, [])
-    if len(bn_blobs) == 5:
-        return f"{bn.name} holds its own scale and bias (NVIDIA Caffe's BatchNorm)"
     settings = param_varints(doc, scale, "scale_param")
     axis = _signed(settings.get(param_field("scale_param", "axis"), 1))
-    num_axes = settings.get(param_field("scale_param", "num_axes"), 1)
-    if axis != 1 or num_axes != 1:
-        return f"scale_param axis {axis}, num_axes {_signed(num_axes)}: not one value per channel"
+    num_axes = _signed(settings.get(param_field("scale_param", "num_axes"), 1))
+    counts = [e.count for e in groups[scale.name]]
     channels = bn_blobs[0].count if bn_blobs else None
-    gamma = groups[scale.name][0].count
-    if channels is not None and gamma != channels:
-        return f"it holds {gamma} values, {bn.name} {channels} channels"
-    return None
+    why = scale_merge(others=others, bottoms=len(bottoms), batchnorm_blobs=len(bn_blobs), axis=axis,
+                      num_axes=num_axes, counts=counts, channels=channels)
+    if why is None:
+        return None
+    reason, detail = why
+    if reason == OTHER_READERS:
+        return f"{_some(detail)} also read{'s' if len(detail) == 1 else ''} {bn.name}'s output"
+    if reason == SECOND_BOTTOM:
+        return "its scale is its second bottom, not a blob"
+    if reason == OWN_SCALE:
+        return f"{bn.name} holds its own scale and bias (NVIDIA Caffe's BatchNorm)"
+    if reason == NOT_PER_CHANNEL:
+        return f"scale_param axis {axis}, num_axes {num_axes}: not one value per channel"
+    return f"it holds {next(c for c in detail if c != channels)} values, {bn.name} {channels} channels"
 
 
 @dataclass
