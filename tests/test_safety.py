@@ -532,6 +532,39 @@ def test_a_read_error_in_an_input_changed_meanwhile_is_reported_as_the_change_on
                              "reported once\n")
 
 
+READ_THEN_SIGNALLED = """
+import os, signal, sys
+from blobtool.files import mapped, pages
+from blobtool import files as source
+from blobtool.errors import FormatError
+
+source.guard_inputs()
+path = sys.argv[1]
+writer = os.open(path, os.O_WRONLY)  # held open for writing: no lease, the input is watched
+opened = source.open_source(path)
+(reader,) = mapped._watched
+signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGIO})  # the writer's news comes after the read sees it
+os.ftruncate(writer, 8)
+try:
+    pages.read_mapped(reader, 0, bytearray(64))
+except FormatError as exc:
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGIO})  # while the error is on its way
+    os.kill(os.getpid(), signal.SIGIO)
+    print(exc)
+"""
+
+
+@needs_leases
+def test_a_change_a_read_found_is_not_stopped_again_by_the_writers_signal(tmp_path):
+    # A worker process's read found its input cut short; the writer's SIGIO came while the pool
+    # formatted that error for the parent, and a second error (Stopped) killed the worker (exit 70).
+    path = write_float_blob(tmp_path / "in.pb", 100_000)
+    result = subprocess.run([sys.executable, "-c", READ_THEN_SIGNALLED, str(path)], env=subprocess_env(),
+                            capture_output=True, text=True, timeout=60)
+    assert (result.returncode, result.stderr) == (0, "")
+    assert result.stdout == f"{path}: changed while it was read: it ends at byte 8, before the 64 bytes wanted from byte 0\n"
+
+
 BATCH_SETTLED = """
 import os, signal, sys
 from blobtool import files as source

@@ -347,7 +347,19 @@ def check_inputs() -> None:
         raise FormatError(WRITTEN, path=changed)
 
 
-_raised: set = set()  # inputs whose change check_inputs raised: SIGIO stops nothing more for them
+def raising_change(error: FormatError) -> FormatError:
+    """`error`, a change found in its input by a read, about to be raised: the writer's SIGIO stops nothing more.
+
+    The SIGIO of the write may come after the read saw its effect, while
+    the error is on its way (in a worker process, while the pool formats
+    it for the parent): a Stopped raised then would replace it, and there
+    the worker would die instead of reporting it.
+    """
+    _raised.add(error.path)
+    return error
+
+
+_raised: set = set()  # inputs whose change check_inputs or a read raised: SIGIO stops nothing more for them
 
 
 _faults_caught = False

@@ -16,7 +16,7 @@ import os
 
 from ..engine.work import current, using
 from ..errors import FormatError
-from .mapped import _mapped, _mapping_of, _name_of, _unwritten, _watched, check_inputs
+from .mapped import _mapped, _mapping_of, _name_of, _unwritten, _watched, check_inputs, raising_change
 
 __all__ = ["MappedPages", "PAGES", "releasing", "release_pages", "file_behind", "read_mapped"]
 
@@ -115,7 +115,7 @@ def read_mapped(fd: int, offset: int, into) -> None:
             err = FormatError(f"changed while it was read: it ends at byte {offset + done}, before the "
                               f"{len(view)} bytes wanted from byte {offset}", path=_name_of(fd))
             err.offset = offset + done  # where the message says it ends
-            raise err
+            raise raising_change(err)
         done += n
     if fd in _watched:  # a lease given up, or none had: look for writers here too (about 2 us a read)
         check_inputs()
