@@ -14,8 +14,8 @@ import warnings
 from .engine.blob import Blob
 from .engine.float16 import HALF, half_precisions
 from .formats.writing import Unread, check_layout
-from .errors import FormatError, UsageError
-from .formats import Document, Entry, module, open_document, reading
+from .errors import FormatError, UsageError, parameter
+from .formats import NAMING_SCHEMES, Document, Entry, module, open_document, reading
 from .formats.origin import Precision
 from .formats.targets import output_target
 from .files import releasing, writes_in_place
@@ -58,7 +58,8 @@ def load_all(src, kind: str | None = None, *, key: str | None = None) -> dict:
 def state_dict(src, names: str = "torch", *, kind: str | None = None, key: str | None = None, warn=None) -> dict:
     """Every blob of a file as {name: numpy array}, named as PyTorch names them (default) or as blobtool does.
 
-    With names="torch" a .caffemodel's blobs are renamed by layer type as
+    With names="torch" (or "torch-identifiers", each module name made a
+    Python identifier as ``--names torch-identifiers`` makes it) a .caffemodel's blobs are renamed by layer type as
     ``convert --names torch`` names them (torchport/naming.py: BatchNorm
     statistics divided by their factor, a Scale after a BatchNorm under the
     BatchNorm's name, ...), so that ``model.load_state_dict({k:
@@ -69,16 +70,16 @@ def state_dict(src, names: str = "torch", *, kind: str | None = None, key: str |
     (layer types without a rule) go to `warn(line)` (default: warnings.warn).
     `key` picks a PyTorch checkpoint's state dict, as in load_all.
     """
-    if names not in ("torch", "blobtool"):
-        raise UsageError(f"unknown naming scheme {names!r}; expected torch or blobtool")
+    if names not in NAMING_SCHEMES:
+        raise UsageError(f"unknown naming scheme {names!r}; expected {', '.join(NAMING_SCHEMES)}")
     with reading(key=key):
         doc = open_document(src, kind)
     with doc:
         entries = doc.entries
-        if names == "torch" and doc.kind == "net":
-            from .torchport.naming import torch_names
+        if names != "blobtool" and doc.kind == "net":
+            from .torchport.metadata import named
 
-            renamed = torch_names(doc)
+            renamed = named(doc, scheme=names)
             _say(renamed.warnings, warn)
             entries = renamed.document.entries
         return {e.name: e.blob().cpu_data().reshape(e.shape).copy() for e in entries}
@@ -213,7 +214,7 @@ def write(doc: Document | None, blobs, dest, *, format: str | None = None, preci
     precision = resolve_precision(doc, entries, blob_list, precision, write_diff=write_diff, transforms=transforms,
                                   half_strict=half_strict, warn=warn)
     if doc is not None and doc.naming != "blobtool" and fmt.name == doc.format and kind == doc.kind:
-        raise UsageError(f"blobs renamed with --names {doc.naming} cannot be written back into the {kind} they "
+        raise UsageError(f"blobs renamed with {parameter('names', True)}{doc.naming} cannot be written back into the {kind} they "
                          "came from; write .safetensors, .npz or .npy")
     if writes_in_place(dest):
         _read_unread(doc, entries, blob_list, fmt, kind)
@@ -278,7 +279,7 @@ def _write_into_definition(definition, blobs, dest, *, names, partial, reshape, 
     from .surgery.into import fit
 
     if partial:
-        raise UsageError("--partial keeps a template's values, and a .prototxt holds none: every blob needs a value",
+        raise UsageError(f"{parameter('partial')} keeps a template's values, and a .prototxt holds none: every blob needs a value",
                          path=definition.path)
     notes: list = []
     template = template_from_definition(definition, blobs, names, fold, precision, notes)
@@ -302,7 +303,7 @@ def _write_definition(doc: Document, dest, fmt, *, precision, layout, strict: bo
     found = definition(doc)
     lines = found.lost_lines(doc.path) + found.escaped_lines(doc.path)
     if lines and strict:
-        raise UsageError(f"{lines[0]}; --strict refuses to leave them out ({len(lines)} such line"
+        raise UsageError(f"{lines[0]}; {parameter('strict')} refuses to leave them out ({len(lines)} such line"
                          f"{'s' * (len(lines) != 1)})")
     for line in lines:
         (warn or warnings.warn)(line if "written as escapes" in line else f"{line}; left out of the text")
