@@ -49,8 +49,9 @@ def debug_traceback(exc: BaseException) -> None:
 
 
 # The option that gives each library parameter an error names, where its name
-# is not the parameter's with "_" as "-" (blob -> --blob, strip_prefix -> --strip-prefix).
-OPTIONS = {}
+# is not the parameter's with "_" as "-" (strip_prefix -> --strip-prefix):
+# select()'s patterns and write()'s blobs are what --blob chooses.
+OPTIONS = {"patterns": "--blob", "blobs": "--blob"}
 
 
 def option_name(parameter: str) -> str:

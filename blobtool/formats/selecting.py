@@ -31,7 +31,7 @@ def select(doc: Document, patterns) -> list:
         if not hits:
             names = ", ".join(doc.names()) or "none"
             shown = repr(pattern) if listed == pattern else f"'{listed}'"
-            raise FormatError(f"{parameter('blob', True)}{shown} selects nothing; blobs: {names}", path=doc.path)
+            raise FormatError(f"{parameter('patterns', True)}{shown} selects nothing; blobs: {names}", path=doc.path)
         chosen.update(hits)
     return [e for i, e in enumerate(doc.entries) if i in chosen]
 
