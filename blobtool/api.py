@@ -128,7 +128,7 @@ def write(doc: Document | None, blobs, dest, *, format: str | None = None, preci
           layout: str | None = None, write_diff: bool | None = None, transforms: dict | None = None,
           release: bool = False, half_strict: bool = False, warn=None, strict: bool = False, into=None,
           names: str = "blobtool", partial: bool = False, reshape: bool = False, fold: bool = True,
-          net=None) -> str:
+          net=None, strip_prefix: str | None = None, add_prefix: str | None = None) -> str:
     """Write blobs to `dest` (a path, "-" or a binary file object) in any format blobtool writes.
 
     Parameters
@@ -179,12 +179,17 @@ def write(doc: Document | None, blobs, dest, *, format: str | None = None, preci
         written with --no-fold; `net` (a Document) gives the layer types of
         a template without them (an HDF5 snapshot), as --net does.
         `precision` None keeps the template's stored types.
+        The values' names lose `strip_prefix` (when they start with it) and
+        gain `add_prefix` first; given neither, a prefix that makes more of
+        them the template's names (a wrapper's "module.") is found, used and
+        said to `warn` (surgery/prefixed.py); strip_prefix="" turns that off.
+        Two names made one are a UsageError.
 
     Returns the kind written. Paths are written atomically.
     """
     if into is not None:
         return _write_into(doc, blobs, dest, into, names=names, partial=partial, reshape=reshape, fold=fold,
-                           net=net, format=format, precision=precision, layout=layout, release=release,
+                           net=net, prefixes=(strip_prefix, add_prefix), format=format, precision=precision, layout=layout, release=release,
                            half_strict=half_strict, warn=warn)
     if doc is None and blobs is None:
         raise UsageError("write: nothing to write (no document and no blobs)")
@@ -241,9 +246,11 @@ def resolve_precision(doc: Document | None, entries: list, blobs: list, precisio
                             narrow=HALF if precision == "half" else BFLOAT16)
 
 
-def _write_into(doc, blobs, dest, into, *, names, partial, reshape, fold, net, precision, warn, **options) -> str:
+def _write_into(doc, blobs, dest, into, *, names, partial, reshape, fold, net, prefixes, precision, warn,
+                **options) -> str:
     """write(into=...): the values fitted into the template's blobs (surgery.into.fit), then the template written."""
     from .surgery.into import fit
+    from .surgery.prefixed import prefixed
 
     if blobs is None:
         if doc is None:
@@ -257,6 +264,7 @@ def _write_into(doc, blobs, dest, into, *, names, partial, reshape, fold, net, p
         blobs = {e.name: e for e in doc.entries}   # read when fitted; buffers Caffe has no blob for never are
     source = doc.path if doc is not None else "the values"
     template = into if isinstance(into, Document) else open_document(into)
+    blobs = prefixed(blobs, source, template, names, fold, net, *prefixes, warn=lambda line: _say([line], warn))
     if template.format == "prototxt":
         return _write_into_definition(template, blobs, dest, names=names, partial=partial, reshape=reshape,
                                       fold=fold, precision=precision, warn=warn, source=source, **options)
