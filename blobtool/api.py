@@ -14,8 +14,8 @@ import warnings
 from .engine.blob import Blob
 from .engine.float16 import HALF, half_precisions
 from .formats.writing import Unread, check_layout
-from .errors import FormatError, UsageError
-from .formats import Document, Entry, module, open_document, reading
+from .errors import FormatError, UsageError, parameter
+from .formats import NAMING_SCHEMES, Document, Entry, module, open_document, reading
 from .formats.origin import Precision
 from .formats.targets import output_target
 from .files import releasing, writes_in_place
@@ -58,7 +58,8 @@ def load_all(src, kind: str | None = None, *, key: str | None = None) -> dict:
 def state_dict(src, names: str = "torch", *, kind: str | None = None, key: str | None = None, warn=None) -> dict:
     """Every blob of a file as {name: numpy array}, named as PyTorch names them (default) or as blobtool does.
 
-    With names="torch" a .caffemodel's blobs are renamed by layer type as
+    With names="torch" (or "torch-identifiers", each module name made a
+    Python identifier as ``--names torch-identifiers`` makes it) a .caffemodel's blobs are renamed by layer type as
     ``convert --names torch`` names them (torchport/naming.py: BatchNorm
     statistics divided by their factor, a Scale after a BatchNorm under the
     BatchNorm's name, ...), so that ``model.load_state_dict({k:
@@ -69,16 +70,16 @@ def state_dict(src, names: str = "torch", *, kind: str | None = None, key: str |
     (layer types without a rule) go to `warn(line)` (default: warnings.warn).
     `key` picks a PyTorch checkpoint's state dict, as in load_all.
     """
-    if names not in ("torch", "blobtool"):
-        raise UsageError(f"unknown naming scheme {names!r}; expected torch or blobtool")
+    if names not in NAMING_SCHEMES:
+        raise UsageError(f"unknown naming scheme {names!r}; expected {', '.join(NAMING_SCHEMES)}")
     with reading(key=key):
         doc = open_document(src, kind)
     with doc:
         entries = doc.entries
-        if names == "torch" and doc.kind == "net":
-            from .torchport.naming import torch_names
+        if names != "blobtool" and doc.kind == "net":
+            from .torchport.metadata import named
 
-            renamed = torch_names(doc)
+            renamed = named(doc, scheme=names)
             _say(renamed.warnings, warn)
             entries = renamed.document.entries
         return {e.name: e.blob().cpu_data().reshape(e.shape).copy() for e in entries}
@@ -127,7 +128,7 @@ def write(doc: Document | None, blobs, dest, *, format: str | None = None, preci
           layout: str | None = None, write_diff: bool | None = None, transforms: dict | None = None,
           release: bool = False, half_strict: bool = False, warn=None, strict: bool = False, into=None,
           names: str = "blobtool", partial: bool = False, reshape: bool = False, fold: bool = True,
-          net=None) -> str:
+          net=None, strip_prefix: str | None = None, add_prefix: str | None = None) -> str:
     """Write blobs to `dest` (a path, "-" or a binary file object) in any format blobtool writes.
 
     Parameters
@@ -178,12 +179,17 @@ def write(doc: Document | None, blobs, dest, *, format: str | None = None, preci
         written with --no-fold; `net` (a Document) gives the layer types of
         a template without them (an HDF5 snapshot), as --net does.
         `precision` None keeps the template's stored types.
+        The values' names lose `strip_prefix` (when they start with it) and
+        gain `add_prefix` first; given neither, a prefix that makes more of
+        them the template's names (a wrapper's "module.") is found, used and
+        said to `warn` (surgery/prefixed.py); strip_prefix="" turns that off.
+        Two names made one are a UsageError.
 
     Returns the kind written. Paths are written atomically.
     """
     if into is not None:
         return _write_into(doc, blobs, dest, into, names=names, partial=partial, reshape=reshape, fold=fold,
-                           net=net, format=format, precision=precision, layout=layout, release=release,
+                           net=net, prefixes=(strip_prefix, add_prefix), format=format, precision=precision, layout=layout, release=release,
                            half_strict=half_strict, warn=warn)
     if doc is None and blobs is None:
         raise UsageError("write: nothing to write (no document and no blobs)")
@@ -213,7 +219,7 @@ def write(doc: Document | None, blobs, dest, *, format: str | None = None, preci
     precision = resolve_precision(doc, entries, blob_list, precision, write_diff=write_diff, transforms=transforms,
                                   half_strict=half_strict, warn=warn)
     if doc is not None and doc.naming != "blobtool" and fmt.name == doc.format and kind == doc.kind:
-        raise UsageError(f"blobs renamed with --names {doc.naming} cannot be written back into the {kind} they "
+        raise UsageError(f"blobs renamed with {parameter('names', True)}{doc.naming} cannot be written back into the {kind} they "
                          "came from; write .safetensors, .npz or .npy")
     if writes_in_place(dest):
         _read_unread(doc, entries, blob_list, fmt, kind)
@@ -240,9 +246,11 @@ def resolve_precision(doc: Document | None, entries: list, blobs: list, precisio
                             narrow=HALF if precision == "half" else BFLOAT16)
 
 
-def _write_into(doc, blobs, dest, into, *, names, partial, reshape, fold, net, precision, warn, **options) -> str:
+def _write_into(doc, blobs, dest, into, *, names, partial, reshape, fold, net, prefixes, precision, warn,
+                **options) -> str:
     """write(into=...): the values fitted into the template's blobs (surgery.into.fit), then the template written."""
     from .surgery.into import fit
+    from .surgery.prefixed import prefixed
 
     if blobs is None:
         if doc is None:
@@ -256,6 +264,7 @@ def _write_into(doc, blobs, dest, into, *, names, partial, reshape, fold, net, p
         blobs = {e.name: e for e in doc.entries}   # read when fitted; buffers Caffe has no blob for never are
     source = doc.path if doc is not None else "the values"
     template = into if isinstance(into, Document) else open_document(into)
+    blobs = prefixed(blobs, source, template, names, fold, net, *prefixes, warn=lambda line: _say([line], warn))
     if template.format == "prototxt":
         return _write_into_definition(template, blobs, dest, names=names, partial=partial, reshape=reshape,
                                       fold=fold, precision=precision, warn=warn, source=source, **options)
@@ -278,7 +287,7 @@ def _write_into_definition(definition, blobs, dest, *, names, partial, reshape, 
     from .surgery.into import fit
 
     if partial:
-        raise UsageError("--partial keeps a template's values, and a .prototxt holds none: every blob needs a value",
+        raise UsageError(f"{parameter('partial')} keeps a template's values, and a .prototxt holds none: every blob needs a value",
                          path=definition.path)
     notes: list = []
     template = template_from_definition(definition, blobs, names, fold, precision, notes)
@@ -302,7 +311,7 @@ def _write_definition(doc: Document, dest, fmt, *, precision, layout, strict: bo
     found = definition(doc)
     lines = found.lost_lines(doc.path) + found.escaped_lines(doc.path)
     if lines and strict:
-        raise UsageError(f"{lines[0]}; --strict refuses to leave them out ({len(lines)} such line"
+        raise UsageError(f"{lines[0]}; {parameter('strict')} refuses to leave them out ({len(lines)} such line"
                          f"{'s' * (len(lines) != 1)})")
     for line in lines:
         (warn or warnings.warn)(line if "written as escapes" in line else f"{line}; left out of the text")

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import enum
 import os
+import re
 import signal
 
 __all__ = [
@@ -24,7 +25,7 @@ __all__ = [
     "OutputError",
     "FitError",
     "Stopped", "require_bytes", "truncated", "env_count",
-    "format_location",
+    "format_location", "parameter", "render_parameters",
 ]
 
 
@@ -80,6 +81,41 @@ def format_location(path=None, offset=None, field=None) -> str:
     return "".join(p + ": " for p in parts)
 
 
+# A parameter named in a message: a marker around its name, and a second one
+# when a value follows. Control characters no message text holds (values are
+# quoted or escaped before they reach a message), so that the library and the
+# command can each render the same error in their own words.
+_OPEN, _VALUE, _CLOSE = "\x1e", "\x1d", "\x1f"
+_PARAMETER = re.compile(f"{_OPEN}([A-Za-z_][A-Za-z0-9_]*)({_VALUE}?){_CLOSE}")
+
+
+def parameter(name: str, value: bool = False) -> str:
+    """Where a message names the library's keyword argument `name` (a value follows when `value`).
+
+    The library renders it as ``name`` (``name=`` before a value); the
+    command renders the option of that parameter (``--name`` and a blank).
+
+    >>> render_parameters(f"{parameter('blob', True)}'x' selects nothing")
+    "blob='x' selects nothing"
+    """
+    return f"{_OPEN}{name}{_VALUE if value else ''}{_CLOSE}"
+
+
+def render_parameters(template: str, option=None) -> str:
+    """A message with its parameters named: as keyword arguments, or through `option(name)` (the command's)."""
+    def one(match):
+        name, valued = match.group(1), match.group(2)
+        if option is None:
+            return name + ("=" if valued else "")
+        return option(name) + (" " if valued else "")
+
+    return _PARAMETER.sub(one, template)
+
+
+def parameters_in(template: str) -> tuple:
+    return tuple(m.group(1) for m in _PARAMETER.finditer(template))
+
+
 class BlobToolError(Exception):
     """Base class of everything blobtool raises on bad input or bad use.
 
@@ -87,6 +123,9 @@ class BlobToolError(Exception):
     ----------
     path, offset, field : the location, when known (file name, byte offset,
         protobuf field description); all None for errors of use.
+    parameters : the library's keyword arguments the message names (built
+        with parameter()); str() names them as such, rendered() as a caller's
+        own words for them (the command's options).
     exit_code : the command-line exit code this error maps to.
     """
 
@@ -97,7 +136,13 @@ class BlobToolError(Exception):
         self.offset = offset
         self.field = field
         self.reason = message
-        super().__init__(format_location(path, offset, field) + message)
+        self.parameters = parameters_in(message)
+        self._template = format_location(path, offset, field) + message
+        super().__init__(render_parameters(self._template))
+
+    def rendered(self, option) -> str:
+        """The message with each parameter named as `option(name)` says (the command's option names)."""
+        return render_parameters(self._template, option)
 
     def with_path(self, path) -> "BlobToolError":
         """Return a copy of this error that names `path` (when it named none)."""

@@ -219,3 +219,78 @@ def test_a_precision_is_read_once_where_a_write_is_asked_for(tmp_path):
     with pytest.raises(BlobToolError, match="precision must be"):
         write(None, {"x": Blob(2)}, str(tmp_path / "x.npz"), precision=("data", None))
     assert not (tmp_path / "x.npz").exists()
+
+
+# -- errors name the library's parameters; the command names its options ----------------------------
+
+def _errors_sites(tmp_path):
+    """(library call, its message, the command's arguments, the command's stderr line) per kind of raise site."""
+    net, _ = _net_file(tmp_path / "tiny.caffemodel")
+    one = tmp_path / "one.npy"
+    np.save(one, np.zeros(3, np.float32))
+    proto = tmp_path / "tiny.prototxt"
+    proto.write_text('name: "tiny"\nlayer { name: "conv1" type: "Convolution" }\n')
+    return [
+        (lambda: select(open_document(net), ["nope"]),
+         f"{net}: patterns='nope' selects nothing; blobs: conv1/0, conv1/1, fc/0, fc/1",
+         ["convert", net, "--blob", "nope", "-o", tmp_path / "o.npz"],
+         f"blobtool: {net}: --blob 'nope' selects nothing; blobs: conv1/0, conv1/1, fc/0, fc/1"),
+        (lambda: write(open_document(net), None, tmp_path / "o.npy"),
+         ".npy holds one array; 4 selected (choose one with blobs, or use .npz)",
+         ["convert", net, "-o", tmp_path / "o.npy"],
+         "blobtool: .npy holds one array; 4 selected (choose one with --blob, or use .npz)"),
+        (lambda: write(open_document(net), None, tmp_path / "o.caffemodel", into=one),
+         f"{one}: into takes a net (.caffemodel, .caffemodel.h5, .prototxt) as the template; this is a npy file",
+         ["convert", net, "--into", one, "-o", tmp_path / "o.caffemodel"],
+         f"blobtool: {one}: --into takes a net (.caffemodel, .caffemodel.h5, .prototxt) as the template; "
+         "this is a npy file"),
+        (lambda: write(open_document(net), None, tmp_path / "o.caffemodel", into=proto, partial=True),
+         f"{proto}: partial keeps a template's values, and a .prototxt holds none: every blob needs a value",
+         ["convert", net, "--into", proto, "--partial", "-o", tmp_path / "o.caffemodel"],
+         f"blobtool: {proto}: --partial keeps a template's values, and a .prototxt holds none: every blob needs "
+         "a value"),
+    ]
+
+
+def test_library_errors_name_parameters_and_the_command_its_options(tmp_path):
+    from runner import run_blobtool
+
+    for call, message, args, line in _errors_sites(tmp_path):
+        with pytest.raises(BlobToolError) as caught:
+            call()
+        assert str(caught.value) == message
+        assert "--" not in str(caught.value)
+        result = run_blobtool(*args, text=True)
+        assert result.stderr.splitlines() == [line], args
+        assert result.returncode == caught.value.exit_code
+
+
+def test_an_error_lists_the_parameters_it_names(tmp_path):
+    net, _ = _net_file(tmp_path / "tiny.caffemodel")
+    with pytest.raises(BlobToolError) as caught:
+        select(open_document(net), ["nope"])
+    assert caught.value.parameters == ("patterns",)
+    assert caught.value.rendered(lambda name: "<" + name + ">").startswith(f"{net}: <patterns> 'nope' selects")
+
+
+def test_state_dict_torch_identifiers_has_the_names_convert_writes(tmp_path):
+    from safetensors.numpy import load_file
+
+    from builders import Layer, write_net
+    from runner import run_blobtool
+
+    rng = np.random.default_rng(5)
+    layers = [Layer(name, "Convolution", [rng.standard_normal((2, 1, 1, 1)).astype(np.float32),
+                                          rng.standard_normal(2).astype(np.float32)], bottom=[f"t{k}"],
+                    top=[f"t{k + 1}"]) for k, name in enumerate(["conv6-1", "conv6_1", "in", "x+y"])]
+    net = write_net(tmp_path / "ids.caffemodel", "new", layers)
+    out = tmp_path / "ids.safetensors"
+    assert run_blobtool("convert", "--names", "torch-identifiers", net, "-o", out).returncode == 0
+    said = []
+    got = blobtool.state_dict(net, names="torch-identifiers", warn=said.append)
+    expected = load_file(out)
+    assert list(got) == list(expected)
+    for name, array in expected.items():
+        np.testing.assert_array_equal(got[name], array)
+    assert said == [f"{net}: --names torch-identifiers: these module names became an identifier already given, "
+                    "and were numbered: conv6-1 -> conv6_1_2"]

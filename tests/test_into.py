@@ -15,7 +15,7 @@ from safetensors.numpy import load_file, save_file
 
 import blobtool
 from blobtool._pb import blobtool_caffe_pb2 as pb
-from blobtool.errors import FitError
+from blobtool.errors import FitError, UsageError
 from builders import Layer, half_blob_bytes, len_field, varint_field, write_h5, h5_net_bytes, write_net
 from runner import assert_error, invoke, ok, run_blobtool
 
@@ -500,3 +500,50 @@ def test_a_wrapped_ports_prefix_is_found_or_stripped(tmp_path):
                         "--strip-prefix", ""), 3, "module.conv1.weight", warnings=True)
     result = invoke("convert", port, "-o", tmp_path / "y.npz", "--strip-prefix", "module.")
     assert result.exit_code == 2 and "--strip-prefix goes with --into" in result.stderr
+
+
+def wrapped_port(tmp_path, prefix="module."):
+    """A net, and its PyTorch port with every name under `prefix` (as nn.DataParallel saves it)."""
+    net = write_net(tmp_path / "net.caffemodel", "new", every_rule())
+    st = tmp_path / "export.safetensors"
+    ok("convert", "--names", "torch", net, "-o", st)
+    port = tmp_path / "port.safetensors"
+    save_file({prefix + name: value for name, value in load_file(st).items()}, port)
+    return net, port
+
+
+def test_the_library_finds_a_wrapped_ports_prefix_as_the_command_does(tmp_path):
+    net, port = wrapped_port(tmp_path)
+    command = tmp_path / "command.caffemodel"
+    result = run_blobtool("convert", port, "--names", "torch", "--into", net, "-o", command, text=True)
+    assert result.returncode == 0, result.stderr
+    said = []
+    out = tmp_path / "library.caffemodel"
+    blobtool.write(blobtool.open_document(port), None, out, into=net, names="torch", warn=said.append)
+    assert out.read_bytes() == command.read_bytes() == net.read_bytes()
+    prefix_lines = [line for line in said if "names matched" in line]
+    assert len(prefix_lines) == 1
+    assert "blobtool: warning: " + prefix_lines[0] in result.stderr.splitlines()
+    # Asked for: no detection, the same net; strip_prefix="" turns detection off.
+    said.clear()
+    blobtool.write(blobtool.open_document(port), None, out, into=net, names="torch", strip_prefix="module.",
+                   warn=said.append)
+    assert out.read_bytes() == net.read_bytes() and not any("names matched" in line for line in said)
+    with pytest.raises(FitError):
+        blobtool.write(blobtool.open_document(port), None, out, into=net, names="torch", strip_prefix="",
+                       warn=said.append)
+
+
+def test_two_names_made_one_by_a_prefix_are_refused(tmp_path):
+    net, _ = wrapped_port(tmp_path)
+    port = tmp_path / "two.safetensors"
+    save_file({"a.conv1.weight": np.zeros(1, np.float32), "conv1.weight": np.zeros(1, np.float32)}, port)
+    out = tmp_path / "o.caffemodel"
+    with pytest.raises(UsageError) as caught:
+        blobtool.write(blobtool.open_document(port), None, out, into=net, names="torch", strip_prefix="a.")
+    assert str(caught.value) == f"strip_prefix=a. makes two of {port}'s names 'conv1.weight'"
+    result = run_blobtool("convert", port, "--names", "torch", "--into", net, "-o", out, "--strip-prefix", "a.",
+                          text=True)
+    assert result.returncode == 2 and not out.exists()
+    assert result.stderr.splitlines() == [f"blobtool convert: --strip-prefix a. makes two of {port}'s names "
+                                          "'conv1.weight' (see 'blobtool convert --help')"]

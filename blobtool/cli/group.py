@@ -16,7 +16,7 @@ from .. import __version__
 from ..errors import BlobToolError, ExitCode, FormatError, exit_codes_help
 from ..report.escape import escape
 
-__all__ = ["BlobtoolGroup", "cli", "CONTEXT_SETTINGS", "say_error", "batch_error", "debug_traceback", "quiet_broken_pipe",
+__all__ = ["BlobtoolGroup", "cli", "CONTEXT_SETTINGS", "say_error", "error_line", "option_name", "batch_error", "debug_traceback", "quiet_broken_pipe",
            "is_output_failure", "fail_output", "stopped"]
 
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
@@ -46,6 +46,22 @@ def debug_traceback(exc: BaseException) -> None:
         import traceback
 
         traceback.print_exception(exc)
+
+
+# The option that gives each library parameter an error names, where its name
+# is not the parameter's with "_" as "-" (strip_prefix -> --strip-prefix):
+# select()'s patterns and write()'s blobs are what --blob chooses.
+OPTIONS = {"patterns": "--blob", "blobs": "--blob"}
+
+
+def option_name(parameter: str) -> str:
+    """The command's option for the library's keyword argument `parameter`."""
+    return OPTIONS.get(parameter, "--" + parameter.replace("_", "-"))
+
+
+def error_line(exc: BlobToolError) -> str:
+    """What the command says of a library error: its message, the parameters named as options."""
+    return exc.rendered(option_name)
 
 
 def say_error(message: str) -> None:
@@ -176,7 +192,7 @@ class BlobtoolGroup(click.Group):
             exc = _settle_inputs(caught)
             if _debug_enabled():
                 _print_traceback()
-            say_error(str(exc))
+            say_error(error_line(exc))
             if exc.path == "<stdout>":
                 quiet_broken_pipe()  # no second complaint from the final flush
             ctx.exit(exc.exit_code)

@@ -8,7 +8,7 @@ import click
 
 from ..errors import ExitCode
 from ..report import text
-from .group import CONTEXT_SETTINGS, batch_error, debug_traceback, say_error
+from .group import CONTEXT_SETTINGS, batch_error, debug_traceback, error_line, say_error
 from .names import check_names, named, names_options, prefix_options, prefixes_asked, renamed, warn_all
 from .options import (INPUT, Tolerance, all_files_option, batch_inputs, blob_option, device_option,
                       fail_fast_option, jobs_option, json_object_option, json_option, kind_option)
@@ -42,7 +42,7 @@ class _Batch:
             if isinstance(item, BlobToolError):
                 debug_traceback(item)
                 item = batch_error(item)
-                say_error(str(item))
+                say_error(error_line(item))
                 self.worst = max(self.worst, item.exit_code)
                 continue
             yield item

@@ -67,6 +67,8 @@ def write_into(file, template, output, fmt, *, kind, patterns, names, fold, part
     from ..api import write
     from ..torchport.naming import has_layer_types
     from ..formats.numpy import cast_for
+    from ..surgery.prefixed import PrefixClash
+    from .group import error_line
     from .names import renamed
     from .output import progress, say_warning
     from .work import load_selected, open_input
@@ -81,49 +83,11 @@ def write_into(file, template, output, fmt, *, kind, patterns, names, fold, part
     # Entries, read when fitted: PyTorch's buffers Caffe has no blob for are named, never read.
     values = {e.name: e for e in entries}
     types = open_input(net) if net is not None else None
-    values = _prefixed(values, doc.path, target, names, fold, types, strip_prefix, add_prefix)
-    with progress(target, "writing"):
-        write(doc, values, output, format=fmt, precision=precision, layout=layout, half_strict=half_strict,
-              warn=say_warning, into=target, names=names, partial=partial, reshape=reshape, fold=fold, net=types)
-
-
-def _prefixed(values: dict, path, target, names: str, fold: bool, types, strip, add) -> dict:
-    """FILE's values under the names --strip-prefix/--add-prefix make, or a prefix found that makes them match.
-
-    The names looked for are the template's (PyTorch's with --names torch);
-    a prefix found is said on stderr in one line, as compare says it.
-    """
-    from ..errors import BlobToolError
-    from ..torchport.prefixes import Prefixes, detect
-    from .output import say_warning
-
-    change = Prefixes(strip, add)
-    if not change.asked:
-        try:
-            if names == "blobtool":
-                wanted = target.names()
-            else:
-                from ..torchport.naming import TORCH_ONLY_BUFFERS, torch_names
-
-                found = torch_names(target, fold=fold, net=types)
-                wanted = [e.name for e in found.document.entries]
-                wanted += [f"{bn}.{buf}" for bn in found.batchnorms for buf in TORCH_ONLY_BUFFERS]
-        except BlobToolError:
-            return values  # the fit says what is wrong with the template
-        change, count = detect(wanted, list(values))
-        if change is None:
-            return values
-        say_warning(f"{path}: names matched {_how(change)} ({count} of {len(values)} then match the template's); "
-                    f"{change.options()} says so, --strip-prefix '' matches them as they are")
-    renamed = {}
-    for name, value in values.items():
-        new = change.apply(name)
-        if new in renamed:
-            raise click.UsageError(f"{change.options()} makes two of {path}'s names {new!r}")
-        renamed[new] = value
-    return renamed
-
-
-def _how(change) -> str:
-    return " and ".join(filter(None, [f"without the prefix {change.strip!r}" if change.strip else None,
-                                      f"with the prefix {change.add!r} added" if change.add else None]))
+    try:
+        with progress(target, "writing"):
+            write(doc, values, output, format=fmt, precision=precision, layout=layout, half_strict=half_strict,
+                  warn=say_warning, into=target, names=names, partial=partial, reshape=reshape, fold=fold,
+                  net=types, strip_prefix=strip_prefix, add_prefix=add_prefix)
+    except PrefixClash as exc:
+        # The options asked for a rename that cannot be: the command's usage error, as click's own.
+        raise click.UsageError(error_line(exc)) from exc

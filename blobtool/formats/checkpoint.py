@@ -11,7 +11,7 @@ settings' key names one.
 
 from __future__ import annotations
 
-from ..errors import FormatError
+from ..errors import FormatError, parameter
 from . import MAX_BLOBS
 from .pickled import PickledDict, shown
 
@@ -102,12 +102,12 @@ def _chosen(obj, key: str, path, tensor: type):
             here = f"checkpoint{indexed(keys)}" if keys else "the checkpoint"
             listed = sorted(held)
             shown_keys = ", ".join(shown(k) for k in listed[:12]) + (" ..." if len(listed) > 12 else "")
-            raise FormatError(f"--key {shown(key)[1:-1]}: {here} has no key {shown(part)}"
+            raise FormatError(f"{parameter('key', True)}{shown(key)[1:-1]}: {here} has no key {shown(part)}"
                               + (f" (it has {shown_keys})" if listed else ""), path=path)
         node, keys = held[part], keys + (part,)
     tensors = _tensors_by_name(node, tensor)
     if tensors is None:
-        raise FormatError(f"--key {shown(key)[1:-1]}: checkpoint{indexed(keys)} is {shown(node)}, not a state dict "
+        raise FormatError(f"{parameter('key', True)}{shown(key)[1:-1]}: checkpoint{indexed(keys)} is {shown(node)}, not a state dict "
                           "(a dict of tensors by name)", path=path)
     return keys, tensors
 
@@ -120,7 +120,7 @@ def find_state_dict(obj, path, tensor: type, key: str | None = None) -> tuple:
     """
     if key is not None:
         if not isinstance(obj, PickledDict):
-            raise FormatError(f"--key {shown(key)[1:-1]}: the file holds {shown(obj)}, not a checkpoint dict",
+            raise FormatError(f"{parameter('key', True)}{shown(key)[1:-1]}: the file holds {shown(obj)}, not a checkpoint dict",
                               path=path)
         return _chosen(obj, key, path, tensor)
     if isinstance(obj, tensor):

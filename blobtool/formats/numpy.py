@@ -48,7 +48,7 @@ from numpy.lib import format as npy_format
 from ..engine.blob import Blob
 from .origin import Origin, Precision, exact_values, held_dtype
 from .writing import UnreadValues
-from ..errors import BlobToolError, FormatError, UsageError, require_bytes
+from ..errors import BlobToolError, FormatError, UsageError, parameter, require_bytes
 from ..engine.kernels import cast_written
 from ..files import BufferFile, Source, atomic_output
 from . import CAST_HINT, DEFLATE_MAX_EXPANSION, MAX_BLOBS, PRECISION_TYPES, Document, Entry
@@ -449,7 +449,7 @@ def write(doc, entries: list, blobs: list, dest, *, kind: str, precision=None, w
     if kind == "npz":
         check_member_names(names, source=doc.path if doc is not None else None)
     elif len(names) != 1:
-        raise UsageError(f".npy holds one array; {len(names)} selected (choose one with --blob, or use .npz)")
+        raise UsageError(f".npy holds one array; {len(names)} selected (choose one with {parameter('blobs')}, or use .npz)")
     arrays = iter_blob_arrays(entries, blobs, with_diff=kind == "npz", precision=precision, write_diff=write_diff,
                               transforms=transforms)
     save_arrays(arrays, dest, fmt=kind)
@@ -478,7 +478,7 @@ def save_arrays(arrays, dest, *, fmt: str) -> None:
     if fmt == "npy":
         pairs = list(pairs)
         if len(pairs) != 1:
-            raise UsageError(f".npy holds one array; {len(pairs)} selected (choose one with --blob, or use .npz)")
+            raise UsageError(f".npy holds one array; {len(pairs)} selected (choose one with {parameter('blobs')}, or use .npz)")
         with atomic_output(dest) as out:
             np.save(_Writes(out), pairs[0][1], allow_pickle=False)
     elif fmt == "npz":

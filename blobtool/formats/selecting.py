@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import fnmatch
 
-from ..errors import FormatError
+from ..errors import FormatError, parameter
 
 __all__ = ["select", "listed_name", "unique_names"]
 
@@ -31,7 +31,7 @@ def select(doc: Document, patterns) -> list:
         if not hits:
             names = ", ".join(doc.names()) or "none"
             shown = repr(pattern) if listed == pattern else f"'{listed}'"
-            raise FormatError(f"--blob {shown} selects nothing; blobs: {names}", path=doc.path)
+            raise FormatError(f"{parameter('patterns', True)}{shown} selects nothing; blobs: {names}", path=doc.path)
         chosen.update(hits)
     return [e for i, e in enumerate(doc.entries) if i in chosen]
 

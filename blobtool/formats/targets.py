@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from ..errors import UsageError
+from ..errors import UsageError, parameter
 from . import FORMATS, OUTPUT_FORMATS, Format, Output, Document, get_format, CONTAINER_KINDS
 
 __all__ = ["output_target", "output_extensions", "chosen_format"]
@@ -87,6 +87,6 @@ def _own_kind(fmt: Format, out: Output, doc: Document | None) -> str:
     if "blob" in fmt.kinds:
         return "blob"
     if doc is None:
-        raise UsageError(f"--format {out.name} writes the input's own kind, and there is no input file")
+        raise UsageError(f"{parameter('format', True)}{out.name} writes the input's own kind, and there is no input file")
     raise UsageError(f"{out.name} output ({', '.join(out.extensions)}) holds a {' or '.join(fmt.kinds)}, and a "
                      f"{doc.kind} input is neither; choose .npy, .npz or a blob file")

@@ -53,7 +53,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..engine.blob import Blob, legacy_shapes_equal
-from ..errors import FitError, UsageError
+from ..errors import FitError, UsageError, parameter
 from ..formats.origin import held_dtype
 
 __all__ = ["Fit", "fit", "SHOWN"]
@@ -123,7 +123,7 @@ def fit(template, values: dict, *, names: str = "blobtool", partial: bool = Fals
     that is not a net or a scheme it cannot be named by.
     """
     if template.kind != "net":
-        raise UsageError(f"{template.path}: --into takes a net (.caffemodel, .caffemodel.h5, .prototxt) as the "
+        raise UsageError(f"{template.path}: {parameter('into')} takes a net (.caffemodel, .caffemodel.h5, .prototxt) as the "
                          f"template; this is a {template.kind} file")
     notes: list = []
     slots = _slots(template, names, notes, fold, net)
