@@ -681,8 +681,8 @@ except SystemExit:
 os.setgroups([])
 os.setgid(uid)
 os.setuid(uid)
-watched, real = [], source._watch
-source._watch = lambda fd, name, mapped, st: (watched.append(name), real(fd, name, mapped, st))[1]
+watched, real = [], source.watch
+source.watch = lambda fd, name, mapped, st: (watched.append(name), real(fd, name, mapped, st))[1]
 sys.stdout.write("--\\n")
 try:
     blobtool.cli.main(args)
