@@ -542,7 +542,7 @@ source.guard_inputs()
 path = sys.argv[1]
 writer = os.open(path, os.O_WRONLY)  # held open for writing: no lease, the input is watched
 opened = source.open_source(path)
-(reader,) = mapped._watched
+(reader,) = mapped.WATCHED
 signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGIO})  # the writer's news comes after the read sees it
 os.ftruncate(writer, 8)
 try:
@@ -714,8 +714,8 @@ except SystemExit:
 os.setgroups([])
 os.setgid(uid)
 os.setuid(uid)
-watched, real = [], source._watch
-source._watch = lambda fd, name, mapped, st: (watched.append(name), real(fd, name, mapped, st))[1]
+watched, real = [], source.watch
+source.watch = lambda fd, name, mapped, st: (watched.append(name), real(fd, name, mapped, st))[1]
 sys.stdout.write("--\\n")
 try:
     blobtool.cli.main(args)

@@ -115,15 +115,13 @@ def _settle_inputs(exc: BaseException | None = None) -> BaseException | None:
 
     A read error in an input that another process changed meanwhile (a
     truncation seen as "truncated at byte N") is reported as that change.
-    blobtool.files.mapped is consulted only when a command has loaded it.
     """
-    mapped = sys.modules.get("blobtool.files.mapped")
-    if mapped is None:
-        return exc
-    changed = mapped.settle()
+    from .. import files  # not at start-up: the group's help and completion need no input
+
+    changed = files.settle()
     if (changed is not None and isinstance(exc, FormatError) and exc.path == changed
             and "changed while it was read" not in str(exc)):
-        return FormatError(mapped.WRITTEN, path=changed)
+        return FormatError(files.WRITTEN, path=changed)
     return exc
 
 
@@ -134,25 +132,27 @@ def batch_error(exc: BlobToolError) -> BlobToolError:
     hold the input's mapping, whose watch then goes with it; a write that
     comes later stops nothing, as the input was reported.
     """
-    mapped = sys.modules.get("blobtool.files.mapped")
-    if mapped is None or exc.path is None:
+    from .. import files
+
+    if exc.path is None:
         return exc
     link = exc
     while link is not None:
         link.__traceback__ = None
         link = link.__cause__ or link.__context__
-    if (mapped.take_change(exc.path) and isinstance(exc, FormatError)
+    if (files.take_change(exc.path) and isinstance(exc, FormatError)
             and "changed while it was read" not in str(exc)):
-        return FormatError(mapped.WRITTEN, path=exc.path)
+        return FormatError(files.WRITTEN, path=exc.path)
     return exc
 
 
 def _report_pending_change() -> None:
     """Raise the change of a watched input that was found where it could not be raised (a finalizer)."""
-    mapped = sys.modules.get("blobtool.files.mapped")
-    changed = mapped.pending_change() if mapped is not None else None
+    from .. import files
+
+    changed = files.pending_change()
     if changed is not None:
-        raise FormatError(mapped.WRITTEN, path=changed)
+        raise FormatError(files.WRITTEN, path=changed)
 
 
 def stopped(exc: KeyboardInterrupt) -> int:

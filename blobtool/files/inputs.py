@@ -29,7 +29,7 @@ except ImportError:  # not on Windows
 
 from ..errors import FormatError, UsageError, env_count
 from . import mapped as registry
-from .mapped import _forget, _hold_lease, _identity, _lease, _map_span, _mapped, _unwatch, _watch
+from .mapped import forget, hold_lease, identity_of, take_lease, map_span, MAPPINGS, unwatch, watch
 
 __all__ = ["Source", "BufferFile", "open_source", "display_name", "cannot", "stream_limit", "STDIO", "STREAM_LIMIT",
            "STREAM_LIMIT_VARIABLE"]
@@ -173,13 +173,13 @@ def _open_file(fd: int, name: str) -> Source:
         # A pipe, a socket, or a file whose size the kernel does not know (/proc/self/status).
         with os.fdopen(os.dup(fd), "rb") as stream:
             return _read_stream(stream, name)
-    if not registry._guarded:
+    if not registry.guarding():
         return _map(fd, name, st.st_size)
-    if not _lease(fd):
-        if not registry._faults_caught:  # nothing would turn a truncation under the mapping into exit 3
+    if not take_lease(fd):
+        if not registry.faults_caught():  # nothing would turn a truncation under the mapping into exit 3
             return _read_file(fd, name)
         source = _map(fd, name, st.st_size)
-        _watch(fd, name, source.buf, st)
+        watch(fd, name, source.buf, st)
         return source
     st = os.fstat(fd)  # as it is now that no writer can come unnoticed
     if st.st_size == 0:
@@ -189,10 +189,10 @@ def _open_file(fd: int, name: str) -> Source:
     # touch opens the file for writing, then sets its times), and the watch then tells whether the
     # bytes change. Without inotify, or where SIGBUS cannot be caught (a writer let in could fault
     # the mapping), a broken lease stops the read, as nothing could tell a touch from a write.
-    watched = registry._faults_caught and _watch(fd, name, source.buf, st) is not None
+    watched = registry.faults_caught() and watch(fd, name, source.buf, st) is not None
     holder = os.dup(fd)
-    weakref.finalize(source.buf, _unwatch, holder)
-    _hold_lease(holder, name, watched)
+    weakref.finalize(source.buf, unwatch, holder)
+    hold_lease(holder, name, watched)
     return source
 
 
@@ -212,10 +212,10 @@ def _map(fd: int, name: str, size: int) -> Source:
         # A descriptor of its own, so that read_mapped() can read the file's
         # bytes for as long as arrays view the mapping.
         reader = os.dup(fd)
-        _mapped[id(mapped)] = (reader, name)
-    weakref.finalize(mapped, _forget, id(mapped), reader)
-    if registry._faults_caught:
-        _map_span(mapped, name)  # for the SIGBUS handler's line
+        MAPPINGS[id(mapped)] = (reader, name)
+    weakref.finalize(mapped, forget, id(mapped), reader)
+    if registry.faults_caught():
+        map_span(mapped, name)  # for the SIGBUS handler's line
     return Source(name, mapped, size)
 
 
@@ -240,7 +240,7 @@ def _read_file(fd: int, name: str) -> Source:
         after = os.fstat(fd)
     except OSError as exc:
         raise FormatError(f"cannot read: {exc.strerror}", path=name) from exc
-    if _identity(after) != _identity(before):
+    if identity_of(after) != identity_of(before):
         raise FormatError("changed while it was read", path=name)
     return Source(name, data, len(data))
 

@@ -7,7 +7,7 @@ it. Under guard_inputs() (the command line) each mapped file is leased,
 so that a writer that truncates it cannot kill the reader with SIGBUS, and
 watched for writes, with SIGBUS caught: a lease that an open for writing
 breaks (a touch's too) is given up and the watch alone goes on; where no
-lease can be had, the watch is all (see _look_at_leases and _watch).
+lease can be had, the watch is all (see _look_at_leases and watch).
 """
 
 from __future__ import annotations
@@ -32,23 +32,23 @@ __all__ = ["guard_inputs", "guarding", "settle", "take_change", "pending_change"
            "WRITTEN"]
 
 
-_mapped: dict = {}  # id of a mapping -> (a descriptor of its file, the input's name)
+MAPPINGS: dict = {}  # id of a mapping -> (a descriptor of its file, the input's name)
 
 
-def _forget(key: int, fd: int | None) -> None:
+def forget(key: int, fd: int | None) -> None:
     _written.pop(key, None)
     _spans.pop(key, None)
     if fd is None:
         return
-    if fd in _watched:
+    if fd in WATCHED:
         _record_changes()  # before its descriptor goes: a change found now is reported at the command's end
-        _watched.pop(fd, None)
-    _mapped.pop(key, None)
+        WATCHED.pop(fd, None)
+    MAPPINGS.pop(key, None)
     with contextlib.suppress(OSError):
         os.close(fd)
 
 
-def _identity(st: os.stat_result) -> tuple:
+def identity_of(st: os.stat_result) -> tuple:
     # Not the times: `touch` changes them and not the bytes (see "watching" below).
     return st.st_dev, st.st_ino, st.st_size
 
@@ -80,7 +80,7 @@ def guarding() -> bool:
     return _guarded
 
 
-def _lease(fd: int) -> bool:
+def take_lease(fd: int) -> bool:
     try:
         fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_RDLCK)
     except OSError:
@@ -98,7 +98,7 @@ def _in_finalizer(frame) -> bool:
     return False
 
 
-def _unwatch(fd: int) -> None:
+def unwatch(fd: int) -> None:
     _leases.pop(fd, None)
     with contextlib.suppress(OSError):
         os.close(fd)
@@ -145,7 +145,7 @@ def _look_at_inputs(frame) -> None:
     _look_at_leases()
 
 
-def _hold_lease(fd: int, name: str, watched: bool) -> None:
+def hold_lease(fd: int, name: str, watched: bool) -> None:
     """Keep the read lease taken on `fd` (a descriptor of the input `name` of its own) while its mapping lives.
 
     `watched`: the input is also watched for writes (inotify, since its
@@ -177,7 +177,7 @@ def _look_at_leases() -> None:
         if not breaking:
             continue
         if watched:
-            _leases.pop(fd, None)  # the descriptor stays open until the mapping goes (_unwatch closes it)
+            _leases.pop(fd, None)  # the descriptor stays open until the mapping goes (unwatch closes it)
             with contextlib.suppress(OSError):
                 fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_UNLCK)
             continue
@@ -189,11 +189,11 @@ def _look_at_leases() -> None:
 WRITTEN = "changed while it was read: another process wrote to it or truncated it"
 
 
-_CUT_UNDER_MAP = ("changed while it was read: it ended before a byte read through its memory map (another process "
+CUT_UNDER_MAP = ("changed while it was read: it ended before a byte read through its memory map (another process "
                   "truncated it, or its storage failed)")
 
 
-_watched: dict = {}  # a reader descriptor of a mapped input -> (name, identity at open, inotify watch or None)
+WATCHED: dict = {}  # a reader descriptor of a mapped input -> (name, identity at open, inotify watch or None)
 
 
 _watches: dict = {}  # inotify watch -> [name, how many mapped inputs use it]
@@ -211,17 +211,17 @@ _told: set = set()  # inputs already reported bad, whose changes are not reporte
 _IN_MODIFY = 0x2
 
 
-def _watch(fd: int, name: str, mapped, st: os.stat_result):
+def watch(fd: int, name: str, mapped, st: os.stat_result):
     """Watch the input open on `fd` (mapped as `mapped`) for as long as the mapping lives; its inotify watch, or None.
 
     An input that could not be leased, and a leased one, whose lease an
     open for writing may break: the watch then takes over from the lease.
     """
-    reader = _mapped.get(id(mapped), (None,))[0]
+    reader = MAPPINGS.get(id(mapped), (None,))[0]
     _told.discard(name)  # opened again: its changes count again
     wd = _add_watch(fd, name)
     if reader is not None:
-        _watched[reader] = (name, _identity(st), wd)
+        WATCHED[reader] = (name, identity_of(st), wd)
     weakref.finalize(mapped, _stop_watching, reader, wd)
     return wd
 
@@ -264,7 +264,7 @@ def _record_changes() -> None:
 def _stop_watching(reader, wd) -> None:
     _record_changes()  # the events of this input that are still queued
     if reader is not None:
-        _watched.pop(reader, None)
+        WATCHED.pop(reader, None)
     if wd is not None and wd in _watches:
         _watches[wd][1] -= 1
         if _watches[wd][1] == 0:
@@ -287,9 +287,9 @@ def _changed_watched() -> str | None:
                 pos += 16 + length
                 if mask & _IN_MODIFY and wd in _watches:
                     _note_change(_watches[wd][0])
-    for reader, (name, identity, _) in list(_watched.items()):
+    for reader, (name, identity, _) in list(WATCHED.items()):
         with contextlib.suppress(OSError):
-            if _identity(os.fstat(reader)) != identity:
+            if identity_of(os.fstat(reader)) != identity:
                 _note_change(name)
     return _changes[0] if _changes else None
 
@@ -365,23 +365,28 @@ _raised: set = set()  # inputs whose change check_inputs or a read raised: SIGIO
 _faults_caught = False
 
 
+def faults_caught() -> bool:
+    """Whether the SIGBUS handler is installed (a truncation under a mapping then ends the command with exit 3)."""
+    return _faults_caught
+
+
 _spans: dict = {}  # id of a mapping -> (first address, end address, the line to print)
 
 
-_temporaries: set = set()  # temporary outputs being written (removed before a SIGBUS exit)
+TEMPORARIES: set = set()  # temporary outputs being written (removed before a SIGBUS exit)
 
 
 _handler = None  # the C-callable handler, kept alive
 
 
-def _map_span(mapped, name: str) -> None:
+def map_span(mapped, name: str) -> None:
     import ctypes  # ctypes loads only when a guard or a fault handler is set up (start-up)
 
     if not len(mapped):
         return
     start = ctypes.addressof(ctypes.c_char.from_buffer(mapped))
     shown = "".join(c if c.isprintable() else repr(c)[1:-1] for c in name)
-    line = f"blobtool: {shown}: {_CUT_UNDER_MAP}\n"
+    line = f"blobtool: {shown}: {CUT_UNDER_MAP}\n"
     _spans[id(mapped)] = (start, start + len(mapped), line.encode("utf-8", "backslashreplace"))
 
 
@@ -423,7 +428,7 @@ def _on_fault(signum, info, context) -> None:
         line = next((text for start, end, text in list(_spans.values()) if start <= address < end), _UNKNOWN_FAULT)
         with contextlib.suppress(OSError):
             os.write(2, line)
-        for tmp in list(_temporaries):
+        for tmp in list(TEMPORARIES):
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
     finally:
@@ -448,17 +453,17 @@ _written: dict = {}  # id of a mapping -> {(first byte, end byte), ...} handed o
 
 def note_written(view) -> None:
     """Record that numpy array `view` may be written: if it views a mapped input, those bytes stop being the file's."""
-    found = _mapping_of(view) if view.size else None
+    found = mapping_of(view) if view.size else None
     if found is not None:
         base, first = found
         _written.setdefault(id(base), set()).add((first, first + view.nbytes))
 
 
-def _unwritten(base, first: int, last: int) -> bool:
+def unwritten(base, first: int, last: int) -> bool:
     return not any(start < last and first < end for start, end in _written.get(id(base), ()))
 
 
-def _mapping_of(view):
+def mapping_of(view):
     """(the mmap that numpy array `view` looks into, the view's offset in it), or None."""
     import numpy as np  # not at start-up: the command line imports this module before numpy's settings
 
@@ -473,5 +478,5 @@ def _mapping_of(view):
     return base, view.ctypes.data - origin
 
 
-def _name_of(fd: int) -> str | None:
-    return next((name for reader, name in list(_mapped.values()) if reader == fd), None)
+def name_of(fd: int) -> str | None:
+    return next((name for reader, name in list(MAPPINGS.values()) if reader == fd), None)

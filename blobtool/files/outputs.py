@@ -19,7 +19,7 @@ import sys
 
 from ..errors import FormatError, OutputError, UsageError
 from .inputs import STDIO, cannot
-from .mapped import _CUT_UNDER_MAP, _mapped, _temporaries, check_inputs
+from .mapped import CUT_UNDER_MAP, MAPPINGS, TEMPORARIES, check_inputs
 
 __all__ = ["atomic_output", "writes_in_place"]
 
@@ -59,7 +59,7 @@ def atomic_output(dest):
         fd, tmp = tempfile.mkstemp(prefix=_temp_prefix(path), suffix=".tmp", dir=folder)
     except OSError as exc:
         raise OutputError(cannot(f"create a file in {folder}", exc), path=name) from exc
-    _temporaries.add(tmp)
+    TEMPORARIES.add(tmp)
     try:
         with os.fdopen(fd, "wb") as out:
             yield out
@@ -76,7 +76,7 @@ def atomic_output(dest):
             raise OutputError(cannot("write", exc), path=name) from exc
         raise
     finally:
-        _temporaries.discard(tmp)
+        TEMPORARIES.discard(tmp)
     with contextlib.suppress(OSError):
         dir_fd = os.open(folder, os.O_RDONLY)
         try:
@@ -121,9 +121,9 @@ def _input_fault(exc: OSError) -> None:
     """
     if exc.errno == errno.EFAULT:
         check_inputs()
-        name = next((name for _, name in list(_mapped.values())), None)
+        name = next((name for _, name in list(MAPPINGS.values())), None)
         if name is not None:
-            raise FormatError(_CUT_UNDER_MAP, path=name) from exc
+            raise FormatError(CUT_UNDER_MAP, path=name) from exc
 
 
 # Temporary names stay within NAME_MAX (255 bytes on most file systems): the

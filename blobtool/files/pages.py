@@ -16,7 +16,7 @@ import os
 
 from ..engine.work import current, using
 from ..errors import FormatError
-from .mapped import _mapped, _mapping_of, _name_of, _unwritten, _watched, check_inputs, raising_change
+from .mapped import MAPPINGS, mapping_of, name_of, unwritten, WATCHED, check_inputs, raising_change
 
 __all__ = ["MappedPages", "PAGES", "releasing", "release_pages", "file_behind", "read_mapped"]
 
@@ -64,12 +64,12 @@ def release_pages(view) -> None:
 def _release(view) -> None:
     if view.nbytes < mmap.PAGESIZE:  # holds no whole page: nothing to drop (most blobs of a net)
         return
-    found = _mapping_of(view) if hasattr(mmap, "MADV_DONTNEED") else None
+    found = mapping_of(view) if hasattr(mmap, "MADV_DONTNEED") else None
     if found is None or view.size == 0:
         return
     base, first = found
     last = first + view.nbytes
-    if not _unwritten(base, first, last):
+    if not unwritten(base, first, last):
         return
     page = mmap.PAGESIZE
     start = -(-first // page) * page
@@ -92,10 +92,10 @@ def file_behind(view):
 def _file_behind(view):
     if not view.flags.c_contiguous:
         return None
-    found = _mapping_of(view)
-    if found is None or id(found[0]) not in _mapped or not _unwritten(found[0], found[1], found[1] + view.nbytes):
+    found = mapping_of(view)
+    if found is None or id(found[0]) not in MAPPINGS or not unwritten(found[0], found[1], found[1] + view.nbytes):
         return None
-    return _mapped[id(found[0])][0], found[1]
+    return MAPPINGS[id(found[0])][0], found[1]
 
 
 def read_mapped(fd: int, offset: int, into) -> None:
@@ -110,12 +110,12 @@ def read_mapped(fd: int, offset: int, into) -> None:
         try:
             n = os.preadv(fd, [view[done:]], offset + done)
         except OSError as exc:
-            raise FormatError(f"cannot read: {exc.strerror or exc}", path=_name_of(fd)) from exc
+            raise FormatError(f"cannot read: {exc.strerror or exc}", path=name_of(fd)) from exc
         if n == 0:
             err = FormatError(f"changed while it was read: it ends at byte {offset + done}, before the "
-                              f"{len(view)} bytes wanted from byte {offset}", path=_name_of(fd))
+                              f"{len(view)} bytes wanted from byte {offset}", path=name_of(fd))
             err.offset = offset + done  # where the message says it ends
             raise raising_change(err)
         done += n
-    if fd in _watched:  # a lease given up, or none had: look for writers here too (about 2 us a read)
+    if fd in WATCHED:  # a lease given up, or none had: look for writers here too (about 2 us a read)
         check_inputs()
