@@ -372,13 +372,16 @@ class NetLayer:
     """One layer of a net, in file order, with or without blobs.
 
     Its name (as its blobs' names use it), its type (None where the format
-    holds none: HDF5), and for a protobuf net the layer's field (the layer
-    (100) or V1 layers (2) field) to read more of it from when asked.
+    holds none: HDF5), and where the rest of it is: `wire`, in a binary net,
+    the layer's field (the layer (100) or V1 layers (2) field, a
+    wire.Field) to read more of it from when asked; `message`, in a text
+    net, its LayerParameter as parsed (V1 layers upgraded). HDF5 has neither.
     """
 
     name: str
     type: str | None = None
-    field: object = None
+    wire: object = None
+    message: object = None
 
 
 @dataclass(repr=False)

@@ -184,7 +184,7 @@ def read(doc, cast=None) -> None:
         doc.meta["text_blobs"] = blobs
     layers = doc.definition.layers
     names = unique_names([text(layer.message.name) for layer in layers])
-    doc.layers = [NetLayer(name, text(layer.message.type), layer.message) for name, layer in zip(names, layers)]
+    doc.layers = [NetLayer(name, text(layer.message.type), message=layer.message) for name, layer in zip(names, layers)]
 
 
 def _scan(content: str, path) -> int:

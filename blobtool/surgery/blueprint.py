@@ -45,7 +45,7 @@ __all__ = ["blob_counts", "template_from_definition", "net_with_blobs"]
 
 def blob_counts(doc: Document) -> dict:
     """{layer name: blob count} by type and parameters (net/layertypes.py), None for a type without a rule."""
-    return {layer.name: blob_count(layer.type, layer.field) for layer in doc.layers}
+    return {layer.name: blob_count(layer.type, layer.message) for layer in doc.layers}
 
 
 def template_from_definition(doc: Document, values: dict, names: str, fold: bool, precision, notes: list) -> Document:
@@ -75,7 +75,7 @@ def template_from_definition(doc: Document, values: dict, names: str, fold: bool
                        precision, {})
     shapes: dict = {}
     dtypes: dict = {}
-    shared = {layer.name for layer in doc.layers if layer.type == "PReLU" and layer.field.prelu_param.channel_shared}
+    shared = {layer.name for layer in doc.layers if layer.type == "PReLU" and layer.message.prelu_param.channel_shared}
     for entry, name, made in _named(placeholder, names, fold):
         value = values.get(name) if name is not None else None
         layer, index = entry.layer, int(entry.name.rpartition("/")[2])

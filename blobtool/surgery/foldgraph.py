@@ -43,7 +43,7 @@ MAX_LAYER_FIELDS = 1 << 16
 
 def layer_fields(doc: Document, layer: NetLayer) -> list:
     """The fields of one layer's message (wire.Field, offsets in the file), at most MAX_LAYER_FIELDS."""
-    f = layer.field
+    f = layer.wire
     buf = memoryview(doc.source.buf)
     fields = []
     for g in wire.iter_fields(buf, f.start, f.end, path=doc.path):

@@ -143,7 +143,7 @@ def _write_net(doc: Document, plan: FoldPlan, dest, warnings: list) -> None:
     for layer in doc.layers:
         if layer.name not in removed and layer.name not in layers:
             continue
-        lf = layer.field
+        lf = layer.wire
         parts.append(buf[pos:lf.offset])
         pos = lf.end
         if layer.name in layers:
@@ -212,7 +212,7 @@ def _encoded(blob: Blob) -> list:
 def _layer_parts(doc: Document, fold: Fold, weight: Blob, bias: Blob) -> list:
     """The folded layer's field (LayerParameter), re-encoded field by field (module docstring)."""
     buf = memoryview(doc.source.buf)
-    lf = fold.target.field
+    lf = fold.target.wire
     content = []
     blob_index = 0
     top_done = False

@@ -143,7 +143,7 @@ def check_foldable_net(doc: Document) -> None:
     if doc.format != "caffe":
         raise UsageError(f"{doc.path}: a net definition without weights ({doc.format}): fold the .caffemodel, "
                          "and give -o NAME.prototxt for its folded definition")
-    if any(layer.field.number != 100 for layer in doc.layers):
+    if any(layer.wire.number != 100 for layer in doc.layers):
         raise UsageError(f"{doc.path}: a V1 net (NetParameter.layers, enum layer types): V1 has no BatchNorm type, "
                          "so nothing in it can fold, and fold writes no V1 net")
 

@@ -127,9 +127,9 @@ def edit_layers(doc: Document, renames: dict, drops) -> tuple[Document, list]:
         buf = memoryview(doc.source.buf)
         for layer in doc.layers:
             if layer.name in drops:
-                edits.append(((), layer.field.offset, layer.field.end, b""))
+                edits.append(((), layer.wire.offset, layer.wire.end, b""))
             elif layer.name in renames:
-                edits += _name_edits(buf, doc.path, layer.field, renames[layer.name].encode())
+                edits += _name_edits(buf, doc.path, layer.wire, renames[layer.name].encode())
     # Only a protobuf net says which blobs its layers read (HDF5 holds names and blobs only).
     lines = dropped(doc, drops) if drops and doc.format == "caffe" else []
     layers = [dataclasses.replace(layer, name=renames.get(layer.name, layer.name))

@@ -230,7 +230,7 @@ def _read_net(doc: Document, buf) -> None:
             doc.check_room(chain[-1].offset)
             record = parse_blob(buf, chain[-1].start, chain[-1].end, path=doc.path)
             doc.entries.append(_entry(f"{name}/{index}", record, layer=name, type=type_, chain=chain))
-        doc.layers.append(NetLayer(name, type_, lf))
+        doc.layers.append(NetLayer(name, type_, wire=lf))
 
 
 def layer_links(doc: Document, layer: NetLayer) -> tuple[tuple, tuple]:
@@ -242,9 +242,9 @@ def layer_links(doc: Document, layer: NetLayer) -> tuple[tuple, tuple]:
     """
     from ..._pb import blobtool_caffe_pb2 as pb  # protobuf loads only where a message's small fields are parsed
 
-    f = layer.field
-    if doc.format == "prototxt":  # the layer's parsed message
-        return tuple(text(b) for b in f.bottom), tuple(text(t) for t in f.top)
+    if layer.message is not None:  # a text net's layer, parsed
+        return tuple(text(b) for b in layer.message.bottom), tuple(text(t) for t in layer.message.top)
+    f = layer.wire
     buf = memoryview(doc.source.buf)
     if f.number == 100:
         message, _ = split_message(buf, f.start, f.end, doc.path, LAYER_FIELD_NAMES, {7}, pb.LayerHeader)
@@ -280,12 +280,12 @@ def layer_param_values(doc: Document, layer: NetLayer, param: str) -> dict:
     field's negative value is its 64-bit two's complement). Length-delimited
     fields (nested messages, strings, packed repeats) are not read.
     """
-    f = layer.field
     values: dict = {}
-    if doc.format == "prototxt":  # the layer's parsed message (V2: upgraded when read)
-        raw = getattr(f, param).SerializeToString()
+    if layer.message is not None:  # a text net's layer, parsed (V2: upgraded when read)
+        raw = getattr(layer.message, param).SerializeToString()
         _param_fields(memoryview(raw), 0, len(raw), doc.path, layer, param, values)
         return values
+    f = layer.wire
     number = layer_field(param, v1=f.number != 100)  # None: V1 has no such message
     if number is None:
         return values

@@ -148,9 +148,9 @@ def _from_bytes(doc) -> NetDefinition:
     net, _ = split_message(buf, 0, doc.size, doc.path, NET_FIELD_NAMES, {2, 100}, pb.NetParameter)
     result = NetDefinition(net, lost=tuple(lost_fields(buf, 0, doc.size, pb.NetParameter.DESCRIPTOR,
                                                        skip={2, 100}, path=doc.path)))
-    v1 = bool(doc.layers) and doc.layers[0].field.number == 2
+    v1 = bool(doc.layers) and doc.layers[0].wire.number == 2
     for layer in doc.layers:
-        f = layer.field
+        f = layer.wire
         if f.number == 100:
             message, _ = split_message(buf, f.start, f.end, doc.path, LAYER_FIELD_NAMES, {7}, pb.LayerParameter)
             lost = lost_fields(buf, f.start, f.end, pb.LayerParameter.DESCRIPTOR, skip={7}, path=doc.path)
