@@ -409,6 +409,8 @@ class Document:
     # Byte edits a rewrite of its own protobuf container applies (layers renamed or
     # dropped, surgery/rename.py): (enclosing fields, start, end, new bytes).
     edits: list = field(default_factory=list)
+    # The models of this net (net/model.py's model(): one per definition given), built when first asked for.
+    models: list = field(default_factory=list)
 
     @property
     def size(self) -> int:
@@ -431,6 +433,7 @@ class Document:
         self.source = None
         self.entries = []
         self.layers = []
+        self.models = []
 
     def __enter__(self) -> Document:
         return self

@@ -26,7 +26,7 @@ import dataclasses
 from ..errors import UsageError
 from ..formats import Document
 from ..net.layertypes import param_of
-from ..net.graph import blob_versions
+from ..net.model import model
 from .foldplan import FoldPlan, definition_layers, outside_text, rename_why_not
 
 __all__ = ["folded_definition", "definition_text"]
@@ -42,7 +42,7 @@ def folded_definition(doc: Document, plan: FoldPlan, other: Document | None = No
     messages = [layer.message for layer in whole.layers]
     names = _names(doc, other)
     if other is not None:
-        _check_wiring(source.path, doc.path, plan, messages, names, whole.net.state)
+        _check_wiring(other, doc.path, plan)
     net = type(whole.net)()
     net.CopyFrom(whole.net)
     del net.layer[:]
@@ -72,45 +72,37 @@ def _names(doc: Document, other: Document | None) -> list:
     return definition_layers(other)[0]
 
 
-def _check_wiring(path: str, net_path: str, plan: FoldPlan, messages: list, names: list, state) -> None:
+def _check_wiring(definition: Document, net_path: str, plan: FoldPlan) -> None:
     """Refuse (UsageError) a definition whose TEST net lacks a folded layer or wires one otherwise than the net."""
-    from ..formats.caffe.netdef import deployment_state, state_excludes
-
-    test = deployment_state(state)
-    outside = {}
-    for i, m in enumerate(messages):
-        why = state_excludes(test, m.include, m.exclude, layer=names[i], path=path)
-        if why is not None:
-            outside[i] = why
-    index = {name: i for i, name in enumerate(names)}
-    links = [((), ()) if i in outside else (tuple(m.bottom), tuple(m.top)) for i, m in enumerate(messages)]
-    inputs, readers = blob_versions(links)
+    view = model(definition).test
+    index = {name: i for i, name in enumerate(view.names)}
     for fold in plan.folds:
-        why = _why_different(fold, index, messages, links, inputs, readers, names, outside)
+        why = _why_different(fold, index, view)
         if why:
             raise UsageError(f"{why}, where {net_path} folds {fold.batchnorm.name} into {fold.target.name}: "
-                             "folded weights would compute something else in this definition", path=path)
+                             "folded weights would compute something else in this definition", path=definition.path)
 
 
-def _why_different(fold, index, messages, links, inputs, readers, names, outside) -> str | None:
+def _why_different(fold, index: dict, view) -> str | None:
+    names, types, links = view.names, view.types, view.links
     wanted = [(fold.target.name, fold.kind), (fold.batchnorm.name, "BatchNorm")]
     if fold.scale is not None:
         wanted.append((fold.scale.name, "Scale"))
     for name, kind in wanted:
         if name not in index:
             return f"it has no layer {name}"
-        if messages[index[name]].type != kind:
-            return f"its layer {name} is a {messages[index[name]].type or 'layer without a type'}, not a {kind}"
-        if index[name] in outside:
-            return f"its layer {name}: {outside_text(outside[index[name]])}"
+        if types[index[name]] != kind:
+            return f"its layer {name} is a {types[index[name]] or 'layer without a type'}, not a {kind}"
+        if index[name] in view.outside:
+            return f"its layer {name}: {outside_text(view.outside[index[name]])}"
     p, i = index[fold.target.name], index[fold.batchnorm.name]
     if len(links[i][0]) != 1 or len(links[i][1]) != 1 or len(links[p][1]) != 1:
         return f"its {names[i]} or {names[p]} has another number of bottoms or tops"
-    source = inputs[i][0]
-    if source is None or source[0] != p or readers[source] != [i]:
+    source = view.inputs[i][0]
+    if source is None or source[0] != p or view.readers[source] != [i]:
         return f"its {names[i]} does not read {names[p]}'s output alone"
-    after = readers.get((i, 0), [])
-    scales = [r for r in after if messages[r].type == "Scale"]
+    after = view.readers.get((i, 0), [])
+    scales = [r for r in after if types[r] == "Scale"]
     if fold.scale is None:
         if scales:
             return f"its {names[i]} feeds the Scale {names[scales[0]]}"

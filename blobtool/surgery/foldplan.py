@@ -21,7 +21,7 @@ blob name followed version by version, so in-place layers count right):
   and a bias with bias_term; gamma, and beta with bias_term): Caffe loads
   no others into them.
 
-The net folded for is the deployed one, Caffe's TEST net (foldgraph.py):
+The net folded for is the deployed one, Caffe's TEST net (the TEST view of net/model.py):
 layers its include/exclude rules leave out of it are passed over in the
 walk of who reads what, and a BatchNorm or Scale outside it stays, with the
 rules (a Scale in `kept_scales`).
@@ -52,8 +52,9 @@ from ..formats import Document, Entry, NetLayer
 from ..formats.caffe.schema import layer_field, param_field
 from ..net.layertypes import TYPES, foldable, output_channels, param_of
 from .fold import DEFAULT_EPS
-from ..net.graph import NOT_PER_CHANNEL, OTHER_COUNT, OTHER_READERS, SECOND_BOTTOM, blob_versions, scale_merge
-from .foldgraph import DeployedNet, definition_layers, layer_fields, signed
+from ..formats.caffe.wire import signed
+from ..net.graph import NOT_PER_CHANNEL, OTHER_COUNT, OTHER_READERS, SECOND_BOTTOM, scale_merge
+from ..net.model import View, definition_layers, layer_fields, model
 
 __all__ = ["Fold", "Kept", "KeptScale", "Setting", "FoldPlan", "plan_folds", "check_foldable_net", "layer_fields",
            "rename_why_not", "definition_layers", "outside_text", "TOP", "BLOBS"]
@@ -161,7 +162,7 @@ def plan_folds(doc: Document, definition: Document | None = None) -> FoldPlan:
     is checked where it is folded (folddef.py).
     """
     check_foldable_net(doc)
-    net = DeployedNet(doc, definition)
+    net = model(doc, definition).test
     plan = FoldPlan()
     for i, kind in enumerate(net.types):
         if kind == "Scale" and i in net.outside:
@@ -179,7 +180,7 @@ def plan_folds(doc: Document, definition: Document | None = None) -> FoldPlan:
     return plan
 
 
-def _train_phase_lines(net: DeployedNet, path: str, folds: list) -> list:
+def _train_phase_lines(net: View, path: str, folds: list) -> list:
     """A line naming the folded BatchNorm layers a definition gives `phase: TRAIN` of their own (and no use_global_stats).
 
     Caffe's BatchNorm takes use_global_stats from its own phase when unset:
@@ -234,7 +235,7 @@ def _foldable_types() -> str:
     return " or ".join(filter(None, [", ".join(names[:-1]), names[-1]]))
 
 
-def _fold_of(net: DeployedNet, i: int):
+def _fold_of(net: View, i: int):
     """The Fold of BatchNorm layer i, or why it cannot fold (a str)."""
     bottoms, tops = net.links[i]
     if len(bottoms) != 1 or len(tops) != 1:
@@ -300,12 +301,13 @@ def _fold_of(net: DeployedNet, i: int):
         held = net.blobs[net.name(scale)]
         gamma, beta = held[0], (held[1] if len(held) > 1 else None)
     eps = batchnorm.get(param_field("batch_norm_param", "eps"), DEFAULT_EPS)
-    return Fold(net.layers[p], kind, net.layers[i], net.layers[scale] if scale is not None else None, top,
+    layers = net.layers
+    return Fold(layers[p].stored, kind, layers[i].stored, layers[scale].stored if scale is not None else None, top,
                 net.top_bytes(last), weight, bias, tuple(stats), gamma, beta, float(eps), group, transpose,
                 tuple(_settings_used(net, p, kind, i, scale)))
 
 
-def _settings_used(net: DeployedNet, p: int, kind: str, i: int, scale: int | None) -> list:
+def _settings_used(net: View, p: int, kind: str, i: int, scale: int | None) -> list:
     """A Setting for each value the fold read from the definition given that the net's own states otherwise."""
     name, how = param_of(kind), foldable(kind)
     read = [(i, "batch_norm_param", "eps", DEFAULT_EPS), (p, name, "bias_term", 1)]
@@ -334,7 +336,7 @@ def _settings_used(net: DeployedNet, p: int, kind: str, i: int, scale: int | Non
     return found
 
 
-def _target_why_not(net: DeployedNet, p: int, target: str, kind: str) -> str | None:
+def _target_why_not(net: View, p: int, target: str, kind: str) -> str | None:
     """Why the layer a BatchNorm reads cannot take it in (tops, blobs, their type, shared weights), or None."""
     tops = net.links[p][1]
     if len(tops) != 1:
@@ -353,7 +355,7 @@ def _target_why_not(net: DeployedNet, p: int, target: str, kind: str) -> str | N
     return None
 
 
-def _scale_of(net: DeployedNet, i: int, channels: int):
+def _scale_of(net: View, i: int, channels: int):
     """The index of the Scale that folds with BatchNorm i, None when it folds alone, or why it cannot fold (a str)."""
     readers = net.readers.get((i, 0), [])
     scales = [r for r in readers if net.types[r] == "Scale"]

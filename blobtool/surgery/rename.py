@@ -189,14 +189,12 @@ def _name_edits(buf, path, lf, name: bytes) -> list:
 
 def dropped(doc: Document, drops) -> list:
     """One line per dropped layer whose output later layers read: those layers, left as they are."""
-    from ..formats.caffe import layer_links
-    from ..net.graph import blob_versions
+    from ..net.model import model
 
-    links = [layer_links(doc, layer) for layer in doc.layers]
-    inputs, _ = blob_versions(links)
+    net = model(doc).view(None)  # every layer as stored: a reader in any phase is left reading nothing
     readers: dict = {}        # dropped layer -> {layer reading its output: [tops read]}
     in_place: dict = {}       # dropped layer -> its tops that were also its bottoms
-    for layer, (bottoms, tops), versions in zip(doc.layers, links, inputs):
+    for layer, (bottoms, tops), versions in zip(doc.layers, net.links, net.inputs):
         for bottom, version in dict(zip(bottoms, versions)).items():  # each name once (it reads one version)
             writer = doc.layers[version[0]].name if version is not None else None
             if writer in drops and writer != layer.name:

@@ -77,7 +77,8 @@ from ..formats.caffe import layer_param_values
 from ..formats.caffe.schema import param_field
 from ..formats.caffe.wire import signed as _signed
 from ..net.layertypes import row as type_row
-from .naming import TorchNames, layer_type, torch_names, typed_by
+from ..net.model import type_name
+from .naming import TorchNames, torch_names, typed_by
 
 __all__ = ["TorchExport", "named", "python_identifiers", "eps_warnings", "kind_counts", "read_export",
            "MAPPING_KEY", "DONE_KINDS", "TORCH_EPS", "settings_groups"]
@@ -120,7 +121,7 @@ def named(doc, entries=None, *, fold: bool = True, scheme: str = "torch", net=No
     if scheme == "torch-identifiers":
         held = {e.layer for e in doc.entries}
         final, numbered = python_identifiers([layer.name for layer in types.layers
-                                              if layer.name in held or layer_type(layer.type) in _NO_TENSORS])
+                                              if layer.name in held or type_name(layer.type) in _NO_TENSORS])
         if numbered:
             listed = ", ".join(f"{name} -> {ident}" for name, ident in numbered[:_SHOWN])
             more = f" and {len(numbered) - _SHOWN} more" if len(numbered) > _SHOWN else ""
@@ -171,7 +172,7 @@ def _settings(types, doc, rows: list, final: dict, whole: bool) -> dict:
         weights.setdefault(e.layer, e.shape)
     out, definitions = {}, None
     for index, layer in enumerate(types.layers):
-        kind = layer_type(layer.type)
+        kind = type_name(layer.type)
         if layer.name not in written and not (whole and kind in _NO_TENSORS):
             continue
         module = final.get(layer.name, layer.name)

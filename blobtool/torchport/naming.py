@@ -42,7 +42,7 @@ weight's layout; Embed's weight (input_dim, num_output) is nn.Embedding's.
 
 V1 nets carry enum types (formats/caffe/containers.py turns them into today's type
 strings); V0 layers carry the lower-case strings of Caffe's first format
-("conv", "innerproduct"), which V0_TYPE_NAMES turns into today's. Files
+("conv", "innerproduct"), which net/model.py's type_name turns into today's. Files
 without layer types (a solverstate, a blob, .npy/.npz, safetensors) cannot be
 renamed: UsageError (exit 2). Caffe's HDF5 snapshots of a net hold layer
 names and no types: they are renamed with the types (and the bottoms, tops
@@ -71,16 +71,16 @@ import numpy as np
 from ..engine.blob import Blob
 from ..errors import FormatError, UsageError
 from ..formats import NAMING_SCHEMES, Document, Entry, select
-from ..formats.caffe import layer_links, layer_param_varints
-from ..formats.caffe.containers import V0_TYPE_NAMES
+from ..formats.caffe import layer_param_varints
 from ..formats.caffe.schema import param_field
 from ..formats.caffe.wire import signed as _signed
 from ..formats.origin import Origin
 from ..net.batchnorm import caffe_factor, statistic
-from ..net.graph import NOT_PER_CHANNEL, OTHER_READERS, OWN_SCALE, SECOND_BOTTOM, blob_versions, scale_merge
+from ..net.graph import NOT_PER_CHANNEL, OTHER_READERS, OWN_SCALE, SECOND_BOTTOM, scale_merge
 from ..net.layertypes import row as type_row
+from ..net.model import model, type_name
 
-__all__ = ["SCHEMES", "V0_TYPE_NAMES", "Mapped", "TorchNames", "torch_names", "torch_pair", "typed_by",
+__all__ = ["SCHEMES", "Mapped", "TorchNames", "torch_names", "torch_pair", "typed_by",
            "has_layer_types", "TORCH_ONLY_BUFFERS"]
 
 # The --names choices: blobtool's own names, or PyTorch's.
@@ -138,11 +138,6 @@ class TorchNames:
 def has_layer_types(doc: Document) -> bool:
     """Whether `doc` carries the layer types --names torch renames by (a net whose layers have types)."""
     return doc.kind == "net" and any(layer.type for layer in doc.layers)
-
-
-def layer_type(stored: str | None) -> str:
-    """Today's type name of a layer's stored type (V0's lower-case strings included)."""
-    return V0_TYPE_NAMES.get(stored or "", stored or "")
 
 
 def _refuse(doc: Document) -> UsageError:
@@ -215,7 +210,7 @@ def torch_names(doc: Document, entries: list | None = None, *, fold: bool = True
     rows, warnings, unruled, batchnorms = [], [], {}, []
     for layer in types.layers:
         blobs = groups.get(layer.name, [])
-        kind = layer_type(layer.type)
+        kind = type_name(layer.type)
         if kind == "BatchNorm":
             batchnorms.append(layer.name)
         if not any(id(e) in chosen for e in blobs):
@@ -275,19 +270,17 @@ def _fold_targets(doc: Document, groups: dict) -> tuple[dict, dict]:  # doc: the
     one axis), as many channels as the BatchNorm's, and the BatchNorm must
     hold no scale of its own (NVIDIA Caffe's five blobs).
     """
+    net = model(doc).view(None)  # every layer as stored
     layers = doc.layers
-    links = [layer_links(doc, layer) for layer in layers]
-    inputs, readers = blob_versions(links)
     candidates = []       # (Scale layer, its bottoms, BatchNorm layer, the version the Scale reads)
-    for number, layer in enumerate(layers):
-        bottoms = links[number][0]
-        if layer_type(layer.type) == "Scale" and bottoms and groups.get(layer.name):
-            held = inputs[number][0]
-            if held is not None and layer_type(layers[held[0]].type) == "BatchNorm":
-                candidates.append((layer, bottoms, layers[held[0]], held))
+    for number, layer in enumerate(net.layers):
+        if layer.type == "Scale" and layer.bottoms and groups.get(layer.name):
+            held = net.writer(number)
+            if held is not None and net.types[held[0]] == "BatchNorm":
+                candidates.append((layers[number], layer.bottoms, layers[held[0]], held))
     targets, apart = {}, {}
     for scale, bottoms, bn, version in candidates:
-        others = [layers[r].name for r in readers.get(version, []) if layers[r].name != scale.name]
+        others = [layers[r].name for r in net.readers.get(version, []) if layers[r].name != scale.name]
         why = _why_not_fold(doc, scale, bottoms, bn, others, groups, layer_param_varints)
         if why is None:
             targets[scale.name] = bn.name
@@ -374,7 +367,7 @@ def _map_layer(doc: Document, types: Document, layer, kind: str, blobs: list, fo
 
 
 def _bottom_count(doc: Document, layer) -> int:
-    return len(layer_links(doc, layer)[0])
+    return len(model(doc).by_name[layer.name].bottoms)
 
 
 def _transposed(doc: Document, layer) -> bool:

@@ -344,15 +344,15 @@ def _byte_strings(message, prefix: str = "") -> list:
 
 # -- which layers a net holds in a state (module docstring) -------------------------------------
 
-def deployment_state(state=None):
-    """The NetState a net is deployed in: phase TEST, level 0, and the stages of `state` (the net's own).
+def deployment_state(state=None, phase: int = TEST):
+    """The NetState a net is deployed in: phase TEST (or `phase`), level 0, and the stages of `state` (the net's own).
 
     Mirrors Caffe's Net(param_file, TEST): the phase and the level are set,
     the stages the file's `state` names are kept.
     """
     from ..._pb import blobtool_caffe_pb2 as pb  # protobuf loads only where a message's small fields are parsed
 
-    out = pb.NetState(phase=TEST, level=0)
+    out = pb.NetState(phase=phase, level=0)
     if state is not None:
         out.stage.extend(state.stage)
     return out

@@ -1,0 +1,437 @@
+"""A net, modelled once: its layers in order, their blobs by role, who reads which blob version, a view per phase.
+
+model(doc) builds it from any net blobtool reads and keeps it with the
+document, so that the jobs of one command (fold, the way back into a net,
+--rename/--drop, --names torch, the layer table) share one:
+
+- a binary net (.caffemodel, V0, V1 and V2 layers): names, types (V0's
+  strings as today's names), bottoms and tops read from the file when the
+  model is built;
+- a text net (.prototxt): the same from its parsed layers (V1 upgraded);
+- an HDF5 snapshot, which holds layer names and blobs only: given
+  `definition` (the .prototxt or .caffemodel of the same net), each layer
+  takes its type, bottoms, tops and rules from the definition's layer of
+  the same name.
+
+`definition` also gives the settings of the layers it has by name (a
+deploy.prototxt: the net that will run), where the net's own differ.
+
+A view (Net.view) is the net one phase runs: Caffe's Net::FilterNet with
+the state of that phase (phase, level 0, the stages the net's own `state`
+names: netdef.deployment_state). A layer its include/exclude rules leave
+out keeps no links in that view (it reads and writes nothing), and is in
+`outside` with the rules that leave it out. `view(None)` is every layer as
+stored, rules unread (--drop and --names torch follow a file's layers as
+they are). A layer's own `phase` field, which a snapshot sets on every
+layer, is no such rule.
+
+A binary net's settings are read from its bytes (a parameter message's
+varint and float fields, the last one winning); field numbers come from
+Caffe's schema (formats/caffe/schema.py).
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass, field
+
+from ..errors import FormatError
+from ..formats import Document, NetLayer, unique_names
+from ..formats.caffe import layer_links, wire
+from ..formats.caffe.containers import V0_TYPE_NAMES, text
+from ..formats.caffe.schema import layer_field, layer_field_name
+from .graph import blob_versions
+from .layertypes import row
+
+__all__ = ["Net", "Layer", "View", "model", "type_name", "layer_fields", "definition_layers", "MAX_LAYER_FIELDS",
+           "TRAIN", "TEST"]
+
+# Caffe's phases (caffe.proto's Phase).
+TRAIN, TEST = 0, 1
+
+# A layer as Caffe writes it has a few dozen fields besides its blobs; one
+# holding more is forged, and is refused rather than walked field by field.
+MAX_LAYER_FIELDS = 1 << 16
+
+
+def type_name(stored: str | None) -> str:
+    """Today's type name of a layer's stored type (V0's lower-case strings included); "" for none."""
+    return V0_TYPE_NAMES.get(stored or "", stored or "")
+
+
+def model(doc: Document, definition: Document | None = None) -> Net:
+    """The model of net `doc` (with the settings of `definition`, when given): built at the first call, then kept.
+
+    Kept with the document for as long as its layers are the ones it was
+    built from (a closed document has none).
+    """
+    for made in doc.models:
+        if made.definition is definition and made.stored is doc.layers:
+            return made
+    made = Net(doc, definition)
+    doc.models[:] = [m for m in doc.models if m.stored is doc.layers] + [made]
+    return made
+
+
+@dataclass(eq=False)
+class Layer:
+    """One layer of the model: where it is, what it is, what it reads and writes, the blobs it holds."""
+
+    index: int
+    name: str                  # as its blobs' names use it (unique_names: a repeated name gets "#2")
+    type: str                  # today's type name; "" where neither the net nor a definition gives one
+    bottoms: tuple
+    tops: tuple
+    blobs: list                # its Entries, in order
+    stored: NetLayer           # the document's layer
+    defined: object = None     # the definition given's LayerParameter of the same name, or None
+    rules: tuple = field(default=((), ()), repr=False)  # (include, exclude) NetStateRules
+
+    def blob(self, role: str):
+        """The Entry holding `role` ("weight", "bias", "mean", "variance", "factor", "slope"), or None.
+
+        Roles are the layer type's (net/layertypes.py), by index: a layer
+        holding fewer blobs has no entry for the later roles.
+        """
+        found = row(self.type)
+        if found is None or role not in found.blobs:
+            return None
+        index = found.blobs.index(role)
+        return self.blobs[index] if index < len(self.blobs) else None
+
+    def roles(self) -> dict:
+        """{role: Entry} of the blobs its type names (net/layertypes.py)."""
+        found = row(self.type)
+        return {} if found is None else dict(zip(found.blobs, self.blobs))
+
+
+class Net:
+    """The layers of a net in order (Layer), each once; views per phase (view()) built when first asked for."""
+
+    def __init__(self, doc: Document, definition: Document | None = None):
+        self.doc = doc
+        self.path = doc.path
+        self.definition = definition
+        self.stored = doc.layers
+        self._defined = dict(zip(*definition_layers(definition))) if definition is not None else {}
+        self._fields: dict = {}
+        self._views: dict = {}
+        self._state = None
+        self._shared_names = None
+        held: dict = {}
+        for e in doc.entries:
+            held.setdefault(e.layer, []).append(e)
+        self.blobs = held  # {layer name: its entries}
+        self.layers = [self._layer(i, stored, held.get(stored.name, [])) for i, stored in enumerate(doc.layers)]
+        self.names = [layer.name for layer in self.layers]
+        self.types = [layer.type for layer in self.layers]
+        self.by_name = {layer.name: layer for layer in self.layers}
+
+    def _layer(self, i: int, stored: NetLayer, blobs: list) -> Layer:
+        defined = self._defined.get(stored.name)
+        if stored.wire is not None or stored.message is not None:
+            bottoms, tops = layer_links(self.doc, stored)
+            kind = type_name(stored.type)
+        elif defined is not None:  # HDF5: the definition's layer of that name says
+            bottoms, tops = tuple(text(b) for b in defined.bottom), tuple(text(t) for t in defined.top)
+            kind = type_name(stored.type) or type_name(text(defined.type))
+        else:
+            bottoms, tops, kind = (), (), type_name(stored.type)
+        return Layer(i, stored.name, kind, bottoms, tops, blobs, stored, defined)
+
+    # -- phases -------------------------------------------------------------------------------
+
+    def view(self, phase: int | None = TEST) -> View:
+        """The net phase `phase` runs (TEST: the deployed one; TRAIN), or every layer as stored (None)."""
+        if phase not in self._views:
+            self._views[phase] = View(self, phase)
+        return self._views[phase]
+
+    @property
+    def test(self) -> View:
+        return self.view(TEST)
+
+    @property
+    def train(self) -> View:
+        return self.view(TRAIN)
+
+    def state(self):
+        """The NetState the net's own definition holds (NetParameter.state; occurrences merged), or None."""
+        if self._state is None:
+            holds = any(layer.wire is not None or layer.message is not None for layer in self.stored)
+            source = self.doc if holds or self.definition is None else self.definition  # HDF5: the definition's
+            self._state = (_net_state(source),)
+        return self._state[0]
+
+    def rules(self, i: int) -> tuple[list, list]:
+        """Layer i's include and exclude rules (NetStateRule messages)."""
+        stored = self.layers[i].stored
+        message = stored.message if stored.message is not None else (
+            self.layers[i].defined if stored.wire is None else None)
+        if message is not None:
+            return list(message.include), list(message.exclude)
+        if stored.wire is None:
+            return [], []
+        from .._pb import blobtool_caffe_pb2 as pb  # protobuf loads only where a message's small fields are parsed
+
+        v1 = stored.wire.number != 100
+        numbers = (layer_field("include", v1=v1), layer_field("exclude", v1=v1))
+        buf = memoryview(self.doc.source.buf)
+        rules: tuple = ([], [])
+        for f in self.fields(i):
+            if f.number in numbers and f.wire_type == wire.LEN:
+                k = numbers.index(f.number)
+                what = f"an {('include', 'exclude')[k]} rule of layer {self.name(i)!r}"
+                rules[k].append(_parse(pb.NetStateRule, buf, f, self.path, what))
+        return rules
+
+    # -- a layer's settings ---------------------------------------------------------------------
+
+    def name(self, i: int) -> str:
+        return self.names[i]
+
+    def defined(self, i: int):
+        """Layer i's LayerParameter in the definition given, or None (none given, or it has no layer of that name)."""
+        return self.defined_layer(self.name(i))
+
+    def defined_layer(self, name: str):
+        """The definition given's LayerParameter of the layer named `name` (as the model names it), or None."""
+        return self._defined.get(name)
+
+    def where(self, i: int) -> str:
+        """' in PATH' where layer i's settings come from the definition given, else ''."""
+        return f" in {self.definition.path}" if self.defined(i) is not None else ""
+
+    def settings(self, i: int, number: int) -> dict:
+        """{field number: value} of layer i's parameter message `number` as the net that runs states it.
+
+        The definition's layer of the same name where one is given and has
+        it, else the net's own (`param`).
+        """
+        message = self.defined(i)
+        if message is None:
+            return self.param(i, number)
+        return _message_values(getattr(message, layer_field_name(number)))
+
+    def param(self, i: int, number: int) -> dict:
+        """{field number: value} of layer i's own parameter message `number` (LayerParameter's field number)."""
+        stored = self.layers[i].stored
+        if stored.message is not None:
+            return _message_values(getattr(stored.message, layer_field_name(number)))
+        if stored.wire is None:
+            return {}
+        return _param(self.doc, self.fields(i), number)
+
+    def fields(self, i: int) -> list:
+        """The fields of binary layer i's message (wire.Field), read once."""
+        if i not in self._fields:
+            self._fields[i] = layer_fields(self.doc, self.layers[i].stored)
+        return self._fields[i]
+
+    def param_names(self, i: int) -> set:
+        """The names of layer i's ParamSpecs (bytes): blobs shared between layers by name."""
+        stored = self.layers[i].stored
+        if stored.message is not None:
+            return {p.name.encode() if isinstance(p.name, str) else p.name for p in stored.message.param if p.name}
+        if stored.wire is None:
+            return set()
+        return _param_names(self.doc, self.fields(i), layer_field("param", v1=stored.wire.number != 100))
+
+    def top_bytes(self, i: int) -> bytes:
+        """Binary layer i's first top as stored."""
+        buf = memoryview(self.doc.source.buf)
+        number = layer_field("top", v1=self.layers[i].stored.wire.number != 100)
+        f = next(f for f in self.fields(i) if f.number == number and f.wire_type == wire.LEN)
+        return bytes(buf[f.start:f.end])
+
+
+class View:
+    """The layers of a Net one phase runs: each layer's (bottoms, tops), each blob version's writer and readers.
+
+    `links[i]` is ((), ()) for a layer in `outside` ({index: the rules
+    that leave it out, as text}). `inputs[i]` holds, per bottom of layer
+    i, the version it reads ((writer's index, which of its tops), or None
+    for a net input); `readers` maps a version to the layers reading it,
+    each once, in order (net/graph.py).
+    """
+
+    def __init__(self, net: Net, phase: int | None):
+        from ..formats.caffe.netdef import deployment_state, state_excludes
+
+        self.net = net
+        self.phase = phase
+        self.outside: dict = {}
+        if phase is not None:
+            state = deployment_state(net.state(), phase=phase)
+            for i in range(len(net.layers)):
+                why = state_excludes(state, *net.rules(i), layer=net.name(i), path=net.path)
+                if why is not None:
+                    self.outside[i] = why
+        self.links = [((), ()) if i in self.outside else (layer.bottoms, layer.tops)
+                      for i, layer in enumerate(net.layers)]
+        self.inputs, self.readers = blob_versions(self.links)
+
+    # What a view shares with its net, for the jobs that walk one view.
+    @property
+    def doc(self) -> Document:
+        return self.net.doc
+
+    @property
+    def layers(self) -> list:
+        return self.net.layers
+
+    @property
+    def names(self) -> list:
+        return self.net.names
+
+    @property
+    def types(self) -> list:
+        return self.net.types
+
+    @property
+    def blobs(self) -> dict:
+        return self.net.blobs
+
+    @property
+    def definition(self):
+        return self.net.definition
+
+    def name(self, i: int) -> str:
+        return self.net.names[i]
+
+    def defined(self, i: int):
+        return self.net.defined(i)
+
+    def defined_layer(self, name: str):
+        return self.net.defined_layer(name)
+
+    def where(self, i: int) -> str:
+        return self.net.where(i)
+
+    def settings(self, i: int, number: int) -> dict:
+        return self.net.settings(i, number)
+
+    def param(self, i: int, number: int) -> dict:
+        return self.net.param(i, number)
+
+    def top_bytes(self, i: int) -> bytes:
+        return self.net.top_bytes(i)
+
+    def writer(self, i: int, k: int = 0):
+        """The version layer i's bottom k reads: (writer's index, which of its tops), or None (a net input)."""
+        return self.inputs[i][k]
+
+    def others_reading(self, version, i: int) -> list:
+        """The indices of the layers other than i reading `version`, in order."""
+        return [r for r in self.readers.get(version, []) if r != i]
+
+    def sharing(self, i: int) -> list:
+        """(layer, name) for each other layer of this view holding a ParamSpec named as one of layer i's."""
+        own = self.net.param_names(i)
+        if not own:
+            return []
+        if self.net._shared_names is None:
+            self.net._shared_names = [self.net.param_names(j) for j in range(len(self.net.layers))]
+        return [(self.net.names[j], name.decode("utf-8", "backslashreplace"))
+                for j, names in enumerate(self.net._shared_names)
+                if j != i and j not in self.outside for name in sorted(own & names)]
+
+
+def layer_fields(doc: Document, layer: NetLayer) -> list:
+    """The fields of one binary layer's message (wire.Field, offsets in the file), at most MAX_LAYER_FIELDS."""
+    f = layer.wire
+    buf = memoryview(doc.source.buf)
+    fields = []
+    for g in wire.iter_fields(buf, f.start, f.end, path=doc.path):
+        if len(fields) == MAX_LAYER_FIELDS:
+            raise FormatError(f"layer {layer.name!r} holds more than {MAX_LAYER_FIELDS} fields",
+                              path=doc.path, offset=g.offset)
+        fields.append(g)
+    return fields
+
+
+def definition_layers(doc: Document) -> tuple[list, list]:
+    """(names, LayerParameter messages) of a definition's layers, in order, named as the model names layers.
+
+    Names are told apart as a net's layers are (unique_names: a repeated
+    name gets "#2").
+    """
+    from ..formats.caffe.netdef import definition
+
+    messages = [layer.message for layer in definition(doc).layers]
+    return unique_names([text(m.name) for m in messages]), messages
+
+
+def _param(doc: Document, fields: list, number: int) -> dict:
+    """{field number: value} of the varint and 32-bit float fields of a parameter message, the last one winning."""
+    buf = memoryview(doc.source.buf)
+    values = {}
+    for f in fields:
+        if f.number != number or f.wire_type != wire.LEN:
+            continue
+        for k, g in enumerate(wire.iter_fields(buf, f.start, f.end, path=doc.path)):
+            if k == MAX_LAYER_FIELDS:
+                raise FormatError(f"a parameter message (field {number}) holds more than {MAX_LAYER_FIELDS} "
+                                  "fields", path=doc.path, offset=g.offset)
+            if g.wire_type == wire.VARINT:
+                values[g.number] = g.value
+            elif g.wire_type == wire.I32:
+                values[g.number] = struct.unpack("<f", bytes(buf[g.start:g.end]))[0]
+    return values
+
+
+def _message_values(message) -> dict:
+    """{field number: value} of a parsed parameter message's scalar fields that are set (as _param gives them)."""
+    values = {}
+    for fd, value in message.ListFields():
+        if isinstance(value, bool):
+            values[fd.number] = int(value)
+        elif isinstance(value, float) and fd.type == fd.TYPE_FLOAT:
+            values[fd.number] = struct.unpack("<f", struct.pack("<f", value))[0]
+        elif isinstance(value, (int, float)):
+            values[fd.number] = value
+    return values
+
+
+def _parse(message_type, buf, f, path, what: str):
+    """A small message field's content parsed by protobuf; FormatError naming `what` where it is not such a message."""
+    from google.protobuf.message import DecodeError
+
+    try:
+        return message_type.FromString(bytes(buf[f.start:f.end]))
+    except DecodeError as e:
+        raise FormatError(f"{what} (field {f.number}) is not a {message_type.DESCRIPTOR.name}: {e}", path=path,
+                          offset=f.offset) from e
+
+
+def _net_state(doc: Document):
+    """The NetState a net's own definition holds (NetParameter.state; occurrences merged), or None."""
+    if doc.parsed is not None:  # a text net
+        return doc.parsed.state if doc.parsed.HasField("state") else None
+    if doc.format != "caffe":
+        return None
+    from .._pb import blobtool_caffe_pb2 as pb  # protobuf loads only where a message's small fields are parsed
+
+    number = pb.NetParameter.DESCRIPTOR.fields_by_name["state"].number
+    buf = memoryview(doc.source.buf)
+    state = None
+    for f in wire.iter_fields(buf, 0, doc.size, path=doc.path):
+        if f.number == number and f.wire_type == wire.LEN:
+            part = _parse(pb.NetState, buf, f, doc.path, "the net's state")
+            state = part if state is None else (state.MergeFrom(part) or state)
+    return state
+
+
+def _param_names(doc: Document, fields: list, number: int) -> set:
+    """The names of a binary layer's ParamSpecs (its `param` field `number`, ParamSpec.name): bytes."""
+    from .._pb import blobtool_caffe_pb2 as pb  # protobuf loads only where a message's small fields are parsed
+
+    name = pb.ParamSpec.DESCRIPTOR.fields_by_name["name"].number
+    buf = memoryview(doc.source.buf)
+    names = set()
+    for f in fields:
+        if f.number == number and f.wire_type == wire.LEN:
+            for g in wire.iter_fields(buf, f.start, f.end, path=doc.path):
+                if g.number == name and g.wire_type == wire.LEN:
+                    names.add(bytes(buf[g.start:g.end]))
+    return names
