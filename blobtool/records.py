@@ -6,13 +6,13 @@ Lines. Nothing here prints or formats text.
 
 from __future__ import annotations
 
-import collections
 import math
 
 from .engine import kernels
 from .formats.caffe.blobproto import PAYLOAD_BY_NAME
 from .errors import UsageError
 from .formats import Document, Entry
+from .net.model import model
 
 __all__ = ["json_float", "info_record", "norm_record", "norm_values", "compare_record", "CHECKS",
            "check_finite", "value_count_mismatch"]
@@ -86,15 +86,15 @@ def info_record(doc: Document, entries, *, stats: bool = False, check: str | Non
     if doc.kind == "safetensors":
         _torch_export(out, doc.meta.get("metadata"))
     if doc.kind == "net" and doc.layers:
-        held = collections.Counter(e.layer for e in doc.entries)
-        out["layers"] = len(doc.layers)
-        out["layers_without_blobs"] = sum(1 for layer in doc.layers if not held[layer.name])
+        net = model(doc)
+        out["layers"] = len(net.layers)
+        out["layers_without_blobs"] = sum(1 for layer in net.layers if not layer.blobs)
         if layer_defs:
             out["format"] = doc.format
-            out["layer_defs"] = _layer_defs(doc)
+            out["layer_defs"] = _layer_defs(net)
         if all_layers or layer_defs:
-            out["all_layers"] = [{"name": layer.name, "type": layer.type, "blobs": held[layer.name]}
-                                 for layer in doc.layers]
+            out["all_layers"] = [{"name": layer.name, "type": layer.stored.type, "blobs": len(layer.blobs)}
+                                 for layer in net.layers]
     if invalid:
         out["invalid"] = invalid
     if check == "finite":
@@ -118,15 +118,13 @@ def _torch_export(out: dict, meta) -> None:
         out["modules"] = export["modules"]
 
 
-def _layer_defs(doc: Document) -> list:
-    if doc.format == "hdf5":
-        return [{"name": layer.name} for layer in doc.layers]
+def _layer_defs(net) -> list:
+    """Each layer's definition as MessageToDict writes it; a layer of a format without definitions (HDF5): its name."""
     from google.protobuf import json_format  # protobuf loads only where definitions are asked for
 
-    from .formats.caffe.netdef import definition
-
-    return [json_format.MessageToDict(layer.message, preserving_proto_field_name=True)
-            for layer in definition(doc).layers]
+    return [{"name": layer.name} if message is None
+            else json_format.MessageToDict(message, preserving_proto_field_name=True)
+            for layer, message in zip(net.layers, net.layer_defs())]
 
 
 def value_count_mismatch(entry: Entry) -> dict | None:

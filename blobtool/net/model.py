@@ -80,12 +80,19 @@ class Layer:
     index: int
     name: str                  # as its blobs' names use it (unique_names: a repeated name gets "#2")
     type: str                  # today's type name; "" where neither the net nor a definition gives one
-    bottoms: tuple
-    tops: tuple
     blobs: list                # its Entries, in order
     stored: NetLayer           # the document's layer
     defined: object = None     # the definition given's LayerParameter of the same name, or None
-    rules: tuple = field(default=((), ()), repr=False)  # (include, exclude) NetStateRules
+    net: Net = field(default=None, repr=False)
+
+    @property
+    def bottoms(self) -> tuple:
+        """The blob names it reads (read from the file when the net's links are first asked for)."""
+        return self.net.links[self.index][0]
+
+    @property
+    def tops(self) -> tuple:
+        return self.net.links[self.index][1]
 
     def blob(self, role: str):
         """The Entry holding `role` ("weight", "bias", "mean", "variance", "factor", "slope"), or None.
@@ -118,6 +125,7 @@ class Net:
         self._views: dict = {}
         self._state = None
         self._shared_names = None
+        self._links = None
         held: dict = {}
         for e in doc.entries:
             held.setdefault(e.layer, []).append(e)
@@ -129,15 +137,40 @@ class Net:
 
     def _layer(self, i: int, stored: NetLayer, blobs: list) -> Layer:
         defined = self._defined.get(stored.name)
-        if stored.wire is not None or stored.message is not None:
-            bottoms, tops = layer_links(self.doc, stored)
-            kind = type_name(stored.type)
-        elif defined is not None:  # HDF5: the definition's layer of that name says
-            bottoms, tops = tuple(text(b) for b in defined.bottom), tuple(text(t) for t in defined.top)
-            kind = type_name(stored.type) or type_name(text(defined.type))
-        else:
-            bottoms, tops, kind = (), (), type_name(stored.type)
-        return Layer(i, stored.name, kind, bottoms, tops, blobs, stored, defined)
+        kind = type_name(stored.type)
+        if not kind and stored.wire is None and stored.message is None and defined is not None:
+            kind = type_name(text(defined.type))  # HDF5: the definition's layer of that name says
+        return Layer(i, stored.name, kind, blobs, stored, defined, self)
+
+    @property
+    def links(self) -> list:
+        """(bottoms, tops) of every layer, in order: read from the net (HDF5: the definition given) when first asked for.
+
+        Not at open: a forged layer of millions of one-byte names costs far
+        more as Python strings than as its bytes, and only the jobs that
+        follow blobs (fold, --drop, --names torch's Scale merge) need them.
+        """
+        if self._links is None:
+            self._links = [self._links_of(layer) for layer in self.layers]
+        return self._links
+
+    def _links_of(self, layer: Layer) -> tuple:
+        if layer.stored.wire is not None or layer.stored.message is not None:
+            return layer_links(self.doc, layer.stored)
+        if layer.defined is not None:
+            return tuple(text(b) for b in layer.defined.bottom), tuple(text(t) for t in layer.defined.top)
+        return (), ()
+
+    def layer_defs(self) -> list:
+        """Each layer's full LayerParameter without blobs, in order (V0 and V1 layers upgraded: formats/caffe/netdef.py).
+
+        None for each layer of a format that holds no definition (HDF5).
+        """
+        if self.doc.format == "hdf5":
+            return [None] * len(self.layers)
+        from ..formats.caffe.netdef import definition
+
+        return [layer.message for layer in definition(self.doc).layers]
 
     # -- phases -------------------------------------------------------------------------------
 
@@ -267,8 +300,7 @@ class View:
                 why = state_excludes(state, *net.rules(i), layer=net.name(i), path=net.path)
                 if why is not None:
                     self.outside[i] = why
-        self.links = [((), ()) if i in self.outside else (layer.bottoms, layer.tops)
-                      for i, layer in enumerate(net.layers)]
+        self.links = [((), ()) if i in self.outside else both for i, both in enumerate(net.links)]
         self.inputs, self.readers = blob_versions(self.links)
 
     # What a view shares with its net, for the jobs that walk one view.
