@@ -39,13 +39,19 @@ from ..engine.blob import Blob
 from ..errors import UsageError
 from ..formats import Document, Entry
 from ..formats.origin import Origin
-from ..net.layertypes import blob_count
+from ..net.layertypes import blob_count, foldable
 
 __all__ = ["blob_counts", "template_from_definition", "net_with_blobs"]
 
 def blob_counts(doc: Document) -> dict:
     """{layer name: blob count} by type and parameters (net/layertypes.py), None for a type without a rule."""
     return {layer.name: blob_count(layer.type, layer.message) for layer in doc.layers}
+
+
+def _matrix(kind: str | None) -> bool:
+    """Whether a layer of type `kind` holds its weight as a matrix (net/layertypes.py: an InnerProduct's)."""
+    how = foldable(kind)
+    return how is not None and how.channels == "matrix"
 
 
 def template_from_definition(doc: Document, values: dict, names: str, fold: bool, precision, notes: list) -> Document:
@@ -69,7 +75,7 @@ def template_from_definition(doc: Document, values: dict, names: str, fold: bool
     if unruled:
         notes.append(f"{doc.path}: the definition does not say how many blobs these layers hold; each takes the "
                      f"values given for it: {', '.join(unruled)}")
-    placeholder = _doc(doc, {name: [(1, 1) if (layer_type == "InnerProduct" and k == 0) else (1,)
+    placeholder = _doc(doc, {name: [(1, 1) if (k == 0 and _matrix(layer_type)) else (1,)
                                     for k in range(guessed[name])]
                              for name, layer_type in ((layer.name, layer.type) for layer in doc.layers)},
                        precision, {})

@@ -77,7 +77,7 @@ from ..formats.caffe.wire import signed as _signed
 from ..formats.origin import Origin
 from ..net.batchnorm import caffe_factor, statistic
 from ..net.graph import NOT_PER_CHANNEL, OTHER_READERS, OWN_SCALE, SECOND_BOTTOM, scale_merge
-from ..net.layertypes import row as type_row
+from ..net.layertypes import foldable, matrix_shape, row as type_row
 from ..net.model import model, type_name
 
 __all__ = ["SCHEMES", "Mapped", "TorchNames", "torch_names", "torch_pair", "typed_by",
@@ -331,10 +331,11 @@ def _map_layer(doc: Document, types: Document, layer, kind: str, blobs: list, fo
     rule = type_row(kind)
     # A type whose blobs 0 and 1 are a weight and a bias, and a PyTorch module's (Conv2d, Linear, ...).
     weight_bias = rule is not None and rule.torch is not None and rule.blobs == _PARAMS
+    how = rule.folds if rule is not None else None  # where its weight's channels lie (net/layertypes.py)
     for index, entry in enumerate(blobs):
         if weight_bias and index < 2:
-            if index == 0 and kind == "InnerProduct" and _transposed(types, layer):
-                rows.append(_transposed_weight(doc, entry, name))
+            if index == 0 and how is not None and how.transpose and _transposed(types, layer, rule.param):
+                rows.append(_transposed_weight(doc, entry, name, kind))
                 continue
             shape = _weight_shape(kind, entry.shape) if index == 0 else (entry.count,)
             rows.append(_view(entry, f"{name}.{rule.torch_names[index]}", shape, name))
@@ -370,17 +371,16 @@ def _bottom_count(doc: Document, layer) -> int:
     return len(model(doc).by_name[layer.name].bottoms)
 
 
-def _transposed(doc: Document, layer) -> bool:
-    """Whether an InnerProduct stores its weight (K, N): inner_product_param.transpose (field 6) is true."""
-    return bool(layer_param_varints(doc, layer, "inner_product_param").get(param_field("inner_product_param",
-                                                                                        "transpose"), 0))
+def _transposed(doc: Document, layer, param: str) -> bool:
+    """Whether a matrix layer (an InnerProduct) stores its weight (K, N): its `param`.transpose is true."""
+    return bool(layer_param_varints(doc, layer, param).get(param_field(param, "transpose"), 0))
 
 
-def _transposed_weight(doc: Document, entry: Entry, layer: str) -> _Row:
-    """An InnerProduct weight stored (K, N) (transpose: true), as Linear's (N, K): a transposed copy, made on first use."""
-    stored = _weight_shape("InnerProduct", entry.shape)
+def _transposed_weight(doc: Document, entry: Entry, layer: str, kind: str) -> _Row:
+    """A matrix weight stored (K, N) (transpose: true), as Linear's (N, K): a transposed copy, made on first use."""
+    stored = _weight_shape(kind, entry.shape)
     if len(stored) != 2:
-        raise FormatError(f"InnerProduct layer {layer!r} has inner_product_param.transpose true and a weight of "
+        raise FormatError(f"{kind} layer {layer!r} has {type_row(kind).param}.transpose true and a weight of "
                           f"shape {entry.shape}; Caffe's is (K, N), 2 axes", path=doc.path)
     shape = (stored[1], stored[0])
 
@@ -394,14 +394,15 @@ def _transposed_weight(doc: Document, entry: Entry, layer: str) -> _Row:
     name = f"{layer}.weight"
     renamed = Entry(name, shape, "shape", entry.dtype, False, layer=entry.layer, type=entry.type, build=make)
     done = (_reshaped(entry.shape, stored, "", "; ") + f"transposed {_fmt(stored)} -> {_fmt(shape)}: "
-            "inner_product_param.transpose is true, Linear's weight is (out, in)")
+            f"{type_row(kind).param}.transpose is true, {type_row(kind).torch}'s weight is (out, in)")
     return _Row(Mapped(entry, name, shape, done, layer, kind="transposed", made="transposed"), renamed)
 
 
 def _weight_shape(kind: str, shape: tuple) -> tuple:
-    # InnerProduct weights written before the shape field: (1, 1, N, K).
-    if kind == "InnerProduct" and len(shape) == 4 and shape[:2] == (1, 1):
-        return shape[2:]
+    """A weight's shape as its module takes it: a matrix layer's legacy (1, 1, N, K), written before the shape field, as (N, K)."""
+    how = foldable(kind)
+    if how is not None and how.channels == "matrix":
+        return matrix_shape(shape) or shape
     return shape
 
 
