@@ -130,10 +130,23 @@ class Net:
         for e in doc.entries:
             held.setdefault(e.layer, []).append(e)
         self.blobs = held  # {layer name: its entries}
-        self.layers = [self._layer(i, stored, held.get(stored.name, [])) for i, stored in enumerate(doc.layers)]
+        self.layers = [self._layer(i, stored, held.get(stored.name, [])) for i, stored in enumerate(self._order())]
         self.names = [layer.name for layer in self.layers]
         self.types = [layer.type for layer in self.layers]
         self.by_name = {layer.name: layer for layer in self.layers}
+
+    def _order(self) -> list:
+        """The document's layers in the net's order: an HDF5 snapshot's (by name, as HDF5 lists groups) as its definition's.
+
+        A layer the definition has and the snapshot lacks is one without
+        blobs; one only the snapshot has follows, without links.
+        """
+        if self.definition is None or any(s.wire is not None or s.message is not None for s in self.stored):
+            return list(self.stored)
+        names = definition_layers(self.definition)[0]
+        by_name = {s.name: s for s in self.stored}
+        known = set(names)
+        return [by_name.get(name) or NetLayer(name) for name in names] + [s for s in self.stored if s.name not in known]
 
     def _layer(self, i: int, stored: NetLayer, blobs: list) -> Layer:
         defined = self._defined.get(stored.name)

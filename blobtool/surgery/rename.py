@@ -194,9 +194,9 @@ def dropped(doc: Document, drops) -> list:
     net = model(doc).view(None)  # every layer as stored: a reader in any phase is left reading nothing
     readers: dict = {}        # dropped layer -> {layer reading its output: [tops read]}
     in_place: dict = {}       # dropped layer -> its tops that were also its bottoms
-    for layer, (bottoms, tops), versions in zip(doc.layers, net.links, net.inputs):
+    for layer, (bottoms, tops), versions in zip(net.layers, net.links, net.inputs):
         for bottom, version in dict(zip(bottoms, versions)).items():  # each name once (it reads one version)
-            writer = doc.layers[version[0]].name if version is not None else None
+            writer = net.names[version[0]] if version is not None else None
             if writer in drops and writer != layer.name:
                 readers.setdefault(writer, {}).setdefault(layer.name, []).append(bottom)
         if layer.name in drops:

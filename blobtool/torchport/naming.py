@@ -271,7 +271,7 @@ def _fold_targets(doc: Document, groups: dict) -> tuple[dict, dict]:  # doc: the
     hold no scale of its own (NVIDIA Caffe's five blobs).
     """
     net = model(doc).view(None)  # every layer as stored
-    layers = doc.layers
+    layers = [layer.stored for layer in net.layers]
     candidates = []       # (Scale layer, its bottoms, BatchNorm layer, the version the Scale reads)
     for number, layer in enumerate(net.layers):
         if layer.type == "Scale" and layer.bottoms and groups.get(layer.name):
