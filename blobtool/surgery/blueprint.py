@@ -40,12 +40,13 @@ from ..errors import UsageError
 from ..formats import Document, Entry
 from ..formats.origin import Origin
 from ..net.layertypes import blob_count, foldable
+from ..net.model import model
 
 __all__ = ["blob_counts", "template_from_definition", "net_with_blobs"]
 
 def blob_counts(doc: Document) -> dict:
     """{layer name: blob count} by type and parameters (net/layertypes.py), None for a type without a rule."""
-    return {layer.name: blob_count(layer.type, layer.message) for layer in doc.layers}
+    return {layer.name: blob_count(layer.type, layer.stored.message) for layer in model(doc).layers}
 
 
 def _matrix(kind: str | None) -> bool:
@@ -63,25 +64,27 @@ def template_from_definition(doc: Document, values: dict, names: str, fold: bool
     counts = blob_counts(doc)
     guessed = {}
     unruled = []
-    for layer in doc.layers:
+    net = model(doc)
+    for layer in net.layers:
         count = counts[layer.name]
         if count is None:
             sep = "." if names == "torch" else "/"
             count = 0
             while f"{layer.name}{sep}{count}" in values:
                 count += 1
-            unruled.append(f"{layer.name} ({layer.type or 'no type'}: {count})")
+            unruled.append(f"{layer.name} ({layer.stored.type or 'no type'}: {count})")
         guessed[layer.name] = count
     if unruled:
         notes.append(f"{doc.path}: the definition does not say how many blobs these layers hold; each takes the "
                      f"values given for it: {', '.join(unruled)}")
     placeholder = _doc(doc, {name: [(1, 1) if (k == 0 and _matrix(layer_type)) else (1,)
                                     for k in range(guessed[name])]
-                             for name, layer_type in ((layer.name, layer.type) for layer in doc.layers)},
+                             for name, layer_type in ((layer.name, layer.type) for layer in net.layers)},
                        precision, {})
     shapes: dict = {}
     dtypes: dict = {}
-    shared = {layer.name for layer in doc.layers if layer.type == "PReLU" and layer.message.prelu_param.channel_shared}
+    shared = {layer.name for layer in net.layers
+              if layer.type == "PReLU" and layer.stored.message.prelu_param.channel_shared}
     for entry, name, made in _named(placeholder, names, fold):
         value = values.get(name) if name is not None else None
         layer, index = entry.layer, int(entry.name.rpartition("/")[2])

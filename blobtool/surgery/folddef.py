@@ -27,7 +27,7 @@ from ..errors import UsageError
 from ..formats import Document
 from ..net.layertypes import param_of
 from ..net.model import model
-from .foldplan import FoldPlan, definition_layers, outside_text, rename_why_not
+from .foldplan import FoldPlan, outside_text, rename_why_not
 
 __all__ = ["folded_definition", "definition_text"]
 
@@ -66,10 +66,8 @@ def folded_definition(doc: Document, plan: FoldPlan, other: Document | None = No
 
 
 def _names(doc: Document, other: Document | None) -> list:
-    """The layer names of the definition folded, as the plan names layers (unique_names: duplicates told apart)."""
-    if other is None:
-        return [layer.name for layer in doc.layers]
-    return definition_layers(other)[0]
+    """The layer names of the definition folded, as the plan names layers (its model's: duplicates told apart)."""
+    return model(other if other is not None else doc).names
 
 
 def _check_wiring(definition: Document, net_path: str, plan: FoldPlan) -> None:
