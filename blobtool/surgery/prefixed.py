@@ -32,13 +32,13 @@ def prefixed(values: dict, path, template, names: str, fold: bool, net, strip=No
         change, count = detect(wanted, list(values))
         if change is None:
             return values
-        warn(f"{path}: names matched {_how(change)} ({count} of {len(values)} then match the template's); "
+        warn(f"{path}: names matched {change.how()} ({count} of {len(values)} then match the template's); "
              f"{change.options()} says so, --strip-prefix '' matches them as they are")
     renamed = {}
     for name, value in values.items():
         new = change.apply(name)
         if new in renamed:
-            raise PrefixClash(f"{_asked(change)} makes two of {path}'s names {new!r}")
+            raise PrefixClash(f"{change.options(lambda name: parameter(name, True))} makes two of {path}'s names {new!r}")
         renamed[new] = value
     return renamed
 
@@ -52,18 +52,3 @@ def _wanted(template, names: str, fold: bool, net) -> list:
     found = torch_names(template, fold=fold, net=net)
     return [e.name for e in found.document.entries] + [f"{bn}.{buf}" for bn in found.batchnorms
                                                        for buf in TORCH_ONLY_BUFFERS]
-
-
-def _asked(change: Prefixes) -> str:
-    """The change as the parameters that ask for it (Prefixes.options, in the caller's words)."""
-    parts = []
-    if change.strip:
-        parts.append(f"{parameter('strip_prefix', True)}{change.strip}")
-    if change.add:
-        parts.append(f"{parameter('add_prefix', True)}{change.add}")
-    return " ".join(parts)
-
-
-def _how(change: Prefixes) -> str:
-    return " and ".join(filter(None, [f"without the prefix {change.strip!r}" if change.strip else None,
-                                      f"with the prefix {change.add!r} added" if change.add else None]))

@@ -57,14 +57,20 @@ class Prefixes:
             name = name[len(self.strip):]
         return (self.add or "") + name
 
-    def options(self) -> str:
-        """The command-line options that ask for this change."""
-        parts = []
-        if self.strip:
-            parts.append(f"--strip-prefix {self.strip}")
-        if self.add:
-            parts.append(f"--add-prefix {self.add}")
-        return " ".join(parts)
+    def options(self, spelled=None) -> str:
+        """The options that ask for this change: the command line's, or each as `spelled(parameter)` gives it.
+
+        `spelled` takes "strip_prefix" or "add_prefix" and gives the text
+        before the value (errors.parameter's marker, for the library's words).
+        """
+        spelled = spelled or (lambda name: f"--{name.replace('_', '-')} ")
+        return " ".join(f"{spelled(name)}{value}" for name, value in (("strip_prefix", self.strip),
+                                                                       ("add_prefix", self.add)) if value)
+
+    def how(self) -> str:
+        """The change in words: "without the prefix 'module.'", "with the prefix 'x.' added", or both."""
+        return " and ".join(filter(None, [f"without the prefix {self.strip!r}" if self.strip else None,
+                                          f"with the prefix {self.add!r} added" if self.add else None]))
 
 
 def _common(names: list) -> str:
@@ -135,8 +141,6 @@ def match_documents(doc_a, doc_b, change: Prefixes | None = None) -> tuple:
     found, count = detect(doc_a.names(), names_b)
     if found is None:
         return doc_b, None, None
-    how = " and ".join(filter(None, [f"without the prefix {found.strip!r}" if found.strip else None,
-                                     f"with the prefix {found.add!r} added" if found.add else None]))
-    note = (f"{doc_b.path}: names compared {how} ({count} of {len(names_b)} then match {doc_a.path}'s); "
+    note = (f"{doc_b.path}: names compared {found.how()} ({count} of {len(names_b)} then match {doc_a.path}'s); "
             f"{found.options()} says so, --strip-prefix '' compares them as they are")
     return renamed_document(doc_b, found), found, note
