@@ -37,8 +37,7 @@ from ..net.batchnorm import statistics as batchnorm_statistics
 from ..net.layertypes import param_of
 from .fold import Folded, fold_params
 from .folddef import definition_text
-from .foldplan import (BLOBS, TOP, Fold, FoldPlan, check_foldable_net, layer_fields,
-                       plan_folds)
+from .foldplan import Fold, FoldPlan, check_foldable_net, layer_fields, plan_folds
 
 __all__ = ["FoldResult", "fold_net", "fold_document", "output_form"]
 
@@ -206,7 +205,7 @@ def _blob(values: np.ndarray, shape: tuple, like: Blob, origin: Origin) -> Blob:
 
 def _encoded(blob: Blob) -> list:
     parts = encode_blob_parts(blob, **resolve_form(blob, write_diff=False))
-    return [wire.len_field_header(BLOBS, blob_encoded_size(parts)), *parts]
+    return [wire.len_field_header(layer_field("blobs"), blob_encoded_size(parts)), *parts]
 
 
 def _layer_parts(doc: Document, fold: Fold, weight: Blob, bias: Blob) -> list:
@@ -217,11 +216,12 @@ def _layer_parts(doc: Document, fold: Fold, weight: Blob, bias: Blob) -> list:
     blob_index = 0
     top_done = False
     param = layer_field(param_of(fold.kind))
+    top, blobs = layer_field("top"), layer_field("blobs")
     for f in layer_fields(doc, fold.target):
-        if f.number == TOP and f.wire_type == wire.LEN and not top_done:
-            content.append(wire.len_field_header(TOP, len(fold.top_bytes)) + fold.top_bytes)
+        if f.number == top and f.wire_type == wire.LEN and not top_done:
+            content.append(wire.len_field_header(top, len(fold.top_bytes)) + fold.top_bytes)
             top_done = True
-        elif f.number == BLOBS and f.wire_type == wire.LEN:
+        elif f.number == blobs and f.wire_type == wire.LEN:
             if blob_index == 0:
                 content += _encoded(weight)
                 if fold.bias is None:

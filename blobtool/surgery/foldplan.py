@@ -57,10 +57,8 @@ from ..net.graph import NOT_PER_CHANNEL, OTHER_COUNT, OTHER_READERS, SECOND_BOTT
 from ..net.model import View, definition_layers, layer_fields, model
 
 __all__ = ["Fold", "Kept", "KeptScale", "Setting", "FoldPlan", "plan_folds", "check_foldable_net", "layer_fields",
-           "rename_why_not", "definition_layers", "outside_text", "TOP", "BLOBS"]
+           "rename_why_not", "definition_layers", "outside_text"]
 
-# LayerParameter fields.
-TOP, BLOBS = 4, 7
 # Layers named in one reason, at most.
 _NAMED = 4
 
