@@ -164,3 +164,14 @@ def test_a_net_is_modelled_once_for_all_the_jobs_that_read_it(binary, monkeypatc
         assert len(built) == 1
         assert [f.batchnorm.name for f in plan.folds] == ["bn1"]
     assert doc.models == []  # closed: its model goes with its layers
+
+
+def test_a_copy_of_a_document_with_other_entries_gets_its_own_model(binary):
+    import dataclasses
+
+    with open_document(str(binary)) as doc:
+        first = model(doc)
+        renamed = dataclasses.replace(doc, entries=[dataclasses.replace(e, name="x." + e.name) for e in doc.entries])
+        copy = model(renamed)
+        assert copy is not first and model(doc) is first
+        assert copy.by_name["conv1"].blob("weight").name == "x.conv1/0"

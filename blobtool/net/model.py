@@ -62,14 +62,16 @@ def type_name(stored: str | None) -> str:
 def model(doc: Document, definition: Document | None = None) -> Net:
     """The model of net `doc` (with the settings of `definition`, when given): built at the first call, then kept.
 
-    Kept with the document for as long as its layers are the ones it was
-    built from (a closed document has none).
+    Kept with the document for as long as its layers and entries are the
+    ones it was built from (a closed document has none). A copy of a
+    document made with dataclasses.replace (other entries' names) gets its own.
     """
     for made in doc.models:
-        if made.definition is definition and made.stored is doc.layers:
+        if made.doc is doc and made.definition is definition and made.stored is doc.layers \
+                and made.entries is doc.entries:
             return made
     made = Net(doc, definition)
-    doc.models[:] = [m for m in doc.models if m.stored is doc.layers] + [made]
+    doc.models = [m for m in doc.models if m.doc is doc and m.stored is doc.layers] + [made]
     return made
 
 
@@ -120,6 +122,7 @@ class Net:
         self.path = doc.path
         self.definition = definition
         self.stored = doc.layers
+        self.entries = doc.entries
         self._defined = dict(zip(*definition_layers(definition))) if definition is not None else {}
         self._fields: dict = {}
         self._views: dict = {}
