@@ -11,7 +11,7 @@ fit would be ambiguous.
 
 from __future__ import annotations
 
-from ..errors import BlobToolError, UsageError, parameter
+from ..errors import BlobToolError, UsageError
 from ..torchport.prefixes import Prefixes, detect
 
 __all__ = ["PrefixClash", "prefixed"]
@@ -38,7 +38,7 @@ def prefixed(values: dict, path, template, names: str, fold: bool, net, strip=No
     for name, value in values.items():
         new = change.apply(name)
         if new in renamed:
-            raise PrefixClash(f"{_asked(change)} makes two of {path}'s names {new!r}")
+            raise PrefixClash(f"{change.asked()} makes two of {path}'s names {new!r}")
         renamed[new] = value
     return renamed
 
@@ -52,16 +52,6 @@ def _wanted(template, names: str, fold: bool, net) -> list:
     found = torch_names(template, fold=fold, net=net)
     return [e.name for e in found.document.entries] + [f"{bn}.{buf}" for bn in found.batchnorms
                                                        for buf in TORCH_ONLY_BUFFERS]
-
-
-def _asked(change: Prefixes) -> str:
-    """The change as the parameters that ask for it (Prefixes.options, in the caller's words)."""
-    parts = []
-    if change.strip:
-        parts.append(f"{parameter('strip_prefix', True)}{change.strip}")
-    if change.add:
-        parts.append(f"{parameter('add_prefix', True)}{change.add}")
-    return " ".join(parts)
 
 
 def _how(change: Prefixes) -> str:

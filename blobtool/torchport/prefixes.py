@@ -27,7 +27,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from ..errors import UsageError
+from ..errors import UsageError, parameter
 
 __all__ = ["Prefixes", "detect", "renamed_document", "match_documents"]
 
@@ -64,6 +64,15 @@ class Prefixes:
             parts.append(f"--strip-prefix {self.strip}")
         if self.add:
             parts.append(f"--add-prefix {self.add}")
+        return " ".join(parts)
+
+    def asked(self) -> str:
+        """The change as the parameters that ask for it, for an error (strip_prefix=P, the command's --strip-prefix P)."""
+        parts = []
+        if self.strip:
+            parts.append(f"{parameter('strip_prefix', True)}{self.strip}")
+        if self.add:
+            parts.append(f"{parameter('add_prefix', True)}{self.add}")
         return " ".join(parts)
 
 
@@ -117,7 +126,7 @@ def renamed_document(doc, change: Prefixes):
     for entry in doc.entries:
         name = change.apply(entry.name)
         if name in seen:
-            raise UsageError(f"{doc.path}: {change.options()} names two blobs {name!r} ({seen[name]} and "
+            raise UsageError(f"{doc.path}: {change.asked()} names two blobs {name!r} ({seen[name]} and "
                              f"{entry.name})")
         seen[name] = entry.name
         entries.append(dataclasses.replace(entry, name=name))
