@@ -209,7 +209,8 @@ def test_the_private_import_check_finds_one(tmp_path):
         "from . import mapped\nimport blobtool.files.mapped as m\n\n"
         "def f():\n    from .mapped import _state\n    os._exit(mapped.WRITTEN or mapped.__name__)\n\n"
         "def g():\n    return mapped._state, m._state, _pb.__name__\n")
-    (package / "files" / "other.py").write_text("from os import _exit\nimport blobtool\n\nx = blobtool.files.mapped._state\n")
+    (package / "files" / "other.py").write_text(
+        "from os import _exit\nimport blobtool\n\nx = blobtool.files.mapped._state\n")
     assert sorted(private_imports(package)) == [
         "blobtool.files.other imports _exit of os",
         "blobtool.files.other uses _state of blobtool.files.mapped",

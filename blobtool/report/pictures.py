@@ -194,7 +194,8 @@ def view(array: np.ndarray, *, channel: int | None = None, index: int | None = N
     if array.ndim == 3:
         return _image(array, channel, width, min_size, max_pixels, None, heat_size)
     if channel is not None:
-        raise UsageError(f"{parameter('channel')} picks a channel of a 3-D or 4-D blob; this blob has shape {fmt_shape(shape)}")
+        raise UsageError(f"{parameter('channel')} picks a channel of a 3-D or 4-D blob; this blob has shape "
+                         f"{fmt_shape(shape)}")
     return heat_map(array, width=width, min_size=min_size if heat_size is None else heat_size, max_pixels=max_pixels)
 
 

@@ -38,7 +38,7 @@ def prefixed(values: dict, path, template, names: str, fold: bool, net, strip=No
     for name, value in values.items():
         new = change.apply(name)
         if new in renamed:
-            raise PrefixClash(f"{change.asked()} makes two of {path}'s names {new!r}")
+            raise PrefixClash(f"{change.parameters()} makes two of {path}'s names {new!r}")
         renamed[new] = value
     return renamed
 

@@ -171,8 +171,8 @@ def typed_by(doc: Document, net: Document | None) -> Document:
         raise _refuse(doc)
     if not has_layer_types(net):
         what = f"a {net.kind} file" if net.kind != "net" else "a net without layer types"
-        raise UsageError(f"{net.path}: {parameter('net')} gives the layer types of {doc.path}'s layers; {what} has none: "
-                         "give the matching .caffemodel")
+        raise UsageError(f"{net.path}: {parameter('net')} gives the layer types of {doc.path}'s layers; {what} has "
+                         "none: give the matching .caffemodel")
     held: dict = {}
     for e in doc.entries:
         held.setdefault(e.layer, []).append(e)
@@ -183,8 +183,8 @@ def typed_by(doc: Document, net: Document | None) -> Document:
     missing = [name for name in held if name not in names]
     if missing:
         raise UsageError(f"{doc.path}: layer{'s' * (len(missing) > 1)} {_some(missing)} of this file "
-                         f"{'are' if len(missing) > 1 else 'is'} not in the net {net.path} ({parameter('net')}): it is not "
-                         "this file's net")
+                         f"{'are' if len(missing) > 1 else 'is'} not in the net {net.path} ({parameter('net')}): "
+                         "it is not this file's net")
     for name, entries in held.items():
         other = theirs.get(name, [])
         for e in entries:

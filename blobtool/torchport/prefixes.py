@@ -66,8 +66,8 @@ class Prefixes:
             parts.append(f"--add-prefix {self.add}")
         return " ".join(parts)
 
-    def asked(self) -> str:
-        """The change as the parameters that ask for it, for an error (strip_prefix=P, the command's --strip-prefix P)."""
+    def parameters(self) -> str:
+        """The change as the parameters that ask for it (strip_prefix=P: the command's --strip-prefix P)."""
         parts = []
         if self.strip:
             parts.append(f"{parameter('strip_prefix', True)}{self.strip}")
@@ -126,7 +126,7 @@ def renamed_document(doc, change: Prefixes):
     for entry in doc.entries:
         name = change.apply(entry.name)
         if name in seen:
-            raise UsageError(f"{doc.path}: {change.asked()} names two blobs {name!r} ({seen[name]} and "
+            raise UsageError(f"{doc.path}: {change.parameters()} names two blobs {name!r} ({seen[name]} and "
                              f"{entry.name})")
         seen[name] = entry.name
         entries.append(dataclasses.replace(entry, name=name))

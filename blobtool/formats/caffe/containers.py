@@ -415,8 +415,8 @@ def write(doc: Document | None, entries: list, blobs: list, dest, *, kind: str, 
     transforms = transforms or {}
     if kind == "blob":
         if len(blobs) != 1:
-            raise UsageError(f"a blob file holds one blob; {len(blobs)} selected (choose one with {parameter('blobs')}, "
-                             "or write .npz)")
+            raise UsageError(f"a blob file holds one blob; {len(blobs)} selected (choose one with "
+                             f"{parameter('blobs')}, or write .npz)")
         save_blob(blobs[0], dest, precision=Precision.of(precision).for_blob(entries[0].name),
                   write_diff=write_diff, layout=layout, transforms=transforms.get(entries[0].name))
         return

@@ -60,8 +60,8 @@ def write_snapshot(doc: Document | None, entries: list, blobs: list, dest, *, ki
                          f"state input; {'blobs made in Python' if doc is None else f'a {doc.kind} input'} "
                          f"cannot be one (write .npz, or one blob with {parameter('format', given='blob')})")
     if layout == "legacy":
-        raise UsageError(f"{parameter('layout', given='legacy')}: Caffe's HDF5 snapshots store each blob as an N-D dataset; the legacy "
-                         "num/channels/height/width layout exists only in the protobuf form")
+        raise UsageError(f"{parameter('layout', given='legacy')}: Caffe's HDF5 snapshots store each blob as an N-D "
+                         "dataset; the legacy num/channels/height/width layout exists only in the protobuf form")
     h5py = h5py_module(display_name(dest))
     transforms = transforms or {}
     planned = []
