@@ -214,8 +214,9 @@ def write(doc: Document | None, blobs, dest, *, format: str | None = None, preci
     if kind == "blob" and len(blob_list) != 1:
         raise UsageError(_one_blob_message(dest, format, doc, len(blob_list)))
     if precision == "bf16" and fmt.name != "safetensors":
-        raise UsageError(f"bfloat16 (--bf16) is written to .safetensors only: the {kind} output (format "
-                         f"{fmt.name}) has no bfloat16 type; write .safetensors, or use --half (float16)")
+        raise UsageError(f"bfloat16 ({parameter('precision', given='bf16')}) is written to .safetensors only: the "
+                         f"{kind} output (format {fmt.name}) has no bfloat16 type; write .safetensors, or use "
+                         f"{parameter('precision', given='half')} (float16)")
     precision = resolve_precision(doc, entries, blob_list, precision, write_diff=write_diff, transforms=transforms,
                                   half_strict=half_strict, warn=warn)
     if doc is not None and doc.naming != "blobtool" and fmt.name == doc.format and kind == doc.kind:
@@ -342,13 +343,15 @@ def _one_blob_message(dest, format: str | None, doc: Document | None, selected: 
     if format is None and ext:
         chosen = f"the extension {ext} of {os.fspath(dest)} chose the one-blob format (a BlobProto file)"
     else:
-        chosen = f"--format {format or 'blob'} writes one blob (a BlobProto file)"
+        chosen = f"{parameter('format', given=format or 'blob')} writes one blob (a BlobProto file)"
     own = doc is not None and doc.kind != "blob"
     if not selected:
-        ways = f"--format same keeps the input's kind ({doc.kind})" if own else "select a blob with --blob"
+        ways = (f"{parameter('format', given='same')} keeps the input's kind ({doc.kind})" if own
+                else f"select a blob with {parameter('blobs')}")
     else:
-        ways = ", ".join(["choose one with --blob", *([f"keep the input's kind ({doc.kind}) with --format same"]
-                                                       if own else []), "or write .npz"])
+        ways = ", ".join([f"choose one with {parameter('blobs')}",
+                          *([f"keep the input's kind ({doc.kind}) with {parameter('format', given='same')}"]
+                            if own else []), "or write .npz"])
     return f"{chosen}: {selected} selected; {ways}"
 
 

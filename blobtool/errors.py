@@ -82,29 +82,43 @@ def format_location(path=None, offset=None, field=None) -> str:
 
 
 # A parameter named in a message: a marker around its name, and a second one
-# when a value follows. Control characters no message text holds (values are
+# when a value follows (or a third and the value's repr, when the message names
+# the value too). Control characters no message text holds (values are
 # quoted or escaped before they reach a message), so that the library and the
 # command can each render the same error in their own words.
-_OPEN, _VALUE, _CLOSE = "\x1e", "\x1d", "\x1f"
-_PARAMETER = re.compile(f"{_OPEN}([A-Za-z_][A-Za-z0-9_]*)({_VALUE}?){_CLOSE}")
+_OPEN, _VALUE, _GIVEN, _CLOSE = "\x1e", "\x1d", "\x1c", "\x1f"
+_PARAMETER = re.compile(f"{_OPEN}([A-Za-z_][A-Za-z0-9_]*)(?:({_VALUE})|{_GIVEN}([^{_OPEN}{_CLOSE}]*))?{_CLOSE}")
+_NOT_GIVEN = object()
 
 
-def parameter(name: str, value: bool = False) -> str:
+def parameter(name: str, value: bool = False, *, given=_NOT_GIVEN) -> str:
     """Where a message names the library's keyword argument `name` (a value follows when `value`).
 
     The library renders it as ``name`` (``name=`` before a value); the
     command renders the option of that parameter (``--name`` and a blank).
+    With `given`, the message names the argument with that value: the
+    library renders ``name=repr(given)`` (``layout='legacy'``), the command
+    the option of ``"name=repr(given)"`` (a flag of its own: ``--legacy``).
 
     >>> render_parameters(f"{parameter('blob', True)}'x' selects nothing")
     "blob='x' selects nothing"
+    >>> render_parameters(f"{parameter('layout', given='legacy')} is protobuf's only")
+    "layout='legacy' is protobuf's only"
     """
+    if given is not _NOT_GIVEN:
+        return f"{_OPEN}{name}{_GIVEN}{given!r}{_CLOSE}"
     return f"{_OPEN}{name}{_VALUE if value else ''}{_CLOSE}"
 
 
 def render_parameters(template: str, option=None) -> str:
-    """A message with its parameters named: as keyword arguments, or through `option(name)` (the command's)."""
+    """A message with its parameters named: as keyword arguments, or through `option(name)` (the command's).
+
+    A parameter named with its value comes to `option` as "name=repr(value)".
+    """
     def one(match):
-        name, valued = match.group(1), match.group(2)
+        name, valued, given = match.groups()
+        if given is not None:
+            return f"{name}={given}" if option is None else option(f"{name}={given}")
         if option is None:
             return name + ("=" if valued else "")
         return option(name) + (" " if valued else "")
@@ -141,7 +155,10 @@ class BlobToolError(Exception):
         super().__init__(render_parameters(self._template))
 
     def rendered(self, option) -> str:
-        """The message with each parameter named as `option(name)` says (the command's option names)."""
+        """The message with each parameter named as `option(name)` says (the command's option names).
+
+        A parameter named with its value comes to `option` as "name=repr(value)".
+        """
         return render_parameters(self._template, option)
 
     def with_path(self, path) -> "BlobToolError":

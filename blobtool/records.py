@@ -10,7 +10,7 @@ import math
 
 from .engine import kernels
 from .formats.caffe.blobproto import PAYLOAD_BY_NAME
-from .errors import UsageError
+from .errors import UsageError, parameter
 from .formats import Document, Entry
 from .net.model import model
 
@@ -78,7 +78,7 @@ def info_record(doc: Document, entries, *, stats: bool = False, check: str | Non
     shape disagrees with the values stored go under "invalid".
     """
     if layer_defs and doc.kind != "net":
-        raise UsageError(f"--layers lists a net's layers and this file is a {doc.kind}", path=doc.path)
+        raise UsageError(f"{parameter('layer_defs')} lists a net's layers and this file is a {doc.kind}", path=doc.path)
     out = {"path": doc.path, "kind": doc.kind, "bytes": doc.size}
     out.update(doc.meta)
     invalid = [found for found in map(value_count_mismatch, entries) if found is not None]

@@ -221,7 +221,7 @@ def test_library_write_half_warns_through_the_callback(tmp_path, bn_net):
     blobtool.write(doc, None, tmp_path / "o.npz", precision="half", warn=lines.append)
     assert ["warning: " + line for line in lines] == [
         line.replace("blobtool: ", "", 1) for line in _expected_half_lines(bn_net)]
-    with pytest.raises(UsageError, match="--half-strict: blob bn1/0"):
+    with pytest.raises(UsageError, match="half_strict: blob bn1/0"):
         blobtool.write(doc, None, tmp_path / "p.npz", precision="half", half_strict=True)
     assert not (tmp_path / "p.npz").exists()
 
@@ -547,7 +547,7 @@ def test_library_save_in_half_keeps_a_blob_float16_cannot_hold(tmp_path):
         blobtool.save(blob, tmp_path / "s.pb", precision="half")
     proto = pb.BlobProto.FromString((tmp_path / "s.pb").read_bytes())
     assert np.array(proto.data, dtype=np.float32).tolist() == SUMS.tolist()
-    with pytest.raises(UsageError, match="--half-strict"):
+    with pytest.raises(UsageError, match="half_strict: blob 0"):
         blobtool.save(blob, tmp_path / "t.pb", precision="half", half_strict=True)
     assert not (tmp_path / "t.pb").exists()
     small = blobtool.Blob(2)

@@ -252,10 +252,11 @@ def _errors_sites(tmp_path):
     ]
 
 
-def test_library_errors_name_parameters_and_the_command_its_options(tmp_path):
+def _check_sites(sites) -> None:
+    """Each call raises `message` (the library's words); the command's arguments give the one stderr `line`."""
     from runner import run_blobtool
 
-    for call, message, args, line in _errors_sites(tmp_path):
+    for call, message, args, line in sites:
         with pytest.raises(BlobToolError) as caught:
             call()
         assert str(caught.value) == message
@@ -263,6 +264,143 @@ def test_library_errors_name_parameters_and_the_command_its_options(tmp_path):
         result = run_blobtool(*args, text=True)
         assert result.stderr.splitlines() == [line], args
         assert result.returncode == caught.value.exit_code
+
+
+def test_library_errors_name_parameters_and_the_command_its_options(tmp_path):
+    _check_sites(_errors_sites(tmp_path))
+
+
+def _more_sites(tmp_path):
+    """Sites of the surgery, the PyTorch side, the writers, info's records and show's pictures."""
+    from blobtool.records import info_record
+    from blobtool.report.pictures import view
+    from blobtool.surgery.rename import edit_layers, parse_renames
+    from blobtool.torchport.naming import torch_names
+    from builders import write_blob, write_npy, write_npz
+
+    net, _ = _net_file(tmp_path / "tiny.caffemodel")
+    blob = write_blob(tmp_path / "b.pb", np.zeros((2, 3), np.float32))
+    cube = write_npy(tmp_path / "c.npy", np.zeros((3, 2, 2), np.float32))
+    huge = write_npy(tmp_path / "huge.npy", np.full(3, 1e30, np.float32))
+    values = write_npz(tmp_path / "v.npz", {"conv1/0": np.zeros((4, 1, 3, 3), np.float32)})
+    out = tmp_path / "out"
+    out.mkdir()
+    layers = "layers: conv1, relu1, fc"
+    return [
+        (lambda: parse_renames(["ip1"]),
+         "pairs='ip1': expected OLD=NEW (a layer's name, '=', its new name)",
+         ["convert", net, "--rename", "ip1", "-o", out / "x.caffemodel"],
+         "blobtool: --rename 'ip1': expected OLD=NEW (a layer's name, '=', its new name)"),
+        (lambda: parse_renames(["conv1=a", "conv1=b"]),
+         "pairs: layer 'conv1' is renamed twice ('a' and 'b')",
+         ["convert", net, "--rename", "conv1=a", "--rename", "conv1=b", "-o", out / "x.caffemodel"],
+         "blobtool: --rename: layer 'conv1' is renamed twice ('a' and 'b')"),
+        (lambda: edit_layers(open_document(net), {"conv1": "fc"}, []),
+         f"{net}: renames conv1=fc: another layer is called 'fc'",
+         ["convert", net, "--rename", "conv1=fc", "-o", out / "x.caffemodel"],
+         f"blobtool: {net}: --rename conv1=fc: another layer is called 'fc'"),
+        (lambda: edit_layers(open_document(net), {}, ["fc9"]),
+         f"{net}: no layer called 'fc9' (renames, drops); {layers}",
+         ["convert", net, "--drop", "fc9", "-o", out / "x.caffemodel"],
+         f"blobtool: {net}: no layer called 'fc9' (--rename, --drop); {layers}"),
+        (lambda: edit_layers(open_document(blob), {}, ["x"]),
+         f"{blob}: renames and drops change a net's layers; this is a blob file",
+         ["convert", blob, "--drop", "x", "-o", out / "c.pb"],
+         f"blobtool: {blob}: --rename and --drop change a net's layers; this is a blob file"),
+        (lambda: torch_names(open_document(cube)),
+         f"{cube}: names='torch' renames a .caffemodel's blobs by layer type; a npy file has none",
+         ["info", cube, "--names", "torch"],
+         f"blobtool: {cube}: --names torch renames a .caffemodel's blobs by layer type; a npy file has none"),
+        (lambda: write(open_document(net), None, out / "o.pb", format="blob"),
+         "format='blob' writes one blob (a BlobProto file): 4 selected; choose one with blobs, keep the input's kind "
+         "(net) with format='same', or write .npz",
+         ["convert", net, "--format", "blob", "-o", out / "o.pb"],
+         "blobtool: --format blob writes one blob (a BlobProto file): 4 selected; choose one with --blob, keep the "
+         "input's kind (net) with --format same, or write .npz"),
+        (lambda: write(open_document(net), None, out / "o.npz", precision="bf16"),
+         "bfloat16 (precision='bf16') is written to .safetensors only: the npz output (format numpy) has no bfloat16 "
+         "type; write .safetensors, or use precision='half' (float16)",
+         ["convert", net, "--bf16", "-o", out / "o.npz"],
+         "blobtool: bfloat16 (--bf16) is written to .safetensors only: the npz output (format numpy) has no bfloat16 "
+         "type; write .safetensors, or use --half (float16)"),
+        (lambda: write(open_document(net), None, out / "o.caffemodel.h5", layout="legacy"),
+         "layout='legacy': Caffe's HDF5 snapshots store each blob as an N-D dataset; the legacy "
+         "num/channels/height/width layout exists only in the protobuf form",
+         ["convert", net, "--legacy", "-o", out / "o.caffemodel.h5"],
+         "blobtool: --legacy: Caffe's HDF5 snapshots store each blob as an N-D dataset; the legacy "
+         "num/channels/height/width layout exists only in the protobuf form"),
+        (lambda: write(open_document(huge), None, out / "o.npy", precision="half", half_strict=True),
+         f"{huge}: half_strict: blob 0: 3 of 3 values are past float16's range (largest 1e+30, float16 holds up to "
+         "65504); nothing written",
+         ["convert", huge, "--half", "--half-strict", "-o", out / "o.npy"],
+         f"blobtool: {huge}: --half-strict: blob 0: 3 of 3 values are past float16's range (largest 1e+30, float16 "
+         "holds up to 65504); nothing written"),
+        (lambda: write(open_document(net), None, out / "o.prototxt", precision="double", layout="legacy"),
+         f"{net}: a .prototxt holds a net's definition, no blob values: precision and layout would change nothing",
+         ["convert", net, "--double", "--legacy", "-o", out / "o.prototxt"],
+         f"blobtool: {net}: a .prototxt holds a net's definition, no blob values: --float/--double/--half and "
+         "--shape/--legacy would change nothing"),
+        (lambda: write(open_document(values), None, out / "o.caffemodel", into=net),
+         f"{values}: does not fit {net}: missing 3 (conv1/1, fc/0, fc/1); partial keeps the template's values for "
+         "the blobs without one",
+         ["convert", values, "--into", net, "-o", out / "o.caffemodel"],
+         f"blobtool: {values}: does not fit {net}: missing 3 (conv1/1, fc/0, fc/1); --partial keeps the template's "
+         "values for the blobs without one"),
+        (lambda: info_record(open_document(blob), [], layer_defs=True),
+         f"{blob}: layer_defs lists a net's layers and this file is a blob",
+         ["info", blob, "--layers"],
+         f"blobtool: {blob}: --layers lists a net's layers and this file is a blob"),
+        (lambda: view(np.zeros((3, 2, 2), np.float32), index=0),
+         "index picks one item of a 4-D blob (N, C, H, W); this blob has shape (3, 2, 2)",
+         ["show", cube, "--index", "0"],
+         f"blobtool: {cube}: blob 0: --index picks one item of a 4-D blob (N, C, H, W); this blob has shape (3, 2, 2)"),
+        (lambda: view(np.zeros((3, 2, 2), np.float32), channel=5),
+         "channel=5 is out of range: the blob has 3 channels (0..2)",
+         ["show", cube, "--channel", "5"],
+         f"blobtool: {cube}: blob 0: --channel 5 is out of range: the blob has 3 channels (0..2)"),
+    ]
+
+
+def test_library_errors_of_surgery_writers_records_and_pictures_name_parameters(tmp_path):
+    _check_sites(_more_sites(tmp_path))
+
+
+def test_a_snapshot_without_types_names_the_net_parameter(tmp_path):
+    pytest.importorskip("h5py")
+    from builders import h5_net_bytes, write_h5
+
+    snapshot = write_h5(tmp_path / "s.caffemodel.h5", h5_net_bytes([("conv1", [np.zeros((2, 3), np.float32)])]))
+    rest = ("renames a .caffemodel's blobs by layer type, and Caffe's HDF5 snapshots carry no layer types (only "
+            "names); give the net they come from (the matching .caffemodel, the same layer names) with ")
+    _check_sites([(lambda: blobtool.state_dict(snapshot), f"{snapshot}: names='torch' {rest}net=FILE",
+                   ["info", snapshot, "--names", "torch"], f"blobtool: {snapshot}: --names torch {rest}--net FILE")])
+
+
+def test_a_library_only_error_names_its_parameter(tmp_path):
+    # A blob file written by the Caffe writer itself (api.write refuses more than one blob before).
+    from blobtool.cli.group import error_line
+    from blobtool.formats.caffe import containers
+
+    doc = open_document(_net_file(tmp_path / "tiny.caffemodel")[0])
+    entries = doc.entries[:2]
+    with pytest.raises(BlobToolError) as caught:
+        containers.write(doc, entries, [e.blob() for e in entries], tmp_path / "o.pb", kind="blob")
+    assert str(caught.value) == "a blob file holds one blob; 2 selected (choose one with blobs, or write .npz)"
+    assert error_line(caught.value) == "a blob file holds one blob; 2 selected (choose one with --blob, or write .npz)"
+
+
+def test_a_parameter_named_with_its_value_is_the_commands_flag_or_option_and_value():
+    from blobtool.cli.group import option_name
+    from blobtool.errors import UsageError, parameter
+
+    exc = UsageError(f"{parameter('layout', given='legacy')}, {parameter('format', given='blob')}, "
+                     f"{parameter('write_diff', given=False)}, {parameter('key', True)}ema")
+    assert str(exc) == "layout='legacy', format='blob', write_diff=False, key=ema"
+    assert exc.parameters == ("layout", "format", "write_diff", "key")
+    assert exc.rendered(option_name) == "--legacy, --format blob, --no-diff, --key ema"
+    seen = []
+    exc.rendered(lambda name: seen.append(name) or "")
+    assert seen == ["layout='legacy'", "format='blob'", "write_diff=False", "key"]
 
 
 def test_an_error_lists_the_parameters_it_names(tmp_path):

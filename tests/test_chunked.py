@@ -196,14 +196,14 @@ def test_a_histogram_told_the_values_are_finite_counts_the_same(small_chunks):
 
 def test_row_sums_are_the_sums_of_each_chunk_on_its_own():
     # At the real chunk size: numpy's pairwise sum of a row of a 2-D array is
-    # the sum of that row alone, bit for bit (what _row_sums relies on).
+    # the sum of that row alone, bit for bit (what row_sums relies on).
     rng = np.random.default_rng(8)
     for size in (3 * kernels.CHUNK, 3 * kernels.CHUNK + 999, 5):
         wide = (rng.standard_normal(size) * 10.0 ** rng.integers(-30, 30, size)).astype(np.float64)
         chunks = -(-size // kernels.CHUNK)
         expected = [wide[k * kernels.CHUNK:(k + 1) * kernels.CHUNK].sum() for k in range(chunks)]
-        assert repr(kernels.blas._row_sums(wide, 0, chunks).tolist()) == repr([float(e) for e in expected])
-        assert repr(kernels.blas._row_sums(wide, 1, chunks).tolist()) == repr([float(e) for e in expected[1:]])
+        assert repr(kernels.blas.row_sums(wide, 0, chunks).tolist()) == repr([float(e) for e in expected])
+        assert repr(kernels.blas.row_sums(wide, 1, chunks).tolist()) == repr([float(e) for e in expected[1:]])
 
 
 def test_row_dots_are_each_chunks_dot_product():

@@ -1122,7 +1122,7 @@ def _walks_meeting(monkeypatch, folder, wait: float):
     import time
     from blobtool.formats import hdf5
 
-    real = hdf5.walk._walked_here
+    real = hdf5.walk.walked_here
     names = {"a.caffemodel.h5", "b.caffemodel.h5"}
 
     def meeting(source, kind):
@@ -1135,7 +1135,7 @@ def _walks_meeting(monkeypatch, folder, wait: float):
             (folder / f"met-{name}").touch()
         return real(source, kind)
 
-    monkeypatch.setattr(hdf5.walk, "_walked_here", meeting)
+    monkeypatch.setattr(hdf5.walk, "walked_here", meeting)
     return folder
 
 
@@ -1170,7 +1170,7 @@ def test_compare_refusing_its_first_input_stops_the_second_walk(tmp_path, monkey
     if b_is == "a snapshot":
         write_h5(b, h5_net_bytes(net_layers()))
     from blobtool.formats import hdf5
-    real, real_forked, children = hdf5.walk._walked_here, hdf5.child._forked, []
+    real, real_forked, children = hdf5.walk.walked_here, hdf5.child.forked, []
 
     def slow_b(source, kind):
         if source.name.endswith("b.caffemodel.h5"):
@@ -1182,8 +1182,8 @@ def test_compare_refusing_its_first_input_stops_the_second_walk(tmp_path, monkey
         children.append(pid)
         return pid, fd
 
-    monkeypatch.setattr(hdf5.walk, "_walked_here", slow_b)
-    monkeypatch.setattr(hdf5.child, "_forked", forked)
+    monkeypatch.setattr(hdf5.walk, "walked_here", slow_b)
+    monkeypatch.setattr(hdf5.child, "forked", forked)
     started = time.monotonic()
     assert_error(invoke("compare", a, b), 3, f"{a}: HDF5 /data/ip1: is a soft link")
     assert time.monotonic() - started < 60
@@ -1226,7 +1226,7 @@ def test_the_walk_opens_each_dataset_once_and_sends_small_values_read_then(tmp_p
             return _real(loc, raw, *args, **kwargs)
 
         monkeypatch.setattr(module, "open", counting)
-    walked = walk._walked_here(open_source(str(path)), "net")  # in this process: the calls are counted here
+    walked = walk.walked_here(open_source(str(path)), "net")  # in this process: the calls are counted here
     assert walked[:2] == ("walked", "net") and walked[2][0] == "ok", walked
     entries = {name: (data, diff) for name, _, data, diff in walked[2][1]["entries"]}
     assert len(entries) == 2 * layers

@@ -132,38 +132,71 @@ def test_the_layer_check_finds_an_import_upward(tmp_path):
         upward_imports(package)
 
 
+def _private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
+def _absolute(node: ast.ImportFrom, here: str) -> str:
+    """The module a `from ... import` names, `here` being the package its relative dots start from."""
+    base = node.module or ""
+    if node.level:
+        anchor = here.split(".")[:len(here.split(".")) - node.level + 1]
+        base = ".".join(anchor + ([node.module] if node.module else []))
+    return base
+
+
 def private_imports(package: Path = PACKAGE) -> list:
-    """`from X import _name` where X is another blobtool module and _name is not a module: its internals."""
+    """Every use of another module's internals: `from M import _name` (M any module but __future__; _name not a
+    submodule) and `mod._name` where the file imported `mod` as a module of the package."""
     modules = _modules(package)
     root = package.name
     found = []
     for name, path in sorted(modules.items()):
         here = name if path.name == "__init__.py" else name.rpartition(".")[0]
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
-            if not isinstance(node, ast.ImportFrom):
-                continue
-            base = node.module or ""
-            if node.level:
-                anchor = here.split(".")[:len(here.split(".")) - node.level + 1]
-                base = ".".join(anchor + ([node.module] if node.module else []))
-            if base != root and not base.startswith(root + "."):
-                continue
-            for alias in node.names:
-                private = alias.name.startswith("_") and not alias.name.startswith("__")
-                if private and f"{base}.{alias.name}" not in modules and not (package.parent / base.replace(".", "/") / alias.name).is_dir():
-                    found.append(f"{name} imports {alias.name} of {base}")
+        tree = ast.parse(path.read_text(), str(path))
+        bound = {}  # a name this file binds to a module of the package -> that module
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                for alias in node.names:
+                    if alias.name in modules:
+                        bound[alias.asname or alias.name.split(".")[0]] = alias.name if alias.asname else root
+            elif isinstance(node, ast.ImportFrom) and node.module != "__future__":
+                base = _absolute(node, here)
+                for alias in node.names:
+                    target = f"{base}.{alias.name}"
+                    if target in modules:
+                        bound[alias.asname or alias.name] = target
+                    elif _private(alias.name) and not (package.parent / target.replace(".", "/")).is_dir():
+                        found.append(f"{name} imports {alias.name} of {base}")
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and _private(node.attr):
+                chain, inner = [node.attr], node.value
+                while isinstance(inner, ast.Attribute):
+                    chain.insert(0, inner.attr)
+                    inner = inner.value
+                if not isinstance(inner, ast.Name) or inner.id not in bound:
+                    continue
+                owner = bound[inner.id]
+                for part in chain[:-1]:
+                    if f"{owner}.{part}" not in modules:
+                        break
+                    owner = f"{owner}.{part}"
+                else:
+                    if f"{owner}.{node.attr}" not in modules:
+                        found.append(f"{name} uses {node.attr} of {owner}")
     return found
 
 
-def test_the_files_layer_imports_no_underscore_name_of_another_module():
-    # Held for files/ (its registry of mapped inputs is reached by public names only); other
-    # layers still import some of their siblings' internals.
-    assert [line for line in private_imports() if line.startswith("blobtool.files")] == []
+def test_no_module_imports_another_modules_private_names():
+    # Each module's underscore names are its own: what another module uses has a public name.
+    assert private_imports() == []
 
 
 def test_the_private_import_check_finds_one(tmp_path):
-    # A deliberate violation: a module taking a sibling's internal by name; a
-    # public name, a dunder and an underscore submodule are fine.
+    # Deliberate violations: a module taking a sibling's internal by name, or
+    # through the module it imported, and one of another package's; a public
+    # name, a dunder, an underscore submodule and a standard module's internal
+    # reached as an attribute (os._exit) are fine.
     package = tmp_path / "blobtool"
     (package / "files").mkdir(parents=True)
     (package / "_pb").mkdir()
@@ -172,8 +205,19 @@ def test_the_private_import_check_finds_one(tmp_path):
     (package / "files" / "__init__.py").write_text("")
     (package / "files" / "mapped.py").write_text("_state = {}\nWRITTEN = ''\n")
     (package / "files" / "pages.py").write_text(
-        "from .. import __version__, _pb\nfrom .mapped import WRITTEN\n\ndef f():\n    from .mapped import _state\n")
-    assert private_imports(package) == ["blobtool.files.pages imports _state of blobtool.files.mapped"]
+        "from __future__ import annotations\nimport os\nfrom .. import __version__, _pb\nfrom .mapped import WRITTEN\n"
+        "from . import mapped\nimport blobtool.files.mapped as m\n\n"
+        "def f():\n    from .mapped import _state\n    os._exit(mapped.WRITTEN or mapped.__name__)\n\n"
+        "def g():\n    return mapped._state, m._state, _pb.__name__\n")
+    (package / "files" / "other.py").write_text(
+        "from os import _exit\nimport blobtool\n\nx = blobtool.files.mapped._state\n")
+    assert sorted(private_imports(package)) == [
+        "blobtool.files.other imports _exit of os",
+        "blobtool.files.other uses _state of blobtool.files.mapped",
+        "blobtool.files.pages imports _state of blobtool.files.mapped",
+        "blobtool.files.pages uses _state of blobtool.files.mapped",
+        "blobtool.files.pages uses _state of blobtool.files.mapped",
+    ]
 
 
 def test_the_command_imports_no_format_module_and_no_heavy_library_at_start_up():

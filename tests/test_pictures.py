@@ -311,16 +311,16 @@ def test_block_mean_in_parts_of_a_band_is_the_band_at_once(monkeypatch, shape, f
 
 
 USAGE_ERRORS = {
-    # name: (shape, options, text in the message)
+    # name: (shape, options, text in the message: view()'s keyword arguments, the command's options in show's tests)
     "1-D": ((6,), {}, "a blob of shape (6,) is no picture"),
     "0-D": ((), {}, "a blob of shape () is no picture"),
     "5-D": ((2, 1, 3, 2, 2), {}, "a blob of shape (2, 1, 3, 2, 2) is no picture"),
     "empty": ((0, 3), {}, "has no values to show"),
-    "channel out of range": ((3, 2, 2), {"channel": 3}, "--channel 3 is out of range: the blob has 3 channels"),
-    "index out of range": ((4, 1, 2, 2), {"index": 4}, "--index 4 is out of range: the blob has 4 items"),
-    "index of a 3-D blob": ((3, 2, 2), {"index": 0}, "--index picks one item of a 4-D blob"),
-    "channel of a 2-D blob": ((2, 2), {"channel": 0}, "--channel picks a channel of a 3-D or 4-D blob"),
-    "grid channel out of range": ((4, 2, 2, 2), {"channel": 2}, "--channel 2 is out of range"),
+    "channel out of range": ((3, 2, 2), {"channel": 3}, "channel=3 is out of range: the blob has 3 channels"),
+    "index out of range": ((4, 1, 2, 2), {"index": 4}, "index=4 is out of range: the blob has 4 items"),
+    "index of a 3-D blob": ((3, 2, 2), {"index": 0}, "index picks one item of a 4-D blob"),
+    "channel of a 2-D blob": ((2, 2), {"channel": 0}, "channel picks a channel of a 3-D or 4-D blob"),
+    "grid channel out of range": ((4, 2, 2, 2), {"channel": 2}, "channel=2 is out of range"),
 }
 
 

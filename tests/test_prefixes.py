@@ -52,6 +52,6 @@ def test_asked_changes_apply_to_the_second_file_strip_first():
 
 
 def test_a_change_that_makes_two_names_one_is_refused():
-    with pytest.raises(UsageError, match=r"--strip-prefix module\. names two blobs 'fc\.bias' "
+    with pytest.raises(UsageError, match=r"b\.pth: strip_prefix=module\. names two blobs 'fc\.bias' "
                                          r"\(fc\.bias and module\.fc\.bias\)"):
         renamed_document(_doc(["fc.bias", "module.fc.bias"]), Prefixes("module."))

@@ -50,13 +50,30 @@ def debug_traceback(exc: BaseException) -> None:
 
 # The option that gives each library parameter an error names, where its name
 # is not the parameter's with "_" as "-" (strip_prefix -> --strip-prefix):
-# select()'s patterns and write()'s blobs are what --blob chooses.
-OPTIONS = {"patterns": "--blob", "blobs": "--blob"}
+# select()'s patterns and write()'s blobs are what --blob chooses;
+# parse_renames' pairs and edit_layers' renames are --rename's, its drops
+# --drop's; info_record's layer_defs is what --layers asks for; write()'s
+# precision and layout are set by the flags named. A parameter
+# named with its value ("name=repr(value)") is the command's flag of that
+# value where it has one, else the option and the value (format='blob' ->
+# --format blob).
+OPTIONS = {"patterns": "--blob", "blobs": "--blob", "pairs": "--rename", "renames": "--rename", "drops": "--drop",
+           "layer_defs": "--layers", "precision": "--float/--double/--half", "layout": "--shape/--legacy",
+           "layout='legacy'": "--legacy", "precision='bf16'": "--bf16", "precision='half'": "--half",
+           "write_diff=False": "--no-diff"}
 
 
 def option_name(parameter: str) -> str:
-    """The command's option for the library's keyword argument `parameter`."""
-    return OPTIONS.get(parameter, "--" + parameter.replace("_", "-"))
+    """The command's option for the library's keyword argument `parameter` (or "name=repr(value)": see OPTIONS)."""
+    if parameter in OPTIONS:
+        return OPTIONS[parameter]
+    name, given, value = parameter.partition("=")
+    option = "--" + name.replace("_", "-")
+    if not given:
+        return option
+    import ast  # only when an error names a value
+
+    return f"{option} {ast.literal_eval(value)}"
 
 
 def error_line(exc: BlobToolError) -> str:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import UsageError
+from ..errors import UsageError, parameter
 from .kernels import finite_range, map_chunks
 
 __all__ = ["Float16Fit", "Narrow", "HALF", "float16_fit", "half_precisions", "overflow_reason", "lossy_line"]
@@ -73,10 +73,10 @@ class Narrow:
     max: float         # the largest finite value
     tiny: float        # the smallest normal value
     counts: object     # fn(chunk) -> (overflowed, made subnormal, made zero)
-    strict: str | None = None   # the flag refusing instead of keeping a blob wider
+    strict: str | None = None   # the parameter refusing instead of keeping a blob wider: "half_strict"
 
 
-HALF = Narrow("float16", "--half", "half", float(_HALF.max), float(_HALF.tiny), _chunk_counts, "--half-strict")
+HALF = Narrow("float16", "--half", "half", float(_HALF.max), float(_HALF.tiny), _chunk_counts, "half_strict")
 
 
 def float16_fit(name: str, arrays, narrow: Narrow = HALF) -> Float16Fit:
@@ -134,7 +134,7 @@ def half_precisions(path, entries, blobs, *, write_diff=None, transforms=None, s
             continue
         reason = overflow_reason(fit, narrow)
         if strict:
-            raise UsageError(f"{narrow.strict}: {reason}; nothing written", path=path)
+            raise UsageError(f"{parameter(narrow.strict)}: {reason}; nothing written", path=path)
         if diff_side and dtypes[1] != dtypes[0]:
             # A diff held wider than its data (float data, double diff):
             # both sides as stored, so neither is narrowed.

@@ -134,7 +134,8 @@ def find_state_dict(obj, path, tensor: type, key: str | None = None) -> tuple:
     if found:
         shown_found = ", ".join(indexed(keys) for keys in found[:8]) + (" ..." if len(found) > 8 else "")
         example = _key_text(found[-1])
-        name_it = f"name it with --key (e.g. --key {example}), or " if example is not None else ""
+        name_it = (f"name it with {parameter('key')} (e.g. {parameter('key', True)}{example}), or "
+                   if example is not None else "")
         raise FormatError(f"holds {len(found)} state dicts (dicts of tensors by name): {shown_found}; blobtool reads "
                           f"one: {name_it}save the one to read alone, e.g. torch.save(checkpoint{indexed(found[0])}, "
                           "path)", path=path)

@@ -369,7 +369,8 @@ def check_member_names(names: list, what: str = ".npz", source: str | None = Non
         if (which == "diff") != (key in read_as_diff):
             base = key[:-len(DIFF_SUFFIX)]
             raise UsageError(f"blob {key!r} would read back as the diff of blob {base!r} (a {what} keeps a diff as "
-                             "\"<name>/diff\"); select the blobs to write with --blob, or write another format")
+                             "\"<name>/diff\"); select the blobs to write with "
+                             f"{parameter('blobs')}, or write another format")
 
 
 def _check_zip_name(key: str, source: str | None = None) -> None:

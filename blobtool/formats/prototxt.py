@@ -43,7 +43,7 @@ import codecs
 import itertools
 import re
 
-from ..errors import FormatError, UsageError
+from ..errors import FormatError, UsageError, parameter
 from . import NetLayer, unique_names, MAX_BLOBS
 
 __all__ = ["sniff", "read", "write", "looks_like_text", "definition_text", "MAX_TEXT", "MAX_TOKENS", "MAX_LINES",
@@ -276,8 +276,8 @@ def write(doc, entries, blobs, dest, *, kind, precision=None, write_diff=None, l
 
     if doc is None:
         raise UsageError("a .prototxt holds a net's definition, and blobs made in Python have none")
-    asked = [flag for flag, given in (("--float/--double/--half", precision is not None and (
-        precision.name is not None or precision.per_blob)), ("--shape/--legacy", layout is not None)) if given]
+    asked = [parameter(name) for name, given in (("precision", precision is not None and (
+        precision.name is not None or precision.per_blob)), ("layout", layout is not None)) if given]
     if asked:
         raise UsageError(f"a .prototxt holds a net's definition, no blob values: {' and '.join(asked)} "
                          "would change nothing", path=doc.path)

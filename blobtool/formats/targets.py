@@ -71,7 +71,7 @@ def _choice_by_extension(dest) -> str | None:
         for out in fmt.outputs:
             if ext in out.extensions:
                 return out.name
-    hint = _ELSEWHERE.get(ext, "or name the format with --format")
+    hint = _ELSEWHERE.get(ext, f"or name the format with {parameter('format')}")
     raise UsageError(f"blobtool does not write {ext!r} files; it writes {output_extensions()}; {hint}",
                      path=os.fspath(dest))
 

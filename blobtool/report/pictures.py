@@ -47,7 +47,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..engine import kernels
-from ..errors import UsageError
+from ..errors import UsageError, parameter
 from ..engine.kernels import finite_range
 from ..engine.work import current
 from .text import fmt_num, fmt_shape
@@ -182,9 +182,9 @@ def view(array: np.ndarray, *, channel: int | None = None, index: int | None = N
         raise UsageError(f"a blob of shape {fmt_shape(shape)} has no values to show")
     if index is not None:
         if array.ndim != 4:
-            raise UsageError(f"--index picks one item of a 4-D blob (N, C, H, W); this blob has shape "
+            raise UsageError(f"{parameter('index')} picks one item of a 4-D blob (N, C, H, W); this blob has shape "
                              f"{fmt_shape(shape)}")
-        _check_range("--index", index, array.shape[0], "items")
+        _check_range("index", index, array.shape[0], "items")
         return _image(array[index], channel, width, min_size, max_pixels, f"item {index} of {array.shape[0]}",
                       heat_size)
     if array.ndim == 4:
@@ -194,7 +194,8 @@ def view(array: np.ndarray, *, channel: int | None = None, index: int | None = N
     if array.ndim == 3:
         return _image(array, channel, width, min_size, max_pixels, None, heat_size)
     if channel is not None:
-        raise UsageError(f"--channel picks a channel of a 3-D or 4-D blob; this blob has shape {fmt_shape(shape)}")
+        raise UsageError(f"{parameter('channel')} picks a channel of a 3-D or 4-D blob; this blob has shape "
+                         f"{fmt_shape(shape)}")
     return heat_map(array, width=width, min_size=min_size if heat_size is None else heat_size, max_pixels=max_pixels)
 
 
@@ -204,7 +205,7 @@ def _image(chw: np.ndarray, channel, width, min_size, max_pixels, what, heat_siz
         picture = colour_image(chw, width=width, min_size=min_size, max_pixels=max_pixels)
     else:
         if channel is not None:
-            _check_range("--channel", channel, c, "channels")
+            _check_range("channel", channel, c, "channels")
         picture = heat_map(chw[channel or 0], width=width, min_size=min_size if heat_size is None else heat_size,
                            max_pixels=max_pixels)
         if c > 1:
@@ -273,7 +274,7 @@ def filter_grid(nchw: np.ndarray, *, channel: int | None = None, columns: int | 
     """
     total, c, kh, kw = nchw.shape
     if channel is not None:
-        _check_range("--channel", channel, c, "channels")
+        _check_range("channel", channel, c, "channels")
     limits = []
     if total > MAX_TILES:
         nchw = nchw[:MAX_TILES]
@@ -501,9 +502,9 @@ def _scale_words(factor: int) -> str:
     return ""
 
 
-def _check_range(option: str, value: int, size: int, what: str) -> None:
+def _check_range(name: str, value: int, size: int, what: str) -> None:
     if not 0 <= value < size:
-        raise UsageError(f"{option} {value} is out of range: the blob has {size} {what} (0..{size - 1})")
+        raise UsageError(f"{parameter(name, True)}{value} is out of range: the blob has {size} {what} (0..{size - 1})")
 
 
 def _release(view) -> None:

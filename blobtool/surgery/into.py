@@ -308,13 +308,13 @@ def _fit_error(template, source: str, result: Fit, partial: bool, reshape: bool)
     parts = _lists(result)
     if partial:
         hint = ("no value fits any blob, so nothing would change (are the names blobtool's or PyTorch's? "
-                "--names chooses)")
+                f"{parameter('names')} chooses)")
     elif template.format == "prototxt":
         hint = "a .prototxt holds no values to keep: every blob needs one"
     else:
-        hint = "--partial keeps the template's values for the blobs without one"
+        hint = f"{parameter('partial')} keeps the template's values for the blobs without one"
         if any(_count(shape) == _count(taken) for _, shape, taken in result.mismatched) and not reshape:
-            hint += "; --reshape writes a value of equal count in the template's shape"
+            hint += f"; {parameter('reshape')} writes a value of equal count in the template's shape"
     return FitError(f"does not fit {template.path}: {'; '.join(parts)}; {hint}", path=source,
                     missing=result.missing, unexpected=result.unexpected, mismatched=result.mismatched)
 

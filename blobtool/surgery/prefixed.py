@@ -11,7 +11,7 @@ fit would be ambiguous.
 
 from __future__ import annotations
 
-from ..errors import BlobToolError, UsageError, parameter
+from ..errors import BlobToolError, UsageError
 from ..torchport.prefixes import Prefixes, detect
 
 __all__ = ["PrefixClash", "prefixed"]
@@ -38,7 +38,7 @@ def prefixed(values: dict, path, template, names: str, fold: bool, net, strip=No
     for name, value in values.items():
         new = change.apply(name)
         if new in renamed:
-            raise PrefixClash(f"{change.options(lambda name: parameter(name, True))} makes two of {path}'s names {new!r}")
+            raise PrefixClash(f"{change.parameters()} makes two of {path}'s names {new!r}")
         renamed[new] = value
     return renamed
 

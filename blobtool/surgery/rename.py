@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from ..errors import FormatError, UsageError
+from ..errors import FormatError, UsageError, parameter
 from ..formats import Document, listed_name
 
 __all__ = ["edit_layers", "parse_renames", "dropped"]
@@ -47,13 +47,14 @@ def parse_renames(pairs) -> dict:
     for pair in pairs:
         old, sep, new = pair.partition("=")
         if not sep or not old or not new:
-            raise UsageError(f"--rename {_quoted(pair)}: expected OLD=NEW (a layer's name, '=', its new name)")
+            raise UsageError(f"{parameter('pairs', True)}{_quoted(pair)}: expected OLD=NEW (a layer's name, '=', "
+                             "its new name)")
         if not _is_text(new):
-            raise UsageError(f"--rename {_quoted(pair)}: the new name {_quoted(new)} is not UTF-8 text (bytes "
-                             "shown as \\xNN); a layer's name is a protobuf string, written as UTF-8")
+            raise UsageError(f"{parameter('pairs', True)}{_quoted(pair)}: the new name {_quoted(new)} is not UTF-8 "
+                             "text (bytes shown as \\xNN); a layer's name is a protobuf string, written as UTF-8")
         if old in renames:
-            raise UsageError(f"--rename: layer {_quoted(old)} is renamed twice ({_quoted(renames[old])} and "
-                             f"{_quoted(new)})")
+            raise UsageError(f"{parameter('pairs')}: layer {_quoted(old)} is renamed twice "
+                             f"({_quoted(renames[old])} and {_quoted(new)})")
         renames[old] = new
     return renames
 
@@ -85,7 +86,8 @@ def _layer_named(given: str, names: list, path) -> str:
                              path=path)
         return listed
     shown = ", ".join(names[:64]) + (f" and {len(names) - 64} more" if len(names) > 64 else "")
-    raise FormatError(f"no layer called {_quoted(given)} (--rename, --drop); layers: {shown or 'none'}", path=path)
+    raise FormatError(f"no layer called {_quoted(given)} ({parameter('renames')}, {parameter('drops')}); "
+                      f"layers: {shown or 'none'}", path=path)
 
 
 def edit_layers(doc: Document, renames: dict, drops) -> tuple[Document, list]:
@@ -102,15 +104,16 @@ def edit_layers(doc: Document, renames: dict, drops) -> tuple[Document, list]:
     if not renames and not drops:
         return doc, []
     if doc.kind != "net":
-        raise UsageError(f"{doc.path}: --rename and --drop change a net's layers; this is a {doc.kind} file")
+        raise UsageError(f"{doc.path}: {parameter('renames')} and {parameter('drops')} change a net's layers; "
+                         f"this is a {doc.kind} file")
     names = [layer.name for layer in doc.layers]
     drops = list(dict.fromkeys(_layer_named(name, names, doc.path) for name in drops))
     given, renames = renames, {}
     for old, new in given.items():
         layer = _layer_named(old, names, doc.path)
         if layer in renames:
-            raise UsageError(f"--rename: layer {_quoted(layer)} is renamed twice ({_quoted(renames[layer])} and "
-                             f"{_quoted(new)})")
+            raise UsageError(f"{parameter('renames')}: layer {_quoted(layer)} is renamed twice "
+                             f"({_quoted(renames[layer])} and {_quoted(new)})")
         renames[layer] = new
     both = [name for name in drops if name in renames]
     if both:
@@ -118,7 +121,8 @@ def edit_layers(doc: Document, renames: dict, drops) -> tuple[Document, list]:
     final = [renames.get(name, name) for name in names if name not in drops]
     for old, new in renames.items():
         if final.count(new) > 1:
-            raise UsageError(f"--rename {old}={new}: another layer is called {_quoted(new)}", path=doc.path)
+            raise UsageError(f"{parameter('renames')} {old}={new}: another layer is called {_quoted(new)}",
+                             path=doc.path)
     edits = []
     extra = {}
     if doc.format == "prototxt":

@@ -69,7 +69,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..engine.blob import Blob
-from ..errors import FormatError, UsageError
+from ..errors import FormatError, UsageError, parameter
 from ..formats import NAMING_SCHEMES, Document, Entry, select
 from ..formats.caffe import layer_param_varints
 from ..formats.caffe.schema import param_field
@@ -140,13 +140,17 @@ def has_layer_types(doc: Document) -> bool:
     return doc.kind == "net" and any(layer.type for layer in doc.layers)
 
 
+# How an error names the renaming it comes from: the library's names='torch', the command's --names torch.
+_TORCH = parameter('names', given='torch')
+
+
 def _refuse(doc: Document) -> UsageError:
     if doc.kind == "net" and doc.format == "hdf5":
-        return UsageError(f"{doc.path}: --names torch renames a .caffemodel's blobs by layer type, and Caffe's "
+        return UsageError(f"{doc.path}: {_TORCH} renames a .caffemodel's blobs by layer type, and Caffe's "
                           "HDF5 snapshots carry no layer types (only names); give the net they come from "
-                          "(the matching .caffemodel, the same layer names) with --net FILE")
+                          f"(the matching .caffemodel, the same layer names) with {parameter('net', True)}FILE")
     what = f"a {doc.kind} file" if doc.kind != "net" else "a net without layer types (not a .caffemodel)"
-    return UsageError(f"{doc.path}: --names torch renames a .caffemodel's blobs by layer type; {what} has none")
+    return UsageError(f"{doc.path}: {_TORCH} renames a .caffemodel's blobs by layer type; {what} has none")
 
 
 def typed_by(doc: Document, net: Document | None) -> Document:
@@ -162,8 +166,8 @@ def typed_by(doc: Document, net: Document | None) -> Document:
         raise _refuse(doc)
     if not has_layer_types(net):
         what = f"a {net.kind} file" if net.kind != "net" else "a net without layer types"
-        raise UsageError(f"{net.path}: --net gives the layer types of {doc.path}'s layers; {what} has none: "
-                         "give the matching .caffemodel")
+        raise UsageError(f"{net.path}: {parameter('net')} gives the layer types of {doc.path}'s layers; {what} has "
+                         "none: give the matching .caffemodel")
     held: dict = {}
     for e in doc.entries:
         held.setdefault(e.layer, []).append(e)
@@ -174,8 +178,8 @@ def typed_by(doc: Document, net: Document | None) -> Document:
     missing = [name for name in held if name not in names]
     if missing:
         raise UsageError(f"{doc.path}: layer{'s' * (len(missing) > 1)} {_some(missing)} of this file "
-                         f"{'are' if len(missing) > 1 else 'is'} not in the net {net.path} (--net): it is not "
-                         "this file's net")
+                         f"{'are' if len(missing) > 1 else 'is'} not in the net {net.path} ({parameter('net')}): "
+                         "it is not this file's net")
     for name, entries in held.items():
         other = theirs.get(name, [])
         for e in entries:
@@ -185,7 +189,7 @@ def typed_by(doc: Document, net: Document | None) -> Document:
             if other and (match is None or match.count != e.count):
                 found = f"shape {_fmt(match.shape)}" if match is not None else "no such blob"
                 raise UsageError(f"{doc.path}: blob {e.name} has shape {_fmt(e.shape)}, the net {net.path} "
-                                 f"(--net) {found}: it is not this file's net")
+                                 f"({parameter('net')}) {found}: it is not this file's net")
     return net
 
 
@@ -252,7 +256,7 @@ def _check_unique(doc: Document, rows: list) -> None:
         if row.name is None:
             continue
         if row.name in seen:
-            raise UsageError(f"{doc.path}: --names torch names two blobs {row.name!r} "
+            raise UsageError(f"{doc.path}: {_TORCH} names two blobs {row.name!r} "
                              f"({seen[row.name]} and {row.entry.name})")
         seen[row.name] = row.entry.name
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from ..errors import UsageError
+from ..errors import UsageError, parameter, render_parameters
 
 __all__ = ["Prefixes", "detect", "renamed_document", "match_documents"]
 
@@ -57,20 +57,23 @@ class Prefixes:
             name = name[len(self.strip):]
         return (self.add or "") + name
 
-    def options(self, spelled=None) -> str:
-        """The options that ask for this change: the command line's, or each as `spelled(parameter)` gives it.
-
-        `spelled` takes "strip_prefix" or "add_prefix" and gives the text
-        before the value (errors.parameter's marker, for the library's words).
-        """
-        spelled = spelled or (lambda name: f"--{name.replace('_', '-')} ")
-        return " ".join(f"{spelled(name)}{value}" for name, value in (("strip_prefix", self.strip),
-                                                                       ("add_prefix", self.add)) if value)
+    def options(self) -> str:
+        """The command-line options that ask for this change (--strip-prefix P --add-prefix Q)."""
+        return render_parameters(self.parameters(), lambda name: f"--{name.replace('_', '-')}")
 
     def how(self) -> str:
         """The change in words: "without the prefix 'module.'", "with the prefix 'x.' added", or both."""
         return " and ".join(filter(None, [f"without the prefix {self.strip!r}" if self.strip else None,
                                           f"with the prefix {self.add!r} added" if self.add else None]))
+
+    def parameters(self) -> str:
+        """The change as the parameters that ask for it (strip_prefix=P: the command's --strip-prefix P)."""
+        parts = []
+        if self.strip:
+            parts.append(f"{parameter('strip_prefix', True)}{self.strip}")
+        if self.add:
+            parts.append(f"{parameter('add_prefix', True)}{self.add}")
+        return " ".join(parts)
 
 
 def _common(names: list) -> str:
@@ -123,7 +126,7 @@ def renamed_document(doc, change: Prefixes):
     for entry in doc.entries:
         name = change.apply(entry.name)
         if name in seen:
-            raise UsageError(f"{doc.path}: {change.options()} names two blobs {name!r} ({seen[name]} and "
+            raise UsageError(f"{doc.path}: {change.parameters()} names two blobs {name!r} ({seen[name]} and "
                              f"{entry.name})")
         seen[name] = entry.name
         entries.append(dataclasses.replace(entry, name=name))

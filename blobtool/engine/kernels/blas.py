@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from .chunks import CHUNK, GROUP, Chunks, chunk_done, scratch
-from .threads import _run_ranges
+from .threads import run_ranges
 
 
 def asum_sumsq(x: np.ndarray) -> tuple[float, float]:
@@ -27,7 +27,7 @@ def asum_sumsq(x: np.ndarray) -> tuple[float, float]:
     chunks = -(-n // CHUNK)
     abs_parts = np.empty(chunks, dtype=np.float64)
     sq_parts = np.empty(chunks, dtype=np.float64)
-    _run_ranges(_chunk_sums, x, chunks, x.nbytes, abs_parts, sq_parts, unit=GROUP)
+    run_ranges(_chunk_sums, x, chunks, x.nbytes, abs_parts, sq_parts, unit=GROUP)
     total_abs = 0.0
     total_sq = 0.0
     for a, q in zip(abs_parts.tolist(), sq_parts.tolist()):
@@ -50,7 +50,7 @@ def _chunk_sums(x: np.ndarray, first: int, stop: int, abs_parts: np.ndarray, sq_
             wide = np.absolute(part, out=scratch(part.size))
             ks = range(max(first, g * GROUP), min(stop, (g + 1) * GROUP))
             sq_parts[ks.start:ks.stop] = row_dots(wide, ks.start - g * GROUP, ks.stop - g * GROUP)
-            abs_parts[ks.start:ks.stop] = _row_sums(wide, ks.start - g * GROUP, ks.stop - g * GROUP)
+            abs_parts[ks.start:ks.stop] = row_sums(wide, ks.start - g * GROUP, ks.stop - g * GROUP)
             groups.done(g, progress=True)  # asum_sumsq's thread ranges hold whole groups
 
 
@@ -72,7 +72,7 @@ def row_dots(wide: np.ndarray, first: int, stop: int) -> np.ndarray:
     return dots
 
 
-def _row_sums(wide: np.ndarray, first: int, stop: int) -> np.ndarray:
+def row_sums(wide: np.ndarray, first: int, stop: int) -> np.ndarray:
     """[wide[k*CHUNK:(k+1)*CHUNK].sum() for k in first..stop-1] (the last may be short), in one call per shape.
 
     numpy reduces each row of a C-contiguous 2-D array along its last axis

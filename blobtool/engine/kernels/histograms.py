@@ -9,7 +9,7 @@ import sys
 import numpy as np
 
 from .chunks import CHUNK
-from .statistics import _nan_inf, finite_range
+from .statistics import nan_inf, finite_range
 from .threads import map_chunks
 from .transforms import widened
 
@@ -94,7 +94,7 @@ def _bin_counts(part: np.ndarray, edges, thresholds=None, spans: bool = False, f
     size = part.size
     mask = None if finite else np.isfinite(part)
     if mask is not None and not mask.all():
-        nans, infs = _nan_inf(part, mask)
+        nans, infs = nan_inf(part, mask)
         above = int(np.count_nonzero(part == np.inf))  # +Inf is at or above every threshold
     zeros = int(np.count_nonzero(part == 0))
     if edges is None or size == nans + infs:

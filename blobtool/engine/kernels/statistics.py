@@ -7,7 +7,7 @@ import math
 
 import numpy as np
 
-from .blas import _row_sums, row_dots
+from .blas import row_sums, row_dots
 from .chunks import CHUNK, GROUP, scratch
 from .threads import map_chunks
 from .transforms import widened
@@ -19,10 +19,10 @@ def finite_values(part: np.ndarray) -> tuple[np.ndarray, int, int]:
     finite = np.isfinite(part)
     if finite.all():
         return part, 0, 0
-    return part[finite], *_nan_inf(part, finite)
+    return part[finite], *nan_inf(part, finite)
 
 
-def _nan_inf(part: np.ndarray, finite: np.ndarray) -> tuple[int, int]:
+def nan_inf(part: np.ndarray, finite: np.ndarray) -> tuple[int, int]:
     """The NaN and Inf counts of `part`, given its isfinite mask."""
     nans = int(np.count_nonzero(np.isnan(part)))
     return nans, int(part.size - np.count_nonzero(finite)) - nans
@@ -46,7 +46,7 @@ def _moments(part: np.ndarray, scale: float = 1.0) -> tuple:
         if lo == 0 or hi == 0:
             lo, hi = float(values.min()), float(values.max())
     else:
-        nans, infs = _nan_inf(part, finite)
+        nans, infs = nan_inf(part, finite)
         values = widened(part[finite])
         if values.size:
             lo, hi = float(values.min()), float(values.max())
@@ -113,7 +113,7 @@ def _group_moments(group: np.ndarray, scale: float = 1.0) -> list:
     sizes = [min(CHUNK, group.size - k * CHUNK) for k in range(chunks)]
     out = []
     with np.errstate(over="ignore", invalid="ignore"):
-        means = _row_sums(values, 0, chunks) / np.array(sizes, dtype=np.float64)
+        means = row_sums(values, 0, chunks) / np.array(sizes, dtype=np.float64)
         full = group.size // CHUNK
         np.subtract(values[:full * CHUNK].reshape(-1, CHUNK), means[:full, None],
                     out=values[:full * CHUNK].reshape(-1, CHUNK))
@@ -152,7 +152,7 @@ def _combined(parts) -> tuple:
 
 def _nonfinite_counts(part: np.ndarray) -> tuple[int, int]:
     finite = np.isfinite(part)
-    return (0, 0) if finite.all() else _nan_inf(part, finite)
+    return (0, 0) if finite.all() else nan_inf(part, finite)
 
 
 def nonfinite(x: np.ndarray) -> tuple[int, int]:

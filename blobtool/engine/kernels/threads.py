@@ -68,7 +68,7 @@ def _ranges(chunks: int, nbytes: int, unit: int = 1) -> list:
     return [(units * i // workers * unit, min(units * (i + 1) // workers * unit, chunks)) for i in range(workers)]
 
 
-def _run_ranges(fn, x, chunks: int, nbytes: int, *extra, unit: int = 1) -> None:
+def run_ranges(fn, x, chunks: int, nbytes: int, *extra, unit: int = 1) -> None:
     """fn(x, first, stop, *extra) over the chunk ranges, in threads when there are several."""
     ranges = _ranges(chunks, nbytes, unit)
     if len(ranges) == 1:
@@ -97,7 +97,7 @@ def map_chunks(fn, x: np.ndarray, *, progress: bool = False, chunk: int | None =
             results[k] = fn(parts[k])
             parts.done(k, progress=progress)
 
-    _run_ranges(work, None, chunks, x.nbytes)
+    run_ranges(work, None, chunks, x.nbytes)
     return results
 
 
@@ -112,5 +112,5 @@ def map_chunk_indices(fn, chunks: int, nbytes: int) -> list:
         for k in range(first, stop):
             results[k] = fn(k)
 
-    _run_ranges(work, None, chunks, nbytes)
+    run_ranges(work, None, chunks, nbytes)
     return results

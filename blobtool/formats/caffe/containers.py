@@ -37,7 +37,7 @@ from ..origin import Precision
 from .blobwrite import blob_encoded_size, encode_blob_parts, resolve_form, write_blob
 from .schema import layer_field
 from ..writing import write_parts
-from ...errors import BlobToolError, FormatError, OutputError, UsageError
+from ...errors import BlobToolError, FormatError, OutputError, UsageError, parameter
 from ...files import atomic_output, display_name
 from .. import MAX_BLOBS, MAX_NAME, Document, Entry, NetLayer, unique_names
 
@@ -415,8 +415,8 @@ def write(doc: Document | None, entries: list, blobs: list, dest, *, kind: str, 
     transforms = transforms or {}
     if kind == "blob":
         if len(blobs) != 1:
-            raise UsageError(f"a blob file holds one blob; {len(blobs)} selected (choose one with --blob, "
-                             "or write .npz)")
+            raise UsageError(f"a blob file holds one blob; {len(blobs)} selected (choose one with "
+                             f"{parameter('blobs')}, or write .npz)")
         save_blob(blobs[0], dest, precision=Precision.of(precision).for_blob(entries[0].name),
                   write_diff=write_diff, layout=layout, transforms=transforms.get(entries[0].name))
         return
@@ -476,7 +476,8 @@ def write_new(doc: Document, entries: list, blobs: list, dest, *, precision=None
             if indices != [str(i) for i in range(len(held))]:
                 raise UsageError(f"layer {layer!r} holds blobs {', '.join(indices)}: a NetParameter numbers a "
                                  "layer's blobs 0, 1, ... by position (a parameter shared with an earlier layer "
-                                 "is not in an HDF5 snapshot); write HDF5, or blobs with .npz or --format blob")
+                                 "is not in an HDF5 snapshot); write HDF5, or blobs with .npz or "
+                                 f"{parameter('format', given='blob')}")
             content = [pb.LayerParameter(name=layer).SerializeToString()]
             for entry, blob, selected in held:
                 content += blob_field(7, entry, blob, selected)
@@ -485,7 +486,8 @@ def write_new(doc: Document, entries: list, blobs: list, dest, *, precision=None
         indices = [entry.name for entry, _, _ in whole]
         if indices != [f"history/{i}" for i in range(len(whole))]:
             raise UsageError(f"the solver state holds {', '.join(indices)}: a SolverState numbers its history "
-                             "0, 1, ... by position; write HDF5, or blobs with .npz or --format blob")
+                             "0, 1, ... by position; write HDF5, or blobs with .npz or "
+                             f"{parameter('format', given='blob')}")
         state = pb.SolverState(iter=doc.meta.get("iter") or 0, learned_net=doc.meta.get("learned_net") or "")
         parts.append(state.SerializeToString())
         for entry, blob, selected in whole:

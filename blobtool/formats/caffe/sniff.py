@@ -27,7 +27,7 @@ import itertools
 
 from . import wire
 from .blobproto import BLOB_FIELD_NAMES, BLOB_WIRE_PAIRS, PAYLOAD_FIELDS, SHAPE_FIELD, TYPE_FIELDS
-from ...errors import FormatError
+from ...errors import FormatError, parameter
 
 __all__ = ["sniff"]
 
@@ -89,7 +89,7 @@ def sniff(source) -> str:
     if kind is None:
         fields = ", ".join(f"{n}/{wire.WIRE_TYPE_NAMES[t]}" for n, t in sorted(pairs)[:8])
         raise FormatError(f"not a BlobProto, BlobProtoVector, NetParameter or SolverState: top-level fields "
-                          f"{fields} match none of them (use --kind to force one)", path=source.name)
+                          f"{fields} match none of them (use {parameter('kind')} to force one)", path=source.name)
     return kind
 
 

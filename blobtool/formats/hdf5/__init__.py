@@ -54,9 +54,9 @@ import os
 
 from ...errors import UsageError
 from .. import Document, NetLayer
-from .child import _Pending, _walk
-from .h5 import EXTRA, H5_ERRORS, MAX_CHUNK_BYTES, _Stored, _rebuilt, h5py_module
-from .values import _add
+from .child import Pending, walk_file
+from .h5 import EXTRA, H5_ERRORS, MAX_CHUNK_BYTES, Stored, rebuilt_error, h5py_module
+from .values import add_entry
 
 __all__ = ["sniff", "begin", "read", "write", "EXTRA", "H5_ERRORS", "MAX_CHUNK_BYTES", "h5py_module"]
 
@@ -70,7 +70,7 @@ def sniff(source) -> str:
     h5py_module(source.name)
     walked = _taken(source, None)
     if walked[0] == "sniff-error":
-        raise _rebuilt(walked[1])
+        raise rebuilt_error(walked[1])
     source._hdf5_walk = walked
     return walked[1]
 
@@ -88,7 +88,7 @@ def begin(source, kind=None):
         h5py_module(source.name)
     except UsageError:
         return None
-    pending = _Pending(source, kind)
+    pending = Pending(source, kind)
     source._hdf5_walk = pending
     return pending.stop
 
@@ -98,10 +98,10 @@ def _taken(source, kind) -> tuple:
     walked = getattr(source, "_hdf5_walk", None)
     if walked is not None:
         del source._hdf5_walk
-        if isinstance(walked, _Pending):
+        if isinstance(walked, Pending):
             walked = walked.answer()
     if walked is None or (kind is not None and (walked[0] != "walked" or walked[1] != kind)):
-        walked = _walk(source, kind)
+        walked = walk_file(source, kind)
     return walked
 
 
@@ -119,16 +119,16 @@ def read(doc: Document, cast=None) -> None:
         raise UsageError(f"Caffe's HDF5 snapshots hold a net or a solver state, not a {doc.kind}", path=doc.path)
     walked = _taken(doc.source, doc.kind)
     if walked[0] != "walked":
-        raise _rebuilt(walked[1])
+        raise rebuilt_error(walked[1])
     outcome = walked[2]
     if outcome[0] == "error":
-        raise _rebuilt(outcome[1])
+        raise rebuilt_error(outcome[1])
     described = outcome[1]
     doc.meta.update(described["meta"])
     doc.layers.extend(NetLayer(name) for name in described["layers"])
-    plain = _Stored.from_plain
+    plain = Stored.from_plain
     for name, layer, data, diff in described["entries"]:
-        _add(doc, name, plain(data), plain(diff) if diff is not None else None, layer=layer)
+        add_entry(doc, name, plain(data), plain(diff) if diff is not None else None, layer=layer)
 
 
 def write(doc: Document | None, entries: list, blobs: list, dest, *, kind: str, precision=None, write_diff=None,

@@ -19,7 +19,7 @@ import traceback
 import warnings
 
 from ...errors import FormatError, env_count
-from .h5 import _SECONDS_VARIABLE, h5py_module
+from .h5 import SECONDS_VARIABLE, h5py_module
 from . import walk
 
 
@@ -35,25 +35,25 @@ _SECONDS = 20
 _FRAME = struct.Struct("<cQ")
 
 
-def _walk(source, kind) -> tuple:
+def walk_file(source, kind) -> tuple:
     if not hasattr(os, "fork"):
-        return walk._walked_here(source, kind)
-    return _Pending(source, kind).answer()
+        return walk.walked_here(source, kind)
+    return Pending(source, kind).answer()
 
 
-class _Pending:
+class Pending:
     """A walk running in its child process: answer() waits for its description, stop() ends it unheard."""
 
     def __init__(self, source, kind):
         self.name = source.name
-        self.seconds = _seconds(source.size)
+        self.seconds = seconds_for(source.size)
 
         def work(send) -> None:
-            answer = marshal.dumps(walk._walked_here(source, kind))
+            answer = marshal.dumps(walk.walked_here(source, kind))
             signal.alarm(0)  # HDF5 is done with: this process may take its time to read the answer
             send(b"W", answer)
 
-        self.pid, self.fd = _forked(work, self.seconds)
+        self.pid, self.fd = forked(work, self.seconds)
 
     def answer(self) -> tuple:
         pid, self.pid = self.pid, None
@@ -69,8 +69,8 @@ class _Pending:
 
 
 def _walk_answer(pid: int, fd: int, seconds: int, source_name) -> tuple:
-    """The description a walk's child sends (see _walked_here); FormatError if it crashed, hung or said nothing."""
-    frames, died, late = _answers(pid, fd, seconds)
+    """The description a walk's child sends (see walked_here); FormatError if it crashed, hung or said nothing."""
+    frames, died, late = answers(pid, fd, seconds)
     if b"X" in frames:
         raise RuntimeError(f"the HDF5 walk failed in its child process:\n{bytes(frames[b'X']).decode()}")
     if died:
@@ -78,7 +78,7 @@ def _walk_answer(pid: int, fd: int, seconds: int, source_name) -> tuple:
                           path=source_name)
     if late:
         raise FormatError(f"HDF5's library did not finish reading the file's structure in {late} s: damaged "
-                          f"metadata (a loop), or a slow machine ({_SECONDS_VARIABLE} sets the time)",
+                          f"metadata (a loop), or a slow machine ({SECONDS_VARIABLE} sets the time)",
                           path=source_name)
     payload = frames.get(b"W")
     if not payload:
@@ -86,7 +86,7 @@ def _walk_answer(pid: int, fd: int, seconds: int, source_name) -> tuple:
     return marshal.loads(payload)
 
 
-def _forked(work, seconds: int):
+def forked(work, seconds: int):
     """(pid, read end of a pipe) of a child running work(send); send(tag, bytes) frames a message to this process.
 
     The child ends itself (SIGALRM) a little after `seconds`, should this
@@ -131,12 +131,12 @@ def _write_all(fd: int, view) -> None:
         view = view[os.write(fd, view):]
 
 
-def _seconds(nbytes: int) -> int:
+def seconds_for(nbytes: int) -> int:
     """How long a child may take: _SECONDS (or the environment's), and a second more per 16 MiB to read."""
-    return env_count(_SECONDS_VARIABLE, _SECONDS, "a number of seconds", minimum=1) + nbytes // (16 << 20)
+    return env_count(SECONDS_VARIABLE, _SECONDS, "a number of seconds", minimum=1) + nbytes // (16 << 20)
 
 
-def _answers(pid: int, fd: int, seconds: int) -> tuple:
+def answers(pid: int, fd: int, seconds: int) -> tuple:
     """({tag: body} of what a child sent, the signal that killed it or None, `seconds` if it ran past them or 0).
 
     A child still running when the time is up is killed.

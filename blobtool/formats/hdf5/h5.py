@@ -32,18 +32,18 @@ _MAX_NAME = MAX_NAME
 # bytes at most as deflate can (as for .npz members), plus this much for a
 # dataset never written (its fill value): a forged shape is refused before an
 # array is allocated for it.
-_MAX_EXPANSION = DEFLATE_MAX_EXPANSION
+MAX_EXPANSION = DEFLATE_MAX_EXPANSION
 
 
-_UNSTORED_BYTES = 1 << 20
+UNSTORED_BYTES = 1 << 20
 
 
 # The largest learned_net string read (Caffe's is a file name).
-_MAX_STRING = 1 << 16
+MAX_STRING = 1 << 16
 
 
 # Caffe's iter and current_step are C++ ints (and SolverState's fields int32).
-_INT32 = (-(1 << 31), (1 << 31) - 1)
+INT32 = (-(1 << 31), (1 << 31) - 1)
 
 
 # The largest chunk of a chunked dataset read, uncompressed. HDF5 reads and
@@ -91,12 +91,12 @@ def reason(exc) -> str:
     return text
 
 
-def _error(doc_path, where: str, message: str, offset=None) -> FormatError:
+def error_at(doc_path, where: str, message: str, offset=None) -> FormatError:
     return FormatError(message, path=doc_path, offset=offset, field=f"HDF5 {where}")
 
 
 @contextlib.contextmanager
-def _opened(source):
+def opened_file(source):
     """The HDF5 file in a Source's bytes, open read-only; closed (always) on leaving.
 
     A file of at most _IMAGE_BYTES is handed to HDF5 as a file image (its
@@ -119,7 +119,7 @@ def _opened(source):
                 stream = BufferFile(source.buf, release_over=_RELEASE_READ)
                 f = h5py.File(stream, "r")
         except H5_ERRORS as exc:
-            raise _error(source.name, "/", f"not a readable HDF5 file: {reason(exc)}") from exc
+            raise error_at(source.name, "/", f"not a readable HDF5 file: {reason(exc)}") from exc
         try:
             yield f
         finally:
@@ -130,7 +130,7 @@ def _opened(source):
             stream.close()
 
 
-class _Stored(NamedTuple):
+class Stored(NamedTuple):
     """Where a dataset's values are: at `offset` in the input (viewable), or only through h5py (offset None)."""
 
     where: str          # its HDF5 path
@@ -146,7 +146,7 @@ class _Stored(NamedTuple):
         return (self.where, self.raw, self.shape, self.dtype.str, self.offset, self.values, self.chunk)
 
     @classmethod
-    def from_plain(cls, plain: tuple) -> "_Stored":
+    def from_plain(cls, plain: tuple) -> "Stored":
         where, raw, shape, dtype, offset, values, chunk = plain
         return cls(where, raw, shape, _dtype(dtype), offset, values, chunk)
 
@@ -156,17 +156,17 @@ def _dtype(text: str) -> np.dtype:
     return np.dtype(text)
 
 
-def _product(dims) -> int:
+def product(dims) -> int:
     """The product of a shape's dimensions as a Python int (exact at any size; 1 for no axes)."""
     return math.prod(map(int, dims))
 
 
-def _error_plain(exc: BlobToolError) -> tuple:
+def plain_error(exc: BlobToolError) -> tuple:
     return (type(exc).__name__, exc.reason, None if exc.path is None else str(exc.path), exc.offset,
             None if exc.field is None else str(exc.field))
 
 
-def _rebuilt(plain: tuple) -> BlobToolError:
+def rebuilt_error(plain: tuple) -> BlobToolError:
     kind, message, path, offset, field = plain
     cls = getattr(errors_module, kind, None)
     if not (isinstance(cls, type) and issubclass(cls, BlobToolError)):
@@ -175,21 +175,21 @@ def _rebuilt(plain: tuple) -> BlobToolError:
 
 
 # The values of a non-contiguous dataset sent with the walk: each at most
-# _SHIP_BYTES, all of them together at most _SHIP_TOTAL (held with the document).
-_SHIP_BYTES = 1 << 20
+# SHIP_BYTES, all of them together at most SHIP_TOTAL (held with the document).
+SHIP_BYTES = 1 << 20
 
 
-_SHIP_TOTAL = 16 << 20
+SHIP_TOTAL = 16 << 20
 
 
 # The values one child's read sends per slab (whole rows of chunks: a chunk is read once).
-_SLAB_BYTES = 4 << 20
+SLAB_BYTES = 4 << 20
 
 
-_SECONDS_VARIABLE = "BLOBTOOL_HDF5_SECONDS"
+SECONDS_VARIABLE = "BLOBTOOL_HDF5_SECONDS"
 
 
-class _At:
+class At:
     """Marks h5py errors raised inside with the HDF5 path being read."""
 
     def __init__(self, where: str):
@@ -200,35 +200,35 @@ class _At:
 
     def __exit__(self, kind, exc, tb):
         if exc is not None and isinstance(exc, H5_ERRORS):
-            _mark(exc, self.where)
+            mark_where(exc, self.where)
         return False
 
 
-def _mark(exc, where: str) -> None:
+def mark_where(exc, where: str) -> None:
     """Mark an h5py error with the HDF5 path being read (the innermost mark stays)."""
     if not hasattr(exc, "blobtool_where"):
         with contextlib.suppress(AttributeError, TypeError):
             exc.blobtool_where = where
 
 
-def _text(name: str) -> str:
+def clipped(name: str) -> str:
     return name if len(name) <= _MAX_NAME else name[:_MAX_NAME] + "..."
 
 
 # The stored dtypes of a float dataset, by (little-endian, size).
-_FLOATS = {(little, size): np.dtype(("<" if little else ">") + f"f{size}")
+FLOATS = {(little, size): np.dtype(("<" if little else ">") + f"f{size}")
            for little in (True, False) for size in (2, 4, 8)}
 
 
 # A shape spanning at most this many values (zero dimensions counted as one)
 # is one any Blob holds: only a larger one is put to Blob.reshape's own
 # check (which is what refuses it, and says why).
-_PLAIN_SPAN = int(np.iinfo(np.intp).max) // 16
+PLAIN_SPAN = int(np.iinfo(np.intp).max) // 16
 
 
-def _blob_dtype(stored: np.dtype) -> np.dtype:
+def blob_dtype(stored: np.dtype) -> np.dtype:
     return np.dtype(np.float64) if stored.itemsize == 8 else np.dtype(np.float32)
 
 
-def _count(stored: _Stored) -> int:
-    return _product(stored.shape)
+def value_count(stored: Stored) -> int:
+    return product(stored.shape)

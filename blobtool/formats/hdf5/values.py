@@ -16,12 +16,13 @@ from ...engine.blob import Blob
 from ..origin import Origin, held_dtype
 from ...errors import BlobToolError
 from .. import Document, Entry
-from .h5 import _SECONDS_VARIABLE, _Stored, _blob_dtype, _count, _error, _error_plain, _opened, _rebuilt, h5py_module
-from .walk import _slabs
-from .child import _answers, _forked, _seconds
+from .h5 import (SECONDS_VARIABLE, Stored, blob_dtype, error_at, h5py_module, opened_file, plain_error, rebuilt_error,
+                 value_count)
+from .walk import slabs
+from .child import answers, forked, seconds_for
 
 
-def _values(doc: Document, stored: _Stored) -> np.ndarray:
+def _values(doc: Document, stored: Stored) -> np.ndarray:
     """The values of a dataset as a flat array of the blob's dtype: a view of the input, or read through HDF5.
 
     A dataset that is not Caffe's contiguous one (chunked, compressed,
@@ -32,8 +33,8 @@ def _values(doc: Document, stored: _Stored) -> np.ndarray:
     anonymous shared mapping that becomes the blob's array: the blob is held
     once (in both processes' resident figures), beside one chunk in the child.
     """
-    target = _blob_dtype(stored.dtype)
-    count = _count(stored)
+    target = blob_dtype(stored.dtype)
+    count = value_count(stored)
     if count == 0:
         return np.empty(0, dtype=target)
     if stored.offset is not None:
@@ -43,8 +44,8 @@ def _values(doc: Document, stored: _Stored) -> np.ndarray:
     if not hasattr(os, "fork"):
         values = np.empty(count, dtype=target)
         h5py = h5py_module(doc.path)
-        with _opened(doc.source) as f:
-            for _ in _slabs(h5py, f, stored, doc.path, values.reshape(stored.shape)):
+        with opened_file(doc.source) as f:
+            for _ in slabs(h5py, f, stored, doc.path, values.reshape(stored.shape)):
                 pass
         return values
     # The child writes the values into memory shared with this process (an
@@ -54,36 +55,36 @@ def _values(doc: Document, stored: _Stored) -> np.ndarray:
     def work(send) -> None:
         h5py = h5py_module(doc.path)
         try:
-            with _opened(doc.source) as f:
-                for _ in _slabs(h5py, f, stored, doc.path, values.reshape(stored.shape)):
+            with opened_file(doc.source) as f:
+                for _ in slabs(h5py, f, stored, doc.path, values.reshape(stored.shape)):
                     pass
             send(b"D", b"")
         except BlobToolError as exc:
-            send(b"E", marshal.dumps(_error_plain(exc)))
+            send(b"E", marshal.dumps(plain_error(exc)))
 
-    seconds = _seconds(values.nbytes)
-    pid, fd = _forked(work, seconds)
-    frames, died, late = _answers(pid, fd, seconds)
+    seconds = seconds_for(values.nbytes)
+    pid, fd = forked(work, seconds)
+    frames, died, late = answers(pid, fd, seconds)
     if b"X" in frames:
         raise RuntimeError(f"reading HDF5 values failed in a child process:\n{bytes(frames[b'X']).decode()}")
     if b"E" in frames:
-        raise _rebuilt(marshal.loads(frames[b"E"]))
+        raise rebuilt_error(marshal.loads(frames[b"E"]))
     if died:
-        raise _error(doc.path, stored.where, f"HDF5's library crashed ({died}) reading its values: damaged metadata")
+        raise error_at(doc.path, stored.where, f"HDF5's library crashed ({died}) reading its values: damaged metadata")
     if late:
-        raise _error(doc.path, stored.where, f"HDF5's library did not finish reading its values in {late} s: "
-                                             f"damaged metadata (a loop), or a slow machine ({_SECONDS_VARIABLE} "
+        raise error_at(doc.path, stored.where, f"HDF5's library did not finish reading its values in {late} s: "
+                                             f"damaged metadata (a loop), or a slow machine ({SECONDS_VARIABLE} "
                                              "sets the time)")
     finished = b"D" in frames
     if not finished:
-        raise _error(doc.path, stored.where, "HDF5's reading of its values ended early")
+        raise error_at(doc.path, stored.where, "HDF5's reading of its values ended early")
     return values
 
 
 class _Load:
     """Builds an entry's Blob from its data's (and diff's) datasets."""
 
-    def __init__(self, doc: Document, data: _Stored, diff: _Stored | None):
+    def __init__(self, doc: Document, data: Stored, diff: Stored | None):
         self.doc, self.data, self.diff = doc, data, diff
 
     def __call__(self) -> Blob:
@@ -94,25 +95,25 @@ class _Load:
             blob.fill_from(data.shape, _values(doc, data), _values(doc, diff) if diff else None, reshape=False,
                            adopt=True)
         except BlobToolError as exc:
-            raise _error(doc.path, data.where, exc.reason) from exc
+            raise error_at(doc.path, data.where, exc.reason) from exc
         return blob
 
     def shell(self) -> Blob:
         """The Blob without its values: shape, dtypes and origin, nothing read or allocated (writing.Unread)."""
         data, diff = self.data, self.diff
-        held = _blob_dtype(data.dtype)
+        held = blob_dtype(data.dtype)
         blob = Blob(dtype=held, diff_dtype=held_dtype(diff.dtype, held) if diff else None)
         try:
             blob.reshape(data.shape)
         except BlobToolError as exc:
-            raise _error(self.doc.path, data.where, f"invalid blob shape: {exc.reason}") from exc
+            raise error_at(self.doc.path, data.where, f"invalid blob shape: {exc.reason}") from exc
         stored_diff = diff.dtype.newbyteorder("=") if diff else None
         blob.origin = Origin("shape", data.dtype.newbyteorder("="), diff is not None,
                              diff_dtype=stored_diff if stored_diff != data.dtype.newbyteorder("=") else None)
         return blob
 
 
-def _add(doc: Document, name: str, data: _Stored, diff: _Stored | None, layer=None) -> None:
+def add_entry(doc: Document, name: str, data: Stored, diff: Stored | None, layer=None) -> None:
     """Add an entry built from the walk's description (this process)."""
     doc.check_room(data.offset)
     stored = data.dtype.newbyteorder("=")

@@ -16,9 +16,9 @@ import numpy as np
 from ...engine.blob import Blob, MAX_BLOB_AXES
 from ...errors import BlobToolError
 from .. import Document, MAX_BLOBS
-from .h5 import (H5_ERRORS, MAX_CHUNK_BYTES, _At, _FLOATS, _INT32, _MAX_EXPANSION, _MAX_STRING, _PLAIN_SPAN,
-                 _SHIP_BYTES, _SHIP_TOTAL, _SLAB_BYTES, _Stored, _UNSTORED_BYTES, _blob_dtype, _error,
-                 _error_plain, _mark, _opened, _product, _text, h5py_module, reason)
+from .h5 import (FLOATS, H5_ERRORS, INT32, MAX_CHUNK_BYTES, MAX_EXPANSION, MAX_STRING, PLAIN_SPAN, SHIP_BYTES,
+                 SHIP_TOTAL, SLAB_BYTES, UNSTORED_BYTES, At, Stored, blob_dtype, clipped, error_at, h5py_module,
+                 mark_where, opened_file, plain_error, product, reason)
 
 
 # The objects at the top of each kind's snapshot.
@@ -33,7 +33,7 @@ def _join(where: str, name: str) -> str:
 
 
 def _shown(raw: bytes) -> str:
-    return _text(raw.decode("utf-8", "backslashreplace"))
+    return clipped(raw.decode("utf-8", "backslashreplace"))
 
 
 def _links(h5py, gid, doc_path, where) -> list:
@@ -54,25 +54,25 @@ def _links(h5py, gid, doc_path, where) -> list:
     try:
         gid.links.iterate(visit, idx_type=h5py.h5.INDEX_NAME, order=h5py.h5.ITER_INC, info=True)
     except H5_ERRORS as exc:
-        _mark(exc, where)
+        mark_where(exc, where)
         raise
     if len(listed) > MAX_BLOBS:
-        raise _error(doc_path, where, f"holds more than {MAX_BLOBS} objects (blobtool's limit)")
+        raise error_at(doc_path, where, f"holds more than {MAX_BLOBS} objects (blobtool's limit)")
     found, seen = [], set()
     hard = h5py.h5l.TYPE_HARD
     for raw, kind in listed:
         try:
             name = raw.decode("utf-8")
         except UnicodeDecodeError:
-            raise _error(doc_path, _join(where, _shown(raw)),
+            raise error_at(doc_path, _join(where, _shown(raw)),
                          "a name that is not UTF-8 (Caffe's layer names are text)") from None
         if kind != hard or name in seen or not raw or b"/" in raw or b"\0" in raw or raw == b".":
             path = _join(where, _shown(raw))
             if not raw or b"/" in raw or b"\0" in raw or raw == b".":
-                raise _error(doc_path, path, f"a link named {name!r}, which HDF5 never writes (a damaged file)")
+                raise error_at(doc_path, path, f"a link named {name!r}, which HDF5 never writes (a damaged file)")
             if name in seen:
-                raise _error(doc_path, path, "listed twice in its group (a damaged file)")
-            raise _error(doc_path, path, _link_refusal(h5py, gid, raw, kind))
+                raise error_at(doc_path, path, "listed twice in its group (a damaged file)")
+            raise error_at(doc_path, path, _link_refusal(h5py, gid, raw, kind))
         seen.add(name)
         found.append((name, raw))
     return found
@@ -111,12 +111,12 @@ def _open(h5py, gid, raw: bytes, where, doc_path, *, group_expected: bool, dapl=
         try:
             obj = h5py.h5o.open(gid, raw)
         except H5_ERRORS as exc:
-            _mark(exc, where)
+            mark_where(exc, where)
             raise
         if group_expected and not isinstance(obj, h5py.h5g.GroupID):
-            raise _error(doc_path, where, f"expected a group, found {_what(obj, h5py)}")
+            raise error_at(doc_path, where, f"expected a group, found {_what(obj, h5py)}")
         if not group_expected and not isinstance(obj, h5py.h5d.DatasetID):
-            raise _error(doc_path, where, f"expected a dataset, found {_what(obj, h5py)}")
+            raise error_at(doc_path, where, f"expected a dataset, found {_what(obj, h5py)}")
     if group_expected:
         return obj
     return (obj, *_check_storage(h5py, obj, where, doc_path))
@@ -148,16 +148,16 @@ def _check_storage(h5py, dsid, where, doc_path):
         external = plist.get_external_count() if layout == h5py.h5d.CONTIGUOUS else 0
         first = plist.get_external(0)[0] if external else b""
     except H5_ERRORS as exc:
-        _mark(exc, where)
+        mark_where(exc, where)
         raise
     if layout == h5py.h5d.VIRTUAL:
-        raise _error(doc_path, where, "is a virtual dataset (its values are mapped from other datasets, maybe "
+        raise error_at(doc_path, where, "is a virtual dataset (its values are mapped from other datasets, maybe "
                                       "in other files); a file names only itself: blobtool never follows one")
     if layout not in (h5py.h5d.CONTIGUOUS, h5py.h5d.CHUNKED, h5py.h5d.COMPACT):
-        raise _error(doc_path, where, f"has a storage layout blobtool does not know (HDF5 layout {layout})")
+        raise error_at(doc_path, where, f"has a storage layout blobtool does not know (HDF5 layout {layout})")
     if external:
         files = f"another file ({_shown(first)!r})" if external == 1 else f"{external} other files"
-        raise _error(doc_path, where, f"keeps its values in {files} (HDF5 external storage); a file names only "
+        raise error_at(doc_path, where, f"keeps its values in {files} (HDF5 external storage); a file names only "
                                       "itself: blobtool never reads another")
     return plist, layout
 
@@ -168,37 +168,37 @@ def _sniffed(source, h5py, f) -> str:
         top = dict(_links(h5py, root, source.name, "/"))
         data_is_dataset = "data" in top and isinstance(_open_any(h5py, root, top["data"]), h5py.h5d.DatasetID)
     except H5_ERRORS as exc:
-        raise _error(source.name, getattr(exc, "blobtool_where", "/"), f"unreadable: {reason(exc)}") from exc
+        raise error_at(source.name, getattr(exc, "blobtool_where", "/"), f"unreadable: {reason(exc)}") from exc
     if data_is_dataset:
         found = ", ".join(list(top)[:8])
-        raise _error(source.name, "/", f"an HDF5 dataset file (training data, as Caffe's HDF5Data layer reads: "
+        raise error_at(source.name, "/", f"an HDF5 dataset file (training data, as Caffe's HDF5Data layer reads: "
                                        f"{found}), not a Caffe snapshot; blobtool reads snapshots "
                                        "(.caffemodel.h5, .solverstate.h5)")
     if "data" in top:
         return "net"
     if set(top) & set(_SOLVER_TOP):
         return "solverstate"
-    found = ", ".join(_text(name) for name in list(top)[:8]) or "nothing"
-    raise _error(source.name, "/", f"not a Caffe snapshot: the file holds {found}; expected a group 'data' "
+    found = ", ".join(clipped(name) for name in list(top)[:8]) or "nothing"
+    raise error_at(source.name, "/", f"not a Caffe snapshot: the file holds {found}; expected a group 'data' "
                                    f"(a net) or {', '.join(_SOLVER_TOP)} (a solver state)")
 
 
 def _open_any(h5py, gid, raw):
-    with _At(_join("/", raw.decode("utf-8"))):
+    with At(_join("/", raw.decode("utf-8"))):
         return h5py.h5o.open(gid, raw)
 
 
-def _walked_here(source, kind) -> tuple:
+def walked_here(source, kind) -> tuple:
     """The walk itself (in the child): ("sniff-error", error) or ("walked", kind, ("ok", description) or ("error", error))."""
     h5py = h5py_module(source.name)
     sniffing = kind is None
     try:
-        with _opened(source) as f:
+        with opened_file(source) as f:
             if sniffing:
                 kind = _sniffed(source, h5py, f)
                 sniffing = False
             # The walk's own document: its entries are (name, layer, data,
-            # diff) with _Stored sides, its layers the layers' names; the
+            # diff) with Stored sides, its layers the layers' names; the
             # description sent holds the same as plain values.
             doc = Document(source.name, kind, source, format="hdf5")
             try:
@@ -210,11 +210,11 @@ def _walked_here(source, kind) -> tuple:
                     _read_solverstate(walker, root)
             except H5_ERRORS as exc:
                 where = getattr(exc, "blobtool_where", "/")
-                raise _error(doc.path, where, f"unreadable: {reason(exc)}") from exc
+                raise error_at(doc.path, where, f"unreadable: {reason(exc)}") from exc
             entries = [(name, layer, data.plain(), diff.plain() if diff is not None else None)
                        for name, layer, data, diff in doc.entries]
     except BlobToolError as exc:
-        return ("sniff-error", _error_plain(exc)) if sniffing else ("walked", kind, ("error", _error_plain(exc)))
+        return ("sniff-error", plain_error(exc)) if sniffing else ("walked", kind, ("error", plain_error(exc)))
     meta = {key: value for key, value in doc.meta.items() if key != "format"}
     return ("walked", kind, ("ok", {"meta": meta, "layers": doc.layers, "entries": entries}))
 
@@ -223,14 +223,14 @@ def _top(doc, h5py, root, allowed) -> dict:
     top = dict(_links(h5py, root, doc.path, "/"))
     for name in top:
         if name not in allowed:
-            raise _error(doc.path, f"/{_text(name)}", f"not part of Caffe's {doc.kind} snapshot "
+            raise error_at(doc.path, f"/{clipped(name)}", f"not part of Caffe's {doc.kind} snapshot "
                                                       f"(which holds {', '.join(allowed)})")
     return top
 
 
 def _member(doc, h5py, gid, top: dict, name: str, *, group_expected: bool):
     if name not in top:
-        raise _error(doc.path, f"/{name}", "missing (Caffe writes it; a damaged snapshot or not Caffe's)")
+        raise error_at(doc.path, f"/{name}", "missing (Caffe writes it; a damaged snapshot or not Caffe's)")
     return _open(h5py, gid, top[name], f"/{name}", doc.path, group_expected=group_expected)
 
 
@@ -246,33 +246,33 @@ class _Walker:
     def __init__(self, h5py, doc: Document):
         self.h5py, self.doc = h5py, doc
         self.dapl = _no_cache(h5py)
-        self.ship_left = _SHIP_TOTAL  # bytes of values still sent with the walk (_SHIP_TOTAL)
+        self.ship_left = SHIP_TOTAL  # bytes of values still sent with the walk (SHIP_TOTAL)
         self.memory_types = {}  # {blob dtype: its HDF5 type}, for read_all
         # The type IDs of Caffe's own datasets, compared with each dataset's in one call.
-        self.standard = ((h5py.h5t.IEEE_F32LE, _FLOATS[True, 4]), (h5py.h5t.IEEE_F64LE, _FLOATS[True, 8]))
+        self.standard = ((h5py.h5t.IEEE_F32LE, FLOATS[True, 4]), (h5py.h5t.IEEE_F64LE, FLOATS[True, 8]))
 
     def indexed(self, gid, where) -> list:
         """[(index, dataset id, its creation property list, its layout, its path)] of a group of blobs (datasets named 0, 1, ...), by index."""
         h5py, doc_path, dapl = self.h5py, self.doc.path, self.dapl
         found = []
         for name, raw in _links(h5py, gid, doc_path, where):
-            path = _join(where, _text(name))
+            path = _join(where, clipped(name))
             if not (name.isdigit() and name.isascii() and str(int(name)) == name):
-                raise _error(doc_path, path, "not a blob: a blob's dataset is named by its index (0, 1, ...)")
+                raise error_at(doc_path, path, "not a blob: a blob's dataset is named by its index (0, 1, ...)")
             found.append((int(name), *_open(h5py, gid, raw, path, doc_path, group_expected=False, dapl=dapl), path))
         if len(found) > 1:
             found.sort(key=_first)
         return found
 
-    def stored(self, dsid, plist, layout, where, raw: bytes, ship: bool = True) -> _Stored:
+    def stored(self, dsid, plist, layout, where, raw: bytes, ship: bool = True) -> Stored:
         """Check a dataset that holds a blob (its storage already checked: _open); where its values are.
 
         The type and dataspace are read through h5py's low-level calls (numpy's
         dtype for an HDF5 type costs more than the rest of a dataset together).
         Only a dataset whose type is exactly IEEE float32 or float64 in this
         machine's byte order, contiguous and unfiltered, is viewed in place.
-        Any other one of at most _SHIP_BYTES (in the blob's dtype) has its
-        values read now, while _SHIP_TOTAL allows and `ship` is set, to be
+        Any other one of at most SHIP_BYTES (in the blob's dtype) has its
+        values read now, while SHIP_TOTAL allows and `ship` is set, to be
         sent with the walk.
         """
         h5py, doc = self.h5py, self.doc
@@ -286,31 +286,31 @@ class _Walker:
                 size = tid.get_size()
                 dtype, standard = None, False
                 if tid.get_class() == h5py.h5t.FLOAT and size in (2, 4, 8):
-                    dtype = _FLOATS[tid.get_order() == h5py.h5t.ORDER_LE, size]
+                    dtype = FLOATS[tid.get_order() == h5py.h5t.ORDER_LE, size]
             space = dsid.get_space()
             # A simple dataspace has at least one axis: only an empty tuple needs the extent's type.
             shape = space.get_simple_extent_dims()
             extent = h5py.h5s.SIMPLE if shape else space.get_simple_extent_type()
         except H5_ERRORS as exc:
-            _mark(exc, where)
+            mark_where(exc, where)
             raise
         if dtype is None:
-            with _At(where):
+            with At(where):
                 found = dsid.dtype
             what = "string" if found.kind in "SUO" else str(found) if found.kind in "iub" else f"{found.kind!r}-kind"
-            raise _error(doc.path, where, f"holds {what} values; a blob is a float dataset (float32 or float64)")
+            raise error_at(doc.path, where, f"holds {what} values; a blob is a float dataset (float32 or float64)")
         if extent == h5py.h5s.NULL:
-            raise _error(doc.path, where, "is an empty dataset (no dataspace); a blob has 1 to 32 axes")
+            raise error_at(doc.path, where, "is an empty dataset (no dataspace); a blob has 1 to 32 axes")
         if extent != h5py.h5s.SIMPLE:
-            raise _error(doc.path, where, "is a 0-d (scalar) dataset; a blob's dataset has 1 to 32 axes")
+            raise error_at(doc.path, where, "is a 0-d (scalar) dataset; a blob's dataset has 1 to 32 axes")
         if len(shape) > MAX_BLOB_AXES:
-            raise _error(doc.path, where, f"has {len(shape)} axes; a blob has at most {MAX_BLOB_AXES}")
+            raise error_at(doc.path, where, f"has {len(shape)} axes; a blob has at most {MAX_BLOB_AXES}")
         shape = tuple(map(int, shape))
-        if math.prod(d or 1 for d in shape) > _PLAIN_SPAN:
+        if math.prod(d or 1 for d in shape) > PLAIN_SPAN:
             try:
-                Blob(dtype=_blob_dtype(dtype)).reshape(shape)
+                Blob(dtype=blob_dtype(dtype)).reshape(shape)
             except BlobToolError as exc:
-                raise _error(doc.path, where, f"invalid blob shape: {exc.reason}") from exc
+                raise error_at(doc.path, where, f"invalid blob shape: {exc.reason}") from exc
         offset = chunk = None
         try:
             if layout == h5py.h5d.CONTIGUOUS and standard and dtype.isnative and plist.get_nfilters() == 0:
@@ -320,30 +320,30 @@ class _Walker:
                     chunk = plist.get_chunk()
                 stored = dsid.get_storage_size()
         except H5_ERRORS as exc:
-            _mark(exc, where)
+            mark_where(exc, where)
             raise
-        nbytes = _product(shape) * dtype.itemsize
+        nbytes = product(shape) * dtype.itemsize
         if offset is not None:
             if offset + nbytes > doc.size:
-                raise _error(doc.path, where, f"truncated: its {nbytes} bytes of values at byte {offset} run past "
+                raise error_at(doc.path, where, f"truncated: its {nbytes} bytes of values at byte {offset} run past "
                                               f"the end of the file ({doc.size} bytes)", offset=offset)
-            return _Stored(where, raw, shape, dtype, offset)
+            return Stored(where, raw, shape, dtype, offset)
         if chunk is not None:
             chunk = tuple(map(int, chunk))
-            chunk_bytes = _product(chunk) * dtype.itemsize
+            chunk_bytes = product(chunk) * dtype.itemsize
             if chunk_bytes > MAX_CHUNK_BYTES:
-                raise _error(doc.path, where, f"is stored in chunks of {chunk_bytes} bytes, more than blobtool's "
+                raise error_at(doc.path, where, f"is stored in chunks of {chunk_bytes} bytes, more than blobtool's "
                                               f"bound of {MAX_CHUNK_BYTES >> 20} MiB (HDF5 reads a chunk whole); "
                                               "rechunk it, for example h5repack -l CONTI")
-        if nbytes > _MAX_EXPANSION * stored + _UNSTORED_BYTES:
-            raise _error(doc.path, where, f"declares {nbytes} bytes of values, more than its {stored} stored "
+        if nbytes > MAX_EXPANSION * stored + UNSTORED_BYTES:
+            raise error_at(doc.path, where, f"declares {nbytes} bytes of values, more than its {stored} stored "
                                           "bytes can hold")
         values = None
-        held = _product(shape) * _blob_dtype(dtype).itemsize
-        if ship and held <= _SHIP_BYTES and held <= self.ship_left:
-            values = self.read_all(dsid, shape, _blob_dtype(dtype), where)
+        held = product(shape) * blob_dtype(dtype).itemsize
+        if ship and held <= SHIP_BYTES and held <= self.ship_left:
+            values = self.read_all(dsid, shape, blob_dtype(dtype), where)
             self.ship_left -= held
-        return _Stored(where, raw, shape, dtype, None, values, chunk)
+        return Stored(where, raw, shape, dtype, None, values, chunk)
 
     def read_all(self, dsid, shape: tuple, target: np.dtype, where: str) -> bytes:
         """A small dataset's values (its storage checked, opened without a chunk cache), converted by HDF5 to `target`.
@@ -360,7 +360,7 @@ class _Walker:
                 with np.errstate(over="ignore", invalid="ignore"):
                     dsid.read(h5py.h5s.ALL, h5py.h5s.ALL, values, mtype=mtype)
             except H5_ERRORS as exc:
-                raise _error(self.doc.path, where, f"unreadable values: {reason(exc)}") from exc
+                raise error_at(self.doc.path, where, f"unreadable values: {reason(exc)}") from exc
         return values.tobytes()
 
 
@@ -375,7 +375,7 @@ def _no_cache(h5py):
     return dapl
 
 
-def _slabs(h5py, f, stored: _Stored, doc_path, into=None):
+def slabs(h5py, f, stored: Stored, doc_path, into=None):
     """The values of a dataset read through HDF5, in the blob's dtype, a slab of whole rows of chunks at a time.
 
     Each slab is a new array, or a part of `into` (an array of the dataset's
@@ -383,14 +383,14 @@ def _slabs(h5py, f, stored: _Stored, doc_path, into=None):
     first axis, so each chunk is read and inflated once, converted (through
     HDF5's bounded conversion buffer), and let go.
     """
-    target = _blob_dtype(stored.dtype)
+    target = blob_dtype(stored.dtype)
     shape = stored.shape
     try:
         dsid = h5py.h5d.open(f.id, stored.raw, dapl=_no_cache(h5py))
         _check_storage(h5py, dsid, stored.where, doc_path)
-        row_bytes = max(1, _product(shape[1:]) * target.itemsize)
+        row_bytes = max(1, product(shape[1:]) * target.itemsize)
         step = stored.chunk[0] if stored.chunk else 1
-        per = max(step, _SLAB_BYTES // row_bytes // step * step)
+        per = max(step, SLAB_BYTES // row_bytes // step * step)
         space = dsid.get_space()
         for start in range(0, shape[0], per):
             rows = min(per, shape[0] - start)
@@ -400,7 +400,7 @@ def _slabs(h5py, f, stored: _Stored, doc_path, into=None):
                 dsid.read(h5py.h5s.create_simple(slab.shape), space, slab)
             yield slab
     except H5_ERRORS as exc:
-        raise _error(doc_path, stored.where, f"unreadable values: {reason(exc)}") from exc
+        raise error_at(doc_path, stored.where, f"unreadable values: {reason(exc)}") from exc
 
 
 def _read_net(walker: _Walker, root) -> None:
@@ -413,7 +413,7 @@ def _read_net(walker: _Walker, root) -> None:
     doc.meta["name"] = None
     shared = []
     for layer, raw in _links(h5py, data, doc.path, "/data"):
-        name = _text(layer)
+        name = clipped(layer)
         where = f"/data/{name}"
         group = _open(h5py, data, raw, where, doc.path, group_expected=True)
         blobs = indexed(group, where)
@@ -430,7 +430,7 @@ def _read_net(walker: _Walker, root) -> None:
             if index in diffs:
                 stored_diff = stored_at(*diffs[index], _raw_path(b"diff", raw, index))
                 if stored_diff.shape != stored.shape:
-                    raise _error(doc.path, stored_diff.where, f"shape {stored_diff.shape} differs from its "
+                    raise error_at(doc.path, stored_diff.where, f"shape {stored_diff.shape} differs from its "
                                                               f"data's {stored.shape}")
             _found(doc, f"{name}/{index}", stored, stored_diff, layer=name)
             held.add(index)
@@ -440,12 +440,12 @@ def _read_net(walker: _Walker, root) -> None:
             shared.append(f"{name}/{index}")
     if diff_layers:
         layer = next(iter(diff_layers))
-        raise _error(doc.path, f"/diff/{_text(layer)}", "a diff for a layer that has no group in /data")
+        raise error_at(doc.path, f"/diff/{clipped(layer)}", "a diff for a layer that has no group in /data")
     if shared:
         doc.meta["shared"] = shared
 
 
-def _found(doc: Document, name: str, data: _Stored, diff: _Stored | None, layer=None) -> None:
+def _found(doc: Document, name: str, data: Stored, diff: Stored | None, layer=None) -> None:
     """Add an entry to the walk's own document (the child): (name, layer, data, diff)."""
     doc.check_room(data.offset)
     doc.entries.append((name, layer, data, diff))
@@ -459,19 +459,19 @@ def _scalar(doc, h5py, root, top: dict, name: str, kinds: str):
     """The one value of a solver field (iter, current_step: an integer; learned_net: a string)."""
     dsid = _member(doc, h5py, root, top, name, group_expected=False)[0]
     where = f"/{name}"
-    with _At(where):
+    with At(where):
         dtype, shape = dsid.dtype, dsid.shape
-        if shape is None or _product(shape) != 1 or dtype.kind not in kinds:
+        if shape is None or product(shape) != 1 or dtype.kind not in kinds:
             expected = "one integer" if kinds == "iu" else "one string"
-            raise _error(doc.path, where, f"holds {dtype} values of shape {shape}; Caffe writes {expected}")
-        if dtype.kind in "SU" and dtype.itemsize > _MAX_STRING:
-            raise _error(doc.path, where, f"a {dtype.itemsize}-byte string; Caffe writes a file name")
+            raise error_at(doc.path, where, f"holds {dtype} values of shape {shape}; Caffe writes {expected}")
+        if dtype.kind in "SU" and dtype.itemsize > MAX_STRING:
+            raise error_at(doc.path, where, f"a {dtype.itemsize}-byte string; Caffe writes a file name")
         if dtype.kind == "O" and h5py.check_string_dtype(dtype) is None:
-            raise _error(doc.path, where, f"holds {dtype} values; Caffe writes a string")
+            raise error_at(doc.path, where, f"holds {dtype} values; Caffe writes a string")
         value = h5py.Dataset(dsid)[()]
     value = value.reshape(-1)[0] if shape else value
-    if kinds == "iu" and not _INT32[0] <= int(value) <= _INT32[1]:
-        raise _error(doc.path, where, f"{int(value)} does not fit Caffe's {name} (a 32-bit integer)")
+    if kinds == "iu" and not INT32[0] <= int(value) <= INT32[1]:
+        raise error_at(doc.path, where, f"{int(value)} does not fit Caffe's {name} (a 32-bit integer)")
     return value
 
 
@@ -481,10 +481,10 @@ def _read_solverstate(walker: _Walker, root) -> None:
     doc.meta["iter"] = int(_scalar(doc, h5py, root, top, "iter", "iu"))
     learned = _scalar(doc, h5py, root, top, "learned_net", "SO")
     if isinstance(learned, (bytes, np.bytes_)):
-        learned = bytes(learned).split(b"\0", 1)[0][:_MAX_STRING].decode("utf-8", "backslashreplace")
+        learned = bytes(learned).split(b"\0", 1)[0][:MAX_STRING].decode("utf-8", "backslashreplace")
     if not isinstance(learned, str):
-        raise _error(doc.path, "/learned_net", f"holds {type(learned).__name__}; Caffe writes a string")
-    doc.meta["learned_net"] = _text(learned)
+        raise error_at(doc.path, "/learned_net", f"holds {type(learned).__name__}; Caffe writes a string")
+    doc.meta["learned_net"] = clipped(learned)
     doc.meta["current_step"] = int(_scalar(doc, h5py, root, top, "current_step", "iu"))
     history = _member(doc, h5py, root, top, "history", group_expected=True)
     for index, dsid, plist, layout, path in walker.indexed(history, "/history"):

@@ -24,7 +24,7 @@ import numpy as np
 
 from ..origin import Precision
 from ..writing import resolve_form, write_parts
-from ...errors import OutputError, UsageError
+from ...errors import OutputError, UsageError, parameter
 from ...files import atomic_output, display_name
 from .. import PRECISION_TYPES, Document
 from .h5 import H5_ERRORS, h5py_module, reason
@@ -58,10 +58,10 @@ def write_snapshot(doc: Document | None, entries: list, blobs: list, dest, *, ki
     if doc is None or kind not in ("net", "solverstate") or doc.kind != kind:
         raise UsageError(f"Caffe's HDF5 snapshots hold a net or a solver state, written from a net or solver "
                          f"state input; {'blobs made in Python' if doc is None else f'a {doc.kind} input'} "
-                         "cannot be one (write .npz, or one blob with --format blob)")
+                         f"cannot be one (write .npz, or one blob with {parameter('format', given='blob')})")
     if layout == "legacy":
-        raise UsageError("--legacy: Caffe's HDF5 snapshots store each blob as an N-D dataset; the legacy "
-                         "num/channels/height/width layout exists only in the protobuf form")
+        raise UsageError(f"{parameter('layout', given='legacy')}: Caffe's HDF5 snapshots store each blob as an N-D "
+                         "dataset; the legacy num/channels/height/width layout exists only in the protobuf form")
     h5py = h5py_module(display_name(dest))
     transforms = transforms or {}
     planned = []
@@ -77,7 +77,7 @@ def write_snapshot(doc: Document | None, entries: list, blobs: list, dest, *, ki
         planned.append(_Planned(f"{group}/{index}", blob.shape, (blob.cpu_data(), target, fns.get("data"))))
         if form["write_diff"] and kind == "solverstate":
             raise UsageError(f"blob {entry.name!r} has a diff, and a solver state's HDF5 snapshot holds none "
-                             "(use --no-diff to drop it)")
+                             f"(use {parameter('write_diff', given=False)} to drop it)")
         if form["write_diff"]:
             planned.append(_Planned(f"/diff{group[len('/data'):]}/{index}", blob.shape,
                                     (blob.cpu_diff(), _TARGET[form["diff_precision"]], fns.get("diff"))))
