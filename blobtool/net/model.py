@@ -286,6 +286,12 @@ class Net:
             return set()
         return _param_names(self.doc, self.fields(i), layer_field("param", v1=stored.wire.number != 100))
 
+    def all_param_names(self) -> list:
+        """param_names of every layer, in order, read once."""
+        if self._shared_names is None:
+            self._shared_names = [self.param_names(j) for j in range(len(self.layers))]
+        return self._shared_names
+
     def top_bytes(self, i: int) -> bytes:
         """Binary layer i's first top as stored."""
         buf = memoryview(self.doc.source.buf)
@@ -319,51 +325,12 @@ class View:
         self.links = [((), ()) if i in self.outside else both for i, both in enumerate(net.links)]
         self.inputs, self.readers = blob_versions(self.links)
 
-    # What a view shares with its net, for the jobs that walk one view.
-    @property
-    def doc(self) -> Document:
-        return self.net.doc
-
-    @property
-    def layers(self) -> list:
-        return self.net.layers
-
-    @property
-    def names(self) -> list:
-        return self.net.names
-
-    @property
-    def types(self) -> list:
-        return self.net.types
-
-    @property
-    def blobs(self) -> dict:
-        return self.net.blobs
-
-    @property
-    def definition(self):
-        return self.net.definition
-
-    def name(self, i: int) -> str:
-        return self.net.names[i]
-
-    def defined(self, i: int):
-        return self.net.defined(i)
-
-    def defined_layer(self, name: str):
-        return self.net.defined_layer(name)
-
-    def where(self, i: int) -> str:
-        return self.net.where(i)
-
-    def settings(self, i: int, number: int) -> dict:
-        return self.net.settings(i, number)
-
-    def param(self, i: int, number: int) -> dict:
-        return self.net.param(i, number)
-
-    def top_bytes(self, i: int) -> bytes:
-        return self.net.top_bytes(i)
+    def __getattr__(self, name: str):
+        # What a view does not hold itself (the layers, names, types, blobs, the definition,
+        # settings, param, top_bytes...) is its net's.
+        if name == "net":
+            raise AttributeError(name)
+        return getattr(self.net, name)
 
     def writer(self, i: int, k: int = 0):
         """The version layer i's bottom k reads: (writer's index, which of its tops), or None (a net input)."""
@@ -378,10 +345,8 @@ class View:
         own = self.net.param_names(i)
         if not own:
             return []
-        if self.net._shared_names is None:
-            self.net._shared_names = [self.net.param_names(j) for j in range(len(self.net.layers))]
         return [(self.net.names[j], name.decode("utf-8", "backslashreplace"))
-                for j, names in enumerate(self.net._shared_names)
+                for j, names in enumerate(self.net.all_param_names())
                 if j != i and j not in self.outside for name in sorted(own & names)]
 
 
