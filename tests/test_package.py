@@ -247,3 +247,27 @@ def test_no_module_is_over_600_lines_and_the_top_level_holds_few():
     assert long == {}
     top = sorted(p.name for p in PACKAGE.glob("*.py"))
     assert len(top) <= 6, top
+
+
+def sys_modules_uses(package: Path = PACKAGE) -> list:
+    """'module:line' for every use of the attribute `sys.modules` in the package (outside _pb)."""
+    found = []
+    for name, path in sorted(_modules(package).items()):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Attribute) and node.attr == "modules" and isinstance(node.value, ast.Name) \
+                    and node.value.id == "sys":
+                found.append(f"{name}:{node.lineno}")
+    return found
+
+
+def test_no_module_looks_up_sys_modules(tmp_path):
+    # What a module needs from another comes in through an import or the call's Work, never by looking
+    # into what happens to be loaded; the check itself finds a deliberate look-up.
+    assert sys_modules_uses() == []
+    package = tmp_path / "blobtool"
+    (package / "engine").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "engine" / "__init__.py").write_text("")
+    (package / "engine" / "syncedmem.py").write_text(
+        "import sys\n\ndef f():\n    return sys.modules.get('blobtool.files.mapped')\n")
+    assert sys_modules_uses(package) == ["blobtool.engine.syncedmem:4"]

@@ -506,17 +506,17 @@ from blobtool import files as source
 from blobtool.cli.group import _settle_inputs
 from blobtool.errors import FormatError
 
-source.guard_inputs()
-path = sys.argv[1]
-writer = os.open(path, os.O_WRONLY)  # held open for writing: no lease, the input is watched
-opened = source.open_source(path)
-signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGIO})  # the writer's news held back until the report
-os.ftruncate(writer, 8)
-error = _settle_inputs(FormatError("truncated at byte 8: field 5 (data)", path=path))
-print(error)
-signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGIO})  # it arrives while the error is reported: no stop
-os.kill(os.getpid(), signal.SIGIO)
-print("reported once")
+with source.guarded():
+    path = sys.argv[1]
+    writer = os.open(path, os.O_WRONLY)  # held open for writing: no lease, the input is watched
+    opened = source.open_source(path)
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGIO})  # the writer's news held back until the report
+    os.ftruncate(writer, 8)
+    error = _settle_inputs(FormatError("truncated at byte 8: field 5 (data)", path=path))
+    print(error)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGIO})  # it arrives while the error is reported: no stop
+    os.kill(os.getpid(), signal.SIGIO)
+    print("reported once")
 """
 
 
@@ -538,19 +538,19 @@ from blobtool.files import mapped, pages
 from blobtool import files as source
 from blobtool.errors import FormatError
 
-source.guard_inputs()
-path = sys.argv[1]
-writer = os.open(path, os.O_WRONLY)  # held open for writing: no lease, the input is watched
-opened = source.open_source(path)
-(reader,) = mapped.WATCHED
-signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGIO})  # the writer's news comes after the read sees it
-os.ftruncate(writer, 8)
-try:
-    pages.read_mapped(reader, 0, bytearray(64))
-except FormatError as exc:
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGIO})  # while the error is on its way
-    os.kill(os.getpid(), signal.SIGIO)
-    print(exc)
+with source.guarded():
+    path = sys.argv[1]
+    writer = os.open(path, os.O_WRONLY)  # held open for writing: no lease, the input is watched
+    opened = source.open_source(path)
+    (reader,) = mapped.INPUTS.guard.watched
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGIO})  # the writer's news comes after the read sees it
+    os.ftruncate(writer, 8)
+    try:
+        pages.read_mapped(reader, 0, bytearray(64))
+    except FormatError as exc:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGIO})  # while the error is on its way
+        os.kill(os.getpid(), signal.SIGIO)
+        print(exc)
 """
 
 
@@ -571,21 +571,21 @@ from blobtool import files as source
 from blobtool.cli.group import batch_error
 from blobtool.errors import FormatError
 
-source.guard_inputs()
-path = sys.argv[1]
-writer = os.open(path, os.O_WRONLY)  # held open for writing: no lease, the input is watched
-opened = source.open_source(path)
-signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGIO})
-os.ftruncate(writer, 8)
-try:
-    raise FormatError("truncated at byte 8: field 5 (data)", path=path)
-except FormatError as exc:
-    error = exc
-print(batch_error(error))
-os.ftruncate(writer, 4)  # a later write to the input the batch reported: no stop, no second line
-signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGIO})
-os.kill(os.getpid(), signal.SIGIO)
-print(source.pending_change())
+with source.guarded():
+    path = sys.argv[1]
+    writer = os.open(path, os.O_WRONLY)  # held open for writing: no lease, the input is watched
+    opened = source.open_source(path)
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGIO})
+    os.ftruncate(writer, 8)
+    try:
+        raise FormatError("truncated at byte 8: field 5 (data)", path=path)
+    except FormatError as exc:
+        error = exc
+    print(batch_error(error))
+    os.ftruncate(writer, 4)  # a later write to the input the batch reported: no stop, no second line
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGIO})
+    os.kill(os.getpid(), signal.SIGIO)
+    print(source.pending_change())
 """
 
 
@@ -600,19 +600,20 @@ def test_a_batch_reports_an_input_changed_meanwhile_as_the_change_once_and_goes_
 
 NESTED = """
 import sys
-from blobtool.files import mapped as source
+from blobtool.files import mapped
 
 calls = []
+guard = mapped.Guard()
 
 def changed_watched():  # as if SIGIO came again inside the handler, 5000 deep
     calls.append(1)
     if len(calls) < 5000:
-        source._lease_broken(29, None)
+        guard.lease_broken(29, None)
     return None
 
-source._changed_watched = changed_watched
-source._lease_broken(29, None)
-print(len(calls), source._handling)
+guard.changed_watched = changed_watched
+guard.lease_broken(29, None)
+print(len(calls), guard.handling)
 """
 
 
@@ -629,11 +630,11 @@ AT_EXIT = """
 import atexit, os, signal
 from blobtool import files as source
 
-source.guard_inputs()
-atexit._run_exitfuncs()  # what Python runs as it shuts down, before it puts the handlers back
-print(signal.getsignal(signal.SIGIO) is signal.SIG_IGN)
-os.kill(os.getpid(), signal.SIGIO)  # a lease broken or an inotify event now
-print("alive")
+with source.guarded():
+    atexit._run_exitfuncs()  # what Python runs as it shuts down, before it puts the handlers back
+    print(signal.getsignal(signal.SIGIO) is signal.SIG_IGN)
+    os.kill(os.getpid(), signal.SIGIO)  # a lease broken or an inotify event now
+    print("alive")
 """
 
 
@@ -666,8 +667,8 @@ def unleased():
 # so that a truncation reaches the mapping, and the SIGBUS handler is what stops the command.
 UNWATCHED = """
 import sys
-from blobtool.files import mapped as source
-source._add_watch = lambda fd, name: None
+from blobtool.files import mapped
+mapped.Guard.add_watch = lambda guard, fd, name: None
 from blobtool.cli import main
 main(sys.argv[1:])
 """
@@ -877,21 +878,21 @@ import os, subprocess, sys
 from blobtool import files as source
 from blobtool.files import inputs
 
-source.guard_inputs()
-path, touch = sys.argv[1:]
-real_map = inputs._map
+with source.guarded():
+    path, touch = sys.argv[1:]
+    real_map = inputs._map
 
-def map_then_touch(fd, name, size):  # the lease is taken, not yet held: its SIGIO finds nothing to look at
-    mapped = real_map(fd, name, size)
-    subprocess.run([touch, path], check=True)
-    return mapped
+    def map_then_touch(fd, name, size):  # the lease is taken, not yet held: its SIGIO finds nothing to look at
+        mapped = real_map(fd, name, size)
+        subprocess.run([touch, path], check=True)
+        return mapped
 
-inputs._map = map_then_touch
-opened = source.open_source(path)
-inode = str(os.stat(path).st_ino)
-with open("/proc/locks") as locks:  # "1: LEASE BREAKING READ <pid> <dev>:<inode> ..." while it is kept
-    print(any(f[1] == "LEASE" and f[5].split(":")[-1] == inode for f in map(str.split, locks) if len(f) > 5),
-          bytes(opened.buf[:4]) == open(path, "rb").read(4))
+    inputs._map = map_then_touch
+    opened = source.open_source(path)
+    inode = str(os.stat(path).st_ino)
+    with open("/proc/locks") as locks:  # "1: LEASE BREAKING READ <pid> <dev>:<inode> ..." while it is kept
+        print(any(f[1] == "LEASE" and f[5].split(":")[-1] == inode for f in map(str.split, locks) if len(f) > 5),
+              bytes(opened.buf[:4]) == open(path, "rb").read(4))
 """
 
 

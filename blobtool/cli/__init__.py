@@ -48,21 +48,21 @@ for _command in COMMANDS:
 
 def main(argv=None) -> None:
     """Entry point of the blobtool script and of python -m blobtool."""
-    from ..files import guard_inputs
+    from .. import files
 
     single_threaded_blas()  # first: before anything imports numpy
     keep_freed_memory()
     guard_standard_streams()
     stop_on_signals()
-    guard_inputs()
-    try:
-        cli.main(args=argv, prog_name="blobtool")
-    except BrokenPipeError:
-        quiet_broken_pipe()
-        sys.exit(ExitCode.OK)
-    except KeyboardInterrupt as exc:
-        sys.exit(stopped(exc))
-    except OSError as exc:  # --help or --version into a full or closed standard output
-        if not is_output_failure(exc):
-            raise
-        sys.exit(fail_output(exc))
+    with files.guarded():  # the command's inputs, leased and watched for its run (its end reported inside)
+        try:
+            cli.main(args=argv, prog_name="blobtool")
+        except BrokenPipeError:
+            quiet_broken_pipe()
+            sys.exit(ExitCode.OK)
+        except KeyboardInterrupt as exc:
+            sys.exit(stopped(exc))
+        except OSError as exc:  # --help or --version into a full or closed standard output
+            if not is_output_failure(exc):
+                raise
+            sys.exit(fail_output(exc))

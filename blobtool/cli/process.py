@@ -23,10 +23,15 @@ def single_threaded_blas() -> None:
     own threads on such short vectors cost time: norm of 256 MiB of float32
     took 80 ms with OpenBLAS on 2 threads, 56 ms on one, 31 ms split over 2
     of blobtool's threads.
+
+    main() calls it first, before blobtool imports numpy (the command's
+    start-up imports none: tests/test_package.py). A program that loaded
+    numpy itself before calling main() keeps its BLAS threads; the
+    variables then reach only the processes it starts, where they are
+    unset (a variable the user set is never changed).
     """
-    if "numpy" not in sys.modules:
-        for name in _BLAS_THREAD_VARIABLES:
-            os.environ.setdefault(name, "1")
+    for name in _BLAS_THREAD_VARIABLES:
+        os.environ.setdefault(name, "1")
 
 
 def keep_freed_memory() -> bool:
@@ -173,10 +178,11 @@ def records(paths: list, work, jobs, *, fail_fast: bool = True):
     from ..files import guarding
     from ..formats import read_settings
 
+    guard = guarding()
     pool = concurrent.futures.ProcessPoolExecutor(max_workers=min(jobs, len(paths)), mp_context=context,
-                                                  initializer=_start_worker, initargs=(guarding(), read_settings()))
+                                                  initializer=_start_worker, initargs=(read_settings(),))
     try:
-        futures = [path if isinstance(path, BlobToolError) else pool.submit(work, path, show_progress=False)
+        futures = [path if isinstance(path, BlobToolError) else pool.submit(_run_in_worker, guard, work, path)
                    for path in paths]
         for future in futures:
             try:
@@ -195,8 +201,8 @@ def records(paths: list, work, jobs, *, fail_fast: bool = True):
         pool.shutdown(wait=True, cancel_futures=True)
 
 
-def _start_worker(guard: bool, settings) -> None:
-    """A worker process's set-up: one BLAS thread, its inputs guarded, read as the command's options say (--key).
+def _start_worker(settings) -> None:
+    """A worker process's set-up: one BLAS thread, read as the command's options say (--key).
 
     numpy is not loaded yet in it, so the BLAS setting takes.
     """
@@ -204,7 +210,13 @@ def _start_worker(guard: bool, settings) -> None:
     from ..formats import use_read_settings
 
     use_read_settings(settings)
-    if guard:
-        from ..files import guard_inputs
 
-        guard_inputs()
+
+def _run_in_worker(guard: bool, work, path):
+    """work(path) in a worker process, its inputs guarded for the run where the command's are (files.guarded)."""
+    import contextlib
+
+    from .. import files
+
+    with files.guarded() if guard else contextlib.nullcontext():
+        return work(path, show_progress=False)

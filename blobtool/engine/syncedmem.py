@@ -20,13 +20,12 @@ Without a backend every GPU accessor raises DeviceError.
 from __future__ import annotations
 
 import enum
-import sys
 from typing import Any, Protocol
 
 import numpy as np
 
 from ..errors import DeviceError, UsageError
-from .work import current, set_device
+from .work import current, note_written, set_device
 
 __all__ = ["SyncedHead", "SyncedMemory", "DeviceBackend", "get_backend", "set_backend"]
 
@@ -180,7 +179,7 @@ class SyncedMemory:
             if self._cpu is None:
                 self._cpu = _host_zeros(self._size)
                 self._own_cpu_data = True
-            _note_written(self._cpu)  # the device's values over an adopted file view: no longer the file's
+            note_written(self._cpu)  # the device's values over an adopted file view: no longer the file's
             self._gpu_backend.copy_to_host(self._gpu, self._cpu)
             self._head = SyncedHead.SYNCED
         elif head in (SyncedHead.HEAD_AT_CPU, SyncedHead.SYNCED):
@@ -230,7 +229,7 @@ class SyncedMemory:
         """Writable 1-D uint8 view of the host copy; the head becomes HEAD_AT_CPU."""
         self._to_cpu()
         self._head = SyncedHead.HEAD_AT_CPU
-        _note_written(self._cpu)  # an adopted file view stops being read as the file (blobtool.files)
+        note_written(self._cpu)  # an adopted file view stops being read as the file (blobtool.files)
         return self._cpu
 
     def set_cpu_data(self, array) -> None:
@@ -304,12 +303,6 @@ class SyncedMemory:
 
     def __repr__(self) -> str:
         return f"SyncedMemory(size={self._size}, head={self._head.name})"
-
-
-def _note_written(view: np.ndarray) -> None:
-    mapped = sys.modules.get("blobtool.files.mapped")  # loaded with any mapped input: nothing to note without one
-    if mapped is not None:
-        mapped.note_written(view)
 
 
 def _as_bytes(array, size: int, what: str) -> np.ndarray:

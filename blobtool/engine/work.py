@@ -10,6 +10,13 @@ where its bytes are still the file's (blobtool.files).
 
 The library's default is one thread, no progress and pages kept; the
 command line sets all three for each command.
+
+One thing belongs to the process, not to a call: the hook told of the
+host bytes handed out for writing (SyncedMemory's mutable_cpu_data, a copy
+back from a device). The files layer registers it when it loads
+(set_written), before it can map any input, so that a mapped input's bytes
+written in any thread or call are never read again from its file; a Work
+may carry a hook of its own (`written`). The engine imports nothing above it.
 """
 
 from __future__ import annotations
@@ -20,7 +27,8 @@ import dataclasses
 import threading
 from typing import Callable
 
-__all__ = ["Work", "current", "using", "set_device", "report", "report_locked", "in_thread"]
+__all__ = ["Work", "current", "using", "set_device", "set_written", "note_written", "report", "report_locked",
+           "in_thread"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,18 +41,24 @@ class Work:
     An object with file_behind(view), read(fd, offset, into) and release(view).
     device: the backend new device memory goes to (blobtool.engine.syncedmem.set_backend,
     device.use), or None: host only.
+    written: called with each host array handed out for writing (note_written), or None: the
+    process's hook (set_written; blobtool.files.note_written once the files layer is loaded).
     """
 
     threads: int = 1
     progress: Callable[[int], None] | None = None
     pages: object = None
     device: object = None
+    written: Callable[[object], None] | None = None
 
 
 _current: contextvars.ContextVar = contextvars.ContextVar("blobtool_work", default=Work())
 
 # Chunk reductions in several threads report through this lock.
 _progress_lock = threading.Lock()
+
+# The process's written hook (set_written): the module's one setting that is not a call's.
+_written = None
 
 
 def current() -> Work:
@@ -67,6 +81,19 @@ def using(**changes):
 def set_device(backend) -> None:
     """This thread's calls use `backend` for device memory from now on (until the with block it is in ends)."""
     _current.set(dataclasses.replace(_current.get(), device=backend))
+
+
+def set_written(hook) -> None:
+    """Make `hook` the process's written hook: told of host bytes handed out for writing, in every thread and call."""
+    global _written
+    _written = hook
+
+
+def note_written(view) -> None:
+    """Tell the call's written hook (its Work's, else the process's) that host array `view` may be written."""
+    hook = _current.get().written or _written
+    if hook is not None:
+        hook(view)
 
 
 def report(nbytes: int) -> None:

@@ -7,7 +7,7 @@ Standard input, pipes and files the kernel reports as empty (/proc) are read
 into memory once, at most stream_limit() bytes; devices and folders are
 refused. Each mapping is registered with blobtool.files.mapped, which
 leases and watches it (or only watches it, where no lease can be had)
-under the command line's guard.
+inside the command line's ``with guarded():`` block.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ except ImportError:  # not on Windows
 
 from ..errors import FormatError, UsageError, env_count
 from . import mapped as registry
-from .mapped import forget, hold_lease, identity_of, take_lease, map_span, MAPPINGS, unwatch, watch
+from .mapped import hold_lease, identity_of, register, take_lease, unwatch, watch
 
 __all__ = ["Source", "BufferFile", "open_source", "display_name", "cannot", "stream_limit", "STDIO", "STREAM_LIMIT",
            "STREAM_LIMIT_VARIABLE"]
@@ -90,7 +90,7 @@ def open_source(src) -> Source:
 
     Regular files are memory-mapped copy-on-write (when inputs are guarded,
     leased and watched, or only watched where no lease can be had: see
-    guard_inputs);
+    guarded);
     pipes, sockets and files the kernel reports as empty (/proc) are read
     once into a bytearray (writable, so adopted arrays can be scaled in
     place), at most stream_limit() bytes. Devices and folders are refused.
@@ -207,15 +207,10 @@ def _map(fd: int, name: str, size: int) -> Source:
         now = os.fstat(fd).st_size
         raise FormatError(f"changed while it was read: {size} bytes when it was opened, "
                           f"{now if now < size else 'fewer'} when it was mapped", path=name) from exc
-    reader = None
-    if hasattr(os, "preadv"):
-        # A descriptor of its own, so that read_mapped() can read the file's
-        # bytes for as long as arrays view the mapping.
-        reader = os.dup(fd)
-        MAPPINGS[id(mapped)] = (reader, name)
-    weakref.finalize(mapped, forget, id(mapped), reader)
-    if registry.faults_caught():
-        map_span(mapped, name)  # for the SIGBUS handler's line
+    # A descriptor of its own, so that read_mapped() can read the file's
+    # bytes for as long as arrays view the mapping.
+    reader = os.dup(fd) if hasattr(os, "preadv") else None
+    register(mapped, reader, name)
     return Source(name, mapped, size)
 
 

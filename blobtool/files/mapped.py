@@ -1,13 +1,22 @@
 """The mapped inputs of the process, and what guards them: leases, watches for writers, and SIGBUS.
 
-Every input blobtool maps is registered here (its reader descriptor, its
-name, what of it was handed out for writing), so that the pages of a
-mapping, the readers of its file and the command line's guards all know
-it. Under guard_inputs() (the command line) each mapped file is leased,
+Every input blobtool maps is registered in INPUTS (its reader descriptor,
+its name, what of it was handed out for writing), so that the pages of a
+mapping, the readers of its file and the command line's guard all know
+it. Inside ``with guarded() as guard:`` (the command line, for each
+command's run and in each worker process's) each mapped file is leased,
 so that a writer that truncates it cannot kill the reader with SIGBUS, and
 watched for writes, with SIGBUS caught: a lease that an open for writing
 breaks (a touch's too) is given up and the watch alone goes on; where no
-lease can be had, the watch is all (see _look_at_leases and watch).
+lease can be had, the watch is all (see Guard.look_at_leases and watch).
+A library user who opens no guard maps inputs unleased and unwatched.
+
+State: the module's one mutable global is INPUTS, an Inputs object that
+is never rebound. Its `guard` is the Guard of the open with block, or
+None; guarded() sets it and puts back None when the block ends. The
+signal handlers (SIGIO, and SIGBUS, called by the C library through
+ctypes) run in the main thread and find the state there: they cannot be
+handed it.
 """
 
 from __future__ import annotations
@@ -26,24 +35,365 @@ try:
 except ImportError:  # not on Windows: no leases there
     fcntl = None
 
+from ..engine import work
 from ..errors import ExitCode, FormatError, Stopped
 
-__all__ = ["guard_inputs", "guarding", "settle", "take_change", "pending_change", "check_inputs", "note_written",
-           "WRITTEN"]
+__all__ = ["Inputs", "Guard", "INPUTS", "guarded", "guarding", "settle", "take_change", "pending_change",
+           "check_inputs", "note_written", "WRITTEN"]
 
 
-MAPPINGS: dict = {}  # id of a mapping -> (a descriptor of its file, the input's name)
+WRITTEN = "changed while it was read: another process wrote to it or truncated it"
+
+
+CUT_UNDER_MAP = ("changed while it was read: it ended before a byte read through its memory map (another process "
+                  "truncated it, or its storage failed)")
+
+
+_UNKNOWN_FAULT = (b"blobtool: an input changed while it was read: it ended before a byte read through its memory map "
+                  b"(another process truncated it, or its storage failed)\n")
+
+
+_IN_MODIFY = 0x2
+
+
+class Inputs:
+    """The mapped inputs of the process (guarded or not).
+
+    mappings: id of a mapping -> (a descriptor of its file of its own, the input's name).
+    written: id of a mapping -> {(first byte, end byte), ...} handed out for writing (note_written).
+    temporaries: the temporary outputs being written (removed before a SIGBUS exit).
+    guard: the Guard of the open ``with guarded():`` block, or None (inputs unguarded).
+    """
+
+    def __init__(self):
+        self.mappings: dict = {}
+        self.written: dict = {}
+        self.temporaries: set = set()
+        self.guard: Guard | None = None
+
+
+INPUTS = Inputs()
+
+
+class Guard:
+    """What guards the mapped inputs while a command runs: leases, inotify watches, the SIGIO and SIGBUS handlers.
+
+    signalled: a watched input's change was reported by SIGIO, or the command is reporting its end (settle):
+        no further Stopped from a writer.
+    leases: a descriptor holding a lease -> (the input's name, whether a watch takes over when it breaks).
+    handling: lease_broken is running; again: SIGIO came while it ran.
+    watched: a reader descriptor of a mapped input -> (name, identity at open, inotify watch or None).
+    watches: inotify watch -> [name, how many mapped inputs use it].
+    inotify: the guard's inotify descriptor (None: not made yet; -1: none to be had).
+    changes: names of watched inputs that changed (found by any thread).
+    told: inputs already reported bad, whose changes are not reported again (take_change).
+    raised: inputs whose change check_inputs or a read raised: SIGIO stops nothing more for them.
+    faults_caught: the SIGBUS handler is installed (a truncation under a mapping ends the command with exit 3).
+    spans: id of a mapping -> (first address, end address, the line the SIGBUS handler prints).
+    handler: the C-callable SIGBUS handler, kept alive while installed; ctypes: the module, for it.
+    What guarded() puts back when the block ends: previous_sigio, previous_sigbus (a struct sigaction).
+    """
+
+    def __init__(self):
+        self.signalled = False
+        self.leases: dict = {}
+        self.handling = False
+        self.again = False
+        self.watched: dict = {}
+        self.watches: dict = {}
+        self.inotify = None
+        self.changes: list = []
+        self.told: set = set()
+        self.raised: set = set()
+        self.faults_caught = False
+        self.spans: dict = {}
+        self.handler = None
+        self.ctypes = None
+        self.previous_sigio = None
+        self.previous_sigbus = None
+
+    # -- SIGIO: a broken lease, an inotify event ---------------------------
+
+    def lease_broken(self, signum, frame) -> None:
+        if self.handling:
+            # Python runs a handler between any two bytecodes, this one's own too: a writer that
+            # keeps writing would nest handlers until RecursionError. The running one looks again.
+            self.again = True
+            return
+        self.handling = True
+        try:
+            self.again = True
+            while self.again:
+                self.again = False
+                self.look_at_inputs(frame)
+        finally:
+            self.handling = False
+
+    def look_at_inputs(self, frame) -> None:
+        if self.signalled or frame is not None and frame.f_code is _on_fault.__code__:
+            return  # stopping already (or inside the SIGBUS handler, which stops the command with this news)
+        changed = self.changed_watched()
+        if changed and changed in self.raised:
+            return  # check_inputs raised this change already: that error is on its way (a second would break it)
+        if changed:
+            if _in_finalizer(frame):
+                # An exception raised in a finalizer is printed and dropped. The change stays recorded
+                # (changes): the next read of values, the commit of an output or the command's end
+                # (pending_change) reports it. Signalling again from here would only come back here.
+                return
+            self.signalled = True  # one stop, however many writes come (read_mapped and commits still check)
+            raise Stopped(f"{changed}: {WRITTEN}", ExitCode.INPUT)
+        self.look_at_leases()
+
+    def hold_lease(self, fd: int, name: str, watched: bool) -> None:
+        self.leases[fd] = (name, watched)
+        if not self.signalled:
+            self.look_at_leases()
+
+    def look_at_leases(self) -> None:
+        """Give up each broken lease that a watch takes over from; raise Stopped for one that none does.
+
+        A lease breaks when another process opens the file for writing or
+        truncates it, whether or not it then writes: GNU touch opens the file
+        for writing and only sets its times. The kernel holds the breaker back
+        until the lease is given up (at most /proc/sys/fs/lease-break-time).
+        Given up at once, the breaker goes ahead, and a real change (a write,
+        a truncation) is told by the watch (IN_MODIFY, the size, the inode).
+        Without a watch, or where SIGBUS cannot be caught, the read stops.
+        """
+        for fd, (name, watched) in list(self.leases.items()):
+            try:
+                breaking = fcntl.fcntl(fd, fcntl.F_GETLEASE) != fcntl.F_RDLCK
+            except OSError:
+                continue
+            if not breaking:
+                continue
+            if watched:
+                self.leases.pop(fd, None)  # the descriptor stays open until the mapping goes (unwatch closes it)
+                with contextlib.suppress(OSError):
+                    fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_UNLCK)
+                continue
+            self.leases.clear()  # one stop, however many writers come
+            raise Stopped(f"{name}: changed while it was read: another process opened it for writing "
+                          "or truncated it", ExitCode.INPUT)
+
+    # -- watches ------------------------------------------------------------
+
+    def watch(self, fd: int, name: str, mapped, st: os.stat_result):
+        reader = INPUTS.mappings.get(id(mapped), (None,))[0]
+        self.told.discard(name)  # opened again: its changes count again
+        wd = self.add_watch(fd, name)
+        if reader is not None:
+            self.watched[reader] = (name, identity_of(st), wd)
+        weakref.finalize(mapped, self.stop_watching, reader, wd)
+        return wd
+
+    def add_watch(self, fd: int, name: str):
+        if self.inotify is None:
+            self.inotify = -1
+            with contextlib.suppress(Exception):
+                libc = _libc()
+                made = libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
+                if made >= 0:
+                    # SIGIO when an event arrives, as for a broken lease.
+                    fcntl.fcntl(made, fcntl.F_SETOWN, os.getpid())
+                    fcntl.fcntl(made, fcntl.F_SETFL, fcntl.fcntl(made, fcntl.F_GETFL) | os.O_ASYNC | os.O_NONBLOCK)
+                    self.inotify = made
+        if self.inotify < 0:
+            return None
+        try:
+            wd = _libc().inotify_add_watch(self.inotify, f"/proc/self/fd/{fd}".encode(), _IN_MODIFY)
+        except Exception:  # noqa: BLE001 - a missing inotify leaves the size and inode checks
+            return None
+        if wd < 0:
+            return None
+        self.watches.setdefault(wd, [name, 0])[1] += 1
+        return wd
+
+    def record_changes(self) -> None:
+        with contextlib.suppress(OSError):
+            self.changed_watched()
+
+    def stop_watching(self, reader, wd) -> None:
+        self.record_changes()  # the events of this input that are still queued
+        if reader is not None:
+            self.watched.pop(reader, None)
+        if wd is not None and wd in self.watches:
+            self.watches[wd][1] -= 1
+            if self.watches[wd][1] == 0:
+                del self.watches[wd]
+                with contextlib.suppress(Exception):
+                    _libc().inotify_rm_watch(self.inotify, wd)
+
+    def changed_watched(self) -> str | None:
+        """The name of a watched input that another process wrote to or truncated since it was opened, or None."""
+        if self.inotify is not None and self.inotify >= 0 and self.watches:
+            while True:
+                try:
+                    events = os.read(self.inotify, 65536)
+                except OSError:  # EAGAIN: none pending
+                    break
+                pos = 0
+                while pos + 16 <= len(events):
+                    wd, mask, _, length = struct.unpack_from("iIII", events, pos)
+                    pos += 16 + length
+                    if mask & _IN_MODIFY and wd in self.watches:
+                        self.note_change(self.watches[wd][0])
+        for reader, (name, identity, _) in list(self.watched.items()):
+            with contextlib.suppress(OSError):
+                if identity_of(os.fstat(reader)) != identity:
+                    self.note_change(name)
+        return self.changes[0] if self.changes else None
+
+    def note_change(self, name: str) -> None:
+        if name not in self.changes and name not in self.told:
+            self.changes.append(name)
+
+    # -- SIGBUS -------------------------------------------------------------
+
+    def catch_faults(self) -> None:
+        """Install the SIGBUS handler that ends the command with exit 3 and one line (Linux, x86-64 and ARM64).
+
+        Python's own signal handlers run between bytecodes, and a fault inside
+        numpy's or the parser's C code would be retried forever; this handler
+        is called by the C library directly (ctypes), prints the line, removes
+        the temporary outputs and leaves with os._exit(3). The action it
+        replaces is kept, to be put back when the guard ends.
+        """
+        if not sys.platform.startswith("linux") or os.uname().machine not in ("x86_64", "aarch64"):
+            return
+        try:
+            import ctypes  # ctypes loads only when a guard or a fault handler is set up (start-up)
+
+            self.ctypes = ctypes
+
+            class SigAction(ctypes.Structure):  # glibc's and musl's struct sigaction on these processors
+                _fields_ = [("handler", ctypes.c_void_p), ("mask", ctypes.c_ubyte * 128), ("flags", ctypes.c_int),
+                            ("restorer", ctypes.c_void_p)]
+
+            handler_type = ctypes.CFUNCTYPE(None, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p)
+            self.handler = handler_type(_on_fault)
+            action, previous = SigAction(), SigAction()
+            action.handler = ctypes.cast(self.handler, ctypes.c_void_p)
+            action.flags = 4  # SA_SIGINFO
+            if _libc().sigaction(signal.SIGBUS, ctypes.byref(action), ctypes.byref(previous)) != 0:
+                return
+        except Exception:  # noqa: BLE001 - no handler: unleased inputs are copied instead
+            return
+        self.previous_sigbus = previous
+        self.faults_caught = True
+
+    def map_span(self, mapped, name: str) -> None:
+        if not len(mapped):
+            return
+        start = self.ctypes.addressof(self.ctypes.c_char.from_buffer(mapped))
+        shown = "".join(c if c.isprintable() else repr(c)[1:-1] for c in name)
+        line = f"blobtool: {shown}: {CUT_UNDER_MAP}\n"
+        self.spans[id(mapped)] = (start, start + len(mapped), line.encode("utf-8", "backslashreplace"))
+
+    # -- the with block -----------------------------------------------------
+
+    def start(self) -> None:
+        """Take SIGIO and SIGBUS (main thread)."""
+        self.previous_sigio = signal.signal(signal.SIGIO, self.lease_broken)
+        # Python puts SIGIO's handler back to the default (which kills) as it shuts down, while leases
+        # and the inotify descriptor may still send it: a writer then would end blobtool by signal 29.
+        atexit.register(_ignore_sigio)
+        self.catch_faults()
+
+    def stop(self) -> None:
+        """Give up the leases and the watches, and put the signal handlers back as far as it is safe.
+
+        SIGIO's previous handler comes back, except the default (which
+        kills): a lease broken or an event queued as the block ends may still
+        be on its way, so SIGIO stays ignored then. SIGBUS's previous action
+        comes back: a mapping that outlives the block is unguarded, as a
+        library user's is.
+        """
+        self.signalled = True  # no stop from a writer from here on
+        for fd in list(self.leases):
+            with contextlib.suppress(OSError):
+                fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_UNLCK)
+        self.leases.clear()
+        if self.inotify is not None and self.inotify >= 0:
+            with contextlib.suppress(OSError):
+                os.close(self.inotify)
+        self.inotify = -1
+        self.watches.clear()
+        self.watched.clear()
+        if self.faults_caught:
+            with contextlib.suppress(Exception):
+                _libc().sigaction(signal.SIGBUS, self.ctypes.byref(self.previous_sigbus), None)
+            self.faults_caught = False
+        self.spans.clear()
+        previous = self.previous_sigio
+        if previous in (None, signal.SIG_DFL):
+            previous = signal.SIG_IGN
+        signal.signal(signal.SIGIO, previous)
+        atexit.unregister(_ignore_sigio)
+
+
+@contextlib.contextmanager
+def guarded():
+    """Within this with block mapped inputs are leased and watched, and SIGBUS caught (the command line; main thread).
+
+    Yields the Guard (None where leases or SIGIO are not to be had: the
+    inputs are then unguarded, as outside the block). A block inside an
+    open one yields that one and changes nothing. Leaving it gives the
+    leases and watches up and puts the signal handlers back (Guard.stop
+    says what stays).
+    """
+    if INPUTS.guard is not None:
+        yield INPUTS.guard
+        return
+    if not hasattr(fcntl, "F_SETLEASE") or not hasattr(signal, "SIGIO"):
+        yield None
+        return
+    guard = Guard()
+    guard.start()
+    INPUTS.guard = guard
+    try:
+        yield guard
+    finally:
+        INPUTS.guard = None
+        guard.stop()
+
+
+def _ignore_sigio() -> None:
+    signal.signal(signal.SIGIO, signal.SIG_IGN)
+
+
+def guarding() -> bool:
+    """Whether mapped inputs are leased (inside guarded())."""
+    return INPUTS.guard is not None
+
+
+def faults_caught() -> bool:
+    """Whether the SIGBUS handler is installed (a truncation under a mapping then ends the command with exit 3)."""
+    return INPUTS.guard is not None and INPUTS.guard.faults_caught
+
+
+def register(mapped, reader: int | None, name: str) -> None:
+    """Register a new mapping of the input `name` (`reader`: a descriptor of its own, or None)."""
+    if reader is not None:
+        INPUTS.mappings[id(mapped)] = (reader, name)
+    weakref.finalize(mapped, forget, id(mapped), reader)
+    guard = INPUTS.guard
+    if guard is not None and guard.faults_caught:
+        guard.map_span(mapped, name)  # for the SIGBUS handler's line
 
 
 def forget(key: int, fd: int | None) -> None:
-    _written.pop(key, None)
-    _spans.pop(key, None)
+    INPUTS.written.pop(key, None)
+    guard = INPUTS.guard
+    if guard is not None:
+        guard.spans.pop(key, None)
     if fd is None:
         return
-    if fd in WATCHED:
-        _record_changes()  # before its descriptor goes: a change found now is reported at the command's end
-        WATCHED.pop(fd, None)
-    MAPPINGS.pop(key, None)
+    if guard is not None and fd in guard.watched:
+        guard.record_changes()  # before its descriptor goes: a change found now is reported at the command's end
+        guard.watched.pop(fd, None)
+    INPUTS.mappings.pop(key, None)
     with contextlib.suppress(OSError):
         os.close(fd)
 
@@ -53,39 +403,46 @@ def identity_of(st: os.stat_result) -> tuple:
     return st.st_dev, st.st_ino, st.st_size
 
 
-_guarded = False
-
-
-_signalled = False  # a watched input's change was reported by SIGIO
-
-
-_leases: dict = {}  # a descriptor holding a lease -> (the input's name, whether a watch takes over when it breaks)
-
-
-def guard_inputs() -> None:
-    """Lease mapped inputs from now on, and watch those that cannot be leased (the command line; main thread)."""
-    global _guarded
-    if _guarded or not hasattr(fcntl, "F_SETLEASE") or not hasattr(signal, "SIGIO"):
-        return
-    signal.signal(signal.SIGIO, _lease_broken)
-    # Python puts SIGIO's handler back to the default (which kills) as it shuts down, while leases
-    # and the inotify descriptor may still send it: a writer then would end blobtool by signal 29.
-    atexit.register(signal.signal, signal.SIGIO, signal.SIG_IGN)
-    _catch_faults()
-    _guarded = True
-
-
-def guarding() -> bool:
-    """Whether mapped inputs are leased (guard_inputs was called)."""
-    return _guarded
-
-
 def take_lease(fd: int) -> bool:
     try:
         fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_RDLCK)
     except OSError:
         return False
     return True
+
+
+def hold_lease(fd: int, name: str, watched: bool) -> None:
+    """Keep the read lease taken on `fd` (a descriptor of the input `name` of its own) while its mapping lives.
+
+    `watched`: the input is also watched for writes (inotify, since its
+    open) and SIGBUS is caught, so that a broken lease is given up and the
+    read goes on (see Guard.look_at_leases). A lease broken before this call,
+    whose SIGIO found nothing to look at, is looked at here.
+    """
+    INPUTS.guard.hold_lease(fd, name, watched)
+
+
+def unwatch(fd: int) -> None:
+    guard = INPUTS.guard
+    if guard is not None:
+        guard.leases.pop(fd, None)
+    with contextlib.suppress(OSError):
+        os.close(fd)
+
+
+def watch(fd: int, name: str, mapped, st: os.stat_result):
+    """Watch the input open on `fd` (mapped as `mapped`) for as long as the mapping lives; its inotify watch, or None.
+
+    An input that could not be leased, and a leased one, whose lease an
+    open for writing may break: the watch then takes over from the lease.
+    """
+    return INPUTS.guard.watch(fd, name, mapped, st)
+
+
+def watching(fd: int) -> bool:
+    """Whether the reader descriptor `fd` of a mapped input is watched (its lease given up, or none had)."""
+    guard = INPUTS.guard
+    return guard is not None and fd in guard.watched
 
 
 def _in_finalizer(frame) -> bool:
@@ -98,205 +455,10 @@ def _in_finalizer(frame) -> bool:
     return False
 
 
-def unwatch(fd: int) -> None:
-    _leases.pop(fd, None)
-    with contextlib.suppress(OSError):
-        os.close(fd)
-
-
-def _lease_broken(signum, frame) -> None:
-    global _handling, _again
-    if _handling:
-        # Python runs a handler between any two bytecodes, this one's own too: a writer that
-        # keeps writing would nest handlers until RecursionError. The running one looks again.
-        _again = True
-        return
-    _handling = True
-    try:
-        _again = True
-        while _again:
-            _again = False
-            _look_at_inputs(frame)
-    finally:
-        _handling = False
-
-
-_handling = False  # _lease_broken is running
-
-
-_again = False  # SIGIO came while it ran
-
-
-def _look_at_inputs(frame) -> None:
-    global _signalled
-    if _signalled or frame is not None and frame.f_code is _on_fault.__code__:
-        return  # stopping already (or inside the SIGBUS handler, which stops the command with this news)
-    changed = _changed_watched()
-    if changed and changed in _raised:
-        return  # check_inputs raised this change already: that error is on its way (a second would break it)
-    if changed:
-        if _in_finalizer(frame):
-            # An exception raised in a finalizer is printed and dropped. The change stays recorded
-            # (_changes): the next read of values, the commit of an output or the command's end
-            # (pending_change) reports it. Signalling again from here would only come back here.
-            return
-        _signalled = True  # one stop, however many writes come (read_mapped and commits still check)
-        raise Stopped(f"{changed}: {WRITTEN}", ExitCode.INPUT)
-    _look_at_leases()
-
-
-def hold_lease(fd: int, name: str, watched: bool) -> None:
-    """Keep the read lease taken on `fd` (a descriptor of the input `name` of its own) while its mapping lives.
-
-    `watched`: the input is also watched for writes (inotify, since its
-    open) and SIGBUS is caught, so that a broken lease is given up and the
-    read goes on (see _look_at_leases). A lease broken before this call,
-    whose SIGIO found nothing to look at, is looked at here.
-    """
-    _leases[fd] = (name, watched)
-    if not _signalled:
-        _look_at_leases()
-
-
-def _look_at_leases() -> None:
-    """Give up each broken lease that a watch takes over from; raise Stopped for one that none does.
-
-    A lease breaks when another process opens the file for writing or
-    truncates it, whether or not it then writes: GNU touch opens the file
-    for writing and only sets its times. The kernel holds the breaker back
-    until the lease is given up (at most /proc/sys/fs/lease-break-time).
-    Given up at once, the breaker goes ahead, and a real change (a write,
-    a truncation) is told by the watch (IN_MODIFY, the size, the inode).
-    Without a watch, or where SIGBUS cannot be caught, the read stops.
-    """
-    for fd, (name, watched) in list(_leases.items()):
-        try:
-            breaking = fcntl.fcntl(fd, fcntl.F_GETLEASE) != fcntl.F_RDLCK
-        except OSError:
-            continue
-        if not breaking:
-            continue
-        if watched:
-            _leases.pop(fd, None)  # the descriptor stays open until the mapping goes (unwatch closes it)
-            with contextlib.suppress(OSError):
-                fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_UNLCK)
-            continue
-        _leases.clear()  # one stop, however many writers come
-        raise Stopped(f"{name}: changed while it was read: another process opened it for writing "
-                      "or truncated it", ExitCode.INPUT)
-
-
-WRITTEN = "changed while it was read: another process wrote to it or truncated it"
-
-
-CUT_UNDER_MAP = ("changed while it was read: it ended before a byte read through its memory map (another process "
-                  "truncated it, or its storage failed)")
-
-
-WATCHED: dict = {}  # a reader descriptor of a mapped input -> (name, identity at open, inotify watch or None)
-
-
-_watches: dict = {}  # inotify watch -> [name, how many mapped inputs use it]
-
-
-_inotify = None  # the process's inotify descriptor (None: not made yet; -1: none to be had)
-
-
-_changes: list = []  # names of watched inputs that changed (found by any thread)
-
-
-_told: set = set()  # inputs already reported bad, whose changes are not reported again (take_change)
-
-
-_IN_MODIFY = 0x2
-
-
-def watch(fd: int, name: str, mapped, st: os.stat_result):
-    """Watch the input open on `fd` (mapped as `mapped`) for as long as the mapping lives; its inotify watch, or None.
-
-    An input that could not be leased, and a leased one, whose lease an
-    open for writing may break: the watch then takes over from the lease.
-    """
-    reader = MAPPINGS.get(id(mapped), (None,))[0]
-    _told.discard(name)  # opened again: its changes count again
-    wd = _add_watch(fd, name)
-    if reader is not None:
-        WATCHED[reader] = (name, identity_of(st), wd)
-    weakref.finalize(mapped, _stop_watching, reader, wd)
-    return wd
-
-
 def _libc():
     import ctypes  # ctypes loads only when a guard or a fault handler is set up (start-up)
 
     return ctypes.CDLL(None, use_errno=True)
-
-
-def _add_watch(fd: int, name: str):
-    global _inotify
-    if _inotify is None:
-        _inotify = -1
-        with contextlib.suppress(Exception):
-            libc = _libc()
-            made = libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
-            if made >= 0:
-                # SIGIO when an event arrives, as for a broken lease.
-                fcntl.fcntl(made, fcntl.F_SETOWN, os.getpid())
-                fcntl.fcntl(made, fcntl.F_SETFL, fcntl.fcntl(made, fcntl.F_GETFL) | os.O_ASYNC | os.O_NONBLOCK)
-                _inotify = made
-    if _inotify < 0:
-        return None
-    try:
-        wd = _libc().inotify_add_watch(_inotify, f"/proc/self/fd/{fd}".encode(), _IN_MODIFY)
-    except Exception:  # noqa: BLE001 - a missing inotify leaves the size and inode checks
-        return None
-    if wd < 0:
-        return None
-    _watches.setdefault(wd, [name, 0])[1] += 1
-    return wd
-
-
-def _record_changes() -> None:
-    with contextlib.suppress(OSError):
-        _changed_watched()
-
-
-def _stop_watching(reader, wd) -> None:
-    _record_changes()  # the events of this input that are still queued
-    if reader is not None:
-        WATCHED.pop(reader, None)
-    if wd is not None and wd in _watches:
-        _watches[wd][1] -= 1
-        if _watches[wd][1] == 0:
-            del _watches[wd]
-            with contextlib.suppress(Exception):
-                _libc().inotify_rm_watch(_inotify, wd)
-
-
-def _changed_watched() -> str | None:
-    """The name of a watched input that another process wrote to or truncated since it was opened, or None."""
-    if _inotify is not None and _inotify >= 0 and _watches:
-        while True:
-            try:
-                events = os.read(_inotify, 65536)
-            except OSError:  # EAGAIN: none pending
-                break
-            pos = 0
-            while pos + 16 <= len(events):
-                wd, mask, _, length = struct.unpack_from("iIII", events, pos)
-                pos += 16 + length
-                if mask & _IN_MODIFY and wd in _watches:
-                    _note_change(_watches[wd][0])
-    for reader, (name, identity, _) in list(WATCHED.items()):
-        with contextlib.suppress(OSError):
-            if identity_of(os.fstat(reader)) != identity:
-                _note_change(name)
-    return _changes[0] if _changes else None
-
-
-def _note_change(name: str) -> None:
-    if name not in _changes and name not in _told:
-        _changes.append(name)
 
 
 def take_change(name: str) -> bool:
@@ -306,20 +468,26 @@ def take_change(name: str) -> bool:
     error (as this change, when there was one), and a write that comes
     later, before its mapping is gone, stops nothing.
     """
-    _record_changes()
-    _told.add(name)
-    for fd, (leased, _) in list(_leases.items()):
+    guard = INPUTS.guard
+    if guard is None:
+        return False
+    guard.record_changes()
+    guard.told.add(name)
+    for fd, (leased, _) in list(guard.leases.items()):
         if leased == name:
-            del _leases[fd]  # its lease may break now: it was read
-    if name in _changes:
-        _changes.remove(name)
+            del guard.leases[fd]  # its lease may break now: it was read
+    if name in guard.changes:
+        guard.changes.remove(name)
         return True
     return False
 
 
 def pending_change() -> str | None:
     """A watched input whose change was found but not yet reported (found inside a finalizer), or None."""
-    return None if _signalled else (_changes[0] if _changes else None)
+    guard = INPUTS.guard
+    if guard is None or guard.signalled:
+        return None
+    return guard.changes[0] if guard.changes else None
 
 
 def settle() -> str | None:
@@ -330,20 +498,23 @@ def settle() -> str | None:
     error found in a watched input that was changed meanwhile is better
     told as that change (the caller decides).
     """
-    global _signalled
-    _signalled = True
-    _leases.clear()
+    guard = INPUTS.guard
+    if guard is None:
+        return None
+    guard.signalled = True
+    guard.leases.clear()
     try:
-        return _changed_watched()
+        return guard.changed_watched()
     except OSError:
         return None
 
 
 def check_inputs() -> None:
     """Raise FormatError (exit 3) if a watched input changed (before an output is committed)."""
-    changed = _changed_watched()
+    guard = INPUTS.guard
+    changed = guard.changed_watched() if guard is not None else None
     if changed:
-        _raised.add(changed)
+        guard.raised.add(changed)
         raise FormatError(WRITTEN, path=changed)
 
 
@@ -355,100 +526,34 @@ def raising_change(error: FormatError) -> FormatError:
     it for the parent): a Stopped raised then would replace it, and there
     the worker would die instead of reporting it.
     """
-    _raised.add(error.path)
+    if INPUTS.guard is not None:
+        INPUTS.guard.raised.add(error.path)
     return error
 
 
-_raised: set = set()  # inputs whose change check_inputs or a read raised: SIGIO stops nothing more for them
-
-
-_faults_caught = False
-
-
-def faults_caught() -> bool:
-    """Whether the SIGBUS handler is installed (a truncation under a mapping then ends the command with exit 3)."""
-    return _faults_caught
-
-
-_spans: dict = {}  # id of a mapping -> (first address, end address, the line to print)
-
-
-TEMPORARIES: set = set()  # temporary outputs being written (removed before a SIGBUS exit)
-
-
-_handler = None  # the C-callable handler, kept alive
-
-
-def map_span(mapped, name: str) -> None:
-    import ctypes  # ctypes loads only when a guard or a fault handler is set up (start-up)
-
-    if not len(mapped):
-        return
-    start = ctypes.addressof(ctypes.c_char.from_buffer(mapped))
-    shown = "".join(c if c.isprintable() else repr(c)[1:-1] for c in name)
-    line = f"blobtool: {shown}: {CUT_UNDER_MAP}\n"
-    _spans[id(mapped)] = (start, start + len(mapped), line.encode("utf-8", "backslashreplace"))
-
-
-def _catch_faults() -> None:
-    """Install the SIGBUS handler that ends the command with exit 3 and one line (Linux, x86-64 and ARM64).
-
-    Python's own signal handlers run between bytecodes, and a fault inside
-    numpy's or the parser's C code would be retried forever; this handler
-    is called by the C library directly (ctypes), prints the line, removes
-    the temporary outputs and leaves with os._exit(3).
-    """
-    global _faults_caught, _handler, _ctypes
-    if _faults_caught or not sys.platform.startswith("linux") or os.uname().machine not in ("x86_64", "aarch64"):
-        return
-    try:
-        import ctypes  # ctypes loads only when a guard or a fault handler is set up (start-up)
-
-        _ctypes = ctypes
-
-        class SigAction(ctypes.Structure):  # glibc's and musl's struct sigaction on these processors
-            _fields_ = [("handler", ctypes.c_void_p), ("mask", ctypes.c_ubyte * 128), ("flags", ctypes.c_int),
-                        ("restorer", ctypes.c_void_p)]
-
-        handler_type = ctypes.CFUNCTYPE(None, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p)
-        _handler = handler_type(_on_fault)
-        action = SigAction()
-        action.handler = ctypes.cast(_handler, ctypes.c_void_p)
-        action.flags = 4  # SA_SIGINFO
-        if _libc().sigaction(signal.SIGBUS, ctypes.byref(action), None) != 0:
-            return
-    except Exception:  # noqa: BLE001 - no handler: unleased inputs are copied instead
-        return
-    _faults_caught = True
-
-
 def _on_fault(signum, info, context) -> None:
+    # Called by the C library (async-signal): reads the state, writes, unlinks, and never returns.
     try:
-        address = _ctypes.cast(info, _ctypes.POINTER(_ctypes.c_void_p))[2] or 0  # siginfo_t's si_addr (64-bit)
-        line = next((text for start, end, text in list(_spans.values()) if start <= address < end), _UNKNOWN_FAULT)
+        guard = INPUTS.guard
+        spans = list(guard.spans.values()) if guard is not None else []
+        address = guard.ctypes.cast(info, guard.ctypes.POINTER(guard.ctypes.c_void_p))[2] or 0 if spans else 0
+        line = next((text for start, end, text in spans if start <= address < end), _UNKNOWN_FAULT)
         with contextlib.suppress(OSError):
             os.write(2, line)
-        for tmp in list(TEMPORARIES):
+        for tmp in list(INPUTS.temporaries):
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
     finally:
         os._exit(ExitCode.INPUT)  # never back to the faulting instruction
 
 
-_UNKNOWN_FAULT = (b"blobtool: an input changed while it was read: it ended before a byte read through its memory map "
-                  b"(another process truncated it, or its storage failed)\n")
-
-
-_ctypes = None
-
-
 # What was handed out for writing of each mapping (SyncedMemory's
-# mutable_cpu_data and a copy back from the GPU call note_written): those
-# bytes may no longer be the file's, so they are never read from the file
-# (file_behind) and their pages never dropped (release_pages), inside
-# releasing() or not. The mapping is private (copy-on-write): a dropped page
-# that was written would come back as the file's bytes.
-_written: dict = {}  # id of a mapping -> {(first byte, end byte), ...} handed out for writing
+# mutable_cpu_data and a copy back from the GPU call the Work's `written`
+# hook, which is note_written): those bytes may no longer be the file's, so
+# they are never read from the file (file_behind) and their pages never
+# dropped (release_pages), inside releasing() or not. The mapping is
+# private (copy-on-write): a dropped page that was written would come back
+# as the file's bytes.
 
 
 def note_written(view) -> None:
@@ -456,11 +561,17 @@ def note_written(view) -> None:
     found = mapping_of(view) if view.size else None
     if found is not None:
         base, first = found
-        _written.setdefault(id(base), set()).add((first, first + view.nbytes))
+        INPUTS.written.setdefault(id(base), set()).add((first, first + view.nbytes))
+
+
+# Every call's Work tells note_written of the bytes it hands out for writing
+# (blobtool.engine.work.set_written): registered with the first mapping's
+# module, before any input can be mapped.
+work.set_written(note_written)
 
 
 def unwritten(base, first: int, last: int) -> bool:
-    return not any(start < last and first < end for start, end in _written.get(id(base), ()))
+    return not any(start < last and first < end for start, end in INPUTS.written.get(id(base), ()))
 
 
 def mapping_of(view):
@@ -479,4 +590,4 @@ def mapping_of(view):
 
 
 def name_of(fd: int) -> str | None:
-    return next((name for reader, name in list(MAPPINGS.values()) if reader == fd), None)
+    return next((name for reader, name in list(INPUTS.mappings.values()) if reader == fd), None)

@@ -19,7 +19,7 @@ import sys
 
 from ..errors import FormatError, OutputError, UsageError
 from .inputs import STDIO, cannot
-from .mapped import CUT_UNDER_MAP, MAPPINGS, TEMPORARIES, check_inputs
+from .mapped import CUT_UNDER_MAP, INPUTS, check_inputs
 
 __all__ = ["atomic_output", "writes_in_place"]
 
@@ -59,7 +59,7 @@ def atomic_output(dest):
         fd, tmp = tempfile.mkstemp(prefix=_temp_prefix(path), suffix=".tmp", dir=folder)
     except OSError as exc:
         raise OutputError(cannot(f"create a file in {folder}", exc), path=name) from exc
-    TEMPORARIES.add(tmp)
+    INPUTS.temporaries.add(tmp)
     try:
         with os.fdopen(fd, "wb") as out:
             yield out
@@ -76,7 +76,7 @@ def atomic_output(dest):
             raise OutputError(cannot("write", exc), path=name) from exc
         raise
     finally:
-        TEMPORARIES.discard(tmp)
+        INPUTS.temporaries.discard(tmp)
     with contextlib.suppress(OSError):
         dir_fd = os.open(folder, os.O_RDONLY)
         try:
@@ -121,7 +121,7 @@ def _input_fault(exc: OSError) -> None:
     """
     if exc.errno == errno.EFAULT:
         check_inputs()
-        name = next((name for _, name in list(MAPPINGS.values())), None)
+        name = next((name for _, name in list(INPUTS.mappings.values())), None)
         if name is not None:
             raise FormatError(CUT_UNDER_MAP, path=name) from exc
 

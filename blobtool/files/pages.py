@@ -16,7 +16,7 @@ import os
 
 from ..engine.work import current, using
 from ..errors import FormatError
-from .mapped import MAPPINGS, mapping_of, name_of, unwritten, WATCHED, check_inputs, raising_change
+from .mapped import INPUTS, check_inputs, mapping_of, name_of, raising_change, unwritten, watching
 
 __all__ = ["MappedPages", "PAGES", "releasing", "release_pages", "file_behind", "read_mapped"]
 
@@ -93,9 +93,10 @@ def _file_behind(view):
     if not view.flags.c_contiguous:
         return None
     found = mapping_of(view)
-    if found is None or id(found[0]) not in MAPPINGS or not unwritten(found[0], found[1], found[1] + view.nbytes):
+    mappings = INPUTS.mappings
+    if found is None or id(found[0]) not in mappings or not unwritten(found[0], found[1], found[1] + view.nbytes):
         return None
-    return MAPPINGS[id(found[0])][0], found[1]
+    return mappings[id(found[0])][0], found[1]
 
 
 def read_mapped(fd: int, offset: int, into) -> None:
@@ -117,5 +118,5 @@ def read_mapped(fd: int, offset: int, into) -> None:
             err.offset = offset + done  # where the message says it ends
             raise raising_change(err)
         done += n
-    if fd in WATCHED:  # a lease given up, or none had: look for writers here too (about 2 us a read)
+    if watching(fd):  # a lease given up, or none had: look for writers here too (about 2 us a read)
         check_inputs()
