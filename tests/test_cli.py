@@ -1372,13 +1372,30 @@ def test_the_command_runs_blas_single_threaded_unless_told_otherwise(preset):
     assert out.split() == [preset or "1", "1"]
 
 
-def test_blas_setting_is_left_alone_once_numpy_is_loaded(monkeypatch):
-    from blobtool.cli import process as cli_module
-
-    monkeypatch.delenv("OPENBLAS_NUM_THREADS", raising=False)
-    assert "numpy" in sys.modules
-    cli_module.single_threaded_blas()
-    assert "OPENBLAS_NUM_THREADS" not in os.environ
+def test_main_sets_the_blas_threads_before_numpy_loads(tmp_path):
+    # The variables act only if they are set before numpy's BLAS starts; main()
+    # sets them first, and a variable the user set is kept.
+    path = write_blob(tmp_path / "b.pb", np.arange(4, dtype=np.float32))
+    code = ("import os, sys\n"
+            "import blobtool.cli as command\n"
+            "real = command.single_threaded_blas\n"
+            "def recording():\n"
+            "    print('numpy loaded' if 'numpy' in sys.modules else 'numpy not loaded')\n"
+            "    real()\n"
+            "command.single_threaded_blas = recording\n"
+            "try:\n"
+            "    command.main(['info', sys.argv[1]])\n"
+            "except SystemExit:\n"
+            "    pass\n"
+            "print(os.environ['OPENBLAS_NUM_THREADS'], os.environ['MKL_NUM_THREADS'])\n")
+    env = subprocess_env()
+    for name in ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "OMP_NUM_THREADS"):
+        env.pop(name, None)
+    env["MKL_NUM_THREADS"] = "5"
+    out = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, env=env,
+                         check=True).stdout.splitlines()
+    assert out[0] == "numpy not loaded"
+    assert out[-1].split() == ["1", "5"]
 
 
 def test_norm_gives_the_same_sums_with_one_job_or_all_cores(tmp_path, monkeypatch):
