@@ -340,9 +340,13 @@ def npy_header_bytes(header: str, payload: bytes = b"") -> bytes:
 
 
 def npz_bytes(arrays: dict, *, compressed: bool = False) -> bytes:
-    out = io.BytesIO()
-    (np.savez_compressed if compressed else np.savez)(out, **arrays)
-    return out.getvalue()
+    """An .npz as numpy's savez writes it, built here: numpy releases differ in its zip headers (zip64 or not)."""
+    members = {}
+    for name, array in arrays.items():
+        member = io.BytesIO()
+        np.save(member, array, allow_pickle=False)
+        members[name + ".npy"] = member.getvalue()
+    return zip_bytes(members, compressed=compressed)
 
 
 def zip_bytes(members: dict, *, compressed: bool = False) -> bytes:
