@@ -1354,6 +1354,13 @@ def test_human_output_prints_names_literally(tmp_path):
         assert str(path) in result.stdout
 
 
+def _env_without_blas_settings() -> dict:
+    env = subprocess_env()
+    for name in ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "OMP_NUM_THREADS"):
+        env.pop(name, None)
+    return env
+
+
 @pytest.mark.parametrize("preset", [None, "3"])
 def test_the_command_runs_blas_single_threaded_unless_told_otherwise(preset):
     # blobtool's kernels split big reductions over the cores themselves; BLAS
@@ -1363,9 +1370,7 @@ def test_the_command_runs_blas_single_threaded_unless_told_otherwise(preset):
             "process.single_threaded_blas()\n"
             "import numpy\n"
             "print(os.environ['OPENBLAS_NUM_THREADS'], os.environ['MKL_NUM_THREADS'])\n")
-    env = subprocess_env()
-    for name in ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "OMP_NUM_THREADS"):
-        env.pop(name, None)
+    env = _env_without_blas_settings()
     if preset:
         env["OPENBLAS_NUM_THREADS"] = preset
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True).stdout
@@ -1388,9 +1393,7 @@ def test_main_sets_the_blas_threads_before_numpy_loads(tmp_path):
             "except SystemExit:\n"
             "    pass\n"
             "print(os.environ['OPENBLAS_NUM_THREADS'], os.environ['MKL_NUM_THREADS'])\n")
-    env = subprocess_env()
-    for name in ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "OMP_NUM_THREADS"):
-        env.pop(name, None)
+    env = _env_without_blas_settings()
     env["MKL_NUM_THREADS"] = "5"
     out = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, env=env,
                          check=True).stdout.splitlines()
