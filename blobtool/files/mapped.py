@@ -78,8 +78,7 @@ INPUTS = Inputs()
 class Guard:
     """What guards the mapped inputs while a command runs: leases, inotify watches, the SIGIO and SIGBUS handlers.
 
-    signalled: a watched input's change was reported by SIGIO, or the command is reporting its end (settle):
-        no further Stopped from a writer.
+    signalled: a watched input's change was reported by SIGIO, or the command reports its end: no more Stopped.
     leases: a descriptor holding a lease -> (the input's name, whether a watch takes over when it breaks).
     handling: lease_broken is running; again: SIGIO came while it ran.
     watched: a reader descriptor of a mapped input -> (name, identity at open, inotify watch or None).
@@ -316,8 +315,7 @@ class Guard:
                 fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_UNLCK)
         self.leases.clear()
         if self.inotify is not None and self.inotify >= 0:
-            with contextlib.suppress(OSError):
-                os.close(self.inotify)
+            _close_aside(self.inotify)
         self.inotify = -1
         self.watches.clear()
         self.watched.clear()
@@ -359,6 +357,17 @@ def guarded():
         guard.stop()
 
 
+def _close_aside(fd: int) -> None:
+    """Close an inotify descriptor aside: its release waits for a kernel grace period (14 ms of info's 157)."""
+    import threading
+    threading.Thread(target=_close_quietly, args=(fd,), name="blobtool-inotify-close", daemon=True).start()
+
+
+def _close_quietly(fd: int) -> None:
+    with contextlib.suppress(OSError):
+        os.close(fd)
+
+
 def _ignore_sigio() -> None:
     signal.signal(signal.SIGIO, signal.SIG_IGN)
 
@@ -394,8 +403,7 @@ def forget(key: int, fd: int | None) -> None:
         guard.record_changes()  # before its descriptor goes: a change found now is reported at the command's end
         guard.watched.pop(fd, None)
     INPUTS.mappings.pop(key, None)
-    with contextlib.suppress(OSError):
-        os.close(fd)
+    _close_quietly(fd)
 
 
 def identity_of(st: os.stat_result) -> tuple:
@@ -426,8 +434,7 @@ def unwatch(fd: int) -> None:
     guard = INPUTS.guard
     if guard is not None:
         guard.leases.pop(fd, None)
-    with contextlib.suppress(OSError):
-        os.close(fd)
+    _close_quietly(fd)
 
 
 def watch(fd: int, name: str, mapped, st: os.stat_result):
