@@ -23,18 +23,24 @@ _EXPORTS = {
     "state_dict": "api",
     "write": "api",
     "net_definition": "api",
+    "definition_text": "api",
+    "transplant": "api",
+    "edit": "api",
+    "fold": "api",
     "open_document": "formats",
     "select": "formats",
     "SyncedHead": "engine.syncedmem",
     "SyncedMemory": "engine.syncedmem",
 }
 
-__all__ = ["Blob", "BlobToolError", "ExitCode", "SyncedHead", "SyncedMemory", "load", "load_all", "net_definition",
-           "open_document", "save", "select", "state_dict", "write", "__version__"]
+__all__ = ["Blob", "BlobToolError", "ExitCode", "SyncedHead", "SyncedMemory", "definition_text", "edit", "fold",
+           "load", "load_all", "net_definition", "open_document", "save", "select", "state_dict", "transplant", "write",
+           "__version__"]
 
 
-# Modules a script reaches as blobtool.NAME (from blobtool import work) without importing them first.
-_SUBMODULES = {"work": "engine.work", "files": "files", "kernels": "engine.kernels", "device": "engine.device"}
+# Modules a script reaches as blobtool.NAME (from blobtool import work) without importing them first;
+# `import blobtool.work` imports the same module.
+_SUBMODULES = {"work": "work", "files": "files", "kernels": "kernels", "device": "device"}
 
 
 def __getattr__(name):

@@ -21,7 +21,7 @@ from .formats.targets import output_target
 from .files import releasing, writes_in_place
 
 __all__ = ["load", "load_all", "state_dict", "save", "write", "open_document", "net_definition",
-           "resolve_precision"]
+           "resolve_precision", "definition_text", "transplant", "edit", "fold"]
 
 
 def load(src) -> Blob:
@@ -126,9 +126,7 @@ def save(blob: Blob, dest, *, double: bool | None = None, write_diff: bool | Non
 
 def write(doc: Document | None, blobs, dest, *, format: str | None = None, precision: str | None = None,
           layout: str | None = None, write_diff: bool | None = None, transforms: dict | None = None,
-          release: bool = False, half_strict: bool = False, warn=None, strict: bool = False, into=None,
-          names: str = "blobtool", partial: bool = False, reshape: bool = False, fold: bool = True,
-          net=None, strip_prefix: str | None = None, add_prefix: str | None = None) -> str:
+          release: bool = False, half_strict: bool = False, warn=None) -> str:
     """Write blobs to `dest` (a path, "-" or a binary file object) in any format blobtool writes.
 
     Parameters
@@ -139,11 +137,10 @@ def write(doc: Document | None, blobs, dest, *, format: str | None = None, preci
         Names not in `doc` are new blobs (without a layer).
     format : "blob" (one BlobProto), "npy", "npz", "safetensors", "hdf5"
         (Caffe's HDF5 snapshot of a net or solver state input), "protobuf"
-        (the input's kind as Caffe's protobuf), "prototxt" (a net input's
-        definition as text, without blobs: `blobs` is not used; fields text
-        cannot carry are warned about, or with `strict` a UsageError), or
-        "same" (the input's own kind and format, every other byte of a
-        protobuf container kept);
+        (the input's kind as Caffe's protobuf: a .prototxt input becomes a
+        .caffemodel without blobs), or "same" (the input's own kind and
+        format, every other byte of a protobuf container kept); a net's
+        definition as text is definition_text's;
         None chooses from dest's extension (.npy, .npz, .safetensors,
         .pb/.binaryproto/.blob/.protobin, .h5/.hdf5,
         .caffemodel/.solverstate); a name without an extension (or a file
@@ -166,38 +163,13 @@ def write(doc: Document | None, blobs, dest, *, format: str | None = None, preci
         Only for blobs that are not used afterwards: a page changed in
         memory (scale_data on the host) reads back as the file's bytes.
 
-    into : a template net (a path, or a Document from open_document): the
-        values of `blobs` (or of every blob of `doc`; {name: Blob or numpy
-        array}) are written into its blobs, matched by name (`names`:
-        "blobtool" or "torch", PyTorch's names as convert --names torch
-        writes them), and the template is written with them: every other
-        byte of a .caffemodel kept (surgery/into.py). Strict: FitError (exit
-        3) lists the template blobs without a value, the values no blob
-        takes and those of another shape; `partial` keeps the template's
-        values instead (the lists go to `warn`), `reshape` writes a value of
-        equal count in the template's shape; `fold` False reads PyTorch names
-        written with --no-fold; `net` (a Document) gives the layer types of
-        a template without them (an HDF5 snapshot), as --net does.
-        `precision` None keeps the template's stored types.
-        The values' names lose `strip_prefix` (when they start with it) and
-        gain `add_prefix` first; given neither, a prefix that makes more of
-        them the template's names (a wrapper's "module.") is found, used and
-        said to `warn` (surgery/prefixed.py); strip_prefix="" turns that off.
-        Two names made one are a UsageError.
-
     Returns the kind written. Paths are written atomically.
     """
-    if into is not None:
-        return _write_into(doc, blobs, dest, into, names=names, partial=partial, reshape=reshape, fold=fold,
-                           net=net, prefixes=(strip_prefix, add_prefix), format=format, precision=precision, layout=layout, release=release,
-                           half_strict=half_strict, warn=warn)
     if doc is None and blobs is None:
         raise UsageError("write: nothing to write (no document and no blobs)")
-    if doc is not None:
-        fmt, kind = output_target(dest, format, doc)
-        if fmt.name == "prototxt":
-            _write_definition(doc, dest, fmt, precision=precision, layout=layout, strict=strict, warn=warn)
-            return kind
+    if doc is not None and output_target(dest, format, doc)[0].name == "prototxt":
+        raise UsageError("a .prototxt holds a net's definition and no blobs: blobtool.definition_text(src, dest) "
+                         "writes it", path=doc.path)
     if blobs is None:
         entries = list(doc.entries)
         blob_list = [e.blob() for e in entries]
@@ -247,43 +219,95 @@ def resolve_precision(doc: Document | None, entries: list, blobs: list, precisio
                             narrow=HALF if precision == "half" else BFLOAT16)
 
 
-def _write_into(doc, blobs, dest, into, *, names, partial, reshape, fold, net, prefixes, precision, warn,
-                **options) -> str:
-    """write(into=...): the values fitted into the template's blobs (surgery.into.fit), then the template written."""
+def transplant(values, template, dest, *, names: str = "blobtool", partial: bool = False, reshape: bool = False,
+               fold: bool = True, definition=None, strip_prefix: str | None = None, add_prefix: str | None = None,
+               format: str | None = None, precision: str | None = None, layout: str | None = None,
+               half_strict: bool = False, blobs=(), kind: str | None = None, key: str | None = None,
+               warn=None) -> str:
+    """Write the values of `values` into the net `template`, blob by blob, and write the template to `dest`.
+
+    Caffe's net surgery "transplants" parameters from one net into another
+    (examples/net_surgery.ipynb); this is that, for any file blobtool reads.
+
+    Parameters
+    ----------
+    values : a path or Document (any file blobtool reads: `kind`, `key` and
+        `blobs`, patterns as select takes them, as for open_document and
+        select), or {name: Blob or numpy array}.
+    template : the net written (a path or Document): a .caffemodel, Caffe's
+        HDF5 snapshot (with `definition`, the net whose layer types it lacks),
+        or a .prototxt (its blobs made from its layers, every one needing a
+        value). Every other byte of a .caffemodel is kept (surgery/into.py).
+    names : "blobtool" matches the names as they are; "torch" (or
+        "torch-identifiers") reads the values under PyTorch's names, as
+        convert --names torch writes them (a net given as `values` is
+        renamed so first); `fold` False reads names written with --no-fold.
+    partial, reshape : strict by default: FitError (exit 3) lists the
+        template blobs without a value, the values no blob takes and those
+        of another shape; `partial` keeps the template's values instead (the
+        lists go to `warn`), `reshape` writes a value of equal count in the
+        template's shape.
+    strip_prefix, add_prefix : the values' names lose `strip_prefix` (when
+        they start with it) and gain `add_prefix` first; given neither, a
+        prefix that makes more of them the template's names (a wrapper's
+        "module.") is found, used and said to `warn` (surgery/prefixed.py);
+        strip_prefix="" turns that off. Two names made one are a UsageError.
+    format, precision, layout, half_strict : as write's; `precision` None
+        keeps the template's stored types.
+
+    Returns the kind written. Paths are written atomically.
+    """
+    from .formats import select
+    from .formats.numpy import cast_for
     from .surgery.into import fit
     from .surgery.prefixed import prefixed
 
-    if blobs is None:
-        if doc is None:
-            raise UsageError("write: nothing to write into the template (no document and no blobs)")
-        if names == "torch" and doc.kind == "net" and doc.naming == "blobtool":
-            from .torchport.naming import torch_names
+    with contextlib.ExitStack() as opened:
+        doc = None
+        if not isinstance(values, dict):
+            # Values of another type (float16 .npy, integers, bfloat16) load as float64, which holds them
+            # exactly: the template's types decide what is written.
+            if isinstance(values, Document):
+                doc = values
+            else:
+                with reading(key=key) if key is not None else contextlib.nullcontext():
+                    doc = opened.enter_context(open_document(values, kind, npy_cast=cast_for("double")))
+            entries = select(doc, blobs)
+            if names == "torch" and doc.kind == "net" and doc.naming == "blobtool":
+                from .torchport.naming import has_layer_types, torch_names
 
-            renamed = torch_names(doc, fold=fold)
-            _say(renamed.warnings, warn)
-            doc = renamed.document
-        blobs = {e.name: e for e in doc.entries}   # read when fitted; buffers Caffe has no blob for never are
-    source = doc.path if doc is not None else "the values"
-    template = into if isinstance(into, Document) else open_document(into)
-    blobs = prefixed(blobs, source, template, names, fold, net, *prefixes, warn=lambda line: _say([line], warn))
-    if template.format == "prototxt":
-        return _write_into_definition(template, blobs, dest, names=names, partial=partial, reshape=reshape,
-                                      fold=fold, precision=precision, warn=warn, source=source, **options)
-    fitted = fit(template, blobs, names=names, partial=partial, reshape=reshape, precision=precision, source=source,
-                 fold=fold, net=net)
-    _say(fitted.notes, warn)
-    if precision is None and fitted.precision:
-        precision = fitted.precision
-    blobs = fitted.blobs
-    if output_target(dest, options.get("format"), template)[1] != template.kind:
-        # Not the template's own kind (an .npz, a .safetensors): its blobs kept are written too, as stored.
-        blobs = {e.name: blobs[e.name] if e.name in blobs else e.blob() for e in template.entries}
-    return write(template, blobs, dest, precision=precision, warn=warn, **options)
+                if has_layer_types(doc):
+                    renamed = torch_names(doc, entries, fold=fold)
+                    _say(renamed.warnings, warn)
+                    doc, entries = renamed.document, renamed.document.entries
+            values = {e.name: e for e in entries}   # read when fitted; buffers Caffe has no blob for never are
+        source = doc.path if doc is not None else "the values"
+        if not isinstance(template, Document):
+            template = opened.enter_context(open_document(template))
+        if definition is not None and not isinstance(definition, Document):
+            definition = opened.enter_context(open_document(definition))
+        values = prefixed(values, source, template, names, fold, definition, strip_prefix, add_prefix,
+                          warn=lambda line: _say([line], warn))
+        options = {"format": format, "layout": layout, "half_strict": half_strict}
+        if template.format == "prototxt":
+            return _transplant_into_definition(template, values, dest, names=names, partial=partial,
+                                               reshape=reshape, fold=fold, precision=precision, warn=warn,
+                                               source=source, **options)
+        fitted = fit(template, values, names=names, partial=partial, reshape=reshape, precision=precision,
+                     source=source, fold=fold, net=definition)
+        _say(fitted.notes, warn)
+        if precision is None and fitted.precision:
+            precision = fitted.precision
+        written = fitted.blobs
+        if output_target(dest, format, template)[1] != template.kind:
+            # Not the template's own kind (an .npz, a .safetensors): its blobs kept are written too, as stored.
+            written = {e.name: written[e.name] if e.name in written else e.blob() for e in template.entries}
+        return write(template, written, dest, precision=precision, warn=warn, **options)
 
 
-def _write_into_definition(definition, blobs, dest, *, names, partial, reshape, fold, precision, warn, source,
-                           **options) -> str:
-    """write(into=a .prototxt): the blobs made from the definition and the values, written as a net."""
+def _transplant_into_definition(definition, blobs, dest, *, names, partial, reshape, fold, precision, warn, source,
+                                **options) -> str:
+    """transplant into a .prototxt: the blobs made from the definition and the values, written as a net."""
     from .surgery.blueprint import net_with_blobs, template_from_definition
     from .surgery.into import fit
 
@@ -305,18 +329,71 @@ def _write_into_definition(definition, blobs, dest, *, names, partial, reshape, 
     return write(template, fitted.blobs, dest, precision=precision, warn=warn, **options)
 
 
-def _write_definition(doc: Document, dest, fmt, *, precision, layout, strict: bool, warn) -> None:
-    """Write a net's definition as text, saying which fields text cannot carry (an error when `strict`)."""
-    from .formats.caffe.netdef import definition
+def definition_text(src, dest=None, *, strict: bool = False, warn=None) -> str:
+    """A net's definition (every layer's parameters and wiring, no blobs) in protobuf's text format.
 
-    found = definition(doc)
-    lines = found.lost_lines(doc.path) + found.escaped_lines(doc.path)
-    if lines and strict:
-        raise UsageError(f"{lines[0]}; {parameter('strict')} refuses to leave them out ({len(lines)} such line"
-                         f"{'s' * (len(lines) != 1)})")
-    for line in lines:
-        (warn or warnings.warn)(line if "written as escapes" in line else f"{line}; left out of the text")
-    module(fmt).write(doc, [], [], dest, kind="net", precision=Precision.of(precision), layout=layout)
+    `src`: a Document or what open_document takes (a .caffemodel in any of
+    Caffe's layer formats, V1 and V0 upgraded as Caffe does, a .prototxt);
+    Caffe's HDF5 snapshot holds no definition (UsageError). With `dest` (a
+    path, "-" or a binary file object) the text is also written there, as
+    UTF-8, atomically. Fields that text cannot carry (another fork's) are
+    said to `warn` (default warnings.warn) and left out, or with `strict`
+    refused (UsageError, nothing written).
+    """
+    from .files import atomic_output
+    from .formats.caffe.netdef import definition
+    from .formats.prototxt import definition_text as text_of
+
+    with contextlib.ExitStack() as opened:
+        doc = src if isinstance(src, Document) else opened.enter_context(open_document(src))
+        found = definition(doc)
+        lines = found.lost_lines(doc.path) + found.escaped_lines(doc.path)
+        if lines and strict:
+            raise UsageError(f"{lines[0]}; {parameter('strict')} refuses to leave them out ({len(lines)} such "
+                             f"line{'s' * (len(lines) != 1)})")
+        for line in lines:
+            (warn or warnings.warn)(line if "written as escapes" in line else f"{line}; left out of the text")
+        text = text_of(found.net)
+    if dest is not None:
+        with atomic_output(dest) as out:
+            out.write(text.encode("utf-8"))
+    return text
+
+
+def edit(src, dest, *, renames=None, drops=(), format: str | None = None, warn=None) -> str:
+    """Net surgery on a rewrite: the net in `src` with layers renamed and dropped, written to `dest`.
+
+    `renames`: {old: new} or "OLD=NEW" strings (a layer's blobs follow its
+    name: OLD/0 becomes NEW/0; its tops and bottoms stay); `drops`: layer
+    names, left out with their blobs (the layers that read a dropped
+    layer's output stay as they are, and are named to `warn`). Every other
+    byte of a protobuf net is kept (surgery/rename.py). `format` as write's.
+    Returns the kind written.
+    """
+    from .surgery.rename import edit_layers, parse_renames
+
+    if renames is not None and not isinstance(renames, dict):
+        renames = parse_renames(renames)
+    with contextlib.ExitStack() as opened:
+        doc = src if isinstance(src, Document) else opened.enter_context(open_document(src))
+        edited, lines = edit_layers(doc, renames or {}, tuple(drops))
+        _say(lines, warn)
+        edited.source.will_read_through()
+        return write(edited, {e.name: e.blob_to_write() for e in edited.entries}, dest, format=format, warn=warn)
+
+
+def fold(src, *outputs, definition=None):
+    """Fold each BatchNorm (and the Scale after it) of the net in `src` into the layer before it; write `outputs`.
+
+    As surgery.foldnet.fold_net: each output a path, "-" or a binary file
+    object (the folded .caffemodel, or its definition as .prototxt);
+    `definition` a deploy definition whose settings the folds use and which
+    a .prototxt output folds. Returns the FoldResult (its `plan`, its
+    `warnings`, `record()` as fold --json prints it).
+    """
+    from .surgery.foldnet import fold_net
+
+    return fold_net(src, *outputs, definition=definition)
 
 
 def _read_unread(doc: Document | None, entries: list, blobs: list, fmt, kind: str) -> None:

@@ -233,6 +233,8 @@ def compare_record(result, device=None) -> dict:
             row["diff_only_in"] = c.diff_only_in
         if c.layer is not None:
             row["layer"] = c.layer
+        if c.compared is not None:
+            row["compared"] = c.compared
         blobs.append(row)
     out = {"a": result.a, "b": result.b, "equal": result.equal, "rtol": result.rtol, "atol": result.atol}
     if device is not None:

@@ -24,7 +24,7 @@ LAYERS = (
     ("the net model", ("net",)),
     ("formats", ("formats",)),
     ("files", ("files",)),
-    ("the engine", ("engine",)),
+    ("the engine", ("engine", "work", "kernels", "device")),  # the last three: the engine's modules by short names
     ("the base", ("errors", "")),  # "": the package itself (its version; its names, imported on first use)
 )
 

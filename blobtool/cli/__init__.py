@@ -12,11 +12,15 @@ library (formats, api, compare, report) and print what it returns.
 - work.py: opening inputs, selecting blobs, selecting a GPU;
 - paths.py: the click types of input and output paths; names.py: --names;
   completion.py: shell completion of --blob's names;
+- rules.py: Verb, the command class that checks which options apply
+  together (one declared rule per option), refuses moved options and
+  rewrites old spellings;
 - inspect.py (info, norm, compare, devices), write.py (scale, update,
-  convert), fold.py (fold), show.py (show): one module per group of commands.
+  convert), nets.py (definition, transplant, edit), fold.py (fold), show.py
+  (show): one module per group of commands.
 
-A new command is a function in one of those modules (or a new one) and a
-line in COMMANDS below.
+A new command is a function in one of those modules (or a new one), built
+with rules.verb, and a line in JOBS below.
 
 Imports inside functions: these modules load at every start of the
 command, so what a command needs beyond click (numpy, rich, protobuf, the
@@ -34,16 +38,24 @@ from ..errors import ExitCode
 from .group import cli, fail_output, is_output_failure, quiet_broken_pipe, stopped
 from .fold import fold
 from .inspect import compare, devices, info, norm
+from .nets import definition, edit, transplant
 from .process import guard_standard_streams, keep_freed_memory, single_threaded_blas, stop_on_signals
 from .show import show
 from .write import convert, scale, update
 
-__all__ = ["cli", "main"]
+__all__ = ["cli", "main", "JOBS", "COMMANDS"]
 
-# The commands, in the order `blobtool --help` lists them.
-COMMANDS = (info, norm, scale, update, convert, fold, compare, devices, show)
+# The commands by job, in the order `blobtool --help` lists them.
+JOBS = (
+    ("Inspect", (info, show, compare, devices)),
+    ("Blob math", (norm, scale, update)),
+    ("Re-encode", (convert,)),
+    ("Nets", (definition, transplant, edit, fold)),
+)
+COMMANDS = tuple(command for _, commands in JOBS for command in commands)
 for _command in COMMANDS:
     cli.add_command(_command)
+cli.jobs = tuple((job, tuple(c.name for c in commands)) for job, commands in JOBS)
 
 
 def main(argv=None) -> None:

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import click
 
-from .group import CONTEXT_SETTINGS
 from .options import INPUT, OUTPUT, output_target
 from .output import emit_json, say_warning
+from .rules import verb
 
 __all__ = ["fold"]
 
 
-@click.command(context_settings=CONTEXT_SETTINGS)
+@verb()
 @click.argument("net", type=INPUT)
 @click.option("-o", "--output", "outputs", type=OUTPUT, multiple=True, metavar="PATH",
               help="Where to write: the folded net (.caffemodel, or a name without an extension), or its "

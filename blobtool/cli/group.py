@@ -52,14 +52,13 @@ def debug_traceback(exc: BaseException) -> None:
 # is not the parameter's with "_" as "-" (strip_prefix -> --strip-prefix):
 # select()'s patterns and write()'s blobs are what --blob chooses;
 # parse_renames' pairs and edit_layers' renames are --rename's, its drops
-# --drop's; info_record's layer_defs is what --layers asks for; write()'s
-# precision and layout are set by the flags named. A parameter
+# --drop's; info_record's layer_defs is what --layers asks for; `net` (the
+# library's definition of a net's layer types) is --definition's. A parameter
 # named with its value ("name=repr(value)") is the command's flag of that
 # value where it has one, else the option and the value (format='blob' ->
-# --format blob).
+# --format blob, precision='half' -> --precision half).
 OPTIONS = {"patterns": "--blob", "blobs": "--blob", "pairs": "--rename", "renames": "--rename", "drops": "--drop",
-           "layer_defs": "--layers", "precision": "--float/--double/--half", "layout": "--shape/--legacy",
-           "layout='legacy'": "--legacy", "precision='bf16'": "--bf16", "precision='half'": "--half",
+           "layer_defs": "--layers", "net": "--definition", "half_strict": "--strict",
            "write_diff=False": "--no-diff"}
 
 
@@ -180,7 +179,23 @@ def stopped(exc: KeyboardInterrupt) -> int:
 
 
 class BlobtoolGroup(click.Group):
-    """Maps the library's errors to one stderr line and the documented exit code."""
+    """Maps the library's errors to one stderr line and the documented exit code; lists its commands by job."""
+
+    jobs: tuple = ()   # ((job, (command name, ...)), ...): set where the commands are added (cli/__init__.py)
+
+    def list_commands(self, ctx):
+        listed = [name for _, names in self.jobs for name in names]
+        return listed + sorted(set(self.commands) - set(listed))
+
+    def format_commands(self, ctx, formatter):
+        widest = max((len(name) for name in self.commands), default=0)
+        for job, names in self.jobs:
+            # Every section's names padded to the widest, so that the descriptions line up across sections.
+            rows = [(name.ljust(widest), self.commands[name].get_short_help_str(formatter.width - 6 - widest))
+                    for name in names if name in self.commands]
+            if rows:
+                with formatter.section(job):
+                    formatter.write_dl(rows)
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
         # Click's own usage errors print four lines (usage, hint, blank, error);
@@ -239,8 +254,10 @@ _HELP = f"""Inspect, compare and convert Caffe blob files.
 Reads (the kind is sniffed from the bytes, not the name):
   BlobProto (.binaryproto, .pb, .protobin; the `shape` field or the legacy
     num/channels/height/width), BlobProtoVector, nets (.caffemodel) and
-    solver states (.solverstate) as protobuf, Caffe's HDF5 snapshots
-    (.caffemodel.h5, .solverstate.h5), .npy and .npz arrays, .safetensors.
+    solver states (.solverstate) as protobuf, nets' definitions as text
+    (.prototxt), Caffe's HDF5 snapshots (.caffemodel.h5, .solverstate.h5),
+    .npy and .npz arrays, .safetensors, PyTorch state dicts (.pt, .pth; no
+    pickle is ever run).
 info and norm also take folders (every such file in them, recursively).
 
 {exit_codes_help()}

@@ -8,12 +8,14 @@ import click
 
 from ..errors import ExitCode
 from ..report import text
-from .group import CONTEXT_SETTINGS, batch_error, debug_traceback, error_line, say_error
-from .names import check_names, named, names_options, prefix_options, prefixes_asked, renamed, warn_all
+from .group import batch_error, debug_traceback, error_line, say_error
+from .names import (NAMES_MOVED, NAMES_RULES, TORCH_NAMES, check_names, named, names_options, prefix_options,
+                    prefixes_asked, selected_renamed, warn_all)
 from .options import (INPUT, Tolerance, all_files_option, batch_inputs, blob_option, device_option,
                       fail_fast_option, jobs_option, json_object_option, json_option, kind_option)
 from .output import consoles, emit, emit_json, progress
 from .process import records
+from .rules import Refuses, verb
 from .work import array_module, open_input, open_inputs, release_device, use_device
 
 __all__ = ["info", "norm", "compare", "devices"]
@@ -89,16 +91,17 @@ def _emit_compare(record: dict, as_json: bool, quiet: bool) -> None:
          draw=lambda out: _tables().render_compare(out, record, quiet=quiet))
 
 
-@click.command(context_settings=CONTEXT_SETTINGS)
+@verb(rules={**NAMES_RULES, "layer_defs": (Refuses("names", TORCH_NAMES, "it lists the layers as Caffe defines them"),)},
+      moved={**NAMES_MOVED, "--all-layers": "--all-layers is now --layers (every layer, with its wiring and "
+                                             "parameters)"})
 @click.argument("files", nargs=-1, type=INPUT)
 @click.option("--stats", is_flag=True, help="Add min, max, mean, std and NaN/Inf counts (reads the values).")
 @click.option("--check", type=click.Choice(["finite"]), default=None,
               help="Exit 1 when a check fails; finite: no NaN or Inf in the selected blobs' data and diff "
                    "(reads the values).")
-@click.option("--all-layers", is_flag=True, help="Also list every layer of a net with its type, blobs or not.")
 @click.option("--layers", "layer_defs", is_flag=True,
-              help="List a net's layers in file order: type, bottoms -> tops, parameters in short, blob shapes "
-                   "(--json: each layer's definition under layer_defs).")
+              help="List every layer of a net in file order, blobs or not: type, bottoms -> tops, parameters in "
+                   "short, blob shapes (--json: each layer's definition under layer_defs).")
 @blob_option
 @kind_option
 @json_option
@@ -106,7 +109,7 @@ def _emit_compare(record: dict, as_json: bool, quiet: bool) -> None:
 @fail_fast_option
 @all_files_option
 @names_options
-def info(files, stats, check, all_layers, layer_defs, patterns, kind, as_json, jobs, fail_fast, all_files, names,
+def info(files, stats, check, layer_defs, patterns, kind, as_json, jobs, fail_fast, all_files, names,
          no_fold, net):
     """Show what a blob file holds: kind, size, and each blob's shape, layout, dtype, count and diff.
 
@@ -129,13 +132,12 @@ def info(files, stats, check, all_layers, layer_defs, patterns, kind, as_json, j
       blobtool info --names torch model.caffemodel    # the PyTorch names convert would give, BatchNorm eps
       blobtool info --layers model.caffemodel         # every layer: wiring, kernel, stride, eps, ...
       blobtool info --names torch --stats model.caffemodel | grep running_var
-      blobtool info --names torch --net model.caffemodel snapshot.caffemodel.h5
+      blobtool info --names torch --blob bn1.running_var model.caffemodel
+      blobtool info --names torch --definition model.caffemodel snapshot.caffemodel.h5
     """
     from ..report.text import check_message, invalid_message
 
     check_names(names, net)
-    if layer_defs and names != "blobtool":
-        raise click.UsageError("--layers lists the file's layers as Caffe defines them; drop --names")
     batch = _Batch(files, fail_fast, all_files)
     if names != "blobtool" and not (stats or check):
         for record in batch.records(functools.partial(_mapping_one, kind=kind, patterns=patterns,
@@ -144,7 +146,7 @@ def info(files, stats, check, all_layers, layer_defs, patterns, kind, as_json, j
         batch.exit()
         return
     work = functools.partial(_info_one, kind=kind, patterns=patterns, stats=stats, check=check,
-                             all_layers=all_layers, layer_defs=layer_defs, names=names, fold=not no_fold, net=net)
+                             layer_defs=layer_defs, names=names, fold=not no_fold, net=net)
     failed = ExitCode.OK
     for record in batch.records(work, jobs):
         _emit_info(record, as_json)
@@ -156,20 +158,18 @@ def info(files, stats, check, all_layers, layer_defs, patterns, kind, as_json, j
     batch.exit(failed)
 
 
-def _info_one(path, *, kind, patterns, stats, check=None, all_layers=False, layer_defs=False, names="blobtool",
+def _info_one(path, *, kind, patterns, stats, check=None, layer_defs=False, names="blobtool",
               fold=True, net=None, show_progress=True):
     """info's record for one file (runs in a worker process when several files are given)."""
-    from ..formats import select
     from ..records import info_record
 
     from ..files import releasing
 
     doc = open_input(path, kind)
-    shown, entries = named(doc, select(doc, patterns), names, fold, net)
+    shown, entries = named(doc, patterns, names, fold, net)
     # Nothing changes the values here: their pages can go back as they are read.
     with progress(doc, "reading", show_progress), releasing():
-        record = info_record(shown, entries, stats=stats, check=check, all_layers=all_layers,
-                             layer_defs=layer_defs)
+        record = info_record(shown, entries, stats=stats, check=check, layer_defs=layer_defs)
     return _names_noted(record, names)
 
 
@@ -182,11 +182,11 @@ def _names_noted(record: dict, names: str) -> dict:
 
 def _mapping_one(path, *, kind, patterns, fold, net=None, scheme="torch", show_progress=True):
     """info --names torch's record for one file: the renaming that convert would apply, and the settings."""
-    from ..formats import select
     from ..report.mapping import mapping_record
 
     doc = open_input(path, kind)
-    return mapping_record(doc, renamed(doc, select(doc, patterns), fold, net, scheme), fold=fold)
+    result, entries = selected_renamed(doc, patterns, fold, net, scheme)
+    return mapping_record(doc, result, fold=fold, names={e.name for e in entries})
 
 
 def _emit_mapping(record: dict, as_json: bool) -> None:
@@ -195,7 +195,7 @@ def _emit_mapping(record: dict, as_json: bool) -> None:
     emit(record, as_json, plain=mapping.plain_mapping, draw=lambda out: mapping.render_mapping(out, record))
 
 
-@click.command(context_settings=CONTEXT_SETTINGS)
+@verb(rules=NAMES_RULES, moved=NAMES_MOVED)
 @click.argument("files", nargs=-1, type=INPUT)
 @device_option
 @blob_option
@@ -233,12 +233,11 @@ def norm(files, device, patterns, kind, as_json, jobs, fail_fast, all_files, nam
 
 def _norm_one(path, *, kind, patterns, device_info, names="blobtool", fold=True, net=None, show_progress=True):
     """norm's record for one file (runs in a worker process when several files are given)."""
-    from ..formats import select
     from ..records import norm_record
     from ..files import releasing
 
     doc = open_input(path, kind)
-    shown, entries = named(doc, select(doc, patterns), names, fold, net)
+    shown, entries = named(doc, patterns, names, fold, net)
     doc.source.will_read_through()
     # One blob at a time: a blob a reader builds (an HDF5 dataset read
     # through HDF5, an .npz member) is let go once summed. On a GPU no blob
@@ -265,7 +264,7 @@ def _norm_target(entry, streamer):
     return blob
 
 
-@click.command(context_settings=CONTEXT_SETTINGS)
+@verb(rules=NAMES_RULES, moved=NAMES_MOVED)
 @click.argument("a", type=INPUT)
 @click.argument("b", type=INPUT)
 @click.option("--rtol", type=Tolerance(), default=0.0, metavar="R",
@@ -286,14 +285,17 @@ def compare(a, b, rtol, atol, quiet, device, patterns, kind, as_json, names, no_
     Blobs match by name (the second file's names after --strip-prefix and
     --add-prefix, or a shared prefix found that makes them match, said on
     stderr); shapes compare with Caffe's legacy rule ((3,2) equals legacy
-    1x1x3x2); values compare in float64, NaN equal to NaN.
+    1x1x3x2); values compare in float64, NaN equal to NaN. Two nets'
+    BatchNorm statistics compare as Caffe computes with them: each net's
+    stored sums divided by its own factor (blob 2), the factors not on their
+    own (a line on stderr says so; --json marks those blobs "compared").
 
     \b
     Example:
       blobtool compare before.pb after.pb --rtol 1e-6
       blobtool convert --double w.pb -o - | blobtool compare - w.pb
       blobtool compare --names torch model.caffemodel ported.safetensors
-      blobtool compare --names torch --net model.caffemodel snapshot.caffemodel.h5 ported.safetensors
+      blobtool compare --names torch --definition model.caffemodel snapshot.caffemodel.h5 ported.safetensors
       blobtool compare --names torch model.caffemodel port.pth --strip-prefix module.
     """
     from ..engine.compare import compare_documents
@@ -321,6 +323,7 @@ def compare(a, b, rtol, atol, quiet, device, patterns, kind, as_json, names, no_
             if types is not None:
                 types.close()
         warn_all(warnings)
+        statistics = None
     else:
         from ..torchport.prefixes import match_documents
 
@@ -328,6 +331,7 @@ def compare(a, b, rtol, atol, quiet, device, patterns, kind, as_json, names, no_
         warn_all([note] if note else [])
         entries_a = select(doc_a, patterns)
         entries_b = select(doc_b, patterns)
+        statistics = _statistics(doc_a, doc_b, entries_a, entries_b)
     doc_a.source.will_read_through()
     doc_b.source.will_read_through()
     with progress(doc_a, "comparing"), using_threads(None), releasing():
@@ -335,13 +339,38 @@ def compare(a, b, rtol, atol, quiet, device, patterns, kind, as_json, names, no_
         # compared) and its device memory is freed before the next.
         result = compare_documents(doc_a, doc_b, entries_a, entries_b, rtol=rtol, atol=atol,
                                    xp=array_module(device_info),
-                                   done=release_device if device_info is not None else None)
+                                   done=release_device if device_info is not None else None,
+                                   statistics=statistics)
     record = compare_record(result, device=device_info)
     _emit_compare(record, as_json, quiet)
     click.get_current_context().exit(ExitCode.OK if result.equal else ExitCode.DIFFERENT)
 
 
-@click.command(context_settings=CONTEXT_SETTINGS)
+def _statistics(doc_a, doc_b, entries_a, entries_b):
+    """For two nets with BatchNorm layers: their statistics' factors (net.batchnorm), said on stderr; else None.
+
+    Caffe computes with a BatchNorm's stored sums divided by its factor, so
+    two nets whose sums and factors differ by the same ratio compute the same
+    (a net written back from PyTorch has its factor 1): compare says so.
+    """
+    from ..net.batchnorm import statistic_factors
+    from ..torchport.naming import has_layer_types
+    from .names import say_summary
+
+    if not (has_layer_types(doc_a) and has_layer_types(doc_b)):
+        return None
+    sides = statistic_factors(doc_a), statistic_factors(doc_b)
+    names_b = {e.name for e in entries_b}
+    shared = [e.name for e in entries_a if e.name in names_b and e.name in sides[0][1] and e.name in sides[1][1]]
+    if not shared:
+        return None
+    say_summary([f"{doc_a.path}, {doc_b.path}: BatchNorm statistics compared as Caffe uses them, each net's sums "
+                 f"divided by its own factor (blob 2); the {len(shared)} factor blob{'s' * (len(shared) != 1)} "
+                 "not compared on their own"])
+    return sides
+
+
+@verb()
 @json_object_option('Print one JSON object: {"devices": [...]}.')
 def devices(as_json):
     """List the visible CUDA devices: index, name, memory and compute capability.

@@ -1,4 +1,4 @@
-"""--names, --no-fold and --net: renaming a net's blobs as PyTorch names them (torchport/naming.py, metadata.py), and its lines."""
+"""--names, --no-fold and --definition: renaming a net's blobs as PyTorch names them (torchport/naming.py, metadata.py), and its lines."""
 
 from __future__ import annotations
 
@@ -8,13 +8,24 @@ from ..formats import NAMING_SCHEMES as SCHEMES
 from .output import say_warning
 from .options import listed_names
 from .paths import INPUT
+from .rules import Needs
 
-__all__ = ["names_options", "check_names", "prefix_options", "prefixes_asked", "renamed", "named", "renamer",
+# The schemes that rename by PyTorch's names, which --no-fold and --definition go with.
+TORCH_NAMES = tuple(s for s in SCHEMES if s != "blobtool")
+
+# The rules of names_options (cli/rules.py), for the commands that take them.
+NAMES_RULES = {
+    "no_fold": (Needs("names", TORCH_NAMES, "it keeps a Scale apart from the BatchNorm in PyTorch's names"),),
+    "net": (Needs("names", TORCH_NAMES, "it gives the layer types that PyTorch's names are made from"),),
+}
+NAMES_MOVED = {"--net": "--net is now --definition PATH (the net whose definition gives the layer types)"}
+
+__all__ = ["names_options", "NAMES_RULES", "NAMES_MOVED", "TORCH_NAMES", "check_names", "prefix_options", "prefixes_asked", "renamed", "named", "selected_renamed", "renamer",
            "warn_all", "say_summary"]
 
 
 def names_options(f):
-    f = click.option("--net", "net", type=INPUT, default=None, metavar="FILE",
+    f = click.option("--definition", "net", type=INPUT, default=None, metavar="PATH",
                      help="With --names torch: the net whose layer types rename the blobs of a net that holds "
                           "none (Caffe's HDF5 snapshot): the matching .caffemodel, its layers matched by name "
                           "(exit 2 when a layer holding blobs is not in it or its blobs differ). Files with "
@@ -32,11 +43,9 @@ def names_options(f):
 
 
 def check_names(names: str, net) -> None:
-    """Refuse --net without --names torch (usage error): it would change nothing."""
-    if net is not None and names == "blobtool":
-        raise click.UsageError("--net gives the layer types that --names torch renames by; add --names torch")
+    """Refuse --definition - (usage error): standard input is for the inputs."""
     if net == "-":
-        raise click.UsageError("--net names a file: standard input is for the inputs")
+        raise click.UsageError("--definition names a file: standard input is for the inputs")
 
 
 def prefix_options(f):
@@ -73,27 +82,53 @@ def renamer(scheme: str):
 
 
 def renamed(doc, entries, fold: bool, net=None, scheme: str = "torch"):
-    """The library's TorchExport for the selected entries, its warnings printed; `net`: the --net path or None."""
+    """The library's TorchExport for the selected entries, its warnings printed; `net`: the --definition or None."""
+    return _renamed(doc, lambda rename, **options: rename(doc, entries, **options), fold, net, scheme)
+
+
+def named(doc, patterns, names: str, fold: bool, net=None) -> tuple:
+    """(document, entries) --blob `patterns` select under the names asked (see selected_renamed)."""
+    from ..formats import select
+
+    if names == "blobtool":
+        return doc, select(doc, patterns)
+    result, entries = selected_renamed(doc, patterns, fold, net, names)
+    return result.document, entries
+
+
+def selected_renamed(doc, patterns, fold: bool, net=None, scheme: str = "torch") -> tuple:
+    """(the TorchExport, the renamed entries `patterns` select), its warnings printed.
+
+    The blobs are selected by the file's names (conv1/0, bn1), or where no
+    pattern is one of those, by PyTorch's (bn1.running_var), as
+    torchport.naming.renamed_selection does.
+    """
+    from ..torchport.naming import renamed_selection
+
+    picked = []
+
+    def run(rename, **options):
+        result, entries = renamed_selection(doc, patterns, rename, **options)
+        picked.append(entries)
+        return result
+
+    return _renamed(doc, run, fold, net, scheme), picked[0]
+
+
+def _renamed(doc, run, fold: bool, net, scheme: str):
+    """run(rename, fold=..., net=...) with the types of `net` (a path) open where `doc` holds none; warnings said."""
     from ..torchport.naming import has_layer_types
     from .work import open_input
 
     rename = renamer(scheme)
     if net is None or has_layer_types(doc):
-        result = rename(doc, entries, fold=fold)
+        result = run(rename, fold=fold)
     else:
         # Only its layers are read (types, bottoms, tops, settings): it is let go once the names are made.
         with open_input(net) as types:
-            result = rename(doc, entries, fold=fold, net=types)
+            result = run(rename, fold=fold, net=types)
     warn_all(result.warnings)
     return result
-
-
-def named(doc, entries, names: str, fold: bool, net=None) -> tuple:
-    """(document, entries) under the names asked: as they are for blobtool's, renamed for torch's."""
-    if names == "blobtool":
-        return doc, entries
-    result = renamed(doc, entries, fold, net, names)
-    return result.document, list(result.document.entries)
 
 
 def say_summary(lines) -> None:

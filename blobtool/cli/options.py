@@ -11,7 +11,10 @@ from ..formats import KINDS, OUTPUT_FORMATS
 from .completion import complete_blob_names
 from .paths import INPUT, OUTPUT
 
-__all__ = ["INPUT", "OUTPUT", "Tolerance", "listed_names", "json_option", "json_object_option", "device_option",
+# The formats of blob values (a net's definition as text is the definition command's).
+BLOB_FORMATS = tuple(f for f in OUTPUT_FORMATS if f != "prototxt")
+
+__all__ = ["INPUT", "OUTPUT", "BLOB_FORMATS", "Tolerance", "listed_names", "json_option", "json_object_option", "device_option",
            "blob_option",
            "kind_option", "output_options", "jobs_option", "fail_fast_option", "all_files_option", "inputs",
            "batch_inputs",
@@ -87,13 +90,12 @@ def _read_key(ctx, param, value):
 
 
 def output_options(f):
-    f = click.option("--format", "fmt", type=click.Choice(OUTPUT_FORMATS), default=None,
+    f = click.option("--format", "fmt", type=click.Choice(BLOB_FORMATS), default=None,
                      help="Output format: blob (one BlobProto), npy, npz, safetensors, hdf5 (Caffe's HDF5 snapshot "
                           "of a net or solver state), protobuf (the input's kind as Caffe's protobuf), or same (the "
-                          "input's kind and format), prototxt (a net's definition as text, no blobs). Default by "
-                          "extension: .npy, .npz, .safetensors, .pb/.binaryproto (one blob), .h5/.hdf5, "
-                          ".caffemodel/.solverstate (protobuf), .prototxt/.pbtxt; a name without an extension: same; "
-                          "any other extension is refused (exit 2).")(f)
+                          "input's kind and format). Default by extension: .npy, .npz, .safetensors, "
+                          ".pb/.binaryproto (one blob), .h5/.hdf5, .caffemodel/.solverstate (protobuf); a name "
+                          "without an extension: same; any other extension is refused (exit 2).")(f)
     f = click.option("-o", "--output", type=OUTPUT, default=None, metavar="PATH",
                      help="Where to write ('-' for stdout; default stdout when it is not a terminal).")(f)
     return f

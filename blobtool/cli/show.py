@@ -9,16 +9,16 @@ import click
 from ..errors import UsageError
 from ..report.text import MAX_COLUMNS
 from .completion import complete_blob_names
-from .group import CONTEXT_SETTINGS
-from .names import check_names, named, names_options
+from .names import NAMES_MOVED, NAMES_RULES, check_names, named, names_options
 from .options import INPUT, OUTPUT, kind_option
 from .output import consoles, say_warning
+from .rules import verb
 from .work import open_input
 
 __all__ = ["show"]
 
 
-@click.command(context_settings=CONTEXT_SETTINGS)
+@verb(rules=NAMES_RULES, moved=NAMES_MOVED)
 @click.argument("file", type=INPUT)
 @click.option("--blob", "name", metavar="NAME", default=None, shell_complete=complete_blob_names,
               help="The blob to show (name or glob that matches one blob); needed when the file holds several.")
@@ -69,7 +69,7 @@ def show(file, name, channel, index, width, output, kind, names, no_fold, net):
             raise click.UsageError("refusing to write a PNG to a terminal; use -o PATH.png")
         image_module = _pillow_image()
     doc = open_input(file, kind)
-    entries = _chosen(doc, name, names, not no_fold, net)
+    entries = named(doc, [name] if name is not None else [], names, not no_fold, net)[1]
     if len(entries) != 1:
         names = ", ".join(e.name for e in entries[:8]) + (", ..." if len(entries) > 8 else "")
         raise UsageError(f"{doc.path}: show draws one blob; {len(entries)} match ({names}): "
@@ -78,24 +78,6 @@ def show(file, name, channel, index, width, output, kind, names, no_fold, net):
     with releasing():  # the values are only read: their pages can go back as they are
         _draw(doc, entry, entry.blob().cpu_data().reshape(entry.shape), channel, index, width, output,
               image_module)
-
-
-def _chosen(doc, name, names, fold, net) -> list:
-    """The entries --blob NAME selects, under the names asked; with torch's, NAME may be either name of a blob."""
-    from ..errors import FormatError
-    from ..formats import select
-
-    patterns = [name] if name is not None else []
-    if names == "blobtool":
-        return select(doc, patterns)
-    try:
-        return named(doc, select(doc, patterns), names, fold, net)[1]
-    except FormatError as caffe_miss:
-        shown, entries = named(doc, select(doc, []), names, fold, net)
-        try:
-            return select(shown, patterns)
-        except FormatError:
-            raise caffe_miss from None
 
 
 def _draw(doc, entry, data, channel, index, width, output, image_module) -> None:

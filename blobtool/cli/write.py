@@ -5,14 +5,24 @@ from __future__ import annotations
 import click
 
 from ..errors import FormatError
-from .group import CONTEXT_SETTINGS
-from .names import check_names, names_options, renamed, say_summary, warn_all
+from .names import NAMES_MOVED, NAMES_RULES, check_names, names_options, renamed, say_summary, warn_all
 from .options import INPUT, blob_option, device_option, kind_option, output_options, output_target
 from .output import progress
-from .surgery import open_edited, surgery_options, write_into
+from .rules import Needs, verb
 from .work import load_selected, use_device
 
-__all__ = ["scale", "update", "convert"]
+__all__ = ["scale", "update", "convert", "blob_output"]
+
+
+def blob_output(output, fmt):
+    """Where scale, update and convert write (output_target); a .prototxt, a net's definition, is definition's."""
+    from ..formats.targets import chosen_format
+
+    output = output_target(output)
+    if chosen_format(output, fmt) == "prototxt":
+        raise click.UsageError("a .prototxt output is a net's definition, without blobs: blobtool definition NET "
+                               f"-o {output if output != '-' else 'FILE.prototxt'} writes it")
+    return output
 
 
 def _write(doc, entries, blobs, output, fmt, *, precision=None, layout=None, write_diff=None, transforms=None,
@@ -151,7 +161,7 @@ def _warn_nonfinite(doc, entries, counts: list, what: str) -> None:
                         f"into Inf or NaN (past {ranges} range)")
 
 
-@click.command(context_settings={**CONTEXT_SETTINGS, "ignore_unknown_options": True})
+@verb(negative_numbers=True)
 @click.argument("file", type=INPUT)
 @click.argument("factor", type=float)
 @click.option("--diff-factor", type=float, default=None, metavar="F",
@@ -178,7 +188,7 @@ def scale(file, factor, diff_factor, output, fmt, device, patterns, kind):
     """
     from ..engine.kernels import scaled
 
-    output = output_target(output)
+    output = blob_output(output, fmt)
     device_info = use_device(device)
     doc, entries, blobs = load_selected(file, kind, patterns)
     what = f"scaling by {factor:g}" + (f" (diff by {diff_factor:g})" if diff_factor is not None else "")
@@ -194,7 +204,7 @@ def scale(file, factor, diff_factor, output, fmt, device, patterns, kind):
     _streamed(doc, entries, blobs, output, fmt, makers, what)
 
 
-@click.command(context_settings=CONTEXT_SETTINGS)
+@verb()
 @click.argument("file", type=INPUT)
 @output_options
 @device_option
@@ -215,7 +225,7 @@ def update(file, output, fmt, device, patterns, kind):
     """
     from ..engine.kernels import minus
 
-    output = output_target(output)
+    output = blob_output(output, fmt)
     device_info = use_device(device)
     doc, entries, blobs = load_selected(file, kind, patterns)
     for entry, blob in zip(entries, blobs):
@@ -228,109 +238,87 @@ def update(file, output, fmt, device, patterns, kind):
     _streamed(doc, entries, blobs, output, fmt, {"data": lambda b: minus(b.cpu_diff())}, "data -= diff")
 
 
-@click.command(context_settings=CONTEXT_SETTINGS)
+PRECISIONS = ("float", "double", "half", "bf16")
+
+# Short forms kept from earlier releases: convert --double is --precision double.
+CONVERT_RESPELLED = {"--double": ("--precision", "double"), "--float": ("--precision", "float"),
+                     "--half": ("--precision", "half"), "--bf16": ("--precision", "bf16"),
+                     "--half-strict": ("--precision", "half", "--strict"),
+                     "--shape": ("--layout", "shape"), "--legacy": ("--layout", "legacy")}
+
+# What convert did before each job got a command of its own.
+CONVERT_MOVED = {
+    **{option: f"{option} is transplant's now: blobtool transplant SOURCE TEMPLATE -o OUT {option}"
+       for option in ("--partial", "--reshape", "--strip-prefix", "--add-prefix")},
+    "--into": "--into is a command now: blobtool transplant SOURCE TEMPLATE -o OUT",
+    "--rename": "--rename is edit's now: blobtool edit NET -o OUT --rename OLD=NEW",
+    "--drop": "--drop is edit's now: blobtool edit NET -o OUT --drop LAYER",
+    "--device": "--device: convert computes nothing a GPU could run (it re-encodes values on the host as it "
+                "writes them); drop --device",
+    **NAMES_MOVED,
+}
+
+CONVERT_RULES = {**NAMES_RULES, "half_strict": (Needs("precision", ("half",), "it refuses what float16 cannot "
+                                                                            "hold"),)}
+
+
+@verb(rules=CONVERT_RULES, moved=CONVERT_MOVED, respelled=CONVERT_RESPELLED)
 @click.argument("file", type=INPUT)
 @output_options
-@click.option("--double", "precision", flag_value="double", help="Write float64 values (double_data).")
-@click.option("--float", "precision", flag_value="float",
-              help="Write float32 values (data); a double past float32's range becomes Inf, with a warning line.")
-@click.option("--half", "precision", flag_value="half",
-              help="Write float16 values: NVIDIA Caffe's raw FLOAT16 form in protobuf (half the size; only NVIDIA "
-                   "Caffe and OpenCV read it), float16 arrays elsewhere. A blob with values past float16's range "
-                   "(65504) stays float32, with a warning.")
-@click.option("--bf16", "precision", flag_value="bf16",
-              help="Write bfloat16 values (PyTorch's usual half type; .safetensors only: BF16 tensors), rounded to "
-                   "nearest. A blob with values that would become Inf stays float32, with a warning; values "
-                   "made subnormal or 0 are counted.")
-@click.option("--half-strict", is_flag=True,
-              help="As --half, but a blob that float16 cannot hold is an error (exit 2, nothing written).")
-@click.option("--shape", "layout", flag_value="shape", help="Write the `shape` field (Caffe's ToProto).")
-@click.option("--legacy", "layout", flag_value="legacy",
-              help="Write legacy num/channels/height/width (at most 4 axes).")
+@click.option("--precision", type=click.Choice(PRECISIONS), default=None,
+              help="Write float (float32: Caffe's data), double (float64: double_data), half (float16: NVIDIA "
+                   "Caffe's raw FLOAT16 form in protobuf, float16 arrays elsewhere) or bf16 (bfloat16, "
+                   ".safetensors only). A double past float32's range becomes Inf, with a warning line; a blob "
+                   "that float16 or bfloat16 cannot hold stays float32, with a warning. Default: as stored.")
+@click.option("--strict", "half_strict", is_flag=True,
+              help="With --precision half: a blob that float16 cannot hold is an error (exit 2, nothing "
+                   "written).")
+@click.option("--layout", type=click.Choice(("shape", "legacy")), default=None,
+              help="shape: the `shape` field (Caffe's ToProto); legacy: num/channels/height/width (at most 4 "
+                   "axes; protobuf only). Default: as stored.")
 @click.option("--no-diff", is_flag=True, help="Drop the diff.")
-@click.option("--device", "device", type=click.IntRange(min=0), metavar="N", default=None,
-              help="Refused (exit 2): convert computes nothing, so no work of it would run on a GPU.")
-@click.option("--strict", is_flag=True,
-              help="With a .prototxt output: fields that text cannot carry (another fork's fields) are an error "
-                   "(exit 2, nothing written), not a warning line each.")
 @blob_option
 @kind_option
 @names_options
-@surgery_options
-def convert(file, output, fmt, precision, half_strict, layout, no_diff, device, strict, patterns, kind, names,
-            no_fold, net, template, partial, reshape, renames, drops, strip_prefix, add_prefix):
-    """Re-save blobs with Caffe's ToProto meaning: as the same kind, a blob file, .npy, .npz, .safetensors or HDF5.
+def convert(file, output, fmt, precision, half_strict, layout, no_diff, patterns, kind, names, no_fold, net):
+    """Re-encode blobs: as the same kind, a blob file, .npy, .npz, .safetensors or Caffe's HDF5.
 
-    Keeps each blob's dtype, layout and diff unless told otherwise. -o x.prototxt
-    writes a net's definition (every layer's parameters and wiring) as text, without
-    blobs; a .prototxt input converts to a blob-less .caffemodel. A .caffemodel,
-    .solverstate or BlobProtoVector converts to the same kind with only the selected
-    blobs re-encoded: every other byte is kept. `--blob NAME -o x.npy` (or x.pb)
-    extracts one blob. .npy input becomes a blob (float16 or integer arrays need
-    --float or --double; pickles are never loaded). .npy output holds the data
-    array; .npz and .safetensors hold every blob by name and its diff under "<name>/diff".
-    --names torch names a .caffemodel's blobs as PyTorch does (see info --names torch);
-    an HDF5 snapshot's with --net and the matching .caffemodel.
-    Caffe's HDF5 snapshots (.caffemodel.h5, .solverstate.h5; needs blobtool[hdf5])
-    convert both ways: -o x.h5 writes Caffe's HDF5 layout, -o x.caffemodel or
-    -o x.solverstate the protobuf form. HDF5 holds no layer types or parameters, so an
-    HDF5 net becomes a NetParameter with layer names and blobs only. --legacy is
-    protobuf only. Converting computes nothing (casts and re-encoding run on the
-    host as the output is written), so convert refuses --device (exit 2) rather
-    than copy blobs to a GPU and back for nothing.
+    Keeps each blob's dtype, layout and diff unless told otherwise, with
+    Caffe's ToProto meaning. A .caffemodel, .solverstate or BlobProtoVector
+    converts to the same kind with only the selected blobs re-encoded: every
+    other byte is kept. `--blob NAME -o x.npy` (or x.pb) extracts one blob.
+    .npy input becomes a blob (float16 or integer arrays need --precision
+    float or double; pickles are never loaded). .npy output holds the data
+    array; .npz and .safetensors hold every blob by name and its diff under
+    "<name>/diff". --names torch names a .caffemodel's blobs as PyTorch does
+    (see info --names torch); an HDF5 snapshot's with --definition and the
+    matching .caffemodel. Caffe's HDF5 snapshots (.caffemodel.h5,
+    .solverstate.h5; needs blobtool[hdf5]) convert both ways. HDF5 holds no
+    layer types or parameters, so an HDF5 net becomes a NetParameter with
+    layer names and blobs only. Converting computes nothing: casts run on the
+    host as the output is written.
 
-    --into TEMPLATE writes FILE's values (any format; --names torch: PyTorch's names)
-    into the net TEMPLATE, blob by blob, and writes TEMPLATE with them: strict by
-    default (exit 3 naming the missing, unexpected and mismatched blobs), --partial
-    keeps TEMPLATE's values where FILE has none. --rename OLD=NEW and --drop LAYER
-    edit the net written (FILE's, or TEMPLATE's with --into), every other byte kept.
+    The net's definition as text is `blobtool definition`; values written
+    into another net, `transplant`; layers renamed or dropped, `edit`.
+    --double, --float, --half, --bf16, --half-strict, --shape and --legacy
+    still work, as short forms of --precision, --strict and --layout.
 
     \b
     Example:
-      blobtool convert --double mean.binaryproto -o mean64.pb
-      blobtool convert --float nvcaffe.caffemodel -o standard.caffemodel
+      blobtool convert --precision double mean.binaryproto -o mean64.pb
+      blobtool convert --precision float nvcaffe.caffemodel -o standard.caffemodel
       blobtool convert net.caffemodel --blob conv1/0 -o conv1.npy
       blobtool convert --names torch net.caffemodel -o net.safetensors
       blobtool convert snapshot_iter_1000.caffemodel.h5 -o snapshot_iter_1000.caffemodel
-      blobtool convert model.caffemodel -o model.prototxt    # the net's definition, without blobs
-      blobtool convert finetuned.safetensors --names torch --into net.caffemodel -o finetuned.caffemodel
-      blobtool convert net.caffemodel --rename fc8=fc8_new --drop loss -o surgery.caffemodel
     """
     from ..formats.numpy import cast_for
-    from ..formats.targets import chosen_format
 
-    if device is not None:
-        raise click.UsageError("--device: convert computes nothing a GPU could run (it re-encodes values on the "
-                               "host as it writes them); drop --device")
-    if half_strict:
-        if precision not in (None, "half"):
-            raise click.UsageError(f"--half-strict writes float16; it cannot be combined with --{precision}")
-        precision = "half"
     check_names(names, net)
-    for given, option in ((partial, "--partial"), (reshape, "--reshape"), (strip_prefix is not None, "--strip-prefix"),
-                          (add_prefix is not None, "--add-prefix")):
-        if given and template is None:
-            raise click.UsageError(f"{option} goes with --into TEMPLATE")
-    output = output_target(output)
-    if strict and (template is not None or chosen_format(output, fmt) != "prototxt"):
-        raise click.UsageError("--strict goes with a .prototxt output (fields that text cannot carry)")
-    if template is not None:
-        write_into(file, template, output, fmt, kind=kind, patterns=patterns, names=names, fold=not no_fold,
-                   partial=partial, reshape=reshape, precision=precision, layout=layout, half_strict=half_strict,
-                   renames=renames, drops=drops, net=net, strip_prefix=strip_prefix, add_prefix=add_prefix)
-        return
-    if chosen_format(output, fmt) == "prototxt":
-        if renames or drops:
-            raise click.UsageError("--rename and --drop rewrite a net's .caffemodel (or .h5); write that first, "
-                                   "then convert it to .prototxt")
-        _definition(file, output, kind, precision=precision, layout=layout, patterns=patterns, names=names,
-                    strict=strict)
-        return
+    output = blob_output(output, fmt)
+    if half_strict:
+        precision = "half"
     npy_cast = cast_for(precision)
-    if renames or drops:
-        doc, entries, blobs = open_edited(file, kind, patterns, npy_cast, renames, drops)
-    else:
-        doc, entries, blobs = load_selected(file, kind, patterns, npy_cast=npy_cast, to_write=True)
+    doc, entries, blobs = load_selected(file, kind, patterns, npy_cast=npy_cast, to_write=True)
     result = None
     if names != "blobtool":
         result = _renamed_for_export(doc, entries, names, no_fold, no_diff, net)
@@ -402,17 +390,3 @@ def _say_export(result, entries, blobs, precision, asked, output) -> None:
     types = [written_type(blob, per_blob.get(e.name) if per_blob else precision) for e, blob in zip(entries, blobs)]
     say_summary(export_summary(result.document.path, "standard output" if output == "-" else output,
                                result.scheme, types, asked, kind_counts(result.rows)))
-
-
-def _definition(file, output, kind, *, precision, layout, patterns, names, strict) -> None:
-    """convert's .prototxt output: the input net's definition as text (no blobs, so no blob options)."""
-    from ..api import write
-    from .output import say_warning
-    from .work import open_input
-
-    for given, option in ((patterns, "--blob"), (names != "blobtool", "--names")):
-        if given:
-            raise click.UsageError(f"{option}: a .prototxt holds every layer's definition and no blobs; drop {option}")
-    doc = open_input(file, kind)
-    write(doc, None, output, format="prototxt", precision=precision, layout=layout, strict=strict,
-          warn=say_warning)

@@ -292,6 +292,9 @@ class BlobComparison:
     diff: ValueDiff | None = None
     diff_only_in: str | None = None   # "a" or "b": only that file has a diff (then the blobs differ)
     layer: str | None = None
+    # How the values were compared, where not as stored: "divided by the factor" (a BatchNorm statistic,
+    # each side times its own net's Caffe factor), "not compared" (the factor, divided into the statistics).
+    compared: str | None = None
 
     @property
     def only_in(self) -> str | None:
@@ -332,8 +335,13 @@ class FileComparison:
 
 
 def compare_documents(doc_a, doc_b, entries_a, entries_b, *, rtol: float = 0.0, atol: float = 0.0,
-                      fetch=None, xp=np, done=None) -> FileComparison:
+                      fetch=None, xp=np, done=None, statistics=None) -> FileComparison:
     """Compare the selected entries of two documents, matched by name.
+
+    `statistics`: (a's, b's) as net.batchnorm.statistic_factors gives them,
+    for two nets whose BatchNorm statistics are compared as Caffe uses them:
+    each side's data times its own factor (in float64), and the factors
+    themselves not compared (they are in the statistics).
 
     `fetch(entry)` returns the entry's Blob (placed where the work runs);
     by default ``entry.blob()``. With `xp` CuPy, values are compared on the
@@ -342,6 +350,7 @@ def compare_documents(doc_a, doc_b, entries_a, entries_b, *, rtol: float = 0.0, 
     compared (to free their device memory).
     """
     fetch = fetch or (lambda e: e.blob())
+    (scale_a, factors_a), (scale_b, factors_b) = statistics or (({}, set()), ({}, set()))
     result = FileComparison(doc_a.path, doc_b.path, rtol=rtol, atol=atol)
     by_name_b = {e.name: e for e in entries_b}
     seen = set()
@@ -353,13 +362,20 @@ def compare_documents(doc_a, doc_b, entries_a, entries_b, *, rtol: float = 0.0, 
             continue
         same_shape = shapes_equal(ea.shape, ea.layout, eb.shape, eb.layout)
         comp = BlobComparison(ea.name, ea.shape, eb.shape, same_shape, layer=ea.layer)
-        if same_shape:
+        if same_shape and ea.name in factors_a and eb.name in factors_b:
+            comp.compared = "not compared"
+        elif same_shape:
             blob_a, blob_b = fetch(ea), fetch(eb)
             on_host = xp is np or blob_a.count == 0
             data = (lambda blob: blob.cpu_data()) if on_host else (lambda blob: blob.gpu_data())
             diff = (lambda blob: blob.cpu_diff()) if on_host else (lambda blob: blob.gpu_diff())
             module = np if on_host else xp
-            comp.data = compare_arrays(data(blob_a), data(blob_b), rtol=rtol, atol=atol, xp=module)
+            values_a, values_b = data(blob_a), data(blob_b)
+            if ea.name in scale_a and eb.name in scale_b:
+                comp.compared = "divided by the factor"
+                values_a = values_a.astype(module.float64) * scale_a[ea.name]
+                values_b = values_b.astype(module.float64) * scale_b[eb.name]
+            comp.data = compare_arrays(values_a, values_b, rtol=rtol, atol=atol, xp=module)
             if ea.has_diff and eb.has_diff:
                 comp.diff = compare_arrays(diff(blob_a), diff(blob_b), rtol=rtol, atol=atol, xp=module)
             elif ea.has_diff != eb.has_diff:

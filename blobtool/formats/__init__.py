@@ -256,13 +256,14 @@ def _based_at(buf, offset: int) -> bool:
 # protobuf, whose sniff() reads the kind from the top-level fields (see
 # formats/caffe/sniff.py).
 
-# Signatures of files that are not Caffe files, and what to say about them.
+# Signatures of files blobtool does not read, and what to say about them.
 _MAGICS = (
-    (b"\x1f\x8b", "a gzip-compressed file; decompress it first (gunzip -k FILE) and read the result"),
-    (b"\x00\x05\x16\x07", "a macOS resource-fork file (AppleDouble '._' metadata), not a Caffe file; "
-                          "read the file of the same name without the '._' prefix"),
-    (b"BZh", "a bzip2-compressed file; decompress it first (bunzip2 -k FILE)"),
-    (b"\xfd7zXZ\x00", "an xz-compressed file; decompress it first (unxz -k FILE)"),
+    (b"\x1f\x8b", "not a Caffe file: this looks like a gzip-compressed file; decompress it first (gunzip -k FILE) "
+                  "and read the result"),
+    (b"\x00\x05\x16\x07", "not a Caffe file: this looks like a macOS resource-fork file (AppleDouble '._' "
+                          "metadata); read the file of the same name without the '._' prefix"),
+    (b"BZh", "not a Caffe file: this looks like a bzip2-compressed file; decompress it first (bunzip2 -k FILE)"),
+    (b"\xfd7zXZ\x00", "not a Caffe file: this looks like an xz-compressed file; decompress it first (unxz -k FILE)"),
     # torch.save before 1.6: a pickle of the magic number 0x1950a86a20f9469cfc6c first.
     (b"\x80\x02\x8a\x0al\xfc\x9cF\xf9 j\xa8P\x19",
      "a PyTorch file in the legacy format (torch.save before 1.6), a bare pickle that only running it can read; "
@@ -282,7 +283,7 @@ def sniff(source) -> tuple[Format, str]:
         return fmt, module(fmt).sniff(source)
     for magic, what in _MAGICS:
         if head.startswith(magic):
-            raise FormatError(f"not a Caffe file: this looks like {what}", path=source.name)
+            raise FormatError(what, path=source.name)
     fmt = next(fmt for fmt in FORMATS if not fmt.magic and fmt.probe is None)
     return fmt, module(fmt).sniff(source)
 

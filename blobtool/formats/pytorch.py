@@ -388,10 +388,23 @@ class _Rebuilds:
         return data
 
 
+# Modules whose names a pickle uses to run commands, read files or load code, never to hold weights.
+_SYSTEM_MODULES = frozenset({"os", "posix", "nt", "subprocess", "builtins", "__builtin__", "sys", "shutil",
+                             "socket", "runpy", "importlib", "pickle", "marshal", "code", "codeop", "pty",
+                             "commands", "webbrowser", "ctypes", "io", "pathlib", "tempfile", "platform",
+                             "operator", "functools", "types", "inspect", "timeit", "pdb", "multiprocessing"})
+
+
 def _not_allowed(module: str, name: str, where: str, path) -> FormatError:
-    return FormatError(f"{where}: names {shown(module)[1:-1]}.{shown(name)[1:-1]}, which a state dict does not "
-                       "hold; blobtool reads only tensors, their storages, dicts, lists and numbers, and never "
-                       f"imports or runs what a pickle names (a whole pickled model? {SAVE_STATE_DICT})", path=path)
+    what = f"{shown(module)[1:-1]}.{shown(name)[1:-1]}"
+    refused = ("blobtool reads only tensors, their storages, dicts, lists and numbers, and never imports or runs "
+               "what a pickle names")
+    if module.split(".")[0] in _SYSTEM_MODULES or not name[:1].isupper():
+        # A function (os.system, builtins.eval): a pickle names one to call it when it is loaded.
+        return FormatError(f"{where}: calls the function {what} when it is unpickled, which no state dict does: "
+                           f"{refused}, so nothing was run", path=path)
+    return FormatError(f"{where}: names the class {what}, which a state dict does not hold; {refused} (a whole "
+                       f"pickled model? {SAVE_STATE_DICT})", path=path)
 
 
 def _index_ok(value) -> bool:

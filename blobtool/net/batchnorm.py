@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["caffe_factor", "statistics", "statistic"]
+__all__ = ["caffe_factor", "statistics", "statistic", "statistic_factors"]
 
 
 def caffe_factor(s) -> float:
@@ -32,3 +32,25 @@ def statistics(mean_sums, var_sums, stored_factor) -> tuple[np.ndarray, np.ndarr
     """(mean, var) in float64 from a BatchNorm's three blobs, as Caffe's BatchNormLayer uses them."""
     factor = caffe_factor(stored_factor)
     return statistic(mean_sums, factor), statistic(var_sums, factor)
+
+
+def statistic_factors(doc) -> tuple[dict, set]:
+    """({a statistic's entry name: Caffe's factor}, {the factors' entry names}) of a net's BatchNorm layers.
+
+    Every layer whose type's row holds a "factor" blob (net/layertypes.py),
+    in the net as stored; a layer without its factor blob is left out.
+    """
+    from .model import model
+
+    factors: dict = {}
+    names: set = set()
+    for layer in model(doc).layers:
+        roles = layer.roles()
+        if "factor" not in roles:
+            continue
+        factor = caffe_factor(roles["factor"].blob().cpu_data())
+        names.add(roles["factor"].name)
+        for role in ("mean", "variance"):
+            if role in roles:
+                factors[roles[role].name] = factor
+    return factors, names

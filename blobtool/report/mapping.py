@@ -12,8 +12,12 @@ from .text import fit_columns, fmt_shape, left_out_note, pick, plain_table, titl
 __all__ = ["mapping_record", "mapping_columns", "mapping_rows", "mapping_table", "plain_mapping", "render_mapping"]
 
 
-def mapping_record(doc, result, *, fold: bool) -> dict:
+def mapping_record(doc, result, *, fold: bool, names=None) -> dict:
     """The JSON object of one file: path, kind, the scheme, a row per selected Caffe blob, the settings.
+
+    `names`: the PyTorch names selected (by --blob), whose rows are shown
+    with those of their modules' blobs written under no name (a BatchNorm's
+    factor); None shows every row.
 
     `result` is a TorchExport (torchport/metadata.py) or a TorchNames; the
     first adds "settings" ({"<module>.<setting>": text}, as the export's
@@ -21,7 +25,10 @@ def mapping_record(doc, result, *, fold: bool) -> dict:
     ({identifier: Caffe name} of the names changed).
     """
     rows = []
+    modules = {m.module for m in result.rows if m.name in names} if names is not None else set()
     for m in result.rows:
+        if names is not None and m.name not in names and not (m.name is None and m.module in modules):
+            continue
         rows.append({"name": m.entry.name, "layer": m.entry.layer, "type": m.type or m.entry.type, "torch": m.name,
                      "shape": list(m.entry.shape), "torch_shape": list(m.shape) if m.shape is not None else None,
                      "done": m.done})

@@ -100,6 +100,9 @@ def fold_document(doc: Document, *outputs, definition: Document | None = None) -
                          path=definition.path)
     plan = plan_folds(doc, definition)
     warnings: list = list(plan.notes)
+    if not plan.folds and not plan.kept:
+        warnings.append(f"{doc.path}: the net has no BatchNorm layer: nothing to fold, so each output holds the "
+                        "net as it is")
     # Made before anything is written: a definition wired otherwise is refused with no output left behind.
     text = definition_text(doc, plan, warnings, definition) if "definition" in forms else None
     for dest, form in zip(outputs, forms):

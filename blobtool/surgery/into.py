@@ -175,7 +175,7 @@ def fit(template, values: dict, *, names: str = "blobtool", partial: bool = Fals
     result.blobs = {e.name: written[e.name] for e in template.entries if e.name in written}
     wrong = result.missing or result.unexpected or result.mismatched
     if wrong and (not partial or not written):
-        raise _fit_error(template, source, result, partial, reshape)
+        raise _fit_error(template, source, result, partial, reshape, names)
     if precision is None:
         _template_float16(template, result, source)
     if ignored:
@@ -304,8 +304,25 @@ def _moved_by_float16(part: np.ndarray) -> int:
     return int(np.count_nonzero(half != part)) - int(np.count_nonzero(np.isnan(part)))
 
 
-def _fit_error(template, source: str, result: Fit, partial: bool, reshape: bool) -> FitError:
+# The names PyTorch gives a module's tensors, which tell a state dict's names from Caffe's (conv1/0).
+_TORCH_ENDINGS = (".weight", ".bias", ".running_mean", ".running_var", ".num_batches_tracked")
+
+
+def _torch_named(names) -> bool:
+    """Whether most of `names` are PyTorch's (conv1.weight, bn1.running_var) rather than a Caffe net's."""
+    names = list(names)
+    return bool(names) and 2 * sum(n.endswith(_TORCH_ENDINGS) for n in names) > len(names)
+
+
+def _fit_error(template, source: str, result: Fit, partial: bool, reshape: bool, names: str) -> FitError:
     parts = _lists(result)
+    if names == "blobtool" and _torch_named(result.unexpected):
+        # Matched as Caffe's names, values named as PyTorch names them fit nothing: say the one thing to do.
+        return FitError(f"does not fit {template.path}: its {len(result.unexpected)} values are named as PyTorch "
+                        f"names them ({_some(result.unexpected, 3)}) and the template's blobs as Caffe does "
+                        f"({_some(result.missing, 3)}); {parameter('names', given='torch')} matches them by "
+                        "PyTorch's names", path=source,
+                        missing=result.missing, unexpected=result.unexpected, mismatched=result.mismatched)
     if partial:
         hint = ("no value fits any blob, so nothing would change (are the names blobtool's or PyTorch's? "
                 f"{parameter('names')} chooses)")
@@ -337,10 +354,10 @@ def _partial_lines(template, source: str, result: Fit) -> list:
     kept = [slot.entry.name for slot in result.kept if slot.entry.name not in result.blobs]
     if kept:
         why = [p for p in _lists(Fit({}, missing=result.missing, mismatched=result.mismatched)) if p]
-        lines.append(f"{template.path}: --partial kept the template's values of {len(kept)} "
+        lines.append(f"{template.path}: {parameter('partial')} kept the template's values of {len(kept)} "
                      f"blob{'s' * (len(kept) != 1)}: {_some(kept)} ({'; '.join(why)})")
     if result.unexpected:
-        lines.append(f"{source}: --partial left {len(result.unexpected)} value{'s' * (len(result.unexpected) != 1)} "
+        lines.append(f"{source}: {parameter('partial')} left {len(result.unexpected)} value{'s' * (len(result.unexpected) != 1)} "
                      f"unused: {_some(result.unexpected)}")
     return lines
 
@@ -349,9 +366,9 @@ def _count(shape) -> int:
     return int(np.prod(shape)) if shape is not None else 0
 
 
-def _some(names: list) -> str:
-    shown = ", ".join(names[:SHOWN])
-    return shown + (f" and {len(names) - SHOWN} more" if len(names) > SHOWN else "")
+def _some(names: list, most: int = SHOWN) -> str:
+    shown = ", ".join(names[:most])
+    return shown + (f" and {len(names) - most} more" if len(names) > most else "")
 
 
 def _fmt(shape) -> str:

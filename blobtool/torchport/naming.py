@@ -80,7 +80,7 @@ from ..net.graph import NOT_PER_CHANNEL, OTHER_READERS, OWN_SCALE, SECOND_BOTTOM
 from ..net.layertypes import foldable, matrix_shape, row as type_row
 from ..net.model import model, type_name
 
-__all__ = ["SCHEMES", "Mapped", "TorchNames", "torch_names", "torch_pair", "typed_by",
+__all__ = ["SCHEMES", "Mapped", "TorchNames", "torch_names", "torch_pair", "renamed_selection", "typed_by",
            "has_layer_types", "TORCH_ONLY_BUFFERS"]
 
 # The --names choices: blobtool's own names, or PyTorch's.
@@ -484,6 +484,27 @@ def _batchnorm(doc: Document, layer: str, blobs: list, warnings: list) -> list:
     return rows
 
 
+def renamed_selection(doc: Document, patterns, rename, **options) -> tuple:
+    """(the TorchNames result, its entries that `patterns` select): by Caffe's names first, else by PyTorch's.
+
+    `patterns` name blobs as the file does (conv1/0, bn1) or, where none of
+    them does, as PyTorch names them (bn1.running_var, conv1.*): then every
+    blob is renamed and the renamed ones are selected. A pattern that selects
+    nothing either way is the FormatError of Caffe's names.
+    """
+    try:
+        result = rename(doc, select(doc, patterns), **options)
+        return result, list(result.document.entries)
+    except FormatError as caffe_miss:
+        if not patterns:
+            raise
+        result = rename(doc, select(doc, ()), **options)
+        try:
+            return result, select(result.document, patterns)
+        except FormatError:
+            raise caffe_miss from None
+
+
 def torch_pair(doc_a: Document, doc_b: Document, patterns, *, fold: bool = True, net: Document | None = None,
                prefixes=None, rename=None) -> tuple:
     """compare --names torch: ((doc, entries) for a, (doc, entries) for b, warnings).
@@ -508,11 +529,11 @@ def torch_pair(doc_a: Document, doc_b: Document, patterns, *, fold: bool = True,
 
     if not (renames(doc_a) or renames(doc_b)):
         raise _refuse(doc_a)
-    mapped = {}
+    mapped, chosen = {}, {}
     warnings = []
     for doc in (doc_a, doc_b):
         if renames(doc):
-            result = rename(doc, select(doc, patterns), fold=fold, net=net)
+            result, chosen[id(doc)] = renamed_selection(doc, patterns, rename, fold=fold, net=net)
             mapped[id(doc)] = result
             warnings += result.warnings
     sides = [mapped[id(d)].document if id(d) in mapped else d for d in (doc_a, doc_b)]
@@ -520,7 +541,10 @@ def torch_pair(doc_a: Document, doc_b: Document, patterns, *, fold: bool = True,
     if note:
         warnings.append(note)
     nets = [(i, mapped[id(d)]) for i, d in enumerate((doc_a, doc_b)) if id(d) in mapped]
-    names = {e.name for i, _ in nets for e in sides[i].entries}
+    # The selected names of each renamed side, as its document now names them (b's after the prefix change).
+    picked = {i: {change.apply(e.name) if i == 1 and change is not None else e.name for e in chosen[id(d)]}
+              for i, d in enumerate((doc_a, doc_b)) if id(d) in mapped}
+    names = set().union(*picked.values())
     extras = set()
     for i, result in nets:
         for bn in result.batchnorms:
@@ -530,7 +554,7 @@ def torch_pair(doc_a: Document, doc_b: Document, patterns, *, fold: bool = True,
     out = []
     for i, doc in enumerate((doc_a, doc_b)):
         if id(doc) in mapped:
-            out.append((sides[i], list(sides[i].entries)))
+            out.append((sides[i], [e for e in sides[i].entries if e.name in picked[i]]))
             continue
         entries = [e for e in sides[i].entries if e.name not in extras]
         if patterns:

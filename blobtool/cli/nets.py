@@ -1,0 +1,175 @@
+"""The commands on a net as a whole: definition, transplant, edit (fold is fold.py's)."""
+
+from __future__ import annotations
+
+import contextlib
+
+import click
+
+from ..formats import NAMING_SCHEMES
+from .names import NAMES_MOVED, NAMES_RULES, check_names, prefix_options
+from .options import INPUT, OUTPUT, blob_option, kind_option, output_options
+from .output import progress, say_warning
+from .rules import Needs, verb
+from .write import blob_output
+
+__all__ = ["definition", "transplant", "edit"]
+
+
+def _text_output(output) -> bool:
+    """Whether definition writes text there: standard output, or a name that is not a binary net's."""
+    from ..formats.targets import chosen_format
+
+    return output is None or output == "-" or chosen_format(output, None) not in ("protobuf", "same")
+
+
+@verb(rules={"strict": (Needs("output", _text_output, shown="a text output (-o FILE.prototxt, or stdout)"),)},
+      moved=NAMES_MOVED)
+@click.argument("net", type=INPUT)
+@click.option("-o", "--output", type=OUTPUT, default=None, metavar="PATH",
+              help="Write to PATH: .prototxt or .pbtxt (the text; the default is stdout), or, for a .prototxt "
+                   "NET, .caffemodel (a binary net without blobs).")
+@click.option("--strict", is_flag=True,
+              help="Fields that text cannot carry (another fork's) are an error (exit 2, nothing written), not a "
+                   "warning line each.")
+def definition(net, output, strict):
+    """Print a net's definition as text: every layer's parameters and wiring, without blobs.
+
+    NET is a .caffemodel in any of Caffe's layer formats (V1 and V0 are
+    upgraded as Caffe upgrades them) or a .prototxt; Caffe's HDF5 snapshot
+    holds no definition (it holds blobs under layer names only). The text is
+    protobuf's text format, as Caffe reads it (deploy.prototxt, train_val).
+    With a .prototxt NET and -o FILE.caffemodel the definition is written
+    as a binary net without blobs.
+
+    \b
+    Example:
+      blobtool definition model.caffemodel > model.prototxt
+      blobtool definition model.caffemodel -o model.prototxt --strict
+      blobtool definition deploy.prototxt -o deploy.caffemodel
+    """
+    from ..api import definition_text, write
+    from .work import open_input
+
+    doc = open_input(net)
+    with doc:
+        if not _text_output(output):
+            if doc.format != "prototxt":
+                raise click.UsageError(f"{doc.path} is a binary net already: its definition goes to a .prototxt "
+                                       "(blobtool convert re-encodes the net itself)")
+            write(doc, None, output, format="protobuf", warn=say_warning)
+            return
+        definition_text(doc, output or "-", strict=strict, warn=say_warning)
+
+
+TRANSPLANT_RULES = {
+    "no_fold": NAMES_RULES["no_fold"],
+    "net": (Needs("names", tuple(s for s in NAMING_SCHEMES if s != "blobtool"),
+                  "it gives the layer types of a template without them, to name its blobs as PyTorch does"),),
+}
+
+
+@verb(rules=TRANSPLANT_RULES, moved={**NAMES_MOVED, "--into": "--into is not needed: blobtool transplant SOURCE "
+                                                               "TEMPLATE -o OUT"},
+      respelled={f"--{p}": ("--precision", p) for p in ("float", "double", "half")})
+@click.argument("source", type=INPUT)
+@click.argument("template", type=INPUT)
+@output_options
+@click.option("--names", type=click.Choice(NAMING_SCHEMES), default="blobtool", show_default=True,
+              help="How SOURCE's values are named: blobtool's (conv1/0, as TEMPLATE's blobs), or torch: PyTorch's "
+                   "(conv1.weight, as convert --names torch writes them; a .caffemodel SOURCE is renamed so "
+                   "first), or torch-identifiers.")
+@click.option("--no-fold", is_flag=True,
+              help="With --names torch: the values keep a Scale after a BatchNorm apart (<scale>.weight), as "
+                   "convert --names torch --no-fold writes them.")
+@click.option("--definition", "net", type=INPUT, default=None, metavar="PATH",
+              help="With --names torch and an HDF5 snapshot TEMPLATE (which holds no layer types): the net "
+                   "whose definition gives them (the matching .caffemodel or .prototxt).")
+@click.option("--partial", is_flag=True,
+              help="Keep TEMPLATE's values where SOURCE has none that fits, and name them on stderr (default: "
+                   "exit 3 listing the missing, unexpected and mismatched blobs).")
+@click.option("--reshape", is_flag=True,
+              help="Write a value of the same count but another shape in the template's shape (default: refused, "
+                   "listed as mismatched).")
+@prefix_options
+@click.option("--precision", type=click.Choice(("float", "double", "half")), default=None,
+              help="Write the values as float32, float64 or float16 (default: each blob in TEMPLATE's stored "
+                   "type).")
+@blob_option
+@kind_option
+def transplant(source, template, output, fmt, names, no_fold, net, partial, reshape, strip_prefix, add_prefix,
+               precision, patterns, kind):
+    """Write SOURCE's values into the net TEMPLATE, blob by blob, and write TEMPLATE with them.
+
+    Caffe's net surgery "transplants" parameters from one net into another;
+    SOURCE is any file blobtool reads (a .caffemodel, .safetensors, .npz, a
+    PyTorch .pt/.pth state dict), TEMPLATE a .caffemodel (every other byte
+    kept, its stored types too), Caffe's HDF5 snapshot, or a .prototxt (the
+    blobs made from its layers). Values match blobs by name; strict by
+    default (exit 3 naming the missing, unexpected and mismatched blobs).
+    A prefix that makes SOURCE's names TEMPLATE's (module. from
+    nn.DataParallel) is found and said on stderr, or given with
+    --strip-prefix and --add-prefix. --blob selects SOURCE's values.
+
+    \b
+    Example:
+      blobtool transplant finetuned.caffemodel net.caffemodel -o merged.caffemodel --partial
+      blobtool transplant finetuned.safetensors net.caffemodel --names torch -o finetuned.caffemodel
+      blobtool transplant port.pth deploy.prototxt --names torch -o port.caffemodel
+    """
+    from ..api import transplant as transplant_values
+    from ..formats.numpy import cast_for
+    from ..surgery.prefixed import PrefixClash
+    from .group import error_line
+    from .work import open_input
+
+    check_names(names, net)
+    output = blob_output(output, fmt)
+    with contextlib.ExitStack() as opened:
+        target = opened.enter_context(open_input(template))
+        # Values of another type (float16 .npy, integers, bfloat16) load as float64, which holds them
+        # exactly: the template's types decide what is written.
+        values = opened.enter_context(open_input(source, kind, npy_cast=cast_for("double")))
+        values.source.will_read_through()
+        types = opened.enter_context(open_input(net)) if net is not None else None
+        try:
+            with progress(target, "writing"):
+                transplant_values(values, target, output, names=names, partial=partial, reshape=reshape,
+                                  fold=not no_fold, definition=types, strip_prefix=strip_prefix,
+                                  add_prefix=add_prefix, format=fmt, precision=precision, blobs=patterns,
+                                  warn=say_warning)
+        except PrefixClash as exc:
+            # The options asked for a rename that cannot be: the command's usage error, as click's own.
+            raise click.UsageError(error_line(exc)) from exc
+
+
+@verb()
+@click.argument("net", type=INPUT)
+@output_options
+@click.option("--rename", "renames", multiple=True, metavar="OLD=NEW",
+              help="Rename layer OLD to NEW, and so its blobs (OLD/0 becomes NEW/0); its tops and bottoms stay. "
+                   "NEW must be UTF-8 text. Repeatable.")
+@click.option("--drop", "drops", multiple=True, metavar="LAYER",
+              help="Leave layer LAYER (named as info --layers lists it) and its blobs out; the layers reading its "
+                   "output stay as they are and are named on stderr. Repeatable.")
+def edit(net, output, fmt, renames, drops):
+    """Net surgery on a rewrite: rename layers, drop layers, keep every other byte.
+
+    NET is a .caffemodel (any layer format) or Caffe's HDF5 snapshot; the
+    output is the same kind, or any format convert writes (a name without an
+    extension: NET's own format). Nothing is computed: a renamed layer's blobs
+    are its blobs, under its new name.
+
+    \b
+    Example:
+      blobtool edit net.caffemodel --rename fc8=fc8_cats --drop loss -o surgery.caffemodel
+    """
+    from ..api import edit as edit_net
+    from .work import open_input
+
+    if not renames and not drops:
+        raise click.UsageError("nothing to edit: give --rename OLD=NEW or --drop LAYER")
+    output = blob_output(output, fmt)
+    doc = open_input(net)
+    with doc, progress(doc, "writing"):
+        edit_net(doc, output, renames=renames, drops=drops, format=fmt, warn=say_warning)
