@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import blobtool
-from blobtool import Blob, BlobToolError, ExitCode, load, load_all, open_document, save, select, write
+from blobtool import Blob, BlobToolError, ExitCode, load, load_all, open_document, save, select, transplant, write
 from blobtool._pb import blobtool_caffe_pb2 as pb
 
 
@@ -239,14 +239,14 @@ def _errors_sites(tmp_path):
          ".npy holds one array; 4 selected (choose one with blobs, or use .npz)",
          ["convert", net, "-o", tmp_path / "o.npy"],
          "blobtool: .npy holds one array; 4 selected (choose one with --blob, or use .npz)"),
-        (lambda: write(open_document(net), None, tmp_path / "o.caffemodel", into=one),
+        (lambda: transplant(open_document(net), one, tmp_path / "o.caffemodel"),
          f"{one}: into takes a net (.caffemodel, .caffemodel.h5, .prototxt) as the template; this is a npy file",
-         ["convert", net, "--into", one, "-o", tmp_path / "o.caffemodel"],
+         ["transplant", net, one, "-o", tmp_path / "o.caffemodel"],
          f"blobtool: {one}: --into takes a net (.caffemodel, .caffemodel.h5, .prototxt) as the template; "
          "this is a npy file"),
-        (lambda: write(open_document(net), None, tmp_path / "o.caffemodel", into=proto, partial=True),
+        (lambda: transplant(open_document(net), proto, tmp_path / "o.caffemodel", partial=True),
          f"{proto}: partial keeps a template's values, and a .prototxt holds none: every blob needs a value",
-         ["convert", net, "--into", proto, "--partial", "-o", tmp_path / "o.caffemodel"],
+         ["transplant", net, proto, "--partial", "-o", tmp_path / "o.caffemodel"],
          f"blobtool: {proto}: --partial keeps a template's values, and a .prototxt holds none: every blob needs "
          "a value"),
     ]
@@ -289,23 +289,23 @@ def _more_sites(tmp_path):
     return [
         (lambda: parse_renames(["ip1"]),
          "pairs='ip1': expected OLD=NEW (a layer's name, '=', its new name)",
-         ["convert", net, "--rename", "ip1", "-o", out / "x.caffemodel"],
+         ["edit", net, "--rename", "ip1", "-o", out / "x.caffemodel"],
          "blobtool: --rename 'ip1': expected OLD=NEW (a layer's name, '=', its new name)"),
         (lambda: parse_renames(["conv1=a", "conv1=b"]),
          "pairs: layer 'conv1' is renamed twice ('a' and 'b')",
-         ["convert", net, "--rename", "conv1=a", "--rename", "conv1=b", "-o", out / "x.caffemodel"],
+         ["edit", net, "--rename", "conv1=a", "--rename", "conv1=b", "-o", out / "x.caffemodel"],
          "blobtool: --rename: layer 'conv1' is renamed twice ('a' and 'b')"),
         (lambda: edit_layers(open_document(net), {"conv1": "fc"}, []),
          f"{net}: renames conv1=fc: another layer is called 'fc'",
-         ["convert", net, "--rename", "conv1=fc", "-o", out / "x.caffemodel"],
+         ["edit", net, "--rename", "conv1=fc", "-o", out / "x.caffemodel"],
          f"blobtool: {net}: --rename conv1=fc: another layer is called 'fc'"),
         (lambda: edit_layers(open_document(net), {}, ["fc9"]),
          f"{net}: no layer called 'fc9' (renames, drops); {layers}",
-         ["convert", net, "--drop", "fc9", "-o", out / "x.caffemodel"],
+         ["edit", net, "--drop", "fc9", "-o", out / "x.caffemodel"],
          f"blobtool: {net}: no layer called 'fc9' (--rename, --drop); {layers}"),
         (lambda: edit_layers(open_document(blob), {}, ["x"]),
          f"{blob}: renames and drops change a net's layers; this is a blob file",
-         ["convert", blob, "--drop", "x", "-o", out / "c.pb"],
+         ["edit", blob, "--drop", "x", "-o", out / "c.pb"],
          f"blobtool: {blob}: --rename and --drop change a net's layers; this is a blob file"),
         (lambda: torch_names(open_document(cube)),
          f"{cube}: names='torch' renames a .caffemodel's blobs by layer type; a npy file has none",
@@ -340,10 +340,10 @@ def _more_sites(tmp_path):
          ["convert", net, "--double", "--legacy", "-o", out / "o.prototxt"],
          f"blobtool: {net}: a .prototxt holds a net's definition, no blob values: --float/--double/--half and "
          "--shape/--legacy would change nothing"),
-        (lambda: write(open_document(values), None, out / "o.caffemodel", into=net),
+        (lambda: transplant(open_document(values), net, out / "o.caffemodel"),
          f"{values}: does not fit {net}: missing 3 (conv1/1, fc/0, fc/1); partial keeps the template's values for "
          "the blobs without one",
-         ["convert", values, "--into", net, "-o", out / "o.caffemodel"],
+         ["transplant", values, net, "-o", out / "o.caffemodel"],
          f"blobtool: {values}: does not fit {net}: missing 3 (conv1/1, fc/0, fc/1); --partial keeps the template's "
          "values for the blobs without one"),
         (lambda: info_record(open_document(blob), [], layer_defs=True),

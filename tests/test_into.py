@@ -68,7 +68,7 @@ def export_and_back(tmp_path, net, *extra, names="torch"):
     st = tmp_path / "export.safetensors"
     back = tmp_path / "back.caffemodel"
     ok("convert", "--names", names, net, "-o", st)
-    ok("convert", st, "--names", names, "--into", net, "-o", back, *extra)
+    ok("transplant", st, net, "--names", names, "-o", back, *extra)
     return st, back
 
 
@@ -142,7 +142,7 @@ def test_the_real_mtcnn_keeps_its_float16(realworld, tmp_path):
     # A port that works in float64: the template's float16 and float32 blobs keep their types.
     save_file({k: v.astype(np.float64) for k, v in values.items()}, tmp_path / "wide.safetensors")
     back = tmp_path / "back.caffemodel"
-    ok("convert", tmp_path / "wide.safetensors", "--names", "torch", "--into", src, "-o", back)
+    ok("transplant", tmp_path / "wide.safetensors", src, "--names", "torch", "-o", back)
     assert back.read_bytes() == src.read_bytes()
 
 
@@ -165,7 +165,7 @@ def test_a_float16_template_says_what_rounding_to_float16_did(tmp_path):
     port[0, :4] = [3e-5, -1e-6, 1e-8, 0.0]   # subnormal in float16, subnormal, 0, and a 0 given
     save_file({"fc/0": port}, tmp_path / "port.safetensors")
     out = tmp_path / "out.caffemodel"
-    result = run_blobtool("convert", tmp_path / "port.safetensors", "--into", net, "-o", out, text=True)
+    result = run_blobtool("transplant", tmp_path / "port.safetensors", net, "-o", out, text=True)
     assert result.returncode == 0, result.stderr
     moved, subnormal, zero = float16_counts(port)
     assert (subnormal, zero) == (2, 1) and moved > 60
@@ -177,13 +177,13 @@ def test_a_float16_template_says_what_rounding_to_float16_did(tmp_path):
     assert written.dtype == np.float16
     assert written.blob().cpu_data().tobytes() == port.astype(np.float16).astype(np.float32).tobytes()
     # --float keeps the values as given, and says nothing.
-    result = run_blobtool("convert", tmp_path / "port.safetensors", "--into", net, "-o", out, "--float",
+    result = run_blobtool("transplant", tmp_path / "port.safetensors", net, "-o", out, "--float",
                           text=True)
     assert (result.returncode, result.stderr) == (0, "")
     assert blobtool.open_document(out).entries[0].blob().cpu_data().tobytes() == port.tobytes()
     # Values float16 holds as they are lose nothing: not a word.
     save_file({"fc/0": stored.astype(np.float16).astype(np.float32)}, tmp_path / "exact.safetensors")
-    result = run_blobtool("convert", tmp_path / "exact.safetensors", "--into", net, "-o", out, text=True)
+    result = run_blobtool("transplant", tmp_path / "exact.safetensors", net, "-o", out, text=True)
     assert (result.returncode, result.stderr) == (0, "")
 
 
@@ -196,7 +196,7 @@ def test_the_real_fp16_mtcnn_says_what_a_float32_port_loses(realworld, tmp_path)
     port = {k: (v * (1 + 1e-3 * rng.standard_normal(v.shape))).astype(np.float32) for k, v in load_file(st).items()}
     save_file(port, tmp_path / "port.safetensors")
     out = tmp_path / "out.caffemodel"
-    result = run_blobtool("convert", tmp_path / "port.safetensors", "--names", "torch", "--into", src, "-o", out,
+    result = run_blobtool("transplant", tmp_path / "port.safetensors", src, "--names", "torch", "-o", out,
                           text=True)
     assert result.returncode == 0, result.stderr
     halves = [k for k in port if not k.startswith("PReLU")]   # its Convolutions' blobs (the PReLUs': float32)
@@ -204,7 +204,7 @@ def test_the_real_fp16_mtcnn_says_what_a_float32_port_loses(realworld, tmp_path)
     (line,) = result.stderr.splitlines()
     assert f"in the {len(halves)} blob(s) written in float16, {moved:,} of " in line and "--float writes" in line
     assert len(halves) == 10 and moved > 6000
-    ok("convert", tmp_path / "port.safetensors", "--names", "torch", "--into", src, "-o", out, "--float")
+    ok("transplant", tmp_path / "port.safetensors", src, "--names", "torch", "-o", out, "--float")
     ok("compare", "-q", "--names", "torch", out, tmp_path / "port.safetensors")   # exit 0: equal, nothing rounded
 
 
@@ -212,7 +212,7 @@ def test_the_real_hdf5_snapshot_with_blobtool_names(realworld, tmp_path):
     src = realworld / "cifar10_full_iter_70000.caffemodel.h5"
     npz, back = tmp_path / "c.npz", tmp_path / "back.caffemodel.h5"
     ok("convert", src, "-o", npz)
-    ok("convert", npz, "--into", src, "-o", back)
+    ok("transplant", npz, src, "-o", back)
     import h5py
 
     with h5py.File(src, "r") as a, h5py.File(back, "r") as b:
@@ -224,7 +224,7 @@ def test_the_real_hdf5_snapshot_with_blobtool_names(realworld, tmp_path):
             assert a["data"][name][()].tobytes() == b["data"][name][()].tobytes(), name
     # --names torch needs layer types, which the snapshot does not hold; --net gives them (a net of the
     # snapshot's layer names and types, as Caffe's cifar10_full_train_test.prototxt defines them).
-    assert_error(invoke("convert", npz, "--names", "torch", "--into", src, "-o", tmp_path / "x.h5"), 2, "--net")
+    assert_error(invoke("transplant", npz, src, "--names", "torch", "-o", tmp_path / "x.h5"), 2, "--definition")
     with h5py.File(src, "r") as f:
         stored = {name: [f["data"][name][str(i)][()] for i in range(len(f["data"][name]))] for name in f["data"]}
     kinds = {"conv1": "Convolution", "conv2": "Convolution", "conv3": "Convolution", "ip1": "InnerProduct",
@@ -233,8 +233,8 @@ def test_the_real_hdf5_snapshot_with_blobtool_names(realworld, tmp_path):
         Layer(name, kinds[name], [np.zeros_like(a) for a in arrays], bottom=[], top=[name])
         for name, arrays in stored.items() if arrays])
     st = tmp_path / "c.safetensors"
-    ok("convert", "--names", "torch", "--net", net, src, "-o", st)
-    ok("convert", st, "--names", "torch", "--net", net, "--into", src, "-o", back)
+    ok("convert", "--names", "torch", "--definition", net, src, "-o", st)
+    ok("transplant", st, src, "--names", "torch", "--definition", net, "-o", back)
     with h5py.File(src, "r") as a, h5py.File(back, "r") as b:
         for name in names:
             assert a["data"][name][()].tobytes() == b["data"][name][()].tobytes(), name
@@ -258,14 +258,14 @@ def strict_case(tmp_path):
 def test_strict_names_the_three_lists_and_writes_nothing(tmp_path):
     net, port = strict_case(tmp_path)
     out = tmp_path / "out.caffemodel"
-    line = assert_error(invoke("convert", port, "--names", "torch", "--into", net, "-o", out), 3,
+    line = assert_error(invoke("transplant", port, net, "--names", "torch", "-o", out), 3,
                         f"blobtool: {port}: does not fit {net}: missing 1 (conv1.weight); unexpected 1 (head.weight); "
                         "mismatched 2 (deconv.weight (2, 4, 3, 3), the template takes (4, 2, 3, 3), ip.bias (7,), "
                         "the template takes (5,))", "--partial", "--reshape")
     assert "num_batches_tracked" not in line
     assert not out.exists()
     with pytest.raises(FitError) as caught:
-        blobtool.write(blobtool.open_document(port), None, out, into=net, names="torch")
+        blobtool.transplant(blobtool.open_document(port), net, out, names="torch")
     assert caught.value.missing == ["conv1.weight"] and caught.value.unexpected == ["head.weight"]
     assert caught.value.mismatched == [("deconv.weight", (2, 4, 3, 3), (4, 2, 3, 3)), ("ip.bias", (7,), (5,))]
     assert not out.exists()
@@ -274,7 +274,7 @@ def test_strict_names_the_three_lists_and_writes_nothing(tmp_path):
 def test_partial_keeps_the_template_and_says_what(tmp_path):
     net, port = strict_case(tmp_path)
     out = tmp_path / "out.caffemodel"
-    result = ok("convert", port, "--names", "torch", "--into", net, "-o", out, "--partial")
+    result = ok("transplant", port, net, "--names", "torch", "-o", out, "--partial")
     lines = result.stderr.splitlines()
     assert lines == [
         f"blobtool: warning: {net}: --names torch has no rule for these layers, whose blobs are named "
@@ -288,10 +288,10 @@ def test_partial_keeps_the_template_and_says_what(tmp_path):
     # The port's values were unchanged, so the net written is the template, byte for byte.
     assert out.read_bytes() == net.read_bytes()
     # Written as another kind (.npz), the template's blobs kept are there too.
-    ok("convert", port, "--names", "torch", "--into", net, "-o", tmp_path / "out.npz", "--partial")
+    ok("transplant", port, net, "--names", "torch", "-o", tmp_path / "out.npz", "--partial")
     assert sorted(np.load(tmp_path / "out.npz")) == sorted(e.name for e in blobtool.open_document(net).entries)
     # --reshape takes the value of equal count, in the template's shape.
-    result = ok("convert", port, "--names", "torch", "--into", net, "-o", out, "--partial", "--reshape")
+    result = ok("transplant", port, net, "--names", "torch", "-o", out, "--partial", "--reshape")
     assert ("--reshape wrote 1 value in the template's shape: deconv.weight (2, 4, 3, 3) -> (4, 2, 3, 3)"
             in result.stderr)
     written = {e.name: e.blob().cpu_data() for e in blobtool.open_document(out).entries}
@@ -303,7 +303,7 @@ def test_partial_with_nothing_that_fits_is_refused(tmp_path):
     st = tmp_path / "export.safetensors"
     ok("convert", "--names", "torch", net, "-o", st)
     # PyTorch names read as blobtool's: no value fits, and the template would come out unchanged.
-    assert_error(invoke("convert", st, "--into", net, "-o", tmp_path / "o.caffemodel", "--partial"), 3,
+    assert_error(invoke("transplant", st, net, "-o", tmp_path / "o.caffemodel", "--partial"), 3,
                  "missing 17 (conv1/0, conv1/1, bn1/0, bn1/1, bn1/2,", "unexpected 16 (conv1.weight,",
                  "no value fits any blob")
     result = invoke("convert", st, "--partial", "-o", tmp_path / "o.npz")
@@ -319,7 +319,7 @@ def test_one_statistic_given_keeps_the_other_as_caffe_reads_it(tmp_path):
     del values["bn1.running_var"]
     save_file(values, tmp_path / "port.safetensors")
     out = tmp_path / "out.caffemodel"
-    ok("convert", tmp_path / "port.safetensors", "--names", "torch", "--into", net, "-o", out, "--partial")
+    ok("transplant", tmp_path / "port.safetensors", net, "--names", "torch", "-o", out, "--partial")
     back = blobtool.state_dict(out)
     assert back["bn1.running_mean"].tobytes() == values["bn1.running_mean"].tobytes()
     assert back["bn1.running_var"].tobytes() == load_file(st)["bn1.running_var"].tobytes()
@@ -335,19 +335,19 @@ def test_precision_follows_the_template_unless_asked(tmp_path):
     big[0, 0] = 1e5      # past float16's range
     save_file({"fc/0": big}, tmp_path / "big.safetensors")
     out = tmp_path / "out.caffemodel"
-    result = ok("convert", tmp_path / "big.safetensors", "--into", half, "-o", out)
+    result = ok("transplant", tmp_path / "big.safetensors", half, "-o", out)
     assert ("blob fc/0: 1 of 6 values are past float16's range (largest 100000, float16 holds up to 65504): "
             "written in float32, not the template's float16") in result.stderr
     doc = blobtool.open_document(out)
     assert doc.entries[0].dtype == np.float32 and doc.entries[0].blob().cpu_data()[0] == 1e5
     # --double writes double_data whatever the template held.
-    ok("convert", tmp_path / "big.safetensors", "--into", half, "-o", out, "--double")
+    ok("transplant", tmp_path / "big.safetensors", half, "-o", out, "--double")
     assert blobtool.open_document(out).entries[0].dtype == np.float64
     # Into float32, a double past float32's range becomes Inf, and that is said.
     plain = write_net(tmp_path / "plain.caffemodel", "new", [Layer("fc", "InnerProduct", [weights])])
     big[0, 1] = 1e300
     save_file({"fc/0": big}, tmp_path / "huge.safetensors")
-    result = ok("convert", tmp_path / "huge.safetensors", "--into", plain, "-o", out)
+    result = ok("transplant", tmp_path / "huge.safetensors", plain, "-o", out)
     assert "fc/0: 1 of 6 values became Inf written as float32 (past its range) into fc/0" in result.stderr
 
 
@@ -362,7 +362,7 @@ def test_the_library_takes_a_template_and_a_dict_of_arrays(tmp_path):
     state["conv1.weight"] = state["conv1.weight"] * 0.5
     out = tmp_path / "out.caffemodel"
     lines = []
-    assert blobtool.write(None, state, out, into=net, names="torch", warn=lines.append) == "net"
+    assert blobtool.transplant(state, net, out, names="torch", warn=lines.append) == "net"
     assert blobtool.load_all(out)["conv1/0"].cpu_data().tobytes() == state["conv1.weight"].tobytes()
     assert blobtool.state_dict(out, names="blobtool")["bn1/2"].tolist() == [1.0]
     # Every other blob as PyTorch sees it is unchanged.
@@ -377,7 +377,7 @@ def test_an_hdf5_template_and_a_caffemodel_source(tmp_path):
                                                                "InnerProduct", [b * 2 for b in blobs])
                                                          for name, blobs in layers.items()])
     out = tmp_path / "out.caffemodel.h5"
-    ok("convert", net, "--into", h5, "-o", out)
+    ok("transplant", net, h5, "-o", out)
     got = blobtool.load_all(out)
     assert got["ip1/0"].cpu_data().tobytes() == (layers["ip1"][0] * 2).tobytes()
 
@@ -386,14 +386,13 @@ def test_the_command_in_a_real_process(tmp_path):
     net = write_net(tmp_path / "net.caffemodel", "new", every_rule())
     st = tmp_path / "export.safetensors"
     assert run_blobtool("convert", "--names", "torch", net, "-o", st).returncode == 0
-    result = run_blobtool("convert", st, "--names", "torch", "--into", net, "-o", "-")
+    result = run_blobtool("transplant", st, net, "--names", "torch", "-o", "-")
     assert result.returncode == 0 and result.stdout == net.read_bytes()
-    result = run_blobtool("convert", net, "--into", net, "-o", tmp_path / "x.caffemodel", "--names", "torch",
+    result = run_blobtool("transplant", net, net, "-o", tmp_path / "x.caffemodel", "--names", "torch",
                           text=True)
     assert result.returncode == 0, result.stderr
     save_file({"conv1.weight": rand(4, 3, 2, 2)}, tmp_path / "one.safetensors")
-    result = run_blobtool("convert", tmp_path / "one.safetensors", "--names", "torch", "--into", net, "-o",
-                          tmp_path / "y.caffemodel", text=True)
+    result = run_blobtool("transplant", tmp_path / "one.safetensors", net, "--names", "torch", "-o", tmp_path / "y.caffemodel", text=True)
     assert result.returncode == 3 and result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
     assert "missing 15 (conv1.bias, bn1.running_mean," in result.stderr
     assert not (tmp_path / "y.caffemodel").exists()
@@ -411,9 +410,9 @@ def test_into_a_definition_of_the_real_nets(realworld, tmp_path):
         ok("convert", "--names", "torch", src, "-o", st)
         ok("convert", src, "-o", npz)
         out = where / "out.caffemodel"
-        ok("convert", st, "--names", "torch", "--into", text, "-o", out)
+        ok("transplant", st, text, "--names", "torch", "-o", out)
         ok("compare", "-q", "--names", "torch", src, out)
-        ok("convert", npz, "--into", text, "-o", out)
+        ok("transplant", npz, text, "-o", out)
         ok("compare", "-q", src, out)          # every blob, BatchNorm's factor too, in Caffe's shapes
         before, after = blobtool.open_document(src), blobtool.open_document(out)
         assert [(e.name, e.shape) for e in after.entries] == [(e.name, e.shape) for e in before.entries]
@@ -428,7 +427,7 @@ def test_into_a_definition_makes_each_layers_blobs(tmp_path):
     ok("convert", net, "-o", text)
     ok("convert", "--names", "torch", net, "-o", st)
     out = tmp_path / "out.caffemodel"
-    ok("convert", st, "--names", "torch", "--into", text, "-o", out)
+    ok("transplant", st, text, "--names", "torch", "-o", out)
     ok("compare", "-q", "--names", "torch", net, out)
     got = {e.name: e.shape for e in blobtool.open_document(out).entries}
     # bias_term false: no bias; Scale's bias_term: two blobs; the shared slope: no axes; the transposed
@@ -440,11 +439,11 @@ def test_into_a_definition_makes_each_layers_blobs(tmp_path):
     values = load_file(st)
     del values["ipt.bias"]
     save_file(values, tmp_path / "less.safetensors")
-    assert_error(invoke("convert", tmp_path / "less.safetensors", "--names", "torch", "--into", text, "-o", out), 3,
+    assert_error(invoke("transplant", tmp_path / "less.safetensors", text, "--names", "torch", "-o", out), 3,
                  "missing 1 (ipt.bias)", warnings=True)
-    assert_error(invoke("convert", st, "--names", "torch", "--into", text, "-o", out, "--partial"), 2,
+    assert_error(invoke("transplant", st, text, "--names", "torch", "-o", out, "--partial"), 2,
                  "a .prototxt holds none")
-    assert_error(invoke("convert", st, "--names", "torch", "--into", text, "-o", tmp_path / "x.prototxt"), 2,
+    assert_error(invoke("transplant", st, text, "--names", "torch", "-o", tmp_path / "x.prototxt"), 2,
                  "a .prototxt output holds no blobs", warnings=True)
 
 
@@ -454,7 +453,7 @@ def test_into_a_v1_definition(tmp_path):
     ok("convert", net, "-o", text)
     ok("convert", net, "-o", npz)
     out = tmp_path / "out.caffemodel"
-    ok("convert", npz, "--into", text, "-o", out)
+    ok("transplant", npz, text, "-o", out)
     before, after = blobtool.load_all(net), blobtool.load_all(out)
     assert list(after) == list(before)
     assert all(after[k].cpu_data().tobytes() == before[k].cpu_data().tobytes() for k in before)
@@ -466,7 +465,7 @@ def test_into_a_v1_definition(tmp_path):
                     'inner_product_param { num_output: 3 bias_term: false } }\n')
     values = {"conv1/0": rand(2, 1, 1, 1), "conv1/1": rand(2), "ip1/0": rand(3, 2)}
     np.savez(tmp_path / "v.npz", **values)
-    ok("convert", tmp_path / "v.npz", "--into", text, "-o", out)
+    ok("transplant", tmp_path / "v.npz", text, "-o", out)
     written = net_message(out)
     assert [len(layer.blobs) for layer in written.layers] == [2, 1] and not written.layer
     assert all(blobtool.load_all(out)[k].cpu_data().tobytes() == v.tobytes() for k, v in values.items())
@@ -487,17 +486,16 @@ def test_a_wrapped_ports_prefix_is_found_or_stripped(tmp_path):
     state["module.bn1.num_batches_tracked"] = Tensor(np.array(7, np.int64))
     port = write_pt(tmp_path / "port.pth", state)
     found = tmp_path / "found.caffemodel"
-    result = invoke("convert", port, "--names", "torch", "--into", net, "-o", found)
+    result = invoke("transplant", port, net, "--names", "torch", "-o", found)
     assert result.exit_code == 0, result.stderr
     assert "without the prefix 'module.'" in result.stderr and "--strip-prefix module." in result.stderr
     assert found.read_bytes() == net.read_bytes()
     asked = tmp_path / "asked.caffemodel"
-    result = invoke("convert", port, "--names", "torch", "--into", net, "-o", asked, "--strip-prefix", "module.")
+    result = invoke("transplant", port, net, "--names", "torch", "-o", asked, "--strip-prefix", "module.")
     assert result.exit_code == 0 and "names matched" not in result.stderr
     assert asked.read_bytes() == net.read_bytes()
     # Detection off: the names as they are fit nothing, and say so.
-    assert_error(invoke("convert", port, "--names", "torch", "--into", net, "-o", tmp_path / "x.caffemodel",
-                        "--strip-prefix", ""), 3, "module.conv1.weight", warnings=True)
+    assert_error(invoke("transplant", port, net, "--names", "torch", "-o", tmp_path / "x.caffemodel", "--strip-prefix", ""), 3, "module.conv1.weight", warnings=True)
     result = invoke("convert", port, "-o", tmp_path / "y.npz", "--strip-prefix", "module.")
     assert result.exit_code == 2 and "--strip-prefix goes with --into" in result.stderr
 
@@ -515,23 +513,21 @@ def wrapped_port(tmp_path, prefix="module."):
 def test_the_library_finds_a_wrapped_ports_prefix_as_the_command_does(tmp_path):
     net, port = wrapped_port(tmp_path)
     command = tmp_path / "command.caffemodel"
-    result = run_blobtool("convert", port, "--names", "torch", "--into", net, "-o", command, text=True)
+    result = run_blobtool("transplant", port, net, "--names", "torch", "-o", command, text=True)
     assert result.returncode == 0, result.stderr
     said = []
     out = tmp_path / "library.caffemodel"
-    blobtool.write(blobtool.open_document(port), None, out, into=net, names="torch", warn=said.append)
+    blobtool.transplant(blobtool.open_document(port), net, out, names="torch", warn=said.append)
     assert out.read_bytes() == command.read_bytes() == net.read_bytes()
     prefix_lines = [line for line in said if "names matched" in line]
     assert len(prefix_lines) == 1
     assert "blobtool: warning: " + prefix_lines[0] in result.stderr.splitlines()
     # Asked for: no detection, the same net; strip_prefix="" turns detection off.
     said.clear()
-    blobtool.write(blobtool.open_document(port), None, out, into=net, names="torch", strip_prefix="module.",
-                   warn=said.append)
+    blobtool.transplant(blobtool.open_document(port), net, out, names="torch", strip_prefix="module.", warn=said.append)
     assert out.read_bytes() == net.read_bytes() and not any("names matched" in line for line in said)
     with pytest.raises(FitError):
-        blobtool.write(blobtool.open_document(port), None, out, into=net, names="torch", strip_prefix="",
-                       warn=said.append)
+        blobtool.transplant(blobtool.open_document(port), net, out, names="torch", strip_prefix="", warn=said.append)
 
 
 def test_two_names_made_one_by_a_prefix_are_refused(tmp_path):
@@ -540,9 +536,9 @@ def test_two_names_made_one_by_a_prefix_are_refused(tmp_path):
     save_file({"a.conv1.weight": np.zeros(1, np.float32), "conv1.weight": np.zeros(1, np.float32)}, port)
     out = tmp_path / "o.caffemodel"
     with pytest.raises(UsageError) as caught:
-        blobtool.write(blobtool.open_document(port), None, out, into=net, names="torch", strip_prefix="a.")
+        blobtool.transplant(blobtool.open_document(port), net, out, names="torch", strip_prefix="a.")
     assert str(caught.value) == f"strip_prefix=a. makes two of {port}'s names 'conv1.weight'"
-    result = run_blobtool("convert", port, "--names", "torch", "--into", net, "-o", out, "--strip-prefix", "a.",
+    result = run_blobtool("transplant", port, net, "--names", "torch", "-o", out, "--strip-prefix", "a.",
                           text=True)
     assert result.returncode == 2 and not out.exists()
     assert result.stderr.splitlines() == [f"blobtool convert: --strip-prefix a. makes two of {port}'s names "

@@ -144,8 +144,8 @@ def usage_error(result, fragment: str) -> None:
 
 def test_net_without_names_torch_is_a_usage_error(net, snapshot):
     for command in ("info", "norm", "show"):
-        usage_error(invoke(command, "--net", net, snapshot), "add --names torch")
-    usage_error(invoke("info", "--names", "torch", "--net", "-", snapshot), "--net names a file")
+        usage_error(invoke(command, "--definition", net, snapshot), "add --names torch")
+    usage_error(invoke("info", "--names", "torch", "--definition", "-", snapshot), "--net names a file")
 
 
 # -- --net: layer types for an HDF5 snapshot ---------------------------------------------------------
@@ -161,43 +161,43 @@ def test_snapshot_is_refused_without_net(snapshot, tmp_path):
 def test_snapshot_renamed_with_the_net_beside_it(net, snapshot, tmp_path):
     pytest.importorskip("h5py", reason="h5py (the hdf5 extra) is not installed")
     out = tmp_path / "port.safetensors"
-    result = run_blobtool("convert", "--names", "torch", "--net", net, snapshot, "-o", out, text=True)
+    result = run_blobtool("convert", "--names", "torch", "--definition", net, snapshot, "-o", out, text=True)
     assert (result.returncode, _warnings(result)) == (0, "")
     got = load_file(out)
     assert sorted(got) == sorted(TORCH)
     for name, expected in TORCH.items():
         assert got[name].dtype == expected.dtype and got[name].tobytes() == expected.tobytes(), name
     # The mapping lists the net's types and order.
-    mapping = one_json(invoke("info", "--json", "--names", "torch", "--net", net, snapshot))
+    mapping = one_json(invoke("info", "--json", "--names", "torch", "--definition", net, snapshot))
     assert [(b["name"], b["type"], b["torch"]) for b in mapping["blobs"][:3]] == [
         ("conv1/0", "Convolution", "conv1.weight"), ("conv1/1", "Convolution", "conv1.bias"),
         ("bn1/0", "BatchNorm", "bn1.running_mean")]
     # The same blobs as the .caffemodel gives, in every listing command.
     for args in (["info", "--json", "--stats"], ["norm", "--json"]):
-        from_h5 = one_json(invoke(*args, "--names", "torch", "--net", net, snapshot))
+        from_h5 = one_json(invoke(*args, "--names", "torch", "--definition", net, snapshot))
         from_net = one_json(invoke(*args, "--names", "torch", net))
         assert from_h5["blobs"] == from_net["blobs"], args
-    assert invoke("compare", "--names", "torch", "--net", net, snapshot, out).exit_code == 0
-    assert invoke("compare", "--names", "torch", "--net", net, snapshot, net).exit_code == 0
+    assert invoke("compare", "--names", "torch", "--definition", net, snapshot, out).exit_code == 0
+    assert invoke("compare", "--names", "torch", "--definition", net, snapshot, net).exit_code == 0
 
 
 def test_a_net_that_is_not_the_snapshots_is_refused(net, snapshot, tmp_path):
     pytest.importorskip("h5py", reason="h5py (the hdf5 extra) is not installed")
     out = tmp_path / "x.safetensors"
     partial = write_net(tmp_path / "partial.caffemodel", "new", layers()[:3])
-    line = assert_error(invoke("convert", "--names", "torch", "--net", partial, snapshot, "-o", out), 2,
+    line = assert_error(invoke("convert", "--names", "torch", "--definition", partial, snapshot, "-o", out), 2,
                         "layers fc, scale1 of this file are not in the net", "it is not this file's net")
     assert str(partial) in line
     other = dict(BLOBS, fc=[rand(5, 8), W["ip_b"]])
     wrong = write_net(tmp_path / "wrong.caffemodel", "new", layers(other))
-    assert_error(invoke("info", "--names", "torch", "--net", wrong, snapshot), 2,
+    assert_error(invoke("info", "--names", "torch", "--definition", wrong, snapshot), 2,
                  "blob fc/0 has shape (5, 16), the net", "shape (5, 8)")
     # No types in what --net names: a blob file, or another snapshot.
     blob = write_blob(tmp_path / "b.pb", [1.0, 2.0])
     for typeless, what in ((blob, "a blob file has none"), (snapshot, "a net without layer types has none")):
-        assert_error(invoke("norm", "--names", "torch", "--net", typeless, snapshot), 2, what)
+        assert_error(invoke("norm", "--names", "torch", "--definition", typeless, snapshot), 2, what)
     # An unreadable --net is bad input.
-    assert_error(invoke("info", "--names", "torch", "--net", tmp_path / "absent.caffemodel", snapshot), 3,
+    assert_error(invoke("info", "--names", "torch", "--definition", tmp_path / "absent.caffemodel", snapshot), 3,
                  "absent.caffemodel")
     assert not out.exists()
 
@@ -218,7 +218,7 @@ def test_the_real_cifar10_snapshot_with_a_net_beside_it(realworld, tmp_path):
              for name, kind in CIFAR_LAYERS]
     net = write_net(tmp_path / "cifar10_full.caffemodel", "new", built)
     out = tmp_path / "cifar10.safetensors"
-    result = run_blobtool("convert", "--names", "torch", "--net", net, src, "-o", out, text=True)
+    result = run_blobtool("convert", "--names", "torch", "--definition", net, src, "-o", out, text=True)
     assert (result.returncode, _warnings(result)) == (0, "")
     expected = {f"{name}.{('weight', 'bias')[i]}": a for name, arrays in stored.items() for i, a in enumerate(arrays)
                 if arrays}
@@ -226,15 +226,15 @@ def test_the_real_cifar10_snapshot_with_a_net_beside_it(realworld, tmp_path):
     assert sorted(got) == sorted(expected) and len(got) == 10
     for name, array in expected.items():
         assert got[name].shape == array.shape and got[name].tobytes() == array.tobytes(), name
-    record = one_json(invoke("info", "--json", "--stats", "--names", "torch", "--net", net, src))
+    record = one_json(invoke("info", "--json", "--stats", "--names", "torch", "--definition", net, src))
     assert [b["name"] for b in record["blobs"]] == list(expected)
     ip1 = record["blobs"][6]
     assert ip1["name"] == "ip1.weight" and ip1["type"] == "InnerProduct"
     assert ip1["stats"]["data"]["max"] == pytest.approx(float(stored["ip1"][0].max()))
-    assert invoke("compare", "--names", "torch", "--net", net, src, out).exit_code == 0
+    assert invoke("compare", "--names", "torch", "--definition", net, src, out).exit_code == 0
     # A net missing one of the snapshot's layers with blobs is not its net.
     short = write_net(tmp_path / "short.caffemodel", "new", built[:-1])
-    assert_error(invoke("norm", "--names", "torch", "--net", short, src), 2, "layer ip2 of this file is not in the net")
+    assert_error(invoke("norm", "--names", "torch", "--definition", short, src), 2, "layer ip2 of this file is not in the net")
 
 
 def test_the_writing_commands_without_names_say_so():

@@ -227,7 +227,7 @@ def test_a_prototxt_gives_an_hdf5_snapshot_its_layer_types(tmp_path):
                       'layer { name: "relu1" type: "ReLU" bottom: "conv1" top: "conv1" }\n'
                       'layer { name: "fc" type: "InnerProduct" bottom: "conv1" top: "fc" }\n')
     out = tmp_path / "s.safetensors"
-    result = invoke("convert", "--names", "torch", "--net", deploy, h5, "-o", out)
+    result = invoke("convert", "--names", "torch", "--definition", deploy, h5, "-o", out)
     assert result.exit_code == 0, result.stderr
     got = load_file(str(out))
     assert sorted(got) == ["conv1.bias", "conv1.weight", "fc.bias", "fc.weight"]

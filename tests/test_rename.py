@@ -116,7 +116,7 @@ def test_rename_and_drop_change_only_those_bytes(tmp_path, fmt):
     layers = lenet_like() if fmt == "new" else lenet_like()[:5]
     net = write_net(tmp_path / "net.caffemodel", fmt, layers, unknown=True)
     out = tmp_path / "out.caffemodel"
-    ok("convert", net, "--rename", "ip1=features", "--rename", "conv1=c1", "--drop", "ip2", "-o", out)
+    ok("edit", net, "--rename", "ip1=features", "--rename", "conv1=c1", "--drop", "ip2", "-o", out)
     expected = parsed(net)
     held = expected.layer if fmt == "new" else expected.layers
     names = [layer.name if fmt != "v0" else layer.layer.name for layer in held]
@@ -138,7 +138,7 @@ def test_rename_and_drop_change_only_those_bytes(tmp_path, fmt):
 def test_a_dropped_layers_readers_are_named_and_left_alone(tmp_path):
     net = write_net(tmp_path / "net.caffemodel", "new", lenet_like())
     out = tmp_path / "out.caffemodel"
-    result = ok("convert", net, "--drop", "ip1", "--drop", "relu1", "-o", out)
+    result = ok("edit", net, "--drop", "ip1", "--drop", "relu1", "-o", out)
     assert result.stderr.splitlines() == [
         # ip2 reads ip1 as relu2 (in place) left it: relu2's output, not ip1's.
         f"blobtool: warning: {net}: --drop ip1: 1 layer still read its output, left as they are (not rewired): "
@@ -149,14 +149,14 @@ def test_a_dropped_layers_readers_are_named_and_left_alone(tmp_path):
     assert [layer.name for layer in kept.layer] == ["conv1", "relu2", "ip2", "loss"]
     assert list(kept.layer[1].bottom) == ["ip1"]   # not rewired
     # A layer whose output nobody reads goes without a word.
-    assert ok("convert", net, "--drop", "loss", "-o", out).stderr == ""
+    assert ok("edit", net, "--drop", "loss", "-o", out).stderr == ""
 
 
 def test_an_unnamed_layer_gets_its_name(tmp_path):
     net = write_net(tmp_path / "net.caffemodel", "new", [Layer("", "Convolution", [rand(2, 1, 1, 1)])])
     assert [e.name for e in blobtool.open_document(net).entries] == ["layer0/0"]
     out = tmp_path / "out.caffemodel"
-    ok("convert", net, "--rename", "layer0=conv", "-o", out)
+    ok("edit", net, "--rename", "layer0=conv", "-o", out)
     expected = parsed(net)
     expected.layer[0].name = "conv"
     assert parsed(out) == expected
@@ -166,25 +166,25 @@ def test_an_unnamed_layer_gets_its_name(tmp_path):
 def test_bad_renames_and_drops(tmp_path):
     net = write_net(tmp_path / "net.caffemodel", "new", lenet_like())
     out = tmp_path / "out.caffemodel"
-    assert_error(invoke("convert", net, "--drop", "fc9", "-o", out), 3,
+    assert_error(invoke("edit", net, "--drop", "fc9", "-o", out), 3,
                  f"{net}: no layer called 'fc9' (--rename, --drop); layers: conv1, relu1, ip1, relu2, ip2, loss")
-    assert_error(invoke("convert", net, "--rename", "ip1=ip2", "-o", out), 2, "another layer is called 'ip2'")
-    assert_error(invoke("convert", net, "--rename", "ip1", "-o", out), 2, "expected OLD=NEW")
-    assert_error(invoke("convert", net, "--rename", "ip1=x", "--drop", "ip1", "-o", out), 2,
+    assert_error(invoke("edit", net, "--rename", "ip1=ip2", "-o", out), 2, "another layer is called 'ip2'")
+    assert_error(invoke("edit", net, "--rename", "ip1", "-o", out), 2, "expected OLD=NEW")
+    assert_error(invoke("edit", net, "--rename", "ip1=x", "--drop", "ip1", "-o", out), 2,
                  "both renamed and dropped")
     # Swapping two names is fine: the names after renaming are all distinct.
-    ok("convert", net, "--rename", "ip1=ip2", "--rename", "ip2=ip1", "-o", out)
+    ok("edit", net, "--rename", "ip1=ip2", "--rename", "ip2=ip1", "-o", out)
     assert [layer.name for layer in parsed(out).layer][2:5] == ["ip2", "relu2", "ip1"]
     assert not (tmp_path / "x.caffemodel").exists()
     blob = tmp_path / "b.pb"
     ok("convert", net, "--blob", "ip2/0", "-o", blob)
-    assert_error(invoke("convert", blob, "--drop", "x", "-o", tmp_path / "c.pb"), 2, "change a net's layers")
+    assert_error(invoke("edit", blob, "--drop", "x", "-o", tmp_path / "c.pb"), 2, "change a net's layers")
 
 
 def test_an_hdf5_net_and_a_real_process(tmp_path):
     h5 = write_h5(tmp_path / "n.caffemodel.h5", h5_net_bytes([("conv1", [rand(2, 1, 3, 3)]), ("ip1", [rand(3, 4)])]))
     out = tmp_path / "out.caffemodel.h5"
-    result = run_blobtool("convert", h5, "--rename", "ip1=head", "--drop", "conv1", "-o", out, text=True)
+    result = run_blobtool("edit", h5, "--rename", "ip1=head", "--drop", "conv1", "-o", out, text=True)
     assert (result.returncode, result.stderr) == (0, "")
     import h5py
 
@@ -198,17 +198,22 @@ def test_into_a_renamed_template(tmp_path):
     st = tmp_path / "v.safetensors"
     ok("convert", net, "-o", st)
     out = tmp_path / "out.caffemodel"
-    # The template is edited first: a dropped layer needs no value, a renamed one takes its new name's.
-    result = invoke("convert", st, "--into", net, "--drop", "ip2", "-o", out)
+    # The template edited first: a dropped layer needs no value, a renamed one takes its new name's.
+    edited = tmp_path / "edited.caffemodel"
+    ok("edit", net, "--drop", "ip2", "-o", edited)
+    result = invoke("transplant", st, edited, "-o", out)
     assert_error(result, 3, "unexpected 1 (ip2/0)", warnings=True)
-    ok("convert", st, "--into", net, "--drop", "ip2", "--partial", "-o", out)
+    ok("transplant", st, edited, "--partial", "-o", out)
     assert [layer.name for layer in parsed(out).layer] == ["conv1", "relu1", "ip1", "relu2", "loss"]
+    # transplant writes the template as it is: editing is edit's.
+    result = invoke("transplant", st, net, "--drop", "ip2", "-o", out)
+    assert_error(result, 2, "--drop is edit's now: blobtool edit NET -o OUT --drop LAYER")
 
 
 def test_real_lenet_keeps_every_other_byte(realworld, tmp_path):
     src = realworld / "lenet_iter_10000.caffemodel"
     out = tmp_path / "out.caffemodel"
-    ok("convert", src, "--rename", "conv1=first", "--drop", "ip1", "-o", out)
+    ok("edit", src, "--rename", "conv1=first", "--drop", "ip1", "-o", out)
     expected = parsed(src)
     expected.layer[1].name = "first"
     del expected.layer[5]
@@ -219,25 +224,30 @@ def test_real_lenet_keeps_every_other_byte(realworld, tmp_path):
 def test_a_definitions_layers_renamed_and_dropped(tmp_path):
     net = write_net(tmp_path / "net.caffemodel", "new", lenet_like())
     text, npz = tmp_path / "net.prototxt", tmp_path / "net.npz"
-    ok("convert", net, "-o", text)
+    ok("definition", net, "-o", text)
     ok("convert", net, "-o", npz)
     out = tmp_path / "out.caffemodel"
-    ok("convert", text, "--rename", "ip1=features", "--drop", "loss", "-o", out)
+    ok("edit", text, "--rename", "ip1=features", "--drop", "loss", "-o", out)
     assert [layer.name for layer in parsed(out).layer] == ["conv1", "relu1", "features", "relu2", "ip2"]
-    # As a template: the values are matched under the new names. (ip2 was built without its bias, which
-    # the definition, bias_term true by default, asks for.)
-    line = assert_error(invoke("convert", npz, "--into", text, "--rename", "ip1=features", "-o", out), 3,
+    # As a template, edited first: the values are matched under the new names. (ip2 was built without
+    # its bias, which the definition, bias_term true by default, asks for.)
+    edited, edited_text = tmp_path / "edited.caffemodel", tmp_path / "edited.prototxt"
+    ok("edit", text, "--rename", "ip1=features", "-o", edited)
+    ok("definition", edited, "-o", edited_text)
+    line = assert_error(invoke("transplant", npz, edited_text, "-o", out), 3,
                         "missing 3 (features/0, features/1, ip2/1); unexpected 2 (ip1/0, ip1/1)")
     assert "every blob needs one" in line
     arrays = dict(np.load(npz))
     arrays["features/0"], arrays["features/1"] = arrays.pop("ip1/0"), arrays.pop("ip1/1")
     arrays["ip2/1"] = rand(2)
     np.savez(tmp_path / "renamed.npz", **arrays)
-    ok("convert", tmp_path / "renamed.npz", "--into", text, "--rename", "ip1=features", "--drop", "loss", "-o", out)
+    ok("edit", text, "--rename", "ip1=features", "--drop", "loss", "-o", edited)
+    ok("definition", edited, "-o", edited_text)
+    ok("transplant", tmp_path / "renamed.npz", edited_text, "-o", out)
     assert blobtool.load_all(out)["features/0"].cpu_data().tobytes() == arrays["features/0"].tobytes()
     assert [layer.name for layer in parsed(out).layer][-1] == "ip2"
-    result = invoke("convert", text, "--drop", "loss", "-o", tmp_path / "x.prototxt")
-    assert result.exit_code == 2 and "then convert it to .prototxt" in result.stderr
+    result = invoke("edit", text, "--drop", "loss", "-o", tmp_path / "x.prototxt")
+    assert_error(result, 2, "blobtool definition NET -o")
 
 
 # -- names that are not UTF-8 -------------------------------------------------------------------
@@ -293,21 +303,21 @@ def test_options_given_bytes_that_are_not_utf8_say_so_in_one_line(tmp_path):
 def test_a_layer_named_by_bytes_that_are_not_utf8_is_named_as_listed_or_by_those_bytes(tmp_path):
     net = raw_net(tmp_path / "odd.caffemodel", [b"b\xff1", b"c1"])
     out = tmp_path / "out.caffemodel"
-    result = run_blobtool("convert", net, "--rename", "b\\xff1=first", "-o", out, text=True)
+    result = run_blobtool("edit", net, "--rename", "b\\xff1=first", "-o", out, text=True)
     if refuses_bytes_that_are_not_utf8():
         return assert_refused_by_protobuf(result, out)
     assert (result.returncode, result.stderr) == (0, "")
     assert [layer.name for layer in parsed(out).layer] == ["first", "c1"]
     assert "b\\xff1" in ok("info", "--layers", net).stdout   # the form given above: as listed
     # The bytes themselves, as a command line hands them over.
-    ok("convert", net, "--rename", "b\udcff1=first", "-o", out)
+    ok("edit", net, "--rename", "b\udcff1=first", "-o", out)
     assert [layer.name for layer in parsed(out).layer] == ["first", "c1"]
     assert out.read_bytes() == raw_net(tmp_path / "expected.caffemodel", [b"first", b"c1"]).read_bytes()
-    ok("convert", net, "--drop", "b\udcff1", "-o", out)
+    ok("edit", net, "--drop", "b\udcff1", "-o", out)
     assert [layer.name for layer in parsed(out).layer] == ["c1"]
     result = ok("convert", net, "--blob", "b\udcff1/0", "-o", tmp_path / "b.npz")
     assert list(np.load(tmp_path / "b.npz")) == ["b\\xff1/0"]
-    assert_error(invoke("convert", net, "--rename", "b\udcff1=x", "--drop", "b\\xff1", "-o", out), 2,
+    assert_error(invoke("edit", net, "--rename", "b\udcff1=x", "--drop", "b\\xff1", "-o", out), 2,
                  "layer 'b\\xff1' is both renamed and dropped")
 
 
@@ -316,12 +326,12 @@ def test_bytes_that_could_name_two_layers_are_refused(tmp_path):
     # as b\xff1 (the second as b\xff1#2), so the byte given on a command line is ambiguous.
     net = raw_net(tmp_path / "odd.caffemodel", [b"b\\xff1", b"b\xff1"])
     out = tmp_path / "out.caffemodel"
-    result = run_blobtool("convert", net, "--drop", "b\udcff1", "-o", out, text=True)
+    result = run_blobtool("edit", net, "--drop", "b\udcff1", "-o", out, text=True)
     if refuses_bytes_that_are_not_utf8():
         return assert_refused_by_protobuf(result, out)
     assert result.returncode == 2 and len(result.stderr.splitlines()) == 1, result.stderr
     assert "could name any of the 2 layers listed as b\\xff1, b\\xff1#2" in result.stderr and not out.exists()
-    ok("convert", net, "--drop", "b\\xff1#2", "-o", out)
+    ok("edit", net, "--drop", "b\\xff1#2", "-o", out)
     assert [layer.name for layer in parsed(out).layer] == ["b\\xff1"]
 
 
@@ -329,7 +339,7 @@ def test_a_prefix_of_bytes_that_are_not_utf8(tmp_path):
     values = raw_net(tmp_path / "values.caffemodel", [b"\xffconv1", b"\xffconv2"])
     template = raw_net(tmp_path / "template.caffemodel", [b"conv1", b"conv2"])
     out = tmp_path / "out.caffemodel"
-    result = run_blobtool("convert", values, "--into", template, "--strip-prefix", "\udcff", "-o", out, text=True)
+    result = run_blobtool("transplant", values, template, "--strip-prefix", "\udcff", "-o", out, text=True)
     if refuses_bytes_that_are_not_utf8():
         return assert_refused_by_protobuf(result, out)
     assert (result.returncode, result.stderr) == (0, "")

@@ -225,10 +225,10 @@ def test_layers_counted_and_listed(wide_net):
     assert "all_layers" not in record
     result = run_blobtool("info", path, text=True)
     assert f"; {len(layers)} layers, {len(empty)} without blobs" in result.stdout
-    record = info_json(path, "--all-layers")
+    record = info_json(path, "--layers")
     assert record["all_layers"] == [{"name": layer.name, "type": layer.type, "blobs": len(layer.blobs)}
                                     for layer in layers]
-    result = run_blobtool("info", "--all-layers", path, text=True)
+    result = run_blobtool("info", "--layers", path, text=True)
     assert result.returncode == 0
     listed = {line.split()[0]: line.split()[1:] for line in result.stdout.splitlines() if line.split()}
     for layer in layers:
@@ -236,7 +236,7 @@ def test_layers_counted_and_listed(wide_net):
 
 
 def test_hdf5_layers_have_no_type(realworld):
-    record = info_json(realworld / "cifar10_full_iter_70000.caffemodel.h5", "--all-layers")
+    record = info_json(realworld / "cifar10_full_iter_70000.caffemodel.h5", "--layers")
     assert record["layers"] == len(record["all_layers"]) >= record["layers_without_blobs"] + 1
     assert {layer["type"] for layer in record["all_layers"]} == {None}
     assert sum(layer["blobs"] for layer in record["all_layers"]) == len(record["blobs"])
@@ -377,7 +377,7 @@ def assert_one_line_per_name(out: str, names: list, per_table: int = 1) -> None:
 
 
 @pytest.mark.parametrize("args, per_table", [
-    (["info"], 1), (["info", "--all-layers"], 1), (["info", "--stats"], 3), (["norm"], 1)], ids=str)
+    (["info"], 1), (["info", "--layers"], 1), (["info", "--stats"], 3), (["norm"], 1)], ids=str)
 def test_a_155_character_name_off_a_terminal_is_one_whole_line(long_net, args, per_table):
     path, _, names = long_net
     record = info_json(path, "--stats")
@@ -392,7 +392,7 @@ def test_a_155_character_name_off_a_terminal_is_one_whole_line(long_net, args, p
         for blob in record["blobs"]:
             stats = row_of(out, blob["name"], table=1)
             assert stats[1:3] == [fmt_num(blob["stats"]["data"]["min"]), fmt_num(blob["stats"]["data"]["max"])]
-    if args == ["info", "--all-layers"]:
+    if args == ["info", "--layers"]:
         assert [line.split() for line in out.splitlines() if line.split()[:1] == [LONG_LAYER + "_fc"]] == [
             [LONG_LAYER + "_fc", "InnerProduct", "2"]]
 
@@ -477,7 +477,7 @@ def test_on_a_simulated_terminal_nothing_is_cut(long_net, width):
 
     path, changed, names = long_net
     records = {
-        "info": (tables.render_info, info_json(path, "--stats", "--all-layers")),
+        "info": (tables.render_info, info_json(path, "--stats", "--layers")),
         "norm": (tables.render_norm, json.loads(run_blobtool("norm", "--json", path, text=True).stdout)),
         "compare": (tables.render_compare,
                     json.loads(run_blobtool("compare", "--json", path, changed, text=True).stdout)),

@@ -483,7 +483,7 @@ def test_a_snapshot_takes_its_settings_from_the_net_beside_it(tmp_path):
     snapshot = write_h5(tmp_path / "net.caffemodel.h5",
                         h5_net_bytes([(layer.name, list(layer.blobs)) for layer in layers]))
     out = tmp_path / "s.safetensors"
-    result = run_blobtool("convert", "--names", "torch-identifiers", "--net", net, snapshot, "-o", out, text=True)
+    result = run_blobtool("convert", "--names", "torch-identifiers", "--definition", net, snapshot, "-o", out, text=True)
     assert result.returncode == 0, result.stderr
     assert (f"blobtool: warning: {snapshot}: BatchNorm eps 0.001 in 1 module (bn1), not PyTorch's default 1e-05: "
             "give BatchNorm2d eps=0.001 (the file's metadata has <module>.eps)") in result.stderr.splitlines()

@@ -195,7 +195,8 @@ def _emit_mapping(record: dict, as_json: bool) -> None:
     emit(record, as_json, plain=mapping.plain_mapping, draw=lambda out: mapping.render_mapping(out, record))
 
 
-@verb(rules=NAMES_RULES, moved=NAMES_MOVED)
+@verb(rules={**NAMES_RULES, "jobs": (Refuses("device", why="one process owns the GPU and sums on it"),)},
+      moved=NAMES_MOVED)
 @click.argument("files", nargs=-1, type=INPUT)
 @device_option
 @blob_option
@@ -222,7 +223,7 @@ def norm(files, device, patterns, kind, as_json, jobs, fail_fast, all_files, nam
     check_names(names, net)
     device_info = use_device(device)
     if device_info is not None:
-        jobs = 1  # one process owns the GPU
+        jobs = 1  # one process owns the GPU (--jobs with --device is refused)
     work = functools.partial(_norm_one, kind=kind, patterns=patterns, device_info=device_info, names=names,
                              fold=not no_fold, net=net)
     batch = _Batch(files, fail_fast, all_files)
@@ -264,7 +265,8 @@ def _norm_target(entry, streamer):
     return blob
 
 
-@verb(rules=NAMES_RULES, moved=NAMES_MOVED)
+@verb(rules={**NAMES_RULES, "quiet": (Refuses("as_json", why="the JSON object holds every blob"),)},
+      moved=NAMES_MOVED)
 @click.argument("a", type=INPUT)
 @click.argument("b", type=INPUT)
 @click.option("--rtol", type=Tolerance(), default=0.0, metavar="R",

@@ -12,13 +12,14 @@ from .completion import complete_blob_names
 from .names import NAMES_MOVED, NAMES_RULES, check_names, named, names_options
 from .options import INPUT, OUTPUT, kind_option
 from .output import consoles, say_warning
-from .rules import verb
+from .rules import Refuses, verb
 from .work import open_input
 
 __all__ = ["show"]
 
 
-@verb(rules=NAMES_RULES, moved=NAMES_MOVED)
+@verb(rules={**NAMES_RULES, "width": (Refuses("output", why="a PNG holds the picture at full resolution"),)},
+      moved=NAMES_MOVED)
 @click.argument("file", type=INPUT)
 @click.option("--blob", "name", metavar="NAME", default=None, shell_complete=complete_blob_names,
               help="The blob to show (name or glob that matches one blob); needed when the file holds several.")

@@ -1,0 +1,213 @@
+"""One verb per job: each command's options, walked in pairs against the rules it declares (cli/rules.py).
+
+For every command, every option alone and every pair of its options is run
+on a small net: where a declared rule says the combination does not apply,
+the run must be exit 2 with one line naming the option; where none does,
+no rule may fire. The old spellings are refused with one line naming the
+command that took them over, or rewritten where they are only short forms.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import click
+import numpy as np
+import pytest
+
+import blobtool
+from blobtool.cli import COMMANDS, cli
+from blobtool.cli.paths import INPUT, OUTPUT
+from blobtool.cli.rules import Needs, Verb
+from builders import Layer, write_net
+from runner import invoke, ok
+
+# What a rule's refusal says (rules.py), and nothing else does.
+RULE_WORDS = ("applies only with", "does not apply with")
+MOST_OPTIONS = 14   # with --help, in every command's --help
+
+
+def usage_error(result, command: str, *fragments) -> str:
+    """Exit 2 with one stderr line, "blobtool COMMAND: ...", holding each of `fragments`; the line."""
+    assert result.exit_code == 2, (result.exit_code, result.stdout, result.stderr)
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"blobtool {command}: "), result.stderr
+    for fragment in fragments:
+        assert fragment in lines[0], (fragment, lines[0])
+    return lines[0]
+
+
+def _net(tmp_path):
+    rng = np.random.default_rng(0)
+    layers = [Layer("conv1", "Convolution", [rng.standard_normal((2, 1, 3, 3)).astype(np.float32),
+                                             rng.standard_normal(2).astype(np.float32)],
+                    bottom=["data"], top=["conv1"]),
+              Layer("bn1", "BatchNorm", [np.ones(2, np.float32), np.ones(2, np.float32),
+                                         np.ones(1, np.float32)], bottom=["conv1"], top=["conv1"]),
+              Layer("ip1", "InnerProduct", [rng.standard_normal((3, 8)).astype(np.float32)],
+                    bottom=["conv1"], top=["ip1"])]
+    return write_net(tmp_path / "net.caffemodel", "new", layers)
+
+
+def _options(command) -> list:
+    return [p for p in command.params if isinstance(p, click.Option) and p.name != "help"]
+
+
+def _sample(option: click.Option, tmp_path, net) -> list:
+    """A value for `option` that its type takes (a non-default choice), as command-line tokens."""
+    flag = max(option.opts, key=len)
+    if option.is_flag:
+        return [flag]
+    kind = option.type
+    if isinstance(kind, click.Choice):
+        value = next(c for c in kind.choices if c != option.default)
+    elif isinstance(kind, click.IntRange) or kind is click.INT:
+        value = "1"
+    elif isinstance(kind, click.types.FloatParamType) or kind.name == "tolerance":
+        value = "0.5"
+    elif kind is INPUT:
+        value = str(net)
+    elif kind is OUTPUT:
+        value = str(tmp_path / ("out.png" if option.metavar == "PATH.png" else "out.caffemodel"))
+    else:
+        value = "x"
+    return [flag, value]
+
+
+def _arguments(command, net) -> list:
+    return {"compare": [net, net], "scale": [net, "2"], "transplant": [net, net], "devices": []}.get(
+        command.name, [net])
+
+
+def _refused(command: Verb, given: dict) -> str | None:
+    """The option the declared rules refuse among `given` ({name: value}), by the rules' own words: or None."""
+    values = {p.name: p.default if not p.multiple else () for p in command.params}
+    values.update(given)
+    for name in given:
+        for rule in command.settings.rules.get(name, ()):
+            value = values.get(rule.other)
+            if isinstance(rule, Needs):
+                fine = (rule.values(value) if callable(rule.values) else
+                        value in rule.values if rule.values else value not in (None, False, (), ""))
+            else:
+                fine = (rule.other not in given if not rule.values else
+                        not (rule.values(value) if callable(rule.values) else value in rule.values))
+            if not fine:
+                return name
+    return None
+
+
+def _value(option: click.Option, tokens: list):
+    if option.is_flag:
+        return option.flag_value if option.flag_value is not None else True
+    return option.type.convert(tokens[1], None, None) if not isinstance(option.type, click.Path) else tokens[1]
+
+
+def _combinations(command):
+    options = _options(command)
+    yield from ((o,) for o in options)
+    yield from itertools.combinations(options, 2)
+
+
+@pytest.mark.parametrize("command", COMMANDS, ids=lambda c: c.name)
+def test_every_pair_of_options_is_refused_exactly_where_a_rule_says_it_does_not_apply(command, tmp_path):
+    net = _net(tmp_path)
+    assert isinstance(command, Verb), f"{command.name} is not built with rules.verb"
+    walked = refused = 0
+    for combination in _combinations(command):
+        tokens = {o.name: _sample(o, tmp_path, net) for o in combination}
+        given = {o.name: _value(o, tokens[o.name]) for o in combination}
+        args = [command.name, *_arguments(command, net), *itertools.chain(*tokens.values())]
+        result = invoke(*args)
+        walked += 1
+        expected = _refused(command, given)
+        if expected is None:
+            assert not any(words in result.stderr for words in RULE_WORDS), (args, result.stderr)
+            continue
+        refused += 1
+        option = command.option_of(expected)
+        line = usage_error(result, command.name, option)
+        assert any(words in line for words in RULE_WORDS), line
+    assert walked == len(_options(command)) * (len(_options(command)) + 1) // 2
+    # A command with rules has combinations they refuse: the walk is not empty of them.
+    assert refused or not command.settings.rules
+
+
+@pytest.mark.parametrize("command", COMMANDS, ids=lambda c: c.name)
+def test_every_command_lists_at_most_fourteen_options(command):
+    result = invoke(command.name, "--help")
+    assert result.exit_code == 0
+    listed = [p for p in command.get_params(click.Context(command)) if isinstance(p, click.Option) and not p.hidden]
+    assert len(listed) <= MOST_OPTIONS, [max(p.opts, key=len) for p in listed]
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (["convert", "{net}", "--no-fold", "-o", "{out}.npz"], "--no-fold applies only with --names torch"),
+    (["convert", "{net}", "--definition", "{net}", "-o", "{out}.npz"], "--definition applies only with --names torch"),
+    (["convert", "{net}", "--strict", "-o", "{out}.npz"], "--strict applies only with --precision half"),
+    (["info", "{net}", "--layers", "--names", "torch"], "--layers does not apply with --names torch"),
+    (["definition", "{net}", "--strict", "-o", "{out}.caffemodel"], "--strict applies only with a text output"),
+    (["transplant", "{net}", "{net}", "--no-fold", "-o", "{out}.caffemodel"], "--no-fold applies only with"),
+    (["compare", "{net}", "{net}", "-q", "--json"], "--quiet does not apply with --json"),
+    (["norm", "{net}", "--jobs", "2", "--device", "0"], "--jobs does not apply with --device"),
+    (["show", "{net}", "--width", "40", "-o", "{out}.png"], "--width does not apply with --output"),
+])
+def test_an_option_that_does_not_apply_is_exit_2_naming_it(args, fragment, tmp_path):
+    net = _net(tmp_path)
+    usage_error(invoke(*[a.format(net=net, out=tmp_path / "out") for a in args]), args[0], fragment)
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (["convert", "{net}", "--into", "{net}", "-o", "{out}"], "blobtool transplant SOURCE TEMPLATE -o OUT"),
+    (["convert", "{net}", "--partial", "-o", "{out}"], "--partial is transplant's now"),
+    (["convert", "{net}", "--rename", "a=b", "-o", "{out}"], "blobtool edit NET -o OUT --rename OLD=NEW"),
+    (["convert", "{net}", "--drop", "ip1", "-o", "{out}"], "blobtool edit NET -o OUT --drop LAYER"),
+    (["convert", "{net}", "-o", "{out}.prototxt"], "blobtool definition NET -o"),
+    (["convert", "{net}", "--device", "0", "-o", "{out}"], "convert computes nothing a GPU could run"),
+    (["info", "{net}", "--net", "{net}"], "--net is now --definition PATH"),
+    (["info", "{net}", "--all-layers"], "--all-layers is now --layers"),
+    (["convert", "{net}", "--net={net}", "-o", "{out}"], "--net is now --definition PATH"),
+])
+def test_an_old_spelling_is_refused_naming_its_new_place(args, fragment, tmp_path):
+    net = _net(tmp_path)
+    out = tmp_path / "out"
+    usage_error(invoke(*[a.format(net=net, out=out) for a in args]), args[0], fragment)
+    assert not any(p.name.startswith("out") for p in tmp_path.iterdir())
+
+
+def test_short_forms_of_convert_still_work(tmp_path):
+    net = _net(tmp_path)
+    for short, long in ((["--double"], ["--precision", "double"]), (["--half-strict"], ["--precision", "half",
+                                                                                         "--strict"]),
+                        (["--legacy"], ["--layout", "legacy"])):
+        a, b = tmp_path / "a.caffemodel", tmp_path / "b.caffemodel"
+        ok("convert", net, *short, "-o", a)
+        ok("convert", net, *long, "-o", b)
+        assert a.read_bytes() == b.read_bytes()
+    # After "--" a token is an argument, never a short form.
+    result = invoke("convert", net, "-o", tmp_path / "c.caffemodel", "--", "--double")
+    assert result.exit_code == 2 and "unexpected extra argument" in result.stderr.lower()
+
+
+def test_scale_takes_negative_factors_and_names_unknown_options(tmp_path):
+    net = _net(tmp_path)
+    out = tmp_path / "s.caffemodel"
+    ok("scale", net, "-0.5", "-o", out)
+    assert np.array_equal(blobtool.load_all(out)["conv1/0"].cpu_data(),
+                          np.float32(-0.5) * blobtool.load_all(net)["conv1/0"].cpu_data())
+    ok("scale", net, "2", "--diff-factor", "-3", "-o", out)
+    ok("scale", "-o", out, net, "-1e-3")
+    usage_error(invoke("scale", net, "2", "--bogus", "-o", out), "scale", "No such option '--bogus'")
+
+
+def test_the_group_lists_commands_by_job_and_every_input_it_reads():
+    text = invoke("--help").stdout
+    sections = [line.rstrip(":") for line in text.splitlines() if line and not line.startswith(" ")
+                and line.endswith(":")]
+    assert sections[-4:] == ["Inspect", "Blob math", "Re-encode", "Nets"]
+    listed = {line.split()[0] for line in text.splitlines() if line.startswith("  ") and line.split()
+              and line.split()[0] in cli.commands}
+    assert listed == set(cli.commands)
+    for extension in (".caffemodel", ".solverstate", ".prototxt", ".npy", ".npz", ".safetensors", ".pt", ".pth",
+                      ".caffemodel.h5", ".binaryproto"):
+        assert extension in text, extension
