@@ -78,6 +78,16 @@ def assert_error(result, code: int, *fragments, warnings: bool = False) -> str:
     return lines[0]
 
 
+def assert_usage(result, command: str, *fragments) -> str:
+    """Exit 2 with click's one usage line, "blobtool COMMAND: ...", holding each of `fragments`; the line."""
+    assert result.exit_code == 2, (result.exit_code, result.stdout, result.stderr)
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"blobtool {command}: "), result.stderr
+    for fragment in fragments:
+        assert fragment in lines[0], (fragment, lines[0])
+    return lines[0]
+
+
 def rich_text(renderer, record: dict, width: int, *, terminal: bool = False) -> str:
     """What `renderer(console, record)` prints on a rich console `width` columns wide, colour off to read
     the text: off a terminal as blobtool's own console is there (markup, emoji and highlighting off), or

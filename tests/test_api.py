@@ -320,26 +320,21 @@ def _more_sites(tmp_path):
         (lambda: write(open_document(net), None, out / "o.npz", precision="bf16"),
          "bfloat16 (precision='bf16') is written to .safetensors only: the npz output (format numpy) has no bfloat16 "
          "type; write .safetensors, or use precision='half' (float16)",
-         ["convert", net, "--bf16", "-o", out / "o.npz"],
-         "blobtool: bfloat16 (--bf16) is written to .safetensors only: the npz output (format numpy) has no bfloat16 "
-         "type; write .safetensors, or use --half (float16)"),
+         ["convert", net, "--precision", "bf16", "-o", out / "o.npz"],
+         "blobtool: bfloat16 (--precision bf16) is written to .safetensors only: the npz output (format numpy) has no "
+         "bfloat16 type; write .safetensors, or use --precision half (float16)"),
         (lambda: write(open_document(net), None, out / "o.caffemodel.h5", layout="legacy"),
          "layout='legacy': Caffe's HDF5 snapshots store each blob as an N-D dataset; the legacy "
          "num/channels/height/width layout exists only in the protobuf form",
-         ["convert", net, "--legacy", "-o", out / "o.caffemodel.h5"],
-         "blobtool: --legacy: Caffe's HDF5 snapshots store each blob as an N-D dataset; the legacy "
+         ["convert", net, "--layout", "legacy", "-o", out / "o.caffemodel.h5"],
+         "blobtool: --layout legacy: Caffe's HDF5 snapshots store each blob as an N-D dataset; the legacy "
          "num/channels/height/width layout exists only in the protobuf form"),
         (lambda: write(open_document(huge), None, out / "o.npy", precision="half", half_strict=True),
          f"{huge}: half_strict: blob 0: 3 of 3 values are past float16's range (largest 1e+30, float16 holds up to "
          "65504); nothing written",
-         ["convert", huge, "--half", "--half-strict", "-o", out / "o.npy"],
-         f"blobtool: {huge}: --half-strict: blob 0: 3 of 3 values are past float16's range (largest 1e+30, float16 "
+         ["convert", huge, "--precision", "half", "--strict", "-o", out / "o.npy"],
+         f"blobtool: {huge}: --strict: blob 0: 3 of 3 values are past float16's range (largest 1e+30, float16 "
          "holds up to 65504); nothing written"),
-        (lambda: write(open_document(net), None, out / "o.prototxt", precision="double", layout="legacy"),
-         f"{net}: a .prototxt holds a net's definition, no blob values: precision and layout would change nothing",
-         ["convert", net, "--double", "--legacy", "-o", out / "o.prototxt"],
-         f"blobtool: {net}: a .prototxt holds a net's definition, no blob values: --float/--double/--half and "
-         "--shape/--legacy would change nothing"),
         (lambda: transplant(open_document(values), net, out / "o.caffemodel"),
          f"{values}: does not fit {net}: missing 3 (conv1/1, fc/0, fc/1); partial keeps the template's values for "
          "the blobs without one",
@@ -365,6 +360,17 @@ def test_library_errors_of_surgery_writers_records_and_pictures_name_parameters(
     _check_sites(_more_sites(tmp_path))
 
 
+def test_write_leaves_a_nets_definition_to_definition_text(tmp_path):
+    net, _ = _net_file(tmp_path / "tiny.caffemodel")
+    with pytest.raises(BlobToolError) as caught:
+        write(open_document(net), None, tmp_path / "o.prototxt")
+    assert str(caught.value) == (f"{net}: a .prototxt holds a net's definition and no blobs: "
+                                 "blobtool.definition_text(src, dest) writes it")
+    assert not (tmp_path / "o.prototxt").exists()
+    text = blobtool.definition_text(net, tmp_path / "o.prototxt")
+    assert (tmp_path / "o.prototxt").read_text() == text and 'name: "conv1"' in text
+
+
 def test_a_snapshot_without_types_names_the_net_parameter(tmp_path):
     pytest.importorskip("h5py")
     from builders import h5_net_bytes, write_h5
@@ -373,7 +379,7 @@ def test_a_snapshot_without_types_names_the_net_parameter(tmp_path):
     rest = ("renames a .caffemodel's blobs by layer type, and Caffe's HDF5 snapshots carry no layer types (only "
             "names); give the net they come from (the matching .caffemodel, the same layer names) with ")
     _check_sites([(lambda: blobtool.state_dict(snapshot), f"{snapshot}: names='torch' {rest}net=FILE",
-                   ["info", snapshot, "--names", "torch"], f"blobtool: {snapshot}: --names torch {rest}--net FILE")])
+                   ["info", snapshot, "--names", "torch"], f"blobtool: {snapshot}: --names torch {rest}--definition FILE")])
 
 
 def test_a_library_only_error_names_its_parameter(tmp_path):
@@ -397,7 +403,7 @@ def test_a_parameter_named_with_its_value_is_the_commands_flag_or_option_and_val
                      f"{parameter('write_diff', given=False)}, {parameter('key', True)}ema")
     assert str(exc) == "layout='legacy', format='blob', write_diff=False, key=ema"
     assert exc.parameters == ("layout", "format", "write_diff", "key")
-    assert exc.rendered(option_name) == "--legacy, --format blob, --no-diff, --key ema"
+    assert exc.rendered(option_name) == "--layout legacy, --format blob, --no-diff, --key ema"
     seen = []
     exc.rendered(lambda name: seen.append(name) or "")
     assert seen == ["layout='legacy'", "format='blob'", "write_diff=False", "key"]

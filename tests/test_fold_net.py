@@ -369,7 +369,7 @@ def test_fold_refuses_what_is_not_a_net_of_todays_format(tmp_path):
     net = chain_net(tmp_path, rng)
     assert_error(invoke("fold", net, "-o", tmp_path / "o.npz"), 2, "Caffe's protobuf", ".prototxt")
     text = tmp_path / "net.prototxt"
-    ok("convert", net, "-o", text)
+    ok("definition", net, "-o", text)
     assert_error(invoke("fold", text, "-o", tmp_path / "o.caffemodel"), 2, "without weights", "fold the .caffemodel")
     result = invoke("fold", net, "-o", "-", "-o", "-")
     assert result.exit_code == 2 and "can be written only once" in result.stderr
@@ -393,7 +393,7 @@ def test_resnet20_folded_computes_what_it_did(tmp_path):
     result = ok("fold", RESNET, "-o", out, "-o", tmp_path / "resnet20_folded.prototxt")
     folded_definition_matches(out, tmp_path / "resnet20_folded.prototxt")
     # Its definition given apart (as a deploy.prototxt would be) folds to the same text.
-    ok("convert", RESNET, "-o", tmp_path / "resnet20.prototxt")
+    ok("definition", RESNET, "-o", tmp_path / "resnet20.prototxt")
     apart = ok("fold", RESNET, "--definition", tmp_path / "resnet20.prototxt", "-o", tmp_path / "apart.prototxt")
     assert (tmp_path / "apart.prototxt").read_text() == (tmp_path / "resnet20_folded.prototxt").read_text()
     # Given apart, it is the net that runs: its BatchNorm layers' own phase: TRAIN is said.
@@ -451,7 +451,7 @@ def deploy_of(tmp_path, net, edit) -> Path:
     from google.protobuf import text_format
 
     text = tmp_path / "net_definition.prototxt"
-    ok("convert", net, "-o", text)
+    ok("definition", net, "-o", text)
     message = text_format.Parse(text.read_text(), pb.NetParameter())
     edit(message)
     deploy = tmp_path / "deploy.prototxt"

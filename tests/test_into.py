@@ -17,7 +17,7 @@ import blobtool
 from blobtool._pb import blobtool_caffe_pb2 as pb
 from blobtool.errors import FitError, UsageError
 from builders import Layer, half_blob_bytes, len_field, varint_field, write_h5, h5_net_bytes, write_net
-from runner import assert_error, invoke, ok, run_blobtool
+from runner import assert_error, assert_usage, invoke, ok, run_blobtool
 
 RNG = np.random.default_rng(25)
 
@@ -303,11 +303,13 @@ def test_partial_with_nothing_that_fits_is_refused(tmp_path):
     st = tmp_path / "export.safetensors"
     ok("convert", "--names", "torch", net, "-o", st)
     # PyTorch names read as blobtool's: no value fits, and the template would come out unchanged.
-    assert_error(invoke("transplant", st, net, "-o", tmp_path / "o.caffemodel", "--partial"), 3,
-                 "missing 17 (conv1/0, conv1/1, bn1/0, bn1/1, bn1/2,", "unexpected 16 (conv1.weight,",
-                 "no value fits any blob")
+    line = assert_error(invoke("transplant", st, net, "-o", tmp_path / "o.caffemodel", "--partial"), 3,
+                        "missing 17 (conv1/0, conv1/1, bn1/0 and 14 more)",
+                        "unexpected 16 (conv1.weight, conv1.bias, bn1.running_mean and 13 more)",
+                        "the values are named as PyTorch names them: --names torch matches them by PyTorch's names")
+    assert len(line) < 400
     result = invoke("convert", st, "--partial", "-o", tmp_path / "o.npz")
-    assert result.exit_code == 2 and result.stderr.startswith("blobtool convert: --partial goes with --into")
+    assert result.exit_code == 2 and result.stderr.startswith("blobtool convert: --partial is transplant's now")
 
 
 def test_one_statistic_given_keeps_the_other_as_caffe_reads_it(tmp_path):
@@ -406,7 +408,7 @@ def test_into_a_definition_of_the_real_nets(realworld, tmp_path):
         where = tmp_path / name
         where.mkdir()
         text, st, npz = where / "net.prototxt", where / "net.safetensors", where / "net.npz"
-        ok("convert", src, "-o", text)
+        ok("definition", src, "-o", text)
         ok("convert", "--names", "torch", src, "-o", st)
         ok("convert", src, "-o", npz)
         out = where / "out.caffemodel"
@@ -424,7 +426,7 @@ def test_into_a_definition_of_the_real_nets(realworld, tmp_path):
 def test_into_a_definition_makes_each_layers_blobs(tmp_path):
     net = write_net(tmp_path / "net.caffemodel", "new", every_rule(factor=2.0))
     text, st = tmp_path / "net.prototxt", tmp_path / "net.safetensors"
-    ok("convert", net, "-o", text)
+    ok("definition", net, "-o", text)
     ok("convert", "--names", "torch", net, "-o", st)
     out = tmp_path / "out.caffemodel"
     ok("transplant", st, text, "--names", "torch", "-o", out)
@@ -443,14 +445,14 @@ def test_into_a_definition_makes_each_layers_blobs(tmp_path):
                  "missing 1 (ipt.bias)", warnings=True)
     assert_error(invoke("transplant", st, text, "--names", "torch", "-o", out, "--partial"), 2,
                  "a .prototxt holds none")
-    assert_error(invoke("transplant", st, text, "--names", "torch", "-o", tmp_path / "x.prototxt"), 2,
-                 "a .prototxt output holds no blobs", warnings=True)
+    assert_usage(invoke("transplant", st, text, "--names", "torch", "-o", tmp_path / "x.prototxt"), "transplant",
+                 "a .prototxt output is a net's definition, without blobs")
 
 
 def test_into_a_v1_definition(tmp_path):
     net = write_net(tmp_path / "net.caffemodel", "v1", v1_net())
     text, npz = tmp_path / "net.prototxt", tmp_path / "net.npz"
-    ok("convert", net, "-o", text)
+    ok("definition", net, "-o", text)
     ok("convert", net, "-o", npz)
     out = tmp_path / "out.caffemodel"
     ok("transplant", npz, text, "-o", out)
@@ -497,7 +499,7 @@ def test_a_wrapped_ports_prefix_is_found_or_stripped(tmp_path):
     # Detection off: the names as they are fit nothing, and say so.
     assert_error(invoke("transplant", port, net, "--names", "torch", "-o", tmp_path / "x.caffemodel", "--strip-prefix", ""), 3, "module.conv1.weight", warnings=True)
     result = invoke("convert", port, "-o", tmp_path / "y.npz", "--strip-prefix", "module.")
-    assert result.exit_code == 2 and "--strip-prefix goes with --into" in result.stderr
+    assert result.exit_code == 2 and "--strip-prefix is transplant's now" in result.stderr
 
 
 def wrapped_port(tmp_path, prefix="module."):
@@ -541,5 +543,5 @@ def test_two_names_made_one_by_a_prefix_are_refused(tmp_path):
     result = run_blobtool("transplant", port, net, "--names", "torch", "-o", out, "--strip-prefix", "a.",
                           text=True)
     assert result.returncode == 2 and not out.exists()
-    assert result.stderr.splitlines() == [f"blobtool convert: --strip-prefix a. makes two of {port}'s names "
-                                          "'conv1.weight' (see 'blobtool convert --help')"]
+    assert result.stderr.splitlines() == [f"blobtool transplant: --strip-prefix a. makes two of {port}'s names "
+                                          "'conv1.weight' (see 'blobtool transplant --help')"]

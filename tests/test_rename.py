@@ -13,7 +13,7 @@ import pytest
 import blobtool
 from blobtool._pb import blobtool_caffe_pb2 as pb
 from builders import Layer, h5_net_bytes, varint, write_h5, write_net
-from runner import assert_error, invoke, ok, run_blobtool
+from runner import assert_error, assert_usage, invoke, ok, run_blobtool
 
 RNG = np.random.default_rng(7)
 
@@ -207,7 +207,7 @@ def test_into_a_renamed_template(tmp_path):
     assert [layer.name for layer in parsed(out).layer] == ["conv1", "relu1", "ip1", "relu2", "loss"]
     # transplant writes the template as it is: editing is edit's.
     result = invoke("transplant", st, net, "--drop", "ip2", "-o", out)
-    assert_error(result, 2, "--drop is edit's now: blobtool edit NET -o OUT --drop LAYER")
+    assert_usage(result, "transplant", "--drop is edit's now: blobtool edit NET -o OUT --drop LAYER")
 
 
 def test_real_lenet_keeps_every_other_byte(realworld, tmp_path):
@@ -247,7 +247,7 @@ def test_a_definitions_layers_renamed_and_dropped(tmp_path):
     assert blobtool.load_all(out)["features/0"].cpu_data().tobytes() == arrays["features/0"].tobytes()
     assert [layer.name for layer in parsed(out).layer][-1] == "ip2"
     result = invoke("edit", text, "--drop", "loss", "-o", tmp_path / "x.prototxt")
-    assert_error(result, 2, "blobtool definition NET -o")
+    assert_usage(result, "edit", "blobtool definition NET -o")
 
 
 # -- names that are not UTF-8 -------------------------------------------------------------------
@@ -286,14 +286,14 @@ def test_options_given_bytes_that_are_not_utf8_say_so_in_one_line(tmp_path):
     net = write_net(tmp_path / "net.caffemodel", "new", lenet_like())
     out = tmp_path / "out.caffemodel"
     odd = "a\udcff"
-    cases = [(("--rename", f"conv1={odd}"), 2, "--rename 'conv1=a\\xff': the new name 'a\\xff' is not UTF-8 text"),
-             (("--rename", f"{odd}=x"), 3, "no layer called 'a\\xff'"),
-             (("--drop", odd), 3, "no layer called 'a\\xff'"),
-             (("--blob", odd), 3, "--blob 'a\\xff' selects nothing"),
-             (("--into", net, "--add-prefix", odd), 3, "unexpected 5 (a\\xffconv1/0,"),
-             (("--into", net, "--strip-prefix", odd, "--rename", f"ip1={odd}"), 2, "is not UTF-8 text")]
+    cases = [(("edit", net, "--rename", f"conv1={odd}"), 2,
+              "--rename 'conv1=a\\xff': the new name 'a\\xff' is not UTF-8 text"),
+             (("edit", net, "--rename", f"{odd}=x"), 3, "no layer called 'a\\xff'"),
+             (("edit", net, "--drop", odd), 3, "no layer called 'a\\xff'"),
+             (("convert", net, "--blob", odd), 3, "--blob 'a\\xff' selects nothing"),
+             (("transplant", net, net, "--add-prefix", odd), 3, "unexpected 5 (a\\xffconv1/0,")]
     for args, code, fragment in cases:
-        result = run_blobtool("convert", net, "-o", out, *args, text=True)
+        result = run_blobtool(*args, "-o", out, text=True)
         assert result.returncode == code, (args, result.stderr)
         lines = result.stderr.splitlines()
         assert len(lines) == 1 and fragment in lines[0] and "Traceback" not in result.stderr, (args, lines)

@@ -20,21 +20,11 @@ from blobtool.cli import COMMANDS, cli
 from blobtool.cli.paths import INPUT, OUTPUT
 from blobtool.cli.rules import Needs, Verb
 from builders import Layer, write_net
-from runner import invoke, ok
+from runner import assert_usage, invoke, ok
 
 # What a rule's refusal says (rules.py), and nothing else does.
 RULE_WORDS = ("applies only with", "does not apply with")
 MOST_OPTIONS = 14   # with --help, in every command's --help
-
-
-def usage_error(result, command: str, *fragments) -> str:
-    """Exit 2 with one stderr line, "blobtool COMMAND: ...", holding each of `fragments`; the line."""
-    assert result.exit_code == 2, (result.exit_code, result.stdout, result.stderr)
-    lines = result.stderr.splitlines()
-    assert len(lines) == 1 and lines[0].startswith(f"blobtool {command}: "), result.stderr
-    for fragment in fragments:
-        assert fragment in lines[0], (fragment, lines[0])
-    return lines[0]
 
 
 def _net(tmp_path):
@@ -126,7 +116,7 @@ def test_every_pair_of_options_is_refused_exactly_where_a_rule_says_it_does_not_
             continue
         refused += 1
         option = command.option_of(expected)
-        line = usage_error(result, command.name, option)
+        line = assert_usage(result, command.name, option)
         assert any(words in line for words in RULE_WORDS), line
     assert walked == len(_options(command)) * (len(_options(command)) + 1) // 2
     # A command with rules has combinations they refuse: the walk is not empty of them.
@@ -154,7 +144,7 @@ def test_every_command_lists_at_most_fourteen_options(command):
 ])
 def test_an_option_that_does_not_apply_is_exit_2_naming_it(args, fragment, tmp_path):
     net = _net(tmp_path)
-    usage_error(invoke(*[a.format(net=net, out=tmp_path / "out") for a in args]), args[0], fragment)
+    assert_usage(invoke(*[a.format(net=net, out=tmp_path / "out") for a in args]), args[0], fragment)
 
 
 @pytest.mark.parametrize("args, fragment", [
@@ -171,7 +161,7 @@ def test_an_option_that_does_not_apply_is_exit_2_naming_it(args, fragment, tmp_p
 def test_an_old_spelling_is_refused_naming_its_new_place(args, fragment, tmp_path):
     net = _net(tmp_path)
     out = tmp_path / "out"
-    usage_error(invoke(*[a.format(net=net, out=out) for a in args]), args[0], fragment)
+    assert_usage(invoke(*[a.format(net=net, out=out) for a in args]), args[0], fragment)
     assert not any(p.name.startswith("out") for p in tmp_path.iterdir())
 
 
@@ -197,7 +187,7 @@ def test_scale_takes_negative_factors_and_names_unknown_options(tmp_path):
                           np.float32(-0.5) * blobtool.load_all(net)["conv1/0"].cpu_data())
     ok("scale", net, "2", "--diff-factor", "-3", "-o", out)
     ok("scale", "-o", out, net, "-1e-3")
-    usage_error(invoke("scale", net, "2", "--bogus", "-o", out), "scale", "No such option '--bogus'")
+    assert_usage(invoke("scale", net, "2", "--bogus", "-o", out), "scale", "No such option '--bogus'")
 
 
 def test_the_group_lists_commands_by_job_and_every_input_it_reads():

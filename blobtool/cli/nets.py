@@ -11,7 +11,7 @@ from .names import NAMES_MOVED, NAMES_RULES, check_names, prefix_options
 from .options import INPUT, OUTPUT, blob_option, kind_option, output_options
 from .output import progress, say_warning
 from .rules import Needs, verb
-from .write import blob_output
+from .write import EDITS_MOVED, blob_output
 
 __all__ = ["definition", "transplant", "edit"]
 
@@ -69,8 +69,8 @@ TRANSPLANT_RULES = {
 }
 
 
-@verb(rules=TRANSPLANT_RULES, moved={**NAMES_MOVED, "--into": "--into is not needed: blobtool transplant SOURCE "
-                                                               "TEMPLATE -o OUT"},
+@verb(rules=TRANSPLANT_RULES, moved={**NAMES_MOVED, **EDITS_MOVED,
+                                    "--into": "--into is not needed: blobtool transplant SOURCE TEMPLATE -o OUT"},
       respelled={f"--{p}": ("--precision", p) for p in ("float", "double", "half")})
 @click.argument("source", type=INPUT)
 @click.argument("template", type=INPUT)

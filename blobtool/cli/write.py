@@ -11,7 +11,7 @@ from .output import progress
 from .rules import Needs, verb
 from .work import load_selected, use_device
 
-__all__ = ["scale", "update", "convert", "blob_output"]
+__all__ = ["scale", "update", "convert", "blob_output", "EDITS_MOVED"]
 
 
 def blob_output(output, fmt):
@@ -246,13 +246,16 @@ CONVERT_RESPELLED = {"--double": ("--precision", "double"), "--float": ("--preci
                      "--half-strict": ("--precision", "half", "--strict"),
                      "--shape": ("--layout", "shape"), "--legacy": ("--layout", "legacy")}
 
+# Net surgery, which convert and convert --into did: the edit command's.
+EDITS_MOVED = {"--rename": "--rename is edit's now: blobtool edit NET -o OUT --rename OLD=NEW",
+               "--drop": "--drop is edit's now: blobtool edit NET -o OUT --drop LAYER"}
+
 # What convert did before each job got a command of its own.
 CONVERT_MOVED = {
     **{option: f"{option} is transplant's now: blobtool transplant SOURCE TEMPLATE -o OUT {option}"
        for option in ("--partial", "--reshape", "--strip-prefix", "--add-prefix")},
     "--into": "--into is a command now: blobtool transplant SOURCE TEMPLATE -o OUT",
-    "--rename": "--rename is edit's now: blobtool edit NET -o OUT --rename OLD=NEW",
-    "--drop": "--drop is edit's now: blobtool edit NET -o OUT --drop LAYER",
+    **EDITS_MOVED,
     "--device": "--device: convert computes nothing a GPU could run (it re-encodes values on the host as it "
                 "writes them); drop --device",
     **NAMES_MOVED,

@@ -315,15 +315,14 @@ def _torch_named(names) -> bool:
 
 
 def _fit_error(template, source: str, result: Fit, partial: bool, reshape: bool, names: str) -> FitError:
-    parts = _lists(result)
-    if names == "blobtool" and _torch_named(result.unexpected):
-        # Matched as Caffe's names, values named as PyTorch names them fit nothing: say the one thing to do.
-        return FitError(f"does not fit {template.path}: its {len(result.unexpected)} values are named as PyTorch "
-                        f"names them ({_some(result.unexpected, 3)}) and the template's blobs as Caffe does "
-                        f"({_some(result.missing, 3)}); {parameter('names', given='torch')} matches them by "
-                        "PyTorch's names", path=source,
-                        missing=result.missing, unexpected=result.unexpected, mismatched=result.mismatched)
-    if partial:
+    # Values named as PyTorch names them, matched as Caffe's names, fit nothing: the one thing to do is said,
+    # and a few names of each list show why.
+    torch_named = names == "blobtool" and _torch_named(result.unexpected)
+    parts = _lists(result, 3 if torch_named else SHOWN)
+    if torch_named:
+        hint = (f"the values are named as PyTorch names them: {parameter('names', given='torch')} matches them by "
+                "PyTorch's names")
+    elif partial:
         hint = ("no value fits any blob, so nothing would change (are the names blobtool's or PyTorch's? "
                 f"{parameter('names')} chooses)")
     elif template.format == "prototxt":
@@ -336,16 +335,16 @@ def _fit_error(template, source: str, result: Fit, partial: bool, reshape: bool,
                     missing=result.missing, unexpected=result.unexpected, mismatched=result.mismatched)
 
 
-def _lists(result: Fit) -> list:
+def _lists(result: Fit, most: int = SHOWN) -> list:
     parts = []
     if result.missing:
-        parts.append(f"missing {len(result.missing)} ({_some(result.missing)})")
+        parts.append(f"missing {len(result.missing)} ({_some(result.missing, most)})")
     if result.unexpected:
-        parts.append(f"unexpected {len(result.unexpected)} ({_some(result.unexpected)})")
+        parts.append(f"unexpected {len(result.unexpected)} ({_some(result.unexpected, most)})")
     if result.mismatched:
         shown = [f"{name} {_fmt(shape)}, the template takes {_fmt(taken)}" for name, shape, taken in
                  result.mismatched]
-        parts.append(f"mismatched {len(result.mismatched)} ({_some(shown)})")
+        parts.append(f"mismatched {len(result.mismatched)} ({_some(shown, most)})")
     return parts
 
 
@@ -354,10 +353,10 @@ def _partial_lines(template, source: str, result: Fit) -> list:
     kept = [slot.entry.name for slot in result.kept if slot.entry.name not in result.blobs]
     if kept:
         why = [p for p in _lists(Fit({}, missing=result.missing, mismatched=result.mismatched)) if p]
-        lines.append(f"{template.path}: {parameter('partial')} kept the template's values of {len(kept)} "
+        lines.append(f"{template.path}: --partial kept the template's values of {len(kept)} "
                      f"blob{'s' * (len(kept) != 1)}: {_some(kept)} ({'; '.join(why)})")
     if result.unexpected:
-        lines.append(f"{source}: {parameter('partial')} left {len(result.unexpected)} value{'s' * (len(result.unexpected) != 1)} "
+        lines.append(f"{source}: --partial left {len(result.unexpected)} value{'s' * (len(result.unexpected) != 1)} "
                      f"unused: {_some(result.unexpected)}")
     return lines
 
