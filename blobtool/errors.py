@@ -177,7 +177,7 @@ class FormatError(BlobToolError):
 
 
 class FitError(FormatError):
-    """Values that do not fit a net (convert --into, write(into=...)): exit 3, with the three lists.
+    """Values that do not fit a net (transplant): exit 3, with the three lists.
 
     Attributes
     ----------

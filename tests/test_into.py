@@ -170,9 +170,9 @@ def test_a_float16_template_says_what_rounding_to_float16_did(tmp_path):
     moved, subnormal, zero = float16_counts(port)
     assert (subnormal, zero) == (2, 1) and moved > 60
     assert result.stderr.splitlines() == [
-        f"blobtool: warning: {tmp_path / 'port.safetensors'}: --into (the template's float16): in the 1 blob(s) "
+        f"blobtool: warning: {tmp_path / 'port.safetensors'}: transplant (the template's float16): in the 1 blob(s) "
         f"written in float16, {moved:,} of 64 values were rounded to float16's precision; {subnormal} values "
-        f"became subnormal (below 6.1e-05) and {zero} became 0; --float writes float32 (the values as given)"]
+        f"became subnormal (below 6.1e-05) and {zero} became 0; --precision float writes float32 (the values as given)"]
     written = blobtool.open_document(out).entries[0]
     assert written.dtype == np.float16
     assert written.blob().cpu_data().tobytes() == port.astype(np.float16).astype(np.float32).tobytes()

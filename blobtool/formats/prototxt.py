@@ -4,7 +4,7 @@ Reading: the text is parsed by protobuf's text_format into a NetParameter
 (V1 or V2 layers, `input:`/`input_shape` or Input layers), as Caffe's
 ReadProtoFromTextFile reads it; V1 layers are then upgraded as Caffe does
 (formats/caffe/netdef.py). The document is a net with its layers and no
-blobs: `info`, `info --layers` and `convert -o x.caffemodel` (the binary
+blobs: `info`, `info --layers` and `definition x.prototxt -o x.caffemodel` (the binary
 form of the same message, V1 staying V1) work on it. Text that is not a
 NetParameter is refused naming the line and column of the first error.
 

@@ -1,4 +1,4 @@
-"""info's layer tables: --all-layers (name, type, blobs) and --layers (wiring, parameters in short, blob shapes).
+"""info's layer tables: every layer (name, type, blobs), and with --layers its wiring, parameters in short, blob shapes.
 
 The rows come from the record (records.py): "all_layers" for each layer's
 name as its blobs name it, type and blob count, and with --layers
@@ -25,7 +25,7 @@ HDF5_NOTE = "  Caffe's HDF5 snapshot holds blobs only: no layer types, parameter
 
 
 def layer_table(record: dict) -> tuple[list, list]:
-    """(columns, rows) of the layer table: --layers' when the record has definitions, else --all-layers'."""
+    """(columns, rows) of the layer table: --layers' when the record has definitions, else the plain list of layers."""
     layers = record.get("all_layers", ())
     if "layer_defs" not in record:
         return ALL_LAYERS_COLUMNS, [[escape(layer["name"]), escape(layer["type"] or "-"), f"{layer['blobs']:,}"]

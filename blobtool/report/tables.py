@@ -106,7 +106,7 @@ def render_info(console: Console, record: dict) -> None:
     """One table per file, one row per blob (its full name), fitted to the console's width.
 
     With --stats, the statistics follow in a table of their own and then the
-    histograms; with --all-layers, a table of every layer of a net.
+    histograms; with --layers, a table of every layer of a net.
     """
     print_line(console, _title(record))
     columns, rows, note = info_table(record, console.width, cell_len)

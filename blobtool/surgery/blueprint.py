@@ -1,4 +1,4 @@
-"""A net's blobs made from its definition alone: a .prototxt as the template of convert --into.
+"""A net's blobs made from its definition alone: a .prototxt as the template of transplant.
 
 A definition holds no blobs. How many each layer has comes from its type and
 parameters, as Caffe's layers make them in LayerSetUp:

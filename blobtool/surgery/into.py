@@ -1,4 +1,4 @@
-"""Weights into a net: the values of one file written into the blobs of another (convert --into).
+"""Weights into a net: the values of one file written into the blobs of another (blobtool transplant).
 
 The template (a .caffemodel, V1 or V2 layers, or Caffe's HDF5 snapshot of a
 net) gives the structure: each blob's name, shape and stored type, and for a
@@ -62,8 +62,8 @@ __all__ = ["Fit", "fit", "SHOWN"]
 SHOWN = 32
 
 # How the line on the template's float16 blobs names them, and what it offers instead.
-_INTO_HALF = "--into (the template's float16)"
-_INTO_HALF_HINT = "; --float writes float32 (the values as given)"
+_INTO_HALF = "transplant (the template's float16)"
+_INTO_HALF_HINT = "; --precision float writes float32 (the values as given)"
 
 
 @dataclass
@@ -117,7 +117,7 @@ def fit(template, values: dict, *, names: str = "blobtool", partial: bool = Fals
     fold : names="torch": whether the values name a Scale after a BatchNorm
         by the BatchNorm (the export's default; False as --no-fold wrote them).
     net : names="torch": the net (a Document) whose layer types name the
-        blobs of a template without types (an HDF5 snapshot), as --net does.
+        blobs of a template without types (an HDF5 snapshot), as transplant's --definition gives them.
 
     Raises FitError (exit 3) with the three lists, UsageError for a template
     that is not a net or a scheme it cannot be named by.

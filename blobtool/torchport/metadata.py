@@ -164,7 +164,7 @@ def _settings(types, doc, rows: list, final: dict, whole: bool) -> dict:
     """{"<module>.<setting>": text} for the layers whose tensors are written (and Pooling's, for a whole net).
 
     `types` holds the layers and their parameters (`doc` itself, or the
-    --net of a net without types); `doc` the blobs.
+    --definition of a net without types); `doc` the blobs.
     """
     written = {row.entry.layer for row in rows if row.name is not None}
     weights = {}

@@ -112,7 +112,7 @@ class Mapped:
     # too), "transposed", "folded", "divided" (by BatchNorm's factor),
     # "kept" (<layer>.<index>: no rule), "not written".
     kind: str = "renamed"
-    type: str | None = None     # the layer's type, where it comes from another file (a --net) than the blob
+    type: str | None = None     # the layer's type, where it comes from another file (a --definition) than the blob
     # How the Caffe blob became the named tensor, for the way back (surgery/into.py):
     # "view" (the same values, maybe reshaped), "transposed" (an InnerProduct
     # stored (K, N)), "statistic" (a BatchNorm sum divided by the factor), or
