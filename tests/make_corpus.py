@@ -273,7 +273,7 @@ EXPECTED = [
                                "22 remain"),
     ("truncated.npz", INFO, 3, "blobtool: truncated.npz: not a readable .npz (zip) file: File is not a zip file"),
     ("._weights.caffemodel", INFO, 3, "blobtool: ._weights.caffemodel: not a Caffe file: this looks like a macOS "
-                                      "resource-fork file (AppleDouble '._' metadata), not a Caffe file; read the "
+                                      "resource-fork file (AppleDouble '._' metadata); read the "
                                       "file of the same name without the '._' prefix"),
     ("weights.pb.gz", INFO, 3, "blobtool: weights.pb.gz: not a Caffe file: this looks like a gzip-compressed "
                                "file; decompress it first (gunzip -k FILE) and read the result"),
@@ -378,19 +378,18 @@ def _pt_corpus() -> dict:
 
 FILES.update(_pt_corpus())
 EXPECTED += [
-    ("pickle_runs_code.pt", INFO, 3, "blobtool: pickle_runs_code.pt: archive/data.pkl: names posix.system, which a "
-                                     "state dict does not hold; blobtool reads only tensors, their storages, dicts, "
-                                     "lists and numbers, and never imports or runs what a pickle names (a whole "
-                                     "pickled model? save the weights as a state dict instead: "
-                                     "torch.save(model.state_dict(), path))"),
-    ("whole_model.pt", INFO, 3, "blobtool: whole_model.pt: archive/data.pkl: names types.SimpleNamespace, which a "
+    ("pickle_runs_code.pt", INFO, 3, "blobtool: pickle_runs_code.pt: archive/data.pkl: calls the function "
+                                     "posix.system when it is unpickled, which no state dict does: blobtool reads "
+                                     "only tensors, their storages, dicts, lists and numbers, and never imports or "
+                                     "runs what a pickle names, so nothing was run"),
+    ("whole_model.pt", INFO, 3, "blobtool: whole_model.pt: archive/data.pkl: names the class types.SimpleNamespace, which a "
                                 "state dict does not hold; blobtool reads only tensors, their storages, dicts, lists "
                                 "and numbers, and never imports or runs what a pickle names (a whole pickled model? "
                                 "save the weights as a state dict instead: torch.save(model.state_dict(), path))"),
     ("torchscript.pt", INFO, 3, "blobtool: torchscript.pt: a TorchScript archive (torch.jit.save): its data.pkl "
                                 "rebuilds a scripted module with code from the file, which blobtool never runs; save "
                                 "the weights as a state dict instead: torch.save(model.state_dict(), path)"),
-    ("legacy.pth", INFO, 3, "blobtool: legacy.pth: not a Caffe file: this looks like a PyTorch file in the legacy "
+    ("legacy.pth", INFO, 3, "blobtool: legacy.pth: a PyTorch file in the legacy "
                             "format (torch.save before 1.6), a bare pickle that only running it can read; save it "
                             "again in PyTorch's zip format, which blobtool reads: "
                             "torch.save(torch.load(FILE, weights_only=True), NEW_FILE)"),

@@ -271,3 +271,21 @@ def test_no_module_looks_up_sys_modules(tmp_path):
     (package / "engine" / "syncedmem.py").write_text(
         "import sys\n\ndef f():\n    return sys.modules.get('blobtool.files.mapped')\n")
     assert sys_modules_uses(package) == ["blobtool.engine.syncedmem:4"]
+
+
+def test_every_module_the_docs_name_imports_as_written():
+    # `blobtool.work.using(...)` in the docs: `import blobtool.work` works, and is the module the attribute gives.
+    import importlib
+    import re
+
+    import blobtool
+
+    texts = [PACKAGE.parent / "README.md", *sorted((PACKAGE.parent / "docs").glob("*.md"))]
+    named = {m.group(1) for path in texts for m in re.finditer(r"\bblobtool((?:\.[a-z_]+)+)\.[A-Za-z_]+\b",
+                                                                 path.read_text())}
+    assert {".work", ".files", ".errors"} <= named
+    for dotted in sorted(named):
+        module = importlib.import_module("blobtool" + dotted)
+        assert module.__name__ == "blobtool" + dotted
+    for short in ("work", "files", "kernels", "device"):
+        assert importlib.import_module(f"blobtool.{short}") is getattr(blobtool, short)

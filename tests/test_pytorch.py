@@ -210,9 +210,9 @@ def test_a_pickle_naming_any_other_global_is_refused_and_never_run(tmp_path):
     path.write_bytes(pt_bytes(None, data_pkl=data))
     for command in (["info"], ["norm"], ["convert", "-o", tmp_path / "out.npz"]):
         line = _error(invoke(*command, path))
-        assert f"{path}: archive/data.pkl: names {os.system.__module__}.system, which a state dict does not hold" \
-            in line
-        assert "never imports or runs" in line
+        assert f"{path}: archive/data.pkl: calls the function {os.system.__module__}.system when it is unpickled, " \
+            "which no state dict does" in line
+        assert "never imports or runs what a pickle names, so nothing was run" in line
     assert not marker.exists() and not (tmp_path / "out.npz").exists()
     # As a real process too: the exit code and the one line.
     done = run_blobtool("info", str(path))
@@ -259,7 +259,7 @@ def test_torchscript_and_legacy_files_are_refused_with_what_to_do(tmp_path):
                      _tuple(_int(3), _int(4)), _tuple(_int(4), _int(1)), _HOOKS), 48,
      "storage '9' has no record archive/data/9"),
     (_storage_pickle(_PID.replace(b"FloatStorage", b"ComplexFloatStorage"), _int(0), _tuple(_int(12)),
-                     _tuple(_int(1)), _HOOKS), 48, "names torch.ComplexFloatStorage, which a state dict does not hold"),
+                     _tuple(_int(1)), _HOOKS), 48, "names the class torch.ComplexFloatStorage, which a state dict does not hold"),
     (_storage_pickle(_PID, _int(0), _tuple(_int(12)), _tuple(_int(1))), 48,
      "_rebuild_tensor_v2 is given 4 arguments; it takes 6 or 7"),
     (b"\x80\x02}X\x01\x00\x00\x00wX\x01\x00\x00\x00xQs.", 48,

@@ -10,6 +10,7 @@ command that took them over, or rewritten where they are only short forms.
 from __future__ import annotations
 
 import itertools
+import json
 
 import click
 import numpy as np
@@ -20,7 +21,7 @@ from blobtool.cli import COMMANDS, cli
 from blobtool.cli.paths import INPUT, OUTPUT
 from blobtool.cli.rules import Needs, Verb
 from builders import Layer, write_net
-from runner import assert_usage, invoke, ok
+from runner import assert_error, assert_usage, invoke, ok
 
 # What a rule's refusal says (rules.py), and nothing else does.
 RULE_WORDS = ("applies only with", "does not apply with")
@@ -201,3 +202,80 @@ def test_the_group_lists_commands_by_job_and_every_input_it_reads():
     for extension in (".caffemodel", ".solverstate", ".prototxt", ".npy", ".npz", ".safetensors", ".pt", ".pth",
                       ".caffemodel.h5", ".binaryproto"):
         assert extension in text, extension
+
+
+# -- what a new user met --------------------------------------------------------------------------------
+
+def _bn_net(tmp_path, factor=999.98, stored=None):
+    """conv1 -> bn1 -> scale1; bn1's sums are its statistics times `factor`, stored with the factor `stored`."""
+    rng = np.random.default_rng(1)
+    layers = [Layer("conv1", "Convolution", [rng.standard_normal((2, 1, 3, 3)).astype(np.float32)],
+                    bottom=["data"], top=["conv1"]),
+              Layer("bn1", "BatchNorm", [(rng.standard_normal(2) * factor).astype(np.float32),
+                                         (rng.uniform(0.5, 2, 2) * factor).astype(np.float32),
+                                         np.array([factor if stored is None else stored], np.float32)],
+                    bottom=["conv1"], top=["conv1"]),
+              Layer("scale1", "Scale", [rng.uniform(0.5, 1.5, 2).astype(np.float32),
+                                        rng.standard_normal(2).astype(np.float32)], bottom=["conv1"], top=["conv1"])]
+    return write_net(tmp_path / "bn.caffemodel", "new", layers)
+
+
+def test_a_round_trip_through_pytorch_compares_equal_as_caffe_computes(tmp_path):
+    net = _bn_net(tmp_path)
+    port, back = tmp_path / "port.safetensors", tmp_path / "back.caffemodel"
+    ok("convert", "--names", "torch", net, "-o", port)
+    ok("transplant", port, net, "--names", "torch", "-o", back)
+    # The factor went back as 1, the sums divided by it: the blobs differ, what Caffe computes does not.
+    assert blobtool.load_all(back)["bn1/2"].cpu_data()[0] == 1
+    result = invoke("compare", back, net, "--rtol", "1e-6", "--json")
+    assert result.exit_code == 0, result.stderr
+    assert result.stderr.splitlines() == [
+        f"blobtool: {back}, {net}: BatchNorm statistics compared as Caffe uses them, each net's sums divided by its "
+        "own factor (blob 2); the 1 factor blob not compared on their own"]
+    compared = {b["name"]: b.get("compared") for b in json.loads(result.stdout)["blobs"]}
+    assert compared == {"conv1/0": None, "bn1/0": "divided by the factor", "bn1/1": "divided by the factor",
+                        "bn1/2": "not compared", "scale1/0": None, "scale1/1": None}
+    # Sums a thousand times apart with factors alike compute alike; the same sums with another factor do not.
+    (tmp_path / "one").mkdir()
+    (tmp_path / "two").mkdir()
+    assert invoke("compare", _bn_net(tmp_path / "one", factor=1.0), net, "--rtol", "1e-6").exit_code == 0
+    assert invoke("compare", _bn_net(tmp_path / "two", stored=2 * 999.98), net, "--rtol", "1e-6").exit_code == 1
+
+
+def test_a_transplant_of_pytorch_names_without_names_torch_says_to_add_it(tmp_path):
+    net = _bn_net(tmp_path)
+    port = tmp_path / "port.safetensors"
+    ok("convert", "--names", "torch", net, "-o", port)
+    line = assert_error(invoke("transplant", port, net, "-o", tmp_path / "o.caffemodel"), 3,
+                        "the values are named as PyTorch names them: --names torch matches them by PyTorch's names")
+    assert len(line) < 400 and not (tmp_path / "o.caffemodel").exists()
+
+
+def test_fold_of_a_net_without_batchnorm_says_so(tmp_path):
+    net = _net(tmp_path)
+    rng = np.random.default_rng(2)
+    plain = write_net(tmp_path / "plain.caffemodel", "new", [
+        Layer("conv1", "Convolution", [rng.standard_normal((2, 1, 3, 3)).astype(np.float32)], bottom=["data"],
+              top=["conv1"])])
+    result = ok("fold", plain, "-o", tmp_path / "f.caffemodel")
+    assert (f"blobtool: warning: {plain}: the net has no BatchNorm layer: nothing to fold, so each output holds the "
+            "net as it is") in result.stderr.splitlines()
+    assert "no BatchNorm layer" not in ok("fold", net, "-o", tmp_path / "g.caffemodel").stderr
+
+
+@pytest.mark.parametrize("command", ["info", "norm", "compare"])
+def test_blob_takes_pytorch_names_with_names_torch(command, tmp_path):
+    net = _bn_net(tmp_path)
+    args = [net, net] if command == "compare" else [net]
+    result = ok(command, *args, "--names", "torch", "--blob", "bn1.running_var", "--json")
+    record = json.loads(result.stdout.splitlines()[0])
+    if command == "info":
+        # info lists the renaming: the Caffe blob and the factor divided into it, which has no name.
+        assert [(b["name"], b["torch"]) for b in record["blobs"]] == [("bn1/1", "bn1.running_var"), ("bn1/2", None)]
+        record = json.loads(ok(command, *args, "--names", "torch", "--stats", "--blob", "bn1.running_var",
+                               "--json").stdout)
+    assert [b["name"] for b in record["blobs"]] == ["bn1.running_var"]
+    # The file's own names still select first: the layer bn1 is its BatchNorm's tensors.
+    record = json.loads(ok(command, *args, "--names", "torch", "--blob", "bn1", "--json").stdout.splitlines()[0])
+    assert "bn1.running_var" in [b.get("torch", b["name"]) for b in record["blobs"]]
+    assert_error(invoke(command, *args, "--names", "torch", "--blob", "bn9.*"), 3, "--blob 'bn9.*' selects nothing")

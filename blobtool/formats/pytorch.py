@@ -391,8 +391,7 @@ class _Rebuilds:
 # Modules whose names a pickle uses to run commands, read files or load code, never to hold weights.
 _SYSTEM_MODULES = frozenset({"os", "posix", "nt", "subprocess", "builtins", "__builtin__", "sys", "shutil",
                              "socket", "runpy", "importlib", "pickle", "marshal", "code", "codeop", "pty",
-                             "commands", "webbrowser", "ctypes", "io", "pathlib", "tempfile", "platform",
-                             "operator", "functools", "types", "inspect", "timeit", "pdb", "multiprocessing"})
+                             "commands", "webbrowser", "ctypes", "timeit", "pdb", "multiprocessing"})
 
 
 def _not_allowed(module: str, name: str, where: str, path) -> FormatError:
