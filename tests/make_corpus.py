@@ -471,7 +471,7 @@ EXPECTED += [
      "dimension 1 of shape (0, 3000000000) is 3000000000"),
     # Nothing written in another format than asked, no value turned into Inf in silence.
     ("huge_values.pb", ["convert", "--half-strict", "-o", "out.npz"], 2,
-     "blobtool: huge_values.pb: --half-strict: blob 0: 3 of 3 values are past float16's range (largest 1e+308, "
+     "blobtool: huge_values.pb: --strict: blob 0: 3 of 3 values are past float16's range (largest 1e+308, "
      "float16 holds up to 65504); nothing written"),
     ("huge_values.pb", ["convert", "-o", "out.json"], 2,
      "blobtool: out.json: blobtool does not write '.json' files; it writes blob (.pb, .binaryproto, .blob, "

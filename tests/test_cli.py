@@ -620,7 +620,7 @@ def test_a_one_blob_extension_on_a_net_says_what_chose_it_and_how_to_keep_the_ne
     result = invoke("convert", empty, "--format", "same", "-o", tmp_path / "x.protobin")
     assert result.exit_code == 0, result.stderr
     assert (tmp_path / "x.protobin").read_bytes() == empty.read_bytes()
-    assert "--format [blob|protobuf|hdf5|npy|npz|safetensors|prototxt|same]" in invoke("convert", "--help").stdout
+    assert "--format [blob|protobuf|hdf5|npy|npz|safetensors|same]" in invoke("convert", "--help").stdout
 
 
 def test_values_only_convert_reads_name_convert_whatever_the_command(tmp_path):
