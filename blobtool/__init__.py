@@ -38,9 +38,9 @@ __all__ = ["Blob", "BlobToolError", "ExitCode", "SyncedHead", "SyncedMemory", "d
            "__version__"]
 
 
-# Modules a script reaches as blobtool.NAME (from blobtool import work) without importing them first;
-# `import blobtool.work` imports the same module.
-_SUBMODULES = {"work": "work", "files": "files", "kernels": "kernels", "device": "device"}
+# Modules a script reaches as blobtool.NAME (from blobtool import work) without importing them first:
+# short names of the engine's modules (`import blobtool.engine.work` imports the same module).
+_SUBMODULES = {"work": "engine.work", "files": "files", "kernels": "engine.kernels", "device": "engine.device"}
 
 
 def __getattr__(name):

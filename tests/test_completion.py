@@ -84,7 +84,7 @@ def test_nothing_for_what_cannot_be_read(tmp_path, nets):
 
 def test_options_still_complete(nets):
     values, err, code = complete("info", "--al")
-    assert (values, err, code) == (["--layers", "--all-files"], "", 0)
+    assert (values, err, code) == (["--all-files"], "", 0)
     assert complete("norm", "--all-f") == (["--all-files"], "", 0)
 
 

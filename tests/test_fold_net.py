@@ -180,7 +180,7 @@ def test_a_prototxt_output_is_the_folded_nets_definition(tmp_path):
     ok("fold", net, "-o", tmp_path / "alone.prototxt")
     assert (tmp_path / "alone.prototxt").read_text() == text.read_text()
     converted = tmp_path / "converted.prototxt"
-    ok("convert", out, "-o", converted)
+    ok("definition", out, "-o", converted)
     assert converted.read_text() == text.read_text()
 
 

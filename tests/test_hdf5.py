@@ -337,7 +337,7 @@ def test_precision_and_diff_options(tmp_path):
 
 def test_legacy_is_refused_for_hdf5_output_and_allowed_for_protobuf(tmp_path):
     src = write_h5(tmp_path / "n.h5", h5_net_bytes([("conv1", [values((2, 3, 2, 2))])]))
-    assert_error(invoke("convert", "--legacy", src, "-o", tmp_path / "o.h5"), 2, "--legacy", "HDF5")
+    assert_error(invoke("convert", "--legacy", src, "-o", tmp_path / "o.h5"), 2, "--layout legacy", "HDF5")
     assert not (tmp_path / "o.h5").exists()
     ok("convert", "--legacy", src, "-o", tmp_path / "o.caffemodel")
     net = pb.NetParameter()

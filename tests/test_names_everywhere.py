@@ -134,7 +134,7 @@ def test_show_under_torch_names(net, tmp_path):
 def test_every_listing_command_offers_names():
     for command in ("info", "norm", "compare", "convert", "show"):
         text = invoke(command, "--help").stdout
-        assert "--names [blobtool|torch|torch-identifiers]" in text and "--net FILE" in text, command
+        assert "--names [blobtool|torch|torch-identifiers]" in text and "--definition PATH" in text, command
 
 
 def usage_error(result, fragment: str) -> None:
@@ -144,8 +144,9 @@ def usage_error(result, fragment: str) -> None:
 
 def test_net_without_names_torch_is_a_usage_error(net, snapshot):
     for command in ("info", "norm", "show"):
-        usage_error(invoke(command, "--definition", net, snapshot), "add --names torch")
-    usage_error(invoke("info", "--names", "torch", "--definition", "-", snapshot), "--net names a file")
+        usage_error(invoke(command, "--definition", net, snapshot), "--definition applies only with --names torch")
+    usage_error(invoke("info", "--names", "torch", "--definition", "-", snapshot), "--definition names a file")
+    usage_error(invoke("info", "--names", "torch", "--net", net, snapshot), "--net is now --definition PATH")
 
 
 # -- --net: layer types for an HDF5 snapshot ---------------------------------------------------------
@@ -153,7 +154,7 @@ def test_net_without_names_torch_is_a_usage_error(net, snapshot):
 def test_snapshot_is_refused_without_net(snapshot, tmp_path):
     pytest.importorskip("h5py", reason="h5py (the hdf5 extra) is not installed")
     line = assert_error(invoke("convert", "--names", "torch", snapshot, "-o", tmp_path / "x.safetensors"), 2,
-                        "carry no layer types", "--net FILE")
+                        "carry no layer types", "--definition FILE")
     assert str(snapshot) in line
     assert not (tmp_path / "x.safetensors").exists()
 

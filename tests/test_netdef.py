@@ -42,7 +42,7 @@ def test_real_nets_layers_equal_protobufs_decode(realworld, name):
 def test_real_nets_round_trip_through_prototxt(realworld, tmp_path, name):
     path = realworld / name
     out = tmp_path / "net.prototxt"
-    result = invoke("convert", path, "-o", out)
+    result = invoke("definition", path, "-o", out)
     assert result.exit_code == 0, result.stderr
     parsed = text_format.Parse(out.read_text(), pb.NetParameter())
     whole = pb.NetParameter.FromString(path.read_bytes())
@@ -94,7 +94,7 @@ def test_v1_layers_are_listed_as_caffe_upgrades_them(tmp_path):
                                  {"lr_mult": 2.0, "decay_mult": 0.0}],
                        "convolution_param": {"num_output": 8, "kernel_size": [3]}}
     out = tmp_path / "v2.prototxt"
-    ok("convert", path, "-o", out)
+    ok("definition", path, "-o", out)
     text = out.read_text()
     assert "layers {" not in text and "layer {" in text
     written = text_format.Parse(text, pb.NetParameter())
@@ -108,7 +108,7 @@ def test_fields_text_cannot_carry_are_named_and_strict_refuses(tmp_path):
     layers.append(Layer("ip", "InnerProduct", [np.ones((2, 2), np.float32)], params=len_field(117, varint_field(99, 1))))
     path = write_net(tmp_path / "fork.caffemodel", "new", layers)
     out = tmp_path / "fork.prototxt"
-    result = invoke("convert", path, "-o", out)
+    result = invoke("definition", path, "-o", out)
     assert result.exit_code == 0
     warnings = [line for line in result.stderr.splitlines() if line]
     assert len(warnings) == 2
@@ -116,7 +116,7 @@ def test_fields_text_cannot_carry_are_named_and_strict_refuses(tmp_path):
     assert "layer ip holds fields text cannot carry: inner_product_param.99" in warnings[1]
     assert text_format.Parse(out.read_text(), pb.NetParameter()).layer[3].name == "ip"
     out.unlink()
-    result = invoke("convert", path, "-o", out, "--strict")
+    result = invoke("definition", path, "-o", out, "--strict")
     assert_error(result, 2, "--strict", "145, 146, 147, 148")
     assert not out.exists()
 
@@ -126,14 +126,14 @@ def test_every_layer_holding_fields_text_cannot_carry_is_named_in_one_line(tmp_p
     layers = [Layer(f"conv{i}", "ReLU", params=varint_field(4321, i)) for i in range(80)]
     path = write_net(tmp_path / "fork.caffemodel", "new", layers)
     out = tmp_path / "fork.prototxt"
-    result = run_blobtool("convert", path, "-o", out, text=True)
+    result = run_blobtool("definition", path, "-o", out, text=True)
     assert result.returncode == 0, result.stderr
     assert result.stderr.splitlines() == [
         f"blobtool: warning: {path}: 80 layers ({', '.join(f'conv{i}' for i in range(80))}) hold fields text "
         "cannot carry: 4321; left out of the text"]
     assert len(text_format.Parse(out.read_text(), pb.NetParameter()).layer) == 80
     out.unlink()
-    line = assert_error(invoke("convert", path, "-o", out, "--strict"), 2, "--strict", "conv0, conv1", "conv79)")
+    line = assert_error(invoke("definition", path, "-o", out, "--strict"), 2, "--strict", "conv0, conv1", "conv79)")
     assert "more" not in line and not out.exists()
 
 
@@ -153,7 +153,7 @@ layer { name: "prob" type: "Softmax" bottom: "conv" top: "prob" }
     defs = layer_defs(path)
     assert defs[0]["convolution_param"] == {"num_output": 4, "kernel_size": [3], "pad": [1]}
     binary = tmp_path / "deploy.caffemodel"
-    ok("convert", path, "-o", binary)
+    ok("definition", path, "-o", binary)
     assert pb.NetParameter.FromString(binary.read_bytes()) == text_format.Parse(text, pb.NetParameter())
     assert layer_defs(binary) == defs
     with blobtool.open_document(path) as doc:
@@ -169,8 +169,8 @@ layer { name: "prob" type: "Softmax" bottom: "conv" top: "prob" }
 def test_text_that_is_not_a_net_is_exit_3_with_line_and_column(tmp_path, text, where):
     path = tmp_path / "bad.prototxt"
     path.write_text(text)
-    for command in ("info", "convert"):
-        args = ("-o", tmp_path / "out.caffemodel") if command == "convert" else ()
+    for command in ("info", "definition"):
+        args = ("-o", tmp_path / "out.caffemodel") if command == "definition" else ()
         line = assert_error(invoke(command, path, *args), 3, str(path), "not a Caffe net definition", where)
         assert "\n" not in line.strip()
     assert not (tmp_path / "out.caffemodel").exists()
@@ -208,7 +208,7 @@ def test_layers_on_hdf5_and_on_a_blob(tmp_path):
     result = ok("info", "--layers", h5)
     assert "holds blobs only" in result.stdout and "2x1x3x3" in result.stdout
     assert layer_defs(h5) == [{"name": "conv1"}]
-    assert_error(invoke("convert", h5, "-o", tmp_path / "x.prototxt"), 2, "blobs only")
+    assert_error(invoke("definition", h5, "-o", tmp_path / "x.prototxt"), 2, "blobs only")
     blob = write_blob(tmp_path / "b.pb", np.ones(3, np.float32))
     assert_error(invoke("info", "--layers", blob), 2, "--layers")
 
@@ -243,7 +243,7 @@ def test_a_name_that_is_not_utf8_is_written_escaped_in_one_pass(tmp_path):
     path = tmp_path / "odd.caffemodel"
     path.write_bytes(len_field(1, b"n") + len_field(100, layer))
     out = tmp_path / "odd.prototxt"
-    result = run_blobtool("convert", path, "-o", out, timeout=60, text=True)
+    result = run_blobtool("definition", path, "-o", out, timeout=60, text=True)
     try:
         pb.NetParameter().ParseFromString(b"\x0a\x01\xff")
     except Exception:  # noqa: BLE001  the pure-Python runtime (protobuf 3.20) refuses such a string: so does blobtool
@@ -255,14 +255,14 @@ def test_a_name_that_is_not_utf8_is_written_escaped_in_one_pass(tmp_path):
     text = out.read_text()
     quoted = text.split('name: "', 2)[2].split('"\n', 1)[0]
     assert text_encoding.CUnescape(quoted) == name  # the escapes give back the very bytes
-    assert_error(invoke("convert", path, "-o", out, "--strict"), 2, "not UTF-8")
+    assert_error(invoke("definition", path, "-o", out, "--strict"), 2, "not UTF-8")
 
 
-def test_strict_goes_with_a_prototxt_output(tmp_path):
+def test_strict_goes_with_a_text_output(tmp_path):
     path = write_net(tmp_path / "n.caffemodel", "new", [Layer("fc", "InnerProduct", [np.ones((2, 2), np.float32)])])
-    result = invoke("convert", path, "-o", tmp_path / "x.npz", "--strict")
-    assert result.exit_code == 2 and "--strict goes with a .prototxt output" in result.stderr
-    assert not (tmp_path / "x.npz").exists()
+    result = invoke("definition", path, "-o", tmp_path / "x.caffemodel", "--strict")
+    assert result.exit_code == 2 and "--strict applies only with a text output" in result.stderr
+    assert not (tmp_path / "x.caffemodel").exists()
 
 
 # -- which layers a net holds in a state (Net::FilterNet, Net::StateMeetsRule) ------------------

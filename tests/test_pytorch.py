@@ -226,7 +226,7 @@ def test_a_whole_pickled_model_says_to_save_its_state_dict(tmp_path):
     path = tmp_path / "model.pt"
     path.write_bytes(pt_bytes(None, data_pkl=data, storages=storages))
     line = _error(invoke("info", path))
-    assert f"names {__name__}.Net," in line
+    assert f"names the class {__name__}.Net," in line
     assert line.endswith("save the weights as a state dict instead: torch.save(model.state_dict(), path))")
 
 

@@ -354,10 +354,10 @@ def test_bf16_is_refused_where_no_bfloat16_type_exists(tmp_path):
         args = ["--blob", "a/0"] if out.endswith((".npy", ".pb")) else []
         result = run_blobtool("convert", "--bf16", *args, net, "-o", tmp_path / out, text=True)
         assert result.returncode == 2 and result.stderr.count("\n") == 1, (out, result.stderr)
-        assert "bfloat16 (--bf16) is written to .safetensors only" in result.stderr
+        assert "bfloat16 (--precision bf16) is written to .safetensors only" in result.stderr
         assert not (tmp_path / out).exists()
     result = run_blobtool("convert", "--bf16", "--half-strict", net, "-o", tmp_path / "x.safetensors", text=True)
-    assert result.returncode == 2 and "cannot be combined with --bf16" in result.stderr
+    assert result.returncode == 2 and "--precision is asked for twice, as bf16 and as half" in result.stderr
     # Without --names torch too: Caffe's names, BF16 tensors.
     assert run_blobtool("convert", "--bf16", net, "-o", tmp_path / "c.safetensors").returncode == 0
     np.testing.assert_array_equal(stored_bits(tmp_path / "c.safetensors", "a/1"),

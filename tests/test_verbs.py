@@ -175,6 +175,9 @@ def test_short_forms_of_convert_still_work(tmp_path):
         ok("convert", net, *short, "-o", a)
         ok("convert", net, *long, "-o", b)
         assert a.read_bytes() == b.read_bytes()
+    # A short form and the long one asking for two values is refused, not the last taken.
+    assert_usage(invoke("convert", net, "--bf16", "--half-strict", "-o", tmp_path / "x.safetensors"), "convert",
+                 "--precision is asked for twice, as bf16 and as half")
     # After "--" a token is an argument, never a short form.
     result = invoke("convert", net, "-o", tmp_path / "c.caffemodel", "--", "--double")
     assert result.exit_code == 2 and "unexpected extra argument" in result.stderr.lower()

@@ -129,12 +129,32 @@ class Verb(click.Command):
         out: list = []
         for i, token in enumerate(args):
             if token == "--":
-                return out + args[i:]
+                out += args[i:]
+                break
             name = token.split("=", 1)[0]
             if name in self.settings.moved and name.startswith("--"):
                 raise click.UsageError(self.settings.moved[name], ctx)
             out += list(self.settings.respelled.get(token, (token,)))
+        self._one_value_each(ctx, out)
         return out
+
+    def _one_value_each(self, ctx: click.Context, args: list) -> None:
+        """Refuse two values for an option that short forms also set (--bf16 --half-strict: two precisions)."""
+        targets = {form[0] for form in self.settings.respelled.values()}
+        seen: dict = {}
+        for i, token in enumerate(args):
+            if token == "--":
+                break
+            name, eq, value = token.partition("=")
+            if name in targets:
+                value = value if eq else (args[i + 1] if i + 1 < len(args) else "")
+                seen.setdefault(name, [])
+                if value not in seen[name]:
+                    seen[name].append(value)
+        for name, values in seen.items():
+            if len(values) > 1:
+                raise click.UsageError(f"{name} is asked for twice, as {' and as '.join(values)} (with the short "
+                                       "forms given): give one", ctx)
 
     def _numbers_as_arguments(self, args: list) -> list:
         """The positional arguments after '--', in their order, so that a negative number is never an option."""

@@ -370,12 +370,15 @@ def compare_documents(doc_a, doc_b, entries_a, entries_b, *, rtol: float = 0.0, 
             data = (lambda blob: blob.cpu_data()) if on_host else (lambda blob: blob.gpu_data())
             diff = (lambda blob: blob.cpu_diff()) if on_host else (lambda blob: blob.gpu_diff())
             module = np if on_host else xp
-            values_a, values_b = data(blob_a), data(blob_b)
             if ea.name in scale_a and eb.name in scale_b:
+                # A statistic holds a value per channel: scaled on the host, in float64, as fold and the
+                # export compute it (net/batchnorm.py), whatever device the comparison runs on.
                 comp.compared = "divided by the factor"
-                values_a = values_a.astype(module.float64) * scale_a[ea.name]
-                values_b = values_b.astype(module.float64) * scale_b[eb.name]
-            comp.data = compare_arrays(values_a, values_b, rtol=rtol, atol=atol, xp=module)
+                values_a = np.asarray(blob_a.cpu_data(), np.float64) * scale_a[ea.name]
+                values_b = np.asarray(blob_b.cpu_data(), np.float64) * scale_b[eb.name]
+                comp.data = compare_arrays(values_a, values_b, rtol=rtol, atol=atol, xp=np)
+            else:
+                comp.data = compare_arrays(data(blob_a), data(blob_b), rtol=rtol, atol=atol, xp=module)
             if ea.has_diff and eb.has_diff:
                 comp.diff = compare_arrays(diff(blob_a), diff(blob_b), rtol=rtol, atol=atol, xp=module)
             elif ea.has_diff != eb.has_diff:
