@@ -1517,6 +1517,7 @@ def _pinned(cpus: str, *args, env=None):
     return res, records, json.loads(seen)
 
 
+@pytest.mark.slow
 @needs_affinity
 @pytest.mark.parametrize("jobs", [[], ["--jobs", "16"]])
 def test_jobs_default_and_cap_follow_the_cpu_affinity(tmp_path, jobs):
@@ -1541,6 +1542,7 @@ def test_jobs_default_and_cap_follow_the_cpu_affinity(tmp_path, jobs):
     assert seen["workers"] == [2] and len(records) == 3
 
 
+@pytest.mark.slow
 @needs_affinity
 def test_compare_uses_the_cores_of_its_affinity(tmp_path):
     from blobtool import kernels

@@ -164,6 +164,7 @@ def test_a_partly_typed_quoted_word_completes(special_net, typed, prefix):
     assert words == [f"{name}/0", name]
 
 
+@pytest.mark.slow
 def test_real_bash_runs_the_inserted_word(special_net, tmp_path):
     """An interactive bash with blobtool's completion: Tab, then run what it inserted (blobtool info --json)."""
     if shutil.which("bash") is None:

@@ -631,6 +631,7 @@ def _refused_everywhere(tmp_path, path, where, blob, *fragments):
     assert complete("info", path, "--blob", "") == ([], "", 0)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("target", ["secret", "fifo", "zero"])
 @pytest.mark.parametrize("kind", sorted(CRAFTED))
 def test_external_storage_is_refused_before_a_byte_is_read(tmp_path, elsewhere, kind, target):
@@ -652,6 +653,7 @@ def _virtual(source_of):
     return build
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("source", ["itself", "missing", "each_other"])
 def test_virtual_datasets_are_refused(tmp_path, source):
     path = tmp_path / "v.caffemodel.h5"
@@ -672,6 +674,7 @@ def test_virtual_datasets_are_refused(tmp_path, source):
     assert_error(invoke("info", "--stats", path), 3, "/data/ip1/0", "virtual dataset")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("at", ["/data", "/data/ip1", "/data/ip1/0", "/history"])
 def test_external_links_are_never_followed(tmp_path, elsewhere, at):
     target = write_h5(tmp_path / "target.h5", h5_net_bytes([("ip1", [values((4,))])]))
@@ -973,6 +976,7 @@ def _peak_address_space_mib(tmp_path, *args) -> float:
     return int(report.read_text()) / 1024
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="the peak is read from /proc (Linux)")
 def test_norm_holds_one_chunked_blob_at_a_time(tmp_path):
     """norm of a net of chunked, compressed datasets: each blob is read, summed and let go (the net of six
@@ -1017,6 +1021,7 @@ def chunked_nets(tmp_path_factory) -> tuple:
     return six, one
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="the peak is read from /proc (Linux)")
 @pytest.mark.parametrize("ext, precision", [("caffemodel", None), ("safetensors", None), ("h5", None),
                                              ("npz", None), ("caffemodel", "half")])
@@ -1040,6 +1045,7 @@ def test_convert_writes_one_chunked_blob_at_a_time(tmp_path, chunked_nets, ext, 
 
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="the peak is read from /proc (Linux)")
 @pytest.mark.parametrize("ext", ["safetensors", "caffemodel", "npz"])
 def test_convert_holds_one_chunked_blob_with_its_diff(tmp_path, ext):
@@ -1068,6 +1074,7 @@ def test_convert_holds_one_chunked_blob_with_its_diff(tmp_path, ext):
     blobtool.write(doc, {e.name: e.blob() for e in doc.entries}, tmp_path / f"built.{ext}")
     assert out.read_bytes() == (tmp_path / f"built.{ext}").read_bytes()
 
+@pytest.mark.slow
 def test_damaged_values_stop_a_convert_to_standard_output_before_its_first_byte(tmp_path):
     """A chunk that does not inflate, in the second blob: file outputs are left unmade, and standard output gets
     no byte (each blob not read yet is read once before writing in place), exit 3 with one line."""

@@ -168,6 +168,7 @@ def test_a_far_memo_slot_costs_what_is_stored_not_the_slot():
     assert peak < 16 << 20, peak  # pickle.Unpickler: an array of 2**25 slots, 256 MB
 
 
+@pytest.mark.slow
 def test_the_costliest_pickle_within_the_opcode_limit_is_bounded_in_memory():
     # Every opcode an empty dict left on the stack: the most objects per opcode.
     peak = _peak_while_refused(b"\x80\x02" + b"}" * (MAX_OPCODES - 3) + b".", "holds no state dict")

@@ -288,6 +288,7 @@ def converted(big, tmp_path_factory) -> str:
     return found
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("moment", [0.0, 0.25, 0.6, 1.0], ids=["at start", "a quarter written",
                                                             "most written", "all written"])
 def test_sigkill_mid_write_leaves_the_earlier_output_intact(tmp_path, big, converted, moment):
@@ -674,6 +675,7 @@ main(sys.argv[1:])
 """
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="peak RSS is read from /proc (Linux)")
 def test_an_input_that_cannot_be_leased_is_read_in_bounded_memory_with_the_same_figures(tmp_path, unleased):
     from test_chunked import _peak_rss_run
@@ -1226,6 +1228,7 @@ def _limited(which, value):
     return preexec
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("command", ["compare in.pb in.pb", "info in.pb in.pb", "norm in.pb in.pb",
                                      "convert in.pb -o out.npy"])
 def test_too_few_descriptors_is_exit_3_naming_the_limit(tmp_path, command):

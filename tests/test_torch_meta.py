@@ -379,6 +379,7 @@ def test_the_origin_table_is_what_rich_prints(tmp_path):
         assert _plain_info(record, width) == rich_text(_draw_info, record, width)
 
 
+@pytest.mark.slow
 def test_an_export_of_the_most_tensors_reads_back(tmp_path):
     from blobtool.formats import MAX_BLOBS
 
