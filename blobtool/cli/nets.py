@@ -23,8 +23,7 @@ def _text_output(output) -> bool:
     return output is None or output == "-" or chosen_format(output, None) not in ("protobuf", "same")
 
 
-@verb(rules={"strict": (Needs("output", _text_output, shown="a text output (-o FILE.prototxt, or stdout)"),)},
-      moved=NAMES_MOVED)
+@verb(rules={"strict": (Needs("output", _text_output, shown="a text output (-o FILE.prototxt, or stdout)"),)})
 @click.argument("net", type=INPUT)
 @click.option("-o", "--output", type=OUTPUT, default=None, metavar="PATH",
               help="Write to PATH: .prototxt or .pbtxt (the text; the default is stdout), or, for a .prototxt "
