@@ -202,7 +202,7 @@ def test_the_real_fp16_mtcnn_says_what_a_float32_port_loses(realworld, tmp_path)
     halves = [k for k in port if not k.startswith("PReLU")]   # its Convolutions' blobs (the PReLUs': float32)
     moved = sum(float16_counts(port[k])[0] for k in halves)
     (line,) = result.stderr.splitlines()
-    assert f"in the {len(halves)} blob(s) written in float16, {moved:,} of " in line and "--float writes" in line
+    assert f"in the {len(halves)} blob(s) written in float16, {moved:,} of " in line and "--precision float writes" in line
     assert len(halves) == 10 and moved > 6000
     ok("transplant", tmp_path / "port.safetensors", src, "--names", "torch", "-o", out, "--float")
     ok("compare", "-q", "--names", "torch", out, tmp_path / "port.safetensors")   # exit 0: equal, nothing rounded
