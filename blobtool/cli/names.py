@@ -48,15 +48,18 @@ def check_names(names: str, net) -> None:
         raise click.UsageError("--definition names a file: standard input is for the inputs")
 
 
-def prefix_options(f):
-    f = click.option("--add-prefix", metavar="P", default=None, callback=listed_names,
-                     help="Put P before every name of the second file (after --strip-prefix), to match the "
-                          "first's.")(f)
-    f = click.option("--strip-prefix", metavar="P", default=None, callback=listed_names,
-                     help="Take P off the names of the second file that start with it (module. from "
-                          "nn.DataParallel), to match the first's. Without either option a shared prefix that "
-                          "makes the names match is found and said; --strip-prefix '' turns that off.")(f)
-    return f
+def prefix_options(f=None, *, changed: str = "the second file", other: str = "the first's"):
+    """--strip-prefix and --add-prefix, said of the file whose names they change (compare's second, by default)."""
+    def add(f):
+        f = click.option("--add-prefix", metavar="P", default=None, callback=listed_names,
+                         help=f"Put P before every name of {changed} (after --strip-prefix), to match {other}.")(f)
+        f = click.option("--strip-prefix", metavar="P", default=None, callback=listed_names,
+                         help=f"Take P off the names of {changed} that start with it (module. from "
+                              f"nn.DataParallel), to match {other}. Without either option a shared prefix that "
+                              "makes the names match is found and said; --strip-prefix '' turns that off.")(f)
+        return f
+
+    return add(f) if f is not None else add
 
 
 def prefixes_asked(strip, add):

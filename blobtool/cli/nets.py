@@ -90,7 +90,7 @@ TRANSPLANT_RULES = {
 @click.option("--reshape", is_flag=True,
               help="Write a value of the same count but another shape in the template's shape (default: refused, "
                    "listed as mismatched).")
-@prefix_options
+@prefix_options(changed="SOURCE", other="TEMPLATE's")
 @click.option("--precision", type=click.Choice(("float", "double", "half")), default=None,
               help="Write the values as float32, float64 or float16 (default: each blob in TEMPLATE's stored "
                    "type).")
