@@ -1,0 +1,37 @@
+"""Caffe's layers, forward at test time: one class per type, with Caffe's Reshape and Forward_cpu (base.py).
+
+The families, one module each, mirror Caffe's src/caffe/layers/:
+
+- conv.py: Convolution (and the forks' ConvolutionDepthwise), Deconvolution;
+- pooling.py: Pooling;
+- dense.py: InnerProduct, Embed;
+- neuron.py: the element-wise layers (ReLU, PReLU, ELU, Sigmoid, TanH, AbsVal,
+  Power, Exp, Log, BNLL, Threshold, Clip, Swish, Dropout; the forks' ReLU6);
+- normalize.py: BatchNorm, LRN, MVN, Softmax; caffe-ssd's Normalize;
+- arith.py: Scale, Bias, Eltwise, Reduction, ArgMax;
+- shape.py: Concat, Slice, Split, Flatten, Reshape, Crop, Tile; caffe-ssd's
+  Permute; the forks' ShuffleChannel;
+- ssd.py: caffe-ssd's PriorBox and DetectionOutput;
+- resize.py: the forks' Upsample (nearest) and Interp (bilinear).
+
+Each formula is Caffe's, with its source file named beside the code.
+Only numpy is imported; the runner (blobtool/forward/) builds layers from a
+net's model and feeds them.
+"""
+
+from __future__ import annotations
+
+from .base import FLOAT, REGISTRY, Layer, LayerError, register
+from . import arith, conv, dense, neuron, normalize, pooling, resize, shape, ssd  # noqa: F401  (they register)
+
+__all__ = ["Layer", "LayerError", "register", "layer_class", "known_types", "REGISTRY", "FLOAT"]
+
+
+def layer_class(kind: str):
+    """The class that runs layers of type `kind` (today's type name), or None."""
+    return REGISTRY.get(kind)
+
+
+def known_types() -> list:
+    """Every type name a layer class runs, sorted."""
+    return sorted(REGISTRY)

@@ -1,0 +1,3 @@
+"""(filled in below)"""
+
+from __future__ import annotations
