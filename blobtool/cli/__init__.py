@@ -16,7 +16,7 @@ library (formats, api, compare, report) and print what it returns.
   together (one declared rule per option), refuses moved options and
   rewrites old spellings;
 - inspect.py (info, norm, compare, devices), write.py (scale, update,
-  convert), nets.py (definition, transplant, edit), fold.py (fold), show.py
+  convert), nets.py (definition, transplant, edit), fold.py (fold), run.py (run), show.py
   (show): one module per group of commands.
 
 A new command is a function in one of those modules (or a new one), built
@@ -39,7 +39,8 @@ from .group import cli, fail_output, is_output_failure, quiet_broken_pipe, stopp
 from .fold import fold
 from .inspect import compare, devices, info, norm
 from .nets import definition, edit, transplant
-from .process import guard_standard_streams, keep_freed_memory, single_threaded_blas, stop_on_signals
+from .run import run
+from .process import guard_standard_streams, keep_freed_memory, runs_nets, single_threaded_blas, stop_on_signals
 from .show import show
 from .write import convert, scale, update
 
@@ -51,6 +52,7 @@ JOBS = (
     ("Blob math", (norm, scale, update)),
     ("Re-encode", (convert,)),
     ("Nets", (definition, transplant, edit, fold)),
+    ("Run", (run,)),
 )
 COMMANDS = tuple(command for _, commands in JOBS for command in commands)
 for _command in COMMANDS:
@@ -62,7 +64,8 @@ def main(argv=None) -> None:
     """Entry point of the blobtool script and of python -m blobtool."""
     from .. import files
 
-    single_threaded_blas()  # first: before anything imports numpy
+    if not runs_nets(sys.argv[1:] if argv is None else list(argv)):
+        single_threaded_blas()  # first: before anything imports numpy
     keep_freed_memory()
     guard_standard_streams()
     stop_on_signals()

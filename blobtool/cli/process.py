@@ -6,7 +6,7 @@ import os
 import signal
 import sys
 
-__all__ = ["single_threaded_blas", "keep_freed_memory", "stop_on_signals", "guard_standard_streams", "records",
+__all__ = ["runs_nets", "NET_RUNNING_COMMANDS", "single_threaded_blas", "keep_freed_memory", "stop_on_signals", "guard_standard_streams", "records",
            "jobs_to_use", "PARALLEL_THRESHOLD"]
 
 # Below this much input in all, starting worker processes (about 0.25 s each
@@ -32,6 +32,17 @@ def single_threaded_blas() -> None:
     """
     for name in _BLAS_THREAD_VARIABLES:
         os.environ.setdefault(name, "1")
+
+
+# The commands that run a net: their convolutions and inner products are big matrix products, which
+# BLAS's own threads split over the cores (benchmarks/RESULTS.md, run).
+NET_RUNNING_COMMANDS = ("run", "export")
+
+
+def runs_nets(args) -> bool:
+    """Whether a command line runs a net (run, export, or a --check that runs one): BLAS keeps its threads."""
+    words = [a for a in args if not a.startswith("-")]
+    return bool(words) and (words[0] in NET_RUNNING_COMMANDS or "--check" in args)
 
 
 def keep_freed_memory() -> bool:

@@ -1,0 +1,328 @@
+"""The deploy net of any net blobtool reads: the layers Caffe's TEST phase runs, fed by named inputs.
+
+What `blobtool run` runs, what `definition --deploy` writes and what an
+export starts from. From the net's definition (its own, or one given apart,
+`definition`), in order:
+
+1. Caffe's Net::FilterNet for phase TEST (level 0, the net's own stages):
+   a layer its include/exclude rules leave out goes (net/model.py's view).
+2. Inputs: the net's `input` fields (with `input_shape` or the four
+   `input_dim` per input) and its Input layers; each data layer (Data,
+   ImageData, HDF5Data, MemoryData, WindowData, AnnotatedData, DummyData)
+   becomes an input per top. A shape comes from `shapes` (--input-shape),
+   else from the definition where it states one (Input, input fields,
+   MemoryData's four sizes, DummyData's shape). A blob that a layer writes
+   becomes an input too when `shapes` names it (the Concat that merges a
+   training net's data layers, as MTCNN's): the layers that wrote it go.
+3. Loss and accuracy layers go; SoftmaxWithLoss becomes the Softmax that
+   deploy nets end with (its top named "prob" unless that name is taken),
+   with the loss layer's softmax axis. Silence goes.
+4. A layer that reads a blob nothing gives goes, and with it the layers fed
+   only by it (a label's). Such a blob is an error (UsageError, exit 2,
+   one line naming it and the --input-shape to give) unless it is a data
+   layer's second or later top (a label) or one a loss layer read.
+5. Every layer left keeps its parameters; `phase`, `include` and `exclude`
+   go, as does the net's `state`. Inputs become Input layers with shapes.
+
+A data layer's preprocessing (transform_param: scale, mean_file,
+mean_value, crop_size, mirror) is not part of the deploy net; `Deploy.transforms`
+says it, so that the caller can tell the user how the inputs were made.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..errors import FormatError, UsageError
+from ..formats.caffe.containers import text
+from ..net.model import model
+
+__all__ = ["Deploy", "deploy_net", "DATA_TYPES", "parse_shape"]
+
+# Caffe's data layers (and caffe-ssd's AnnotatedData): each top becomes an input of the deploy net.
+DATA_TYPES = ("Data", "ImageData", "HDF5Data", "MemoryData", "WindowData", "AnnotatedData", "DummyData")
+# Layers a deploy net has no use for: they compute a loss or a score against labels, or swallow blobs.
+_LOSS_SUFFIX = "Loss"
+_GONE_TYPES = ("Accuracy", "Silence", "HDF5Output")
+
+# Caffe's blobs hold at most 32 axes (blob.hpp kMaxBlobAxes).
+MAX_AXES = 32
+
+
+@dataclass
+class Deploy:
+    """The deploy net: its NetParameter (Input layers first), its inputs, and what changed on the way."""
+
+    net: object                                  # NetParameter: Input layers, then the layers that run
+    inputs: dict = field(default_factory=dict)   # {input name: shape tuple}
+    dropped: list = field(default_factory=list)  # (layer name, type, why)
+    replaced: list = field(default_factory=list)  # (layer name, old type, new type)
+    transforms: list = field(default_factory=list)  # (data layer name, {setting: value})
+    source: str = ""                             # where the definition came from (a path)
+    layer_names: list = field(default_factory=list)  # the model's names of the layers that run, in order
+
+    def notes(self) -> list:
+        """Lines for stderr: the layers that went or changed, and the preprocessing a data layer did."""
+        lines = []
+        gone: dict = {}
+        for name, kind, why in self.dropped:
+            gone.setdefault(why, []).append(f"{name} ({kind})")
+        for why, names in gone.items():
+            lines.append(f"{self.source}: left out of the deploy net ({why}): {', '.join(names)}")
+        for name, old, new in self.replaced:
+            lines.append(f"{self.source}: layer {name} ({old}) runs as {new}, as a deploy net computes it")
+        for name, settings in self.transforms:
+            said = ", ".join(f"{k} {v}" for k, v in settings.items())
+            lines.append(f"{self.source}: data layer {name} preprocessed its images ({said}); the inputs given "
+                         "here are taken as they are, after that preprocessing")
+        return lines
+
+    def record(self) -> dict:
+        """What changed, JSON-ready."""
+        return {
+            "inputs": {name: list(shape) for name, shape in self.inputs.items()},
+            "dropped": [{"layer": n, "type": k, "why": w} for n, k, w in self.dropped],
+            "replaced": [{"layer": n, "type": o, "as": t} for n, o, t in self.replaced],
+            "preprocessing": [{"layer": n, **s} for n, s in self.transforms],
+        }
+
+
+def parse_shape(text_value: str, *, what: str = "--input-shape") -> tuple:
+    """'1,3,224,224' -> (1, 3, 224, 224): positive integers, 1 to 32 axes; UsageError otherwise."""
+    parts = [p.strip() for p in text_value.replace("x", ",").split(",")]
+    try:
+        dims = tuple(int(p) for p in parts)
+    except ValueError:
+        raise UsageError(f"{what}: {text_value!r} is not a shape: expected sizes separated by commas "
+                         "(1,3,224,224)") from None
+    if not dims or len(dims) > MAX_AXES or any(d < 1 for d in dims):
+        raise UsageError(f"{what}: {text_value!r} is not a shape: expected 1 to {MAX_AXES} sizes, each at least 1")
+    return dims
+
+
+def deploy_net(doc, definition=None, shapes: dict | None = None) -> Deploy:
+    """The deploy net of net `doc` (or of `definition`, a document whose definition is used instead): see the module.
+
+    `shapes` ({blob name: shape}) gives inputs their shapes, and makes a
+    written blob an input. FormatError where the net holds no definition
+    (an HDF5 snapshot without `definition`).
+    """
+    from .._pb import blobtool_caffe_pb2 as pb
+
+    shapes = dict(shapes or {})
+    structure = definition if definition is not None else doc
+    if structure.format == "hdf5":
+        raise UsageError("Caffe's HDF5 snapshot holds blobs only, no layer types or wiring: give the net's "
+                         "definition (the .prototxt or .caffemodel of the same net)", path=structure.path)
+    if structure.kind != "net":
+        raise UsageError(f"a {structure.kind} holds no net to run", path=structure.path)
+    net = model(structure)
+    view = net.test
+    defs = net.layer_defs()
+    from ..formats.caffe.netdef import definition as net_definition
+
+    top = net_definition(structure).net
+    result = Deploy(pb.NetParameter(name=top.name), source=structure.path)
+
+    # -- inputs declared by the net itself ---------------------------------------------------
+    declared: dict = {}   # name -> shape or None
+    for k, name in enumerate(top.input):
+        declared[text(name)] = _input_field_shape(top, k, structure.path)
+    names_used = {text(t) for m in defs for t in m.top} | {text(b) for m in defs for b in m.bottom}
+    labels: set = set()      # a data layer's later tops
+    loss_read: set = set()   # blobs a loss or accuracy layer read
+    kept: list = []          # (model index, LayerParameter)
+    for i, message in enumerate(defs):
+        kind = net.types[i]
+        name = net.names[i]
+        # A training snapshot holds the TRAIN net: its data layers are TRAIN-only, and still say what
+        # the deploy net's inputs are.
+        if i in view.outside and kind not in DATA_TYPES:
+            continue
+        if kind == "Input":
+            for k, t in enumerate(message.top):
+                declared[text(t)] = _input_layer_shape(message, k)
+            continue
+        if kind in DATA_TYPES:
+            for k, t in enumerate(message.top):
+                declared.setdefault(text(t), _data_layer_shape(message, kind, k))
+                if k > 0:
+                    labels.add(text(t))
+            settings = _transform_settings(message)
+            if settings and not any(n == name for n, _ in result.transforms):
+                result.transforms.append((name, settings))
+            if not any(n == name for n, _, _ in result.dropped):
+                result.dropped.append((name, kind, "a data layer: its tops are inputs"))
+            continue
+        if kind.endswith(_LOSS_SUFFIX) or kind in _GONE_TYPES:
+            loss_read.update(text(b) for b in message.bottom)
+            if kind == "SoftmaxWithLoss":
+                kept.append((i, _softmax_of(message, pb, names_used)))
+                result.replaced.append((name, kind, "Softmax"))
+            else:
+                result.dropped.append((name, kind, "it scores the net against labels" if kind != "Silence"
+                                       else "it only swallows blobs"))
+            continue
+        kept.append((i, message))
+
+    # -- blobs made inputs by --input-shape, and their writers gone ----------------------------
+    written = {text(t) for _, m in kept for t in m.top}
+    unknown = [n for n in shapes if n not in declared and n not in written]
+    if unknown:
+        raise UsageError(f"--input-shape names {', '.join(repr(n) for n in unknown)}, which the deploy net "
+                         f"neither takes as an input nor computes (inputs: {', '.join(declared) or 'none'})",
+                         path=structure.path)
+    made_inputs = [n for n in shapes if n in written and n not in declared]
+    if made_inputs:
+        for n in made_inputs:
+            declared[n] = None
+        still = []
+        for i, m in kept:
+            if any(text(t) in made_inputs for t in m.top) and not set(map(text, m.bottom)) & set(map(text, m.top)):
+                result.dropped.append((net.names[i], net.types[i], "its top is an input given by --input-shape"))
+            else:
+                still.append((i, m))
+        kept = still
+    for n, shape in shapes.items():
+        declared[n] = shape
+
+    # -- layers fed by what nothing gives ------------------------------------------------------
+    available = {n for n, s in declared.items() if s is not None}
+    missing_inputs = [n for n, s in declared.items() if s is None]
+    runs: list = []
+    absent: dict = {}   # blob name -> the first layer that wanted it
+    for i, m in kept:
+        wanted = [text(b) for b in m.bottom if text(b) not in available]
+        if wanted:
+            for b in wanted:
+                absent.setdefault(b, net.names[i])
+            if all(b in labels or b in loss_read for b in wanted):
+                labels.update(text(t) for t in m.top)  # computed from labels only (MTCNN's merged labels)
+            why = f"it reads {', '.join(wanted)}, which the deploy net does not give"
+            result.dropped.append((net.names[i], net.types[i], why))
+            continue
+        runs.append((i, m))
+        available.update(text(t) for t in m.top)
+    needed = [b for b in absent if b not in labels and b not in loss_read]
+    if needed:
+        b = needed[0]
+        where = f"layer {absent[b]} reads it"
+        merged = _merging_layer(kept, net, b, declared)
+        if merged is not None:
+            raise UsageError(f"{b!r} comes from data layers outside the TEST net ({where}); layer "
+                             f"{merged[0]} ({merged[1]}) merges them into {merged[2]!r}: give --input-shape "
+                             f"{merged[2]}=N,C,H,W to take that blob as the input, or --definition with the "
+                             "net's deploy.prototxt", path=structure.path)
+        if b in missing_inputs:
+            raise UsageError(f"input {b!r} has no shape ({where}; a data layer's shape lies in its database): "
+                             f"give --input-shape {b}=N,C,H,W", path=structure.path)
+        raise UsageError(f"blob {b!r} is an input of the deploy net that nothing gives ({where}): give "
+                         f"--input-shape {b}=N,C,H,W, or --definition with the net's deploy.prototxt",
+                         path=structure.path)
+    if not runs:
+        raise UsageError("the deploy net runs no layer", path=structure.path)
+
+    # -- the deploy NetParameter -------------------------------------------------------------
+    read = {text(b) for _, m in runs for b in m.bottom}
+    for n, shape in declared.items():
+        if shape is None or (n not in read and n not in shapes):
+            continue
+        layer = result.net.layer.add(name=n, type="Input")
+        layer.top.append(n)
+        layer.input_param.shape.add().dim.extend(shape)
+        result.inputs[n] = tuple(shape)
+    for i, m in runs:
+        layer = result.net.layer.add()
+        layer.CopyFrom(m)
+        for gone in ("phase", "include", "exclude"):
+            layer.ClearField(gone)
+        result.layer_names.append(net.names[i])
+    return result
+
+
+def _softmax_of(loss, pb, taken: set):
+    """The Softmax a deploy net has where a training net has SoftmaxWithLoss: scores in, probabilities out.
+
+    Its top is "prob", as Caffe's deploy nets name it, unless the net uses
+    that name already; then the loss layer's own top.
+    """
+    out = pb.LayerParameter(name=loss.name, type="Softmax")
+    out.bottom.append(loss.bottom[0])
+    out.top.append("prob" if "prob" not in taken else text(loss.top[0]) if loss.top else f"{text(loss.name)}_prob")
+    if loss.HasField("softmax_param"):
+        out.softmax_param.CopyFrom(loss.softmax_param)
+    return out
+
+
+def _merging_layer(kept: list, net, blob: str, declared: dict):
+    """(layer, type, top) of the first layer merging `blob` with other inputs lacking a shape, or None.
+
+    MTCNN's training nets concatenate the tops of three data layers into
+    "data": none of them is the deploy net's input; the merged blob is.
+    """
+    for i, m in kept:
+        bottoms = [text(b) for b in m.bottom]
+        if blob in bottoms and len(bottoms) > 1 and m.top and \
+                all(b in declared and declared[b] is None for b in bottoms):
+            return net.names[i], net.types[i], text(m.top[0])
+    return None
+
+
+def _input_field_shape(top, k: int, path) -> tuple | None:
+    """The shape of the net's k-th `input`: its input_shape, or its four input_dim."""
+    if len(top.input_shape) > k:
+        return tuple(int(d) for d in top.input_shape[k].dim) or None
+    if top.input_shape:
+        raise FormatError(f"the net has {len(top.input)} inputs and {len(top.input_shape)} input_shape fields; "
+                          "Caffe takes one shape per input", path=path)
+    dims = list(top.input_dim)
+    if dims:
+        if len(dims) != 4 * len(top.input):
+            raise FormatError(f"the net has {len(top.input)} inputs and {len(dims)} input_dim values; Caffe takes "
+                              "four per input", path=path)
+        return tuple(int(d) for d in dims[4 * k:4 * k + 4])
+    return None
+
+
+def _input_layer_shape(message, k: int) -> tuple | None:
+    """An Input layer's k-th top's shape (its one shape serves every top)."""
+    shapes = message.input_param.shape
+    if not shapes:
+        return None
+    chosen = shapes[k] if len(shapes) > k else shapes[0]
+    return tuple(int(d) for d in chosen.dim) or None
+
+
+def _data_layer_shape(message, kind: str, k: int) -> tuple | None:
+    """The shape a data layer states for its k-th top, where its definition states one (MemoryData, DummyData)."""
+    if kind == "MemoryData" and k == 0:
+        p = message.memory_data_param
+        dims = (p.batch_size, p.channels, p.height, p.width)
+        return tuple(int(d) for d in dims) if all(dims) else None
+    if kind == "DummyData":
+        p = message.dummy_data_param
+        if len(p.shape) > k:
+            return tuple(int(d) for d in p.shape[k].dim) or None
+        if len(p.shape) == 1:
+            return tuple(int(d) for d in p.shape[0].dim) or None
+        legacy = [list(getattr(p, f)) for f in ("num", "channels", "height", "width")]
+        if all(len(v) > k for v in legacy):
+            return tuple(int(v[k]) for v in legacy)
+    return None
+
+
+def _transform_settings(message) -> dict:
+    """The preprocessing a data layer's transform_param states: {setting: value} of those set."""
+    if not message.HasField("transform_param"):
+        return {}
+    p = message.transform_param
+    out = {}
+    for fd, value in p.ListFields():
+        if not isinstance(value, (bool, int, float, str, bytes)):  # a repeated field
+            out[fd.name] = [float(v) if isinstance(v, float) else v for v in value]
+        elif isinstance(value, bytes):
+            out[fd.name] = value.decode("utf-8", "backslashreplace")
+        else:
+            out[fd.name] = value
+    return out
+

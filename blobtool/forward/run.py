@@ -1,0 +1,119 @@
+"""One call that runs a net: its deploy net made, its inputs given or drawn, its blobs computed (blobtool run).
+
+`run_net(doc, ...)` takes a net document (any net blobtool reads), an
+optional definition document (a deploy.prototxt, or the definition an HDF5
+snapshot lacks), the inputs' values ({name: array}) and shapes
+(--input-shape), and which blobs to return: the net's outputs (None), every
+blob ("all") or a list of names. An input given no values is filled with
+random normal values from `seed` (numpy's default_rng), which the result
+says. Everything is checked before a layer runs (runner.build).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..errors import UsageError
+from .deploy import deploy_net
+from .runner import build
+
+__all__ = ["RunResult", "run_net", "blob_summary", "ALL"]
+
+ALL = "all"
+
+
+@dataclass
+class RunResult:
+    """What a run computed: the blobs asked for, the inputs fed, and the deploy net it ran."""
+
+    path: str
+    values: dict                     # {blob name: float32 array}, in the order asked for
+    inputs: list                     # [{"name", "shape", "given": path or "random normal, seed N"}]
+    deploy: object                   # the Deploy
+    program: object                  # the runner's Program
+    notes: list = field(default_factory=list)   # lines for stderr
+
+    def record(self) -> dict:
+        """JSON-ready: the inputs, each blob's shape, min, max, mean and L2 (in float64), and the deploy net's changes."""
+        return {
+            "path": self.path,
+            "inputs": self.inputs,
+            "blobs": [{"name": name, **blob_summary(value)} for name, value in self.values.items()],
+            "deploy": self.deploy.record(),
+        }
+
+
+def blob_summary(value: np.ndarray) -> dict:
+    """shape, min, max, mean and L2 of a blob's values, accumulated in float64; NaN and Inf counted."""
+    wide = np.asarray(value, dtype=np.float64).reshape(-1)
+    finite = np.isfinite(wide)
+    out = {"shape": list(value.shape), "count": int(wide.size)}
+    if wide.size == 0:
+        return {**out, "min": None, "max": None, "mean": None, "l2": 0.0, "nan": 0, "inf": 0}
+    with np.errstate(all="ignore"):
+        out.update(min=float(np.min(wide)), max=float(np.max(wide)), mean=float(np.mean(wide)),
+                   l2=float(np.sqrt(np.dot(wide, wide))))
+    out["nan"] = int(np.isnan(wide).sum())
+    out["inf"] = int(wide.size - finite.sum() - out["nan"])
+    return out
+
+
+def run_net(doc, *, definition=None, feeds: dict | None = None, shapes: dict | None = None, seed: int = 0,
+            outputs=None, progress=None) -> RunResult:
+    """Run net `doc` forward as Caffe's TEST phase in float32; the blobs asked for (see the module).
+
+    `feeds`: {input name: array} (float32 after conversion; its shape is the
+    input's, or gives it where the net states none). `shapes`: {blob name:
+    shape} for inputs whose shape the net does not state, or to take a
+    computed blob as the input. UsageError (exit 2) for an input without a
+    shape or of another shape, an unknown input or blob name; FormatError
+    (exit 3) for a layer blobtool cannot run or whose shapes do not fit.
+    """
+    feeds = dict(feeds or {})
+    shapes = dict(shapes or {})
+    for name, value in feeds.items():
+        shapes.setdefault(name, tuple(np.shape(value)))
+    deploy = deploy_net(doc, definition, shapes)
+    unknown = [n for n in feeds if n not in deploy.inputs]
+    if unknown:
+        raise UsageError(f"the net has no input {', '.join(repr(n) for n in unknown)} (its inputs: "
+                         f"{', '.join(deploy.inputs) or 'none'})", path=deploy.source)
+    weights = doc if doc.kind == "net" and doc.format != "prototxt" else None
+    program = build(deploy, weights)
+    if outputs is None:
+        wanted = program.outputs()
+    elif outputs == ALL:
+        wanted = program.blob_names()
+    else:
+        wanted = program.check_outputs(outputs)
+    rng = np.random.default_rng(seed)
+    values_in = {}
+    said = []
+    for name, shape in program.inputs.items():
+        if name in feeds:
+            values_in[name] = _as_input(feeds[name], name, shape, deploy.source)
+            said.append({"name": name, "shape": list(shape), "given": "values given"})
+        else:
+            values_in[name] = rng.standard_normal(shape, dtype=np.float32)
+            said.append({"name": name, "shape": list(shape), "given": f"random normal, seed {seed}"})
+    values = program.run(values_in, wanted, progress=progress)
+    notes = deploy.notes()
+    return RunResult(doc.path, values, said, deploy, program, notes)
+
+
+def _as_input(value, name: str, shape: tuple, path) -> np.ndarray:
+    """An input's values as float32 of the input's shape; a finite value float32 cannot hold is refused."""
+    array = np.asarray(value)
+    if tuple(array.shape) != tuple(shape):
+        raise UsageError(f"input {name!r}: the values given have shape {tuple(array.shape)}, the net takes "
+                         f"{tuple(shape)}", path=path)
+    if not (np.issubdtype(array.dtype, np.floating) or np.issubdtype(array.dtype, np.integer)):
+        raise UsageError(f"input {name!r}: values of type {array.dtype} are not numbers", path=path)
+    with np.errstate(over="ignore", invalid="ignore"):
+        out = np.ascontiguousarray(array, dtype=np.float32)
+    if not np.isfinite(out).all() and np.isfinite(array).all():
+        raise UsageError(f"input {name!r}: values beyond float32's range (Caffe's float net cannot hold them)",
+                         path=path)
+    return out

@@ -1,0 +1,237 @@
+"""A deploy net made runnable, and run: every layer built, every blob's shape known, then the forward pass.
+
+`build(deploy, weights)` makes each layer of a Deploy (deploy.py) from its
+LayerParameter and the weights of the layer of the same name in `weights`
+(any net document: a .caffemodel in any layer format or encoding, FP16
+included, or an HDF5 snapshot), as Caffe's Net::CopyTrainedLayersFrom
+fills a deploy net by layer name. Blobs shared by ParamSpec name between
+layers (Caffe's `param { name: ... }`) come from the first layer holding
+them. Everything a forward pass can refuse is refused here, before
+anything is computed: a type blobtool cannot run (FormatError naming the
+layer and its type), a layer without the weights it needs, a shape its
+Reshape refuses.
+
+`Program.shapes` holds the shape of every blob version, as Caffe's
+Net::Reshape gives them. `Program.run(feeds, outputs)` runs the layers in
+order in float32 (Caffe's Dtype=float) and returns the value of each blob
+asked for after the last layer writing it. A blob's array is let go as soon
+as no later layer reads it and it is not asked for, so that peak memory is
+the weights and the blobs alive at once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..errors import FormatError, UsageError
+from ..formats.caffe.containers import text
+from ..layers import FLOAT, LayerError, layer_class
+
+__all__ = ["Program", "Step", "build", "net_outputs"]
+
+
+@dataclass
+class Step:
+    """One layer ready to run: the Layer, the blob names it reads and writes, and their shapes."""
+
+    layer: object
+    bottoms: tuple
+    tops: tuple
+    bottom_shapes: list = field(default_factory=list)
+    top_shapes: list = field(default_factory=list)
+
+
+@dataclass
+class Program:
+    """The deploy net built: its inputs' shapes and the steps in order (see the module)."""
+
+    inputs: dict                 # {input name: shape}
+    steps: list                  # Step per layer, in order
+    path: str = ""
+
+    @property
+    def shapes(self) -> dict:
+        """{blob name: shape after the last layer writing it} (inputs included)."""
+        found = dict(self.inputs)
+        for step in self.steps:
+            found.update(zip(step.tops, step.top_shapes))
+        return found
+
+    def outputs(self) -> list:
+        """The net's outputs, Caffe's: the blobs whose last value no layer reads, in the order they were written."""
+        return net_outputs([(s.bottoms, s.tops) for s in self.steps])
+
+    def blob_names(self) -> list:
+        """Every blob name, inputs first, then in the order layers first write them."""
+        names = list(self.inputs)
+        for step in self.steps:
+            names.extend(t for t in step.tops if t not in names)
+        return names
+
+    def check_outputs(self, wanted) -> list:
+        """The requested blob names, each one the net has (UsageError naming those it does not)."""
+        known = set(self.blob_names())
+        unknown = [n for n in wanted if n not in known]
+        if unknown:
+            raise UsageError(f"the net has no blob {', '.join(repr(n) for n in unknown)} (its blobs: "
+                             f"{', '.join(self.blob_names()[:12])}{' ...' if len(known) > 12 else ''})",
+                             path=self.path)
+        return list(dict.fromkeys(wanted))
+
+    def run(self, feeds: dict, outputs, *, progress=None) -> dict:
+        """{name: float32 array} of each blob in `outputs` after its last writer, from inputs `feeds`.
+
+        `feeds` holds one array per input, of the input's shape; `progress`,
+        when given, is called with (step index, step count) after each layer.
+        """
+        wanted = set(outputs)
+        values = {}
+        for name, shape in self.inputs.items():
+            value = np.ascontiguousarray(feeds[name], dtype=FLOAT)
+            if tuple(value.shape) != tuple(shape):
+                raise UsageError(f"input {name!r} has shape {tuple(value.shape)}, the net takes {tuple(shape)}",
+                                 path=self.path)
+            values[name] = value
+        last_read = _last_reads(self.steps, self.inputs)
+        for i, step in enumerate(self.steps):
+            xs = [values[b] for b in step.bottoms]
+            with np.errstate(all="ignore"):
+                ys = step.layer.forward(xs)
+            del xs
+            for top, y, shape in zip(step.tops, ys, step.top_shapes):
+                if tuple(y.shape) != tuple(shape) or y.dtype != FLOAT:
+                    raise AssertionError(f"layer {step.layer.name} gave {y.dtype} {y.shape} for {top}, "
+                                         f"its reshape said float32 {shape}")
+                values[top] = y
+            del ys
+            for name in set(step.bottoms):
+                if last_read.get((name, i)) and name not in step.tops and name not in wanted:
+                    values.pop(name, None)
+            if progress is not None:
+                progress(i + 1, len(self.steps))
+        return {name: values[name] for name in outputs}
+
+
+def net_outputs(links: list) -> list:
+    """The blobs no layer reads after their last write, in the order of that write (Caffe's net outputs).
+
+    Mirrors Net::Init's available_blobs: a bottom is taken out, a top put
+    back, so an in-place layer's top stays an output.
+    """
+    written: dict = {}
+    read: dict = {}
+    for i, (bottoms, tops) in enumerate(links):
+        for b in bottoms:
+            read[b] = i
+        for t in tops:
+            written[t] = i
+    return [t for t, i in sorted(written.items(), key=lambda p: p[1]) if read.get(t, -1) <= i]
+
+
+def _last_reads(steps: list, inputs: dict) -> dict:
+    """{(name, i): True} where step i is the last to read the value `name` holds when step i runs."""
+    last: dict = {}
+    version: dict = {name: -1 for name in inputs}
+    for i, step in enumerate(steps):
+        for b in step.bottoms:
+            last[(b, version.get(b, -1))] = i
+        for t in step.tops:
+            version[t] = i
+    out = {}
+    version = {name: -1 for name in inputs}
+    for i, step in enumerate(steps):
+        for b in step.bottoms:
+            if last.get((b, version.get(b, -1))) == i:
+                out[(b, i)] = True
+        for t in step.tops:
+            version[t] = i
+    return out
+
+
+def build(deploy, weights, *, weights_by_layer: dict | None = None) -> Program:
+    """The Program of Deploy `deploy` with the blobs of net document `weights` (None: a net without weights).
+
+    FormatError (exit 3) for a layer type blobtool cannot run, a layer
+    without the blobs its type needs, or shapes Caffe's Reshape refuses;
+    each names the layer and its type.
+    """
+    path = weights.path if weights is not None else deploy.source
+    messages = [m for m in deploy.net.layer if m.type != "Input"]
+    cannot = [(text(m.name), text(m.type)) for m in messages if layer_class(text(m.type)) is None]
+    if cannot:
+        name, kind = cannot[0]
+        more = f" (and {len(cannot) - 1} more: {', '.join(f'{n} ({k})' for n, k in cannot[1:4])})" \
+            if len(cannot) > 1 else ""
+        raise FormatError(f"layer {name!r} has type {kind!r}, which blobtool cannot run{more}; nothing was "
+                          "computed", path=deploy.source)
+    held = weights_by_layer if weights_by_layer is not None else _weights_by_layer(weights)
+    shared: dict = {}
+    steps = []
+    shapes = dict(deploy.inputs)
+    for message, name in zip(messages, deploy.layer_names or [text(m.name) for m in messages]):
+        kind = text(message.type)
+        blobs = list(held.get(name, ()))
+        blobs = _shared_blobs(message, blobs, shared)
+        cls = layer_class(kind)
+        try:
+            layer = cls(name, kind, message, blobs)
+            bottoms = tuple(text(b) for b in message.bottom)
+            tops = tuple(text(t) for t in message.top)
+            layer.check_counts(len(bottoms), len(tops))
+            in_shapes = [shapes[b] for b in bottoms]
+            out_shapes = [tuple(int(d) for d in s) for s in layer.reshape(in_shapes)]
+        except LayerError as exc:
+            raise exc.with_path(path) from None
+        if len(out_shapes) != len(tops):
+            raise AssertionError(f"layer {name}: reshape gave {len(out_shapes)} shapes for {len(tops)} tops")
+        shapes.update(zip(tops, out_shapes))
+        steps.append(Step(layer, bottoms, tops, in_shapes, out_shapes))
+    return Program(dict(deploy.inputs), steps, path)
+
+
+def _weights_by_layer(doc) -> dict:
+    """{layer name: [float32 arrays of its blobs, in order]} of a net document (FP16 and float64 made float32)."""
+    if doc is None:
+        return {}
+    held: dict = {}
+    for e in doc.entries:
+        if e.layer is None:
+            continue
+        values = np.asarray(e.blob().cpu_data())
+        held.setdefault(e.layer, []).append(_float32(values, e, doc.path).reshape(e.shape))
+    return held
+
+
+def _float32(values: np.ndarray, entry, path) -> np.ndarray:
+    """A blob's values in float32, as Caffe's float net holds them; a finite value that float32 cannot hold is refused."""
+    if values.dtype == FLOAT:
+        return values
+    with np.errstate(over="ignore", invalid="ignore"):
+        out = values.astype(FLOAT)
+    if values.dtype.itemsize > 4 and np.isfinite(values).all() and not np.isfinite(out).all():
+        raise FormatError(f"blob {entry.name} holds values beyond float32's range, which Caffe's float net "
+                          "cannot hold", path=path)
+    return out
+
+
+def _shared_blobs(message, blobs: list, shared: dict) -> list:
+    """A layer's blobs with those it shares by ParamSpec name taken from the first layer holding them.
+
+    Caffe's Net::AppendParam: a named param seen before is the owner's blob;
+    an HDF5 snapshot stores it only with its owner.
+    """
+    out = list(blobs)
+    for k, spec in enumerate(message.param):
+        name = text(spec.name)
+        if not name:
+            continue
+        if name in shared:
+            if k < len(out):
+                out[k] = shared[name]
+            elif k == len(out):
+                out.append(shared[name])
+        elif k < len(out):
+            shared[name] = out[k]
+    return out
