@@ -21,7 +21,7 @@ from .formats.targets import output_target
 from .files import releasing, writes_in_place
 
 __all__ = ["load", "load_all", "state_dict", "save", "write", "open_document", "net_definition",
-           "resolve_precision", "definition_text", "transplant", "edit", "fold"]
+           "resolve_precision", "definition_text", "deploy_definition", "transplant", "edit", "fold", "run"]
 
 
 def load(src) -> Blob:
@@ -358,6 +358,66 @@ def definition_text(src, dest=None, *, strict: bool = False, warn=None) -> str:
         with atomic_output(dest) as out:
             out.write(text.encode("utf-8"))
     return text
+
+
+def deploy_definition(src, dest=None, *, shapes: dict | None = None, strict: bool = False, warn=None):
+    """The deploy definition of a net (a training snapshot's included), as text; returns the Deploy.
+
+    As forward/deploy.py makes it: Caffe's TEST net, data layers as Input
+    layers with the shapes `shapes` ({blob name: shape}) gives, loss and
+    accuracy layers gone, SoftmaxWithLoss as Softmax, phase rules gone. The
+    text (`Deploy.text`) is written to `dest` (a path, "-" or a binary file
+    object) when given, atomically. What went and the data layers'
+    preprocessing are said to `warn` (Deploy.notes()); fields text cannot
+    carry as definition_text says them.
+    """
+    from .files import atomic_output
+    from .formats.caffe.netdef import NetDefinition, definition
+    from .formats.prototxt import definition_text as text_of
+    from .forward.deploy import deploy_net
+    from .net.model import model
+
+    with contextlib.ExitStack() as opened:
+        doc = src if isinstance(src, Document) else opened.enter_context(open_document(src))
+        deploy = deploy_net(doc, None, shapes)
+        found = definition(doc)
+        kept = set(deploy.layer_names) - {name for name, _, _ in deploy.replaced}  # a replaced layer is new
+        names = model(doc).names
+        lost = NetDefinition(found.net, [layer for layer, name in zip(found.layers, names) if name in kept])
+        lines = lost.lost_lines(doc.path) + lost.escaped_lines(doc.path)
+        if lines and strict:
+            raise UsageError(f"{lines[0]}; {parameter('strict')} refuses to leave them out ({len(lines)} such "
+                             f"line{'s' * (len(lines) != 1)})")
+        for line in deploy.notes() + [ln if "written as escapes" in ln else f"{ln}; left out of the text"
+                                      for ln in lines]:
+            (warn or warnings.warn)(line)
+        deploy.text = text_of(deploy.net)
+    if dest is not None:
+        with atomic_output(dest) as out:
+            out.write(deploy.text.encode("utf-8"))
+    return deploy
+
+
+def run(src, *, definition=None, inputs: dict | None = None, shapes: dict | None = None, seed: int = 0,
+        outputs=None):
+    """Run the net in `src` forward as Caffe's TEST phase, in float32; the RunResult (its `values`: {blob: array}).
+
+    `src` and `definition` are Documents or what open_document takes;
+    `definition` is the net's definition to run (a deploy.prototxt), whose
+    layers take `src`'s weights by name. `inputs` ({name: array}) gives
+    inputs' values, `shapes` ({name: shape}) their shapes (a data layer's);
+    inputs without values get random normal values from `seed`. `outputs`:
+    None (the net's outputs), "all", or blob names.
+    """
+    from .forward.run import run_net
+
+    with contextlib.ExitStack() as opened:
+        doc = src if isinstance(src, Document) else opened.enter_context(open_document(src))
+        other = None
+        if definition is not None:
+            other = definition if isinstance(definition, Document) else \
+                opened.enter_context(open_document(definition))
+        return run_net(doc, definition=other, feeds=inputs, shapes=shapes, seed=seed, outputs=outputs)
 
 
 def edit(src, dest, *, renames=None, drops=(), format: str | None = None, warn=None) -> str:

@@ -9,8 +9,9 @@ import click
 from ..formats import NAMING_SCHEMES
 from .names import NAMES_MOVED, NAMES_RULES, check_names, prefix_options
 from .options import INPUT, OUTPUT, blob_option, kind_option, output_options
-from .output import progress, say_warning
-from .rules import Needs, verb
+from .output import emit_json, progress, say_warning
+from .rules import Needs, Refuses, verb
+from .run import NAMED_SHAPE, parse_named_shapes
 from .write import EDITS_MOVED, blob_output
 
 __all__ = ["definition", "transplant", "edit"]
@@ -23,7 +24,15 @@ def _text_output(output) -> bool:
     return output is None or output == "-" or chosen_format(output, None) not in ("protobuf", "same")
 
 
-@verb(rules={"strict": (Needs("output", _text_output, shown="a text output (-o FILE.prototxt, or stdout)"),)})
+def _stdout(output) -> bool:
+    return output is None or output == "-"
+
+
+@verb(rules={"strict": (Needs("output", _text_output, shown="a text output (-o FILE.prototxt, or stdout)"),),
+             "input_shapes": (Needs("deploy", why="a deploy net's inputs take shapes"),),
+             "as_json": (Needs("deploy"), Refuses("output", (None, "-"), "the definition goes to stdout: give -o "
+                                                                          "FILE.prototxt")),
+             "deploy": (Needs("output", _text_output, shown="a text output (-o FILE.prototxt, or stdout)"),)})
 @click.argument("net", type=INPUT)
 @click.option("-o", "--output", type=OUTPUT, default=None, metavar="PATH",
               help="Write to PATH: .prototxt or .pbtxt (the text; the default is stdout), or, for a .prototxt "
@@ -31,7 +40,14 @@ def _text_output(output) -> bool:
 @click.option("--strict", is_flag=True,
               help="Fields that text cannot carry (another fork's) are an error (exit 2, nothing written), not a "
                    "warning line each.")
-def definition(net, output, strict):
+@click.option("--deploy", is_flag=True,
+              help="The deploy definition: Caffe's TEST net with data layers as Input layers, loss and accuracy "
+                   "layers gone (SoftmaxWithLoss as Softmax), phase rules gone.")
+@NAMED_SHAPE
+@click.option("--json", "as_json", is_flag=True,
+              help="With --deploy and -o PATH: print the deploy net's inputs, what went and the data layers' "
+                   "preprocessing as one JSON object.")
+def definition(net, output, strict, deploy, input_shapes, as_json):
     """Print a net's definition as text: every layer's parameters and wiring, without blobs.
 
     NET is a .caffemodel in any of Caffe's layer formats (V1 and V0 are
@@ -39,19 +55,29 @@ def definition(net, output, strict):
     holds no definition (it holds blobs under layer names only). The text is
     protobuf's text format, as Caffe reads it (deploy.prototxt, train_val).
     With a .prototxt NET and -o FILE.caffemodel the definition is written
-    as a binary net without blobs.
+    as a binary net without blobs. With --deploy, a training net's deploy
+    definition (data layers become Input layers whose shape --input-shape
+    gives): what went, and the preprocessing the data layers did, are said
+    on stderr.
 
     \b
     Example:
       blobtool definition model.caffemodel > model.prototxt
       blobtool definition model.caffemodel -o model.prototxt --strict
       blobtool definition deploy.prototxt -o deploy.caffemodel
+      blobtool definition lenet.caffemodel --deploy --input-shape data=1,1,28,28 -o deploy.prototxt
     """
-    from ..api import definition_text, write
+    from ..api import definition_text, deploy_definition, write
     from .work import open_input
 
     doc = open_input(net)
     with doc:
+        if deploy:
+            made = deploy_definition(doc, output or "-", shapes=parse_named_shapes(input_shapes), strict=strict,
+                                     warn=say_warning)
+            if as_json:
+                emit_json({"path": doc.path, "output": output, **made.record()})
+            return
         if not _text_output(output):
             if doc.format != "prototxt":
                 raise click.UsageError(f"{doc.path} is a binary net already: its definition goes to a .prototxt "

@@ -60,6 +60,7 @@ class Deploy:
     transforms: list = field(default_factory=list)  # (data layer name, {setting: value})
     source: str = ""                             # where the definition came from (a path)
     layer_names: list = field(default_factory=list)  # the model's names of the layers that run, in order
+    text: str = ""                               # the deploy definition as text, where it was written
 
     def notes(self) -> list:
         """Lines for stderr: the layers that went or changed, and the preprocessing a data layer did."""
