@@ -27,13 +27,16 @@ _EXPORTS = {
     "transplant": "api",
     "edit": "api",
     "fold": "api",
+    "run": "api",
+    "deploy_definition": "api",
     "open_document": "formats",
     "select": "formats",
     "SyncedHead": "engine.syncedmem",
     "SyncedMemory": "engine.syncedmem",
 }
 
-__all__ = ["Blob", "BlobToolError", "ExitCode", "SyncedHead", "SyncedMemory", "definition_text", "edit", "fold",
+__all__ = ["Blob", "BlobToolError", "ExitCode", "SyncedHead", "SyncedMemory", "definition_text", "deploy_definition",
+           "edit", "fold", "run",
            "load", "load_all", "net_definition", "open_document", "save", "select", "state_dict", "transplant", "write",
            "__version__"]
 

@@ -65,7 +65,7 @@ def entry_info(entry: Entry, *, stats: bool = False) -> dict:
 
 
 def info_record(doc: Document, entries, *, stats: bool = False, check: str | None = None,
-                all_layers: bool = False, layer_defs: bool = False) -> dict:
+                all_layers: bool = False, layer_defs: bool = False, input_shapes: dict | None = None) -> dict:
     """info's JSON object for one file; with `check` ("finite"), its result under "check".
 
     A net's record counts its layers ("layers", "layers_without_blobs"), and
@@ -75,7 +75,10 @@ def info_record(doc: Document, entries, *, stats: bool = False, check: str | Non
     layers as Caffe upgrades them; see formats/caffe/netdef.py), and
     "format" the format the net was read from; Caffe's HDF5 snapshot holds
     blobs only, so there each layer's definition is its name. Blobs whose
-    shape disagrees with the values stored go under "invalid".
+    shape disagrees with the values stored go under "invalid". With
+    `input_shapes` ({input: shape}), "top_shapes" holds the shape of each top
+    of each layer the deploy net runs, by layer name, as Caffe's Reshape
+    gives them (forward/runner.py).
     """
     if layer_defs and doc.kind != "net":
         raise UsageError(f"{parameter('layer_defs')} lists a net's layers and this file is a {doc.kind}", path=doc.path)
@@ -92,6 +95,8 @@ def info_record(doc: Document, entries, *, stats: bool = False, check: str | Non
         if layer_defs:
             out["format"] = doc.format
             out["layer_defs"] = _layer_defs(net)
+        if input_shapes:
+            out["top_shapes"] = top_shapes(doc, input_shapes)
         if all_layers or layer_defs:
             out["all_layers"] = [{"name": layer.name, "type": layer.stored.type, "blobs": len(layer.blobs)}
                                  for layer in net.layers]
@@ -100,6 +105,19 @@ def info_record(doc: Document, entries, *, stats: bool = False, check: str | Non
     if check == "finite":
         out["check"] = check_finite(entries)
     return out
+
+
+def top_shapes(doc: Document, input_shapes: dict) -> dict:
+    """{layer name: [shape of each top]} of the layers net `doc`'s deploy net runs (inputs by their name too)."""
+    from .forward.deploy import deploy_net
+    from .forward.runner import build
+
+    deploy = deploy_net(doc, None, input_shapes)
+    program = build(deploy, doc)
+    found = {name: [list(shape)] for name, shape in program.inputs.items()}
+    for step in program.steps:
+        found[step.layer.name] = [list(shape) for shape in step.top_shapes]
+    return found
 
 
 def _torch_export(out: dict, meta) -> None:

@@ -11,11 +11,11 @@ from ..report import text
 from .group import batch_error, debug_traceback, error_line, say_error
 from .names import (NAMES_MOVED, NAMES_RULES, TORCH_NAMES, check_names, named, names_options, prefix_options,
                     prefixes_asked, selected_renamed, warn_all)
-from .options import (INPUT, Tolerance, all_files_option, batch_inputs, blob_option, device_option,
+from .options import (INPUT, NAMED_SHAPE, Tolerance, parse_named_shapes, all_files_option, batch_inputs, blob_option, device_option,
                       fail_fast_option, jobs_option, json_object_option, json_option, kind_option)
 from .output import consoles, emit, emit_json, progress
 from .process import records
-from .rules import Refuses, verb
+from .rules import Needs, Refuses, verb
 from .work import array_module, open_input, open_inputs, release_device, use_device
 
 __all__ = ["info", "norm", "compare", "devices"]
@@ -91,7 +91,8 @@ def _emit_compare(record: dict, as_json: bool, quiet: bool) -> None:
          draw=lambda out: _tables().render_compare(out, record, quiet=quiet))
 
 
-@verb(rules={**NAMES_RULES, "layer_defs": (Refuses("names", TORCH_NAMES, "it lists the layers as Caffe defines them"),)},
+@verb(rules={**NAMES_RULES, "layer_defs": (Refuses("names", TORCH_NAMES, "it lists the layers as Caffe defines them"),),
+             "input_shapes": (Needs("layer_defs", why="the shapes are a column of the layer table"),)},
       moved={**NAMES_MOVED, "--all-layers": "--all-layers is now --layers (every layer, with its wiring and "
                                              "parameters)"})
 @click.argument("files", nargs=-1, type=INPUT)
@@ -102,6 +103,7 @@ def _emit_compare(record: dict, as_json: bool, quiet: bool) -> None:
 @click.option("--layers", "layer_defs", is_flag=True,
               help="List every layer of a net in file order, blobs or not: type, bottoms -> tops, parameters in "
                    "short, blob shapes (--json: each layer's definition under layer_defs).")
+@NAMED_SHAPE
 @blob_option
 @kind_option
 @json_option
@@ -109,7 +111,7 @@ def _emit_compare(record: dict, as_json: bool, quiet: bool) -> None:
 @fail_fast_option
 @all_files_option
 @names_options
-def info(files, stats, check, layer_defs, patterns, kind, as_json, jobs, fail_fast, all_files, names,
+def info(files, stats, check, layer_defs, input_shapes, patterns, kind, as_json, jobs, fail_fast, all_files, names,
          no_fold, net):
     """Show what a blob file holds: kind, size, and each blob's shape, layout, dtype, count and diff.
 
@@ -131,6 +133,7 @@ def info(files, stats, check, layer_defs, patterns, kind, as_json, jobs, fail_fa
       blobtool info --check finite snapshot.caffemodel
       blobtool info --names torch model.caffemodel    # the PyTorch names convert would give, BatchNorm eps
       blobtool info --layers model.caffemodel         # every layer: wiring, kernel, stride, eps, ...
+      blobtool info --layers --input-shape data=1,3,224,224 model.caffemodel   # and every top's shape
       blobtool info --names torch --stats model.caffemodel | grep running_var
       blobtool info --names torch --blob bn1.running_var model.caffemodel
       blobtool info --names torch --definition model.caffemodel snapshot.caffemodel.h5
@@ -146,7 +149,8 @@ def info(files, stats, check, layer_defs, patterns, kind, as_json, jobs, fail_fa
         batch.exit()
         return
     work = functools.partial(_info_one, kind=kind, patterns=patterns, stats=stats, check=check,
-                             layer_defs=layer_defs, names=names, fold=not no_fold, net=net)
+                             layer_defs=layer_defs, names=names, fold=not no_fold, net=net,
+                             input_shapes=parse_named_shapes(input_shapes) or None)
     failed = ExitCode.OK
     for record in batch.records(work, jobs):
         _emit_info(record, as_json)
@@ -159,7 +163,7 @@ def info(files, stats, check, layer_defs, patterns, kind, as_json, jobs, fail_fa
 
 
 def _info_one(path, *, kind, patterns, stats, check=None, layer_defs=False, names="blobtool",
-              fold=True, net=None, show_progress=True):
+              fold=True, net=None, show_progress=True, input_shapes=None):
     """info's record for one file (runs in a worker process when several files are given)."""
     from ..records import info_record
 
@@ -169,7 +173,8 @@ def _info_one(path, *, kind, patterns, stats, check=None, layer_defs=False, name
     shown, entries = named(doc, patterns, names, fold, net)
     # Nothing changes the values here: their pages can go back as they are read.
     with progress(doc, "reading", show_progress), releasing():
-        record = info_record(shown, entries, stats=stats, check=check, layer_defs=layer_defs)
+        record = info_record(shown, entries, stats=stats, check=check, layer_defs=layer_defs,
+                             input_shapes=input_shapes)
     return _names_noted(record, names)
 
 

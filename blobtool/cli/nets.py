@@ -8,10 +8,9 @@ import click
 
 from ..formats import NAMING_SCHEMES
 from .names import NAMES_MOVED, NAMES_RULES, check_names, prefix_options
-from .options import INPUT, OUTPUT, blob_option, kind_option, output_options
+from .options import INPUT, NAMED_SHAPE, OUTPUT, blob_option, kind_option, output_options, parse_named_shapes
 from .output import emit_json, progress, say_warning
 from .rules import Needs, Refuses, verb
-from .run import NAMED_SHAPE, parse_named_shapes
 from .write import EDITS_MOVED, blob_output
 
 __all__ = ["definition", "transplant", "edit"]

@@ -14,7 +14,7 @@ from .paths import INPUT, OUTPUT
 # The formats of blob values (a net's definition as text is the definition command's).
 BLOB_FORMATS = tuple(f for f in OUTPUT_FORMATS if f != "prototxt")
 
-__all__ = ["INPUT", "OUTPUT", "BLOB_FORMATS", "Tolerance", "listed_names", "json_option", "json_object_option", "device_option",
+__all__ = ["NAMED_SHAPE", "parse_named_shapes", "INPUT", "OUTPUT", "BLOB_FORMATS", "Tolerance", "listed_names", "json_option", "json_object_option", "device_option",
            "blob_option",
            "kind_option", "output_options", "jobs_option", "fail_fast_option", "all_files_option", "inputs",
            "batch_inputs",
@@ -204,3 +204,28 @@ def output_target(output):
             raise click.UsageError("refusing to write binary data to a terminal; use -o PATH (or -o - to insist)")
         output = "-"
     return output
+
+
+def parse_named_shapes(values) -> dict:
+    """{name: shape} from NAME=D0,D1,... values (--input-shape); click.BadParameter for a malformed one."""
+    from ..errors import UsageError
+    from ..forward.deploy import parse_shape
+
+    shapes = {}
+    for value in values:
+        name, eq, dims = value.rpartition("=")
+        if not eq or not name:
+            raise click.BadParameter(f"{value!r}: expected NAME=D0,D1,... (data=1,3,224,224)",
+                                     param_hint="'--input-shape'")
+        if name in shapes:
+            raise click.BadParameter(f"{name!r} is given twice", param_hint="'--input-shape'")
+        try:
+            shapes[name] = parse_shape(dims)
+        except UsageError as exc:
+            raise click.BadParameter(exc.reason.removeprefix("--input-shape: "), param_hint="'--input-shape'")
+    return shapes
+
+
+NAMED_SHAPE = click.option("--input-shape", "input_shapes", multiple=True, metavar="NAME=D0,D1,...",
+                           help="The shape of input NAME (a data layer's, which lies in its database), or of a "
+                                "blob the net computes, taken as the input instead; repeatable.")

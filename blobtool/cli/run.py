@@ -4,36 +4,11 @@ from __future__ import annotations
 
 import click
 
-from .options import INPUT, OUTPUT
+from .options import INPUT, NAMED_SHAPE, OUTPUT, parse_named_shapes
 from .output import emit, emit_json, say_warning
 from .rules import Refuses, verb
 
-__all__ = ["run", "NAMED_SHAPE", "parse_named_shapes"]
-
-
-def parse_named_shapes(values) -> dict:
-    """{name: shape} from NAME=D0,D1,... values (--input-shape); click.BadParameter for a malformed one."""
-    from ..errors import UsageError
-    from ..forward.deploy import parse_shape
-
-    shapes = {}
-    for value in values:
-        name, eq, dims = value.rpartition("=")
-        if not eq or not name:
-            raise click.BadParameter(f"{value!r}: expected NAME=D0,D1,... (data=1,3,224,224)",
-                                     param_hint="'--input-shape'")
-        if name in shapes:
-            raise click.BadParameter(f"{name!r} is given twice", param_hint="'--input-shape'")
-        try:
-            shapes[name] = parse_shape(dims)
-        except UsageError as exc:
-            raise click.BadParameter(exc.reason.removeprefix("--input-shape: "), param_hint="'--input-shape'")
-    return shapes
-
-
-NAMED_SHAPE = click.option("--input-shape", "input_shapes", multiple=True, metavar="NAME=D0,D1,...",
-                           help="The shape of input NAME (a data layer's, which lies in its database), or of a "
-                                "blob the net computes, taken as the input instead; repeatable.")
+__all__ = ["run"]
 
 
 def _outputs(value):

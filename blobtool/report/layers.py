@@ -1,5 +1,8 @@
 """info's layer tables: every layer (name, type, blobs), and with --layers its wiring, parameters in short, blob shapes.
 
+With --input-shape, a last column gives the shape of each top of each layer
+the deploy net runs ("-" for a layer it leaves out), from "top_shapes".
+
 The rows come from the record (records.py): "all_layers" for each layer's
 name as its blobs name it, type and blob count, and with --layers
 "layer_defs", each layer's definition as protobuf's MessageToDict writes it
@@ -34,13 +37,20 @@ def layer_table(record: dict) -> tuple[list, list]:
     for blob in record["blobs"]:
         if "layer" in blob:
             shapes.setdefault(blob["layer"], []).append("x".join(str(d) for d in blob["shape"]) or "scalar")
+    tops = record.get("top_shapes")
     rows = []
     for layer, d in zip(layers, record["layer_defs"]):
         wiring = ""
         if d.get("bottom") or d.get("top"):
             wiring = f"{', '.join(d.get('bottom', ())) or '-'} -> {', '.join(d.get('top', ())) or '-'}"
-        rows.append([escape(layer["name"]), escape(d.get("type", layer["type"] or "-")), escape(wiring),
-                     escape(summary(d)), ", ".join(shapes.get(layer["name"], ()))])
+        row = [escape(layer["name"]), escape(d.get("type", layer["type"] or "-")), escape(wiring),
+               escape(summary(d)), ", ".join(shapes.get(layer["name"], ()))]
+        if tops is not None:
+            shown = tops.get(layer["name"])
+            row.append(", ".join(_dims(s) for s in shown) if shown is not None else "-")
+        rows.append(row)
+    if tops is not None:
+        return LAYER_DEFS_COLUMNS + [("top shapes", "left")], rows
     return LAYER_DEFS_COLUMNS, rows
 
 

@@ -1,0 +1,122 @@
+"""blobtool run on the nets Caffe itself wrote (../shared/realworld), blob by blob against OpenCV 4.x.
+
+Each net runs as its deploy net: blobtool's deploy definition (definition
+--deploy) is what OpenCV's Caffe importer loads with the .caffemodel, and
+every blob of the run is compared with OpenCV's value of it (the output
+of the last layer writing it), within 1e-4 of the blob's largest value.
+The HDF5 snapshot, which holds no definition, runs with one written here
+from its blobs' shapes (CIFAR-10 "full" with a 500-unit hidden layer).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from google.protobuf import text_format
+
+import blobtool
+from blobtool._pb import blobtool_caffe_pb2 as pb
+from caffenets import max_scaled_difference, opencv, opencv_forward
+
+TOLERANCE = 1e-4
+
+# name, --input-shape, the other shapes to try (fully convolutional nets take any size)
+NETS = [
+    ("lenet_iter_10000.caffemodel", {"data": (2, 1, 28, 28)}),
+    ("resnet20_cifar10.caffemodel", {"Data1": (3, 3, 32, 32)}),
+    ("mtcnn_det1_half.caffemodel", {"data": (1, 3, 12, 12)}),
+    ("mtcnn_det1_half.caffemodel", {"data": (2, 3, 31, 47)}),
+]
+
+# BVLC's CIFAR-10 "full" net (examples/cifar10) as this snapshot has it: an InnerProduct of 500
+# and a ReLU before the 10 scores. Written from the blobs' shapes and the example's layers.
+CIFAR10_DEPLOY = """
+name: "CIFAR10_full_deploy"
+layer { name: "cifar" type: "Input" top: "data" input_param { shape { dim: 2 dim: 3 dim: 32 dim: 32 } } }
+layer { name: "conv1" type: "Convolution" bottom: "data" top: "conv1"
+  convolution_param { num_output: 32 pad: 2 kernel_size: 5 stride: 1 } }
+layer { name: "pool1" type: "Pooling" bottom: "conv1" top: "pool1" pooling_param { pool: MAX kernel_size: 3 stride: 2 } }
+layer { name: "relu1" type: "ReLU" bottom: "pool1" top: "pool1" }
+layer { name: "norm1" type: "LRN" bottom: "pool1" top: "norm1"
+  lrn_param { local_size: 3 alpha: 5e-05 beta: 0.75 norm_region: WITHIN_CHANNEL } }
+layer { name: "conv2" type: "Convolution" bottom: "norm1" top: "conv2"
+  convolution_param { num_output: 32 pad: 2 kernel_size: 5 stride: 1 } }
+layer { name: "relu2" type: "ReLU" bottom: "conv2" top: "conv2" }
+layer { name: "pool2" type: "Pooling" bottom: "conv2" top: "pool2" pooling_param { pool: AVE kernel_size: 3 stride: 2 } }
+layer { name: "norm2" type: "LRN" bottom: "pool2" top: "norm2"
+  lrn_param { local_size: 3 alpha: 5e-05 beta: 0.75 norm_region: WITHIN_CHANNEL } }
+layer { name: "conv3" type: "Convolution" bottom: "norm2" top: "conv3"
+  convolution_param { num_output: 64 pad: 2 kernel_size: 5 stride: 1 } }
+layer { name: "relu3" type: "ReLU" bottom: "conv3" top: "conv3" }
+layer { name: "pool3" type: "Pooling" bottom: "conv3" top: "pool3" pooling_param { pool: AVE kernel_size: 3 stride: 2 } }
+layer { name: "ip1" type: "InnerProduct" bottom: "pool3" top: "ip1" inner_product_param { num_output: 500 } }
+layer { name: "relu4" type: "ReLU" bottom: "ip1" top: "ip1" }
+layer { name: "ip2" type: "InnerProduct" bottom: "ip1" top: "ip2" inner_product_param { num_output: 10 } }
+layer { name: "prob" type: "Softmax" bottom: "ip2" top: "prob" }
+"""
+
+
+def _compare_all(ours: dict, theirs: dict) -> None:
+    assert set(ours) == set(theirs)
+    worst = {name: max_scaled_difference(ours[name], theirs[name]) for name in ours}
+    bad = {name: d for name, d in worst.items() if not d <= TOLERANCE}
+    assert not bad, f"blobs differing from OpenCV beyond {TOLERANCE} of their largest value: {bad}"
+
+
+def _feeds(shapes: dict, seed: int = 7) -> dict:
+    rng = np.random.default_rng(seed)
+    return {name: rng.standard_normal(shape).astype(np.float32) for name, shape in shapes.items()}
+
+
+@pytest.mark.parametrize("name, shapes", NETS, ids=[f"{n}-{'x'.join(map(str, next(iter(s.values()))))}"
+                                                     for n, s in NETS])
+def test_every_blob_of_a_real_net_matches_opencv(tmp_path, realworld, name, shapes):
+    opencv()
+    net = realworld / name
+    deploy = tmp_path / "deploy.prototxt"
+    made = blobtool.deploy_definition(str(net), str(deploy), shapes=shapes, warn=lambda line: None)
+    feeds = _feeds(shapes)
+    result = blobtool.run(str(net), inputs=feeds, outputs="all")
+    # Every blob the deploy net has, inputs included, and each a float32 array of Caffe's shape.
+    assert list(result.values) == result.program.blob_names()
+    assert all(v.dtype == np.float32 for v in result.values.values())
+    theirs = opencv_forward(deploy, net, feeds, [n for n in result.values if n not in made.inputs])
+    ours = {n: v for n, v in result.values.items() if n not in made.inputs}
+    _compare_all(ours, theirs)
+
+
+def test_the_hdf5_snapshot_runs_with_a_definition_and_matches_opencv(tmp_path, realworld):
+    opencv()
+    snapshot = realworld / "cifar10_full_iter_70000.caffemodel.h5"
+    deploy = tmp_path / "cifar10_deploy.prototxt"
+    deploy.write_text(CIFAR10_DEPLOY)
+    # OpenCV reads weights from a binary net only: the same weights, rewritten as one.
+    binary = tmp_path / "cifar10.caffemodel"
+    definition = text_format.Parse(CIFAR10_DEPLOY, pb.NetParameter())
+    weights = blobtool.load_all(str(snapshot))
+    for layer in definition.layer:
+        k = 0
+        while f"{layer.name}/{k}" in weights:
+            array = np.asarray(weights[f"{layer.name}/{k}"].cpu_data(), np.float32).reshape(
+                weights[f"{layer.name}/{k}"].shape)
+            blob = layer.blobs.add()
+            blob.shape.dim.extend(array.shape)
+            blob.data.extend(array.reshape(-1).tolist())
+            k += 1
+    binary.write_bytes(definition.SerializeToString())
+    feeds = _feeds({"data": (2, 3, 32, 32)})
+    result = blobtool.run(str(snapshot), definition=str(deploy), inputs=feeds, outputs="all")
+    assert list(result.values)[:2] == ["data", "conv1"]
+    ours = {n: v for n, v in result.values.items() if n != "data"}
+    _compare_all(ours, opencv_forward(deploy, binary, feeds, list(ours)))
+    # The same weights from the binary net give the same values, bit for bit.
+    again = blobtool.run(str(binary), inputs=feeds, outputs="all")
+    for n, v in result.values.items():
+        np.testing.assert_array_equal(again.values[n], v)
+
+
+def test_probabilities_of_a_training_snapshot_sum_to_one(realworld):
+    result = blobtool.run(str(realworld / "lenet_iter_10000.caffemodel"), shapes={"data": (4, 1, 28, 28)})
+    assert list(result.values) == ["prob"]
+    np.testing.assert_allclose(result.values["prob"].sum(axis=1), 1.0, rtol=1e-5)
+    assert [i["given"] for i in result.inputs] == ["random normal, seed 0"]
