@@ -51,8 +51,7 @@ JOBS = (
     ("Inspect", (info, show, compare, devices)),
     ("Blob math", (norm, scale, update)),
     ("Re-encode", (convert,)),
-    ("Nets", (definition, transplant, edit, fold)),
-    ("Run", (run,)),
+    ("Nets", (definition, transplant, edit, fold, run)),
 )
 COMMANDS = tuple(command for _, commands in JOBS for command in commands)
 for _command in COMMANDS:

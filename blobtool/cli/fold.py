@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import click
 
-from .options import INPUT, OUTPUT, output_target
+from .options import INPUT, NAMED_SHAPE, OUTPUT, output_target, parse_named_shapes
 from .output import emit_json, say_warning
-from .rules import verb
+from .rules import Needs, verb
 
 __all__ = ["fold"]
 
 
-@verb()
+@verb(rules={"input_shapes": (Needs("check", why="the check runs the nets on inputs of these shapes"),)})
 @click.argument("net", type=INPUT)
 @click.option("-o", "--output", "outputs", type=OUTPUT, multiple=True, metavar="PATH",
               help="Where to write: the folded net (.caffemodel, or a name without an extension), or its "
@@ -23,7 +23,11 @@ __all__ = ["fold"]
                    "refused where it wires the folded layers otherwise.")
 @click.option("--json", "as_json", is_flag=True,
               help="Print what was folded as one JSON object (with -o PATH: stdout cannot hold both).")
-def fold(net, outputs, definition, as_json):
+@click.option("--check", is_flag=True,
+              help="Run the net before and after the fold on the same random input and compare every blob both "
+                   "have; exit 1 when one differs beyond float32 rounding (the blobs listed on stderr).")
+@NAMED_SHAPE
+def fold(net, outputs, definition, as_json, check, input_shapes):
     """Fold each BatchNorm, and the Scale after it, into the Convolution, Deconvolution or InnerProduct before it.
 
     For deployment: the folded layer computes what the three computed at test
@@ -53,6 +57,7 @@ def fold(net, outputs, definition, as_json):
       blobtool fold resnet.caffemodel -o resnet_folded.caffemodel
       blobtool fold resnet.caffemodel -o folded.caffemodel -o folded.prototxt --json
       blobtool fold resnet.caffemodel --definition deploy.prototxt -o folded.caffemodel -o folded_deploy.prototxt
+      blobtool fold resnet.caffemodel -o folded.caffemodel --check --input-shape data=1,3,32,32
     """
     from ..surgery.foldnet import fold_document
     from .work import open_input
@@ -62,24 +67,80 @@ def fold(net, outputs, definition, as_json):
         raise click.UsageError("standard output ('-') can be written only once")
     if as_json and "-" in outputs:
         raise click.UsageError("--json prints to stdout, where an output is written: give -o PATH")
+    import io
+
+    from ..surgery.foldnet import output_form
+
+    shapes = parse_named_shapes(input_shapes)
+    extra = []  # where --check reads the folded net (and definition) from, when no output holds it
+    if check:
+        forms = [output_form(dest) for dest in outputs]
+        if not any(form == "net" and dest != "-" for dest, form in zip(outputs, forms)):
+            extra.append(io.BytesIO())
+        if definition is not None and not any(form == "definition" and dest != "-"
+                                              for dest, form in zip(outputs, forms)):
+            raise click.UsageError("--check with --definition runs the folded definition: give -o FILE.prototxt "
+                                   "to write it")
     doc = open_input(net)
+    verdict = None
     with doc:
         if definition is None:
-            result = fold_document(doc, *outputs)
+            result = fold_document(doc, *outputs, *extra)
+            if check:
+                verdict = _check(doc, None, outputs, extra, shapes)
         else:
             with open_input(definition) as other:
-                result = fold_document(doc, *outputs, definition=other)
+                result = fold_document(doc, *outputs, *extra, definition=other)
+                if check:
+                    verdict = _check(doc, other, outputs, extra, shapes)
+    result.outputs = result.outputs[:len(outputs)]
     for kept in result.plan.kept:
         say_warning(f"{result.path}: BatchNorm {kept.batchnorm} stays: {kept.why}")
     for kept in result.plan.kept_scales:
         say_warning(f"{result.path}: Scale {kept.scale} stays: {kept.why}")
     for line in result.warnings:
         say_warning(line)
-    if "-" in outputs:
-        return
-    if as_json:
-        emit_json(result.record())
-        return
+    if verdict is not None:
+        for line in verdict.lines():
+            say_warning(line) if verdict.passed else _say_error(line)
+    if "-" not in outputs:
+        if as_json:
+            emit_json({**result.record(), **({"check": verdict.record()} if verdict is not None else {})})
+        else:
+            _list_folds(result)
+    if verdict is not None and not verdict.passed:
+        raise click.exceptions.Exit(1)
+
+
+def _say_error(line: str) -> None:
+    from .group import say_error
+
+    say_error(line)
+
+
+def _check(doc, definition, outputs, extra, shapes):
+    """Run the net before and after the fold (forward/check.py): the folded net from its output or a stream."""
+    import io
+
+    from ..forward.check import check_nets
+    from ..surgery.foldnet import output_form
+    from .work import open_input
+
+    nets = [d for d in outputs if d != "-" and output_form(d) == "net"] + \
+        [e for e in extra if isinstance(e, io.BytesIO)]
+    texts = [d for d in outputs if d != "-" and output_form(d) == "definition"]
+    folded = nets[0]
+    if isinstance(folded, io.BytesIO):
+        folded.seek(0)
+    with open_input(folded) as after:
+        if definition is None:
+            return check_nets(doc, after, shapes=shapes)
+        with open_input(texts[0]) as after_definition:
+            return check_nets(doc, after, before_definition=definition, after_definition=after_definition,
+                              shapes=shapes)
+
+
+def _list_folds(result) -> None:
     from ..report.escape import escape
 
     for f in result.plan.folds:
