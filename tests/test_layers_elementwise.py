@@ -413,6 +413,25 @@ def test_dropout_copies():
     assert np.array_equal(out, x) and not np.shares_memory(out, x)
 
 
+def test_dropout_scale_train_false():
+    """Forks' DropoutParameter.scale_train false: TEST multiplies by 1 / scale = 1 - dropout_ratio.
+
+    blobtool's schema has no scale_train field; a stand-in parameter message
+    carries it here as a fork's schema would.
+    """
+    from types import SimpleNamespace
+
+    from blobtool.layers import layer_class
+
+    param = SimpleNamespace(top=["d"], bottom=["x"],
+                            dropout_param=SimpleNamespace(dropout_ratio=0.25, scale_train=False))
+    made = layer_class("Dropout")("d", "Dropout", param, [])
+    x = np.linspace(-3, 3, 35, dtype=np.float32).reshape(5, 7)
+    (out,) = made.forward([x])
+    # dropout_layer.cpp (forks), TEST: caffe_scal(count, 1. / scale_, top), scale_ = 1 / (1 - ratio)
+    assert max_scaled_difference(out, loop_elementwise(x, lambda v: v * 0.75)) <= 1e-7
+
+
 # -- normalize.py: BatchNorm --------------------------------------------------------------------
 
 
