@@ -158,7 +158,7 @@ def ours_forward(message: pb.NetParameter, feeds: dict, tops=None) -> dict:
     """
     from blobtool.layers import layer_class
 
-    values = {name: np.ascontiguousarray(x, np.float32) for name, x in feeds.items()}
+    values = {name: np.asarray(x, np.float32, order="C") for name, x in feeds.items()}
     for each in message.layer:
         if each.type == "Input":
             continue

@@ -89,7 +89,7 @@ class Program:
         wanted = set(outputs)
         values = {}
         for name, shape in self.inputs.items():
-            value = np.ascontiguousarray(feeds[name], dtype=FLOAT)
+            value = np.asarray(feeds[name], dtype=FLOAT, order="C")
             if tuple(value.shape) != tuple(shape):
                 raise UsageError(f"input {name!r} has shape {tuple(value.shape)}, the net takes {tuple(shape)}",
                                  path=self.path)

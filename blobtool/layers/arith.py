@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .base import FLOAT, Layer, count, register
-from .neuron import top_array
+from .base import FLOAT, Layer, as_float, count, register
 
 __all__ = ["Scale", "Bias", "Eltwise", "Reduction", "ArgMax"]
 
@@ -114,7 +113,7 @@ class Scale(_Broadcast):
         if self.param.scale_param.bias_term:
             # bias_layer.cpp, run by the Scale layer on its own top: top[n, d, i] += bias[d]
             y += self.laid(self.blobs[-1], x.shape)
-        return [top_array(y)]
+        return [as_float(y)]
 
 
 @register("Bias")
@@ -135,7 +134,7 @@ class Bias(_Broadcast):
         bias = xs[1] if len(xs) > 1 else self.blobs[0]
         # bias_layer.cpp: top[n, d, i] = bottom[n, d, i] + bias[d]
         y = x + self.laid(bias, x.shape)
-        return [top_array(y)]
+        return [as_float(y)]
 
 
 @register("Eltwise")
@@ -188,7 +187,7 @@ class Eltwise(Layer):
             y = np.where(xs[0] > xs[1], xs[0], xs[1])
             for x in xs[2:]:
                 y = np.where(x > y, x, y)
-        return [top_array(y)]
+        return [as_float(y)]
 
 
 @register("Reduction")
@@ -224,7 +223,7 @@ class Reduction(Layer):
         coeff = self.coeff / FLOAT(rows.shape[1]) if self.op == R_MEAN else self.coeff
         if coeff != 1:
             y = y * coeff
-        return [top_array(y.reshape(x.shape[:axis]))]
+        return [as_float(y.reshape(x.shape[:axis]))]
 
 
 @register("ArgMax")
@@ -280,7 +279,7 @@ class ArgMax(Layer):
             y = np.stack([indices.astype(FLOAT), best], axis=1)
         else:
             y = indices.astype(FLOAT)
-        return [top_array(y.reshape(top_shape))]
+        return [as_float(y.reshape(top_shape))]
 
 
 def _top_k(values: np.ndarray, k: int):

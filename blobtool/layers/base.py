@@ -50,8 +50,13 @@ def register(*names: str):
 
 
 def as_float(x) -> np.ndarray:
-    """`x` as a C-contiguous float32 array (no copy where it is one already)."""
-    return np.ascontiguousarray(x, dtype=FLOAT)
+    """`x` as a C-contiguous float32 array of its own shape (no copy where it is one already).
+
+    np.ascontiguousarray would give a blob of no axes (a shared PReLU slope,
+    a scalar Scale) one axis, and numpy's ufuncs hand back a bare scalar for
+    one: both come back here as the 0-axis array they are.
+    """
+    return np.asarray(x, dtype=FLOAT, order="C")
 
 
 def count(shape, start: int = 0, end: int | None = None) -> int:

@@ -12,22 +12,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from .base import FLOAT, Layer, register
+from .base import FLOAT, Layer, as_float, register
 
-__all__ = ["top_array", "Neuron", "ReLU", "PReLU", "ELU", "Sigmoid", "TanH", "AbsVal", "Power", "Exp", "Log", "BNLL",
+__all__ = ["Neuron", "ReLU", "PReLU", "ELU", "Sigmoid", "TanH", "AbsVal", "Power", "Exp", "Log", "BNLL",
            "Threshold", "Clip", "Swish", "Dropout", "ReLU6"]
 
 # Caffe's formulas reach inf and NaN legitimately; numpy would warn on each.
 _QUIET = dict(over="ignore", under="ignore", invalid="ignore", divide="ignore")
-
-
-def top_array(y) -> np.ndarray:
-    """`y` as a C-contiguous float32 array of its own shape, a blob of no axes included.
-
-    np.ascontiguousarray would give such a blob one axis (shape (1,)), and
-    numpy's ufuncs hand back a bare scalar for one.
-    """
-    return np.asarray(y, dtype=FLOAT, order="C")
 
 
 def _scalar(value) -> np.float32:
@@ -44,7 +35,7 @@ class Neuron(Layer):
     def forward(self, xs: list) -> list:
         with np.errstate(**_QUIET):
             y = self.compute(xs[0])
-        return [top_array(y)]
+        return [as_float(y)]
 
     def compute(self, x: np.ndarray) -> np.ndarray:
         raise NotImplementedError

@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .base import FLOAT, Layer, register
-from .neuron import top_array
+from .base import FLOAT, Layer, as_float, register
 
 __all__ = ["BatchNorm", "LRN", "MVN", "Softmax", "Normalize", "legacy_shape"]
 
@@ -83,7 +82,7 @@ class BatchNorm(Layer):
             inv_std = np.power(b[1] + max(self.eps, NVCAFFE_MIN_EPS), FLOAT(-0.5))
             y = (x - _per_channel(b[0], x.ndim)) * _per_channel(inv_std, x.ndim)
             y = y * _per_channel(b[3], x.ndim) + _per_channel(b[4], x.ndim)
-            return [top_array(y)]
+            return [as_float(y)]
         if self.global_stats:
             # batch_norm_layer.cpp: factor = s == 0 ? 0 : 1 / s; mean = factor * b0, var = factor * b1.
             s = b[2][0]
@@ -98,7 +97,7 @@ class BatchNorm(Layer):
         # y = (x - mean) / sqrt(var + eps)
         std = np.sqrt(var + self.eps)
         y = (x - _per_channel(mean, x.ndim)) / _per_channel(std, x.ndim)
-        return [top_array(y)]
+        return [as_float(y)]
 
 
 @register("LRN")
@@ -128,7 +127,7 @@ class LRN(Layer):
         x = xs[0]
         with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
             y = self._across(x) if self.region == ACROSS_CHANNELS else self._within(x)
-        return [top_array(y)]
+        return [as_float(y)]
 
     def _across(self, x: np.ndarray) -> np.ndarray:
         # lrn_layer.cpp CrossChannelForward_cpu: scale = k + alpha / n * sum of x^2 over the n channels
@@ -202,7 +201,7 @@ class MVN(Layer):
             # y = (x - E(x)) / (sqrt(E((x - E(x))^2)) + eps)
             variance = (y * y).mean(axis=1, dtype=FLOAT, keepdims=True)
             y = y / (np.sqrt(variance) + self.eps)
-        return [top_array(y.reshape(shape))]
+        return [as_float(y.reshape(shape))]
 
 
 @register("Softmax")
@@ -220,7 +219,7 @@ class Softmax(Layer):
         # softmax_layer.cpp: subtract the max along the axis (no overflow), exponentiate, divide by the sum.
         e = np.exp(x - x.max(axis=axis, keepdims=True))
         e /= e.sum(axis=axis, dtype=FLOAT, keepdims=True)
-        return [top_array(e)]
+        return [as_float(e)]
 
 
 @register("Normalize")
@@ -266,4 +265,4 @@ class Normalize(Layer):
             y = x / norm
         scale = self.blobs[0].reshape(-1)
         y = y * (scale[0] if self.channel_shared else scale.reshape(-1, 1))
-        return [top_array(y.reshape(xs[0].shape))]
+        return [as_float(y.reshape(xs[0].shape))]
