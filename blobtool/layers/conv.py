@@ -1,3 +1,401 @@
-"""(filled in below)"""
+"""Convolution and Deconvolution, forward: Caffe's src/caffe/layers/base_conv_layer.cpp, conv_layer.cpp, deconv_layer.cpp.
+
+Both read convolution_param the same way (BaseConvolutionLayer::LayerSetUp):
+kernel, stride, pad and dilation are given once for both spatial axes, once
+per axis (repeated), or as kernel_h/kernel_w, stride_h/stride_w,
+pad_h/pad_w (never both spellings). The weight blob is
+
+- Convolution: (num_output, channels / group, kernel_h, kernel_w);
+- Deconvolution: (channels, num_output / group, kernel_h, kernel_w)
+  (Caffe's reverse_dimensions: the layer is the data gradient of a
+  convolution from num_output to channels);
+
+and the bias (num_output,). The forks' ConvolutionDepthwise is Convolution
+under another name (it reads convolution_param and its weights alike, with
+group = channels).
+
+How the arithmetic is laid out here (Caffe runs one image at a time through
+an im2col buffer and a GEMM per group):
+
+- A convolution is one batched float32 matrix product per chunk of images
+  (or of output rows, for a large image): the column matrix is copied once
+  from a strided view of the padded input, in chunks of COLUMN_BYTES, and
+  BLAS multiplies every group of every image of the chunk in one np.matmul.
+- With stride 1 the columns of an output row are read as one run of the
+  padded row-major plane, Wp wide, that runs on into the next row ("wide"
+  columns): each column row is a contiguous copy, and the Wp - Wo extra
+  outputs per row are dropped when the bias is added.
+- A 1 x 1 convolution with stride 1 and no pad needs no columns: the input
+  is already the column matrix (Caffe's is_1x1_).
+- A depthwise convolution (one input channel per group) is a sum over the
+  kernel's offsets of shifted views times per-channel weights: there is no
+  matrix product worth a BLAS call.
+- A deconvolution multiplies the transposed weights by the input (the
+  columns), then adds each kernel offset's columns into the padded output
+  at stride s (Caffe's col2im), one strided add per offset.
+
+Where blobtool refuses what Caffe would run: only 2 spatial axes (Caffe
+also runs N-D convolution through im2col_nd), and a kernel larger than the
+padded input (Caffe's integer division truncates toward zero there, giving
+one output that reads only padding or a CHECK failure).
+"""
 
 from __future__ import annotations
+
+import numpy as np
+from numpy.lib.stride_tricks import as_strided
+
+from ..engine.blob import legacy_shapes_equal
+from .base import FLOAT, Layer, count, register
+
+__all__ = ["Convolution", "Deconvolution", "conv_output_size", "deconv_output_size", "stored_shape_fits"]
+
+# The column matrix is built and multiplied in chunks of about this many
+# bytes: the VGG-16 64 -> 64 3x3 layer at 224 x 224 took 21 ms with 8 MiB
+# chunks, 22-24 ms with 2 or 16 MiB and 30 ms with the whole 117 MiB at once
+# (pages of a fresh buffer that size fault in at every call).
+COLUMN_BYTES = 8 << 20
+
+
+def stored_shape_fits(stored, expected) -> bool:
+    """Whether a blob stored with shape `stored` is the `expected` one, as Caffe's Blob::ShapeEquals decides.
+
+    A blob from an old model keeps its legacy 4-D shape (num, channels,
+    height, width): a bias (1, 1, 1, N) is the (N,) Caffe expects.
+    """
+    stored, expected = tuple(stored), tuple(expected)
+    return stored == expected or (len(stored) == 4 and legacy_shapes_equal(stored, expected))
+
+
+def conv_output_size(size: int, kernel: int, stride: int, pad: int, dilation: int) -> int:
+    """Convolution's output length along one axis (conv_layer.cpp, compute_output_shape).
+
+    out = (in + 2 pad - (dilation (kernel - 1) + 1)) / stride + 1, the division
+    rounding down; the caller has made sure the kernel fits the padded input.
+    """
+    extent = dilation * (kernel - 1) + 1
+    return (size + 2 * pad - extent) // stride + 1
+
+
+def deconv_output_size(size: int, kernel: int, stride: int, pad: int, dilation: int) -> int:
+    """Deconvolution's output length along one axis (deconv_layer.cpp, compute_output_shape).
+
+    out = stride (in - 1) + dilation (kernel - 1) + 1 - 2 pad: the input a
+    convolution of these parameters maps onto `size` outputs.
+    """
+    extent = dilation * (kernel - 1) + 1
+    return stride * (size - 1) + extent - 2 * pad
+
+
+class _BaseConvolution(Layer):
+    """What Convolution and Deconvolution share: BaseConvolutionLayer's LayerSetUp and Reshape (base_conv_layer.cpp).
+
+    Caffe lets a convolution take several bottoms, each of the same shape,
+    convolved with the same weights into the top of the same position.
+    """
+
+    bottoms = (1, None)
+    tops = (1, None)
+    blob_count = (1, 2)
+    # Caffe's reverse_dimensions(): Deconvolution swaps the weight's channel roles.
+    reverse = False
+
+    def setup(self) -> None:
+        conv = self.param.convolution_param
+        self.kernel = self._per_axis(conv, "kernel_size", "kernel_h", "kernel_w", None)
+        self.stride = self._per_axis(conv, "stride", "stride_h", "stride_w", 1)
+        self.pad = self._per_axis(conv, "pad", "pad_h", "pad_w", 0)
+        dilation = list(conv.dilation)
+        if len(dilation) not in (0, 1, 2):
+            raise self.error(f"dilation is given {len(dilation)} times; Caffe takes it once, or once per "
+                             "spatial axis (2)")
+        self.dilation = (tuple(dilation) * 2)[:2] if dilation else (1, 1)
+        for what, values in (("kernel", self.kernel), ("stride", self.stride)):
+            if min(values) <= 0:
+                raise self.error(f"{what} {values[0]} x {values[1]}: {what} dimensions must be nonzero")
+        self.num_output = int(conv.num_output)
+        if self.num_output <= 0:
+            raise self.error("num_output must be positive (it is 0 or not set)")
+        self.group = int(conv.group)
+        if self.group <= 0:
+            raise self.error("group must be positive")
+        if self.num_output % self.group:
+            raise self.error(f"num_output {self.num_output} is not a multiple of group {self.group}")
+        self.bias_term = bool(conv.bias_term)
+        if self.blobs and len(self.blobs) != 1 + self.bias_term:
+            raise self.error(f"holds {len(self.blobs)} blobs, expected {1 + self.bias_term} (weights"
+                             f"{' and bias' if self.bias_term else ''}; bias_term is {str(self.bias_term).lower()})")
+
+    def _per_axis(self, conv, repeated: str, name_h: str, name_w: str, default) -> tuple:
+        """(height, width) of one of kernel, stride, pad: from `repeated` (once or per axis) or the _h/_w pair."""
+        values = list(getattr(conv, repeated))
+        if conv.HasField(name_h) or conv.HasField(name_w):
+            if values:
+                raise self.error(f"gives both {repeated} and {name_h}/{name_w}; Caffe takes one or the other")
+            return int(getattr(conv, name_h)), int(getattr(conv, name_w))
+        if not values:
+            if default is None:
+                raise self.error(f"has no {repeated} (nor {name_h} and {name_w})")
+            return default, default
+        if len(values) == 1:
+            return int(values[0]), int(values[0])
+        if len(values) == 2:
+            return int(values[0]), int(values[1])
+        raise self.error(f"{repeated} is given {len(values)} times; Caffe takes it once, or once per spatial "
+                         "axis (2)")
+
+    # -- Reshape --------------------------------------------------------------------------
+
+    def _plan(self, shape) -> tuple:
+        """(channel axis, (N, C, H, W) of the bottom with the leading axes folded into N, (Ho, Wo)), checked."""
+        shape = tuple(int(d) for d in shape)
+        axis = self.axis(self.param.convolution_param.axis, len(shape))
+        spatial = len(shape) - axis - 1
+        if spatial != 2:
+            raise self.error(f"bottom shape {shape} has {spatial} spatial axes after axis {axis}: blobtool runs "
+                             "2-D convolution only (height and width after the channel axis)")
+        channels, height, width = shape[axis:]
+        if channels % self.group:
+            raise self.error(f"bottom has {channels} channels, not a multiple of group {self.group}")
+        self._check_blobs(channels)
+        out = tuple(self._output_size(size, k, s, p, d, name)
+                    for size, k, s, p, d, name in zip((height, width), self.kernel, self.stride, self.pad,
+                                                      self.dilation, ("height", "width")))
+        return axis, (count(shape, 0, axis), channels, height, width), out
+
+    def _check_blobs(self, channels: int) -> None:
+        if not self.blobs:
+            return
+        c_out, c_in = (channels, self.num_output) if self.reverse else (self.num_output, channels)
+        expected = (c_out, c_in // self.group) + self.kernel
+        if not stored_shape_fits(self.blobs[0].shape, expected):
+            roles = ("channels, num_output / group" if self.reverse else "num_output, channels / group")
+            raise self.error(f"weight blob has shape {self.blobs[0].shape}, expected {expected} ({roles}, "
+                             f"kernel_h, kernel_w) for a bottom of {channels} channels")
+        if self.bias_term and not stored_shape_fits(self.blobs[1].shape, (self.num_output,)):
+            raise self.error(f"bias blob has shape {self.blobs[1].shape}, expected ({self.num_output},)")
+
+    def reshape(self, shapes: list) -> list:
+        if self.top_names and len(shapes) != len(self.top_names):
+            raise self.error(f"has {len(shapes)} bottoms and {len(self.top_names)} tops; Caffe's convolution "
+                             "takes one top per bottom")
+        first = tuple(shapes[0])
+        for other in shapes[1:]:
+            if tuple(other) != first:
+                raise self.error(f"bottoms have shapes {first} and {tuple(other)}; all must have the same shape")
+        axis, _, (out_h, out_w) = self._plan(first)
+        return [first[:axis] + (self.num_output, out_h, out_w)] * len(shapes)
+
+    def forward(self, xs: list) -> list:
+        if not self.blobs:
+            raise self.error("has no weights to run with (the net's weights were not given)")
+        outputs = []
+        for x in xs:
+            axis, dims, out = self._plan(x.shape)
+            x4 = np.ascontiguousarray(x, dtype=FLOAT).reshape(dims)
+            y = self._forward4(x4, out)
+            outputs.append(y.reshape(tuple(x.shape[:axis]) + y.shape[1:]))
+        return outputs
+
+    def _bias(self):
+        return self.blobs[1].reshape(-1) if self.bias_term else None
+
+
+@register("Convolution", "ConvolutionDepthwise")
+class Convolution(_BaseConvolution):
+    """Caffe's ConvolutionLayer (src/caffe/layers/conv_layer.cpp): cross-correlation of each image with the weights.
+
+    top[n, o, y, x] = bias[o] + sum over c in o's group, i, j of
+        weight[o, c', i, j] * bottom[n, c, y s_h - p_h + i d_h, x s_w - p_w + j d_w]
+    (zero outside the image), with out = (in + 2p - (d (k - 1) + 1)) / s + 1.
+    """
+
+    def _output_size(self, size, kernel, stride, pad, dilation, name) -> int:
+        extent = dilation * (kernel - 1) + 1
+        if extent > size + 2 * pad:
+            raise self.error(f"kernel extent {extent} (kernel {kernel}, dilation {dilation}) is larger than the "
+                             f"padded {name} {size + 2 * pad} ({name} {size} + 2 x pad {pad})")
+        return conv_output_size(size, kernel, stride, pad, dilation)
+
+    def _forward4(self, x: np.ndarray, out_hw: tuple) -> np.ndarray:
+        n, channels, _, _ = x.shape
+        weight = self.blobs[0].reshape(self.num_output, channels // self.group, *self.kernel)
+        bias = self._bias()
+        if self.kernel == (1, 1) and self.stride == (1, 1) and self.pad == (0, 0):
+            y = _conv_1x1(x, weight, self.group)
+        elif channels == self.group:
+            y = _conv_depthwise(x, weight, self.stride, self.pad, self.dilation, out_hw)
+        else:
+            return _conv_columns(x, weight, bias, self.group, self.stride, self.pad, self.dilation, out_hw)
+        if bias is not None:
+            y += bias[:, None, None]
+        return y
+
+
+@register("Deconvolution")
+class Deconvolution(_BaseConvolution):
+    """Caffe's DeconvolutionLayer (src/caffe/layers/deconv_layer.cpp): the transpose of a convolution.
+
+    Each bottom pixel (c, y, x) adds weight[c, o', i, j] * bottom[n, c, y, x] to
+    top[n, o, y s_h - p_h + i d_h, x s_w - p_w + j d_w] for o in c's group
+    (what falls outside the top is dropped), with
+    out = s (in - 1) + d (k - 1) + 1 - 2p.
+    """
+
+    reverse = True
+
+    def _output_size(self, size, kernel, stride, pad, dilation, name) -> int:
+        out = deconv_output_size(size, kernel, stride, pad, dilation)
+        if out <= 0:
+            raise self.error(f"output {name} would be {out} (stride {stride} x ({name} {size} - 1) + dilation "
+                             f"{dilation} x (kernel {kernel} - 1) + 1 - 2 x pad {pad})")
+        return out
+
+    def _forward4(self, x: np.ndarray, out_hw: tuple) -> np.ndarray:
+        n, channels, _, _ = x.shape
+        weight = self.blobs[0].reshape(channels, self.num_output // self.group, *self.kernel)
+        y = _deconv(x, weight, self.group, self.stride, self.pad, self.dilation, out_hw)
+        bias = self._bias()
+        if bias is not None:
+            y += bias[:, None, None]
+        return y
+
+
+# -- the arithmetic --------------------------------------------------------------------------
+
+
+def _padded(x: np.ndarray, pad: tuple) -> np.ndarray:
+    """x (N, C, H, W) with pad zeros around each plane, C-contiguous (x itself when there is no pad)."""
+    ph, pw = pad
+    if ph == 0 and pw == 0:
+        return x
+    n, c, h, w = x.shape
+    xp = np.zeros((n, c, h + 2 * ph, w + 2 * pw), FLOAT)
+    xp[:, :, ph:ph + h, pw:pw + w] = x
+    return xp
+
+
+def _conv_1x1(x: np.ndarray, weight: np.ndarray, group: int) -> np.ndarray:
+    """A 1 x 1 convolution of stride 1 without pad: the bottom's planes are the column matrix already."""
+    n, c, h, w = x.shape
+    c_out = weight.shape[0]
+    wg = weight.reshape(group, c_out // group, c // group)
+    y = np.matmul(wg, x.reshape(n, group, c // group, h * w))
+    return y.reshape(n, c_out, h, w)
+
+
+def _conv_depthwise(x, weight, stride, pad, dilation, out_hw) -> np.ndarray:
+    """A convolution with one input channel per group: sum over the kernel offsets of weight x shifted input."""
+    n, c, _, _ = x.shape
+    c_out, _, kh, kw = weight.shape
+    multiplier = c_out // c
+    (sh, sw), (dh, dw), (ho, wo) = stride, dilation, out_hw
+    xp = _padded(x, pad)
+    y = np.zeros((n, c, multiplier, ho, wo), FLOAT)
+    term = np.empty_like(y)
+    taps = weight.reshape(c, multiplier, kh, kw)
+    for i in range(kh):
+        for j in range(kw):
+            shifted = xp[:, :, i * dh:i * dh + sh * (ho - 1) + 1:sh, j * dw:j * dw + sw * (wo - 1) + 1:sw]
+            np.multiply(shifted[:, :, None], taps[None, :, :, i, j, None, None], out=term)
+            y += term
+    return y.reshape(n, c_out, ho, wo)
+
+
+def _chunks(images: int, rows: int, per_row: int):
+    """(first image, stop image, first row, stop row) chunks whose columns hold about COLUMN_BYTES.
+
+    Whole images go together while they fit; a larger image is cut into bands of output rows.
+    """
+    rows_per_chunk = max(1, COLUMN_BYTES // max(1, per_row * 4))
+    if rows_per_chunk >= rows:
+        step = max(1, rows_per_chunk // max(1, rows))
+        for n0 in range(0, images, step):
+            yield n0, min(images, n0 + step), 0, rows
+    else:
+        for n0 in range(images):
+            for h0 in range(0, rows, rows_per_chunk):
+                yield n0, n0 + 1, h0, min(rows, h0 + rows_per_chunk)
+
+
+def _conv_columns(x, weight, bias, group, stride, pad, dilation, out_hw) -> np.ndarray:
+    """Convolution by im2col and matrix products: columns of each chunk of images or rows, one matmul per chunk.
+
+    Column row (c, i, j) of output pixel (y, x) is the padded input at
+    (c, y s_h + i d_h, x s_w + j d_w) (Caffe's im2col_cpu), so the
+    columns are a strided view of the padded input, copied per chunk.
+    With stride 1 an output row's columns are one contiguous run of the
+    padded plane (Wp wide, reading on into the next row); the outputs past
+    Wo in each row are dropped at the end.
+    """
+    n, c, _, _ = x.shape
+    c_out, _, kh, kw = weight.shape
+    (sh, sw), (dh, dw), (ho, wo) = stride, dilation, out_hw
+    xp = _padded(x, pad)
+    _, _, hp, wp = xp.shape
+    wide = sh == 1 and sw == 1
+    row = wp if wide else wo          # column entries per output row
+    k = c * kh * kw
+    kg = k // group
+    weights = weight.reshape(group, c_out // group, kg)
+    plain = np.empty((n, c_out, ho * row), FLOAT)
+    s_n, s_c, s_h, s_w = xp.strides
+    buffer = np.empty(min(n * ho, max(1, COLUMN_BYTES // max(1, k * row * 4))) * k * row, FLOAT)
+    for n0, n1, h0, h1 in _chunks(n, ho, k * row):
+        images = n1 - n0
+        if wide:
+            # The run for rows h0..h1 stops where the last kernel offset would read past the plane.
+            length = min((h1 - h0) * wp, (ho - h0) * wp - (kw - 1) * dw)
+            view = as_strided(xp[n0:n1, :, h0:], (images, c, kh, kw, length),
+                              (s_n, s_c, dh * s_h, dw * s_w, s_w), writeable=False)
+        else:
+            length = (h1 - h0) * wo
+            view = as_strided(xp[n0:n1, :, h0 * sh:], (images, c, kh, kw, h1 - h0, wo),
+                              (s_n, s_c, dh * s_h, dw * s_w, sh * s_h, sw * s_w), writeable=False)
+        columns = buffer[:images * k * length].reshape(view.shape)
+        np.copyto(columns, view)
+        target = plain[n0:n1, :, h0 * row:h0 * row + length]
+        np.matmul(weights, columns.reshape(images, group, kg, length),
+                  out=target.reshape(images, group, c_out // group, length))
+    if wide:
+        y = np.empty((n, c_out, ho, wo), FLOAT)
+        kept = plain.reshape(n, c_out, ho, wp)[..., :wo]
+        if bias is None:
+            np.copyto(y, kept)
+        else:
+            np.add(kept, bias[:, None, None], out=y)
+        return y
+    y = plain.reshape(n, c_out, ho, wo)
+    if bias is not None:
+        y += bias[:, None, None]
+    return y
+
+
+def _deconv(x, weight, group, stride, pad, dilation, out_hw) -> np.ndarray:
+    """Deconvolution: columns = weight^T x per group, then col2im (each offset's columns added at stride s).
+
+    Column row (o, i, j) of input pixel (y, x) lands on output
+    (o, y s_h - p_h + i d_h, x s_w - p_w + j d_w) (Caffe's col2im_cpu),
+    added into an output padded by p on each side and cropped after.
+    """
+    n, c, h, w = x.shape
+    _, per_group, kh, kw = weight.shape
+    c_out = per_group * group
+    (sh, sw), (ph, pw), (dh, dw), (ho, wo) = stride, pad, dilation, out_hw
+    kg = per_group * kh * kw
+    weights_t = weight.reshape(group, c // group, kg).transpose(0, 2, 1)
+    planes = x.reshape(n, group, c // group, h * w)
+    if (kh, kw, sh, sw, ph, pw) == (1, 1, 1, 1, 0, 0):
+        return np.matmul(weights_t, planes).reshape(n, c_out, ho, wo)
+    y = np.empty((n, c_out, ho, wo), FLOAT)
+    step = max(1, COLUMN_BYTES // max(1, c_out * kh * kw * h * w * 4))
+    for n0 in range(0, n, step):
+        n1 = min(n, n0 + step)
+        columns = np.matmul(weights_t, planes[n0:n1]).reshape(n1 - n0, c_out, kh, kw, h, w)
+        full = np.zeros((n1 - n0, c_out, ho + 2 * ph, wo + 2 * pw), FLOAT)
+        for i in range(kh):
+            for j in range(kw):
+                full[:, :, i * dh:i * dh + sh * (h - 1) + 1:sh, j * dw:j * dw + sw * (w - 1) + 1:sw] += \
+                    columns[:, :, i, j]
+        y[n0:n1] = full[:, :, ph:ph + ho, pw:pw + wo]
+    return y
