@@ -162,7 +162,7 @@ def tile_loops(x, axis, tiles):
 
 
 def permute_loops(x, order):
-    """caffe-ssd's Permute() (permute_layer.cpp): top[i] = bottom[sum over j of (i / new_steps[j]) * old_steps[order[j]]]."""
+    """caffe-ssd's Permute() (permute_layer.cpp): top[i] = bottom[sum of (i / new_steps[j]) * old_steps[order[j]]]."""
     order = list(order) + [a for a in range(x.ndim) if a not in order]
     new_shape = [x.shape[a] for a in order]
     old_steps = [math.prod(x.shape[j + 1:]) for j in range(x.ndim)]
@@ -178,7 +178,10 @@ def permute_loops(x, order):
 
 
 def shuffle_loops(x, group):
-    """ShuffleChannelLayer::Resize_cpu (shuffle_channel_layer.cpp): block (i, j) of (group, C / group) to (j, i); 4-D top."""
+    """ShuffleChannelLayer::Resize_cpu (shuffle_channel_layer.cpp): block (i, j) of (group, C / group) to (j, i).
+
+    The top is 4-D, as the layer's Reshape makes it.
+    """
     shape = x.shape + (1,) * (4 - x.ndim)
     num, chs = shape[:2]
     size = shape[2] * shape[3]
@@ -481,7 +484,8 @@ def test_reshape(dims, axis, num_axes):
 
 
 @pytest.mark.parametrize("kind, params, shape", [
-    pytest.param("Flatten", {"flatten_param": {"axis": 2, "end_axis": 1}}, (2, 3, 1, 5, 7), id="flatten-end-before-axis"),
+    pytest.param("Flatten", {"flatten_param": {"axis": 2, "end_axis": 1}}, (2, 3, 1, 5, 7),
+                 id="flatten-end-before-axis"),
     pytest.param("Flatten", {"flatten_param": {"axis": 0, "end_axis": -1}}, (210,), id="flatten-all"),
     pytest.param("Reshape", {"reshape_param": {"shape": {"dim": [1, 1]}, "axis": -1, "num_axes": 0}},
                  (2, 3, 5, 7, 1, 1), id="reshape-append-axes"),
@@ -752,6 +756,9 @@ DETECTION_LOOPS = [pytest.param(p, kw, id=name) for name, p, kw in [
     ("background-none-shared", {"code_type": CENTER_SIZE, "background_label_id": -1}, {}),
     ("background-none-not-shared", {"code_type": CENTER_SIZE, "background_label_id": -1,
                                     "share_location": False}, {"classes": 3}),
+    ("blocks-of-candidates", {"code_type": CENTER_SIZE, "nms_param": {"nms_threshold": 0.5, "eta": 0.95},
+                              "keep_top_k": None, "confidence_threshold": None},
+     {"classes": 2, "feature": (10, 15)}),
     ("defaults", {"background_label_id": None, "nms_param": None, "keep_top_k": None,
                   "confidence_threshold": None}, {"classes": 2, "feature": (1, 2)}),
 ]]
@@ -816,6 +823,10 @@ REFUSALS = [pytest.param(layers, inputs, text, id=name) for name, layers, inputs
      {"x": (2, 3, 5), "y": (2, 3, 5)}, r"layer 'c' \(Concat\): axis 3 is out of range for a 3-axis blob"),
     ("concat-dim-range", [layer("c", "Concat", ["x", "y"], concat_param={"concat_dim": 3})],
      {"x": (2, 3, 5), "y": (2, 3, 5)}, r"layer 'c' \(Concat\): concat_dim 3 is out of range for a 3-axis blob"),
+    ("concat-axis-and-dim", [layer("c", "Concat", ["x", "y"], concat_param={"axis": 1, "concat_dim": 1})],
+     {"x": (2, 3, 5), "y": (2, 3, 5)}, r"layer 'c' \(Concat\): gives both axis and concat_dim"),
+    ("crop-axis-range", [layer("k", "Crop", ["x", "y"], crop_param={"axis": 4})],
+     {"x": (1, 3, 6, 8), "y": (1, 3, 5, 5)}, r"layer 'k' \(Crop\): crop axis 4 is out of range for a 4-axis blob"),
     ("crop-too-big", [layer("k", "Crop", ["x", "y"], crop_param={"axis": 2, "offset": [2]})],
      {"x": (1, 3, 6, 8), "y": (1, 3, 5, 5)}, r"layer 'k' \(Crop\): the crop of axis 2 is out of bounds: size 5 at "
                                              r"offset 2 does not fit in bottom 0's 6"),
@@ -825,6 +836,10 @@ REFUSALS = [pytest.param(layers, inputs, text, id=name) for name, layers, inputs
      {"x": (2, 3, 5)}, r"layer 'f' \(Flatten\): end_axis 0 \(axis 0\) comes before axis 2"),
     ("split-in-place", [layer("p", "Split", "x", ["x", "y"])], {"x": (2, 3)},
      r"layer 'p' \(Split\): writes its bottom 'x' in place"),
+    ("tile-zero-tiles", [layer("t", "Tile", "x", tile_param={"axis": 1, "tiles": 0})], {"x": (2, 3)},
+     r"layer 't' \(Tile\): tiles is 0; the number of tiles must be positive"),
+    ("flatten-in-place", [layer("f", "Flatten", "x", "x")], {"x": (2, 3, 5)},
+     r"layer 'f' \(Flatten\): writes its bottom 'x' in place; Caffe's Flatten layer does not allow"),
     ("tile-no-tiles", [layer("t", "Tile", "x", tile_param={"axis": 1})], {"x": (2, 3)},
      r"layer 't' \(Tile\): gives no tiles"),
     ("permute-duplicate", [layer("m", "Permute", "x", permute_param={"order": [0, 2, 2]})], {"x": (2, 3, 5)},
@@ -843,6 +858,12 @@ REFUSALS = [pytest.param(layers, inputs, text, id=name) for name, layers, inputs
                           r"gives zoom_factor, shrink_factor \(DeepLab's Interp"),
     ("interp-no-size", [layer("i", "Interp", "x", interp_param={"height": 4})], {"x": (1, 2, 3, 3)},
      r"layer 'i' \(Interp\): the output size must be given by exactly one of .*this layer gives none of them"),
+    ("interp-zoom0", [layer("i", "Interp", "x", interp_param={"zoom_factor": 0})], {"x": (1, 2, 3, 3)},
+     r"layer 'i' \(Interp\): zoom_factor is 0; zoom factor must be positive"),
+    ("interp-type", [layer("i", "Interp", "x", interp_param={"zoom_factor": 2, "interp_type": "cubic"})],
+     {"x": (1, 2, 3, 3)}, r"layer 'i' \(Interp\): interp_type is 'cubic'"),
+    ("upsample-scale0", [layer("u", "Upsample", "x", upsample_param={"scale": 0})], {"x": (1, 2, 3, 3)},
+     r"layer 'u' \(Upsample\): scale is 0"),
     ("interp-positive-pad", [layer("i", "Interp", "x", interp_param={"zoom_factor": 2, "pad_end": 1})],
      {"x": (1, 2, 3, 3)}, r"layer 'i' \(Interp\): pad_beg 0 and pad_end 1: Interp only supports non-positive"),
     ("prior-no-min-size", [layer("p", "PriorBox", ["x", "y"], prior_box_param={"max_size": [3.0]})],
@@ -854,6 +875,18 @@ REFUSALS = [pytest.param(layers, inputs, text, id=name) for name, layers, inputs
     ("prior-three-variances", [layer("p", "PriorBox", ["x", "y"], prior_box_param={"min_size": [4.0],
                                                                                    "variance": [0.1, 0.1, 0.2]})],
      {"x": (1, 2, 3, 3), "y": (1, 3, 9, 9)}, r"layer 'p' \(PriorBox\): gives 3 variances"),
+    ("prior-img-size-twice", [layer("p", "PriorBox", ["x", "y"], prior_box_param={"min_size": [4.0], "img_size": 9,
+                                                                                  "img_h": 9, "img_w": 9})],
+     {"x": (1, 2, 3, 3), "y": (1, 3, 9, 9)}, r"layer 'p' \(PriorBox\): gives img_size and img_h/img_w"),
+    ("prior-step-twice", [layer("p", "PriorBox", ["x", "y"], prior_box_param={"min_size": [4.0], "step": 3.0,
+                                                                              "step_h": 3.0, "step_w": 3.0})],
+     {"x": (1, 2, 3, 3), "y": (1, 3, 9, 9)}, r"layer 'p' \(PriorBox\): gives step and step_h/step_w"),
+    ("detection-eta", [layer("d", "DetectionOutput", ["l", "c", "p"],
+                             detection_output_param={"num_classes": 3, "nms_param": {"eta": 1.5}})],
+     {"l": (1, 40), "c": (1, 30), "p": (1, 2, 40)}, r"layer 'd' \(DetectionOutput\): eta is 1.5; eta must be in"),
+    ("detection-images", [layer("d", "DetectionOutput", ["l", "c", "p"], detection_output_param={"num_classes": 3})],
+     {"l": (2, 40), "c": (1, 30), "p": (1, 2, 40)}, r"layer 'd' \(DetectionOutput\): locations \(2, 40\) and "
+                                                    r"confidences \(1, 30\) are for 2 and 1 images"),
     ("detection-prior-count", [layer("d", "DetectionOutput", ["l", "c", "p"],
                                      detection_output_param={"num_classes": 3})],
      {"l": (1, 40), "c": (1, 33), "p": (1, 2, 40)}, r"layer 'd' \(DetectionOutput\): 10 priors x 3 classes is not "

@@ -1,7 +1,8 @@
-"""Caffe's layers that move values without computing: Concat, Slice, Split, Flatten, Reshape, Crop, Tile, Permute, ShuffleChannel.
+"""Caffe's layers that move values and compute none: Concat, Slice, Split, Flatten, Reshape, Crop, Tile, and more.
 
-Each class mirrors Caffe's src/caffe/layers/<name>_layer.cpp (BVLC; Permute
-is weiliu89/caffe's permute_layer.cpp of caffe-ssd; ShuffleChannel is
+The others are caffe-ssd's Permute and the forks' ShuffleChannel. Each
+class mirrors Caffe's src/caffe/layers/<name>_layer.cpp (BVLC; Permute is
+weiliu89/caffe's permute_layer.cpp of caffe-ssd; ShuffleChannel is
 farmingyard/ShuffleNet's shuffle_channel_layer.cpp, copied by the forks
 that run ShuffleNet), with Caffe's checks and their error cases. Where Caffe
 shares the bottom's memory (Split, Flatten, Reshape; Concat and Slice of one

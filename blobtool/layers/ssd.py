@@ -27,6 +27,27 @@ CODE_TYPES = {CORNER: "CORNER", CENTER_SIZE: "CENTER_SIZE", CORNER_SIZE: "CORNER
 SAME_RATIO = 1e-6
 DEFAULT_VARIANCE = 0.1          # prior_box_layer.cpp, when no variance is given
 FLT_MAX = float(np.finfo(np.float32).max)
+# Candidates whose overlaps ApplyNMSFast's loop takes in one matrix (a block's overlaps with every kept box).
+NMS_BLOCK = 256
+
+
+def _overlaps(a: np.ndarray, a_sizes: np.ndarray, b: np.ndarray, b_sizes: np.ndarray) -> np.ndarray:
+    """JaccardOverlap of each box of `a` with each of `b` (normalized boxes, sizes from BBoxSize), in float.
+
+    IntersectBBox's test for boxes apart on an axis is left out: such boxes
+    have an intersection of width or height below 0, which gives 0 as well.
+    """
+    width = np.minimum(a[:, None, 2], b[None, :, 2])
+    width -= np.maximum(a[:, None, 0], b[None, :, 0])
+    height = np.minimum(a[:, None, 3], b[None, :, 3])
+    height -= np.maximum(a[:, None, 1], b[None, :, 1])
+    inter = width * height
+    union = a_sizes[:, None] + b_sizes[None, :]
+    union -= inter
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = np.divide(inter, union, out=union)
+    ratio[~((width > 0) & (height > 0))] = 0     # not '<= 0': a NaN width gives 0, as in Caffe
+    return ratio
 
 
 def _legacy(layer: Layer, shape: tuple, what: str) -> tuple:
@@ -196,6 +217,11 @@ class DetectionOutput(Layer):
     xmin, ymin, xmax, ymax] by image, then label, then score; with no
     detection at all, one row [image, -1, ..., -1] per image.
 
+    With shared boxes and background_label_id -1 (no background class),
+    caffe-ssd's Forward_cpu leaves the shared boxes undecoded and stops
+    ("Could not find location predictions for label -1"), while its
+    Forward_gpu decodes and uses them; the GPU path is taken here.
+
     The number of rows is known only once the data is: reshape() gives
     Caffe's Reshape's (1, 1, 1, 7), and forward() the top's real shape
     (`variable_tops` says so to a runner).
@@ -283,33 +309,42 @@ class DetectionOutput(Layer):
         h = boxes[:, 3] - boxes[:, 1]
         return np.where((w < 0) | (h < 0), FLOAT(0), w * h).astype(FLOAT)
 
-    def _nms(self, boxes: np.ndarray, sizes: np.ndarray, scores: np.ndarray) -> list:
-        """ApplyNMSFast: indices kept, best first."""
+    def _nms(self, boxes: np.ndarray, sizes: np.ndarray, scores: np.ndarray) -> np.ndarray:
+        """ApplyNMSFast: indices kept, best first.
+
+        Caffe tries each candidate, best first, against every box kept so
+        far. The same decisions are taken here a block of candidates at a
+        time: their overlaps with the boxes kept before the block in one
+        matrix, then with each other, walked in order.
+        """
         # GetMaxScoreIndex: scores above the threshold, stable-sorted best first, the top_k first of them.
         candidates = np.flatnonzero(scores > self.threshold)
         candidates = candidates[np.argsort(-scores[candidates], kind="stable")]
         if -1 < self.top_k < candidates.size:
             candidates = candidates[:self.top_k]
         threshold = self.nms_threshold
-        kept: list = []
-        for idx in candidates:
-            if kept:
-                box, others = boxes[idx], boxes[kept]
-                # IntersectBBox: no intersection when the boxes are apart on either axis.
-                apart = ((others[:, 0] > box[2]) | (others[:, 2] < box[0]) |
-                         (others[:, 1] > box[3]) | (others[:, 3] < box[1]))
-                iw = np.minimum(box[2], others[:, 2]) - np.maximum(box[0], others[:, 0])
-                ih = np.minimum(box[3], others[:, 3]) - np.maximum(box[1], others[:, 1])
-                touching = ~apart & (iw > 0) & (ih > 0)
-                inter = iw * ih
-                with np.errstate(divide="ignore", invalid="ignore"):
-                    overlap = np.where(touching, inter / (sizes[idx] + sizes[kept] - inter), FLOAT(0))
-                if not np.all(overlap <= threshold):    # keep = overlap <= adaptive_threshold, for each kept box
+        kept = np.empty(candidates.size, dtype=np.intp)
+        nkept = 0
+        for start in range(0, candidates.size, NMS_BLOCK):
+            block = candidates[start:start + NMS_BLOCK]
+            # keep = overlap <= adaptive_threshold for every kept box: the largest overlap decides (NaN keeps none).
+            if nkept:
+                earlier = _overlaps(boxes[block], sizes[block], boxes[kept[:nkept]], sizes[kept[:nkept]]).max(axis=1)
+            else:
+                earlier = np.full(block.size, -np.inf, dtype=FLOAT)
+            among = _overlaps(boxes[block], sizes[block], boxes[block], sizes[block])
+            chosen: list = []
+            for j in range(block.size):
+                if not earlier[j] <= threshold:
                     continue
-            kept.append(int(idx))
-            if self.eta < 1 and threshold > 0.5:
-                threshold = FLOAT(threshold * self.eta)
-        return kept
+                if chosen and not np.all(among[j, chosen] <= threshold):
+                    continue
+                chosen.append(j)
+                if self.eta < 1 and threshold > 0.5:
+                    threshold = FLOAT(threshold * self.eta)
+            kept[nkept:nkept + len(chosen)] = block[chosen]
+            nkept += len(chosen)
+        return kept[:nkept]
 
     def forward(self, xs: list) -> list:
         num, priors, classes = self.num, self.num_priors, self.num_classes
@@ -337,7 +372,7 @@ class DetectionOutput(Layer):
                     continue
                 boxes, sizes = decoded[-1 if self.share_location else c]
                 found[c] = self._nms(boxes, sizes, conf[i, :, c])
-            picked = [(float(conf[i, idx, c]), c, idx) for c, kept in found.items() for idx in kept]
+            picked = [(float(conf[i, idx, c]), c, int(idx)) for c, kept in found.items() for idx in kept]
             if -1 < self.keep_top_k < len(picked):
                 # The keep_top_k best of the image's detections (Caffe's std::sort by score; ties in label order).
                 order = sorted(range(len(picked)), key=lambda k: -picked[k][0])[:self.keep_top_k]
