@@ -275,6 +275,7 @@ CONVOLUTIONS = {
     "k2s2": ((2, 3, 7, 9), {"num_output": 4, "kernel_size": [2], "stride": [2]}),
     "k4s1": ((1, 2, 7, 6), {"num_output": 3, "kernel_size": [4]}),
     "1x1": ((2, 6, 5, 7), {"num_output": 4, "kernel_size": [1]}),
+    "1x1_one_image": ((1, 6, 5, 7), {"num_output": 4, "kernel_size": [1]}),
     "1x1s2": ((2, 6, 5, 7), {"num_output": 4, "kernel_size": [1], "stride": [2]}),
     "1x1p1": ((1, 3, 4, 5), {"num_output": 2, "kernel_size": [1], "pad": [1]}),
     "dilation2": ((1, 3, 11, 10), {"num_output": 4, "kernel_size": [3], "dilation": [2], "pad": [2]}),
@@ -286,6 +287,7 @@ CONVOLUTIONS = {
     "group2": ((2, 4, 7, 7), {"num_output": 6, "kernel_size": [3], "pad": [1], "group": 2}),
     "group3s2": ((1, 6, 9, 8), {"num_output": 3, "kernel_size": [3], "stride": [2], "group": 3}),
     "group2_1x1": ((2, 4, 5, 5), {"num_output": 6, "kernel_size": [1], "group": 2}),
+    "group2_1x1_one_image": ((1, 4, 5, 5), {"num_output": 6, "kernel_size": [1], "group": 2}),
     "depthwise": ((2, 4, 7, 8), {"num_output": 4, "kernel_size": [3], "pad": [1], "group": 4}),
     "depthwise_s2": ((1, 5, 9, 9), {"num_output": 5, "kernel_size": [3], "stride": [2], "pad": [1], "group": 5}),
     "depthwise_x2": ((1, 3, 6, 7), {"num_output": 6, "kernel_size": [3], "group": 3, "dilation": [2]}),
@@ -327,6 +329,38 @@ def test_convolution_in_chunks_against_opencv(tmp_path, monkeypatch, name, chunk
     shape, params = CONVOLUTIONS[name]
     shape = (5,) + shape[1:]
     against_opencv(tmp_path, [conv_layer(name, "Convolution", shape, params)], {"data": _input(shape)})
+
+
+# 3 x 3, stride 1: Winograd's F(4x4, 3x3) where the channels and tiles reach conv's thresholds.
+WINOGRAD = {
+    "pad1": ((2, 3, 9, 8), {"num_output": 4, "kernel_size": [3], "pad": [1]}),
+    "pad0_partial_tiles": ((1, 4, 7, 10), {"num_output": 5, "kernel_size": [3]}),
+    "pad2_one_pixel": ((2, 3, 1, 1), {"num_output": 2, "kernel_size": [3], "pad": [2]}),
+    "pad_h_w": ((1, 2, 6, 13), {"num_output": 3, "kernel_size": [3], "pad_h": 1, "pad_w": 0}),
+    "group2": ((2, 4, 7, 7), {"num_output": 6, "kernel_size": [3], "pad": [1], "group": 2}),
+    "no_bias": ((1, 3, 5, 9), {"num_output": 4, "kernel_size": [3], "pad": [1], "bias_term": False}),
+}
+
+
+@pytest.mark.parametrize("name", list(WINOGRAD))
+@pytest.mark.parametrize("chunk", [64, 30000, None], ids=["rows", "images", "default"])
+def test_convolution_winograd_against_opencv(tmp_path, monkeypatch, name, chunk):
+    """Chunks of tile rows with one output channel at a time, of a few images, or of all of them."""
+    monkeypatch.setattr(conv, "WINOGRAD_MIN_CHANNELS", 1)
+    monkeypatch.setattr(conv, "WINOGRAD_MIN_TILES", 1)
+    if chunk is not None:
+        monkeypatch.setattr(conv, "COLUMN_BYTES", chunk)
+    shape, params = WINOGRAD[name]
+    shape = (3,) + shape[1:]
+    against_opencv(tmp_path, [conv_layer(name, "Convolution", shape, params)], {"data": _input(shape)})
+
+
+@pytest.mark.parametrize("channels", [32, 31], ids=["winograd", "columns"])
+def test_convolution_of_many_channels_against_opencv(tmp_path, channels):
+    """Channels at the default Winograd thresholds and just under them (40 tiles of 4 x 4 outputs)."""
+    shape = (2, channels, 17, 15)
+    params = {"num_output": 33, "kernel_size": [3], "pad": [1]}
+    against_opencv(tmp_path, [conv_layer("c", "Convolution", shape, params)], {"data": _input(shape)})
 
 
 def test_convolution_depthwise_type_is_convolution():
