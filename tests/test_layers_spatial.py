@@ -343,15 +343,20 @@ WINOGRAD = {
 
 
 @pytest.mark.parametrize("name", list(WINOGRAD))
-@pytest.mark.parametrize("chunk", [64, 30000, None], ids=["rows", "images", "default"])
+@pytest.mark.parametrize("chunk", ["rows", "images", "default"])
 def test_convolution_winograd_against_opencv(tmp_path, monkeypatch, name, chunk):
-    """Chunks of tile rows with one output channel at a time, of a few images, or of all of them."""
+    """Chunks of one tile row with one output channel at a time, of two images, or of all of them."""
     monkeypatch.setattr(conv, "WINOGRAD_MIN_CHANNELS", 1)
     monkeypatch.setattr(conv, "WINOGRAD_MIN_TILES", 1)
-    if chunk is not None:
-        monkeypatch.setattr(conv, "COLUMN_BYTES", chunk)
     shape, params = WINOGRAD[name]
     shape = (3,) + shape[1:]
+    if chunk == "rows":
+        monkeypatch.setattr(conv, "WINOGRAD_CHUNK_TILES", 1)
+        monkeypatch.setattr(conv, "COLUMN_BYTES", 64)
+    elif chunk == "images":
+        pad = (params["pad_h"], params["pad_w"]) if "pad_h" in params else _pair(params.get("pad", [0]))
+        tiles = [-(-conv.conv_output_size(size, 3, 1, p, 1) // 4) for size, p in zip(shape[2:], pad)]
+        monkeypatch.setattr(conv, "WINOGRAD_CHUNK_TILES", 2 * tiles[0] * tiles[1])
     against_opencv(tmp_path, [conv_layer(name, "Convolution", shape, params)], {"data": _input(shape)})
 
 

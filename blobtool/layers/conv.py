@@ -79,6 +79,10 @@ WINOGRAD_MIN_CHANNELS = 32
 # ... and where the call has this many 4 x 4 output tiles: each call transforms the kernels anew
 # (36 / 9 of the weights), which 512 -> 512 at 14 x 14 (16 tiles) does not earn back.
 WINOGRAD_MIN_TILES = 32
+# Tiles transformed and multiplied at a time: enough for the 36 products to run at BLAS's speed,
+# few enough for the transforms to stay in cache (64 -> 64 at 224 x 224: 23 ms with 256 tiles,
+# 33 ms with 2048; 128 -> 128 at 112 x 112: 16 ms with 128, 18 ms with 2048).
+WINOGRAD_CHUNK_TILES = 192
 
 # The transforms of F(4x4, 3x3) at the points 0, +-1, +-2 and infinity (Lavin and Gray's):
 # input tile d (6 x 6) -> B^T d B, kernel g (3 x 3) -> G g G^T, product m (6 x 6) -> A^T m A (4 x 4).
@@ -344,12 +348,13 @@ def _conv_depthwise(x, weight, stride, pad, dilation, out_hw) -> np.ndarray:
     return y.reshape(n, c_out, ho, wo)
 
 
-def _chunks(images: int, rows: int, per_row: int):
-    """(first image, stop image, first row, stop row) chunks whose columns hold about COLUMN_BYTES.
+def _chunks(images: int, rows: int, per_row: int, budget: int | None = None):
+    """(first image, stop image, first row, stop row) chunks of `per_row` floats a row, about `budget` bytes each.
 
-    Whole images go together while they fit; a larger image is cut into bands of output rows.
+    Whole images go together while they fit; a larger image is cut into bands
+    of rows. The budget is COLUMN_BYTES unless given.
     """
-    rows_per_chunk = max(1, COLUMN_BYTES // max(1, per_row * 4))
+    rows_per_chunk = max(1, (budget or COLUMN_BYTES) // max(1, per_row * 4))
     if rows_per_chunk >= rows:
         step = max(1, rows_per_chunk // max(1, rows))
         for n0 in range(0, images, step):
@@ -415,8 +420,9 @@ def _conv_winograd(x, weight, bias, group, pad, out_hw) -> np.ndarray:
 
     Output tile (Y, X) (rows 4Y..4Y+3, columns 4X..4X+3) reads the 6 x 6
     padded input from (4Y, 4X); the tiles of a chunk of images or tile rows
-    are gathered as a (36, C, tiles) matrix (the input past the bottom and
-    right edges is zeros, and the outputs it makes are dropped). The
+    (about WINOGRAD_CHUNK_TILES) are gathered as a (36, C, tiles) matrix (the
+    input past the bottom and right edges is zeros, and the outputs it makes
+    are dropped). The
     kernels are transformed at each call, in blocks of output channels of
     about COLUMN_BYTES: kept, they would hold 4 times the layer's weights.
     """
@@ -441,7 +447,7 @@ def _conv_winograd(x, weight, bias, group, pad, out_hw) -> np.ndarray:
     s_n, s_c, s_h, s_w = xp.strides
     y = np.empty((n, c_out, ho, wo), FLOAT)
     by_group = y.reshape(n, group, per_group, ho, wo)
-    for n0, n1, r0, r1 in _chunks(n, tiles_h, 36 * c * tiles_w):
+    for n0, n1, r0, r1 in _chunks(n, tiles_h, 36 * c * tiles_w, 36 * c * 4 * WINOGRAD_CHUNK_TILES):
         images, rows = n1 - n0, r1 - r0
         tiles = images * rows * tiles_w
         view = as_strided(xp[n0:n1, :, 4 * r0:], (6, 6, c, images, rows, tiles_w),
