@@ -31,7 +31,7 @@ def _small_layers(rng):
               convolution_param={"num_output": 4, "kernel_size": [3], "pad": [1]}),
         layer("relu1", "ReLU", "conv1", "conv1"),
         layer("pool1", "Pooling", "conv1", pooling_param={"pool": 0, "kernel_size": 3, "stride": 2}),
-        layer("ip1", "InnerProduct", "pool1", blobs=[rng.standard_normal((5, 4 * 4 * 4)), rng.standard_normal(5)],
+        layer("ip1", "InnerProduct", "pool1", blobs=[rng.standard_normal((5, 4 * 3 * 3)), rng.standard_normal(5)],
               inner_product_param={"num_output": 5}),
         layer("prob", "Softmax", "ip1"),
     ]
@@ -116,8 +116,10 @@ def test_outputs_by_name_and_the_seed_decide_what_is_written(deploy_net, tmp_pat
 
 def test_an_input_shape_given_reshapes_the_net(deploy_net):
     _, model = deploy_net
-    record = json.loads(ok("run", model, "--input-shape", "data=1,3,11,9", "--outputs", "pool1", "--json").stdout)
-    assert record["blobs"][0]["shape"] == [1, 4, 5, 4]  # Caffe's ceil: (11 - 3) / 2 + 1 = 5, (9 - 3) / 2 + 1 = 4
+    record = json.loads(ok("run", model, "--input-shape", "data=5,3,7,7", "--outputs", "pool1", "--json").stdout)
+    assert record["blobs"][0]["shape"] == [5, 4, 3, 3]  # Caffe's ceil: (7 - 3) / 2 + 1 = 3
+    # A shape the inner product cannot take is refused before anything runs: its K is fixed by its weight.
+    assert_error(invoke("run", model, "--input-shape", "data=1,3,11,9"), 3, "layer 'ip1' (InnerProduct)")
 
 
 # Click's own usage line ("blobtool run: ...") for what the command line gets wrong, the library's
@@ -243,14 +245,14 @@ def test_deploy_options_need_deploy(deploy_net, tmp_path):
 
 def test_info_layers_shows_every_top_shape(deploy_net):
     _, model = deploy_net
-    text = ok("info", "--layers", "--input-shape", "data=1,3,9,9", model).stdout
+    text = ok("info", "--layers", "--input-shape", "data=6,3,7,7", model).stdout
     rows = {line.split()[0]: line for line in text.splitlines() if line.strip()}
-    assert rows["conv1"].rstrip().endswith("1x4x9x9")
-    assert rows["pool1"].rstrip().endswith("1x4x4x4")
-    assert rows["ip1"].rstrip().endswith("1x5")
-    record = json.loads(ok("info", "--layers", "--input-shape", "data=1,3,9,9", "--json", model).stdout)
-    assert record["top_shapes"]["pool1"] == [[1, 4, 4, 4]]
-    assert_usage(invoke("info", "--input-shape", "data=1,3,9,9", model), "info",
+    assert rows["conv1"].rstrip().endswith("6x4x7x7")
+    assert rows["pool1"].rstrip().endswith("6x4x3x3")
+    assert rows["ip1"].rstrip().endswith("6x5")
+    record = json.loads(ok("info", "--layers", "--input-shape", "data=6,3,7,7", "--json", model).stdout)
+    assert record["top_shapes"]["pool1"] == [[6, 4, 3, 3]]
+    assert_usage(invoke("info", "--input-shape", "data=6,3,7,7", model), "info",
                  "--input-shape applies only with --layers")
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from .options import INPUT, NAMED_SHAPE, OUTPUT, output_target, parse_named_shapes
-from .output import emit_json, say_warning
+from .output import emit_json, say_check, say_warning
 from .rules import Needs, verb
 
 __all__ = ["fold"]
@@ -72,18 +72,18 @@ def fold(net, outputs, definition, as_json, check, input_shapes):
     from ..surgery.foldnet import output_form
 
     shapes = parse_named_shapes(input_shapes)
-    extra = []  # where --check reads the folded net (and definition) from, when no output holds it
-    if check:
-        forms = [output_form(dest) for dest in outputs]
-        if not any(form == "net" and dest != "-" for dest, form in zip(outputs, forms)):
-            extra.append(io.BytesIO())
-        if definition is not None and not any(form == "definition" and dest != "-"
-                                              for dest, form in zip(outputs, forms)):
-            raise click.UsageError("--check with --definition runs the folded definition: give -o FILE.prototxt "
-                                   "to write it")
+    extra = []  # where --check reads the folded net from, when no output holds it
     doc = open_input(net)
     verdict = None
     with doc:
+        if check:
+            forms = [output_form(dest, doc) for dest in outputs]
+            if not any(form == "net" and dest != "-" for dest, form in zip(outputs, forms)):
+                extra.append(io.BytesIO())
+            if definition is not None and not any(form == "definition" and dest != "-"
+                                                  for dest, form in zip(outputs, forms)):
+                raise click.UsageError("--check with --definition runs the folded definition: give -o "
+                                       "FILE.prototxt to write it")
         if definition is None:
             result = fold_document(doc, *outputs, *extra)
             if check:
@@ -100,22 +100,13 @@ def fold(net, outputs, definition, as_json, check, input_shapes):
         say_warning(f"{result.path}: Scale {kept.scale} stays: {kept.why}")
     for line in result.warnings:
         say_warning(line)
-    if verdict is not None:
-        for line in verdict.lines():
-            say_warning(line) if verdict.passed else _say_error(line)
     if "-" not in outputs:
         if as_json:
             emit_json({**result.record(), **({"check": verdict.record()} if verdict is not None else {})})
         else:
             _list_folds(result)
-    if verdict is not None and not verdict.passed:
-        raise click.exceptions.Exit(1)
-
-
-def _say_error(line: str) -> None:
-    from .group import say_error
-
-    say_error(line)
+    if verdict is not None:
+        say_check(verdict)
 
 
 def _check(doc, definition, outputs, extra, shapes):
@@ -126,9 +117,9 @@ def _check(doc, definition, outputs, extra, shapes):
     from ..surgery.foldnet import output_form
     from .work import open_input
 
-    nets = [d for d in outputs if d != "-" and output_form(d) == "net"] + \
+    nets = [d for d in outputs if d != "-" and output_form(d, doc) == "net"] + \
         [e for e in extra if isinstance(e, io.BytesIO)]
-    texts = [d for d in outputs if d != "-" and output_form(d) == "definition"]
+    texts = [d for d in outputs if d != "-" and output_form(d, doc) == "definition"]
     folded = nets[0]
     if isinstance(folded, io.BytesIO):
         folded.seek(0)

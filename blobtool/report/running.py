@@ -15,7 +15,7 @@ RUN_DROP_ORDER = ("mean", "min", "l2", "max")
 
 def run_title(record: dict) -> str:
     """'PATH  inputs data 1x3x32x32 (random normal, seed 0)'."""
-    inputs = ", ".join(f"{escape(i['name'])} {fmt_shape(i['shape'])} ({i['given']})" for i in record["inputs"])
+    inputs = ", ".join(f"{escape(i['name'])} {'x'.join(map(str, i['shape']))} ({i['given']})" for i in record["inputs"])
     return f"{escape(record['path'])}  inputs {inputs}"
 
 
