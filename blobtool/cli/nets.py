@@ -9,7 +9,7 @@ import click
 from ..formats import NAMING_SCHEMES
 from .names import NAMES_MOVED, NAMES_RULES, check_names, prefix_options
 from .options import INPUT, NAMED_SHAPE, OUTPUT, blob_option, kind_option, output_options, parse_named_shapes
-from .output import emit_json, progress, say_warning
+from .output import emit_json, progress, say_check, say_warning
 from .rules import Needs, Refuses, verb
 from .write import EDITS_MOVED, blob_output
 
@@ -87,6 +87,7 @@ def definition(net, output, strict, deploy, input_shapes, as_json):
 
 
 TRANSPLANT_RULES = {
+    "input_shapes": (Needs("check", why="the check runs the nets on inputs of these shapes"),),
     "no_fold": NAMES_RULES["no_fold"],
     "net": (Needs("names", tuple(s for s in NAMING_SCHEMES if s != "blobtool"),
                   "it gives the layer types of a template without them, to name its blobs as PyTorch does"),),
@@ -121,8 +122,13 @@ TRANSPLANT_RULES = {
                    "type).")
 @blob_option
 @kind_option
+@click.option("--check", is_flag=True,
+              help="Run TEMPLATE and the net written on the same random input and compare every blob both have; "
+                   "exit 1 when one differs beyond float32 rounding (a round trip must compute what TEMPLATE "
+                   "did).")
+@NAMED_SHAPE
 def transplant(source, template, output, fmt, names, no_fold, net, partial, reshape, strip_prefix, add_prefix,
-               precision, patterns, kind):
+               precision, patterns, kind, check, input_shapes):
     """Write SOURCE's values into the net TEMPLATE, blob by blob, and write TEMPLATE with them.
 
     Caffe's net surgery "transplants" parameters from one net into another;
@@ -140,6 +146,7 @@ def transplant(source, template, output, fmt, names, no_fold, net, partial, resh
       blobtool transplant finetuned.caffemodel net.caffemodel -o merged.caffemodel --partial
       blobtool transplant finetuned.safetensors net.caffemodel --names torch -o finetuned.caffemodel
       blobtool transplant port.pth deploy.prototxt --names torch -o port.caffemodel
+      blobtool transplant port.safetensors net.caffemodel --names torch -o back.caffemodel --check
     """
     from ..api import transplant as transplant_values
     from ..formats.numpy import cast_for
@@ -149,8 +156,13 @@ def transplant(source, template, output, fmt, names, no_fold, net, partial, resh
 
     check_names(names, net)
     output = blob_output(output, fmt)
+    if check and (output == "-" or fmt not in (None, "protobuf", "hdf5", "same")):
+        raise click.UsageError("--check runs the net written: give -o FILE.caffemodel (or .h5)")
     with contextlib.ExitStack() as opened:
         target = opened.enter_context(open_input(template))
+        if check and target.format == "prototxt":
+            raise click.UsageError(f"--check runs TEMPLATE before and after: {target.path} is a definition and "
+                                   "holds no weights to run")
         # Values of another type (float16 .npy, integers, bfloat16) load as float64, which holds them
         # exactly: the template's types decide what is written.
         values = opened.enter_context(open_input(source, kind, npy_cast=cast_for("double")))
@@ -165,6 +177,15 @@ def transplant(source, template, output, fmt, names, no_fold, net, partial, resh
         except PrefixClash as exc:
             # The options asked for a rename that cannot be: the command's usage error, as click's own.
             raise click.UsageError(error_line(exc)) from exc
+        if check:
+            from ..forward.check import check_nets
+
+            with open_input(output) as after:
+                definition = types if target.format == "hdf5" or after.format == "hdf5" else None
+                verdict = check_nets(target, after, before_definition=definition, after_definition=definition,
+                                     shapes=parse_named_shapes(input_shapes))
+    if check:
+        say_check(verdict)
 
 
 @verb()

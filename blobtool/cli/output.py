@@ -8,7 +8,7 @@ import sys
 
 import click
 
-__all__ = ["emit", "emit_json", "consoles", "warn", "say_warning", "progress", "PROGRESS_THRESHOLD"]
+__all__ = ["say_check", "emit", "emit_json", "consoles", "warn", "say_warning", "progress", "PROGRESS_THRESHOLD"]
 
 # Inputs larger than this get a progress bar (on a terminal only).
 PROGRESS_THRESHOLD = 64 << 20
@@ -146,3 +146,13 @@ def progress(doc, what: str, enabled: bool = True):
         task = bar.add_task(f"{what} {escape(doc.path)}", total=doc.size)
         with using(progress=lambda n: bar.advance(task, n)):
             yield
+
+
+def say_check(verdict) -> None:
+    """A --check's verdict on stderr, "blobtool: " before each line (forward/check.py's); exit 1 when a blob differs."""
+    from .group import say_error
+
+    for line in verdict.lines():
+        say_error(line)
+    if not verdict.passed:
+        raise click.exceptions.Exit(1)
