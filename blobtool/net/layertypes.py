@@ -71,6 +71,8 @@ _WEIGHT_BIAS = ("weight", "bias")
 _ROWS = (
     LayerType("Convolution", "convolution_param", _WEIGHT_BIAS, "bias_term", FoldInto("rows"), "Conv2d",
               _WEIGHT_BIAS, "convolution"),
+    # The forks' depthwise convolution (MobileNet ports): convolution_param, a group per channel.
+    LayerType("ConvolutionDepthwise", "convolution_param", _WEIGHT_BIAS, "bias_term"),
     LayerType("Deconvolution", "convolution_param", _WEIGHT_BIAS, "bias_term", FoldInto("groups", group=True),
               "ConvTranspose2d", _WEIGHT_BIAS, "convolution"),
     LayerType("InnerProduct", "inner_product_param", _WEIGHT_BIAS, "bias_term", FoldInto("matrix", transpose=True),
@@ -82,6 +84,7 @@ _ROWS = (
     LayerType("Bias", "bias_param", ("bias",), "bias"),
     LayerType("PReLU", "prelu_param", ("slope",), 1, None, "PReLU", ("weight",), "prelu"),
     LayerType("Pooling", "pooling_param", count=0, port="pooling"),
+    LayerType("Normalize", "norm_param", ("weight",), 1),  # caffe-ssd's: one scale per channel, or one
     LayerType("Input", "input_param", count=0),
     LayerType("Eltwise", "eltwise_param", count=0),
 )
@@ -103,6 +106,8 @@ _NO_BLOBS = {
     "Silence": None, "BatchReindex": None, "Filter": None, "Im2col": "convolution_param",
     "Permute": "permute_param", "PriorBox": "prior_box_param", "DetectionOutput": "detection_output_param",
     "DetectionEvaluate": None, "MultiBoxLoss": None,
+    # The forks' (proto/blobtool_caffe.proto names the fork of each parameter message).
+    "ReLU6": None, "Upsample": "upsample_param", "Interp": "interp_param", "ShuffleChannel": "shuffle_channel_param",
 }
 
 # Type name -> row. A fork's type is one more row (docs/development.md).
