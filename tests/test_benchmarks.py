@@ -77,3 +77,72 @@ def test_gpu_check_runs_on_the_fake_cupy_and_reports_copies_and_reductions(tmp_p
         assert row in table, row
     assert table.count(" GB/s") == 5
     assert "nothing installed" in table
+
+
+def _forward_harness():
+    """benchmarks/forward.py as a module (it is a script, not part of the package)."""
+    import importlib.util
+
+    name = "blobtool_forward_benchmark"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / "forward.py")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module  # its dataclasses look their module up there
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+def test_forward_harness_smoke_run_writes_its_section(tmp_path):
+    pytest.importorskip("cv2")
+    out = tmp_path / "RESULTS.md"
+    res = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "forward.py"), "--smoke", "--out", str(out),
+                          "--workdir", str(tmp_path)], capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr
+    text = out.read_text()
+    assert text.startswith("## blobtool run against OpenCV 4.x's forward\n")
+    assert "Machine: " in text and "OpenCV 4." in text
+    assert "`python benchmarks/forward.py --smoke`" in text
+    rows = {line.split("|")[1].strip(): line for line in text.splitlines() if line.startswith("| ") and "x3x" in line}
+    assert sorted(rows) == ["MobileFaceNet", "ResNet-20", "VGG-16"]
+    for name, row in rows.items():
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        assert len(cells) == 11, row
+        assert cells[5].endswith("x") and float(cells[5][:-1]) > 0, row
+        assert cells[9] in ("yes", "NO"), row
+        # Both processes drew the same input: blobtool's outputs are OpenCV's, to float32 rounding.
+        assert float(cells[10]) < 1e-4, row
+    # Every goal is judged, met or not: time and memory for each net.
+    assert text.count("met: ") == 6
+    assert [p.name for p in tmp_path.iterdir()] == ["RESULTS.md"]
+
+
+def test_forward_harness_replaces_its_own_section_and_keeps_the_rest(tmp_path):
+    forward = _forward_harness()
+    path = tmp_path / "RESULTS.md"
+    path.write_text("# blobtool benchmark results\n\nthe standard run\n\n" + forward.HEADING + "\n\nold figures\n\n"
+                    "## Later section\n\nkept\n")
+    forward.write_section(path, forward.HEADING + "\n\nnew figures\n")
+    assert path.read_text() == ("# blobtool benchmark results\n\nthe standard run\n\n" + forward.HEADING +
+                                "\n\nnew figures\n\n## Later section\n\nkept\n")
+    # Absent, it goes at the end; a file that does not exist yet holds only the section.
+    path.write_text("# blobtool benchmark results\n\nthe standard run\n")
+    forward.write_section(path, forward.HEADING + "\n\nfigures\n")
+    assert path.read_text() == ("# blobtool benchmark results\n\nthe standard run\n\n" + forward.HEADING +
+                                "\n\nfigures\n")
+    fresh = tmp_path / "new.md"
+    forward.write_section(fresh, forward.HEADING + "\n\nfigures\n")
+    assert fresh.read_text() == forward.HEADING + "\n\nfigures\n"
+
+
+def test_forward_harness_nets_have_the_sizes_they_claim():
+    forward = _forward_harness()
+    nets = forward.make_nets(smoke=False)
+    assert nets["vgg16"].weight_bytes // 4 == 138_357_544
+    assert nets["resnet20"].weight_bytes // 4 < 300_000
+    assert 900_000 < nets["mobilefacenet"].weight_bytes // 4 < 1_100_000
+    # The blob sizes the memory bound uses are the shapes Caffe gives.
+    assert nets["resnet20"].shapes["pool"] == (256, 64, 1, 1)
+    assert nets["mobilefacenet"].shapes["conv_last"] == (16, 512, 7, 7)
+    assert nets["mobilefacenet"].shapes["gdc"] == (16, 512, 1, 1)
+    assert nets["vgg16"].shapes["pool5"] == (1, 512, 7, 7)
+    assert [size for size, _, _ in nets["vgg16"].largest_blobs()] == [64 * 224 * 224 * 4] * 2
