@@ -300,3 +300,45 @@ def test_transplant_check_passes_a_round_trip_and_fails_other_values(tmp_path):
     lines = result.stderr.splitlines()
     assert lines[0].startswith("blobtool: check FAILED: 2 of 2 blobs")
     assert any(line.startswith("blobtool:   ip1: max |difference|") for line in lines)
+
+
+def test_an_ssd_head_runs_whole_and_its_blobs_match_opencv(tmp_path):
+    """conv features -> loc and conf convs -> Permute, Flatten -> PriorBox -> DetectionOutput (rows known at run)."""
+    rng = _rng(9)
+    priors = 3  # min_size, sqrt(min * max), aspect ratio 2 (no flip)
+    layers = [
+        layer("feat", "Convolution", "data", blobs=[rng.standard_normal((8, 3, 3, 3)) * 0.3, rng.standard_normal(8)],
+              convolution_param={"num_output": 8, "kernel_size": [3], "pad": [1], "stride": [2]}),
+        layer("loc", "Convolution", "feat", blobs=[rng.standard_normal((4 * priors, 8, 1, 1)) * 0.1,
+                                                   np.zeros(4 * priors)],
+              convolution_param={"num_output": 4 * priors, "kernel_size": [1]}),
+        layer("loc_perm", "Permute", "loc", permute_param={"order": [0, 2, 3, 1]}),
+        layer("loc_flat", "Flatten", "loc_perm", flatten_param={"axis": 1}),
+        layer("conf", "Convolution", "feat", blobs=[rng.standard_normal((3 * priors, 8, 1, 1)), np.zeros(3 * priors)],
+              convolution_param={"num_output": 3 * priors, "kernel_size": [1]}),
+        layer("conf_perm", "Permute", "conf", permute_param={"order": [0, 2, 3, 1]}),
+        layer("conf_flat", "Flatten", "conf_perm", flatten_param={"axis": 1}),
+        layer("priors", "PriorBox", ["feat", "data"],
+              prior_box_param={"min_size": [4.0], "max_size": [9.0], "aspect_ratio": [2.0], "flip": False,
+                               "clip": False, "variance": [0.1, 0.1, 0.2, 0.2]}),
+        layer("conf_soft", "Reshape", "conf_flat", reshape_param={"shape": {"dim": [0, -1, 3]}}),
+        layer("conf_prob", "Softmax", "conf_soft", softmax_param={"axis": 2}),
+        layer("conf_back", "Flatten", "conf_prob", flatten_param={"axis": 1}),
+        layer("detections", "DetectionOutput", ["loc_flat", "conf_back", "priors"],
+              detection_output_param={"num_classes": 3, "share_location": True, "background_label_id": 0,
+                                      "nms_param": {"nms_threshold": 0.45, "top_k": 20}, "keep_top_k": 10,
+                                      "confidence_threshold": 0.2, "code_type": 2}),
+    ]
+    prototxt, model = write_net_files(tmp_path, net(layers, {"data": (1, 3, 16, 16)}))
+    x = _rng(10).standard_normal((1, 3, 16, 16)).astype(np.float32)
+    values = blobtool.run(str(model), inputs={"data": x}, outputs="all").values
+    found = values["detections"]
+    assert found.shape[:2] == (1, 1) and found.shape[3] == 7 and 1 <= found.shape[2] <= 10
+    assert np.all((found[0, 0, :, 1] >= 1) | (found[0, 0, :, 1] == -1))  # no background rows
+    # Every blob before the detections against OpenCV (which orders detections by score, not label).
+    names = [n for n in values if n not in ("data", "detections")]
+    theirs = opencv_forward(prototxt, model, {"data": x}, names)
+    for name in names:
+        assert max_scaled_difference(values[name], theirs[name].reshape(values[name].shape)) <= 1e-4, name
+    info = json.loads(ok("info", "--layers", "--input-shape", "data=1,3,16,16", "--json", model).stdout)
+    assert info["top_shapes"]["priors"] == [[1, 2, 8 * 8 * priors * 4]]
