@@ -194,15 +194,36 @@ def build(deploy, weights, *, weights_by_layer: dict | None = None) -> Program:
 
 
 def _weights_by_layer(doc) -> dict:
-    """{layer name: [float32 arrays of its blobs, in order]} of a net document (FP16 and float64 made float32)."""
+    """{layer name: [float32 arrays of its blobs, in order]} of a net document (FP16 and float64 made float32).
+
+    Each float32 blob is read into an array of its own, from the file where
+    it is mapped (files/pages.py), not viewed in the mapping: a mapped blob
+    may start at any byte, and BLAS takes a misaligned matrix only after
+    numpy copies it whole at every product (VGG-16's 392 MiB fc6 weight,
+    offset 58,860,645: 1.2 s a run, against 0.04 s to read it once).
+    Reading it through the file keeps the mapping's pages out of memory,
+    so the weights are held once.
+    """
     if doc is None:
         return {}
+    from ..files.pages import file_behind, read_mapped, releasing
+
     held: dict = {}
-    for e in doc.entries:
-        if e.layer is None:
-            continue
-        values = np.asarray(e.blob().cpu_data())
-        held.setdefault(e.layer, []).append(_float32(values, e, doc.path).reshape(e.shape))
+    with releasing():
+        for e in doc.entries:
+            if e.layer is None:
+                continue
+            values = np.asarray(e.blob().cpu_data())
+            if values.dtype == FLOAT:
+                out = np.empty(values.shape, FLOAT)
+                behind = file_behind(values)
+                if behind is not None and values.size:
+                    read_mapped(*behind, out)
+                else:
+                    out[...] = values
+            else:
+                out = _float32(values, e, doc.path)
+            held.setdefault(e.layer, []).append(out.reshape(e.shape))
     return held
 
 

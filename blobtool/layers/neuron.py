@@ -81,7 +81,10 @@ class PReLU(Neuron):
         # the slope broadcasts as [C, 1, 1, ...] over axis 1, or is one scalar when channel_shared.
         slope = self.blobs[0].reshape(-1)
         slope = slope[0] if self.shared else slope.reshape((-1,) + (1,) * (x.ndim - 2))
-        return np.maximum(x, FLOAT(0)) + slope * np.minimum(x, FLOAT(0))
+        # The same values with one array and a mask, not three temporaries: slope * x, then x where x > 0.
+        y = np.multiply(x, slope, dtype=FLOAT)
+        np.copyto(y, x, where=x > 0)
+        return y
 
 
 @register("ELU")

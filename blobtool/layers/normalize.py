@@ -96,7 +96,8 @@ class BatchNorm(Layer):
             var = (centred * centred).mean(axis=axes, dtype=FLOAT)
         # y = (x - mean) / sqrt(var + eps)
         std = np.sqrt(var + self.eps)
-        y = (x - _per_channel(mean, x.ndim)) / _per_channel(std, x.ndim)
+        y = np.subtract(x, _per_channel(mean, x.ndim), dtype=FLOAT)
+        np.divide(y, _per_channel(std, x.ndim), out=y)  # in place: one array, as Caffe's top
         return [as_float(y)]
 
 
