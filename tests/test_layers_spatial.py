@@ -291,6 +291,12 @@ CONVOLUTIONS = {
     "depthwise": ((2, 4, 7, 8), {"num_output": 4, "kernel_size": [3], "pad": [1], "group": 4}),
     "depthwise_s2": ((1, 5, 9, 9), {"num_output": 5, "kernel_size": [3], "stride": [2], "pad": [1], "group": 5}),
     "depthwise_x2": ((1, 3, 6, 7), {"num_output": 6, "kernel_size": [3], "group": 3, "dilation": [2]}),
+    "depthwise_s3_d2_x3": ((2, 2, 13, 11), {"num_output": 6, "kernel_size": [3], "group": 2, "stride": [3],
+                                            "dilation": [2], "pad": [2]}),
+    "depthwise_h_w": ((1, 3, 9, 10), {"num_output": 3, "kernel_h": 3, "kernel_w": 5, "stride_h": 2, "stride_w": 1,
+                                      "pad_h": 1, "pad_w": 2, "group": 3}),
+    "depthwise_global_7x7": ((2, 4, 7, 7), {"num_output": 4, "kernel_size": [7], "group": 4, "bias_term": False}),
+    "depthwise_5x5_on_4x4": ((1, 3, 4, 4), {"num_output": 3, "kernel_size": [5], "pad": [1], "group": 3}),
     "no_bias": ((2, 3, 6, 6), {"num_output": 4, "kernel_size": [3], "pad": [1], "bias_term": False}),
     "no_bias_group": ((1, 4, 6, 6), {"num_output": 2, "kernel_size": [2], "group": 2, "bias_term": False}),
     "whole_input": ((1, 3, 4, 5), {"num_output": 2, "kernel_h": 4, "kernel_w": 5}),
@@ -366,6 +372,16 @@ def test_convolution_of_many_channels_against_opencv(tmp_path, channels):
     shape = (2, channels, 17, 15)
     params = {"num_output": 33, "kernel_size": [3], "pad": [1]}
     against_opencv(tmp_path, [conv_layer("c", "Convolution", shape, params)], {"data": _input(shape)})
+
+
+@pytest.mark.parametrize("name", ["depthwise", "depthwise_s2", "depthwise_x2", "depthwise_s3_d2_x3"])
+@pytest.mark.parametrize("budget", [64, 2000], ids=["plane", "planes"])
+def test_depthwise_in_blocks_against_opencv(tmp_path, monkeypatch, name, budget):
+    """Blocks of one plane, or of a few (across images), give the same tops."""
+    monkeypatch.setattr(conv, "DEPTHWISE_BYTES", budget)
+    shape, params = CONVOLUTIONS[name]
+    shape = (3,) + shape[1:]
+    against_opencv(tmp_path, [conv_layer(name, "Convolution", shape, params)], {"data": _input(shape)})
 
 
 def test_convolution_depthwise_type_is_convolution():
