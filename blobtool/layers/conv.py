@@ -65,12 +65,6 @@ __all__ = ["Convolution", "Deconvolution", "conv_output_size", "deconv_output_si
 # (pages of a fresh buffer that size fault in at every call).
 COLUMN_BYTES = 8 << 20
 
-# A 1 x 1 convolution of stride 1 multiplies the bottom's planes as they are, one product per
-# image, where a plane holds at least this many pixels (or there is one image); smaller planes
-# go through the columns, several images to a product: BLAS starts its threads for every call,
-# and 256 calls of 32 x 32 pixels cost more than the copy.
-_PLANE_FOR_DIRECT_1X1 = 4096
-
 # A depthwise convolution works through blocks of planes of about this many bytes (input, sum,
 # term), which stay in cache across its taps: 16 x 64 planes of 56 x 56 took 6.5 ms in blocks of
 # 1 MiB, 8 ms of 256 KiB, 22 ms as whole arrays.
@@ -267,8 +261,7 @@ class Convolution(_BaseConvolution):
         n, channels, _, _ = x.shape
         weight = self.blobs[0].reshape(self.num_output, channels // self.group, *self.kernel)
         bias = self._bias()
-        if self.kernel == (1, 1) and self.stride == (1, 1) and self.pad == (0, 0) and (
-                n == 1 or x.shape[2] * x.shape[3] >= _PLANE_FOR_DIRECT_1X1):
+        if self.kernel == (1, 1) and self.stride == (1, 1) and self.pad == (0, 0):
             y = _conv_1x1(x, weight, self.group)
         elif channels == self.group:
             y = _conv_depthwise(x, weight, self.stride, self.pad, self.dilation, out_hw)
