@@ -308,15 +308,32 @@ class Deconvolution(_BaseConvolution):
 # -- the arithmetic --------------------------------------------------------------------------
 
 
-def _padded(x: np.ndarray, pad: tuple) -> np.ndarray:
-    """x (N, C, H, W) with pad zeros around each plane, C-contiguous (x itself when there is no pad)."""
-    ph, pw = pad
-    if ph == 0 and pw == 0:
+def _padded(x: np.ndarray, pad: tuple, size: tuple | None = None) -> np.ndarray:
+    """x (N, C, H, W) at (pad_h, pad_w) in zero planes of `size` (H + 2 pad_h, W + 2 pad_w by default).
+
+    x itself where that is x's own size; C-contiguous either way.
+    """
+    (ph, pw), (n, c, h, w) = pad, x.shape
+    hp, wp = size or (h + 2 * ph, w + 2 * pw)
+    if (ph, pw, hp, wp) == (0, 0, h, w):
         return x
-    n, c, h, w = x.shape
-    xp = np.zeros((n, c, h + 2 * ph, w + 2 * pw), FLOAT)
+    xp = np.zeros((n, c, hp, wp), FLOAT)
     xp[:, :, ph:ph + h, pw:pw + w] = x
     return xp
+
+
+def _padded_chunks(x: np.ndarray, pad: tuple, size: tuple, chunks):
+    """(padded images of the chunk, chunk) for each (n0, n1, r0, r1) chunk: only the chunk's images are padded.
+
+    The bands of one image share its padded copy: the padding costs one
+    chunk's images at a time, not the whole batch's.
+    """
+    held, made = None, None
+    for chunk in chunks:
+        n0, n1 = chunk[:2]
+        if held != (n0, n1):
+            held, made = (n0, n1), _padded(x[n0:n1], pad, size)
+        yield made, chunk
 
 
 def _conv_1x1(x: np.ndarray, weight: np.ndarray, group: int) -> np.ndarray:
@@ -428,33 +445,32 @@ def _conv_columns(x, weight, bias, group, stride, pad, dilation, out_hw) -> np.n
     wide, reading on into the next row); the outputs past Wo in each row are
     dropped as the chunk's product is written to the top.
     """
-    n, c, _, _ = x.shape
+    n, c, h, w = x.shape
     c_out, _, kh, kw = weight.shape
     (sh, sw), (dh, dw), (ho, wo) = stride, dilation, out_hw
-    xp = _padded(x, pad)
-    _, _, hp, wp = xp.shape
+    hp, wp = h + 2 * pad[0], w + 2 * pad[1]
     wide = sh == 1 and sw == 1
     row = wp if wide else wo          # column entries per output row
     k = c * kh * kw
     kg = k // group
     weights = weight.reshape(group, c_out // group, kg)
     y = np.empty((n, c_out, ho, wo), FLOAT)
-    s_n, s_c, s_h, s_w = xp.strides
     chunks = list(_chunks(n, ho, k * row))
     most = max(((n1 - n0) * (h1 - h0) for n0, n1, h0, h1 in chunks), default=0)
     # Zeros where a wide run stops short of its last row's end: those outputs are dropped, but stay finite.
     buffer = np.zeros(k * most * row, FLOAT)
-    for n0, n1, h0, h1 in chunks:
+    for xp, (n0, n1, h0, h1) in _padded_chunks(x, pad, (hp, wp), chunks):
         images, rows = n1 - n0, h1 - h0
+        s_n, s_c, s_h, s_w = xp.strides
         columns = buffer[:k * images * rows * row].reshape(c, kh, kw, images, rows * row)
         if wide:
             # The run for rows h0..h1 stops where the last kernel offset would read past the plane.
             length = min(rows * wp, (ho - h0) * wp - (kw - 1) * dw)
-            view = as_strided(xp[n0:n1, :, h0:], (c, kh, kw, images, length),
+            view = as_strided(xp[:, :, h0:], (c, kh, kw, images, length),
                               (s_c, dh * s_h, dw * s_w, s_n, s_w), writeable=False)
             np.copyto(columns[..., :length], view)
         else:
-            view = as_strided(xp[n0:n1, :, h0 * sh:], (c, kh, kw, images, rows, wo),
+            view = as_strided(xp[:, :, h0 * sh:], (c, kh, kw, images, rows, wo),
                               (s_c, dh * s_h, dw * s_w, s_n, sh * s_h, sw * s_w), writeable=False)
             np.copyto(columns.reshape(view.shape), view)
         product = np.matmul(weights, columns.reshape(group, kg, images * rows * row))
@@ -473,14 +489,14 @@ def _conv_winograd(x, weight, bias, group, pad, out_hw) -> np.ndarray:
     padded input from (4Y, 4X); the tiles of a chunk of images or tile rows
     (about WINOGRAD_CHUNK_TILES) are gathered as a (36, C, tiles) matrix (the
     input past the bottom and right edges is zeros, and the outputs it makes
-    are dropped). The
-    kernels are transformed at each call, in blocks of output channels of
-    about COLUMN_BYTES: kept, they would hold 4 times the layer's weights.
+    are dropped). The kernels are transformed at each call, in blocks of
+    output channels of about COLUMN_BYTES: kept, they would hold 4 times the
+    layer's weights.
     """
-    n, c, h, w = x.shape
+    n, c, _, _ = x.shape
     c_out = weight.shape[0]
     per_group, c_group = c_out // group, c // group
-    (ph, pw), (ho, wo) = pad, out_hw
+    ho, wo = out_hw
     kernels = weight.reshape(group, per_group, c_group * 9)
     step = max(1, COLUMN_BYTES // (36 * group * c_group * 4))
     blocks = [(o0, min(per_group, o0 + step)) for o0 in range(0, per_group, step)]
@@ -493,15 +509,14 @@ def _conv_winograd(x, weight, bias, group, pad, out_hw) -> np.ndarray:
     once = transformed(*blocks[0]) if len(blocks) == 1 else None
     biases = None if bias is None else bias.reshape(group, per_group)
     tiles_h, tiles_w = -(-ho // 4), -(-wo // 4)
-    xp = np.zeros((n, c, 4 * tiles_h + 2, 4 * tiles_w + 2), FLOAT)
-    xp[:, :, ph:ph + h, pw:pw + w] = x
-    s_n, s_c, s_h, s_w = xp.strides
     y = np.empty((n, c_out, ho, wo), FLOAT)
     by_group = y.reshape(n, group, per_group, ho, wo)
-    for n0, n1, r0, r1 in _chunks(n, tiles_h, 36 * c * tiles_w, 36 * c * 4 * WINOGRAD_CHUNK_TILES):
+    chunks = _chunks(n, tiles_h, 36 * c * tiles_w, 36 * c * 4 * WINOGRAD_CHUNK_TILES)
+    for xp, (n0, n1, r0, r1) in _padded_chunks(x, pad, (4 * tiles_h + 2, 4 * tiles_w + 2), chunks):
         images, rows = n1 - n0, r1 - r0
         tiles = images * rows * tiles_w
-        view = as_strided(xp[n0:n1, :, 4 * r0:], (6, 6, c, images, rows, tiles_w),
+        s_n, s_c, s_h, s_w = xp.strides
+        view = as_strided(xp[:, :, 4 * r0:], (6, 6, c, images, rows, tiles_w),
                           (s_h, s_w, s_c, s_n, 4 * s_h, 4 * s_w), writeable=False)
         inputs = (_TILE_IN @ np.ascontiguousarray(view).reshape(36, c * tiles)).reshape(36, group, c_group, tiles)
         height = min(ho, 4 * r1) - 4 * r0

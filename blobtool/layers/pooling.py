@@ -178,7 +178,7 @@ def _max(x, kernel, stride, pad, out) -> np.ndarray:
 def _max_with_argmax(x, kernel, stride, pad, out) -> tuple:
     """MAX pooling and its argmax top (float h * W + w of the first greatest value, -1 where none beat -FLT_MAX)."""
     n, c, h, w = x.shape
-    (kh, kw), (sh, sw), (ph, pw), (ho, wo) = kernel, stride, pad, out
+    (sh, sw), (ph, pw), (ho, wo) = stride, pad, out
     xp = _extended(x, pad, kernel, stride, out, _LOWEST)
     y = np.full((n, c, ho, wo), _LOWEST, FLOAT)
     mask = np.full((n, c, ho, wo), -1.0, FLOAT)
