@@ -10,6 +10,8 @@ from its blobs' shapes (CIFAR-10 "full" with a 500-unit hidden layer).
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 from google.protobuf import text_format
@@ -120,3 +122,22 @@ def test_probabilities_of_a_training_snapshot_sum_to_one(realworld):
     assert list(result.values) == ["prob"]
     np.testing.assert_allclose(result.values["prob"].sum(axis=1), 1.0, rtol=1e-5)
     assert [i["given"] for i in result.inputs] == ["random normal, seed 0"]
+
+
+@pytest.mark.parametrize("name, shapes", [("resnet20_cifar10.caffemodel", {"Data1": (2, 3, 32, 32)}),
+                                          ("mtcnn_det1_half.caffemodel", {"data": (1, 3, 24, 24)})])
+def test_fold_and_transplant_check_pass_on_real_nets(tmp_path, realworld, name, shapes):
+    from runner import ok
+
+    net = realworld / name
+    shape = [f"{k}={','.join(map(str, v))}" for k, v in shapes.items()]
+    folded = ok("fold", net, "-o", tmp_path / "folded.caffemodel", "--check", "--input-shape", *shape, "--json")
+    record = json.loads(folded.stdout)
+    assert record["check"]["passed"] is True and record["check"]["blobs"]
+    with blobtool.open_document(str(net)) as doc:
+        batchnorms = [layer.type for layer in doc.layers].count("BatchNorm")
+    assert len(record["folded"]) == batchnorms  # ResNet-20: every BatchNorm, each with its Scale; MTCNN: none
+    ok("convert", "--names", "torch", net, "-o", tmp_path / "port.safetensors")
+    back = ok("transplant", tmp_path / "port.safetensors", net, "--names", "torch", "-o", tmp_path / "back.caffemodel",
+              "--check", "--input-shape", *shape)
+    assert "computes what" in back.stderr
