@@ -308,32 +308,32 @@ class Deconvolution(_BaseConvolution):
 # -- the arithmetic --------------------------------------------------------------------------
 
 
-def _padded(x: np.ndarray, pad: tuple, size: tuple | None = None) -> np.ndarray:
-    """x (N, C, H, W) at (pad_h, pad_w) in zero planes of `size` (H + 2 pad_h, W + 2 pad_w by default).
-
-    x itself where that is x's own size; C-contiguous either way.
-    """
+def _padded(x: np.ndarray, pad: tuple) -> np.ndarray:
+    """x (N, C, H, W) with pad zeros around each plane, C-contiguous (x itself when there is no pad)."""
     (ph, pw), (n, c, h, w) = pad, x.shape
-    hp, wp = size or (h + 2 * ph, w + 2 * pw)
-    if (ph, pw, hp, wp) == (0, 0, h, w):
+    if ph == 0 and pw == 0:
         return x
-    xp = np.zeros((n, c, hp, wp), FLOAT)
+    xp = np.zeros((n, c, h + 2 * ph, w + 2 * pw), FLOAT)
     xp[:, :, ph:ph + h, pw:pw + w] = x
     return xp
 
 
-def _padded_chunks(x: np.ndarray, pad: tuple, size: tuple, chunks):
-    """(padded images of the chunk, chunk) for each (n0, n1, r0, r1) chunk: only the chunk's images are padded.
+def _band(x: np.ndarray, pad: tuple, first: int, count: int, width: int) -> np.ndarray:
+    """Rows first .. first + count of x's padded planes, `width` columns wide: zeros past the image.
 
-    The bands of one image share its padded copy: the padding costs one
-    chunk's images at a time, not the whole batch's.
+    Padded row r is x's row r - pad_h; a chunk pads only the rows it reads,
+    so the copy stays small and in cache for the reads that follow. x itself
+    where that is exactly x.
     """
-    held, made = None, None
-    for chunk in chunks:
-        n0, n1 = chunk[:2]
-        if held != (n0, n1):
-            held, made = (n0, n1), _padded(x[n0:n1], pad, size)
-        yield made, chunk
+    (ph, pw), (n, c, h, w) = pad, x.shape
+    top, bottom = max(first - ph, 0), min(first + count - ph, h)
+    if (first - ph, count, pw, width) == (0, h, 0, w):
+        return x
+    band = np.zeros((n, c, count, width), FLOAT)
+    if bottom > top:
+        columns = min(w, width - pw)
+        band[:, :, top + ph - first:bottom + ph - first, pw:pw + columns] = x[:, :, top:bottom, :columns]
+    return band
 
 
 def _conv_1x1(x: np.ndarray, weight: np.ndarray, group: int) -> np.ndarray:
@@ -459,18 +459,20 @@ def _conv_columns(x, weight, bias, group, stride, pad, dilation, out_hw) -> np.n
     most = max(((n1 - n0) * (h1 - h0) for n0, n1, h0, h1 in chunks), default=0)
     # Zeros where a wide run stops short of its last row's end: those outputs are dropped, but stay finite.
     buffer = np.zeros(k * most * row, FLOAT)
-    for xp, (n0, n1, h0, h1) in _padded_chunks(x, pad, (hp, wp), chunks):
+    for n0, n1, h0, h1 in chunks:
         images, rows = n1 - n0, h1 - h0
+        # The padded rows these outputs read (a wide run reads on into one more, but for the last rows).
+        reads = (rows - 1) * sh + (kh - 1) * dh + 1 + wide
+        xp = _band(x[n0:n1], pad, h0 * sh, min(reads, hp - h0 * sh), wp)
         s_n, s_c, s_h, s_w = xp.strides
         columns = buffer[:k * images * rows * row].reshape(c, kh, kw, images, rows * row)
         if wide:
             # The run for rows h0..h1 stops where the last kernel offset would read past the plane.
             length = min(rows * wp, (ho - h0) * wp - (kw - 1) * dw)
-            view = as_strided(xp[:, :, h0:], (c, kh, kw, images, length),
-                              (s_c, dh * s_h, dw * s_w, s_n, s_w), writeable=False)
+            view = as_strided(xp, (c, kh, kw, images, length), (s_c, dh * s_h, dw * s_w, s_n, s_w), writeable=False)
             np.copyto(columns[..., :length], view)
         else:
-            view = as_strided(xp[:, :, h0 * sh:], (c, kh, kw, images, rows, wo),
+            view = as_strided(xp, (c, kh, kw, images, rows, wo),
                               (s_c, dh * s_h, dw * s_w, s_n, sh * s_h, sw * s_w), writeable=False)
             np.copyto(columns.reshape(view.shape), view)
         product = np.matmul(weights, columns.reshape(group, kg, images * rows * row))
@@ -511,12 +513,12 @@ def _conv_winograd(x, weight, bias, group, pad, out_hw) -> np.ndarray:
     tiles_h, tiles_w = -(-ho // 4), -(-wo // 4)
     y = np.empty((n, c_out, ho, wo), FLOAT)
     by_group = y.reshape(n, group, per_group, ho, wo)
-    chunks = _chunks(n, tiles_h, 36 * c * tiles_w, 36 * c * 4 * WINOGRAD_CHUNK_TILES)
-    for xp, (n0, n1, r0, r1) in _padded_chunks(x, pad, (4 * tiles_h + 2, 4 * tiles_w + 2), chunks):
+    for n0, n1, r0, r1 in _chunks(n, tiles_h, 36 * c * tiles_w, 36 * c * 4 * WINOGRAD_CHUNK_TILES):
         images, rows = n1 - n0, r1 - r0
         tiles = images * rows * tiles_w
+        xp = _band(x[n0:n1], pad, 4 * r0, 4 * rows + 2, 4 * tiles_w + 2)
         s_n, s_c, s_h, s_w = xp.strides
-        view = as_strided(xp[:, :, 4 * r0:], (6, 6, c, images, rows, tiles_w),
+        view = as_strided(xp, (6, 6, c, images, rows, tiles_w),
                           (s_h, s_w, s_c, s_n, 4 * s_h, 4 * s_w), writeable=False)
         inputs = (_TILE_IN @ np.ascontiguousarray(view).reshape(36, c * tiles)).reshape(36, group, c_group, tiles)
         height = min(ho, 4 * r1) - 4 * r0
