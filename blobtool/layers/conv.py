@@ -18,13 +18,14 @@ How the arithmetic is laid out here (Caffe runs one image at a time through
 an im2col buffer and a GEMM per group):
 
 - A convolution is one batched float32 matrix product per chunk of images
-  (or of output rows, for a large image): the column matrix is copied once
-  from a strided view of the padded input, in chunks of COLUMN_BYTES, and
-  BLAS multiplies every group of every image of the chunk in one np.matmul.
+  side by side (or of output rows, for a large image): the chunk's rows of
+  the padded input are made (only those), its column matrix is copied from
+  a strided view of them, about COLUMN_BYTES at a time, and BLAS multiplies
+  every group in one np.matmul, written to the top with the bias added.
 - With stride 1 the columns of an output row are read as one run of the
   padded row-major plane, Wp wide, that runs on into the next row ("wide"
   columns): each column row is a contiguous copy, and the Wp - Wo extra
-  outputs per row are dropped when the bias is added.
+  outputs per row are dropped as the product is written.
 - A 1 x 1 convolution with stride 1 and no pad needs no columns: the input
   is already the column matrix (Caffe's is_1x1_).
 - A 3 x 3 convolution of stride 1 with many channels per group goes by
@@ -35,10 +36,15 @@ an im2col buffer and a GEMM per group):
   (A^T m A) into a 4 x 4 output tile: 36 multiplications per 16 outputs
   instead of 144. Its rounding differs from Caffe's GEMM by about 1e-5 of
   a top's largest value (OpenCV's own 3 x 3 convolutions are Winograd's
-  F(6 x 6, 3 x 3)).
+  F(6 x 6, 3 x 3)), and a NaN or infinity in the bottom reaches the whole
+  4 x 4 tiles whose 6 x 6 inputs hold it (Caffe: the outputs whose windows
+  hold it). The kernels are transformed at each call: kept, they would
+  hold 4 times the layer's weights.
 - A depthwise convolution (one input channel per group) is a sum over the
-  kernel's offsets of shifted views times per-channel weights: there is no
-  matrix product worth a BLAS call.
+  kernel's offsets of weight x shifted input, a block of planes at a time
+  (cache-sized), each offset one contiguous run per plane (the plane split
+  by stride phase, the rows wide as above): there is no matrix product
+  worth a BLAS call.
 - A deconvolution multiplies the transposed weights by the input (the
   columns), then adds each kernel offset's columns into the padded output
   at stride s (Caffe's col2im), one strided add per offset.
@@ -101,7 +107,9 @@ def stored_shape_fits(stored, expected) -> bool:
     """Whether a blob stored with shape `stored` is the `expected` one, as Caffe's Blob::ShapeEquals decides.
 
     A blob from an old model keeps its legacy 4-D shape (num, channels,
-    height, width): a bias (1, 1, 1, N) is the (N,) Caffe expects.
+    height, width): a bias (1, 1, 1, N) is the (N,) Caffe expects. The
+    stored shape does not say whether it came from the legacy fields, so
+    any 4-D shape that pads so is taken (Caffe: only the legacy fields').
     """
     stored, expected = tuple(stored), tuple(expected)
     return stored == expected or (len(stored) == 4 and legacy_shapes_equal(stored, expected))
