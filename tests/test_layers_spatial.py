@@ -437,6 +437,10 @@ DECONVOLUTIONS = {
     "kernel_h_w": ((1, 3, 4, 5), {"num_output": 2, "kernel_h": 3, "kernel_w": 2, "stride_h": 2, "stride_w": 3,
                                   "pad_h": 1, "pad_w": 0}),
     "no_bias": ((2, 3, 4, 4), {"num_output": 2, "kernel_size": [3], "stride": [2], "bias_term": False}),
+    "k16s8p4_depthwise": ((1, 3, 3, 4), {"num_output": 3, "kernel_size": [16], "stride": [8], "pad": [4], "group": 3,
+                                         "bias_term": False}),
+    "k10s8": ((2, 2, 3, 2), {"num_output": 3, "kernel_size": [10], "stride": [8], "pad": [1]}),
+    "k3s5": ((1, 2, 3, 3), {"num_output": 2, "kernel_size": [3], "stride": [5]}),
 }
 
 # OpenCV leaves a deconvolution's dilation out of its output size: these go to the definition.
@@ -465,9 +469,11 @@ def test_dilated_deconvolution_against_the_definition(name):
     assert_close(value, wanted, name)
 
 
-def test_deconvolution_in_one_image_chunks_against_opencv(tmp_path, monkeypatch):
+@pytest.mark.parametrize("name", ["group2", "k10s8", "k4s2p1"])
+def test_deconvolution_in_one_image_chunks_against_opencv(tmp_path, monkeypatch, name):
+    """One image and one kernel row multiplied at a time give the same tops."""
     monkeypatch.setattr(conv, "COLUMN_BYTES", 64)
-    shape, params = DECONVOLUTIONS["group2"]
+    shape, params = DECONVOLUTIONS[name]
     against_opencv(tmp_path, [conv_layer("d", "Deconvolution", (3,) + shape[1:], params)],
                    {"data": _input((3,) + shape[1:])})
 

@@ -89,6 +89,11 @@ WINOGRAD_MIN_TILES = 32
 # 33 ms with 2048; 128 -> 128 at 112 x 112: 16 ms with 128, 18 ms with 2048).
 WINOGRAD_CHUNK_TILES = 192
 
+# A deconvolution of at least this stride sums its output with the column phase innermost (the
+# adds then run along s values of a row): an upsampling by 32 (FCN-32s's 64 x 64 kernel) took
+# 61 ms the other way, where a stride of 2 keeps the phases outermost (4.9 ms against 18 ms).
+_DECONV_STRIDE_Q_INNER = 8
+
 # The transforms of F(4x4, 3x3) at the points 0, +-1, +-2 and infinity (Lavin and Gray's):
 # input tile d (6 x 6) -> B^T d B, kernel g (3 x 3) -> G g G^T, product m (6 x 6) -> A^T m A (4 x 4).
 _WINOGRAD_BT = np.array([[4, 0, -5, 0, 1, 0], [0, -4, -4, 1, 1, 0], [0, 4, -4, -1, 1, 0],
@@ -545,23 +550,77 @@ def _conv_winograd(x, weight, bias, group, pad, out_hw) -> np.ndarray:
 
 
 def _deconv(x, weight, group, stride, pad, dilation, out_hw) -> np.ndarray:
-    """Deconvolution: columns = weight^T x per group, then col2im (each offset's columns added at stride s).
+    """Deconvolution: columns = weight^T x per group, then col2im (Caffe's col2im_cpu).
 
     Column row (o, i, j) of input pixel (y, x) lands on output
-    (o, y s_h - p_h + i d_h, x s_w - p_w + j d_w) (Caffe's col2im_cpu),
-    added into an output padded by p on each side and cropped after.
+    (o, y s_h - p_h + i d_h, x s_w - p_w + j d_w), added into an output
+    padded by p on each side and cropped after.
     """
     n, c, h, w = x.shape
     _, per_group, kh, kw = weight.shape
     c_out = per_group * group
-    (sh, sw), (ph, pw), (dh, dw), (ho, wo) = stride, pad, dilation, out_hw
-    kg = per_group * kh * kw
-    weights_t = weight.reshape(group, c // group, kg).transpose(0, 2, 1)
+    (sh, sw), (ph, pw), (ho, wo) = stride, pad, out_hw
     planes = x.reshape(n, group, c // group, h * w)
     if (kh, kw, sh, sw, ph, pw) == (1, 1, 1, 1, 0, 0):
+        weights_t = weight.reshape(group, c // group, per_group).transpose(0, 2, 1)
         return np.matmul(weights_t, planes).reshape(n, c_out, ho, wo)
+    if dilation != (1, 1):
+        return _deconv_dilated(planes, weight, group, stride, pad, dilation, out_hw)
     y = np.empty((n, c_out, ho, wo), FLOAT)
-    step = max(1, COLUMN_BYTES // max(1, c_out * kh * kw * h * w * 4))
+    # With dilation 1, kernel row i = a s + r of input row y lands on padded output row (y + a) s + r.
+    # The output is summed by phase, for row Y s + r and column X s + q: the columns of kernel row
+    # band a and column band b add into it at (Y, X) = (y + a, x + b) in one add, every phase at once;
+    # the phases are interleaved at the end. The phase axes go where the add's innermost run is
+    # longest: (r, q, Y, X) for a small stride, (r, Y, X, q) for a large one (an upsampling by 32).
+    # A band's kernel rows are multiplied in blocks of about COLUMN_BYTES.
+    bands_h, bands_w = -(-kh // sh), -(-kw // sw)
+    q_inner = sw >= _DECONV_STRIDE_Q_INNER
+    per_kernel_row = c_out * kw * h * w * 4
+    step = max(1, COLUMN_BYTES // (per_kernel_row * kh))
+    for n0 in range(0, n, step):
+        n1 = min(n, n0 + step)
+        images = n1 - n0
+        rows, cols = h + bands_h - 1, w + bands_w - 1
+        phased = np.zeros((images, c_out, sh, rows, cols, sw) if q_inner else (images, c_out, sh, sw, rows, cols),
+                          FLOAT)
+        rows_per_block = max(1, COLUMN_BYTES // (per_kernel_row * images))
+        for a in range(bands_h):
+            band = min(sh, kh - a * sh)
+            for r0 in range(0, band, rows_per_block):
+                r1 = min(band, r0 + rows_per_block)
+                kernel_rows = weight[:, :, a * sh + r0:a * sh + r1]
+                weights_t = kernel_rows.reshape(group, c // group, -1).transpose(0, 2, 1)
+                if c == group:
+                    # One input channel per group: the product is an outer product, cheaper broadcast.
+                    columns = weights_t * planes[n0:n1]
+                else:
+                    columns = np.matmul(weights_t, planes[n0:n1])
+                columns = columns.reshape(images, c_out, r1 - r0, kw, h, w)
+                for b in range(bands_w):
+                    width = min(sw, kw - b * sw)
+                    block = columns[:, :, :, b * sw:b * sw + width]          # (image, o, r, q, y, x)
+                    if q_inner:
+                        phased[:, :, r0:r1, a:a + h, b:b + w, :width] += block.transpose(0, 1, 2, 4, 5, 3)
+                    else:
+                        phased[:, :, r0:r1, :width, a:a + h, b:b + w] += block
+        full = np.empty((images, c_out, rows, sh, cols, sw), FLOAT)
+        np.copyto(full, phased.transpose(0, 1, 3, 2, 4, 5) if q_inner else phased.transpose(0, 1, 4, 2, 5, 3))
+        flat = full.reshape(images, c_out, rows * sh, cols * sw)
+        y[n0:n1] = flat[:, :, ph:ph + ho, pw:pw + wo]
+    return y
+
+
+def _deconv_dilated(planes, weight, group, stride, pad, dilation, out_hw) -> np.ndarray:
+    """A dilated deconvolution: each kernel offset's columns added into the padded output at stride s."""
+    n, _, c_group, hw = planes.shape
+    _, per_group, kh, kw = weight.shape
+    c_out = per_group * group
+    (sh, sw), (ph, pw), (dh, dw), (ho, wo) = stride, pad, dilation, out_hw
+    h = (ho + 2 * ph - dh * (kh - 1) - 1) // sh + 1
+    w = hw // h
+    weights_t = weight.reshape(group, c_group, per_group * kh * kw).transpose(0, 2, 1)
+    y = np.empty((n, c_out, ho, wo), FLOAT)
+    step = max(1, COLUMN_BYTES // max(1, c_out * kh * kw * hw * 4))
     for n0 in range(0, n, step):
         n1 = min(n, n0 + step)
         columns = np.matmul(weights_t, planes[n0:n1]).reshape(n1 - n0, c_out, kh, kw, h, w)
