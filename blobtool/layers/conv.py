@@ -274,14 +274,16 @@ class Convolution(_BaseConvolution):
         n, channels, _, _ = x.shape
         weight = self.blobs[0].reshape(self.num_output, channels // self.group, *self.kernel)
         bias = self._bias()
+        tiles = n * -(-out_hw[0] // 4) * -(-out_hw[1] // 4)
+        # Winograd and the columns add the bias as they write each chunk; the other two after.
+        if (self.kernel == (3, 3) and self.stride == (1, 1) and self.dilation == (1, 1) and channels != self.group
+                and min(channels, self.num_output) // self.group >= WINOGRAD_MIN_CHANNELS
+                and tiles >= WINOGRAD_MIN_TILES):
+            return _conv_winograd(x, weight, bias, self.group, self.pad, out_hw)
         if self.kernel == (1, 1) and self.stride == (1, 1) and self.pad == (0, 0):
             y = _conv_1x1(x, weight, self.group)
         elif channels == self.group:
             y = _conv_depthwise(x, weight, self.stride, self.pad, self.dilation, out_hw)
-        elif (self.kernel == (3, 3) and self.stride == (1, 1) and self.dilation == (1, 1)
-              and min(channels, self.num_output) // self.group >= WINOGRAD_MIN_CHANNELS
-              and n * -(-out_hw[0] // 4) * -(-out_hw[1] // 4) >= WINOGRAD_MIN_TILES):
-            return _conv_winograd(x, weight, bias, self.group, self.pad, out_hw)
         else:
             return _conv_columns(x, weight, bias, self.group, self.stride, self.pad, self.dilation, out_hw)
         if bias is not None:
