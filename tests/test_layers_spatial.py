@@ -9,8 +9,16 @@ OpenCV 4.14 departs (measured by these cases):
 - it cannot read Pooling's round_mode (FLOOR is compared with the loops);
 - a MAX window that starts past the image (a kernel smaller than the stride,
   no pad, ceil rounding) gives 0 there, Caffe -FLT_MAX;
+- a Deconvolution's dilation is left out of its output size (dilated ones
+  are compared with the loops);
+- a Convolution of two bottoms does not run (each top is compared with the
+  one-bottom layer's);
 - it misreads InnerProduct's `transpose: true`;
 - it has no Embed layer.
+
+Convolution picks its method by shape (conv.py); the cases reach each one,
+and the tests that shrink conv's chunk budgets reach its chunked loops on
+small inputs.
 """
 
 from __future__ import annotations
