@@ -28,6 +28,7 @@ _EXPORTS = {
     "edit": "api",
     "fold": "api",
     "run": "api",
+    "export": "api",
     "deploy_definition": "api",
     "open_document": "formats",
     "select": "formats",
@@ -36,7 +37,7 @@ _EXPORTS = {
 }
 
 __all__ = ["Blob", "BlobToolError", "ExitCode", "SyncedHead", "SyncedMemory", "definition_text", "deploy_definition",
-           "edit", "fold", "run",
+           "edit", "export", "fold", "run",
            "load", "load_all", "net_definition", "open_document", "save", "select", "state_dict", "transplant", "write",
            "__version__"]
 

@@ -21,7 +21,7 @@ from .formats.targets import output_target
 from .files import releasing, writes_in_place
 
 __all__ = ["load", "load_all", "state_dict", "save", "write", "open_document", "net_definition",
-           "resolve_precision", "definition_text", "deploy_definition", "transplant", "edit", "fold", "run"]
+           "resolve_precision", "definition_text", "deploy_definition", "transplant", "edit", "fold", "run", "export"]
 
 
 def load(src) -> Blob:
@@ -418,6 +418,68 @@ def run(src, *, definition=None, inputs: dict | None = None, shapes: dict | None
             other = definition if isinstance(definition, Document) else \
                 opened.enter_context(open_document(definition))
         return run_net(doc, definition=other, feeds=inputs, shapes=shapes, seed=seed, outputs=outputs)
+
+
+def export(src, dest, *, definition=None, shapes: dict | None = None, opset: int | None = None, outputs=None,
+           check: bool = False, seed: int = 0, warn=None):
+    """Write the net in `src` as one ONNX model at `dest`; returns (ExportResult, the check's CheckResult or None).
+
+    The deploy net of `run` (forward/deploy.py): `definition` (a
+    deploy.prototxt, or the definition an HDF5 snapshot lacks), `shapes`
+    ({input: shape}) and `outputs` (None: the net's outputs; "all"; names)
+    as `run` takes them; `opset` from 13 to the installed onnx's newest
+    (default 17). With `check`, onnx's full check and onnxruntime against
+    blobtool's forward on the same random input (export/check.py). Needs the
+    `onnx` extra (UsageError naming it otherwise). What the deploy net left
+    out and what changed on the way are said to `warn`.
+    """
+    from .forward.deploy import deploy_net
+    from .forward.run import ALL
+    from .forward.runner import build
+
+    _needs_onnx(check)
+    from .export.graph import OPSET_DEFAULT, export_program
+
+    with contextlib.ExitStack() as opened:
+        doc = src if isinstance(src, Document) else opened.enter_context(open_document(src))
+        other = None
+        if definition is not None:
+            other = definition if isinstance(definition, Document) else \
+                opened.enter_context(open_document(definition))
+        deploy = deploy_net(doc, other, shapes)
+        weights = doc if doc.kind == "net" and doc.format != "prototxt" else None
+        program = build(deploy, weights)
+        wanted = program.outputs() if outputs is None else (
+            program.blob_names() if outputs == ALL else program.check_outputs(outputs))
+        notes = deploy.notes()
+        half = [e.name for e in (weights.entries if weights is not None else ()) if e.dtype.itemsize == 2]
+        if half:
+            notes.append(f"{doc.path}: {len(half)} float16 blob{'s' * (len(half) != 1)} ({', '.join(half[:4])}"
+                         f"{' ...' if len(half) > 4 else ''}) written as float32, exactly (every float16 value is "
+                         "a float32 one)")
+        from . import __version__
+
+        result = export_program(program, dest, opset=opset or OPSET_DEFAULT, outputs=wanted,
+                                net_name=deploy.net.name, source=doc.path, version=__version__)
+        result.notes = notes
+        for line in notes:
+            (warn or warnings.warn)(line)
+        verdict = None
+        if check:
+            from .export.check import check_export
+
+            verdict = check_export(os.fspath(dest), program, wanted, seed=seed, source=doc.path)
+        return result, verdict
+
+
+def _needs_onnx(check: bool) -> None:
+    """UsageError naming the extra where onnx (or, for a check, onnxruntime) is not installed."""
+    import importlib.util
+
+    missing = [m for m in ("onnx",) + (("onnxruntime",) if check else ()) if importlib.util.find_spec(m) is None]
+    if missing:
+        raise UsageError(f"ONNX export needs {' and '.join(missing)}: pip install 'blobtool[onnx]' (onnx and "
+                         "onnxruntime, which need protobuf 4.25 or newer)")
 
 
 def edit(src, dest, *, renames=None, drops=(), format: str | None = None, warn=None) -> str:

@@ -66,8 +66,8 @@ def _sample(option: click.Option, tmp_path, net) -> list:
 
 
 def _arguments(command, net) -> list:
-    return {"compare": [net, net], "scale": [net, "2"], "transplant": [net, net], "devices": []}.get(
-        command.name, [net])
+    return {"compare": [net, net], "scale": [net, "2"], "transplant": [net, net], "devices": [],
+            "export": [net, "-o", f"{net}.onnx"]}.get(command.name, [net])
 
 
 def _refused(command: Verb, given: dict) -> str | None:

@@ -16,7 +16,7 @@ library (formats, api, compare, report) and print what it returns.
   together (one declared rule per option), refuses moved options and
   rewrites old spellings;
 - inspect.py (info, norm, compare, devices), write.py (scale, update,
-  convert), nets.py (definition, transplant, edit), fold.py (fold), run.py (run), show.py
+  convert), nets.py (definition, transplant, edit), fold.py (fold), run.py (run), export.py (export), show.py
   (show): one module per group of commands.
 
 A new command is a function in one of those modules (or a new one), built
@@ -38,6 +38,7 @@ from ..errors import ExitCode
 from .group import cli, fail_output, is_output_failure, quiet_broken_pipe, stopped
 from .fold import fold
 from .inspect import compare, devices, info, norm
+from .export import export
 from .nets import definition, edit, transplant
 from .run import run
 from .process import guard_standard_streams, keep_freed_memory, runs_nets, single_threaded_blas, stop_on_signals
@@ -51,7 +52,7 @@ JOBS = (
     ("Inspect", (info, show, compare, devices)),
     ("Blob math", (norm, scale, update)),
     ("Re-encode", (convert,)),
-    ("Nets", (definition, transplant, edit, fold, run)),
+    ("Nets", (definition, transplant, edit, fold, run, export)),
 )
 COMMANDS = tuple(command for _, commands in JOBS for command in commands)
 for _command in COMMANDS:

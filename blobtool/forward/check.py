@@ -19,7 +19,7 @@ import numpy as np
 from ..errors import UsageError
 from .run import ALL, run_net
 
-__all__ = ["CheckResult", "check_nets", "CHECK_TOLERANCE"]
+__all__ = ["CheckResult", "check_nets", "compare_blob", "CHECK_TOLERANCE"]
 
 # A blob differs when max |after - before| > CHECK_TOLERANCE * max |before|: the bound the tests hold
 # blobtool's run to against OpenCV's, an implementation that rounds in another order.
@@ -45,6 +45,11 @@ class CheckResult:
     def passed(self) -> bool:
         return not self.differing
 
+    @property
+    def worst(self) -> float:
+        """The largest difference of any blob, as a fraction of that blob's largest magnitude."""
+        return max((row["max_abs"] / row["scale"] if row["scale"] else 0.0 for row in self.rows), default=0.0)
+
     def record(self) -> dict:
         return {"before": self.before, "after": self.after, "inputs": self.inputs, "tolerance": CHECK_TOLERANCE,
                 "passed": self.passed, "blobs": self.rows, "only_before": self.only_before,
@@ -54,9 +59,8 @@ class CheckResult:
         """Lines for stderr: the verdict, then each blob that differs, most different first."""
         compared = len(self.rows)
         if self.passed:
-            worst = max((row["max_abs"] / row["scale"] if row["scale"] else 0.0 for row in self.rows), default=0.0)
-            return [f"check: {self.after} computes what {self.before} computes: {compared} blobs compared on the "
-                    f"same random input, the largest difference {worst:.3g} of a blob's largest value"]
+            return [f"check: {self.after} computes what {self.before} computes: {compared} blob{'s' * (compared != 1)} compared on the "
+                    f"same random input, the largest difference {self.worst:.3g} of a blob's largest value"]
         out = [f"check FAILED: {len(self.differing)} of {compared} blobs of {self.after} differ from "
                f"{self.before}'s beyond {CHECK_TOLERANCE:g} of their largest value"]
         for row in sorted(self.differing, key=lambda r: -(r["max_abs"] / (r["scale"] or 1.0))):
@@ -83,7 +87,7 @@ def check_nets(before, after, *, before_definition=None, after_definition=None, 
         if b is None:
             result.only_before.append(name)
             continue
-        result.rows.append(_compare(name, a, b))
+        result.rows.append(compare_blob(name, a, b))
     result.only_after = [n for n in second.values if n not in first.values]
     return result
 
@@ -94,7 +98,8 @@ def _inputs(doc, definition, shapes) -> list:
     return list(deploy_net(doc, definition, shapes).inputs)
 
 
-def _compare(name: str, a: np.ndarray, b: np.ndarray) -> dict:
+def compare_blob(name: str, a: np.ndarray, b: np.ndarray) -> dict:
+    """One row of a check: the largest |b - a|, where, a's largest magnitude, and whether it is beyond the tolerance."""
     if a.shape != b.shape:
         return {"name": name, "shape": [list(a.shape), list(b.shape)], "max_abs": float("inf"), "at": [],
                 "scale": 0.0, "differs": True}

@@ -1,0 +1,90 @@
+"""The export command: a Caffe net written as one ONNX model, and with --check proved against blobtool's forward."""
+
+from __future__ import annotations
+
+import click
+
+from .options import INPUT, NAMED_SHAPE, OUTPUT, parse_named_shapes
+from .output import emit_json, say_check, say_warning
+from .rules import Needs, verb
+
+__all__ = ["export"]
+
+
+def _outputs(value):
+    if value is None or value == "all":
+        return value
+    names = [n for n in value.split(",") if n]
+    if not names:
+        raise click.BadParameter("expected all, or blob names separated by commas", param_hint="'--outputs'")
+    return names
+
+
+@verb(rules={"seed": (Needs("check", why="the check draws its input from it"),)})
+@click.argument("net", type=INPUT)
+@click.option("-o", "--output", type=OUTPUT, required=True, metavar="FILE.onnx",
+              help="Where to write the model (a model over 2 GiB keeps its weights in FILE.onnx.data beside it).")
+@click.option("--definition", type=INPUT, default=None, metavar="PATH",
+              help="The net's definition to export (a deploy.prototxt, or the .caffemodel whose definition an HDF5 "
+                   "NET lacks); NET gives the weights, by layer name.")
+@NAMED_SHAPE
+@click.option("--opset", type=click.IntRange(min=1), default=None, metavar="N",
+              help="The ONNX opset: 13 (Softmax on one axis needs it) to the installed onnx's newest; default 17 "
+                   "(onnx2torch reads up to 17).")
+@click.option("--outputs", "outputs", default=None, metavar="all|NAME[,NAME...]",
+              help="The graph's outputs: all, or these blob names (the graph ends where they are computed). "
+                   "Default: the net's outputs.")
+@click.option("--check", is_flag=True,
+              help="Run onnx's full check, then onnxruntime and blobtool's own forward on the same random input; "
+                   "exit 1 when an output differs beyond float32 rounding.")
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, metavar="N",
+              help="The seed of --check's random normal input.")
+@click.option("--json", "as_json", is_flag=True, help="Print what was written (and the check) as one JSON object.")
+def export(net, output, definition, input_shapes, opset, outputs, check, seed, as_json):
+    """Export a Caffe net to ONNX: the deploy net, definition and weights, as one model.
+
+    The graph is the deploy net `blobtool run` runs (Caffe's TEST phase,
+    data layers as inputs named by their blobs, shapes from the definition
+    or --input-shape), every layer written exactly as Caffe computes it:
+    pooling through pads with ceil_mode, LRN with Caffe's k and alpha, PReLU's
+    slope per channel, Eltwise's coefficients, BatchNorm's factor and eps.
+    Initializers are named after Caffe's blobs (conv1/0), values after its
+    tops. A layer that cannot be exported exactly is exit 3, naming it,
+    before anything is written. Needs blobtool[onnx] (onnx, and onnxruntime
+    for --check).
+
+    \b
+    Example:
+      blobtool export resnet.caffemodel -o resnet.onnx --check
+      blobtool export net.caffemodel --definition deploy.prototxt -o net.onnx --opset 13
+      blobtool export lenet.caffemodel --input-shape data=1,1,28,28 -o lenet.onnx
+    """
+    from ..api import export as export_net
+    from .work import open_input
+
+    if not str(output).endswith(".onnx") and output != "-":
+        raise click.UsageError(f"-o {output}: export writes an ONNX model (FILE.onnx)")
+    if output == "-":
+        raise click.UsageError("export writes a file (-o FILE.onnx): an ONNX model may keep its weights beside it")
+    shapes = parse_named_shapes(input_shapes)
+    doc = open_input(net)
+    with doc:
+        if definition is not None:
+            with open_input(definition) as other:
+                result, verdict = export_net(doc, output, definition=other, shapes=shapes, opset=opset,
+                                             outputs=_outputs(outputs), check=check, seed=seed, warn=say_warning)
+        else:
+            result, verdict = export_net(doc, output, shapes=shapes, opset=opset, outputs=_outputs(outputs),
+                                         check=check, seed=seed, warn=say_warning)
+    if as_json:
+        emit_json({**result.record(), **({"check": verdict.record()} if verdict is not None else {})})
+    else:
+        from ..report.escape import escape
+
+        data = f", weights in {result.external}" if result.external else ""
+        click.echo(escape(f"{result.path}: opset {result.opset}, {result.nodes} nodes, {result.initializers} "
+                          f"initializers ({result.weight_bytes:,} bytes{data}); inputs "
+                          + ", ".join(f"{n} {'x'.join(map(str, s))}" for n, s in result.inputs.items())
+                          + "; outputs " + ", ".join(result.outputs)))
+    if verdict is not None:
+        say_check(verdict)

@@ -1,0 +1,114 @@
+"""What an exporter of one layer type writes with: its bottoms' and tops' ONNX names, constants, nodes.
+
+An exporter is a function registered for Caffe layer types
+(`@exporter("ReLU")`) that takes an Emit and adds the ONNX nodes that
+compute the layer's tops from its bottoms, exactly as the layer's class in
+blobtool/layers/ computes them. The Emit gives it:
+
+- `e.layer`: the built Layer (its parameters `e.layer.param`, its blobs
+  `e.layer.blobs` as float32 arrays), `e.bottom_shapes`, `e.top_shapes`;
+- `e.inputs`, `e.outputs`: the ONNX value names of its bottoms and tops;
+- `e.blob(k)`: blob k as an initializer named as blobtool names it
+  ("conv1/0"), `e.constant(suffix, array)` any other ("conv1/mean");
+- `e.node(op, inputs, outputs, **attributes)`, `e.temp(suffix)` for the
+  name of a value between nodes ("conv1/flat");
+- `e.opset`: the opset being written, for operators whose form changed;
+- `e.refuse(why)`: ExportError naming the layer (exit 3, before anything
+  is written).
+
+The ONNX package is imported only by these modules (the `onnx` extra).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import FormatError
+
+__all__ = ["Emit", "ExportError", "exporter", "EXPORTERS"]
+
+# Caffe type name -> function(Emit); filled as the family modules load.
+EXPORTERS: dict = {}
+
+
+class ExportError(FormatError):
+    """A layer that cannot be written as ONNX exactly (exit 3, before anything is written)."""
+
+
+def exporter(*types: str):
+    """Decorator: the function writes layers of these Caffe types as ONNX nodes."""
+
+    def add(function):
+        for name in types:
+            if name in EXPORTERS:
+                raise TypeError(f"layer type {name!r} has two exporters")
+            EXPORTERS[name] = function
+        return function
+
+    return add
+
+
+class Emit:
+    """One layer being written: see the module."""
+
+    def __init__(self, graph, step, inputs: list, outputs: list):
+        self.graph = graph
+        self.step = step
+        self.layer = step.layer
+        self.name = step.layer.name
+        self.inputs = list(inputs)
+        self.outputs = list(outputs)
+        self.bottom_shapes = [tuple(s) for s in step.bottom_shapes]
+        self.top_shapes = [tuple(s) for s in step.top_shapes]
+        self.opset = graph.opset
+
+    @property
+    def param(self):
+        return self.layer.param
+
+    def refuse(self, why: str) -> ExportError:
+        return ExportError(f"layer {self.name!r} ({self.layer.type}) cannot be exported to ONNX: {why}")
+
+    def blob(self, k: int, shape: tuple | None = None) -> str:
+        """Blob k of the layer as an initializer named "<layer>/<k>" (viewed in `shape` where given)."""
+        array = self.layer.blobs[k]
+        if shape is not None:
+            array = array.reshape(shape)
+        return self.graph.initializer(f"{self.name}/{k}", array)
+
+    def constant(self, suffix: str, array) -> str:
+        """Another initializer, "<layer>/<suffix>": a float32 array, or int64 where `array` holds integers."""
+        array = np.asarray(array)
+        if array.dtype.kind in "iub":
+            array = array.astype(np.int64)
+        elif array.dtype != np.float32:
+            array = array.astype(np.float32)
+        return self.graph.initializer(f"{self.name}/{suffix}", array)
+
+    def shape_constant(self, suffix: str, shape) -> str:
+        return self.constant(suffix, np.asarray(list(shape), dtype=np.int64))
+
+    def temp(self, suffix: str) -> str:
+        """The name of a value between this layer's nodes."""
+        return self.graph.unique(f"{self.name}/{suffix}")
+
+    def node(self, op: str, inputs: list, outputs: list, **attributes) -> list:
+        """Add a node; returns its outputs."""
+        self.graph.node(op, inputs, outputs, name=self.graph.unique(f"{self.name}/{op}"), **attributes)
+        return outputs
+
+    def reduce(self, op: str, x: str, axes, out: str, *, keepdims: int = 1) -> str:
+        """A Reduce* node over `axes`: the axes an attribute up to its opset's change, an input after it."""
+        axes = [int(a) for a in axes]
+        # ReduceSum took its axes as an input from opset 13, the others from 18.
+        as_input = self.opset >= (13 if op == "ReduceSum" else 18)
+        if as_input:
+            self.node(op, [x, self.shape_constant(f"{op}_axes", axes)], [out], keepdims=keepdims)
+        else:
+            self.node(op, [x], [out], axes=axes, keepdims=keepdims)
+        return out
+
+    def broadcast(self, suffix: str, array: np.ndarray, axis: int, ndim: int) -> str:
+        """`array` laid along axes axis.. of an ndim-axis value (trailing ones added), as an initializer."""
+        shape = tuple(array.shape) + (1,) * (ndim - axis - array.ndim)
+        return self.constant(suffix, array.reshape(shape))

@@ -1,0 +1,278 @@
+"""A built net (forward/runner.py's Program) written as one ONNX model, streamed, weights never copied.
+
+`export_program(program, dest, opset=17, outputs=None, ...)`:
+
+- graph inputs: the deploy net's inputs, named by blob name, float32, their
+  shapes; graph outputs: the blobs asked for (default the net's outputs),
+  each the value after the last layer writing it, named by blob name;
+- initializers named as blobtool names Caffe's blobs ("conv1/0", "conv1/1")
+  and, for what an operator needs beyond them, "<layer>/<what>";
+- values named after Caffe's tops: the last version of a blob by its own
+  name, an earlier one (an in-place layer's input) as "<blob>:<layer that
+  wrote it>";
+- the model's metadata: the net's name, the source file, blobtool's version.
+
+Every layer is turned into nodes first (its exporter, blobtool/export/
+ops_*.py); a layer no exporter takes, or one whose settings ONNX cannot
+compute exactly, is ExportError (exit 3) naming it before anything is
+written.
+
+The file is written field by field: the graph's small messages by the
+protobuf library, each initializer's raw_data straight from the weight
+array, so that memory holds the weights once. A model whose weights pass
+EXTERNAL_THRESHOLD (protobuf refuses messages over 2 GiB) keeps them as
+ONNX external data in "<file>.data" beside it, each tensor at a 64-byte
+aligned offset.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..errors import UsageError
+from .emit import EXPORTERS, Emit, ExportError
+
+__all__ = ["export_program", "ExportResult", "OPSET_DEFAULT", "OPSET_MIN", "opset_range", "EXTERNAL_THRESHOLD",
+           "graph_names"]
+
+# Softmax normalizes over one axis from opset 13 on (1 and 11 flatten to 2-D first).
+OPSET_MIN = 13
+# onnx2torch reads up to 17.
+OPSET_DEFAULT = 17
+# A protobuf message holds less than 2 GiB; past this the weights go to external data.
+EXTERNAL_THRESHOLD = (2 << 30) - (64 << 20)
+_ALIGN = 64
+
+_LEN = 2
+
+
+def opset_range() -> tuple:
+    """(lowest, highest) opset export writes: 13, and the newest the installed onnx knows."""
+    import onnx
+
+    return OPSET_MIN, int(onnx.defs.onnx_opset_version())
+
+
+@dataclass
+class ExportResult:
+    path: str
+    opset: int
+    inputs: dict                     # name -> shape
+    outputs: dict                    # name -> shape
+    nodes: int
+    initializers: int
+    weight_bytes: int
+    external: str | None = None      # the external data file, where one was written
+    notes: list = field(default_factory=list)
+
+    def record(self) -> dict:
+        return {"path": self.path, "opset": self.opset,
+                "inputs": {k: list(v) for k, v in self.inputs.items()},
+                "outputs": {k: list(v) for k, v in self.outputs.items()},
+                "nodes": self.nodes, "initializers": self.initializers, "weight_bytes": self.weight_bytes,
+                "external_data": self.external}
+
+
+def graph_names(program) -> list:
+    """Per step, the ONNX names of its tops (the last version of a blob by its name, earlier ones "<blob>:<layer>")."""
+    last: dict = {}
+    for i, step in enumerate(program.steps):
+        for top in step.tops:
+            last[top] = i
+    return [[top if last[top] == i else f"{top}:{step.layer.name}" for top in step.tops]
+            for i, step in enumerate(program.steps)]
+
+
+class _Graph:
+    """The nodes and initializers being gathered (Emit's side)."""
+
+    def __init__(self, opset: int):
+        self.opset = opset
+        self.nodes: list = []
+        self.initializers: list = []    # (name, array)
+        self.names: set = set()
+
+    def unique(self, name: str) -> str:
+        found, k = name, 2
+        while found in self.names:
+            found = f"{name}#{k}"
+            k += 1
+        self.names.add(found)
+        return found
+
+    def initializer(self, name: str, array: np.ndarray) -> str:
+        name = self.unique(name)
+        self.initializers.append((name, np.asarray(array, order="C")))
+        return name
+
+    def node(self, op: str, inputs: list, outputs: list, *, name: str, **attributes) -> None:
+        from onnx import helper
+
+        self.nodes.append(helper.make_node(op, list(inputs), list(outputs), name=name, **attributes))
+
+
+def build_graph(program, opset: int, wanted: list):
+    """The _Graph with every step's nodes; ExportError (naming the net's file) for the first layer that cannot be written."""
+    from . import ops  # noqa: F401  the exporters register on import
+
+    cannot = [s.layer for s in program.steps if s.layer.type not in EXPORTERS]
+    if cannot:
+        first = cannot[0]
+        raise ExportError(f"layer {first.name!r} has type {first.type!r}, which blobtool cannot export to ONNX"
+                          + (f" (and {len(cannot) - 1} more)" if len(cannot) > 1 else "") + "; nothing was "
+                          "written", path=program.path)
+    graph = _Graph(opset)
+    for name in program.inputs:
+        graph.names.add(name)
+    names = graph_names(program)
+    current = {name: name for name in program.inputs}
+    for step, tops in zip(program.steps, names):
+        for t in tops:
+            graph.names.add(t)
+        e = Emit(graph, step, [current[b] for b in step.bottoms], tops)
+        try:
+            EXPORTERS[step.layer.type](e)
+        except ExportError as exc:
+            raise exc.with_path(program.path) from None
+        current.update(zip(step.tops, tops))
+    return graph
+
+
+def export_program(program, dest, *, opset: int = OPSET_DEFAULT, outputs=None, net_name: str = "",
+                   source: str = "", version: str = "") -> ExportResult:
+    """Write `program` to `dest` (a path) as an ONNX model; see the module. ExportError, UsageError, OutputError."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    low, high = opset_range()
+    if not low <= opset <= high:
+        raise UsageError(f"--opset {opset}: blobtool writes opsets {low} to {high} (the installed onnx's newest)")
+    wanted = program.outputs() if outputs is None else list(outputs)
+    graph = build_graph(program, opset, wanted)
+    shapes = program.shapes
+    inputs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, list(s)) for n, s in program.inputs.items()]
+    graph_outputs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, list(shapes[n])) for n in wanted]
+    _check_outputs(program, wanted)
+    body = helper.make_graph(graph.nodes, net_name or "caffe_net", inputs, graph_outputs)
+    model = helper.make_model(body, opset_imports=[helper.make_opsetid("", opset)],
+                              producer_name="blobtool", producer_version=version)
+    # IR version: the one this onnx writes for the opset, so that older runtimes read it.
+    model.ir_version = min(onnx.IR_VERSION, _ir_for(opset))
+    helper.set_model_props(model, {"caffe_net": net_name, "source": os.path.basename(source),
+                                   "blobtool_version": version})
+    weight_bytes = sum(a.nbytes for _, a in graph.initializers)
+    external = None
+    if weight_bytes > EXTERNAL_THRESHOLD:
+        external = os.fspath(dest) + ".data"
+    _write(model, graph.initializers, dest, external)
+    return ExportResult(os.fspath(dest), opset, dict(program.inputs), {n: tuple(shapes[n]) for n in wanted},
+                        len(graph.nodes), len(graph.initializers), weight_bytes, external)
+
+
+def _check_outputs(program, wanted: list) -> None:
+    known = set(program.blob_names())
+    unknown = [n for n in wanted if n not in known]
+    if unknown:
+        raise UsageError(f"the net has no blob {', '.join(repr(n) for n in unknown)}", path=program.path)
+
+
+def _ir_for(opset: int) -> int:
+    """The IR version onnx pairs with an opset (onnx.helper.VERSION_TABLE), or the newest."""
+    from onnx import helper
+
+    found = [ir for _, ir, ai_onnx, *_ in helper.VERSION_TABLE if ai_onnx == opset]
+    import onnx
+
+    return max(found) if found else onnx.IR_VERSION
+
+
+# -- writing, field by field ----------------------------------------------------------------
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while value > 0x7F:
+        out.append(value & 0x7F | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def _tag(number: int, wire_type: int) -> bytes:
+    return _varint(number << 3 | wire_type)
+
+
+def _little_endian(array: np.ndarray) -> memoryview:
+    """The array's bytes as ONNX's raw_data holds them (little-endian), without a copy where they already are."""
+    if array.dtype.byteorder == ">" or (array.dtype.byteorder == "=" and not np.little_endian):
+        array = array.astype(array.dtype.newbyteorder("<"))
+    return memoryview(np.ascontiguousarray(array)).cast("B")
+
+
+def _tensor_header(name: str, array: np.ndarray, external=None) -> bytes:
+    from onnx import TensorProto
+
+    kind = TensorProto.FLOAT if array.dtype == np.float32 else TensorProto.INT64
+    header = TensorProto(name=name, data_type=kind)
+    header.dims.extend(int(d) for d in array.shape)
+    if external is not None:
+        location, offset, length = external
+        header.data_location = TensorProto.EXTERNAL
+        for key, value in (("location", location), ("offset", str(offset)), ("length", str(length))):
+            entry = header.external_data.add()
+            entry.key, entry.value = key, value
+    return header.SerializeToString()
+
+
+def _numbers() -> tuple:
+    """(ModelProto.graph, GraphProto.initializer, TensorProto.raw_data) field numbers, from onnx's own schema."""
+    from onnx import GraphProto, ModelProto, TensorProto
+
+    return (ModelProto.DESCRIPTOR.fields_by_name["graph"].number,
+            GraphProto.DESCRIPTOR.fields_by_name["initializer"].number,
+            TensorProto.DESCRIPTOR.fields_by_name["raw_data"].number)
+
+
+def _write(model, initializers: list, dest, external: str | None) -> None:
+    """The model's bytes: ModelProto without its graph, then the graph with each initializer streamed."""
+    from ..files import atomic_output
+
+    graph_field, initializer_field, raw_field = _numbers()
+    graph_fields = model.graph.SerializeToString()
+    model.ClearField("graph")
+    head = model.SerializeToString()
+    pieces = []   # (prefix bytes, the array's bytes or None)
+    offsets = []
+    if external is not None:
+        position = 0
+        for name, array in initializers:
+            position = -(-position // _ALIGN) * _ALIGN
+            offsets.append((os.path.basename(external), position, array.nbytes))
+            position += array.nbytes
+    for k, (name, array) in enumerate(initializers):
+        if external is not None:
+            header = _tensor_header(name, array, offsets[k])
+            pieces.append((_tag(initializer_field, _LEN) + _varint(len(header)) + header, None))
+        else:
+            header = _tensor_header(name, array)
+            raw = _tag(raw_field, _LEN) + _varint(array.nbytes)
+            size = len(header) + len(raw) + array.nbytes
+            pieces.append((_tag(initializer_field, _LEN) + _varint(size) + header + raw, array))
+    graph_size = len(graph_fields) + sum(len(p) + (a.nbytes if a is not None else 0) for p, a in pieces)
+    if external is not None:
+        with atomic_output(external) as out:
+            position = 0
+            for (name, array), (_, offset, _) in zip(initializers, offsets):
+                out.write(b"\0" * (offset - position))
+                out.write(_little_endian(array))
+                position = offset + array.nbytes
+    with atomic_output(dest) as out:
+        out.write(head)
+        out.write(_tag(graph_field, _LEN) + _varint(graph_size))
+        out.write(graph_fields)
+        for prefix, array in pieces:
+            out.write(prefix)
+            if array is not None:
+                out.write(_little_endian(array))

@@ -1,0 +1,14 @@
+"""The exporters, by family as blobtool/layers/ holds the layers: each Caffe type written as ONNX nodes.
+
+- spatial.py: Convolution (and ConvolutionDepthwise), Deconvolution, Pooling, InnerProduct, Embed;
+- elementwise.py: ReLU and the other neurons, BatchNorm, LRN, MVN, Softmax, Scale, Bias,
+  Eltwise, Reduction, ArgMax, Normalize;
+- shape.py: Concat, Slice, Split, Flatten, Reshape, Crop, Tile, Permute, ShuffleChannel,
+  PriorBox (a constant), DetectionOutput (refused), Upsample, Interp.
+
+Each writes what the layer's class computes, with Caffe's rules (docs/onnx.md has the table).
+"""
+
+from __future__ import annotations
+
+from . import elementwise, shape, spatial  # noqa: F401  (they register)

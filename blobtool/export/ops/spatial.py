@@ -1,0 +1,108 @@
+"""Convolution, Deconvolution, Pooling, InnerProduct and Embed as ONNX nodes.
+
+- Convolution: Conv with Caffe's weight layout (C_out, C_in / group, kh,
+  kw), pads [ph, pw, ph, pw], strides, dilations, group.
+- Deconvolution: ConvTranspose, weight (C_in, C_out / group, kh, kw) as
+  Caffe stores it; output s (i - 1) + d (k - 1) + 1 - 2p is ConvTranspose's
+  with output_padding 0.
+- Pooling: MaxPool / AveragePool with Caffe's pads as `pads` and
+  ceil_mode=1 (ROUND_MODE CEIL, Caffe's default; FLOOR: 0): the output size,
+  the last window starting inside the image or its left pad, is ONNX's own
+  rule then, where a separate Pad node or an extra end pad is not. AVE
+  divides by the window clipped to image + pad: count_include_pad=1. Global
+  pooling: GlobalMaxPool / GlobalAveragePool.
+- InnerProduct: Gemm on the bottom flattened from axis 1 (transB=1 for the
+  (N, K) weight, 0 for transpose's (K, N)); with another axis, MatMul on the
+  bottom reshaped to shape[:axis] + [K], and Add of the bias.
+- Embed: Gather of the weight's rows by the bottom's values as int64, and
+  Add of the bias.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..emit import exporter
+
+
+def _pads(pad) -> list:
+    return [int(pad[0]), int(pad[1]), int(pad[0]), int(pad[1])]
+
+
+@exporter("Convolution", "ConvolutionDepthwise", "Deconvolution")
+def convolution(e) -> None:
+    layer = e.layer
+    if len(e.inputs) != 1:
+        raise e.refuse("a convolution of several bottoms (one Conv per bottom is not written)")
+    if len(e.bottom_shapes[0]) != 4 or layer.axis(layer.param.convolution_param.axis, 4) != 1:
+        raise e.refuse("only 2-D convolutions over axis 1 of a 4-D bottom are written")
+    weight = layer.blobs[0]
+    inputs = [e.inputs[0], e.blob(0)]
+    if layer.bias_term:
+        inputs.append(e.blob(1, (layer.blobs[1].size,)))
+    op = "ConvTranspose" if layer.type == "Deconvolution" else "Conv"
+    e.node(op, inputs, e.outputs[:1], kernel_shape=[int(weight.shape[2]), int(weight.shape[3])],
+           pads=_pads(layer.pad), strides=list(layer.stride), dilations=list(layer.dilation),
+           group=int(getattr(layer, "groups", layer.group)))
+
+
+@exporter("Pooling")
+def pooling(e) -> None:
+    layer = e.layer
+    if len(e.outputs) > 1:
+        raise e.refuse("MAX pooling's second top (the argmax mask) has no ONNX form that Caffe's indexing matches; "
+                       "give the pooling one top")
+    if len(e.bottom_shapes[0]) != 4:
+        raise e.refuse("pooling of a bottom that is not 4-D")
+    is_max = layer.method == 0
+    if layer.method not in (0, 1):
+        raise e.refuse("STOCHASTIC pooling is not computed at test time by Caffe's CPU code")
+    if layer.global_pooling:
+        e.node("GlobalMaxPool" if is_max else "GlobalAveragePool", e.inputs, e.outputs)
+        return
+    attributes = dict(kernel_shape=list(layer.kernel), strides=list(layer.stride), pads=_pads(layer.pad),
+                      ceil_mode=int(layer.ceil))
+    if not is_max:
+        attributes["count_include_pad"] = 1
+    e.node("MaxPool" if is_max else "AveragePool", e.inputs, e.outputs, **attributes)
+
+
+@exporter("InnerProduct")
+def inner_product(e) -> None:
+    layer = e.layer
+    shape = e.bottom_shapes[0]
+    axis = layer.axis(layer.param.inner_product_param.axis, len(shape))
+    n = layer.num_output
+    k = int(np.prod(shape[axis:], dtype=np.int64))
+    weight_shape = (k, n) if layer.transpose else (n, k)
+    weight = e.blob(0, weight_shape)
+    bias = e.blob(1, (n,)) if layer.bias_term else None
+    if axis == 1:
+        x = e.inputs[0]
+        if len(shape) != 2:
+            x = e.node("Flatten", [x], [e.temp("flat")], axis=1)[0]
+        inputs = [x, weight] + ([bias] if bias is not None else [])
+        e.node("Gemm", inputs, e.outputs, transB=0 if layer.transpose else 1)
+        return
+    # axis > 1: MatMul broadcasts over the leading axes; the weight as (K, N).
+    x = e.node("Reshape", [e.inputs[0], e.shape_constant("rows", list(shape[:axis]) + [k])], [e.temp("rows")])[0]
+    if not layer.transpose:
+        weight = e.node("Transpose", [weight], [e.temp("weight_t")], perm=[1, 0])[0]
+    if bias is None:
+        e.node("MatMul", [x, weight], e.outputs)
+        return
+    product = e.node("MatMul", [x, weight], [e.temp("product")])[0]
+    e.node("Add", [product, bias], e.outputs)
+
+
+@exporter("Embed")
+def embed(e) -> None:
+    layer = e.layer
+    # Caffe reads each bottom value as an index (static_cast<int>); ONNX's Cast to int64 truncates the same way.
+    index = e.node("Cast", e.inputs, [e.temp("index")], to=7)[0]
+    weight = e.blob(0, (layer.input_dim, layer.num_output))
+    if not layer.bias_term:
+        e.node("Gather", [weight, index], e.outputs, axis=0)
+        return
+    rows = e.node("Gather", [weight, index], [e.temp("rows")], axis=0)[0]
+    e.node("Add", [rows, e.blob(1, (layer.num_output,))], e.outputs)
