@@ -1,4 +1,4 @@
-"""Convolution and Deconvolution, forward: Caffe's src/caffe/layers/base_conv_layer.cpp, conv_layer.cpp, deconv_layer.cpp.
+"""Convolution and Deconvolution, forward: Caffe's src/caffe/layers/{base_conv,conv,deconv}_layer.cpp.
 
 Both read convolution_param the same way (BaseConvolutionLayer::LayerSetUp):
 kernel, stride, pad and dilation are given once for both spatial axes, once

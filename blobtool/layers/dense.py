@@ -81,7 +81,7 @@ class InnerProduct(_Dense):
         axis, m, k = self._plan(x.shape)
         rows = np.ascontiguousarray(x, dtype=FLOAT).reshape(m, k)
         weight = self.blobs[0].reshape((k, self.num_output) if self.transpose else (self.num_output, k))
-        # top (M, N) = bottom (M, K) x W^T, or x W where W is stored (K, N).
+        # top (M, N) = bottom (M, K) x W^T, or x W where W is stored (K, N) (inner_product_layer.cpp, Forward_cpu).
         y = rows @ (weight if self.transpose else weight.T)
         if self.bias_term:
             y += self.blobs[1].reshape(-1)
@@ -127,6 +127,7 @@ class Embed(_Dense):
             raise self.error(f"index {indices[at]} at flat position {at} is out of range [0, {self.input_dim}) "
                              f"(input_dim {self.input_dim})")
         weight = self.blobs[0].reshape(self.input_dim, self.num_output)
+        # top[m, n] = W[index m, n] + bias[n] (embed_layer.cpp, Forward_cpu).
         y = weight.take(indices, axis=0)
         if self.bias_term:
             y += self.blobs[1].reshape(-1)

@@ -129,6 +129,8 @@ class Pooling(Layer):
         x = np.ascontiguousarray(xs[0], dtype=FLOAT)
         shape, kernel, out = self._plan(x.shape)
         with_mask = len(self.top_names) > 1
+        # Window (y, x) starts at (y s_h - p_h, x s_w - p_w) (pooling_layer.cpp, Forward_cpu): AVE divides its
+        # sum by its size clipped to in + pad; MAX takes its largest value inside the image.
         if self.method == _PB_AVE:
             return [_average(x, kernel, self.stride, self.pad, out)]
         if with_mask:
