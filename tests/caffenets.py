@@ -159,6 +159,7 @@ def ours_forward(message: pb.NetParameter, feeds: dict, tops=None) -> dict:
     from blobtool.layers import layer_class
 
     values = {name: np.asarray(x, np.float32, order="C") for name, x in feeds.items()}
+    steps = []
     for each in message.layer:
         if each.type == "Input":
             continue
@@ -175,5 +176,70 @@ def ours_forward(message: pb.NetParameter, feeds: dict, tops=None) -> dict:
         else:
             assert [tuple(o.shape) for o in outputs] == [tuple(s) for s in shapes], (each.name, shapes)
         assert all(o.dtype == np.float32 for o in outputs), each.name
+        steps.append((made, tuple(each.bottom), tuple(each.top), [x.shape for x in bottoms], shapes))
         values.update(zip(each.top, outputs))
+    if os.environ.get(SWEEP_ONNX):
+        onnx_sweep(steps, {name: values[name].shape for name in feeds}, values)
     return values if tops is None else {top: values[top] for top in tops}
+
+
+# -- every sweep exported too ------------------------------------------------------------------
+#
+# With BLOBTOOL_SWEEP_ONNX set to opsets ("13,17"), ours_forward also exports each net it ran to
+# ONNX (blobtool.export), checks it with onnx.checker (full_check), runs it in onnxruntime with every
+# graph optimization, and compares every blob with its own values; BLOBTOOL_SWEEP_REPORT names a
+# JSON Lines file that gets one line per export: the layer types, and the refusal where there was one.
+# tests/test_export.py runs the layer sweeps so.
+
+SWEEP_ONNX = "BLOBTOOL_SWEEP_ONNX"
+SWEEP_REPORT = "BLOBTOOL_SWEEP_REPORT"
+
+
+def onnx_sweep(steps: list, input_shapes: dict, values: dict) -> None:
+    """Export the net of `steps` at each opset in BLOBTOOL_SWEEP_ONNX and hold onnxruntime to `values`."""
+    import json
+    import tempfile
+
+    import onnx
+    import onnxruntime as ort
+
+    from blobtool.export.emit import ExportError
+    from blobtool.export.graph import export_program
+    from blobtool.forward.runner import Program, Step
+
+    program = Program(dict(input_shapes), [Step(layer, b, t, list(bs), list(ts)) for layer, b, t, bs, ts in steps],
+                      "sweep")
+    names = [n for n in program.blob_names() if n not in input_shapes]
+    types = sorted({layer.type for layer, *_ in steps})
+    report = os.environ.get(SWEEP_REPORT)
+    for opset in (int(o) for o in os.environ[SWEEP_ONNX].split(",")):
+        with tempfile.TemporaryDirectory() as folder:
+            path = os.path.join(folder, "sweep.onnx")
+            try:
+                export_program(program, path, opset=opset, outputs=names)
+            except ExportError as exc:
+                line = {"types": types, "opset": opset, "refused": str(exc)}
+            else:
+                onnx.checker.check_model(path, full_check=True)
+                options = ort.SessionOptions()
+                options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+                options.log_severity_level = 3
+                session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+                feeds = {name: values[name] for name in input_shapes}
+                found = dict(zip(names, session.run(names, feeds)))
+                worst = {}
+                for name in names:
+                    ours = values[name]
+                    theirs = np.asarray(found[name]).reshape(ours.shape)
+                    # Equal values (infinities included) and NaN on both sides agree.
+                    with np.errstate(all="ignore"):
+                        same = (ours == theirs) | (np.isnan(ours) & np.isnan(theirs))
+                        finite = np.isfinite(theirs) & np.isfinite(ours)
+                        worst[name] = max_scaled_difference(np.where(same, 0, ours), np.where(same, 0, theirs)) \
+                            if (same | finite).all() else float("inf")
+                bad = {n: d for n, d in worst.items() if not d <= 1e-4}
+                assert not bad, f"onnxruntime (opset {opset}) differs from blobtool's forward: {bad}"
+                line = {"types": types, "opset": opset, "worst": max(worst.values(), default=0.0)}
+        if report:
+            with open(report, "a", encoding="utf-8") as out:
+                out.write(json.dumps(line) + "\n")

@@ -71,8 +71,6 @@ _WEIGHT_BIAS = ("weight", "bias")
 _ROWS = (
     LayerType("Convolution", "convolution_param", _WEIGHT_BIAS, "bias_term", FoldInto("rows"), "Conv2d",
               _WEIGHT_BIAS, "convolution"),
-    # The forks' depthwise convolution (MobileNet ports): convolution_param, a group per channel.
-    LayerType("ConvolutionDepthwise", "convolution_param", _WEIGHT_BIAS, "bias_term"),
     LayerType("Deconvolution", "convolution_param", _WEIGHT_BIAS, "bias_term", FoldInto("groups", group=True),
               "ConvTranspose2d", _WEIGHT_BIAS, "convolution"),
     LayerType("InnerProduct", "inner_product_param", _WEIGHT_BIAS, "bias_term", FoldInto("matrix", transpose=True),

@@ -28,9 +28,10 @@
   channels, times the scale per channel.
 - Reduction: ReduceSum, ReduceL1, ReduceSumSquare or ReduceSum / dim over
   every axis from `axis`, times coeff.
-- ArgMax: along `axis` with top_k 1 and indices out: ArgMax (select_last_index,
-  Caffe's order among equal values); otherwise refused (TopK orders equal
-  values by the smaller index first).
+- ArgMax: TopK of the axis reversed (TopK puts the smaller index first among
+  equal values, Caffe the larger), the indices read back as dim - 1 - index;
+  without `axis` over each image flattened, indices then values with
+  out_max_val.
 """
 
 from __future__ import annotations
@@ -326,9 +327,36 @@ def reduction(e) -> None:
 @exporter("ArgMax")
 def argmax(e) -> None:
     layer = e.layer
-    if not layer.has_axis or layer.top_k != 1 or layer.out_max_val:
-        raise e.refuse("only ArgMax along an axis, with top_k 1 and indices out, is written (TopK orders equal "
-                       "values by the smaller index, Caffe by the larger)")
-    axis = layer.axis(layer.param.argmax_param.axis, len(e.bottom_shapes[0]))
-    index = e.node("ArgMax", e.inputs, [e.temp("index")], axis=axis, keepdims=1, select_last_index=1)[0]
-    e.node("Cast", [index], e.outputs, to=1)
+    shape = e.bottom_shapes[0]
+    x = e.inputs[0]
+    if layer.has_axis:
+        axis = layer.axis(layer.param.argmax_param.axis, len(shape))
+    else:
+        # Over each image's values flattened: (N, count(1)).
+        axis = 1
+        x = e.node("Reshape", [x, e.shape_constant("rows", [shape[0], -1])], [e.temp("rows")])[0]
+    dim = shape[axis] if layer.has_axis else int(np.prod(shape[1:], dtype=np.int64))
+    # TopK puts the smaller index first among equal values, Caffe's std::greater on (value, index)
+    # the larger: TopK of the axis reversed, its indices read back as dim - 1 - index.
+    reversed_x = e.node("Slice", [x, e.shape_constant("rev_starts", [dim - 1]), e.shape_constant("rev_ends",
+                                                                                              [-(dim + 1)]),
+                                  e.shape_constant("rev_axes", [axis]), e.shape_constant("rev_steps", [-1])],
+                        [e.temp("reversed")])[0]
+    values, order = e.node("TopK", [reversed_x, e.shape_constant("k", [layer.top_k])],
+                           [e.temp("values"), e.temp("order")], axis=axis, largest=1, sorted=1)
+    order_float = e.node("Cast", [order], [e.temp("order_float")], to=1)[0]
+    top = list(e.top_shapes[0])
+    if layer.has_axis:
+        if layer.out_max_val:
+            e.node("Identity", [values], e.outputs)
+        else:
+            e.node("Sub", [e.constant("last", _scalar(dim - 1)), order_float], e.outputs)
+        return
+    if not layer.out_max_val:
+        index = e.node("Sub", [e.constant("last", _scalar(dim - 1)), order_float], [e.temp("index")])[0]
+        e.node("Reshape", [index, e.shape_constant("top", top)], e.outputs)
+        return
+    index = e.node("Sub", [e.constant("last", _scalar(dim - 1)), order_float], [e.temp("index")])[0]
+    # top[n] = [the k indices, the k values]
+    both = e.node("Concat", [index, values], [e.temp("both")], axis=1)[0]
+    e.node("Reshape", [both, e.shape_constant("top", top)], e.outputs)

@@ -64,7 +64,32 @@ def pooling(e) -> None:
                       ceil_mode=int(layer.ceil))
     if not is_max:
         attributes["count_include_pad"] = 1
-    e.node("MaxPool" if is_max else "AveragePool", e.inputs, e.outputs, **attributes)
+    op = "MaxPool" if is_max else "AveragePool"
+    # Up to opset 21 ONNX's ceil_mode size (and onnx's shape inference) keeps a last window that
+    # starts in the right pad, which Caffe drops; opset 22 drops it too. onnxruntime drops it at
+    # every opset. Where the two sizes differ, the pooling is followed by a Slice to Caffe's size,
+    # which keeps every window Caffe computes, computed alike, whichever rule the runtime takes.
+    spec = [_ceil_size(h, k, s, p) if layer.ceil else (h + 2 * p - k) // s + 1
+            for h, k, s, p in zip(e.bottom_shapes[0][2:], layer.kernel, layer.stride, layer.pad)]
+    caffe = list(e.top_shapes[0][2:])
+    for size, out, stride, pad in zip(e.bottom_shapes[0][2:], caffe, layer.stride, layer.pad):
+        if (out - 1) * stride - pad >= size:
+            # Without pad Caffe keeps a last window that starts past the image: -FLT_MAX for MAX, 0 / 0 for
+            # AVE. ONNX has no such window.
+            raise e.refuse(f"its last window starts past the image ({size} values, {out} windows of stride "
+                           f"{stride}, pad {pad}), where Caffe writes -FLT_MAX (MAX) or NaN (AVE) and ONNX computes "
+                           "no window")
+    if e.opset >= 22 or spec == caffe:
+        e.node(op, e.inputs, e.outputs, **attributes)
+        return
+    pooled = e.node(op, e.inputs, [e.temp("pooled")], **attributes)[0]
+    e.node("Slice", [pooled, e.shape_constant("starts", [0, 0]), e.shape_constant("ends", caffe),
+                     e.shape_constant("axes", [2, 3])], e.outputs)
+
+
+def _ceil_size(size: int, kernel: int, stride: int, pad: int) -> int:
+    """ONNX's pooled size with ceil_mode before opset 22: ceil((size + 2 pad - kernel) / stride) + 1."""
+    return -(-(size + 2 * pad - kernel) // stride) + 1
 
 
 @exporter("InnerProduct")
