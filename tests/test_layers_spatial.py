@@ -30,7 +30,7 @@ import pytest
 
 from caffenets import layer, max_scaled_difference, net, opencv_forward, ours_forward, write_net_files
 
-from blobtool.layers import LayerError, conv, layer_class
+from blobtool.layers import LayerError, conv, convkernels, layer_class
 
 TOLERANCE = 1e-4
 FLT_MAX = float(np.finfo(np.float32).max)
@@ -339,7 +339,7 @@ def test_convolution_against_opencv(tmp_path, name):
 @pytest.mark.parametrize("chunk", [64, 30000], ids=["rows", "images"])
 def test_convolution_in_chunks_against_opencv(tmp_path, monkeypatch, name, chunk):
     """Column chunks smaller than an image (bands of rows) or holding a few images give the same tops."""
-    monkeypatch.setattr(conv, "COLUMN_BYTES", chunk)
+    monkeypatch.setattr(convkernels, "COLUMN_BYTES", chunk)
     shape, params = CONVOLUTIONS[name]
     shape = (5,) + shape[1:]
     against_opencv(tmp_path, [conv_layer(name, "Convolution", shape, params)], {"data": _input(shape)})
@@ -360,17 +360,17 @@ WINOGRAD = {
 @pytest.mark.parametrize("chunk", ["rows", "images", "default"])
 def test_convolution_winograd_against_opencv(tmp_path, monkeypatch, name, chunk):
     """Chunks of one tile row with one output channel at a time, of two images, or of all of them."""
-    monkeypatch.setattr(conv, "WINOGRAD_MIN_CHANNELS", 1)
-    monkeypatch.setattr(conv, "WINOGRAD_MIN_TILES", 1)
+    monkeypatch.setattr(convkernels, "WINOGRAD_MIN_CHANNELS", 1)
+    monkeypatch.setattr(convkernels, "WINOGRAD_MIN_TILES", 1)
     shape, params = WINOGRAD[name]
     shape = (3,) + shape[1:]
     if chunk == "rows":
-        monkeypatch.setattr(conv, "WINOGRAD_CHUNK_TILES", 1)
-        monkeypatch.setattr(conv, "COLUMN_BYTES", 64)
+        monkeypatch.setattr(convkernels, "WINOGRAD_CHUNK_TILES", 1)
+        monkeypatch.setattr(convkernels, "COLUMN_BYTES", 64)
     elif chunk == "images":
         pad = (params["pad_h"], params["pad_w"]) if "pad_h" in params else _pair(params.get("pad", [0]))
         tiles = [-(-conv.conv_output_size(size, 3, 1, p, 1) // 4) for size, p in zip(shape[2:], pad)]
-        monkeypatch.setattr(conv, "WINOGRAD_CHUNK_TILES", 2 * tiles[0] * tiles[1])
+        monkeypatch.setattr(convkernels, "WINOGRAD_CHUNK_TILES", 2 * tiles[0] * tiles[1])
     against_opencv(tmp_path, [conv_layer(name, "Convolution", shape, params)], {"data": _input(shape)})
 
 
@@ -386,7 +386,7 @@ def test_convolution_of_many_channels_against_opencv(tmp_path, channels):
 @pytest.mark.parametrize("budget", [64, 2000], ids=["plane", "planes"])
 def test_depthwise_in_blocks_against_opencv(tmp_path, monkeypatch, name, budget):
     """Blocks of one plane, or of a few (across images), give the same tops."""
-    monkeypatch.setattr(conv, "DEPTHWISE_BYTES", budget)
+    monkeypatch.setattr(convkernels, "DEPTHWISE_BYTES", budget)
     shape, params = CONVOLUTIONS[name]
     shape = (3,) + shape[1:]
     against_opencv(tmp_path, [conv_layer(name, "Convolution", shape, params)], {"data": _input(shape)})
@@ -480,7 +480,7 @@ def test_dilated_deconvolution_against_the_definition(name):
 @pytest.mark.parametrize("name", ["group2", "k10s8", "k4s2p1"])
 def test_deconvolution_in_one_image_chunks_against_opencv(tmp_path, monkeypatch, name):
     """One image and one kernel row multiplied at a time give the same tops."""
-    monkeypatch.setattr(conv, "COLUMN_BYTES", 64)
+    monkeypatch.setattr(convkernels, "COLUMN_BYTES", 64)
     shape, params = DECONVOLUTIONS[name]
     against_opencv(tmp_path, [conv_layer("d", "Deconvolution", (3,) + shape[1:], params)],
                    {"data": _input((3,) + shape[1:])})

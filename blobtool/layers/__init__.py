@@ -2,7 +2,8 @@
 
 The families, one module each, mirror Caffe's src/caffe/layers/:
 
-- conv.py: Convolution (and the forks' ConvolutionDepthwise), Deconvolution;
+- conv.py: Convolution (and the forks' ConvolutionDepthwise), Deconvolution; convkernels.py: their
+  arithmetic (columns, 1 x 1, depthwise, Winograd, col2im);
 - pooling.py: Pooling;
 - dense.py: InnerProduct, Embed;
 - neuron.py: the element-wise layers (ReLU, PReLU, ELU, Sigmoid, TanH, AbsVal,
