@@ -438,7 +438,7 @@ def export(src, dest, *, definition=None, shapes: dict | None = None, opset: int
     from .forward.runner import build
 
     _needs_onnx(check)
-    from .export.graph import OPSET_DEFAULT, export_program
+    from .onnxport.graph import OPSET_DEFAULT, export_program
 
     with contextlib.ExitStack() as opened:
         doc = src if isinstance(src, Document) else opened.enter_context(open_document(src))
@@ -466,7 +466,7 @@ def export(src, dest, *, definition=None, shapes: dict | None = None, opset: int
             (warn or warnings.warn)(line)
         verdict = None
         if check:
-            from .export.check import check_export
+            from .onnxport.check import check_export
 
             verdict = check_export(os.fspath(dest), program, wanted, seed=seed, source=doc.path)
         return result, verdict

@@ -203,8 +203,8 @@ def onnx_sweep(steps: list, input_shapes: dict, values: dict) -> None:
     import onnx
     import onnxruntime as ort
 
-    from blobtool.export.emit import ExportError
-    from blobtool.export.graph import export_program
+    from blobtool.onnxport.emit import ExportError
+    from blobtool.onnxport.graph import export_program
     from blobtool.forward.runner import Program, Step
 
     program = Program(dict(input_shapes), [Step(layer, b, t, list(bs), list(ts)) for layer, b, t, bs, ts in steps],

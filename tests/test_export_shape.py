@@ -22,8 +22,8 @@ ort = pytest.importorskip("onnxruntime", reason="the exported models are run by 
 from caffenets import layer, max_scaled_difference, net, write_net_files  # noqa: E402
 
 from blobtool import api  # noqa: E402
-from blobtool.export.emit import ExportError  # noqa: E402
-from blobtool.export.graph import export_program  # noqa: E402
+from blobtool.onnxport.emit import ExportError  # noqa: E402
+from blobtool.onnxport.graph import export_program  # noqa: E402
 
 TOLERANCE = 1e-4
 OPSETS = sorted({13, 17, 18, int(onnx.defs.onnx_opset_version())})

@@ -19,7 +19,7 @@ LAYERS = (
     ("the command", ("__main__", "cli")),
     ("what is shown", ("report",)),
     ("the library", ("api", "records")),
-    ("jobs on nets", ("surgery", "forward", "export")),
+    ("jobs on nets", ("surgery", "forward", "onnxport")),
     ("the PyTorch side", ("torchport",)),
     ("the net model", ("net", "layers")),
     ("formats", ("formats",)),

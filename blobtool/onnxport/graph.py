@@ -12,7 +12,7 @@
   wrote it>";
 - the model's metadata: the net's name, the source file, blobtool's version.
 
-Every layer is turned into nodes first (its exporter, blobtool/export/
+Every layer is turned into nodes first (its exporter, blobtool/onnxport/
 ops_*.py); a layer no exporter takes, or one whose settings ONNX cannot
 compute exactly, is ExportError (exit 3) naming it before anything is
 written.
@@ -36,7 +36,7 @@ from ..errors import UsageError
 from .emit import EXPORTERS, Emit, ExportError
 
 __all__ = ["export_program", "ExportResult", "OPSET_DEFAULT", "OPSET_MIN", "opset_range", "EXTERNAL_THRESHOLD",
-           "graph_names"]
+           "graph_names", "needed_steps"]
 
 # Softmax normalizes over one axis from opset 13 on (1 and 11 flatten to 2-D first).
 OPSET_MIN = 13
@@ -118,7 +118,8 @@ def build_graph(program, opset: int, wanted: list):
     """The _Graph with every step's nodes; ExportError (naming the net's file) for the first layer that cannot be written."""
     from . import ops  # noqa: F401  the exporters register on import
 
-    cannot = [s.layer for s in program.steps if s.layer.type not in EXPORTERS]
+    needed = needed_steps(program, wanted)
+    cannot = [s.layer for i, s in enumerate(program.steps) if i in needed and s.layer.type not in EXPORTERS]
     if cannot:
         first = cannot[0]
         raise ExportError(f"layer {first.name!r} has type {first.type!r}, which blobtool cannot export to ONNX"
@@ -129,7 +130,9 @@ def build_graph(program, opset: int, wanted: list):
         graph.names.add(name)
     names = graph_names(program)
     current = {name: name for name in program.inputs}
-    for step, tops in zip(program.steps, names):
+    for i, (step, tops) in enumerate(zip(program.steps, names)):
+        if i not in needed:  # the graph ends where the outputs asked for are computed
+            continue
         for t in tops:
             graph.names.add(t)
         e = Emit(graph, step, [current[b] for b in step.bottoms], tops)
@@ -139,6 +142,20 @@ def build_graph(program, opset: int, wanted: list):
             raise exc.with_path(program.path) from None
         current.update(zip(step.tops, tops))
     return graph
+
+
+def needed_steps(program, wanted: list) -> set:
+    """The indices of the steps the blobs `wanted` (each its last version) are computed from."""
+    needed: set = set()
+    open_names = set(wanted)
+    for i in range(len(program.steps) - 1, -1, -1):
+        step = program.steps[i]
+        if not open_names & set(step.tops):
+            continue
+        needed.add(i)
+        open_names -= set(step.tops)
+        open_names |= set(step.bottoms)
+    return needed
 
 
 def export_program(program, dest, *, opset: int = OPSET_DEFAULT, outputs=None, net_name: str = "",
