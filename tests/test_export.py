@@ -53,7 +53,6 @@ def _feeds(shapes: dict, seed: int = 3) -> dict:
 
 # -- every layer sweep ---------------------------------------------------------------------------
 
-@pytest.mark.slow
 def test_every_layer_sweep_exports_and_onnxruntime_computes_every_blob_as_blobtool(tmp_path):
     """The layer sweeps of the forward pass, each net also exported at opsets 13 and 17 (tests/caffenets.py)."""
     report = tmp_path / "sweep.jsonl"
