@@ -412,12 +412,16 @@ def run(src, *, definition=None, inputs: dict | None = None, shapes: dict | None
     from .forward.run import run_net
 
     with contextlib.ExitStack() as opened:
-        doc = src if isinstance(src, Document) else opened.enter_context(open_document(src))
-        other = None
-        if definition is not None:
-            other = definition if isinstance(definition, Document) else \
-                opened.enter_context(open_document(definition))
+        doc, other = _open_net(opened, src, definition)
         return run_net(doc, definition=other, feeds=inputs, shapes=shapes, seed=seed, outputs=outputs)
+
+
+def _open_net(opened: contextlib.ExitStack, src, definition) -> tuple:
+    """(the net's Document, the definition's or None), each opened in `opened` unless given as a Document."""
+    doc = src if isinstance(src, Document) else opened.enter_context(open_document(src))
+    if definition is None or isinstance(definition, Document):
+        return doc, definition
+    return doc, opened.enter_context(open_document(definition))
 
 
 def export(src, dest, *, definition=None, shapes: dict | None = None, opset: int | None = None, outputs=None,
@@ -429,7 +433,7 @@ def export(src, dest, *, definition=None, shapes: dict | None = None, opset: int
     ({input: shape}) and `outputs` (None: the net's outputs; "all"; names)
     as `run` takes them; `opset` from 13 to the installed onnx's newest
     (default 17). With `check`, onnx's full check and onnxruntime against
-    blobtool's forward on the same random input (export/check.py). Needs the
+    blobtool's forward on the same random input (onnxport/check.py). Needs the
     `onnx` extra (UsageError naming it otherwise). What the deploy net left
     out and what changed on the way are said to `warn`.
     """
@@ -441,11 +445,7 @@ def export(src, dest, *, definition=None, shapes: dict | None = None, opset: int
     from .onnxport.graph import OPSET_DEFAULT, export_program
 
     with contextlib.ExitStack() as opened:
-        doc = src if isinstance(src, Document) else opened.enter_context(open_document(src))
-        other = None
-        if definition is not None:
-            other = definition if isinstance(definition, Document) else \
-                opened.enter_context(open_document(definition))
+        doc, other = _open_net(opened, src, definition)
         deploy = deploy_net(doc, other, shapes)
         weights = doc if doc.kind == "net" and doc.format != "prototxt" else None
         program = build(deploy, weights)

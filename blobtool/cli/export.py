@@ -4,20 +4,11 @@ from __future__ import annotations
 
 import click
 
-from .options import INPUT, NAMED_SHAPE, OUTPUT, parse_named_shapes
+from .options import INPUT, NAMED_SHAPE, OUTPUT, parse_named_shapes, parse_outputs
 from .output import emit_json, say_check, say_warning
 from .rules import Needs, verb
 
 __all__ = ["export"]
-
-
-def _outputs(value):
-    if value is None or value == "all":
-        return value
-    names = [n for n in value.split(",") if n]
-    if not names:
-        raise click.BadParameter("expected all, or blob names separated by commas", param_hint="'--outputs'")
-    return names
 
 
 @verb(rules={"seed": (Needs("check", why="the check draws its input from it"),)})
@@ -72,9 +63,9 @@ def export(net, output, definition, input_shapes, opset, outputs, check, seed, a
         if definition is not None:
             with open_input(definition) as other:
                 result, verdict = export_net(doc, output, definition=other, shapes=shapes, opset=opset,
-                                             outputs=_outputs(outputs), check=check, seed=seed, warn=say_warning)
+                                             outputs=parse_outputs(outputs), check=check, seed=seed, warn=say_warning)
         else:
-            result, verdict = export_net(doc, output, shapes=shapes, opset=opset, outputs=_outputs(outputs),
+            result, verdict = export_net(doc, output, shapes=shapes, opset=opset, outputs=parse_outputs(outputs),
                                          check=check, seed=seed, warn=say_warning)
     if as_json:
         emit_json({**result.record(), **({"check": verdict.record()} if verdict is not None else {})})

@@ -14,7 +14,7 @@ from .paths import INPUT, OUTPUT
 # The formats of blob values (a net's definition as text is the definition command's).
 BLOB_FORMATS = tuple(f for f in OUTPUT_FORMATS if f != "prototxt")
 
-__all__ = ["NAMED_SHAPE", "parse_named_shapes", "INPUT", "OUTPUT", "BLOB_FORMATS", "Tolerance", "listed_names", "json_option", "json_object_option", "device_option",
+__all__ = ["NAMED_SHAPE", "parse_named_shapes", "parse_outputs", "INPUT", "OUTPUT", "BLOB_FORMATS", "Tolerance", "listed_names", "json_option", "json_object_option", "device_option",
            "blob_option",
            "kind_option", "output_options", "jobs_option", "fail_fast_option", "all_files_option", "inputs",
            "batch_inputs",
@@ -229,3 +229,13 @@ def parse_named_shapes(values) -> dict:
 NAMED_SHAPE = click.option("--input-shape", "input_shapes", multiple=True, metavar="NAME=D0,D1,...",
                            help="The shape of input NAME (a data layer's, which lies in its database), or of a "
                                 "blob the net computes, taken as the input instead; repeatable.")
+
+
+def parse_outputs(value):
+    """--outputs of run and export: None (the net's outputs), "all", or the blob names given, in order."""
+    if value is None or value == "all":
+        return value
+    names = [n for n in value.split(",") if n]
+    if not names:
+        raise click.BadParameter("expected all, or blob names separated by commas", param_hint="'--outputs'")
+    return names

@@ -4,20 +4,11 @@ from __future__ import annotations
 
 import click
 
-from .options import INPUT, NAMED_SHAPE, OUTPUT, parse_named_shapes
+from .options import INPUT, NAMED_SHAPE, OUTPUT, parse_named_shapes, parse_outputs
 from .output import emit, emit_json, say_warning
 from .rules import Refuses, verb
 
 __all__ = ["run"]
-
-
-def _outputs(value):
-    if value is None or value == "all":
-        return value
-    names = [n for n in value.split(",") if n]
-    if not names:
-        raise click.BadParameter("expected all, or blob names separated by commas", param_hint="'--outputs'")
-    return names
 
 
 @verb(rules={"as_json": (Refuses("output", why="-o writes the values; --json prints their summary to stdout"),)})
@@ -61,7 +52,7 @@ def run(net, definition, input_files, input_shapes, seed, outputs, output, as_js
     from .work import open_input
 
     shapes = parse_named_shapes(input_shapes)
-    wanted = _outputs(outputs)
+    wanted = parse_outputs(outputs)
     fmt = None
     if output is not None:
         from ..formats.targets import chosen_format

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import UsageError
+from ..formats.caffe.wire import encode_tag, encode_varint
 from .emit import EXPORTERS, Emit, ExportError
 
 __all__ = ["export_program", "ExportResult", "OPSET_DEFAULT", "OPSET_MIN", "opset_range", "EXTERNAL_THRESHOLD",
@@ -208,19 +209,6 @@ def _ir_for(opset: int) -> int:
 
 # -- writing, field by field ----------------------------------------------------------------
 
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while value > 0x7F:
-        out.append(value & 0x7F | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
-def _tag(number: int, wire_type: int) -> bytes:
-    return _varint(number << 3 | wire_type)
-
-
 def _little_endian(array: np.ndarray) -> memoryview:
     """The array's bytes as ONNX's raw_data holds them (little-endian), without a copy where they already are."""
     if array.dtype.byteorder == ">" or (array.dtype.byteorder == "=" and not np.little_endian):
@@ -271,12 +259,12 @@ def _write(model, initializers: list, dest, external: str | None) -> None:
     for k, (name, array) in enumerate(initializers):
         if external is not None:
             header = _tensor_header(name, array, offsets[k])
-            pieces.append((_tag(initializer_field, _LEN) + _varint(len(header)) + header, None))
+            pieces.append((encode_tag(initializer_field, _LEN) + encode_varint(len(header)) + header, None))
         else:
             header = _tensor_header(name, array)
-            raw = _tag(raw_field, _LEN) + _varint(array.nbytes)
+            raw = encode_tag(raw_field, _LEN) + encode_varint(array.nbytes)
             size = len(header) + len(raw) + array.nbytes
-            pieces.append((_tag(initializer_field, _LEN) + _varint(size) + header + raw, array))
+            pieces.append((encode_tag(initializer_field, _LEN) + encode_varint(size) + header + raw, array))
     graph_size = len(graph_fields) + sum(len(p) + (a.nbytes if a is not None else 0) for p, a in pieces)
     if external is not None:
         with atomic_output(external) as out:
@@ -287,7 +275,7 @@ def _write(model, initializers: list, dest, external: str | None) -> None:
                 position = offset + array.nbytes
     with atomic_output(dest) as out:
         out.write(head)
-        out.write(_tag(graph_field, _LEN) + _varint(graph_size))
+        out.write(encode_tag(graph_field, _LEN) + encode_varint(graph_size))
         out.write(graph_fields)
         for prefix, array in pieces:
             out.write(prefix)

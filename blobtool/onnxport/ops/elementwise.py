@@ -121,6 +121,16 @@ def _chain(e, x: str, steps: list) -> None:
         x = out
 
 
+def _affine(layer) -> list:
+    """The steps of shift + scale * x that Power and Log take, each only where it changes something."""
+    steps = []
+    if layer.scale != 1:
+        steps.append(("Mul", "scale", layer.scale))
+    if layer.shift != 0:
+        steps.append(("Add", "shift", layer.shift))
+    return steps
+
+
 @exporter("Power")
 def power(e) -> None:
     layer = e.layer
@@ -131,11 +141,7 @@ def power(e) -> None:
         e.node("Expand", [e.constant("value", _scalar(value)), e.shape_constant("shape", e.top_shapes[0])],
                e.outputs)
         return
-    steps = []
-    if layer.scale != 1:
-        steps.append(("Mul", "scale", layer.scale))
-    if layer.shift != 0:
-        steps.append(("Add", "shift", layer.shift))
+    steps = _affine(layer)
     if layer.power != 1:
         steps.append(("Pow", "power", layer.power))
     _chain(e, e.inputs[0], steps)
@@ -154,11 +160,7 @@ def exp(e) -> None:
 @exporter("Log")
 def log(e) -> None:
     layer = e.layer
-    steps = []
-    if layer.scale != 1:
-        steps.append(("Mul", "scale", layer.scale))
-    if layer.shift != 0:
-        steps.append(("Add", "shift", layer.shift))
+    steps = _affine(layer)
     steps.append(("Log", "log", None))
     if layer.base_scale != 1:
         steps.append(("Mul", "base_scale", layer.base_scale))
