@@ -59,7 +59,7 @@ def debug_traceback(exc: BaseException) -> None:
 # --format blob, precision='half' -> --precision half).
 OPTIONS = {"patterns": "--blob", "blobs": "--blob", "pairs": "--rename", "renames": "--rename", "drops": "--drop",
            "layer_defs": "--layers", "net": "--definition", "half_strict": "--strict",
-           "write_diff=False": "--no-diff"}
+           "write_diff=False": "--no-diff", "shapes": "--input-shape"}
 
 
 def option_name(parameter: str) -> str:

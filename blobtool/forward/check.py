@@ -59,8 +59,9 @@ class CheckResult:
         """Lines for stderr: the verdict, then each blob that differs, most different first."""
         compared = len(self.rows)
         if self.passed:
-            return [f"check: {self.after} computes what {self.before} computes: {compared} blob{'s' * (compared != 1)} compared on the "
-                    f"same random input, the largest difference {self.worst:.3g} of a blob's largest value"]
+            blobs = f"{compared} blob{'s' * (compared != 1)}"
+            return [f"check: {self.after} computes what {self.before} computes: {blobs} compared on the same random "
+                    f"input, the largest difference {self.worst:.3g} of a blob's largest value"]
         out = [f"check FAILED: {len(self.differing)} of {compared} blobs of {self.after} differ from "
                f"{self.before}'s beyond {CHECK_TOLERANCE:g} of their largest value"]
         for row in sorted(self.differing, key=lambda r: -(r["max_abs"] / (r["scale"] or 1.0))):

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..errors import FormatError, UsageError
+from ..errors import FormatError, UsageError, parameter
 from ..formats.caffe.containers import text
 from ..net.model import model
 
@@ -113,8 +113,9 @@ def deploy_net(doc, definition=None, shapes: dict | None = None) -> Deploy:
     shapes = dict(shapes or {})
     structure = definition if definition is not None else doc
     if structure.format == "hdf5":
-        raise UsageError("Caffe's HDF5 snapshot holds blobs only, no layer types or wiring: give the net's "
-                         "definition (the .prototxt or .caffemodel of the same net)", path=structure.path)
+        raise UsageError(f"Caffe's HDF5 snapshot holds blobs only, no layer types or wiring: give "
+                         f"{parameter('definition', True)}the net's .prototxt (or the .caffemodel of the same net)",
+                         path=structure.path)
     if structure.kind != "net":
         raise UsageError(f"a {structure.kind} holds no net to run", path=structure.path)
     net = model(structure)
@@ -170,7 +171,7 @@ def deploy_net(doc, definition=None, shapes: dict | None = None) -> Deploy:
     written = {text(t) for _, m in kept for t in m.top}
     unknown = [n for n in shapes if n not in declared and n not in written]
     if unknown:
-        raise UsageError(f"--input-shape names {', '.join(repr(n) for n in unknown)}, which the deploy net "
+        raise UsageError(f"{parameter('shapes')} names {', '.join(repr(n) for n in unknown)}, which the deploy net "
                          f"neither takes as an input nor computes (inputs: {', '.join(declared) or 'none'})",
                          path=structure.path)
     made_inputs = [n for n in shapes if n in written and n not in declared]
@@ -210,16 +211,17 @@ def deploy_net(doc, definition=None, shapes: dict | None = None) -> Deploy:
         where = f"layer {absent[b]} reads it"
         merged = _merging_layer(kept, net, b, declared)
         if merged is not None:
+            shape = f"{parameter('shapes', True)}{merged[2]}=N,C,H,W"
             raise UsageError(f"{b!r} comes from data layers outside the TEST net ({where}); layer "
-                             f"{merged[0]} ({merged[1]}) merges them into {merged[2]!r}: give --input-shape "
-                             f"{merged[2]}=N,C,H,W to take that blob as the input, or --definition with the "
-                             "net's deploy.prototxt", path=structure.path)
+                             f"{merged[0]} ({merged[1]}) merges them into {merged[2]!r}: give {shape} to take that "
+                             f"blob as the input, or {parameter('definition')} with the net's deploy.prototxt",
+                             path=structure.path)
         if b in missing_inputs:
             raise UsageError(f"input {b!r} has no shape ({where}; a data layer's shape lies in its database): "
-                             f"give --input-shape {b}=N,C,H,W", path=structure.path)
+                             f"give {parameter('shapes', True)}{b}=N,C,H,W", path=structure.path)
         raise UsageError(f"blob {b!r} is an input of the deploy net that nothing gives ({where}): give "
-                         f"--input-shape {b}=N,C,H,W, or --definition with the net's deploy.prototxt",
-                         path=structure.path)
+                         f"{parameter('shapes', True)}{b}=N,C,H,W, or {parameter('definition')} with the net's "
+                         "deploy.prototxt", path=structure.path)
     if not runs:
         raise UsageError("the deploy net runs no layer", path=structure.path)
 

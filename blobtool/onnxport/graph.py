@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..errors import UsageError
+from ..errors import UsageError, parameter
 from ..formats.caffe.wire import encode_tag, encode_varint
 from .emit import EXPORTERS, Emit, ExportError
 
@@ -167,7 +167,8 @@ def export_program(program, dest, *, opset: int = OPSET_DEFAULT, outputs=None, n
 
     low, high = opset_range()
     if not low <= opset <= high:
-        raise UsageError(f"--opset {opset}: blobtool writes opsets {low} to {high} (the installed onnx's newest)")
+        raise UsageError(f"{parameter('opset', True)}{opset}: blobtool writes opsets {low} to {high} (the installed "
+                         "onnx's newest)")
     wanted = program.outputs() if outputs is None else list(outputs)
     graph = build_graph(program, opset, wanted)
     shapes = program.shapes
