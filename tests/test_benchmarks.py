@@ -116,6 +116,42 @@ def test_forward_harness_smoke_run_writes_its_section(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["RESULTS.md"]
 
 
+
+def test_export_harness_smoke_run_writes_its_section_and_keeps_the_others(tmp_path):
+    pytest.importorskip("onnx", reason="blobtool export needs the onnx extra")
+    pytest.importorskip("onnxruntime", reason="the harness proves the export in onnxruntime")
+    out = tmp_path / "RESULTS.md"
+    others = ("# blobtool benchmark results\n\nthe standard run\n\n## blobtool run against OpenCV 4.x's forward\n\n"
+              "forward's figures\n")
+    out.write_text(others)
+    res = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "export.py"), "--smoke", "--out", str(out),
+                          "--workdir", str(tmp_path)], capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr
+    text = out.read_text()
+    assert text.startswith(others + "\n## blobtool export against reading and writing the bytes\n")
+    section = text[len(others):]
+    assert "Machine: " in section and "onnx 1." in section and "onnxruntime 1." in section
+    assert "`python benchmarks/export.py --smoke`" in section
+    rows = [line for line in section.splitlines() if line.startswith("| VGG-16 |")]
+    assert len(rows) == 1
+    cells = [c.strip() for c in rows[0].strip("|").split("|")]
+    assert len(cells) == 11, rows[0]
+    assert cells[4].endswith("x") and float(cells[4][:-1]) > 0, rows[0]
+    assert cells[8] in ("yes", "NO"), rows[0]
+    assert float(cells[9]) > 0, rows[0]
+    # onnxruntime ran the export on the input `blobtool run` drew: the same outputs, to float32 rounding.
+    assert float(cells[10]) < 1e-4, rows[0]
+    # Every goal is judged, met or not: time, memory, the outputs.
+    assert section.count("met: ") == 3
+    # A second run replaces its own section only.
+    res = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "export.py"), "--smoke", "--out", str(out),
+                          "--workdir", str(tmp_path)], capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr
+    again = out.read_text()
+    assert again.startswith(others + "\n## blobtool export against reading and writing the bytes\n")
+    assert again.count("## blobtool export against") == 1
+    assert [p.name for p in tmp_path.iterdir()] == ["RESULTS.md"]
+
 def test_forward_harness_replaces_its_own_section_and_keeps_the_rest(tmp_path):
     forward = _forward_harness()
     path = tmp_path / "RESULTS.md"
