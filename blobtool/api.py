@@ -433,9 +433,9 @@ def export(src, dest, *, definition=None, shapes: dict | None = None, opset: int
     ({input: shape}) and `outputs` (None: the net's outputs; "all"; names)
     as `run` takes them; `opset` from 13 to the installed onnx's newest
     (default 17). With `check`, onnx's full check and onnxruntime against
-    blobtool's forward on the same random input (onnxport/check.py). Needs the
-    `onnx` extra (UsageError naming it otherwise). What the deploy net left
-    out and what changed on the way are said to `warn`.
+    blobtool's forward on the same random input (onnxport/check.py), which
+    need the `onnx` extra (UsageError naming it otherwise). What the deploy
+    net left out and what changed on the way are said to `warn`.
     """
     from .forward.deploy import deploy_net
     from .forward.run import ALL
@@ -448,7 +448,8 @@ def export(src, dest, *, definition=None, shapes: dict | None = None, opset: int
         doc, other = _open_net(opened, src, definition)
         deploy = deploy_net(doc, other, shapes)
         weights = doc if doc.kind == "net" and doc.format != "prototxt" else None
-        program = build(deploy, weights)
+        # Only written out, the weights are viewed in the mapped file; a check runs them, so it reads them.
+        program = build(deploy, weights, aligned=check)
         wanted = program.outputs() if outputs is None else (
             program.blob_names() if outputs == ALL else program.check_outputs(outputs))
         notes = deploy.notes()
@@ -473,13 +474,17 @@ def export(src, dest, *, definition=None, shapes: dict | None = None, opset: int
 
 
 def _needs_onnx(check: bool) -> None:
-    """UsageError naming the extra where onnx (or, for a check, onnxruntime) is not installed."""
+    """UsageError naming the extra where a check is asked for and onnx or onnxruntime is not installed.
+
+    Writing the model needs neither: blobtool writes ONNX's messages with
+    classes of its own (proto/blobtool_onnx.proto says why).
+    """
     import importlib.util
 
-    missing = [m for m in ("onnx",) + (("onnxruntime",) if check else ()) if importlib.util.find_spec(m) is None]
+    missing = [m for m in (("onnx", "onnxruntime") if check else ()) if importlib.util.find_spec(m) is None]
     if missing:
-        raise UsageError(f"ONNX export needs {' and '.join(missing)}: pip install 'blobtool[onnx]' (onnx and "
-                         "onnxruntime, which need protobuf 4.25 or newer)")
+        raise UsageError(f"{parameter('check')} needs {' and '.join(missing)}: pip install 'blobtool[onnx]' (onnx "
+                         "and onnxruntime, which need protobuf 4.25 or newer)")
 
 
 def edit(src, dest, *, renames=None, drops=(), format: str | None = None, warn=None) -> str:

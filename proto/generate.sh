@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Regenerates blobtool/_pb/blobtool_caffe_pb2.py from proto/blobtool_caffe.proto.
+# Regenerates blobtool/_pb/blobtool_caffe_pb2.py and blobtool_onnx_pb2.py from proto/.
 #
 # protoc is pinned to grpcio-tools 1.49.1 (libprotoc 3.21.6) on purpose: newer
 # protoc emits a runtime check that refuses any protobuf runtime older than
@@ -14,5 +14,7 @@ if [ ! -x "$venv/bin/python" ]; then
   python3 -m venv "$venv"
   "$venv/bin/pip" install -q 'grpcio-tools==1.49.1'
 fi
-"$venv/bin/python" -m grpc_tools.protoc -I"$here" --python_out="$root/blobtool/_pb" "$here/blobtool_caffe.proto"
-echo "wrote blobtool/_pb/blobtool_caffe_pb2.py"
+for schema in blobtool_caffe blobtool_onnx; do
+  "$venv/bin/python" -m grpc_tools.protoc -I"$here" --python_out="$root/blobtool/_pb" "$here/$schema.proto"
+  echo "wrote blobtool/_pb/${schema}_pb2.py"
+done

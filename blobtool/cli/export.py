@@ -20,8 +20,8 @@ __all__ = ["export"]
                    "NET lacks); NET gives the weights, by layer name.")
 @NAMED_SHAPE
 @click.option("--opset", type=click.IntRange(min=1), default=None, metavar="N",
-              help="The ONNX opset: 13 (Softmax on one axis needs it) to the installed onnx's newest; default 17 "
-                   "(onnx2torch reads up to 17).")
+              help="The ONNX opset, 13 (Softmax on one axis needs it) to 28; default 17 (onnx2torch reads up to "
+                   "17).")
 @click.option("--outputs", "outputs", default=None, metavar="all|NAME[,NAME...]",
               help="The graph's outputs: all, or these blob names (the graph ends where they are computed). "
                    "Default: the net's outputs.")
@@ -41,8 +41,8 @@ def export(net, output, definition, input_shapes, opset, outputs, check, seed, a
     slope per channel, Eltwise's coefficients, BatchNorm's factor and eps.
     Initializers are named after Caffe's blobs (conv1/0), values after its
     tops. A layer that cannot be exported exactly is exit 3, naming it,
-    before anything is written. Needs blobtool[onnx] (onnx, and onnxruntime
-    for --check).
+    before anything is written. --check needs blobtool[onnx] (onnx and
+    onnxruntime).
 
     \b
     Example:

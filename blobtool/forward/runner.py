@@ -152,8 +152,13 @@ def _last_reads(steps: list, inputs: dict) -> dict:
     return out
 
 
-def build(deploy, weights, *, weights_by_layer: dict | None = None) -> Program:
+def build(deploy, weights, *, weights_by_layer: dict | None = None, aligned: bool = True) -> Program:
     """The Program of Deploy `deploy` with the blobs of net document `weights` (None: a net without weights).
+
+    `aligned`: each float32 weight read into an array of its own, for the
+    products a run makes (_weights_by_layer); without, the weights view the
+    mapped file where they can (what an export, which only writes them out,
+    takes: no copy of the weights is made).
 
     FormatError (exit 3) for a layer type blobtool cannot run, a layer
     without the blobs its type needs, or shapes Caffe's Reshape refuses;
@@ -168,7 +173,7 @@ def build(deploy, weights, *, weights_by_layer: dict | None = None) -> Program:
             if len(cannot) > 1 else ""
         raise FormatError(f"layer {name!r} has type {kind!r}, which blobtool cannot run{more}; nothing was "
                           "computed", path=deploy.source)
-    held = weights_by_layer if weights_by_layer is not None else _weights_by_layer(weights)
+    held = weights_by_layer if weights_by_layer is not None else _weights_by_layer(weights, aligned)
     shared: dict = {}
     steps = []
     shapes = dict(deploy.inputs)
@@ -193,7 +198,7 @@ def build(deploy, weights, *, weights_by_layer: dict | None = None) -> Program:
     return Program(dict(deploy.inputs), steps, path)
 
 
-def _weights_by_layer(doc) -> dict:
+def _weights_by_layer(doc, aligned: bool = True) -> dict:
     """{layer name: [float32 arrays of its blobs, in order]} of a net document (FP16 and float64 made float32).
 
     Each float32 blob is read into an array of its own, from the file where
@@ -214,7 +219,9 @@ def _weights_by_layer(doc) -> dict:
             if e.layer is None:
                 continue
             values = np.asarray(e.blob().cpu_data())
-            if values.dtype == FLOAT:
+            if values.dtype == FLOAT and not aligned:
+                out = values
+            elif values.dtype == FLOAT:
                 out = np.empty(values.shape, FLOAT)
                 behind = file_behind(values)
                 if behind is not None and values.size:
