@@ -177,7 +177,7 @@ def main() -> int:
 
     section = render(net, res, onnx_mib, diff, reps, args, load)
     print(section)
-    write_section(args.out, section)
+    forward.write_section(args.out, section, HEADING)
     print(f"wrote {args.out}", file=sys.stderr)
     return 0
 
@@ -231,15 +231,6 @@ def render(net, res: dict, onnx_mib: float, diff: float, reps: int, args, load) 
     lines += ["", "Goals:", ""]
     lines += [f"- {'met' if ok else 'NOT met'}: {name}" for name, ok in goals]
     return "\n".join(lines) + "\n"
-
-
-def write_section(path: Path, section: str) -> None:
-    """forward.write_section for this file's heading (it finds the section to replace by its module's HEADING)."""
-    saved, forward.HEADING = forward.HEADING, HEADING
-    try:
-        forward.write_section(path, section)
-    finally:
-        forward.HEADING = saved
 
 
 if __name__ == "__main__":

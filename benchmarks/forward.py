@@ -576,14 +576,14 @@ def render(nets: dict, res: dict, diffs: dict, reps: int, args, load) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_section(path: Path, section: str) -> None:
-    """Put `section` into markdown file `path`: in place of its own heading's section if there, else at the end.
+def write_section(path: Path, section: str, heading: str = HEADING) -> None:
+    """Put `section` into markdown file `path`: in place of the section under `heading` if there, else at the end.
 
     A section runs from its heading to the next heading of level 1 or 2 (or the end of the file).
     """
     text = path.read_text() if path.exists() else ""
     lines = text.splitlines(keepends=True)
-    start = next((i for i, line in enumerate(lines) if line.rstrip("\n") == HEADING), None)
+    start = next((i for i, line in enumerate(lines) if line.rstrip("\n") == heading), None)
     if start is None:
         before = text if not text or text.endswith("\n\n") else text.rstrip("\n") + "\n\n"
         path.write_text(before + section)

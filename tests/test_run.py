@@ -14,7 +14,7 @@ from google.protobuf import text_format
 
 import blobtool
 from blobtool._pb import blobtool_caffe_pb2 as pb
-from caffenets import layer, max_scaled_difference, net, opencv_forward, write_net_files
+from caffenets import layer, max_scaled_difference, net, opencv_forward, ours_forward, write_net_files
 from runner import assert_error, assert_usage, invoke, ok, run_blobtool
 
 TRAIN, TEST = 0, 1
@@ -342,3 +342,28 @@ def test_an_ssd_head_runs_whole_and_its_blobs_match_opencv(tmp_path):
         assert max_scaled_difference(values[name], theirs[name].reshape(values[name].shape)) <= 1e-4, name
     info = json.loads(ok("info", "--layers", "--input-shape", "data=1,3,16,16", "--json", model).stdout)
     assert info["top_shapes"]["priors"] == [[1, 2, 8 * 8 * priors * 4]]
+
+
+def test_in_place_layers_never_write_a_blob_another_reads_nor_the_callers_input(tmp_path):
+    """Caffe's in-place layers write into their bottom; blobtool does so only where nothing else holds it."""
+    rng = _rng(12)
+    layers = [
+        layer("relu0", "ReLU", "data", "data"),                       # the caller's array: copied, not written
+        layer("split", "Split", "data", ["a", "b"]),                  # one array, two names
+        layer("bn", "BatchNorm", "a", "a", blobs=[rng.standard_normal(3), rng.uniform(0.5, 2, 3), [1.0]]),
+        layer("scale", "Scale", "a", "a", blobs=[rng.uniform(0.5, 2, 3), rng.standard_normal(3)],
+              scale_param={"bias_term": True}),
+        layer("prelu", "PReLU", "a", "a", blobs=[rng.uniform(0.1, 0.3, 3)]),
+        layer("flat", "Flatten", "b", "flat"),                        # a view of b
+        layer("drop", "Dropout", "flat", "flat"),
+        layer("relu1", "ReLU", "flat", "flat"),
+        layer("sum", "Eltwise", ["a", "b"], "sum"),
+    ]
+    _, model = write_net_files(tmp_path, net(layers, {"data": (2, 3, 4, 5)}))
+    x = rng.standard_normal((2, 3, 4, 5)).astype(np.float32)
+    before = x.copy()
+    values = blobtool.run(str(model), inputs={"data": x}, outputs="all").values
+    np.testing.assert_array_equal(x, before)
+    expected = ours_forward(net(layers, {"data": (2, 3, 4, 5)}), {"data": before})
+    for name, value in values.items():
+        np.testing.assert_array_equal(value, expected[name], err_msg=name)

@@ -115,6 +115,13 @@ class Scale(_Broadcast):
             y += self.laid(self.blobs[-1], x.shape)
         return [as_float(y)]
 
+    def forward_in_place(self, x: np.ndarray) -> np.ndarray:
+        """forward() of one bottom written into x, where the runner may (top is bottom, read by nobody after)."""
+        np.multiply(x, self.laid(self.blobs[0], x.shape), out=x)
+        if self.param.scale_param.bias_term:
+            np.add(x, self.laid(self.blobs[-1], x.shape), out=x)
+        return x
+
 
 @register("Bias")
 class Bias(_Broadcast):

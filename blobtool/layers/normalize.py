@@ -100,6 +100,18 @@ class BatchNorm(Layer):
         np.divide(y, _per_channel(std, x.ndim), out=y)  # in place: one array, as Caffe's top
         return [as_float(y)]
 
+    def forward_in_place(self, x: np.ndarray) -> np.ndarray:
+        """forward() written into x, where the runner may (its top is its bottom, read by nobody after)."""
+        b = [blob.reshape(-1) for blob in self.blobs]
+        if len(b) == 5 or not self.global_stats:
+            return self.forward([x])[0]
+        s = b[2][0]
+        factor = FLOAT(0) if s == 0 else FLOAT(1) / s
+        mean, var = factor * b[0], factor * b[1]
+        np.subtract(x, _per_channel(mean, x.ndim), out=x)
+        np.divide(x, _per_channel(np.sqrt(var + self.eps), x.ndim), out=x)
+        return x
+
 
 @register("LRN")
 class LRN(Layer):
