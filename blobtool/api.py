@@ -453,11 +453,11 @@ def export(src, dest, *, definition=None, shapes: dict | None = None, opset: int
         wanted = program.outputs() if outputs is None else (
             program.blob_names() if outputs == ALL else program.check_outputs(outputs))
         notes = deploy.notes()
-        half = [e.name for e in (weights.entries if weights is not None else ()) if e.dtype.itemsize == 2]
+        half = [f"{layer}/{k}" for layer, k in sorted(program.half)]
         if half:
             notes.append(f"{doc.path}: {len(half)} float16 blob{'s' * (len(half) != 1)} ({', '.join(half[:4])}"
-                         f"{' ...' if len(half) > 4 else ''}) written as float32, exactly (every float16 value is "
-                         "a float32 one)")
+                         f"{' ...' if len(half) > 4 else ''}) kept as float16, each cast to float32 where the net "
+                         "uses it (exactly: every float16 value is a float32 one)")
         from . import __version__
 
         result = export_program(program, dest, opset=opset or OPSET_DEFAULT, outputs=wanted,

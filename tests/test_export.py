@@ -128,8 +128,13 @@ def test_export_check_passes_on_real_nets(tmp_path, realworld, name, shapes):
     assert record["check"]["passed"] is True
     assert "computes what" in result.stderr
     if name.startswith("mtcnn"):
-        # NVIDIA Caffe's FP16 blobs: written as float32, exactly, and said.
-        assert "float16 blobs" in result.stderr and "written as float32, exactly" in result.stderr
+        # NVIDIA Caffe's FP16 blobs stay float16, each cast to float32 where it is used, and said.
+        assert "float16 blobs" in result.stderr and "kept as float16, each cast to float32" in result.stderr
+        loaded = onnx.load(str(tmp_path / "net.onnx"))
+        kinds = {t.name: t.data_type for t in loaded.graph.initializer}
+        assert kinds["conv1/0"] == onnx.TensorProto.FLOAT16 and kinds["PReLU1/0"] == onnx.TensorProto.FLOAT
+        casts = [n for n in loaded.graph.node if n.op_type == "Cast" and n.input[0] == "conv1/0"]
+        assert [list(n.output) for n in casts] == [["conv1/0:float32"]]
 
 
 # -- the command ----------------------------------------------------------------------------------

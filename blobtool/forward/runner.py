@@ -50,6 +50,7 @@ class Program:
     inputs: dict                 # {input name: shape}
     steps: list                  # Step per layer, in order
     path: str = ""
+    half: set = field(default_factory=set)   # (layer, blob index) of the blobs the file stores as float16
 
     @property
     def shapes(self) -> dict:
@@ -197,6 +198,7 @@ def build(deploy, weights, *, weights_by_layer: dict | None = None, aligned: boo
         raise FormatError(f"layer {name!r} has type {kind!r}, which blobtool cannot run{more}; nothing was "
                           "computed", path=deploy.source)
     held = weights_by_layer if weights_by_layer is not None else _weights_by_layer(weights, aligned)
+    half = _float16_blobs(weights) if weights_by_layer is None else set()
     shared: dict = {}
     steps = []
     shapes = dict(deploy.inputs)
@@ -218,7 +220,7 @@ def build(deploy, weights, *, weights_by_layer: dict | None = None, aligned: boo
             raise AssertionError(f"layer {name}: reshape gave {len(out_shapes)} shapes for {len(tops)} tops")
         shapes.update(zip(tops, out_shapes))
         steps.append(Step(layer, bottoms, tops, in_shapes, out_shapes))
-    return Program(dict(deploy.inputs), steps, path)
+    return Program(dict(deploy.inputs), steps, path, half)
 
 
 def _weights_by_layer(doc, aligned: bool = True) -> dict:
@@ -255,6 +257,21 @@ def _weights_by_layer(doc, aligned: bool = True) -> dict:
                 out = _float32(values, e, doc.path)
             held.setdefault(e.layer, []).append(out.reshape(e.shape))
     return held
+
+
+def _float16_blobs(doc) -> set:
+    """(layer, index) of each blob a net document stores as IEEE float16 (NVIDIA Caffe's FP16 and the like)."""
+    if doc is None:
+        return set()
+    found, seen = set(), {}
+    for e in doc.entries:
+        if e.layer is None:
+            continue
+        k = seen.get(e.layer, 0)
+        seen[e.layer] = k + 1
+        if np.dtype(e.dtype) == np.float16:
+            found.add((e.layer, k))
+    return found
 
 
 def _float32(values: np.ndarray, entry, path) -> np.ndarray:

@@ -70,11 +70,19 @@ class Emit:
         return ExportError(f"layer {self.name!r} ({self.layer.type}) cannot be exported to ONNX: {why}")
 
     def blob(self, k: int, shape: tuple | None = None) -> str:
-        """Blob k of the layer as an initializer named "<layer>/<k>" (viewed in `shape` where given)."""
+        """Blob k of the layer as an initializer named "<layer>/<k>" (viewed in `shape` where given).
+
+        A blob the file stores as float16 stays float16, with a Cast to
+        float32 where the net uses it ("<layer>/<k>:float32"): exact, as every
+        float16 is a float32, and half the bytes.
+        """
         array = self.layer.blobs[k]
         if shape is not None:
             array = array.reshape(shape)
-        return self.graph.initializer(f"{self.name}/{k}", array)
+        if (self.name, k) not in self.graph.half:
+            return self.graph.initializer(f"{self.name}/{k}", array)
+        stored = self.graph.initializer(f"{self.name}/{k}", array.astype(np.float16))
+        return self.node("Cast", [stored], [self.graph.unique(f"{self.name}/{k}:float32")], to=1)[0]
 
     def constant(self, suffix: str, array) -> str:
         """Another initializer, "<layer>/<suffix>": a float32 array, or int64 where `array` holds integers."""

@@ -139,8 +139,9 @@ def graph_names(program) -> list:
 class _Graph:
     """The nodes and initializers being gathered (Emit's side)."""
 
-    def __init__(self, opset: int):
+    def __init__(self, opset: int, half: set = frozenset()):
         self.opset = opset
+        self.half = half               # (layer, blob index) stored as float16: kept so, cast where used
         self.nodes: list = []
         self.initializers: list = []    # (name, array)
         self.names: set = set()
@@ -173,7 +174,7 @@ def build_graph(program, opset: int, wanted: list):
         raise ExportError(f"layer {first.name!r} has type {first.type!r}, which blobtool cannot export to ONNX"
                           + (f" (and {len(cannot) - 1} more)" if len(cannot) > 1 else "") + "; nothing was "
                           "written", path=program.path)
-    graph = _Graph(opset)
+    graph = _Graph(opset, getattr(program, "half", set()))
     for name in program.inputs:
         graph.names.add(name)
     names = graph_names(program)
@@ -253,7 +254,8 @@ def _little_endian(array: np.ndarray) -> memoryview:
 
 def _tensor_header(name: str, array: np.ndarray, external=None) -> bytes:
     tensors = _onnx().TensorProto
-    kind = tensors.FLOAT if array.dtype == np.float32 else tensors.INT64
+    kind = {np.dtype(np.float32): tensors.FLOAT, np.dtype(np.float16): tensors.FLOAT16}.get(array.dtype,
+                                                                                          tensors.INT64)
     header = tensors(name=name, data_type=kind)
     header.dims.extend(int(d) for d in array.shape)
     if external is not None:
