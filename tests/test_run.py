@@ -367,3 +367,40 @@ def test_in_place_layers_never_write_a_blob_another_reads_nor_the_callers_input(
     expected = ours_forward(net(layers, {"data": (2, 3, 4, 5)}), {"data": before})
     for name, value in values.items():
         np.testing.assert_array_equal(value, expected[name], err_msg=name)
+
+
+def test_a_v1_net_runs_as_caffe_upgrades_it_and_an_undeclared_input_takes_a_shape(tmp_path):
+    rng = _rng(13)
+    weight, bias = rng.standard_normal((2, 1, 3, 3)).astype(np.float32), rng.standard_normal(2).astype(np.float32)
+    old = pb.NetParameter(name="v1")   # no input fields: "data" is read, never declared
+    conv = old.layers.add(name="conv1", type=pb.V1LayerParameter.CONVOLUTION)
+    conv.bottom.append("data")
+    conv.top.append("conv1")
+    conv.convolution_param.num_output = 2
+    conv.convolution_param.kernel_size.append(3)
+    for array in (weight, bias):
+        blob = conv.blobs.add()
+        blob.shape.dim.extend(array.shape)
+        blob.data.extend(array.reshape(-1).tolist())
+    relu = old.layers.add(name="relu1", type=pb.V1LayerParameter.RELU)
+    relu.bottom.append("conv1")
+    relu.top.append("conv1")
+    path = tmp_path / "v1.caffemodel"
+    path.write_bytes(old.SerializeToString())
+    line = assert_error(invoke("run", path), 2, "blob 'data' is an input of the deploy net that nothing gives")
+    assert "--input-shape data=N,C,H,W" in line
+    x = rng.standard_normal((1, 1, 5, 5)).astype(np.float32)
+    ours = blobtool.run(str(path), inputs={"data": x}).values["conv1"]
+    new = net([layer("conv1", "Convolution", "data", blobs=[weight, bias],
+                     convolution_param={"num_output": 2, "kernel_size": [3]}),
+               layer("relu1", "ReLU", "conv1", "conv1")], {"data": (1, 1, 5, 5)})
+    np.testing.assert_array_equal(ours, ours_forward(new, {"data": x})["conv1"])
+
+
+def test_a_v0_net_is_refused_naming_the_upgrade(tmp_path):
+    from builders import Layer, write_net
+
+    path = write_net(tmp_path / "v0.caffemodel", "v0", [Layer("conv1", "Convolution", [np.ones((2, 1, 3, 3))],
+                                                              bottom=["data"], top=["conv1"])])
+    assert_error(invoke("run", path, "--input-shape", "data=1,1,5,5"), 3,
+                 "layer 'conv1' is in Caffe's first (V0) layer format", "upgrade_net_proto_binary")

@@ -123,7 +123,14 @@ def deploy_net(doc, definition=None, shapes: dict | None = None) -> Deploy:
     defs = net.layer_defs()
     from ..formats.caffe.netdef import definition as net_definition
 
-    top = net_definition(structure).net
+    found = net_definition(structure)
+    top = found.net
+    v0 = [net.names[i] for i, layer in enumerate(found.layers) if layer.format == "V0" and i not in view.outside]
+    if v0:
+        # Caffe's first format nests a V0LayerParameter whose settings blobtool does not upgrade.
+        raise FormatError(f"layer {v0[0]!r}{f' (and {len(v0) - 1} more)' if len(v0) > 1 else ''} is in Caffe's "
+                          "first (V0) layer format, whose parameters blobtool does not upgrade: upgrade the net "
+                          "with Caffe's upgrade_net_proto_binary, or give the net's definition", path=structure.path)
     result = Deploy(pb.NetParameter(name=top.name), source=structure.path)
 
     # -- inputs declared by the net itself ---------------------------------------------------
@@ -169,7 +176,10 @@ def deploy_net(doc, definition=None, shapes: dict | None = None) -> Deploy:
 
     # -- blobs made inputs by --input-shape, and their writers gone ----------------------------
     written = {text(t) for _, m in kept for t in m.top}
-    unknown = [n for n in shapes if n not in declared and n not in written]
+    read = {text(b) for _, m in kept for b in m.bottom}
+    # A blob layers read that nothing writes is an input the net never declared (a net stripped of
+    # its input fields): --input-shape declares it.
+    unknown = [n for n in shapes if n not in declared and n not in written and n not in read]
     if unknown:
         raise UsageError(f"{parameter('shapes')} names {', '.join(repr(n) for n in unknown)}, which the deploy net "
                          f"neither takes as an input nor computes (inputs: {', '.join(declared) or 'none'})",
