@@ -7,6 +7,8 @@ float.
 
 from __future__ import annotations
 
+import abc
+
 import numpy as np
 
 from .base import FLOAT, Layer, as_float, count, register
@@ -38,13 +40,13 @@ class _Broadcast(Layer):
     bottoms = (1, 2)
     blob_count = (0, 2)
 
+    @abc.abstractmethod
     def settings(self) -> tuple:
         """(axis, num_axes) from the type's parameter message."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def roles(self, two: bool) -> list:
         """What each blob holds, in order, with one bottom or two."""
-        raise NotImplementedError
 
     def reshape(self, shapes: list) -> list:
         shape = tuple(shapes[0])

@@ -18,6 +18,8 @@ anything is computed.
 
 from __future__ import annotations
 
+import abc
+
 import numpy as np
 
 from ..errors import FormatError
@@ -67,7 +69,7 @@ def count(shape, start: int = 0, end: int | None = None) -> int:
     return n
 
 
-class Layer:
+class Layer(abc.ABC):
     """One layer of a net, ready to run: its name, its parameters, its blobs.
 
     Subclasses set `bottoms` and `tops` ((min, max) counts, max None for
@@ -97,8 +99,9 @@ class Layer:
         """The top shapes for bottoms of `shapes` (tuples), as Caffe's Reshape; LayerError where it refuses."""
         return [tuple(shapes[0])]
 
+    @abc.abstractmethod
     def forward(self, xs: list) -> list:
-        raise NotImplementedError
+        """Caffe's Forward_cpu: the tops' float32 arrays from the bottoms' (which it never changes)."""
 
     # -- shared ---------------------------------------------------------------------------
 

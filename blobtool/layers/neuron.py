@@ -10,6 +10,8 @@ that value is what Caffe computes.
 
 from __future__ import annotations
 
+import abc
+
 import numpy as np
 
 from .base import FLOAT, Layer, as_float, register
@@ -37,8 +39,9 @@ class Neuron(Layer):
             y = self.compute(xs[0])
         return [as_float(y)]
 
+    @abc.abstractmethod
     def compute(self, x: np.ndarray) -> np.ndarray:
-        raise NotImplementedError
+        """The layer's function of one bottom, element by element."""
 
 
 @register("ReLU")

@@ -16,7 +16,8 @@ blobtool/layers/ computes them. The Emit gives it:
 - `e.refuse(why)`: ExportError naming the layer (exit 3, before anything
   is written).
 
-The ONNX package is imported only by these modules (the `onnx` extra).
+Nothing here imports the onnx package: graph.py writes ONNX's messages with blobtool's own
+classes (proto/blobtool_onnx.proto); only --check (check.py) needs the `onnx` extra.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@
 - the model's metadata: the net's name, the source file, blobtool's version.
 
 Every layer is turned into nodes first (its exporter, blobtool/onnxport/
-ops_*.py); a layer no exporter takes, or one whose settings ONNX cannot
+ops/); a layer no exporter takes, or one whose settings ONNX cannot
 compute exactly, is ExportError (exit 3) naming it before anything is
 written.
 
