@@ -77,7 +77,7 @@ def check_nets(before, after, *, before_definition=None, after_definition=None, 
     first = run_net(before, definition=before_definition, shapes=shapes, seed=seed, outputs=ALL)
     feeds = {name: first.values[name] for name in first.program.inputs}
     # The same arrays feed the net after (run_net refuses an input it does not take).
-    second = run_net(after, definition=after_definition, feeds=feeds, seed=seed, outputs=ALL)
+    second = run_net(after, definition=after_definition, feeds=feeds, shapes=shapes, seed=seed, outputs=ALL)
     if set(second.program.inputs) != set(first.program.inputs):
         raise UsageError(f"the nets take other inputs: {', '.join(first.program.inputs)} before, "
                          f"{', '.join(second.program.inputs)} after", path=after.path)
