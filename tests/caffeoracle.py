@@ -150,3 +150,42 @@ def max_relative(ours: np.ndarray, caffes: np.ndarray) -> float:
     scale = float(np.max(np.abs(b))) if b.size else 0.0
     worst = float(np.max(np.abs(a - b))) if b.size else 0.0
     return worst / scale if scale else worst
+
+
+_SHARED: list = []
+
+
+def shared_worker() -> Caffe:
+    """The one Caffe worker of this test process (started on first use, closed at exit); skip where absent."""
+    folder = require_oracle()
+    if not _SHARED:
+        import atexit
+
+        worker = Caffe(folder)
+        atexit.register(worker.close)
+        _SHARED.append(worker)
+    return _SHARED[0]
+
+
+def caffe_values(message, feeds: dict, folder: Path, tops=None) -> dict:
+    """{blob: Caffe's value} of net `message` (a NetParameter with its blobs) run on `feeds`; a refusal fails the test.
+
+    The net is written as its definition (text, no blobs) and its binary
+    weights, as a user hands them to caffe.Net.
+    """
+    from caffenets import write_net_files
+
+    prototxt, model = write_net_files(Path(folder), message, stem="caffe_net")
+    got = shared_worker().forward(prototxt, model, feeds, Path(folder))
+    if isinstance(got, Refusal):
+        pytest.fail(f"Caffe refused the net (exit {got.code}): {got.line}")
+    return got if tops is None else {top: got[top] for top in tops}
+
+
+def caffe_refusal(message, feeds: dict, folder: Path):
+    """Caffe's Refusal of net `message`, or None where Caffe runs it."""
+    from caffenets import write_net_files
+
+    prototxt, model = write_net_files(Path(folder), message, stem="caffe_net")
+    got = shared_worker().forward(prototxt, model, feeds, Path(folder))
+    return got if isinstance(got, Refusal) else None
