@@ -6,13 +6,19 @@ reshapes each input blob named in the inputs file to its array's shape, runs
 net.forward() in the TEST phase, writes every blob of net.blobs (Caffe's own
 names, Split blobs included) to `out`, and answers one line:
     @@ {"ok": true, "blobs": [names in net.blobs order]}
-A net Caffe refuses ends this process (glog's CHECK aborts); the caller reads
-the reason from its standard error. Lines of the protocol start with "@@ " so
-that whatever Caffe prints on standard output is told apart.
+Each net runs in a child forked from this process (Caffe imported once), so
+that a net Caffe refuses (glog's CHECK aborts the process) ends the child
+only; the answer then says so, with the child's exit and the lines it wrote
+on standard error:
+    @@ {"ok": false, "refused": true, "code": N, "stderr": "..."}
+Lines of the protocol start with "@@ " so that whatever Caffe prints on
+standard output is told apart.
 """
 
 import json
+import os
 import sys
+import tempfile
 
 import numpy as np
 
@@ -43,20 +49,38 @@ def run(request):
     return list(net.blobs.keys())
 
 
+def in_child(request):
+    """Run one request in a forked child; its answer, or the refusal that ended it."""
+    with tempfile.TemporaryFile() as err, tempfile.TemporaryFile() as reply:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:
+            os.dup2(err.fileno(), 2)
+            try:
+                names = run(request)
+                result = {"ok": True, "blobs": names}
+            except Exception as exc:  # pycaffe's own errors (a blob name it lacks); CHECKs abort instead
+                result = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
+            os.write(reply.fileno(), json.dumps(result).encode())
+            os._exit(0)
+        _, status = os.waitpid(pid, 0)
+        code = os.waitstatus_to_exitcode(status)
+        reply.seek(0)
+        answered = reply.read()
+        if code == 0 and answered:
+            return json.loads(answered)
+        err.seek(0)
+        return {"ok": False, "refused": True, "code": code, "stderr": err.read().decode("utf-8", "replace")}
+
+
 def main():
     caffe.set_mode_cpu()
     answer({"ready": True, "types": list(caffe.layer_type_list())})
     for line in sys.stdin:
         line = line.strip()
-        if not line:
-            continue
-        request = json.loads(line)
-        try:
-            names = run(request)
-        except Exception as exc:  # pycaffe's own errors (a blob name it lacks); CHECKs abort instead
-            answer({"ok": False, "error": f"{type(exc).__name__}: {exc}"})
-            continue
-        answer({"ok": True, "blobs": names})
+        if line:
+            answer(in_child(json.loads(line)))
 
 
 if __name__ == "__main__":

@@ -80,8 +80,15 @@ def _env() -> dict:
     return env
 
 
+def _reason(stderr: str) -> str:
+    """The line a Caffe process died with: glog's fatal line (F...) or a Check failed, else its first line."""
+    lines = [ln.strip() for ln in stderr.splitlines() if ln.strip()]
+    failed = [ln for ln in lines if "Check failed" in ln or ln.startswith("F")]
+    return (failed or lines or ["no message"])[0]
+
+
 class Caffe:
-    """One Caffe worker process, restarted after a net it refused ended it."""
+    """One Caffe worker process; each net runs in a child it forks, so a refusal ends only that child."""
 
     def __init__(self, folder: Path):
         self.folder = folder
@@ -106,9 +113,7 @@ class Caffe:
 
     def _last_line(self) -> str:
         self._stderr.seek(0)
-        lines = [ln.strip() for ln in self._stderr.read().splitlines() if ln.strip()]
-        failed = [ln for ln in lines if "Check failed" in ln or ln.startswith("F")]
-        return (failed or lines or ["no message"])[0]
+        return _reason(self._stderr.read())
 
     def layer_types(self) -> list:
         if self.process is None:
@@ -132,6 +137,8 @@ class Caffe:
             refusal = Refusal(code, self._last_line())
             self.process = None
             return refusal
+        if reply.get("refused"):
+            return Refusal(reply["code"], _reason(reply["stderr"]))
         if not reply["ok"]:
             return Refusal(0, reply["error"])
         with np.load(out) as blobs:

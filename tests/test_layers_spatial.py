@@ -25,7 +25,7 @@ import numpy as np
 import pytest
 
 from caffenets import layer, max_scaled_difference, net, ours_forward
-from caffeoracle import caffe_values
+from caffeoracle import caffe_refusal, caffe_values
 
 from blobtool.layers import LayerError, conv, convkernels, layer_class
 
@@ -657,3 +657,29 @@ def test_refusals_name_the_layer(case):
     message = str(caught.value)
     assert message.startswith("layer 'bad' ("), message
     assert text in message, message
+
+
+# Caffe's verdict on each refusal above, side by side: Caffe refuses them too (a glog CHECK ends
+# its process) except these, where blobtool refuses what this Caffe runs, and why.
+# Caffe's Embed checks its indices with DCHECK (embed_layer.cpp), which a release build leaves out:
+# it truncates a fraction to an integer and reads outside its weight for an index out of range.
+CAFFE_RUNS = {
+    "embed_index_past_input_dim": "DCHECK_LT(index, K_) is compiled out: Caffe reads past its weight",
+    "embed_negative_index": "DCHECK_GE(index, 0) is compiled out: Caffe reads before its weight",
+    "embed_fraction": "DCHECK_EQ(static_cast<Dtype>(index), bottom_data[n]) is compiled out: Caffe truncates",
+}
+
+
+@pytest.mark.caffe
+@pytest.mark.parametrize("case", list(ERRORS))
+def test_caffe_refuses_what_blobtool_refuses(tmp_path, case):
+    make, shapes, _ = ERRORS[case]
+    made = make()
+    inputs = {f"in{k}": s for k, s in enumerate(shapes)}
+    made.bottom[:] = list(inputs)
+    values = ERROR_VALUES.get(case) or [_input(s) for s in shapes]
+    refusal = caffe_refusal(net([made], inputs), dict(zip(inputs, values)), tmp_path)
+    if case in CAFFE_RUNS:
+        assert refusal is None, f"Caffe refuses it now: {refusal.line}"
+    else:
+        assert refusal is not None, "Caffe runs what blobtool refuses"
