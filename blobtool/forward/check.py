@@ -20,10 +20,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..errors import UsageError
+from ..errors import BlobToolError, UsageError
 from .run import ALL, run_net
 
-__all__ = ["CheckResult", "check_nets", "compare_blob", "CHECK_TOLERANCE"]
+__all__ = ["CheckResult", "check_nets", "compare_blob", "not_written", "CHECK_TOLERANCE"]
 
 # A blob differs when max |after - before| > CHECK_TOLERANCE * max |before| over finite values: the bound the
 # tests hold blobtool's run to against OpenCV's, an implementation that rounds in another order.
@@ -118,13 +118,19 @@ def _how_different(row: dict) -> tuple:
 def check_nets(before, after, *, before_definition=None, after_definition=None, shapes: dict | None = None,
                seed: int = 0) -> CheckResult:
     """Run net documents `before` and `after` on the same random input; compare every blob both have."""
-    first = run_net(before, definition=before_definition, shapes=shapes, seed=seed, outputs=ALL)
+    try:
+        first = run_net(before, definition=before_definition, shapes=shapes, seed=seed, outputs=ALL)
+    except BlobToolError as exc:
+        raise exc.with_path(before.path)
     # The input as drawn, not as the net before left it: a layer working in place on its input
     # (Power data -> data) replaces the blob's value. The same generator, in the same order, as run_net.
     rng = np.random.default_rng(seed)
     feeds = {name: rng.standard_normal(shape, dtype=np.float32) for name, shape in first.program.inputs.items()}
     # The same arrays feed the net after (run_net refuses an input it does not take).
-    second = run_net(after, definition=after_definition, feeds=feeds, seed=seed, outputs=ALL)
+    try:
+        second = run_net(after, definition=after_definition, feeds=feeds, seed=seed, outputs=ALL)
+    except BlobToolError as exc:
+        raise exc.with_path(after.path)
     if set(second.program.inputs) != set(first.program.inputs):
         raise UsageError(f"the nets take other inputs: {', '.join(first.program.inputs)} before, "
                          f"{', '.join(second.program.inputs)} after", path=after.path)
@@ -140,6 +146,18 @@ def check_nets(before, after, *, before_definition=None, after_definition=None, 
         result.rows.append(compare_blob(name, a, b))
     result.only_after = [n for n in second.values if n not in first.values]
     return result
+
+
+def not_written(exc: BlobToolError, outputs) -> BlobToolError:
+    """`exc`, which stopped a check before its verdict, saying that `outputs` were not written (its exit code kept)."""
+    names = ", ".join(map(str, outputs))
+    try:
+        said = type(exc)(f"{exc.reason}; the check cannot run, so {names} {'is' if len(outputs) == 1 else 'are'} "
+                         "not written", path=exc.path, offset=exc.offset, field=exc.field)
+    except TypeError:  # an error class of other arguments: as it was
+        return exc
+    said.__cause__ = exc
+    return said
 
 
 def _kinds(x: np.ndarray) -> np.ndarray:
