@@ -14,7 +14,7 @@ import warnings
 from .engine.blob import Blob
 from .engine.float16 import HALF, half_precisions
 from .formats.writing import Unread, check_layout
-from .errors import FormatError, UsageError, parameter
+from .errors import BlobToolError, FormatError, UsageError, parameter
 from .formats import NAMING_SCHEMES, Document, Entry, module, open_document, reading
 from .formats.origin import Precision
 from .formats.targets import output_target
@@ -434,8 +434,11 @@ def export(src, dest, *, definition=None, shapes: dict | None = None, opset: int
     as `run` takes them; `opset` from 13 to the installed onnx's newest
     (default 17). With `check`, onnx's full check and onnxruntime against
     blobtool's forward on the same random input (onnxport/check.py), which
-    need the `onnx` extra (UsageError naming it otherwise). What the deploy
-    net left out and what changed on the way are said to `warn`.
+    need the `onnx` extra (UsageError naming it otherwise); with a check the
+    model is written aside and put at `dest` only when the check passes (a
+    failed check's result names `dest` in `withheld`; an error that stops
+    the check says `dest` is not written). What the deploy net left out
+    and what changed on the way are said to `warn`.
     """
     from .forward.deploy import deploy_net
     from .forward.run import ALL
@@ -459,17 +462,33 @@ def export(src, dest, *, definition=None, shapes: dict | None = None, opset: int
                          f"{' ...' if len(half) > 4 else ''}) kept as float16, each cast to float32 where the net "
                          "uses it (exactly: every float16 value is a float32 one)")
         from . import __version__
+        from .files.outputs import Staged
 
-        result = export_program(program, dest, opset=opset or OPSET_DEFAULT, outputs=wanted,
+        # With a check the model is written where nothing reads it, and put in place only when the check passes.
+        staged = opened.enter_context(Staged([dest] if check else ()))
+        written = staged.path(dest)
+        result = export_program(program, written, opset=opset or OPSET_DEFAULT, outputs=wanted,
                                 net_name=deploy.net.name, source=doc.path, version=__version__)
+        result.path = os.fspath(dest)
+        if result.external is not None:
+            result.external = os.fspath(dest) + ".data"
         result.notes = notes
         for line in notes:
             (warn or warnings.warn)(line)
         verdict = None
         if check:
+            from .forward.check import not_written
             from .onnxport.check import check_export
 
-            verdict = check_export(os.fspath(dest), program, wanted, seed=seed, source=doc.path)
+            try:
+                verdict = check_export(os.fspath(written), program, wanted, seed=seed, source=doc.path)
+            except BlobToolError as exc:
+                raise not_written(exc.with_path(doc.path), [os.fspath(dest)]) from exc
+            verdict.after = os.fspath(dest)
+            if verdict.passed:
+                staged.place()
+            else:
+                verdict.withheld = [os.fspath(dest)]
         return result, verdict
 
 
