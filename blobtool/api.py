@@ -14,11 +14,11 @@ import warnings
 from .engine.blob import Blob
 from .engine.float16 import HALF, half_precisions
 from .formats.writing import Unread, check_layout
-from .errors import BlobToolError, FormatError, UsageError, parameter
+from .errors import FormatError, UsageError, parameter
 from .formats import NAMING_SCHEMES, Document, Entry, module, open_document, reading
 from .formats.origin import Precision
 from .formats.targets import output_target
-from .files import releasing, writes_in_place
+from .files import Staged, releasing, writes_in_place
 
 __all__ = ["load", "load_all", "state_dict", "save", "write", "open_document", "net_definition",
            "resolve_precision", "definition_text", "deploy_definition", "transplant", "edit", "fold", "run", "export"]
@@ -434,17 +434,16 @@ def export(src, dest, *, definition=None, shapes: dict | None = None, opset: int
     as `run` takes them; `opset` from 13 to the installed onnx's newest
     (default 17). With `check`, onnx's full check and onnxruntime against
     blobtool's forward on the same random input (onnxport/check.py), which
-    need the `onnx` extra (UsageError naming it otherwise); with a check the
-    model is written aside and put at `dest` only when the check passes (a
-    failed check's result names `dest` in `withheld`; an error that stops
-    the check says `dest` is not written). What the deploy net left out
-    and what changed on the way are said to `warn`.
+    need the `onnx` extra (UsageError naming it otherwise), and write `dest`
+    only when it passes (onnxport/check.py's prove_export). What the deploy
+    net left out and what changed on the way are said to `warn`.
     """
     from .forward.deploy import deploy_net
     from .forward.run import ALL
     from .forward.runner import build
 
     _needs_onnx(check)
+    from .onnxport.check import prove_export
     from .onnxport.graph import OPSET_DEFAULT, export_program
 
     with contextlib.ExitStack() as opened:
@@ -462,33 +461,16 @@ def export(src, dest, *, definition=None, shapes: dict | None = None, opset: int
                          f"{' ...' if len(half) > 4 else ''}) kept as float16, each cast to float32 where the net "
                          "uses it (exactly: every float16 value is a float32 one)")
         from . import __version__
-        from .files.outputs import Staged
 
         # With a check the model is written where nothing reads it, and put in place only when the check passes.
         staged = opened.enter_context(Staged([dest] if check else ()))
-        written = staged.path(dest)
-        result = export_program(program, written, opset=opset or OPSET_DEFAULT, outputs=wanted,
+        result = export_program(program, staged.path(dest), opset=opset or OPSET_DEFAULT, outputs=wanted,
                                 net_name=deploy.net.name, source=doc.path, version=__version__)
-        result.path = os.fspath(dest)
-        if result.external is not None:
-            result.external = os.fspath(dest) + ".data"
+        result.path, result.external = os.fspath(dest), result.external and os.fspath(dest) + ".data"
         result.notes = notes
         for line in notes:
             (warn or warnings.warn)(line)
-        verdict = None
-        if check:
-            from .forward.check import not_written
-            from .onnxport.check import check_export
-
-            try:
-                verdict = check_export(os.fspath(written), program, wanted, seed=seed, source=doc.path)
-            except BlobToolError as exc:
-                raise not_written(exc.with_path(doc.path), [os.fspath(dest)]) from exc
-            verdict.after = os.fspath(dest)
-            if verdict.passed:
-                staged.place()
-            else:
-                verdict.withheld = [os.fspath(dest)]
+        verdict = prove_export(staged, dest, program, wanted, seed=seed, source=doc.path) if check else None
         return result, verdict
 
 

@@ -71,7 +71,7 @@ def fold(net, outputs, definition, as_json, check, input_shapes):
 
     from ..surgery.foldnet import output_form
 
-    from ..files.outputs import Staged
+    from ..files import Staged
 
     shapes = parse_named_shapes(input_shapes)
     extra = []  # where --check reads the folded net from, when no output holds it

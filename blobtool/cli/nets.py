@@ -158,7 +158,7 @@ def transplant(source, template, output, fmt, names, no_fold, net, partial, resh
     output = blob_output(output, fmt)
     if check and (output == "-" or fmt not in (None, "protobuf", "hdf5", "same")):
         raise click.UsageError("--check runs the net written: give -o FILE.caffemodel (or .h5)")
-    from ..files.outputs import Staged
+    from ..files import Staged
 
     with contextlib.ExitStack() as opened:
         target = opened.enter_context(open_input(template))

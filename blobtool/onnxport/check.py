@@ -19,11 +19,14 @@ its session logs at FATAL only, and its errors come back as that one line.
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
-from ..forward.check import CheckResult, compare_blob
+from ..errors import BlobToolError
+from ..forward.check import CheckResult, compare_blob, not_written
 
-__all__ = ["check_export"]
+__all__ = ["check_export", "prove_export"]
 
 # onnxruntime's log severities: 0 verbose ... 3 error, 4 fatal. Its errors reach blobtool as exceptions.
 _ORT_QUIET = 4
@@ -62,6 +65,25 @@ def check_export(path: str, program, outputs: list, *, seed: int = 0, source: st
     for name in outputs:
         result.rows.append(compare_blob(name, ours[name], np.asarray(theirs[name], dtype=np.float32)))
     return result
+
+
+def prove_export(staged, dest, program, outputs: list, *, seed: int = 0, source: str = "") -> CheckResult:
+    """check_export of the model written at `staged.path(dest)`, put at `dest` (files.outputs.Staged) only when it passes.
+
+    A failed check names `dest` in the result's `withheld`; an error that
+    stops the check (the Caffe net cannot run) says `dest` is not written.
+    """
+    name = os.fspath(dest)
+    try:
+        verdict = check_export(os.fspath(staged.path(dest)), program, outputs, seed=seed, source=source)
+    except BlobToolError as exc:
+        raise not_written(exc.with_path(source or None), [name]) from exc
+    verdict.after = name
+    if verdict.passed:
+        staged.place()
+    else:
+        verdict.withheld = [name]
+    return verdict
 
 
 def _ort_errors() -> tuple:
