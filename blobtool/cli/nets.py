@@ -125,7 +125,7 @@ TRANSPLANT_RULES = {
 @click.option("--check", is_flag=True,
               help="Run TEMPLATE and the net written on the same random input and compare every blob both have; "
                    "exit 1 when one differs beyond float32 rounding (a round trip must compute what TEMPLATE "
-                   "did).")
+                   "did). The output is written only when the check passes.")
 @NAMED_SHAPE
 def transplant(source, template, output, fmt, names, no_fold, net, partial, reshape, strip_prefix, add_prefix,
                precision, patterns, kind, check, input_shapes):
