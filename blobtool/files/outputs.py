@@ -143,7 +143,9 @@ class Staged:
         if dest not in self._folders:
             return dest
         staging, name = self._folders[dest]
-        return os.path.join(staging, name)
+        path = os.path.join(staging, name)
+        INPUTS.temporaries.add(path)  # removed, as a temporary output is, if a mapped input faults
+        return path
 
     def place(self) -> None:
         """Put every staged file where its output goes: renamed onto it where it can be, copied in otherwise."""
@@ -151,7 +153,8 @@ class Staged:
 
         for dest, (staging, name) in list(self._folders.items()):
             given = os.fspath(dest)
-            for entry in sorted(os.listdir(staging)):
+            # The file named last, so that a model is never in place before its external data.
+            for entry in sorted(os.listdir(staging), key=lambda entry: (entry == name, entry)):
                 staged = os.path.join(staging, entry)
                 target = given if entry == name else os.path.join(os.path.dirname(os.path.abspath(given)), entry)
                 path, direct = (STDIO, True) if target == STDIO else _resolve_output(target)
@@ -172,7 +175,8 @@ class Staged:
         """Remove the staging folders and whatever is left in them."""
         import shutil
 
-        for staging, _ in self._folders.values():
+        for staging, name in self._folders.values():
+            INPUTS.temporaries.discard(os.path.join(staging, name))
             shutil.rmtree(staging, ignore_errors=True)
         self._folders = {}
 

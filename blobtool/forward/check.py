@@ -198,8 +198,10 @@ def compare_blob(name: str, a: np.ndarray, b: np.ndarray) -> dict:
             k = int(np.argmax(astray.reshape(-1)))
             row["astray_at"] = [int(i) for i in np.unravel_index(k, a.shape)]
             row["astray_values"] = [_said(a.reshape(-1)[k]), _said(b.reshape(-1)[k])]
-    wide_a = np.where(both, a, 0).astype(np.float64)
-    diff = np.abs(wide_a - np.where(both, b, 0).astype(np.float64))
+    if row["nonfinite"] or row["astray"]:
+        a, b = np.where(both, a, 0), np.where(both, b, 0)
+    wide_a = a.astype(np.float64)
+    diff = np.abs(wide_a - b.astype(np.float64))
     k = int(np.argmax(diff))
     row["max_abs"] = float(diff.reshape(-1)[k])
     row["at"] = [int(i) for i in np.unravel_index(k, a.shape)]
