@@ -25,8 +25,8 @@ __all__ = ["fold"]
               help="Print what was folded as one JSON object (with -o PATH: stdout cannot hold both).")
 @click.option("--check", is_flag=True,
               help="Run the net before and after the fold on the same random input and compare every blob both "
-                   "have; exit 1 when one differs beyond float32 rounding (the blobs listed on stderr). The outputs are written "
-                   "only when the check passes.")
+                   "have; exit 1 when one differs beyond float32 rounding (the blobs listed on stderr). The outputs "
+                   "are written only when the check passes.")
 @NAMED_SHAPE
 def fold(net, outputs, definition, as_json, check, input_shapes):
     """Fold each BatchNorm, and the Scale after it, into the Convolution, Deconvolution or InnerProduct before it.
@@ -70,9 +70,8 @@ def fold(net, outputs, definition, as_json, check, input_shapes):
         raise click.UsageError("--json prints to stdout, where an output is written: give -o PATH")
     import io
 
-    from ..surgery.foldnet import output_form
-
     from ..files import Staged
+    from ..surgery.foldnet import output_form
 
     shapes = parse_named_shapes(input_shapes)
     extra = []  # where --check reads the folded net from, when no output holds it

@@ -68,7 +68,7 @@ def check_export(path: str, program, outputs: list, *, seed: int = 0, source: st
 
 
 def prove_export(staged, dest, program, outputs: list, *, seed: int = 0, source: str = "") -> CheckResult:
-    """check_export of the model written at `staged.path(dest)`, put at `dest` (files.outputs.Staged) only when it passes.
+    """check_export of the model at `staged.path(dest)`, put at `dest` (files.outputs.Staged) only when it passes.
 
     A failed check names `dest` in the result's `withheld`; an error that
     stops the check (the Caffe net cannot run) says `dest` is not written.
