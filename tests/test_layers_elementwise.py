@@ -225,6 +225,9 @@ NEURONS = [
     ("log-base2-0.5-3", "Log", {"log_param": {"base": 2.0, "scale": 0.5, "shift": 3.0}}, SHAPE, positive()),
     ("log-base10-2-1", "Log", {"log_param": {"base": 10.0, "scale": 2.0, "shift": 1.0}}, SHAPE, positive()),
     ("log-base0.5", "Log", {"log_param": {"base": 0.5}}, (3, 7), positive()),
+    # log(0) = -inf and log of a negative NaN, at the same places as Caffe's; likewise a negative's square root.
+    ("log-of-nonpositive", "Log", {"log_param": {"base": 2.0}}, SHAPE, integers(-2, 3)),
+    ("power-0.5-of-negatives", "Power", {"power_param": {"power": 0.5, "shift": -1.0}}, SHAPE, integers(-2, 4)),
     ("threshold-0", "Threshold", {}, SHAPE, integers()),
     ("threshold-0.3", "Threshold", {"threshold_param": {"threshold": 0.3}}, SHAPE, None),
     ("threshold-neg1", "Threshold", {"threshold_param": {"threshold": -1.0}}, SHAPE, integers()),
