@@ -196,3 +196,69 @@ def caffe_refusal(message, feeds: dict, folder: Path):
     prototxt, model = write_net_files(Path(folder), message, stem="caffe_net")
     got = shared_worker().forward(prototxt, model, feeds, Path(folder))
     return got if isinstance(got, Refusal) else None
+
+
+# A refusal ends the shared worker, and starting Caffe again costs seconds: a table of refusals
+# runs each net in a child forked from one Caffe process instead, which outlives its children.
+_FORKING_WORKER = r'''
+import json, os, sys
+sys.path.insert(0, sys.argv[1])
+import caffe
+import caffe_worker
+caffe.set_mode_cpu()
+caffe_worker.answer({"ready": True})
+for line in sys.stdin:
+    request = json.loads(line)
+    pid = os.fork()
+    if pid == 0:
+        os.dup2(os.open(request["stderr"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644), 2)
+        try:
+            caffe_worker.run(request)
+        except Exception as exc:
+            os.write(2, f"{type(exc).__name__}: {exc}\n".encode())
+            os._exit(1)
+        os._exit(0)
+    caffe_worker.answer({"code": os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])})
+'''
+
+_FORKING: list = []
+
+
+def forked_refusal(message, feeds: dict, folder: Path):
+    """caffe_refusal's answer (a Refusal, or None where Caffe runs the net), in a child of one lasting Caffe process.
+
+    The shared worker would end with each refusal and start again; here
+    Caffe starts once per test process however many nets it refuses.
+    """
+    from caffenets import write_net_files
+
+    require_oracle()
+    if not _FORKING or _FORKING[0].poll() is not None:
+        import atexit
+
+        process = subprocess.Popen([SYSTEM_PYTHON, "-c", _FORKING_WORKER, str(HERE)], stdin=subprocess.PIPE,
+                                   stdout=subprocess.PIPE, env=_env(), text=True)
+        atexit.register(lambda: process.poll() is None and (process.stdin.close(), process.wait(timeout=60)))
+        _FORKING[:] = [process]
+        _forked_answer(process)
+    process = _FORKING[0]
+    prototxt, model = write_net_files(Path(folder), message, stem="caffe_net")
+    feeds_file, stderr = Path(folder) / "caffe_inputs.npz", Path(folder) / "caffe_stderr.txt"
+    np.savez(feeds_file, **{k: np.asarray(v, np.float32) for k, v in feeds.items()})
+    request = {"prototxt": str(prototxt), "weights": str(model), "inputs": str(feeds_file),
+               "out": str(Path(folder) / "caffe_blobs.npz"), "stderr": str(stderr)}
+    process.stdin.write(json.dumps(request) + "\n")
+    process.stdin.flush()
+    code = _forked_answer(process)["code"]
+    if code == 0:
+        return None
+    lines = [ln.strip() for ln in stderr.read_text(errors="replace").splitlines() if ln.strip()]
+    failed = [ln for ln in lines if "Check failed" in ln or ln.startswith("F")]
+    return Refusal(code, (failed or lines or ["no message"])[0])
+
+
+def _forked_answer(process) -> dict:
+    for line in process.stdout:
+        if line.startswith("@@ "):
+            return json.loads(line[3:])
+    raise RuntimeError("the forking Caffe process ended")
