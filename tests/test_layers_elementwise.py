@@ -58,7 +58,7 @@ import numpy as np
 import pytest
 
 from caffenets import layer, max_scaled_difference, net, opencv_forward, ours_forward, write_net_files
-from caffeoracle import caffe_values, forked_refusal
+from caffeoracle import caffe_refusal, caffe_values
 
 from blobtool.layers import LayerError
 
@@ -403,7 +403,7 @@ def test_batch_norm_nvcaffe_five_blobs(eps):
 def test_batch_norm_five_blobs_is_not_bvlc_caffes(tmp_path):
     """BVLC's BatchNorm makes three blobs, and Caffe will not copy five into them: the form is NVIDIA Caffe's."""
     made, _ = _nvcaffe_batch_norm(1e-5)
-    refusal = forked_refusal(net([made], {"data": SHAPE}), _feeds({"data": SHAPE}, 0), tmp_path)
+    refusal = caffe_refusal(net([made], {"data": SHAPE}), _feeds({"data": SHAPE}, 0), tmp_path)
     assert refusal is not None and "Incompatible number of blobs for layer bn" in refusal.line, refusal
 
 
@@ -854,6 +854,6 @@ def test_errors_name_the_layer(layers, inputs, text):
                          ids=[case[0] for case in ERROR_CASES])
 def test_caffe_refuses_them_too(tmp_path, layers, inputs, caffes):
     """Each net blobtool refuses (test_errors_name_the_layer), Caffe refuses, for the reason beside blobtool's."""
-    refusal = forked_refusal(net(layers, inputs), _feeds(inputs, 0), tmp_path)
+    refusal = caffe_refusal(net(layers, inputs), _feeds(inputs, 0), tmp_path)
     assert refusal is not None, "Caffe runs the net"
     assert caffes in refusal.line, refusal.line
