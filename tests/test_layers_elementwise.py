@@ -681,6 +681,9 @@ def _run(layers, inputs):
 
 # (id, layers, inputs, blobtool's message (its start), a part of the line Caffe's CHECK dies with)
 ERROR_CASES = [
+    ("argmax-no-axes", [layer("am", "ArgMax", "data", "am")], {"data": ()},
+     "layer 'am' (ArgMax): bottom has no axes; ArgMax without axis takes each image's values from axis 1",
+     "Check failed: start_axis <= end_axis"),
     ("prelu-no-blob", [layer("act", "PReLU", "data", "act")], {"data": SHAPE},
      "layer 'act' (PReLU): holds 0 blobs, expected 1",
      "Incompatible number of blobs for layer act"),
