@@ -50,6 +50,7 @@ from dataclasses import dataclass, field
 from . import wire
 from .containers import (LAYER_FIELD_NAMES, NET_FIELD_NAMES, V0_FIELD_NAMES, V0_TYPE_NAMES, V1_FIELD_NAMES,
                          V1_TYPE_NAMES, split_message, text)
+from .schema import fork_fields
 from ...errors import FormatError, UsageError
 
 __all__ = ["LayerDef", "NetDefinition", "definition", "upgrade_v1", "lost_fields", "MAX_DEFINITION_FIELDS",
@@ -69,12 +70,15 @@ class LayerDef:
     """One layer's definition: its V2 LayerParameter without blobs, and the fields text cannot carry.
 
     `lost` holds field paths: a known field by name, an unknown one by number
-    ("145", "convolution_param.19"); `format` is "V2", "V1" or "V0".
+    ("145", "convolution_param.19"); `format` is "V2", "V1" or "V0";
+    `unparsed` the bytes of the fields kept unparsed (schema.FORK_PARAMS: a
+    fork's parameter number in a layer of another type), tags included.
     """
 
     message: object
     lost: tuple = ()
     format: str = "V2"
+    unparsed: bytes = b""   # fields kept as the file has them, not parsed (a fork's number in another type)
 
 
 @dataclass
@@ -152,9 +156,15 @@ def _from_bytes(doc) -> NetDefinition:
     for layer in doc.layers:
         f = layer.wire
         if f.number == 100:
-            message, _ = split_message(buf, f.start, f.end, doc.path, LAYER_FIELD_NAMES, {7}, pb.LayerParameter)
-            lost = lost_fields(buf, f.start, f.end, pb.LayerParameter.DESCRIPTOR, skip={7}, path=doc.path)
-            result.layers.append(LayerDef(message, tuple(lost), "V2"))
+            # A fork's parameter field in a layer of another type is another fork's message under the
+            # same number: located and kept as bytes, never parsed as the message the schema names.
+            foreign = fork_fields(layer.type)
+            message, held = split_message(buf, f.start, f.end, doc.path, LAYER_FIELD_NAMES, {7} | foreign,
+                                          pb.LayerParameter)
+            lost = lost_fields(buf, f.start, f.end, pb.LayerParameter.DESCRIPTOR, skip={7}, path=doc.path,
+                               unknown=foreign)
+            unparsed = b"".join(bytes(buf[g.offset:g.end]) for g in held if g.number in foreign)
+            result.layers.append(LayerDef(message, tuple(lost), "V2", unparsed))
         else:
             old, kept = split_message(buf, f.start, f.end, doc.path, V1_FIELD_NAMES, {1, 6}, pb.V1LayerParameter)
             lost = lost_fields(buf, f.start, f.end, pb.V1LayerParameter.DESCRIPTOR, skip={1, 6}, path=doc.path)
@@ -269,15 +279,18 @@ def _str(value) -> str:
     return value.decode("utf-8", "backslashreplace") if isinstance(value, bytes) else value
 
 
-def lost_fields(buf, start: int, end: int, descriptor, *, skip=frozenset(), path=None, prefix: str = "") -> list:
+def lost_fields(buf, start: int, end: int, descriptor, *, skip=frozenset(), path=None, prefix: str = "",
+                unknown=frozenset()) -> list:
     """The fields of the message in buf[start:end] that protobuf's text format cannot write (see the module doc).
 
-    Fields numbered in `skip` (blobs) are passed over unparsed. At most
-    MAX_DEFINITION_FIELDS fields are walked (FormatError past that).
+    Fields numbered in `skip` (blobs) are passed over unparsed; those
+    numbered in `unknown` (a fork's number in a layer of another type) count
+    as fields the schema does not know. At most MAX_DEFINITION_FIELDS fields
+    are walked (FormatError past that).
     """
     lost: list = []
     budget = [MAX_DEFINITION_FIELDS]
-    _walk(buf, start, end, descriptor, skip, path, prefix, lost, budget)
+    _walk(buf, start, end, descriptor, skip, path, prefix, lost, budget, unknown)
     return list(dict.fromkeys(lost))
 
 
@@ -298,7 +311,7 @@ def _wire_type(fd) -> int:
     return wire.VARINT
 
 
-def _walk(buf, start, end, descriptor, skip, path, prefix, lost, budget) -> None:
+def _walk(buf, start, end, descriptor, skip, path, prefix, lost, budget, unknown=frozenset()) -> None:
     by_number = descriptor.fields_by_number
     pos = start
     while pos < end:
@@ -310,7 +323,7 @@ def _walk(buf, start, end, descriptor, skip, path, prefix, lost, budget) -> None
         pos = f.end
         if f.number in skip:
             continue
-        fd = by_number.get(f.number)
+        fd = by_number.get(f.number) if f.number not in unknown else None
         if fd is None:
             lost.append(f"{prefix}{f.number}")
             continue
