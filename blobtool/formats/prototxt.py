@@ -169,15 +169,25 @@ def read(doc, cast=None) -> None:
     del data
     _scan(content, doc.path)
     net = pb.NetParameter()
+    unknown: dict = {}
     try:
         text_format.ParseLines(_lines(content), net)
     except text_format.ParseError as exc:
-        raise FormatError(_parse_error(exc), path=doc.path) from exc
+        if _UNKNOWN_FIELD.search(str(exc)) is None:
+            raise FormatError(_parse_error(exc), path=doc.path) from exc
+        # A fork's field (ENet's bn_param): read as the binary reader reads one, passed over and
+        # named, so that the layer and its type can be named where they matter.
+        content, unknown = _without_unknown_fields(content, pb.NetParameter.DESCRIPTOR)
+        net = pb.NetParameter()
+        try:
+            text_format.ParseLines(_lines(content), net)
+        except text_format.ParseError:
+            raise FormatError(_parse_error(exc), path=doc.path) from exc
     if len(net.layer) + len(net.layers) > MAX_BLOBS:  # the scan counted them: this holds whatever it missed
         raise FormatError(f"holds more than {MAX_BLOBS:,} layers (blobtool's limit): "
                           f"{len(net.layer) + len(net.layers):,}", path=doc.path)
     doc.parsed = net
-    doc.definition = from_message(net, doc.path)
+    doc.definition = from_message(net, doc.path, unknown)
     doc.meta["name"] = text(net.name) if net.HasField("name") else None
     blobs = sum(len(layer.blobs) for layer in net.layer) + sum(len(layer.blobs) for layer in net.layers)
     if blobs:
@@ -210,16 +220,11 @@ def _scan(content: str, path) -> int:
     m = _LONG_LINE.search(content)
     if m:
         refuse(m.start() + MAX_LINE, f"a line longer than {MAX_LINE:,} characters")
-    clean = content
     if "\\" in content:
         m = _BACKSLASH_RUN.search(content)
         if m:
             refuse(m.start(), f"more than {MAX_BACKSLASHES} backslashes in a row")
-        # Escapes as two letters, pairing backslashes from the left as protobuf
-        # does; of what a lone backslash escapes, only a quote changes where a
-        # string ends. Same length, so positions stay; str.replace makes no
-        # object a match (re.sub did: 2 million escapes, 190 MB).
-        clean = content.replace("\\\\", "__").replace('\\"', "__").replace("\\'", "__")
+    clean = _unescaped(content)
     tokens = _TOKEN.finditer(clean)
     depth = messages = layers = 0
     field = None
@@ -244,6 +249,140 @@ def _scan(content: str, path) -> int:
     if field is None and not messages and all(clean[t.start()] == "#" for t in _TOKEN.finditer(clean)):
         raise FormatError("text of comments and blanks only, no field: no net definition in it", path=path)
     return layers
+
+
+def _unescaped(content: str) -> str:
+    """`content` with each escape made two letters, so that a string ends where protobuf's tokenizer ends it.
+
+    Backslashes pair from the left as protobuf pairs them; of what a lone
+    backslash escapes, only a quote changes where a string ends. Same length,
+    so positions stay; str.replace makes no object a match (re.sub did: 2
+    million escapes, 190 MB).
+    """
+    if "\\" not in content:
+        return content
+    return content.replace("\\\\", "__").replace('\\"', "__").replace("\\'", "__")
+
+
+# protobuf's words for a field name the schema does not have (every runtime since 3.20).
+_UNKNOWN_FIELD = re.compile(r'has no field named "?[A-Za-z_]')
+
+
+def _without_unknown_fields(content: str, descriptor) -> tuple[str, dict]:
+    """(`content` with every field the schema does not know blanked out, {where: [field paths]}).
+
+    Walks the tokens (_TOKEN, as _scan splits them) with the schema's
+    descriptors: a field name the message being read has no field for is
+    unknown, and its value (a scalar, a run of strings, a `{...}`/`<...>`
+    message or a `[...]` list) is replaced by blanks, newlines kept, so that
+    protobuf's parser reads the rest and its errors keep their lines and
+    columns. `where` is None for the net's own fields and the layer's index
+    (V2 layers first, then V1, as netdef.from_message orders them) for a
+    layer's; a path is the field's name under the layer ("bn_param",
+    "prelu_param.foo"). Text that does not walk as expected is left as it
+    is, for protobuf to refuse.
+    """
+    clean = _unescaped(content)
+    walk = _Walk([m for m in _TOKEN.finditer(clean) if clean[m.start()] != "#"])
+    found: dict = {}
+    layers = {"layer": [], "layers": []}  # per layer field, the unknown paths of each layer in order
+    try:
+        walk.message(0, len(walk.tokens), descriptor, "", found.setdefault(None, []), layers)
+    except _Unexpected:
+        return content, {}
+    if not walk.cut:
+        return content, {}
+    parts, at = [], 0
+    for a, b in walk.cut:
+        parts.append(content[at:a])
+        parts.append(re.sub(r"[^\n]", " ", content[a:b]))
+        at = b
+    parts.append(content[at:])
+    for k, paths in enumerate(layers["layer"] + layers["layers"]):
+        if paths:
+            found[k] = paths
+    return "".join(parts), {where: paths for where, paths in found.items() if paths}
+
+
+class _Unexpected(Exception):
+    """Text that is not a message as _Walk expects it: left for protobuf's parser to refuse."""
+
+
+class _Walk:
+    """The walk of _without_unknown_fields: each message's fields against its descriptor, unknown ones cut."""
+
+    def __init__(self, tokens: list):
+        self.tokens = tokens
+        self.cut: list = []   # (start, end) in the text of each unknown field
+
+    def value_end(self, k: int, end: int) -> int:
+        """The index past the value starting at token k (a message's or a list's closing bracket included)."""
+        if k >= end:
+            raise _Unexpected
+        first = self.tokens[k].group()
+        if first in ("{", "<", "["):
+            depth = 0
+            for j in range(k, end):
+                t = self.tokens[j].group()
+                if t in ("{", "<", "["):
+                    depth += 1
+                elif t in ("}", ">", "]"):
+                    depth -= 1
+                    if depth == 0:
+                        return j + 1
+            raise _Unexpected
+        k += 2 if first == "-" else 1
+        if first[:1] in "\"'":
+            while k < end and self.tokens[k].group()[:1] in "\"'":
+                k += 1  # adjacent strings are one value
+        return k
+
+    def message(self, i: int, end: int, descriptor, prefix: str, paths: list, layers: dict | None) -> None:
+        """Walk the fields in tokens[i:end] of a message of `descriptor`; `layers` only at the net's level."""
+        tokens = self.tokens
+        while i < end:
+            token = tokens[i].group()
+            if token in (",", ";"):
+                i += 1
+                continue
+            if tokens[i].lastindex != _NAME:
+                raise _Unexpected
+            start = tokens[i].start()
+            fd = descriptor.fields_by_name.get(token)
+            i += 1
+            if i < end and tokens[i].group() == ":":
+                i += 1
+            stop = self.value_end(i, end)
+            if fd is None:
+                self.cut.append((start, tokens[stop - 1].end()))
+                paths.append(prefix + token)
+            elif fd.message_type is not None:
+                for a, b in self.messages(i, stop):
+                    if layers is not None and token in layers:
+                        layers[token].append([])
+                        self.message(a, b, fd.message_type, "", layers[token][-1], None)
+                    else:
+                        self.message(a, b, fd.message_type, f"{prefix}{token}.", paths, None)
+            i = stop
+
+    def messages(self, i: int, stop: int) -> list:
+        """(start, end) of the fields of each message in tokens[i:stop]: one `{...}`, or each of a `[...]` list."""
+        first = self.tokens[i].group()
+        if first in ("{", "<"):
+            return [(i + 1, stop - 1)]
+        if first != "[":
+            raise _Unexpected
+        out, k = [], i + 1
+        while k < stop - 1:
+            if self.tokens[k].group() == ",":
+                k += 1
+                continue
+            after = self.value_end(k, stop - 1)
+            if self.tokens[k].group() not in ("{", "<"):
+                raise _Unexpected
+            out.append((k + 1, after - 1))
+            k = after
+        return out
 
 
 def _lines(content: str):

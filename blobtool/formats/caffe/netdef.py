@@ -183,28 +183,31 @@ def _from_bytes(doc) -> NetDefinition:
     return result
 
 
-def from_message(net, path: str) -> NetDefinition:
+def from_message(net, path: str, unknown: dict | None = None) -> NetDefinition:
     """The definition of a parsed NetParameter (a .prototxt): V1 layers upgraded, blobs dropped.
 
-    Text holds only fields the schema knows, so nothing is lost.
+    `unknown` names the fields the text held that the schema does not know
+    (prototxt.py passed them over): {None: the net's, k: the k-th layer's
+    (V2 layers first, then V1)}; they are the definition's `lost`.
     """
+    unknown = unknown or {}
     from ..._pb import blobtool_caffe_pb2 as pb  # protobuf loads only where a message's small fields are parsed
 
     out = pb.NetParameter()
     out.CopyFrom(net)
     del out.layer[:]
     del out.layers[:]
-    result = NetDefinition(out)
-    for layer in net.layer:
+    result = NetDefinition(out, lost=tuple(unknown.get(None, ())))
+    for k, layer in enumerate(net.layer):
         message = pb.LayerParameter()
         message.CopyFrom(layer)
         del message.blobs[:]
-        result.layers.append(LayerDef(message))
-    for old in net.layers:
+        result.layers.append(LayerDef(message, tuple(unknown.get(k, ()))))
+    for k, old in enumerate(net.layers, len(net.layer)):
         v0 = (old.layer.name, old.layer.type) if old.HasField("layer") else None
         message = upgrade_v1(old, v0)
-        result.layers.append(LayerDef(message, ("layer (a V0 layer's parameters, not upgraded)",) if v0 else (),
-                                      "V1" if v0 is None else "V0"))
+        lost = tuple(unknown.get(k, ())) + (("layer (a V0 layer's parameters, not upgraded)",) if v0 else ())
+        result.layers.append(LayerDef(message, lost, "V1" if v0 is None else "V0"))
         result.upgraded = True
     for layer in result.layers:
         result.net.layer.append(layer.message)
