@@ -181,8 +181,8 @@ def read(doc, cast=None) -> None:
         net = pb.NetParameter()
         try:
             text_format.ParseLines(_lines(content), net)
-        except text_format.ParseError:
-            raise FormatError(_parse_error(exc), path=doc.path) from exc
+        except text_format.ParseError as later:  # an error past the fields passed over, where the text has it
+            raise FormatError(_parse_error(later), path=doc.path) from later
     if len(net.layer) + len(net.layers) > MAX_BLOBS:  # the scan counted them: this holds whatever it missed
         raise FormatError(f"holds more than {MAX_BLOBS:,} layers (blobtool's limit): "
                           f"{len(net.layer) + len(net.layers):,}", path=doc.path)
@@ -279,8 +279,8 @@ def _without_unknown_fields(content: str, descriptor) -> tuple[str, dict]:
     columns. `where` is None for the net's own fields and the layer's index
     (V2 layers first, then V1, as netdef.from_message orders them) for a
     layer's; a path is the field's name under the layer ("bn_param",
-    "prelu_param.foo"). Text that does not walk as expected is left as it
-    is, for protobuf to refuse.
+    "prelu_param.foo"). Where the text stops walking as a message does, the
+    rest is left as it is, for protobuf to refuse with its line and column.
     """
     clean = _unescaped(content)
     walk = _Walk([m for m in _TOKEN.finditer(clean) if clean[m.start()] != "#"])
@@ -289,7 +289,7 @@ def _without_unknown_fields(content: str, descriptor) -> tuple[str, dict]:
     try:
         walk.message(0, len(walk.tokens), descriptor, "", found.setdefault(None, []), layers)
     except _Unexpected:
-        return content, {}
+        pass  # the fields passed over so far are cut; protobuf names what is wrong after them
     if not walk.cut:
         return content, {}
     parts, at = [], 0

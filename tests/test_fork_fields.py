@@ -1,0 +1,210 @@
+"""Forks' fields and names as bytes: a fork's field number in a layer of another type, unknown fields in text,
+and blob and layer names that differ only in bytes that are not UTF-8 or past the first 256 characters.
+
+The nets are built here, field by field where protobuf cannot build them
+(another fork's message under a number blobtool's schema gives a fork
+parameter; names that are not UTF-8). protobuf's own text parser, told to
+pass over unknown fields, is the oracle of what a text net holds besides
+them.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from google.protobuf import json_format, text_format
+
+from blobtool._pb import blobtool_caffe_pb2 as pb
+from builders import len_field, varint_field
+from caffenets import layer, net
+from runner import assert_error, invoke, ok, one_json
+
+# -- item 18: a fork's field number in a layer of another type --------------------------------
+
+# A quantization fork's settings under 149-151 in a Convolution layer: 149 holds bytes that are no
+# UpsampleParameter (a float field, then a tag cut short), 150 a message, 151 a varint.
+QUANT_149 = len_field(149, b"\x0d\x00\x00\x80\x3f\xff")
+QUANT_REST = len_field(150, varint_field(1, 8)) + varint_field(151, 3)
+
+
+def _conv():
+    return layer("conv1", "Convolution", "data", blobs=[np.full((2, 1, 1, 1), 2.0), np.array([0.5, -1.0])],
+                 convolution_param={"num_output": 2, "kernel_size": [1]})
+
+
+def _quantized_net(tmp_path, fields=QUANT_149 + QUANT_REST):
+    """A net whose Convolution layer carries `fields` after its own; its path."""
+    raw = net([], {"data": (1, 1, 2, 2)}).SerializeToString() + len_field(100, _conv().SerializeToString() + fields)
+    path = tmp_path / "quantized.caffemodel"
+    path.write_bytes(raw)
+    return path
+
+
+def test_a_forks_number_in_a_convolution_does_not_break_reading(tmp_path):
+    path = _quantized_net(tmp_path)
+    shown = ok("info", "--layers", path).stdout
+    assert "not understood: 149, 150, 151" in shown
+    record = one_json(ok("info", "--layers", "--json", path))
+    assert record["unknown_fields"] == {"conv1": ["149", "150", "151"]}
+    assert [d.get("upsample_param") for d in record["layer_defs"]] == [None]
+    out = tmp_path / "torch.safetensors"
+    ok("convert", "--names", "torch", path, "-o", out)
+    from safetensors.numpy import load_file
+
+    got = load_file(str(out))
+    assert sorted(got) == ["conv1.bias", "conv1.weight"]
+    np.testing.assert_array_equal(got["conv1.bias"], [0.5, -1.0])
+
+
+def test_a_forks_number_in_a_convolution_runs_and_its_bytes_are_kept(tmp_path):
+    path = _quantized_net(tmp_path)
+    from blobtool.formats import open_document
+    from blobtool.formats.caffe.netdef import definition
+
+    with open_document(str(path)) as doc:
+        found = definition(doc)
+        assert found.layers[0].unparsed == QUANT_149  # byte for byte, tag included
+        assert found.layers[0].lost == ("149", "150", "151")
+    result = ok("run", path, "--json")
+    assert result.exit_code == 0
+    # A rewrite keeps every byte of the layers it does not change: the fork's fields too.
+    out = tmp_path / "renamed.caffemodel"
+    ok("edit", path, "--rename", "conv1=c1", "-o", out)
+    assert QUANT_149 + QUANT_REST in out.read_bytes()
+    # A definition in text cannot carry them: named, not dropped in silence.
+    text = invoke("definition", path, "-o", tmp_path / "net.prototxt")
+    assert text.exit_code == 0, text.stderr
+    assert "layer conv1 holds fields text cannot carry: 149, 150, 151" in text.stderr
+
+
+def test_a_valid_looking_message_under_149_is_upsample_param_only_in_an_upsample_layer(tmp_path):
+    # The same bytes (scale: 2) read as upsample_param in an Upsample layer, and as a field not
+    # understood in a Convolution layer.
+    scale = len_field(149, varint_field(1, 2))
+    upsample = layer("up", "Upsample", "conv1").SerializeToString() + scale
+    raw = net([], {"data": (1, 1, 2, 2)}).SerializeToString()
+    raw += len_field(100, _conv().SerializeToString() + scale) + len_field(100, upsample)
+    path = tmp_path / "yolo.caffemodel"
+    path.write_bytes(raw)
+    record = one_json(ok("info", "--layers", "--json", path))
+    conv, up = record["layer_defs"]
+    assert "upsample_param" not in conv and up["upsample_param"] == {"scale": 2}
+    assert record["unknown_fields"] == {"conv1": ["149"]}
+    values = np.arange(4, dtype=np.float32).reshape(1, 1, 2, 2)
+    np.save(tmp_path / "x.npy", values)
+    out = tmp_path / "up.npz"
+    ok("run", path, "--input", f"data={tmp_path / 'x.npy'}", "--outputs", "up", "-o", out)
+    got = np.load(out)["up"]
+    conv_out = np.concatenate([values * 2 + 0.5, values * 2 - 1.0], axis=1)
+    np.testing.assert_array_equal(got, conv_out.repeat(2, axis=2).repeat(2, axis=3))
+
+
+# -- item 19: a text net with fields the schema does not know --------------------------------
+
+ENET = """name: "ENet"
+input: "data"
+input_shape { dim: 1 dim: 3 dim: 8 dim: 8 }
+layer {
+  name: "conv0_1"
+  type: "Convolution"
+  bottom: "data"
+  top: "conv0_1"
+  convolution_param { num_output: 13 kernel_size: 3 pad: 1 stride: 2 }
+}
+layer {
+  name: "bn0_1"
+  type: "BN"
+  bottom: "conv0_1"
+  top: "conv0_1"
+  bn_param {
+    scale_filler { type: "constant" value: 1 }
+    shift_filler { type: "constant" value: 0.001 }
+    bn_mode: INFERENCE
+  }
+}
+layer {
+  name: "prelu0_1"
+  type: "PReLU"
+  bottom: "conv0_1"
+  top: "conv0_1"
+  prelu_param { channel_shared: false foo: [1, 2] bar: "a" 'b' }
+}
+"""
+
+
+def _oracle(content: str) -> dict:
+    """What protobuf's own text parser makes of `content`, passing over unknown fields."""
+    message = text_format.Parse(content, pb.NetParameter(), allow_unknown_field=True)
+    return json_format.MessageToDict(message, preserving_proto_field_name=True)
+
+
+def test_enet_deploy_definition_is_listed_and_refused_by_type(tmp_path):
+    path = tmp_path / "enet.prototxt"
+    path.write_text(ENET)
+    shown = ok("info", "--layers", path).stdout
+    assert "(not understood: bn_param)" in shown and "not understood: prelu_param.foo, prelu_param.bar" in shown
+    record = one_json(ok("info", "--layers", "--json", path))
+    assert record["unknown_fields"] == {"bn0_1": ["bn_param"], "prelu0_1": ["prelu_param.foo", "prelu_param.bar"]}
+    assert [d["type"] for d in record["layer_defs"]] == ["Convolution", "BN", "PReLU"]
+    assert record["layer_defs"] == _oracle(ENET)["layer"]
+    assert_error(invoke("run", path), 3, "layer 'bn0_1' has type 'BN', which blobtool cannot run")
+    assert_error(invoke("export", path, "-o", tmp_path / "enet.onnx"), 3,
+                 "layer 'bn0_1' has type 'BN', which blobtool cannot run")
+    assert not (tmp_path / "enet.onnx").exists()
+
+
+def test_unknown_text_fields_are_named_when_written(tmp_path):
+    path = tmp_path / "enet.prototxt"
+    path.write_text(ENET)
+    result = invoke("definition", path, "-o", tmp_path / "out.prototxt")
+    assert result.exit_code == 0, result.stderr
+    assert "layer bn0_1 holds fields text cannot carry: bn_param" in result.stderr
+    result = invoke("definition", path, "-o", tmp_path / "out.caffemodel")
+    assert result.exit_code == 0, result.stderr
+    assert "layer bn0_1 holds fields text cannot carry: bn_param; left out of the binary net" in result.stderr
+    written = pb.NetParameter.FromString((tmp_path / "out.caffemodel").read_bytes())
+    assert json_format.MessageToDict(written, preserving_proto_field_name=True) == _oracle(ENET)
+
+
+@pytest.mark.parametrize("content, unknown", [
+    # the list syntax of layers, each its own layer
+    ('layer: [{ name: "a" type: "BN" bn_param { x: 1 } }, { name: "b" type: "ReLU" relu_param { y: [3] } }]\n',
+     {"a": ["bn_param"], "b": ["relu_param.y"]}),
+    # V1 layers, named in the order the net lists them
+    ('layers { name: "a" type: RELU bn_param < x: 1 > }\nlayers { name: "b" type: TANH }\n', {"a": ["bn_param"]}),
+    # an unknown field with a negative number, a string value and nested messages
+    ('layer { name: "a" type: "BN" w: - 5 z: "q" v { u { t: 1 } } }\n', {"a": ["w", "z", "v"]}),
+], ids=["list", "v1", "values"])
+def test_unknown_fields_in_every_layer_syntax(tmp_path, content, unknown):
+    path = tmp_path / "net.prototxt"
+    path.write_text(content)
+    record = one_json(ok("info", "--layers", "--json", path))
+    assert record["unknown_fields"] == unknown
+
+
+def test_the_nets_own_unknown_field_is_named(tmp_path):
+    path = tmp_path / "net.prototxt"
+    path.write_text('name: "n"\nquantize: true\nlayer { name: "a" type: "ReLU" bottom: "x" top: "x" }\n')
+    result = invoke("definition", path)
+    assert result.exit_code == 0, result.stderr
+    assert "the net holds fields text cannot carry: quantize" in result.stderr
+
+
+def test_an_error_after_an_unknown_field_keeps_its_line_and_column(tmp_path):
+    path = tmp_path / "net.prototxt"
+    path.write_text('layer {\n  name: "a"\n  bn_param { x: 1 }\n  type: "BN"\n  top: \n}\n')
+    direct = text_format.Parse  # the error protobuf gives for the same text without the unknown field
+    with pytest.raises(text_format.ParseError) as caught:
+        direct('layer {\n  name: "a"\n                   \n  type: "BN"\n  top: \n}\n', pb.NetParameter())
+    line = assert_error(invoke("info", "--layers", path), 3, "not a Caffe net definition: line 6, column 1")
+    assert str(caught.value).startswith("6:1 :"), str(caught.value)
+    assert "bn_param" not in line
+
+
+def test_a_misspelt_field_where_text_cannot_walk_is_still_refused(tmp_path):
+    # An unknown field followed by text that is not a message: protobuf's own error, nothing passed over.
+    path = tmp_path / "net.prototxt"
+    path.write_text('layer { name: "a" bn_param { x: 1 } type: "BN" } }\n')
+    assert_error(invoke("info", path), 3, "not a Caffe net definition: line 1")
