@@ -269,25 +269,26 @@ _UNKNOWN_FIELD = re.compile(r'has no field named "?[A-Za-z_]')
 
 
 def _without_unknown_fields(content: str, descriptor) -> tuple[str, dict]:
-    """(`content` with every field the schema does not know blanked out, {where: [field paths]}).
+    """(`content` with the layers' fields the schema does not know blanked out, {layer index: their names}).
 
     Walks the tokens (_TOKEN, as _scan splits them) with the schema's
-    descriptors: a field name the message being read has no field for is
-    unknown, and its value (a scalar, a run of strings, a `{...}`/`<...>`
-    message or a `[...]` list) is replaced by blanks, newlines kept, so that
-    protobuf's parser reads the rest and its errors keep their lines and
-    columns. `where` is None for the net's own fields and the layer's index
-    (V2 layers first, then V1, as netdef.from_message orders them) for a
-    layer's; a path is the field's name under the layer ("bn_param",
-    "prelu_param.foo"). Where the text stops walking as a message does, the
-    rest is left as it is, for protobuf to refuse with its line and column.
+    descriptors. A field name a layer (`layer` or V1 `layers`) has no field
+    for is a fork's (ENet's `bn_param`): its value (a scalar, a run of
+    strings, a `{...}`/`<...>` message or a `[...]` list) is replaced by
+    blanks, newlines kept, so that protobuf's parser reads the rest and its
+    errors keep their lines and columns. An unknown field anywhere else (the
+    net's own, as a solver's text has; one inside a parameter message Caffe
+    knows, most often a misspelt setting that would change what the layer
+    computes) stops the walk: the text from there is left as it is, for
+    protobuf to refuse with that field's line and column. The keys are the
+    layers' indices (V2 layers first, then V1, as netdef.from_message
+    orders them); the values, the names of their unknown fields.
     """
     clean = _unescaped(content)
     walk = _Walk([m for m in _TOKEN.finditer(clean) if clean[m.start()] != "#"])
-    found: dict = {}
-    layers = {"layer": [], "layers": []}  # per layer field, the unknown paths of each layer in order
+    layers = {"layer": [], "layers": []}  # per layer field, the unknown fields of each layer in order
     try:
-        walk.message(0, len(walk.tokens), descriptor, "", found.setdefault(None, []), layers)
+        walk.message(0, len(walk.tokens), descriptor, [], layers)
     except _Unexpected:
         pass  # the fields passed over so far are cut; protobuf names what is wrong after them
     if not walk.cut:
@@ -298,10 +299,7 @@ def _without_unknown_fields(content: str, descriptor) -> tuple[str, dict]:
         parts.append(re.sub(r"[^\n]", " ", content[a:b]))
         at = b
     parts.append(content[at:])
-    for k, paths in enumerate(layers["layer"] + layers["layers"]):
-        if paths:
-            found[k] = paths
-    return "".join(parts), {where: paths for where, paths in found.items() if paths}
+    return "".join(parts), {k: names for k, names in enumerate(layers["layer"] + layers["layers"]) if names}
 
 
 class _Unexpected(Exception):
@@ -337,8 +335,12 @@ class _Walk:
                 k += 1  # adjacent strings are one value
         return k
 
-    def message(self, i: int, end: int, descriptor, prefix: str, paths: list, layers: dict | None) -> None:
-        """Walk the fields in tokens[i:end] of a message of `descriptor`; `layers` only at the net's level."""
+    def message(self, i: int, end: int, descriptor, paths: list, layers: dict | None, *, layer: bool = False) -> None:
+        """Walk the fields in tokens[i:end] of a message of `descriptor`; `layers` only at the net's level.
+
+        Only a layer's own fields (`layer`) may be unknown: elsewhere the walk
+        stops there, and protobuf refuses the text with that field's line.
+        """
         tokens = self.tokens
         while i < end:
             token = tokens[i].group()
@@ -354,15 +356,17 @@ class _Walk:
                 i += 1
             stop = self.value_end(i, end)
             if fd is None:
+                if not layer:
+                    raise _Unexpected  # the net's own field, or one in a known message: protobuf refuses it
                 self.cut.append((start, tokens[stop - 1].end()))
-                paths.append(prefix + token)
+                paths.append(token)
+            elif fd.message_type is not None and layers is not None and token in layers:
+                for a, b in self.messages(i, stop):
+                    layers[token].append([])
+                    self.message(a, b, fd.message_type, layers[token][-1], None, layer=True)
             elif fd.message_type is not None:
                 for a, b in self.messages(i, stop):
-                    if layers is not None and token in layers:
-                        layers[token].append([])
-                        self.message(a, b, fd.message_type, "", layers[token][-1], None)
-                    else:
-                        self.message(a, b, fd.message_type, f"{prefix}{token}.", paths, None)
+                    self.message(a, b, fd.message_type, paths, None)
             i = stop
 
     def messages(self, i: int, stop: int) -> list:

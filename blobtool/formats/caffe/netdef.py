@@ -186,9 +186,9 @@ def _from_bytes(doc) -> NetDefinition:
 def from_message(net, path: str, unknown: dict | None = None) -> NetDefinition:
     """The definition of a parsed NetParameter (a .prototxt): V1 layers upgraded, blobs dropped.
 
-    `unknown` names the fields the text held that the schema does not know
-    (prototxt.py passed them over): {None: the net's, k: the k-th layer's
-    (V2 layers first, then V1)}; they are the definition's `lost`.
+    `unknown` names the fields the text's layers held that the schema does
+    not know (prototxt.py passed them over): {k: the k-th layer's (V2
+    layers first, then V1)}; they are those layers' `lost`.
     """
     unknown = unknown or {}
     from ..._pb import blobtool_caffe_pb2 as pb  # protobuf loads only where a message's small fields are parsed
@@ -197,7 +197,7 @@ def from_message(net, path: str, unknown: dict | None = None) -> NetDefinition:
     out.CopyFrom(net)
     del out.layer[:]
     del out.layers[:]
-    result = NetDefinition(out, lost=tuple(unknown.get(None, ())))
+    result = NetDefinition(out)
     for k, layer in enumerate(net.layer):
         message = pb.LayerParameter()
         message.CopyFrom(layer)
