@@ -11,6 +11,7 @@ them.
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -216,3 +217,87 @@ def test_a_misspelt_field_where_text_cannot_walk_is_still_refused(tmp_path):
     path = tmp_path / "net.prototxt"
     path.write_text('layer { name: "a" bn_param { x: 1 } type: "BN" } }\n')
     assert_error(invoke("info", path), 3, "not a Caffe net definition: line 1")
+
+
+# -- item 6: names are byte strings ----------------------------------------------------------
+
+def _raw_layer(name: str, kind: str, bottoms=(), tops=(), params=(), **settings) -> bytes:
+    """A `layer` field whose bottoms, tops and ParamSpec names are any bytes (protobuf's setters take UTF-8 only)."""
+    body = layer(name, kind, [], [], **settings).SerializeToString()
+    body += b"".join(len_field(3, b) for b in bottoms) + b"".join(len_field(4, t) for t in tops)
+    body += b"".join(len_field(6, len_field(1, p)) for p in params)
+    return len_field(100, body)
+
+
+# Pairs of names that blobtool once made one: bytes that are not UTF-8 against their \xNN text, and
+# two names that differ only past their first 256 characters.
+CLASHING = {"not UTF-8": (b"x\xff", b"x\\xff"), "long": (b"y" * 300 + b"1", b"y" * 300 + b"2")}
+
+
+def _clashing_net(tmp_path, first: bytes, second: bytes):
+    """data -> Power(+2) -> `first`, data -> Power(+1) -> `second`, Eltwise SUM of both -> sum: 1 gives 5."""
+    raw = net([], {"data": (1,)}).SerializeToString()
+    raw += _raw_layer("p1", "Power", [b"data"], [first], power_param={"shift": 2.0})
+    raw += _raw_layer("p2", "Power", [b"data"], [second], power_param={"shift": 1.0})
+    raw += _raw_layer("sum", "Eltwise", [first, second], [b"sum"])
+    path = tmp_path / "clash.caffemodel"
+    path.write_bytes(raw)
+    ones = tmp_path / "one.npy"
+    np.save(ones, np.ones((1,), np.float32))
+    return path, ones
+
+
+@pytest.mark.parametrize("names", list(CLASHING.values()), ids=list(CLASHING))
+def test_two_names_never_become_one_blob(tmp_path, names):
+    path, ones = _clashing_net(tmp_path, *names)
+    record = one_json(ok("run", path, "--input", f"data={ones}", "--outputs", "all", "--json"))
+    values = {b["name"]: b["max"] for b in record["blobs"]}
+    # Caffe: 3 and 2 are two blobs, and their sum is 5 (one blob would give 4).
+    assert values == {"data": 1.0, names[0].decode("utf-8", "surrogateescape"): 3.0,
+                      names[1].decode("utf-8", "surrogateescape"): 2.0, "sum": 5.0}
+
+
+def test_names_that_are_not_utf8_print_in_tables_and_json(tmp_path):
+    from runner import run_blobtool
+
+    path, ones = _clashing_net(tmp_path, *CLASHING["not UTF-8"])
+    for env in ({}, {"PYTHONIOENCODING": "ascii"}):
+        result = run_blobtool("run", path, "--input", f"data={ones}", "--outputs", "all", env=env, text=True)
+        assert result.returncode == 0, result.stderr
+        words = set(re.split(r"[\s|]+", result.stdout))
+        assert {"data", "x\\udcff", "x\\xff", "sum"} <= words  # escaped, and told apart
+    result = run_blobtool("run", path, "--input", f"data={ones}", "--outputs", "all", "--json", text=True)
+    assert result.returncode == 0, result.stderr
+    assert [b["name"] for b in json.loads(result.stdout)["blobs"]] == ["data", "x\udcff", "x\\xff", "sum"]
+
+
+def test_a_deploy_net_keeps_the_bytes_of_its_names(tmp_path):
+    # The deploy net's own Input layer is named after an input that is not UTF-8: its bytes, not
+    # their \xNN text, so that Caffe finds the layer that reads it.
+    raw = len_field(1, b"n") + len_field(3, b"in\xfe") + len_field(8, varint_field(1, 1))
+    raw += _raw_layer("p1", "Power", [b"in\xfe"], [b"out"], power_param={"shift": 1.0})
+    path = tmp_path / "odd_input.caffemodel"
+    path.write_bytes(raw)
+    record = one_json(ok("run", path, "--outputs", "all", "--json"))
+    assert [b["name"] for b in record["blobs"]] == ["in\udcfe", "out"]
+    from blobtool.formats import open_document
+    from blobtool.forward.deploy import deploy_net
+
+    with open_document(str(path)) as doc:
+        deploy = deploy_net(doc)
+    made = pb.NetParameter.FromString(deploy.net.SerializeToString())
+    assert (made.layer[0].name, made.layer[0].top[:], made.layer[1].bottom[:]) == (b"in\xfe", [b"in\xfe"],
+                                                                                   [b"in\xfe"])
+
+
+def test_parameters_shared_by_name_are_shared_only_by_the_same_bytes(tmp_path):
+    # Caffe shares a blob between layers whose ParamSpec names are equal; b"w\xff" and "w\\xff" are not.
+    raw = net([], {"data": (1, 1)}).SerializeToString()
+    raw += _raw_layer("s1", "Scale", [b"data"], [b"s1"], [b"w\xff"], blobs=[[2.0]])
+    raw += _raw_layer("s2", "Scale", [b"data"], [b"s2"], [b"w\\xff"], blobs=[[3.0]])
+    path = tmp_path / "shared.caffemodel"
+    path.write_bytes(raw)
+    ones = tmp_path / "one.npy"
+    np.save(ones, np.ones((1, 1), np.float32))
+    record = one_json(ok("run", path, "--input", f"data={ones}", "--outputs", "all", "--json"))
+    assert {b["name"]: b["max"] for b in record["blobs"]} == {"data": 1.0, "s1": 2.0, "s2": 3.0}
