@@ -12,6 +12,15 @@ Writing: a net's definition (a .caffemodel's, a .prototxt's) without its
 blobs, V1 nets as Caffe's upgrade writes them (V2). Only the fields the
 input sets are written: protobuf writes no defaults.
 
+A layer's field the schema does not know (a fork's, ENet's `bn_param`) is
+read as the binary reader reads one: when protobuf refuses the text for
+such a field, one walk of the tokens against the schema blanks every
+layer's unknown fields out (_without_unknown_fields), the text is parsed
+again, and the layers' definitions name them (netdef.LayerDef.lost). An
+unknown field elsewhere is protobuf's error, as before. Such a text costs
+up to two parses and the walk (its tokens' positions in arrays: 8 bytes a
+token).
+
 Bounds: protobuf's text parser is pure Python, and its time and memory
 follow the text's tokens, lines and messages more than its bytes: a
 million one-character values (`data: [1,1,...]`, 2 MB) cost as much as a
@@ -39,6 +48,7 @@ blanks only (no net in it), as an empty binary file is.
 
 from __future__ import annotations
 
+import array
 import codecs
 import itertools
 import re
@@ -285,10 +295,10 @@ def _without_unknown_fields(content: str, descriptor) -> tuple[str, dict]:
     orders them); the values, the names of their unknown fields.
     """
     clean = _unescaped(content)
-    walk = _Walk([m for m in _TOKEN.finditer(clean) if clean[m.start()] != "#"])
+    walk = _Walk(clean)
     layers = {"layer": [], "layers": []}  # per layer field, the unknown fields of each layer in order
     try:
-        walk.message(0, len(walk.tokens), descriptor, [], layers)
+        walk.message(0, len(walk), descriptor, [], layers)
     except _Unexpected:
         pass  # the fields passed over so far are cut; protobuf names what is wrong after them
     if not walk.cut:
@@ -307,58 +317,73 @@ class _Unexpected(Exception):
 
 
 class _Walk:
-    """The walk of _without_unknown_fields: each message's fields against its descriptor, unknown ones cut."""
+    """The walk of _without_unknown_fields: each message's fields against its descriptor, unknown ones cut.
 
-    def __init__(self, tokens: list):
-        self.tokens = tokens
+    Tokens are kept as their starts and ends in arrays (a million of them:
+    8 MB, where as many match objects took over 100 MB), comments left out.
+    """
+
+    def __init__(self, clean: str):
+        self.clean = clean
+        self.starts, self.ends, self.named = array.array("q"), array.array("q"), bytearray()
+        for m in _TOKEN.finditer(clean):
+            if clean[m.start()] != "#":
+                self.starts.append(m.start())
+                self.ends.append(m.end())
+                self.named.append(m.lastindex == _NAME)
         self.cut: list = []   # (start, end) in the text of each unknown field
+
+    def __len__(self) -> int:
+        return len(self.starts)
+
+    def token(self, k: int) -> str:
+        return self.clean[self.starts[k]:self.ends[k]]
 
     def value_end(self, k: int, end: int) -> int:
         """The index past the value starting at token k (a message's or a list's closing bracket included)."""
         if k >= end:
             raise _Unexpected
-        first = self.tokens[k].group()
+        first = self.token(k)
         if first in ("{", "<", "["):
             depth = 0
             for j in range(k, end):
-                t = self.tokens[j].group()
-                if t in ("{", "<", "["):
+                t = self.clean[self.starts[j]]
+                if t in "{<[" and self.ends[j] - self.starts[j] == 1:
                     depth += 1
-                elif t in ("}", ">", "]"):
+                elif t in "}>]" and self.ends[j] - self.starts[j] == 1:
                     depth -= 1
                     if depth == 0:
                         return j + 1
             raise _Unexpected
         k += 2 if first == "-" else 1
         if first[:1] in "\"'":
-            while k < end and self.tokens[k].group()[:1] in "\"'":
+            while k < end and self.clean[self.starts[k]] in "\"'":
                 k += 1  # adjacent strings are one value
         return k
 
     def message(self, i: int, end: int, descriptor, paths: list, layers: dict | None, *, layer: bool = False) -> None:
-        """Walk the fields in tokens[i:end] of a message of `descriptor`; `layers` only at the net's level.
+        """Walk the fields in tokens [i, end) of a message of `descriptor`; `layers` only at the net's level.
 
         Only a layer's own fields (`layer`) may be unknown: elsewhere the walk
         stops there, and protobuf refuses the text with that field's line.
         """
-        tokens = self.tokens
         while i < end:
-            token = tokens[i].group()
+            token = self.token(i)
             if token in (",", ";"):
                 i += 1
                 continue
-            if tokens[i].lastindex != _NAME:
+            if not self.named[i]:
                 raise _Unexpected
-            start = tokens[i].start()
+            start = self.starts[i]
             fd = descriptor.fields_by_name.get(token)
             i += 1
-            if i < end and tokens[i].group() == ":":
+            if i < end and self.token(i) == ":":
                 i += 1
             stop = self.value_end(i, end)
             if fd is None:
                 if not layer:
                     raise _Unexpected  # the net's own field, or one in a known message: protobuf refuses it
-                self.cut.append((start, tokens[stop - 1].end()))
+                self.cut.append((start, self.ends[stop - 1]))
                 paths.append(token)
             elif fd.message_type is not None and layers is not None and token in layers:
                 for a, b in self.messages(i, stop):
@@ -370,19 +395,19 @@ class _Walk:
             i = stop
 
     def messages(self, i: int, stop: int) -> list:
-        """(start, end) of the fields of each message in tokens[i:stop]: one `{...}`, or each of a `[...]` list."""
-        first = self.tokens[i].group()
+        """[start, end) of the fields of each message in tokens [i, stop): one `{...}`, or each of a `[...]` list."""
+        first = self.token(i)
         if first in ("{", "<"):
             return [(i + 1, stop - 1)]
         if first != "[":
             raise _Unexpected
         out, k = [], i + 1
         while k < stop - 1:
-            if self.tokens[k].group() == ",":
+            if self.token(k) == ",":
                 k += 1
                 continue
             after = self.value_end(k, stop - 1)
-            if self.tokens[k].group() not in ("{", "<"):
+            if self.token(k) not in ("{", "<"):
                 raise _Unexpected
             out.append((k + 1, after - 1))
             k = after
