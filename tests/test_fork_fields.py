@@ -301,3 +301,13 @@ def test_parameters_shared_by_name_are_shared_only_by_the_same_bytes(tmp_path):
     np.save(ones, np.ones((1, 1), np.float32))
     record = one_json(ok("run", path, "--input", f"data={ones}", "--outputs", "all", "--json"))
     assert {b["name"]: b["max"] for b in record["blobs"]} == {"data": 1.0, "s1": 2.0, "s2": 3.0}
+
+
+def test_the_forks_parameters_agree_with_the_table_of_layer_types():
+    # schema.py (a format, below the net model) names each fork's message and its owner types itself.
+    from blobtool.formats.caffe.schema import FORK_PARAMS, fork_fields, layer_field
+    from blobtool.net.layertypes import param_of
+
+    for name, owners in FORK_PARAMS.items():
+        assert all(param_of(kind) == name for kind in owners), name
+        assert layer_field(name) not in fork_fields(owners[0]) and layer_field(name) in fork_fields("Convolution")
