@@ -137,9 +137,25 @@ layer {
 """
 
 
+# ENET's fields that the schema does not know, as the text has them.
+ENET_UNKNOWN = ("""  bn_param {
+    scale_filler { type: "constant" value: 1 }
+    shift_filler { type: "constant" value: 0.001 }
+    bn_mode: INFERENCE
+  }
+""", "  quantize: [1, 2]\n", """  note: "a" 'b'\n""")
+
+
 def _oracle(content: str) -> dict:
-    """What protobuf's own text parser makes of `content`, passing over unknown fields."""
-    message = text_format.Parse(content, pb.NetParameter(), allow_unknown_field=True)
+    """What protobuf's own text parser makes of ENET without the fields it does not know.
+
+    (protobuf's allow_unknown_field cannot stand in: 3.20.3's parser does
+    not pass over a list.)
+    """
+    for unknown in ENET_UNKNOWN:
+        assert unknown in content
+        content = content.replace(unknown, "")
+    message = text_format.Parse(content, pb.NetParameter())
     return json_format.MessageToDict(message, preserving_proto_field_name=True)
 
 
@@ -221,6 +237,27 @@ def test_a_misspelt_field_where_text_cannot_walk_is_still_refused(tmp_path):
 
 # -- item 6: names are byte strings ----------------------------------------------------------
 
+def _protobuf_refuses_bad_utf8() -> bool:
+    # protobuf's pure-Python runtime (3.20.3 where no compiled one exists) refuses a string that is
+    # not UTF-8, and so does blobtool there; the compiled runtimes hand it over as bytes.
+    try:
+        pb.NetParameter().ParseFromString(b"\x0a\x01\xff")
+    except Exception:  # noqa: BLE001  UnicodeDecodeError or DecodeError, by runtime
+        return True
+    return False
+
+
+REFUSES_BAD_UTF8 = _protobuf_refuses_bad_utf8()
+
+
+def _refused_where_protobuf_refuses(*args) -> bool:
+    """On a runtime that refuses strings that are not UTF-8: blobtool's one line, exit 3 (and True)."""
+    if not REFUSES_BAD_UTF8:
+        return False
+    assert_error(invoke(*args), 3, "fields (")
+    return True
+
+
 def _raw_layer(name: str, kind: str, bottoms=(), tops=(), params=(), **settings) -> bytes:
     """A `layer` field whose bottoms, tops and ParamSpec names are any bytes (protobuf's setters take UTF-8 only)."""
     body = layer(name, kind, [], [], **settings).SerializeToString()
@@ -250,6 +287,8 @@ def _clashing_net(tmp_path, first: bytes, second: bytes):
 @pytest.mark.parametrize("names", list(CLASHING.values()), ids=list(CLASHING))
 def test_two_names_never_become_one_blob(tmp_path, names):
     path, ones = _clashing_net(tmp_path, *names)
+    if names[0] == b"x\xff" and _refused_where_protobuf_refuses("run", path, "--input", f"data={ones}"):
+        return
     record = one_json(ok("run", path, "--input", f"data={ones}", "--outputs", "all", "--json"))
     values = {b["name"]: b["max"] for b in record["blobs"]}
     # Caffe: 3 and 2 are two blobs, and their sum is 5 (one blob would give 4).
@@ -261,6 +300,8 @@ def test_names_that_are_not_utf8_print_in_tables_and_json(tmp_path):
     from runner import run_blobtool
 
     path, ones = _clashing_net(tmp_path, *CLASHING["not UTF-8"])
+    if _refused_where_protobuf_refuses("run", path, "--input", f"data={ones}"):
+        return
     for env in ({}, {"PYTHONIOENCODING": "ascii"}):
         result = run_blobtool("run", path, "--input", f"data={ones}", "--outputs", "all", env=env, text=True)
         assert result.returncode == 0, result.stderr
@@ -278,6 +319,8 @@ def test_a_deploy_net_keeps_the_bytes_of_its_names(tmp_path):
     raw += _raw_layer("p1", "Power", [b"in\xfe"], [b"out"], power_param={"shift": 1.0})
     path = tmp_path / "odd_input.caffemodel"
     path.write_bytes(raw)
+    if _refused_where_protobuf_refuses("run", path):
+        return
     record = one_json(ok("run", path, "--outputs", "all", "--json"))
     assert [b["name"] for b in record["blobs"]] == ["in\udcfe", "out"]
     from blobtool.formats import open_document
@@ -299,6 +342,8 @@ def test_parameters_shared_by_name_are_shared_only_by_the_same_bytes(tmp_path):
     path.write_bytes(raw)
     ones = tmp_path / "one.npy"
     np.save(ones, np.ones((1, 1), np.float32))
+    if _refused_where_protobuf_refuses("run", path, "--input", f"data={ones}"):
+        return
     record = one_json(ok("run", path, "--input", f"data={ones}", "--outputs", "all", "--json"))
     assert {b["name"]: b["max"] for b in record["blobs"]} == {"data": 1.0, "s1": 2.0, "s2": 3.0}
 
