@@ -179,10 +179,11 @@ def test_unknown_text_fields_are_named_when_written(tmp_path):
     path.write_text(ENET)
     result = invoke("definition", path, "-o", tmp_path / "out.prototxt")
     assert result.exit_code == 0, result.stderr
-    assert "layer bn0_1 holds fields text cannot carry: bn_param" in result.stderr
+    assert "layer bn0_1 holds fields blobtool's schema does not know: bn_param; left out of the text" in result.stderr
     result = invoke("definition", path, "-o", tmp_path / "out.caffemodel")
     assert result.exit_code == 0, result.stderr
-    assert "layer bn0_1 holds fields text cannot carry: bn_param; left out of the binary net" in result.stderr
+    assert "layer bn0_1 holds fields blobtool's schema does not know: bn_param; left out of the binary net" \
+        in result.stderr
     written = pb.NetParameter.FromString((tmp_path / "out.caffemodel").read_bytes())
     assert json_format.MessageToDict(written, preserving_proto_field_name=True) == _oracle(ENET)
 

@@ -85,7 +85,7 @@ def definition(net, output, strict, deploy, input_shapes, as_json):
 
             # A field the text held that the schema does not know has no number to encode it with.
             for line in parsed_definition(doc).lost_lines(doc.path):
-                say_warning(f"{line}; left out of the binary net (its field numbers are not in blobtool's schema)")
+                say_warning(f"{line}; left out of the binary net (their field numbers are unknown)")
             write(doc, None, output, format="protobuf", warn=say_warning)
             return
         definition_text(doc, output or "-", strict=strict, warn=say_warning)

@@ -53,13 +53,16 @@ from .containers import (LAYER_FIELD_NAMES, NET_FIELD_NAMES, V0_FIELD_NAMES, V0_
 from .schema import fork_fields
 from ...errors import FormatError, UsageError
 
-__all__ = ["LayerDef", "NetDefinition", "definition", "upgrade_v1", "lost_fields", "MAX_DEFINITION_FIELDS",
+__all__ = ["LayerDef", "NetDefinition", "definition", "upgrade_v1", "lost_fields", "MAX_DEFINITION_FIELDS", "V0_LOST",
            "TRAIN", "TEST", "deployment_state", "state_meets_rule", "state_excludes", "rule_text"]
 
 
 # A layer's definition as Caffe writes it holds tens of fields; one holding
 # more than this is damaged or forged, and is refused rather than walked.
 MAX_DEFINITION_FIELDS = 1 << 16
+
+# What a V0 layer nested in a V1 one loses: its parameters, which blobtool does not upgrade.
+V0_LOST = "layer (a V0 layer's parameters, not upgraded)"
 
 # Caffe's Phase enum (caffe.proto).
 TRAIN, TEST = 0, 1
@@ -89,6 +92,7 @@ class NetDefinition:
     layers: list = field(default_factory=list)   # LayerDef per layer, file order (as doc.layers)
     lost: tuple = ()                 # net-level fields text cannot carry
     upgraded: bool = False           # V1 layers were upgraded
+    from_text: bool = False          # read from text: what is lost is what the schema does not know
 
     def escaped_lines(self, path: str) -> list:
         """One line per layer holding text fields that are not UTF-8 (a damaged or foreign name).
@@ -118,11 +122,11 @@ class NetDefinition:
         for layer in self.layers:
             if layer.lost:
                 groups.setdefault(layer.lost, []).append(text(layer.message.name) or "(unnamed)")
+        what = "fields blobtool's schema does not know" if self.from_text else "fields text cannot carry"
         for lost, names in groups.items():
             shown = ", ".join(names)
             which = f"layer {shown}" if len(names) == 1 else f"{len(names)} layers ({shown})"
-            lines.append(f"{path}: {which} hold{'s' * (len(names) == 1)} fields text cannot carry: "
-                         f"{', '.join(lost)}")
+            lines.append(f"{path}: {which} hold{'s' * (len(names) == 1)} {what}: {', '.join(lost)}")
         return lines
 
 
@@ -174,7 +178,7 @@ def _from_bytes(doc) -> NetDefinition:
                 v0 = (header.name, header.type)
             message = upgrade_v1(old, v0)
             if v0 is not None:
-                lost.append("layer (a V0 layer's parameters, not upgraded)")
+                lost.append(V0_LOST)
             result.layers.append(LayerDef(message, tuple(lost), "V0" if v0 else "V1"))
     result.upgraded = v1 or any(layer.format != "V2" for layer in result.layers)
     for layer in result.layers:
@@ -197,7 +201,7 @@ def from_message(net, path: str, unknown: dict | None = None) -> NetDefinition:
     out.CopyFrom(net)
     del out.layer[:]
     del out.layers[:]
-    result = NetDefinition(out)
+    result = NetDefinition(out, from_text=True)
     for k, layer in enumerate(net.layer):
         message = pb.LayerParameter()
         message.CopyFrom(layer)
@@ -206,7 +210,7 @@ def from_message(net, path: str, unknown: dict | None = None) -> NetDefinition:
     for k, old in enumerate(net.layers, len(net.layer)):
         v0 = (old.layer.name, old.layer.type) if old.HasField("layer") else None
         message = upgrade_v1(old, v0)
-        lost = tuple(unknown.get(k, ())) + (("layer (a V0 layer's parameters, not upgraded)",) if v0 else ())
+        lost = tuple(unknown.get(k, ())) + ((V0_LOST,) if v0 else ())
         result.layers.append(LayerDef(message, lost, "V1" if v0 is None else "V0"))
         result.upgraded = True
     for layer in result.layers:
