@@ -149,7 +149,7 @@ def _layer_defs(net) -> list:
 
 
 def _unknown_fields(net) -> dict:
-    """{layer name: [its fields blobtool's schema does not understand]} of the layers holding any (netdef.py's `lost`)."""
+    """{layer name: [the fields of it blobtool's schema does not understand]} of the layers holding any (`lost`)."""
     if net.doc.format == "hdf5":
         return {}
     from .formats.caffe.netdef import definition

@@ -190,7 +190,8 @@ def deploy_net(doc, definition=None, shapes: dict | None = None) -> Deploy:
             declared[n] = None
         still = []
         for i, m in kept:
-            if any(name_key(t) in made_inputs for t in m.top) and not set(map(name_key, m.bottom)) & set(map(name_key, m.top)):
+            tops = set(map(name_key, m.top))
+            if tops & set(made_inputs) and not set(map(name_key, m.bottom)) & tops:
                 result.dropped.append((net.names[i], net.types[i], "its top is an input given by --input-shape"))
             else:
                 still.append((i, m))
