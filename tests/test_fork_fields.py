@@ -357,3 +357,17 @@ def test_the_forks_parameters_agree_with_the_table_of_layer_types():
     for name, owners in FORK_PARAMS.items():
         assert all(param_of(kind) == name for kind in owners), name
         assert layer_field(name) not in fork_fields(owners[0]) and layer_field(name) in fork_fields("Convolution")
+
+
+def test_an_edited_text_definition_keeps_its_unknown_fields_named(tmp_path):
+    from blobtool.formats import open_document
+    from blobtool.formats.caffe.netdef import definition
+    from blobtool.surgery.rename import edit_layers
+
+    path = tmp_path / "enet.prototxt"
+    path.write_text(ENET)
+    with open_document(str(path)) as doc:
+        edited, _ = edit_layers(doc, {"bn0_1": "bn"}, ("conv0_1",))
+        found = definition(edited)
+    assert [(d.message.name, d.lost) for d in found.layers] == [("bn", ("bn_param",)),
+                                                                ("prelu0_1", ("quantize", "note"))]
