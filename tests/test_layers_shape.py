@@ -644,7 +644,7 @@ DETECTION = [pytest.param(p, kw, id=name) for name, p, kw in [
     ("eta-not-shared", {"code_type": CORNER, "share_location": False, "confidence_threshold": 0.1,
                         "nms_param": {"nms_threshold": 0.9, "eta": 0.8}, "keep_top_k": 1000}, {"classes": 3}),
     ("nothing-detected", {"code_type": CENTER_SIZE, "confidence_threshold": 0.99}, {"num": 2}),
-    ("blocks-of-candidates", {"code_type": CENTER_SIZE, "nms_param": {"nms_threshold": 0.5, "eta": 0.95},
+    ("blocks-of-candidates", {"code_type": CENTER_SIZE, "nms_param": {"nms_threshold": 0.6, "eta": 0.95},
                               "keep_top_k": None, "confidence_threshold": None},
      {"classes": 2, "feature": (10, 15)}),
     ("defaults", {"background_label_id": None, "nms_param": None, "keep_top_k": None,
