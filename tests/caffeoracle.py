@@ -37,6 +37,16 @@ SYSTEM_PYTHON = "/usr/bin/python3"
 WORKER = HERE / "caffe_worker.py"
 
 
+def save_arrays(path, arrays: dict) -> None:
+    """An .npz of `arrays` by name; np.savez(**arrays) would take an input named `file` or `like` as its own argument."""
+    import zipfile
+
+    with zipfile.ZipFile(path, "w") as archive:
+        for name, value in arrays.items():
+            with archive.open(name + ".npy", "w") as member:
+                np.lib.format.write_array(member, np.ascontiguousarray(value))
+
+
 @dataclass
 class Refusal:
     """Caffe refused the net: the process ended (exit `code`) with `line` (its CHECK's message)."""
@@ -125,7 +135,7 @@ class Caffe:
         if self.process is None or self.process.poll() is not None:
             self._start()
         feeds, out = Path(folder) / "caffe_inputs.npz", Path(folder) / "caffe_blobs.npz"
-        np.savez(feeds, **{k: np.asarray(v, np.float32) for k, v in inputs.items()})
+        save_arrays(feeds, {k: np.asarray(v, np.float32) for k, v in inputs.items()})
         out.unlink(missing_ok=True)
         request = {"prototxt": str(prototxt), "weights": str(weights) if weights else None, "inputs": str(feeds),
                    "out": str(out)}
@@ -198,63 +208,11 @@ def caffe_refusal(message, feeds: dict, folder: Path):
     return got if isinstance(got, Refusal) else None
 
 
-# One process imports Caffe once and runs each net in a child forked from it: a net Caffe refuses
-# ends its child only (glog's CHECK aborts), so a list of refusals costs one start of Caffe, not one each.
-_FORKING_RUNNER = r"""
-import json, os, sys
-sys.path.insert(0, sys.argv[3])
-import caffe
-from caffe_worker import run
-caffe.set_mode_cpu()
-codes = []
-for request in json.load(open(sys.argv[1])):
-    sys.stdout.flush()
-    sys.stderr.flush()
-    child = os.fork()
-    if child == 0:
-        os.dup2(os.open(request["stderr"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC), 2)
-        try:
-            run(request)
-        except Exception as exc:
-            os.write(2, f"{type(exc).__name__}: {exc}\n".encode())
-            os._exit(1)
-        os._exit(0)
-    codes.append(os.waitstatus_to_exitcode(os.waitpid(child, 0)[1]))
-json.dump(codes, open(sys.argv[2], "w"))
-"""
-
-
 def caffe_refusals(cases, folder: Path) -> list:
-    """For each (net message, feeds) of `cases`, Caffe's Refusal of it, or None where Caffe runs it.
-
-    Every net runs in a child process forked from one that imported Caffe
-    (see _FORKING_RUNNER); a child's exit other than 0 is a refusal with the
-    line it died with (as Caffe.forward reads it).
-    """
-    from caffenets import write_net_files
-
-    require_oracle()
-    requests = []
+    """For each (net message, feeds) of `cases`, Caffe's Refusal of it, or None where Caffe runs it."""
+    found = []
     for k, (message, feeds) in enumerate(cases):
         here = Path(folder) / f"case{k}"
         here.mkdir(parents=True, exist_ok=True)
-        prototxt, model = write_net_files(here, message, stem="caffe_net")
-        inputs = here / "caffe_inputs.npz"
-        np.savez(inputs, **{name: np.asarray(v, np.float32) for name, v in feeds.items()})
-        requests.append({"prototxt": str(prototxt), "weights": str(model), "inputs": str(inputs),
-                         "out": str(here / "caffe_blobs.npz"), "stderr": str(here / "stderr.txt")})
-    listing, codes_file = Path(folder) / "caffe_requests.json", Path(folder) / "caffe_codes.json"
-    listing.write_text(json.dumps(requests))
-    done = subprocess.run([SYSTEM_PYTHON, "-c", _FORKING_RUNNER, str(listing), str(codes_file), str(HERE)],
-                          env=_env(), capture_output=True, text=True, timeout=600)
-    if done.returncode != 0:
-        raise RuntimeError(f"the Caffe runner failed (exit {done.returncode}): {done.stderr.strip()[-2000:]}")
-    found = []
-    for request, code in zip(requests, json.loads(codes_file.read_text())):
-        if code == 0:
-            found.append(None)
-            continue
-        lines = [ln.strip() for ln in Path(request["stderr"]).read_text().splitlines() if ln.strip()]
-        failed = [ln for ln in lines if "Check failed" in ln or ln.startswith("F")]
-        found.append(Refusal(code, (failed or lines or ["no message"])[0]))
+        found.append(caffe_refusal(message, feeds, here))
     return found
