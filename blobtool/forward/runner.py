@@ -21,6 +21,7 @@ the weights and the blobs alive at once.
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -28,6 +29,7 @@ import numpy as np
 from ..errors import FormatError, UsageError
 from ..formats.caffe.containers import text
 from ..layers import FLOAT, LayerError, layer_class
+from .memory import available_bytes, check_shape, format_bytes
 
 __all__ = ["Program", "Step", "build", "net_outputs"]
 
@@ -51,6 +53,7 @@ class Program:
     steps: list                  # Step per layer, in order
     path: str = ""
     half: set = field(default_factory=set)   # (layer, blob index) of the blobs the file stores as float16
+    weight_bytes: int = 0        # the bytes of the weights the layers hold
 
     @property
     def shapes(self) -> dict:
@@ -88,6 +91,7 @@ class Program:
         when given, is called with (step index, step count) after each layer.
         """
         wanted = set(outputs)
+        self.check_memory(wanted)
         values = {}
         for name, shape in self.inputs.items():
             value = np.asarray(feeds[name], dtype=FLOAT, order="C")
@@ -99,7 +103,10 @@ class Program:
         given = {id(v) for v in values.values()}  # the caller's arrays are never written
         for i, step in enumerate(self.steps):
             xs = [values[b] for b in step.bottoms]
-            with np.errstate(all="ignore"):
+            # A NaN or Inf a layer makes is Caffe's value too (run reports how many a blob holds); numpy's
+            # warnings about them (and about the mean of nothing) would only be noise on stderr.
+            with np.errstate(all="ignore"), warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)
                 if self._in_place(step, i, values, last_read, given):
                     ys = [step.layer.forward_in_place(xs[0])]
                 else:
@@ -119,6 +126,40 @@ class Program:
             if progress is not None:
                 progress(i + 1, len(self.steps))
         return {name: values[name] for name in outputs}
+
+    def peak_bytes(self, outputs) -> int:
+        """The most bytes of blobs alive at once in run(outputs), weights included.
+
+        Mirrors run(): an input lives until its last reader, each layer's
+        tops are new arrays made while its bottoms are alive, and a blob is
+        let go after its last reader unless it is asked for. A layer's
+        working arrays (a convolution's columns) are not counted: this is
+        the least a run needs.
+        """
+        wanted = set(outputs)
+        last_read = _last_reads(self.steps, self.inputs)
+        alive = {name: _nbytes(shape) for name, shape in self.inputs.items()}
+        held = sum(alive.values())
+        peak = held
+        for i, step in enumerate(self.steps):
+            made = {top: _nbytes(shape) for top, shape in zip(step.tops, step.top_shapes)}
+            peak = max(peak, held + sum(made.values()))
+            for top, size in made.items():
+                held += size - alive.get(top, 0)
+                alive[top] = size
+            for name in set(step.bottoms):
+                if last_read.get((name, i)) and name not in step.tops and name not in wanted and name in alive:
+                    held -= alive.pop(name)
+        return peak + self.weight_bytes
+
+    def check_memory(self, outputs) -> None:
+        """FormatError (exit 3) where the blobs run(outputs) keeps alive at once exceed the memory this process can get."""
+        need = self.peak_bytes(outputs)
+        have = available_bytes()
+        if have is not None and need > have:
+            raise FormatError(f"running the net needs at least {format_bytes(need)} at once (its blobs alive at once "
+                              f"and its weights) and {format_bytes(have)} can be had (the least of MemAvailable, "
+                              "RLIMIT_AS and the memory cgroup's limit); nothing was computed", path=self.path)
 
     @staticmethod
     def _in_place(step, i: int, values: dict, last_read: dict, given: set) -> bool:
@@ -201,7 +242,7 @@ def build(deploy, weights, *, weights_by_layer: dict | None = None, aligned: boo
     half = _float16_blobs(weights) if weights_by_layer is None else set()
     shared: dict = {}
     steps = []
-    shapes = dict(deploy.inputs)
+    shapes = {name: check_shape(shape, f"input {name!r}", deploy.source) for name, shape in deploy.inputs.items()}
     for message, name in zip(messages, deploy.layer_names or [text(m.name) for m in messages]):
         kind = text(message.type)
         blobs = list(held.get(name, ()))
@@ -218,9 +259,21 @@ def build(deploy, weights, *, weights_by_layer: dict | None = None, aligned: boo
             raise exc.with_path(path) from None
         if len(out_shapes) != len(tops):
             raise AssertionError(f"layer {name}: reshape gave {len(out_shapes)} shapes for {len(tops)} tops")
+        # Caffe's Blob::Reshape refuses a top past its limits before any memory is had for it; so does this pass.
+        for top, shape in zip(tops, out_shapes):
+            check_shape(shape, f"layer {name!r} ({kind}): top {top!r}", path)
         shapes.update(zip(tops, out_shapes))
         steps.append(Step(layer, bottoms, tops, in_shapes, out_shapes))
-    return Program(dict(deploy.inputs), steps, path, half)
+    weight_bytes = sum(int(b.nbytes) for blobs in held.values() for b in blobs)
+    return Program(dict(deploy.inputs), steps, path, half, weight_bytes)
+
+
+def _nbytes(shape) -> int:
+    """The bytes of a float32 blob of `shape`."""
+    n = 4
+    for d in shape:
+        n *= int(d)
+    return n
 
 
 def _weights_by_layer(doc, aligned: bool = True) -> dict:
