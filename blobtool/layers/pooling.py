@@ -164,35 +164,73 @@ def _max(x, kernel, stride, pad, out) -> np.ndarray:
 
     fmax keeps the non-NaN side, so a NaN never wins, as with Caffe's
     `bottom > top` test, and starting from -FLT_MAX gives Caffe's value for
-    a window of -inf (or none) as well.
+    a window of -inf (or none) as well. The maximum of a window is the
+    maximum of its rows' maxima: the columns' offsets first, then the rows',
+    kh + kw array operations rather than kh x kw.
     """
     n, c, h, w = x.shape
     if kernel == (h, w) and out == (1, 1) and pad == (0, 0):
         flat = x.reshape(n, c, h * w)
         return np.fmax.reduce(flat, axis=2, initial=_LOWEST).astype(FLOAT, copy=False).reshape(n, c, 1, 1)
     xp = _extended(x, pad, kernel, stride, out, _LOWEST)
-    y = np.full((n, c) + tuple(out), _LOWEST, FLOAT)
-    for _, _, view in _offset_views(xp, kernel, stride, out):
-        np.fmax(y, view, out=y)
+    (kh, kw), (sh, sw), (ho, wo) = kernel, stride, out
+    rows = np.full((n, c, xp.shape[2], wo), _LOWEST, FLOAT)
+    for j in range(kw):
+        np.fmax(rows, xp[:, :, :, j:j + sw * (wo - 1) + 1:sw], out=rows)
+    y = np.full((n, c, ho, wo), _LOWEST, FLOAT)
+    for i in range(kh):
+        np.fmax(y, rows[:, :, i:i + sh * (ho - 1) + 1:sh], out=y)
     return y
 
 
 def _max_with_argmax(x, kernel, stride, pad, out) -> tuple:
-    """MAX pooling and its argmax top (float h * W + w of the first greatest value, -1 where none beat -FLT_MAX)."""
+    """MAX pooling and its argmax top (float h * W + w of the first greatest value, -1 where none beat -FLT_MAX).
+
+    Caffe scans a window row by row and keeps a value only when it is
+    strictly greater: the first greatest value in row-major order. Each
+    window row's first greatest column is found first (kw operations), then
+    the first row whose maximum is strictly greater than those above it (kh
+    operations): the same element, at kh + kw array operations.
+    """
     n, c, h, w = x.shape
-    (sh, sw), (ph, pw), (ho, wo) = stride, pad, out
+    (kh, kw), (sh, sw), (ph, pw), (ho, wo) = kernel, stride, pad, out
     xp = _extended(x, pad, kernel, stride, out, _LOWEST)
+    cols = np.arange(wo) * sw - pw
+    rows = np.arange(ho) * sh - ph
+    row_best = np.full((n, c, xp.shape[2], wo), _LOWEST, FLOAT)
+    row_col = np.full((n, c, xp.shape[2], wo), -1, np.int64)
+    for j in range(kw):
+        view = xp[:, :, :, j:j + sw * (wo - 1) + 1:sw]
+        better = view > row_best
+        np.copyto(row_best, view, where=better)
+        np.copyto(row_col, np.broadcast_to(cols + j, row_col.shape), where=better)
     y = np.full((n, c, ho, wo), _LOWEST, FLOAT)
     mask = np.full((n, c, ho, wo), -1.0, FLOAT)
-    rows = np.arange(ho) * sh - ph
-    cols = np.arange(wo) * sw - pw
-    for i, j, view in _offset_views(xp, kernel, stride, out):
-        # Only a value strictly greater replaces the best so far: the first of equal maxima stays.
+    for i in range(kh):
+        view = row_best[:, :, i:i + sh * (ho - 1) + 1:sh]
         better = view > y
         np.copyto(y, view, where=better)
-        index = ((rows + i)[:, None] * w + (cols + j)[None, :]).astype(FLOAT)
-        np.copyto(mask, np.broadcast_to(index, mask.shape), where=better)
+        index = ((rows + i)[:, None] * w + row_col[:, :, i:i + sh * (ho - 1) + 1:sh]).astype(FLOAT)
+        np.copyto(mask, index, where=better)
     return y, mask
+
+
+def _window_by_window(xp: np.ndarray, kernel: tuple, stride: tuple, out: tuple) -> np.ndarray:
+    """The float32 sum of each window of extended `xp`, one window at a time, in Caffe's row-major order.
+
+    For windows larger than their count (a kernel of 2000 over 2 x 2
+    outputs): the Python loop then runs over the windows, and each window's
+    values are added one after another (cumsum accumulates in order, as
+    Caffe's loop does), so the work is Caffe's own.
+    """
+    n, c = xp.shape[:2]
+    (kh, kw), (sh, sw), (ho, wo) = kernel, stride, out
+    y = np.empty((n, c, ho, wo), FLOAT)
+    for a in range(ho):
+        for b in range(wo):
+            window = xp[:, :, a * sh:a * sh + kh, b * sw:b * sw + kw].reshape(n, c, -1)
+            y[:, :, a, b] = np.cumsum(window, axis=2, dtype=FLOAT)[:, :, -1] if window.shape[2] else 0
+    return y
 
 
 def _average(x, kernel, stride, pad, out) -> np.ndarray:
@@ -203,9 +241,12 @@ def _average(x, kernel, stride, pad, out) -> np.ndarray:
         total = x.reshape(n, c, h * w).sum(axis=2, dtype=FLOAT)
         return (total / FLOAT(h * w)).reshape(n, c, 1, 1)
     xp = _extended(x, pad, kernel, stride, out, 0.0)
-    y = np.zeros((n, c, ho, wo), FLOAT)
-    for _, _, view in _offset_views(xp, kernel, stride, out):
-        y += view
+    if kh * kw <= ho * wo:
+        y = np.zeros((n, c, ho, wo), FLOAT)
+        for _, _, view in _offset_views(xp, kernel, stride, out):
+            y += view
+    else:
+        y = _window_by_window(xp, kernel, stride, out)
     # pool_size = (hend - hstart) (wend - wstart), with the ends clipped to in + pad, the starts not clipped.
     start_h = np.arange(ho) * sh - ph
     start_w = np.arange(wo) * sw - pw
