@@ -29,7 +29,7 @@ import numpy as np
 from ..errors import FormatError, UsageError
 from ..formats.caffe.containers import text
 from ..layers import FLOAT, LayerError, layer_class
-from .memory import available_bytes, check_shape, format_bytes
+from .memory import MAX_COUNT, available_bytes, check_shape, format_bytes
 
 __all__ = ["Program", "Step", "build", "net_outputs"]
 
@@ -43,6 +43,8 @@ class Step:
     tops: tuple
     bottom_shapes: list = field(default_factory=list)
     top_shapes: list = field(default_factory=list)
+    work: int = 0                # values of the largest working array the layer makes besides its tops
+    work_what: str = ""          # what that array is (the padded input)
 
 
 @dataclass
@@ -143,7 +145,7 @@ class Program:
         peak = held
         for i, step in enumerate(self.steps):
             made = {top: _nbytes(shape) for top, shape in zip(step.tops, step.top_shapes)}
-            peak = max(peak, held + sum(made.values()))
+            peak = max(peak, held + sum(made.values()) + 4 * step.work)
             for top, size in made.items():
                 held += size - alive.get(top, 0)
                 alive[top] = size
@@ -153,7 +155,17 @@ class Program:
         return peak + self.weight_bytes
 
     def check_memory(self, outputs) -> None:
-        """FormatError (exit 3) where the blobs run(outputs) keeps alive at once exceed the memory this process can get."""
+        """FormatError (exit 3) where the blobs run(outputs) keeps alive at once exceed the memory this process can get.
+
+        Also where a layer's working array (Step.work) would hold more than
+        INT_MAX values, whatever the memory.
+        """
+        for step in self.steps:
+            # Only a run makes these arrays (an export writes the layer as it is): refused here, not in build().
+            if step.work > MAX_COUNT:
+                raise FormatError(f"layer {step.layer.name!r} ({step.layer.type}): blobtool computes it through its "
+                                  f"{step.work_what}, {step.work:,} values, past the {MAX_COUNT:,} (INT_MAX) it "
+                                  "holds in one array; nothing was computed", path=self.path)
         need = self.peak_bytes(outputs)
         have = available_bytes()
         if have is not None and need > have:
@@ -255,6 +267,7 @@ def build(deploy, weights, *, weights_by_layer: dict | None = None, aligned: boo
             layer.check_counts(len(bottoms), len(tops))
             in_shapes = [shapes[b] for b in bottoms]
             out_shapes = [tuple(int(d) for d in s) for s in layer.reshape(in_shapes)]
+            work, what = layer.workspace(in_shapes) if out_shapes else (0, "")
         except LayerError as exc:
             raise exc.with_path(path) from None
         if len(out_shapes) != len(tops):
@@ -263,7 +276,7 @@ def build(deploy, weights, *, weights_by_layer: dict | None = None, aligned: boo
         for top, shape in zip(tops, out_shapes):
             check_shape(shape, f"layer {name!r} ({kind}): top {top!r}", path)
         shapes.update(zip(tops, out_shapes))
-        steps.append(Step(layer, bottoms, tops, in_shapes, out_shapes))
+        steps.append(Step(layer, bottoms, tops, in_shapes, out_shapes, work, what))
     weight_bytes = sum(int(b.nbytes) for blobs in held.values() for b in blobs)
     return Program(dict(deploy.inputs), steps, path, half, weight_bytes)
 

@@ -125,6 +125,14 @@ class Pooling(Layer):
         top = (shape[0], shape[1], out_h, out_w)
         return [top] * max(1, len(self.top_names))
 
+    def workspace(self, shapes: list) -> tuple:
+        """The input extended by its pad and the last window's overhang (_extended)."""
+        (n, c, h, w), kernel, (ho, wo) = self._plan(shapes[0])
+        (ph, pw), (sh, sw) = self.pad, self.stride
+        rows = ph + h + max(0, (ho - 1) * sh - ph + kernel[0] - h)
+        cols = pw + w + max(0, (wo - 1) * sw - pw + kernel[1] - w)
+        return n * c * rows * cols, "padded input"
+
     def forward(self, xs: list) -> list:
         x = np.ascontiguousarray(xs[0], dtype=FLOAT)
         shape, kernel, out = self._plan(x.shape)
