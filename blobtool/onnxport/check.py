@@ -28,6 +28,7 @@ def check_export(path: str, program, outputs: list, *, seed: int = 0, source: st
         onnx.checker.check_model(path, full_check=True)
     except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as exc:
         raise FormatError(f"onnx's checker refuses the export: {str(exc).splitlines()[0]}", path=path) from exc
+    program.check_memory(outputs)  # before the inputs are drawn: they are part of what the run holds
     rng = np.random.default_rng(seed)
     feeds = {name: rng.standard_normal(shape, dtype=np.float32) for name, shape in program.inputs.items()}
     options = ort.SessionOptions()
