@@ -55,7 +55,6 @@ class Program:
     steps: list                  # Step per layer, in order
     path: str = ""
     half: set = field(default_factory=set)   # (layer, blob index) of the blobs the file stores as float16
-    weight_bytes: int = 0        # the bytes of the weights the layers hold
 
     @property
     def shapes(self) -> dict:
@@ -93,7 +92,7 @@ class Program:
         when given, is called with (step index, step count) after each layer.
         """
         wanted = set(outputs)
-        self.check_memory(wanted)
+        self.check_memory(wanted, held=sum(int(np.asarray(v).nbytes) for v in feeds.values()))
         values = {}
         for name, shape in self.inputs.items():
             value = np.asarray(feeds[name], dtype=FLOAT, order="C")
@@ -130,7 +129,7 @@ class Program:
         return {name: values[name] for name in outputs}
 
     def peak_bytes(self, outputs) -> int:
-        """The most bytes of blobs alive at once in run(outputs), weights included.
+        """The most bytes of blobs alive at once in run(outputs).
 
         Mirrors run(): an input lives until its last reader, each layer's
         tops are new arrays made while its bottoms are alive, and a blob is
@@ -152,12 +151,15 @@ class Program:
             for name in set(step.bottoms):
                 if last_read.get((name, i)) and name not in step.tops and name not in wanted and name in alive:
                     held -= alive.pop(name)
-        return peak + self.weight_bytes
+        return peak
 
-    def check_memory(self, outputs) -> None:
+    def check_memory(self, outputs, held: int = 0) -> None:
         """FormatError (exit 3) where the blobs run(outputs) keeps alive at once exceed the memory this process can get.
 
-        Also where a layer's working array (Step.work) would hold more than
+        The weights are in memory already (build() read them), and so are
+        `held` bytes of the inputs where they were made before the check:
+        what can be had is measured after both, so neither counts again.
+        Also refused: a layer's working array (Step.work) of more than
         INT_MAX values, whatever the memory.
         """
         for step in self.steps:
@@ -166,11 +168,11 @@ class Program:
                 raise FormatError(f"layer {step.layer.name!r} ({step.layer.type}): blobtool computes it through its "
                                   f"{step.work_what}, {step.work:,} values, past the {MAX_COUNT:,} (INT_MAX) it "
                                   "holds in one array; nothing was computed", path=self.path)
-        need = self.peak_bytes(outputs)
+        need = self.peak_bytes(outputs) - held
         have = available_bytes()
         if have is not None and need > have:
-            raise FormatError(f"running the net needs at least {format_bytes(need)} at once (its blobs alive at once "
-                              f"and its weights) and {format_bytes(have)} can be had (the least of MemAvailable, "
+            raise FormatError(f"running the net needs {format_bytes(need)} more at once (the blobs alive at once, "
+                              f"the weights aside) and {format_bytes(have)} can be had (the least of MemAvailable, "
                               "RLIMIT_AS and the memory cgroup's limit); nothing was computed", path=self.path)
 
     @staticmethod
@@ -277,8 +279,7 @@ def build(deploy, weights, *, weights_by_layer: dict | None = None, aligned: boo
             check_shape(shape, f"layer {name!r} ({kind}): top {top!r}", path)
         shapes.update(zip(tops, out_shapes))
         steps.append(Step(layer, bottoms, tops, in_shapes, out_shapes, work, what))
-    weight_bytes = sum(int(b.nbytes) for blobs in held.values() for b in blobs)
-    return Program(dict(deploy.inputs), steps, path, half, weight_bytes)
+    return Program(dict(deploy.inputs), steps, path, half)
 
 
 def _nbytes(shape) -> int:
