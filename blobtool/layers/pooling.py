@@ -34,6 +34,9 @@ __all__ = ["Pooling", "pooled_size"]
 _PB_MAX, _PB_AVE, _PB_STOCHASTIC = 0, 1, 2          # PoolingParameter.PoolMethod
 _PB_CEIL, _PB_FLOOR = 0, 1                           # PoolingParameter.RoundMode
 _LOWEST = np.finfo(np.float32).min                   # Caffe's -FLT_MAX, where a MAX window starts
+# Up to this many kernel offsets the argmax pooling visits each in turn (8 x 64 planes of 112 x 112,
+# 3 x 3 stride 2: 224 ms against 304 ms by rows then columns); past it, rows then columns.
+_FEW_OFFSETS = 16
 
 
 def pooled_size(size: int, kernel: int, stride: int, pad: int, ceil: bool, any_pad: bool) -> int:
@@ -203,23 +206,27 @@ def _max_with_argmax(x, kernel, stride, pad, out) -> tuple:
     n, c, h, w = x.shape
     (kh, kw), (sh, sw), (ph, pw), (ho, wo) = kernel, stride, pad, out
     xp = _extended(x, pad, kernel, stride, out, _LOWEST)
+    if kh * kw <= _FEW_OFFSETS:
+        return _max_with_argmax_by_offset(x, xp, kernel, stride, pad, out)
     cols = np.arange(wo) * sw - pw
-    rows = np.arange(ho) * sh - ph
     row_best = np.full((n, c, xp.shape[2], wo), _LOWEST, FLOAT)
-    row_col = np.full((n, c, xp.shape[2], wo), -1, np.int64)
+    row_col = np.full((n, c, xp.shape[2], wo), -1, np.int32)
     for j in range(kw):
         view = xp[:, :, :, j:j + sw * (wo - 1) + 1:sw]
         better = view > row_best
         np.copyto(row_best, view, where=better)
-        np.copyto(row_col, np.broadcast_to(cols + j, row_col.shape), where=better)
+        np.copyto(row_col, np.broadcast_to((cols + j).astype(np.int32), row_col.shape), where=better)
     y = np.full((n, c, ho, wo), _LOWEST, FLOAT)
-    mask = np.full((n, c, ho, wo), -1.0, FLOAT)
+    best_row = np.full((n, c, ho, wo), -1, np.int32)
     for i in range(kh):
         view = row_best[:, :, i:i + sh * (ho - 1) + 1:sh]
         better = view > y
         np.copyto(y, view, where=better)
-        index = ((rows + i)[:, None] * w + row_col[:, :, i:i + sh * (ho - 1) + 1:sh]).astype(FLOAT)
-        np.copyto(mask, index, where=better)
+        np.copyto(best_row, i, where=better)
+    # The winning element: padded row a s_h + i (image row a s_h + i - p_h), the column its row kept.
+    padded_row = (np.arange(ho, dtype=np.int32) * sh)[:, None] + np.maximum(best_row, 0)
+    col = np.take_along_axis(row_col, padded_row, axis=2)
+    mask = np.where(best_row >= 0, (padded_row - ph).astype(np.int64) * w + col, -1).astype(FLOAT)
     return y, mask
 
 
@@ -239,6 +246,23 @@ def _window_by_window(xp: np.ndarray, kernel: tuple, stride: tuple, out: tuple) 
             window = xp[:, :, a * sh:a * sh + kh, b * sw:b * sw + kw].reshape(n, c, -1)
             y[:, :, a, b] = np.cumsum(window, axis=2, dtype=FLOAT)[:, :, -1] if window.shape[2] else 0
     return y
+
+
+def _max_with_argmax_by_offset(x, xp, kernel, stride, pad, out) -> tuple:
+    """_max_with_argmax for a small kernel: every offset in row-major order (quicker there than rows then columns)."""
+    n, c, h, w = x.shape
+    (sh, sw), (ph, pw), (ho, wo) = stride, pad, out
+    y = np.full((n, c, ho, wo), _LOWEST, FLOAT)
+    mask = np.full((n, c, ho, wo), -1.0, FLOAT)
+    rows = np.arange(ho) * sh - ph
+    cols = np.arange(wo) * sw - pw
+    for i, j, view in _offset_views(xp, kernel, stride, out):
+        # Only a value strictly greater replaces the best so far: the first of equal maxima stays.
+        better = view > y
+        np.copyto(y, view, where=better)
+        index = ((rows + i)[:, None] * w + (cols + j)[None, :]).astype(FLOAT)
+        np.copyto(mask, np.broadcast_to(index, mask.shape), where=better)
+    return y, mask
 
 
 def _average(x, kernel, stride, pad, out) -> np.ndarray:
