@@ -17,6 +17,11 @@ order in float32 (Caffe's Dtype=float) and returns the value of each blob
 asked for after the last layer writing it. A blob's array is let go as soon
 as no later layer reads it and it is not asked for, so that peak memory is
 the weights and the blobs alive at once.
+
+Sizes are bounded before anything is allocated: build() refuses a shape
+past Caffe's Blob::Reshape limits (memory.py), and `Program.check_memory`
+(called by run() and before a run's inputs are drawn) refuses a run whose
+blobs alive at once exceed the memory this process can get.
 """
 
 from __future__ import annotations
@@ -133,9 +138,10 @@ class Program:
 
         Mirrors run(): an input lives until its last reader, each layer's
         tops are new arrays made while its bottoms are alive, and a blob is
-        let go after its last reader unless it is asked for. A layer's
-        working arrays (a convolution's columns) are not counted: this is
-        the least a run needs.
+        let go after its last reader unless it is asked for. Each layer's
+        largest working array (Step.work: a padded input) counts with its
+        tops; smaller temporaries (a convolution's chunk of columns) do
+        not: this is the least a run needs.
         """
         wanted = set(outputs)
         last_read = _last_reads(self.steps, self.inputs)
