@@ -132,7 +132,6 @@ def test_run_under_the_limit_still_runs_a_net_that_fits(tmp_path):
 
 
 def test_peak_counts_the_blobs_alive_at_once(tmp_path):
-    from blobtool import api  # noqa: F401  (the registry of layers loads with the package)
     from blobtool.formats import open_document
     from blobtool.forward.deploy import deploy_net
     from blobtool.forward.runner import build
