@@ -172,6 +172,10 @@ class PriorBox(Layer):
             raise self.error(f"the image is {self.image[0]} x {self.image[1]}; priors are normalized by its size")
         return [(1, 2, size)]
 
+    def workspace(self, shapes: list) -> tuple:
+        """The boxes computed in double before they are stored in float: as many bytes as the top."""
+        return 2 * self.height * self.width * self.num_priors * 4, "boxes in double"
+
     def _box_sizes(self) -> tuple:
         """The (width, height) of each prior of a cell, in float as Caffe computes them, in Caffe's order."""
         widths, heights = [], []
