@@ -216,3 +216,14 @@ def caffe_refusals(cases, folder: Path) -> list:
         here.mkdir(parents=True, exist_ok=True)
         found.append(caffe_refusal(message, feeds, here))
     return found
+
+
+def caffe_files(prototxt, weights, feeds: dict, folder: Path) -> dict:
+    """{blob: Caffe's value} of the net in files `prototxt` and `weights` run on `feeds`; a refusal fails the test."""
+    work = Path(folder) / "caffe_work"
+    work.mkdir(exist_ok=True)
+    got = shared_worker().forward(prototxt, weights, feeds, work)
+    if isinstance(got, Refusal):
+        pytest.fail(f"Caffe refused {Path(prototxt).name} with {Path(weights).name if weights else 'no weights'} "
+                    f"(exit {got.code}): {got.line}")
+    return got
