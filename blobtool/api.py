@@ -462,8 +462,8 @@ def export(src, dest, *, definition=None, shapes: dict | None = None, opset: int
 
         result = export_program(program, dest, opset=opset or OPSET_DEFAULT, outputs=wanted,
                                 net_name=deploy.net.name, source=doc.path, version=__version__)
-        result.notes = notes
-        for line in notes:
+        result.notes = notes + result.notes  # the deploy net's, then the model's (names changed, Inf/NaN constants)
+        for line in result.notes:
             (warn or warnings.warn)(line)
         verdict = None
         if check:
