@@ -35,6 +35,7 @@ aligned offset.
 from __future__ import annotations
 
 import os
+import stat
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -383,10 +384,7 @@ def _write_bytes(out, array: np.ndarray, buffer: np.ndarray) -> None:
     """
     behind = file_behind(array) if array.dtype.byteorder in "=<|" and np.little_endian else None
     data = _little_endian(array) if behind is None else None
-    try:
-        fd = out.fileno()
-    except (AttributeError, OSError, ValueError):
-        fd = None
+    fd = _regular_file(out)
     for start in range(0, array.nbytes, _PIECE):
         size = min(_PIECE, array.nbytes - start)
         if behind is not None:
@@ -395,13 +393,28 @@ def _write_bytes(out, array: np.ndarray, buffer: np.ndarray) -> None:
         else:
             piece = data[start:start + size]
         out.write(piece)
-        if fd is not None and hasattr(os, "posix_fadvise"):
+        if fd is not None:
             out.flush()
             position = out.tell()
             try:
                 os.posix_fadvise(fd, position - size, size, os.POSIX_FADV_DONTNEED)
             except OSError:
-                fd = None  # not a file that takes advice (a pipe): plain writes
+                fd = None  # a file system that takes no advice: plain writes
+
+
+def _regular_file(out) -> int | None:
+    """The descriptor of `out` where it is a regular file that takes advice; None for a FIFO, a socket, a device.
+
+    Only a regular file has a position: tell() on a pipe is ESPIPE ("Illegal
+    seek"), and the model, written in one pass, needs none.
+    """
+    if not hasattr(os, "posix_fadvise"):
+        return None
+    try:
+        fd = out.fileno()
+        return fd if stat.S_ISREG(os.fstat(fd).st_mode) else None
+    except (AttributeError, OSError, ValueError):
+        return None
 
 
 def _numbers() -> tuple:
