@@ -141,6 +141,8 @@ def deploy_net(doc, definition=None, shapes: dict | None = None) -> Deploy:
     labels: set = set()      # a data layer's later tops
     loss_read: set = set()   # blobs a loss or accuracy layer read
     kept: list = []          # (model index, LayerParameter)
+    transformed: set = set()  # data layers (a TRAIN and a TEST one may share a name) said once each
+    data_dropped: set = set()
     for i, message in enumerate(defs):
         kind = net.types[i]
         name = net.names[i]
@@ -158,9 +160,11 @@ def deploy_net(doc, definition=None, shapes: dict | None = None) -> Deploy:
                 if k > 0:
                     labels.add(text(t))
             settings = _transform_settings(message)
-            if settings and not any(n == name for n, _ in result.transforms):
+            if settings and name not in transformed:
+                transformed.add(name)
                 result.transforms.append((name, settings))
-            if not any(n == name for n, _, _ in result.dropped):
+            if name not in data_dropped:
+                data_dropped.add(name)
                 result.dropped.append((name, kind, "a data layer: its tops are inputs"))
             continue
         if kind.endswith(_LOSS_SUFFIX) or kind in _GONE_TYPES:
