@@ -334,3 +334,15 @@ def test_a_split_of_40000_tops_exports_and_runs_in_under_20_s(tmp_path):
     result = blobtool.run(str(model), outputs="all")
     assert time.perf_counter() - start < 20
     assert len(result.values) == 40001
+
+
+def test_external_data_beside_a_model_whose_name_is_not_utf8_is_refused_before_writing(tmp_path, monkeypatch):
+    from blobtool.onnxport import graph
+
+    monkeypatch.setattr(graph, "EXTERNAL_THRESHOLD", 64)
+    model = _small(tmp_path)
+    out = tmp_path / os.fsdecode(b"m\xff.onnx")
+    result = invoke("export", model, "-o", out)
+    assert result.exit_code == 2, result.stderr
+    assert "the model names that file in UTF-8 text" in result.stderr and "'m\\\\xff.onnx.data'" in result.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["net.caffemodel", "net.prototxt"]

@@ -318,6 +318,12 @@ def export_program(program, dest, *, opset: int = OPSET_DEFAULT, outputs=None, n
     external = None
     if weight_bytes > EXTERNAL_THRESHOLD:
         external = os.fspath(dest) + ".data"
+        beside = os.path.basename(external)
+        if onnx_text(beside) != beside:
+            # The model names its data file in a protobuf string; an escape would name another file.
+            raise UsageError(f"the weights ({weight_bytes:,} bytes) go to {onnx_text(beside)!r} beside the model, "
+                             "and the model names that file in UTF-8 text, which this name is not: give the "
+                             "model a UTF-8 name; nothing was written", path=os.fspath(dest))
     _write(model, graph.initializers, dest, external)
     renamed = list(graph.values.changed)
     return ExportResult(os.fspath(dest), opset, dict(program.inputs), {n: tuple(shapes[n]) for n in wanted},
