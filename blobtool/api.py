@@ -18,7 +18,7 @@ from .errors import FormatError, UsageError, parameter
 from .formats import NAMING_SCHEMES, Document, Entry, module, open_document, reading
 from .formats.origin import Precision
 from .formats.targets import output_target
-from .files import releasing, writes_in_place
+from .files import Staged, releasing, writes_in_place
 
 __all__ = ["load", "load_all", "state_dict", "save", "write", "open_document", "net_definition",
            "resolve_precision", "definition_text", "deploy_definition", "transplant", "edit", "fold", "run", "export"]
@@ -434,7 +434,8 @@ def export(src, dest, *, definition=None, shapes: dict | None = None, opset: int
     as `run` takes them; `opset` from 13 to the installed onnx's newest
     (default 17). With `check`, onnx's full check and onnxruntime against
     blobtool's forward on the same random input (onnxport/check.py), which
-    need the `onnx` extra (UsageError naming it otherwise). What the deploy
+    need the `onnx` extra (UsageError naming it otherwise), and write `dest`
+    only when it passes (onnxport/check.py's prove_export). What the deploy
     net left out and what changed on the way are said to `warn`.
     """
     from .forward.deploy import deploy_net
@@ -442,6 +443,7 @@ def export(src, dest, *, definition=None, shapes: dict | None = None, opset: int
     from .forward.runner import build
 
     _needs_onnx(check)
+    from .onnxport.check import prove_export
     from .onnxport.graph import OPSET_DEFAULT, export_program
 
     with contextlib.ExitStack() as opened:
@@ -460,16 +462,15 @@ def export(src, dest, *, definition=None, shapes: dict | None = None, opset: int
                          "uses it (exactly: every float16 value is a float32 one)")
         from . import __version__
 
-        result = export_program(program, dest, opset=opset or OPSET_DEFAULT, outputs=wanted,
+        # With a check the model is written where nothing reads it, and put in place only when the check passes.
+        staged = opened.enter_context(Staged([dest] if check else ()))
+        result = export_program(program, staged.path(dest), opset=opset or OPSET_DEFAULT, outputs=wanted,
                                 net_name=deploy.net.name, source=doc.path, version=__version__)
+        result.path, result.external = os.fspath(dest), result.external and os.fspath(dest) + ".data"
         result.notes = notes + result.notes  # the deploy net's, then the model's (names changed, Inf/NaN constants)
         for line in result.notes:
             (warn or warnings.warn)(line)
-        verdict = None
-        if check:
-            from .onnxport.check import check_export
-
-            verdict = check_export(os.fspath(dest), program, wanted, seed=seed, source=doc.path)
+        verdict = prove_export(staged, dest, program, wanted, seed=seed, source=doc.path) if check else None
         return result, verdict
 
 

@@ -149,6 +149,13 @@ def max_scaled_difference(ours, theirs) -> float:
     return float(np.max(np.abs(ours - theirs))) / scale if ours.size else 0.0
 
 
+def blob_shape(blob) -> tuple:
+    """A BlobProto's shape as Caffe's FromProto reads it: the legacy 4-D fields when any is set, else `shape`."""
+    if any(blob.HasField(f) for f in ("num", "channels", "height", "width")):
+        return (blob.num, blob.channels, blob.height, blob.width)
+    return tuple(blob.shape.dim)
+
+
 def ours_forward(message: pb.NetParameter, feeds: dict, tops=None) -> dict:
     """{blob name: blobtool's value} of every blob (or those in `tops`) after running `message`'s layers in order.
 
@@ -165,7 +172,7 @@ def ours_forward(message: pb.NetParameter, feeds: dict, tops=None) -> dict:
             continue
         cls = layer_class(each.type)
         assert cls is not None, f"no layer class for type {each.type}"
-        blobs = [np.asarray(b.data, np.float32).reshape(tuple(b.shape.dim)) for b in each.blobs]
+        blobs = [np.asarray(b.data, np.float32).reshape(blob_shape(b)) for b in each.blobs]
         made = cls(each.name, each.type, each, blobs)
         bottoms = [values[b] for b in each.bottom]
         made.check_counts(len(bottoms), len(each.top))

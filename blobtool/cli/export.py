@@ -27,7 +27,8 @@ __all__ = ["export"]
                    "Default: the net's outputs.")
 @click.option("--check", is_flag=True,
               help="Run onnx's full check, then onnxruntime and blobtool's own forward on the same random input; "
-                   "exit 1 when an output differs beyond float32 rounding.")
+                   "exit 1 when an output differs beyond float32 rounding, or onnx or onnxruntime refuses the "
+                   "model. The model is written only when the check passes.")
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, metavar="N",
               help="The seed of --check's random normal input.")
 @click.option("--json", "as_json", is_flag=True, help="Print what was written (and the check) as one JSON object.")

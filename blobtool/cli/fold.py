@@ -25,7 +25,8 @@ __all__ = ["fold"]
               help="Print what was folded as one JSON object (with -o PATH: stdout cannot hold both).")
 @click.option("--check", is_flag=True,
               help="Run the net before and after the fold on the same random input and compare every blob both "
-                   "have; exit 1 when one differs beyond float32 rounding (the blobs listed on stderr).")
+                   "have; exit 1 when one differs beyond float32 rounding (the blobs listed on stderr). The outputs "
+                   "are written only when the check passes.")
 @NAMED_SHAPE
 def fold(net, outputs, definition, as_json, check, input_shapes):
     """Fold each BatchNorm, and the Scale after it, into the Convolution, Deconvolution or InnerProduct before it.
@@ -69,31 +70,38 @@ def fold(net, outputs, definition, as_json, check, input_shapes):
         raise click.UsageError("--json prints to stdout, where an output is written: give -o PATH")
     import io
 
+    from ..files import Staged
     from ..surgery.foldnet import output_form
 
     shapes = parse_named_shapes(input_shapes)
     extra = []  # where --check reads the folded net from, when no output holds it
     doc = open_input(net)
     verdict = None
-    with doc:
+    # With --check every output is written where nothing reads it, and put in place only when the check passes.
+    with doc, Staged(outputs if check else ()) as staged:
+        written = [staged.path(dest) for dest in outputs]
         if check:
             forms = [output_form(dest, doc) for dest in outputs]
-            if not any(form == "net" and dest != "-" for dest, form in zip(outputs, forms)):
+            if "net" not in forms:
                 extra.append(io.BytesIO())
-            if definition is not None and not any(form == "definition" and dest != "-"
-                                                  for dest, form in zip(outputs, forms)):
+            if definition is not None and "definition" not in forms:
                 raise click.UsageError("--check with --definition runs the folded definition: give -o "
                                        "FILE.prototxt to write it")
         if definition is None:
-            result = fold_document(doc, *outputs, *extra)
+            result = fold_document(doc, *written, *extra)
             if check:
-                verdict = _check(doc, None, outputs, extra, shapes)
+                verdict = _check(doc, None, outputs, written, extra, shapes)
         else:
             with open_input(definition) as other:
-                result = fold_document(doc, *outputs, *extra, definition=other)
+                result = fold_document(doc, *written, *extra, definition=other)
                 if check:
-                    verdict = _check(doc, other, outputs, extra, shapes)
-    result.outputs = result.outputs[:len(outputs)]
+                    verdict = _check(doc, other, outputs, written, extra, shapes)
+        if verdict is not None:
+            if verdict.passed:
+                staged.place()
+            else:
+                verdict.withheld = list(outputs)
+    result.outputs = [str(dest) for dest in outputs]
     for kept in result.plan.kept:
         say_warning(f"{result.path}: BatchNorm {kept.batchnorm} stays: {kept.why}")
     for kept in result.plan.kept_scales:
@@ -109,26 +117,38 @@ def fold(net, outputs, definition, as_json, check, input_shapes):
         say_check(verdict)
 
 
-def _check(doc, definition, outputs, extra, shapes):
-    """Run the net before and after the fold (forward/check.py): the folded net from its output or a stream."""
+def _check(doc, definition, outputs, written, extra, shapes):
+    """Run the net before and after the fold (forward/check.py): the folded net from its output or a stream.
+
+    `written` are where `outputs` were written for now; a net that cannot
+    run is its error (exit 3), saying that no output was written.
+    """
     import io
 
-    from ..forward.check import check_nets
+    from ..errors import BlobToolError
+    from ..forward.check import check_nets, not_written
     from ..surgery.foldnet import output_form
     from .work import open_input
 
-    nets = [d for d in outputs if d != "-" and output_form(d, doc) == "net"] + \
-        [e for e in extra if isinstance(e, io.BytesIO)]
-    texts = [d for d in outputs if d != "-" and output_form(d, doc) == "definition"]
+    forms = [output_form(dest, doc) for dest in outputs]
+    nets = [w for w, form in zip(written, forms) if form == "net"] + [e for e in extra if isinstance(e, io.BytesIO)]
+    texts = [w for w, form in zip(written, forms) if form == "definition"]
     folded = nets[0]
     if isinstance(folded, io.BytesIO):
         folded.seek(0)
-    with open_input(folded) as after:
-        if definition is None:
-            return check_nets(doc, after, shapes=shapes)
-        with open_input(texts[0]) as after_definition:
-            return check_nets(doc, after, before_definition=definition, after_definition=after_definition,
-                              shapes=shapes)
+    after_name = next((str(d) for d, form in zip(outputs, forms) if form == "net"), "the folded net")
+    try:
+        with open_input(folded) as after:
+            if definition is None:
+                verdict = check_nets(doc, after, shapes=shapes)
+            else:
+                with open_input(texts[0]) as after_definition:
+                    verdict = check_nets(doc, after, before_definition=definition, after_definition=after_definition,
+                                         shapes=shapes)
+    except BlobToolError as exc:
+        raise not_written(exc, outputs) from exc
+    verdict.after = after_name
+    return verdict
 
 
 def _list_folds(result) -> None:

@@ -125,7 +125,7 @@ TRANSPLANT_RULES = {
 @click.option("--check", is_flag=True,
               help="Run TEMPLATE and the net written on the same random input and compare every blob both have; "
                    "exit 1 when one differs beyond float32 rounding (a round trip must compute what TEMPLATE "
-                   "did).")
+                   "did). The output is written only when the check passes.")
 @NAMED_SHAPE
 def transplant(source, template, output, fmt, names, no_fold, net, partial, reshape, strip_prefix, add_prefix,
                precision, patterns, kind, check, input_shapes):
@@ -158,6 +158,8 @@ def transplant(source, template, output, fmt, names, no_fold, net, partial, resh
     output = blob_output(output, fmt)
     if check and (output == "-" or fmt not in (None, "protobuf", "hdf5", "same")):
         raise click.UsageError("--check runs the net written: give -o FILE.caffemodel (or .h5)")
+    from ..files import Staged
+
     with contextlib.ExitStack() as opened:
         target = opened.enter_context(open_input(template))
         if check and target.format == "prototxt":
@@ -168,9 +170,12 @@ def transplant(source, template, output, fmt, names, no_fold, net, partial, resh
         values = opened.enter_context(open_input(source, kind, npy_cast=cast_for("double")))
         values.source.will_read_through()
         types = opened.enter_context(open_input(net)) if net is not None else None
+        # With --check the net is written where nothing reads it, and put in place only when the check passes.
+        staged = opened.enter_context(Staged([output] if check else ()))
+        written = staged.path(output)
         try:
             with progress(target, "writing"):
-                transplant_values(values, target, output, names=names, partial=partial, reshape=reshape,
+                transplant_values(values, target, written, names=names, partial=partial, reshape=reshape,
                                   fold=not no_fold, definition=types, strip_prefix=strip_prefix,
                                   add_prefix=add_prefix, format=fmt, precision=precision, blobs=patterns,
                                   warn=say_warning)
@@ -178,12 +183,21 @@ def transplant(source, template, output, fmt, names, no_fold, net, partial, resh
             # The options asked for a rename that cannot be: the command's usage error, as click's own.
             raise click.UsageError(error_line(exc)) from exc
         if check:
-            from ..forward.check import check_nets
+            from ..errors import BlobToolError
+            from ..forward.check import check_nets, not_written
 
-            with open_input(output) as after:
-                definition = types if target.format == "hdf5" or after.format == "hdf5" else None
-                verdict = check_nets(target, after, before_definition=definition, after_definition=definition,
-                                     shapes=parse_named_shapes(input_shapes))
+            try:
+                with open_input(written) as after:
+                    definition = types if target.format == "hdf5" or after.format == "hdf5" else None
+                    verdict = check_nets(target, after, before_definition=definition, after_definition=definition,
+                                         shapes=parse_named_shapes(input_shapes))
+            except BlobToolError as exc:
+                raise not_written(exc, [output]) from exc
+            verdict.after = str(output)
+            if verdict.passed:
+                staged.place()
+            else:
+                verdict.withheld = [output]
     if check:
         say_check(verdict)
 

@@ -88,8 +88,8 @@ def run(net, definition, input_files, input_shapes, seed, outputs, output, as_js
 
 
 def _read_inputs(values) -> dict:
-    """{name: array} from NAME=FILE values, each file holding one blob."""
-    from ..api import load
+    """{name: InputFile} from NAME=FILE values, each file holding one blob (read once its shape is checked)."""
+    from ..forward.run import read_input_file
 
     feeds = {}
     for value in values:
@@ -98,6 +98,5 @@ def _read_inputs(values) -> dict:
             raise click.BadParameter(f"{value!r}: expected NAME=FILE (data=image.npy)", param_hint="'--input'")
         if name in feeds:
             raise click.BadParameter(f"{name!r} is given twice", param_hint="'--input'")
-        blob = load(path)
-        feeds[name] = blob.cpu_data().reshape(blob.shape)
+        feeds[name] = read_input_file(path)
     return feeds

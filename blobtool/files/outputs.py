@@ -21,7 +21,7 @@ from ..errors import FormatError, OutputError, UsageError
 from .inputs import STDIO, cannot
 from .mapped import CUT_UNDER_MAP, INPUTS, check_inputs
 
-__all__ = ["atomic_output", "writes_in_place"]
+__all__ = ["atomic_output", "writes_in_place", "Staged"]
 
 
 @contextlib.contextmanager
@@ -99,6 +99,95 @@ def writes_in_place(dest) -> bool:
         return _resolve_output(os.fspath(dest))[1]
     except (OSError, OutputError, UsageError):
         return False
+
+
+class Staged:
+    """Outputs written first where nothing reads them, and put in place only when place() is called.
+
+    For a check that proves an output before anyone sees it (--check): the
+    writers write `path(dest)`, a file of the same name in a new hidden
+    folder beside `dest` (in the system's temporary folder for standard
+    output and what is written in place), the check reads it there, and
+    place() moves each file the folder holds (a model's external data
+    too) beside `dest`, as atomic_output would write it. Leaving the block
+    removes whatever was not placed: a failed check, an error or a signal
+    leaves no output, and any earlier file as it was.
+    """
+
+    def __init__(self, dests):
+        import tempfile  # only writers need it
+
+        self._folders = {}   # dest -> (staging folder, the name its files are written under)
+        try:
+            for dest in dests:
+                name = os.fspath(dest)
+                in_place = name == STDIO or _resolve_output(name)[1]
+                folder = None if in_place else os.path.dirname(os.path.abspath(name))
+                try:
+                    staging = tempfile.mkdtemp(prefix=".blobtool-check.", dir=folder)
+                except OSError as exc:
+                    raise OutputError(cannot(f"create a folder in {folder}", exc), path=name) from exc
+                self._folders[dest] = (staging, "stdout" if name == STDIO else os.path.basename(name))
+        except BaseException:
+            self.close()
+            raise
+
+    def __enter__(self) -> "Staged":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def path(self, dest) -> str:
+        """Where `dest` is written for now (`dest` itself when it is not staged)."""
+        if dest not in self._folders:
+            return dest
+        staging, name = self._folders[dest]
+        path = os.path.join(staging, name)
+        INPUTS.temporaries.add(path)  # removed, as a temporary output is, if a mapped input faults
+        return path
+
+    def place(self) -> None:
+        """Put every staged file where its output goes: renamed onto it where it can be, copied in otherwise."""
+        import shutil
+
+        for dest, (staging, name) in list(self._folders.items()):
+            given = os.fspath(dest)
+            # The file named last, so that a model is never in place before its external data.
+            for entry in sorted(os.listdir(staging), key=lambda entry: (entry == name, entry)):
+                staged = os.path.join(staging, entry)
+                target = given if entry == name else os.path.join(os.path.dirname(os.path.abspath(given)), entry)
+                path, direct = (STDIO, True) if target == STDIO else _resolve_output(target)
+                if not direct:
+                    _copy_mode(path, staged)
+                    check_inputs()
+                    try:
+                        os.replace(staged, path)
+                        continue
+                    except OSError as exc:
+                        if exc.errno != errno.EXDEV:
+                            raise OutputError(cannot("write", exc), path=target) from exc
+                with open(staged, "rb") as source, atomic_output(target) as out:
+                    shutil.copyfileobj(source, out, 1 << 20)
+            _fsync_folder(os.path.dirname(os.path.abspath(given)))
+
+    def close(self) -> None:
+        """Remove the staging folders and whatever is left in them."""
+        import shutil
+
+        for staging, name in self._folders.values():
+            INPUTS.temporaries.discard(os.path.join(staging, name))
+            shutil.rmtree(staging, ignore_errors=True)
+        self._folders = {}
+
+
+def _fsync_folder(folder: str) -> None:
+    with contextlib.suppress(OSError):
+        dir_fd = os.open(folder, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
 
 
 @contextlib.contextmanager

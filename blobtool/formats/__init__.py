@@ -75,7 +75,7 @@ from dataclasses import dataclass, field
 from ..errors import BlobToolError, FormatError, UsageError
 
 __all__ = ["Format", "Output", "FORMATS", "EXTENSIONS", "KINDS", "CONTAINER_KINDS", "OUTPUT_FORMATS", "Entry",
-           "Document", "NetLayer", "get_format", "format_by_signature", "sniff", "module", "open_document",
+           "Document", "NetLayer", "get_format", "format_by_signature", "sniff", "module", "open_document", "document_of",
            "open_documents", "select", "unique_names", "listed_name", "MAX_BLOBS", "MAX_NAME",
            "DEFLATE_MAX_EXPANSION", "PRECISION_TYPES", "NAMING_SCHEMES", "ReadSettings", "read_settings", "reading",
            "use_read_settings"]
@@ -529,6 +529,11 @@ def open_documents(srcs, kind: str | None = None, *, npy_cast=None):
 def _check_kind(kind) -> None:
     if kind is not None and kind not in KINDS:
         raise UsageError(f"unknown kind {kind!r}; expected one of {', '.join(KINDS)}")
+
+
+def document_of(source, kind: str | None = None, *, npy_cast=None) -> Document:
+    """open_document for a Source already open (files.open_source): one whose first bytes were looked at."""
+    return _document(source, kind, npy_cast)
 
 
 def _document(source, kind, npy_cast) -> Document:

@@ -101,12 +101,15 @@ def parse_shape(text_value: str, *, what: str = "--input-shape") -> tuple:
     return dims
 
 
-def deploy_net(doc, definition=None, shapes: dict | None = None) -> Deploy:
+def deploy_net(doc, definition=None, shapes: dict | None = None, given: dict | None = None) -> Deploy:
     """The deploy net of net `doc` (or of `definition`, a document whose definition is used instead): see the module.
 
     `shapes` ({blob name: shape}) gives inputs their shapes, and makes a
-    written blob an input. FormatError where the net holds no definition
-    (an HDF5 snapshot without `definition`).
+    written blob an input. `given` ({blob name: shape} of values the caller
+    holds) gives a shape only where the net states none (a data layer's
+    input, or a blob taken as the input): a shape the net states is kept,
+    and the values must then fit it (run_net). FormatError where the net
+    holds no definition (an HDF5 snapshot without `definition`).
     """
     from .._pb import blobtool_caffe_pb2 as pb
 
@@ -181,6 +184,9 @@ def deploy_net(doc, definition=None, shapes: dict | None = None) -> Deploy:
     # -- blobs made inputs by --input-shape, and their writers gone ----------------------------
     written = {text(t) for _, m in kept for t in m.top}
     read = {text(b) for _, m in kept for b in m.bottom}
+    for n, shape in (given or {}).items():
+        if n not in shapes and declared.get(n) is None and (n in declared or n in written or n in read):
+            shapes[n] = tuple(shape)
     # A blob layers read that nothing writes is an input the net never declared (a net stripped of
     # its input fields): --input-shape declares it.
     unknown = [n for n in shapes if n not in declared and n not in written and n not in read]

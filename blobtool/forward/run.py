@@ -15,11 +15,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..errors import UsageError
+from ..errors import FormatError, UsageError
 from .deploy import deploy_net
 from .runner import build
 
-__all__ = ["RunResult", "run_net", "blob_summary", "ALL"]
+__all__ = ["RunResult", "InputFile", "read_input_file", "run_net", "blob_summary", "ALL"]
 
 ALL = "all"
 
@@ -43,6 +43,59 @@ class RunResult:
             "blobs": [{"name": name, **blob_summary(value)} for name, value in self.values.items()],
             "deploy": self.deploy.record(),
         }
+
+
+@dataclass
+class InputFile:
+    """The values of one input in a file (.npy or BlobProto), located but not read: `shape` from its header.
+
+    `values()` reads them: float32 and float64 as stored, other numeric
+    types (uint8 images, int32 and int64 indices, float16) converted to
+    float32, as pycaffe converts what it is given.
+    """
+
+    path: str
+    shape: tuple
+    read: object        # () -> numpy array of `shape`
+
+    def values(self) -> np.ndarray:
+        return self.read()
+
+
+def read_input_file(src) -> InputFile:
+    """Locate the one blob of file `src` (a path, "-" or a binary file object) as an input's values.
+
+    An .npy's shape comes from its header and a BlobProto's from its shape
+    fields; the payload stays in the file (memory-mapped) until `values()`.
+    FormatError (exit 3) for a file that is neither, or holds several blobs.
+    """
+    from ..files import open_source
+    from ..formats import document_of
+    from ..formats.npyheader import NPY_HEADER_READ, parse_npy_header
+    from ..formats.numpy import load_npy
+
+    source = open_source(src)
+    if bytes(source.buf[:6]) == b"\x93NUMPY":
+        header = parse_npy_header(memoryview(source.buf)[:NPY_HEADER_READ], source.name)
+        wide = header.dtype.kind == "f" and header.dtype.itemsize in (4, 8)
+        cast = None if wide else np.float32
+
+        def read():
+            blob = load_npy(source, cast=cast)
+            return blob.cpu_data().reshape(blob.shape)
+
+        return InputFile(source.name, tuple(header.shape), read)
+    doc = document_of(source)
+    if doc.kind != "blob" or len(doc.entries) != 1:
+        raise FormatError(f"an input's values are one blob (.npy or BlobProto); this is a {doc.kind} file holding "
+                          f"{len(doc.entries)} blobs", path=source.name)
+    entry = doc.entries[0]
+
+    def read_blob():
+        blob = entry.blob()
+        return blob.cpu_data().reshape(blob.shape)
+
+    return InputFile(source.name, tuple(entry.shape), read_blob)
 
 
 def blob_summary(value: np.ndarray) -> dict:
@@ -73,9 +126,9 @@ def run_net(doc, *, definition=None, feeds: dict | None = None, shapes: dict | N
     """
     feeds = dict(feeds or {})
     shapes = dict(shapes or {})
-    for name, value in feeds.items():
-        shapes.setdefault(name, tuple(np.shape(value)))
-    deploy = deploy_net(doc, definition, shapes)
+    # A file's shape is read from its header (InputFile): nothing is read before it is checked.
+    given = {name: tuple(np.shape(value)) for name, value in feeds.items()}
+    deploy = deploy_net(doc, definition, shapes, given)
     unknown = [n for n in feeds if n not in deploy.inputs]
     if unknown:
         raise UsageError(f"the net has no input {', '.join(repr(n) for n in unknown)} (its inputs: "
@@ -104,11 +157,18 @@ def run_net(doc, *, definition=None, feeds: dict | None = None, shapes: dict | N
 
 
 def _as_input(value, name: str, shape: tuple, path) -> np.ndarray:
-    """An input's values as float32 of the input's shape; a finite value float32 cannot hold is refused."""
-    array = np.asarray(value)
-    if tuple(array.shape) != tuple(shape):
-        raise UsageError(f"input {name!r}: the values given have shape {tuple(array.shape)}, the net takes "
-                         f"{tuple(shape)}", path=path)
+    """An input's values as float32 of the input's shape; a finite value float32 cannot hold is refused.
+
+    The shape is checked before the values are read or converted: an
+    InputFile's comes from its header, so a file of another size is refused
+    without reading it.
+    """
+    if tuple(np.shape(value)) != tuple(shape):
+        where = f"{value.path} holds" if isinstance(value, InputFile) else "the values given have"
+        shape_text = ",".join(map(str, np.shape(value))) or "1"
+        raise UsageError(f"input {name!r}: {where} shape {tuple(np.shape(value))}, the net takes {tuple(shape)} "
+                         f"(--input-shape {name}={shape_text} reshapes the net to it)", path=path)
+    array = value.values() if isinstance(value, InputFile) else np.asarray(value)
     if not (np.issubdtype(array.dtype, np.floating) or np.issubdtype(array.dtype, np.integer)):
         raise UsageError(f"input {name!r}: values of type {array.dtype} are not numbers", path=path)
     with np.errstate(over="ignore", invalid="ignore"):

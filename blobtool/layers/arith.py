@@ -263,6 +263,9 @@ class ArgMax(Layer):
             if self.top_k > shape[axis]:
                 raise self.error(f"top_k is {self.top_k}, more than the {shape[axis]} values along axis {axis}")
             return [shape[:axis] + (self.top_k,) + shape[axis + 1:]]
+        if not shape:
+            # Caffe's count(1, num_axes) of a blob of no axes: CHECK_LE(start_axis, end_axis) fails.
+            raise self.error("bottom has no axes; ArgMax without axis takes each image's values from axis 1")
         per_image = count(shape, 1)
         if self.top_k > per_image:
             raise self.error(f"top_k is {self.top_k}, more than the {per_image} values of each image "

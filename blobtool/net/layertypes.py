@@ -71,6 +71,10 @@ _WEIGHT_BIAS = ("weight", "bias")
 _ROWS = (
     LayerType("Convolution", "convolution_param", _WEIGHT_BIAS, "bias_term", FoldInto("rows"), "Conv2d",
               _WEIGHT_BIAS, "convolution"),
+    # The forks' depthwise convolution (MobileNet ports): a Convolution with group = channels, its
+    # weight and folding a Convolution's.
+    LayerType("ConvolutionDepthwise", "convolution_param", _WEIGHT_BIAS, "bias_term", FoldInto("rows"), "Conv2d",
+              _WEIGHT_BIAS, "convolution"),
     LayerType("Deconvolution", "convolution_param", _WEIGHT_BIAS, "bias_term", FoldInto("groups", group=True),
               "ConvTranspose2d", _WEIGHT_BIAS, "convolution"),
     LayerType("InnerProduct", "inner_product_param", _WEIGHT_BIAS, "bias_term", FoldInto("matrix", transpose=True),
