@@ -8,7 +8,8 @@
   that changed are said on stderr and listed by --json.
 - Convolution and Deconvolution with dilation 0, which Caffe computes
   (every tap of that axis reads the same place) and ONNX refuses: written
-  with the taps summed, equal to Caffe's im2col arithmetic done here by hand.
+  with the taps summed, equal to Caffe's im2col arithmetic done here by hand
+  and to real Caffe's forward (tests/caffeoracle.py, marked caffe).
 - A FIFO as -o: the model goes through in one pass (no tell()).
 - Constants that become Inf or NaN (Power of 0 to the power -1, a BatchNorm
   factor of 1e-45): one line in blobtool's words, no numpy warning.
@@ -241,6 +242,25 @@ def test_dilation_0_is_exported_as_caffe_computes_it(tmp_path, kind, dilation, s
     (node,) = [n for n in model.graph.node if n.op_type in ("Conv", "ConvTranspose")]
     dilations = [a for a in node.attribute if a.name == "dilations"][0].ints
     assert 0 not in dilations
+
+
+@pytest.mark.caffe
+@pytest.mark.parametrize("kind", ["Convolution", "Deconvolution"])
+def test_dilation_0_exported_computes_what_real_caffe_computes(tmp_path, kind):
+    from caffeoracle import caffe_values
+
+    rng = np.random.default_rng(6)
+    shape = (6, 1, 3, 2) if kind == "Convolution" else (3, 2, 3, 2)
+    conv = layer("c", kind, "data", blobs=[rng.standard_normal(shape), rng.standard_normal(6)],
+                 convolution_param={"num_output": 6, "kernel_h": 3, "kernel_w": 2, "dilation": [0, 1], "stride": [2],
+                                    "pad": [1], "group": 3})
+    message = net([conv], {"data": (2, 3, 5, 6)})
+    x = rng.standard_normal((2, 3, 5, 6)).astype(np.float32)
+    caffes = caffe_values(message, {"data": x}, tmp_path, tops=["c"])["c"]
+    _, model = write_net_files(tmp_path, message)
+    result, _ = blobtool.export(str(model), str(tmp_path / "net.onnx"))
+    theirs = _onnx_values(tmp_path / "net.onnx", result, {"data": x})["c"]
+    assert np.max(np.abs(theirs - caffes)) <= TOLERANCE * np.max(np.abs(caffes))
 
 
 # -- a FIFO as the output --------------------------------------------------------------------------
