@@ -382,8 +382,8 @@ def deploy_definition(src, dest=None, *, shapes: dict | None = None, strict: boo
         deploy = deploy_net(doc, None, shapes)
         found = definition(doc)
         kept = set(deploy.layer_names) - {name for name, _, _ in deploy.replaced}  # a replaced layer is new
-        names = model(doc).names
-        lost = NetDefinition(found.net, [layer for layer, name in zip(found.layers, names) if name in kept])
+        layers = [layer for layer, name in zip(found.layers, model(doc).names) if name in kept]
+        lost = NetDefinition(found.net, layers, from_text=found.from_text)
         lines = lost.lost_lines(doc.path) + lost.escaped_lines(doc.path)
         if lines and strict:
             raise UsageError(f"{lines[0]}; {parameter('strict')} refuses to leave them out ({len(lines)} such "

@@ -95,6 +95,9 @@ def info_record(doc: Document, entries, *, stats: bool = False, check: str | Non
         if layer_defs:
             out["format"] = doc.format
             out["layer_defs"] = _layer_defs(net)
+            unknown = _unknown_fields(net)
+            if unknown:
+                out["unknown_fields"] = unknown
         if input_shapes:
             out["top_shapes"] = top_shapes(doc, input_shapes)
         if all_layers or layer_defs:
@@ -143,6 +146,15 @@ def _layer_defs(net) -> list:
     return [{"name": layer.name} if message is None
             else json_format.MessageToDict(message, preserving_proto_field_name=True)
             for layer, message in zip(net.layers, net.layer_defs())]
+
+
+def _unknown_fields(net) -> dict:
+    """{layer name: [the fields of it blobtool's schema does not understand]} of the layers holding any (`lost`)."""
+    if net.doc.format == "hdf5":
+        return {}
+    from .formats.caffe.netdef import definition
+
+    return {layer.name: list(found.lost) for layer, found in zip(net.layers, definition(net.doc).layers) if found.lost}
 
 
 def value_count_mismatch(entry: Entry) -> dict | None:

@@ -37,6 +37,16 @@ SYSTEM_PYTHON = "/usr/bin/python3"
 WORKER = HERE / "caffe_worker.py"
 
 
+def save_arrays(path, arrays: dict) -> None:
+    """An .npz of `arrays` by name; np.savez(**arrays) would take an input named `file` or `like` as its own argument."""
+    import zipfile
+
+    with zipfile.ZipFile(path, "w") as archive:
+        for name, value in arrays.items():
+            with archive.open(name + ".npy", "w") as member:
+                np.lib.format.write_array(member, np.ascontiguousarray(value))
+
+
 @dataclass
 class Refusal:
     """Caffe refused the net: the process ended (exit `code`) with `line` (its CHECK's message)."""
@@ -125,7 +135,7 @@ class Caffe:
         if self.process is None or self.process.poll() is not None:
             self._start()
         feeds, out = Path(folder) / "caffe_inputs.npz", Path(folder) / "caffe_blobs.npz"
-        np.savez(feeds, **{k: np.asarray(v, np.float32) for k, v in inputs.items()})
+        save_arrays(feeds, {k: np.asarray(v, np.float32) for k, v in inputs.items()})
         out.unlink(missing_ok=True)
         request = {"prototxt": str(prototxt), "weights": str(weights) if weights else None, "inputs": str(feeds),
                    "out": str(out)}
@@ -196,3 +206,13 @@ def caffe_refusal(message, feeds: dict, folder: Path):
     prototxt, model = write_net_files(Path(folder), message, stem="caffe_net")
     got = shared_worker().forward(prototxt, model, feeds, Path(folder))
     return got if isinstance(got, Refusal) else None
+
+
+def caffe_refusals(cases, folder: Path) -> list:
+    """For each (net message, feeds) of `cases`, Caffe's Refusal of it, or None where Caffe runs it."""
+    found = []
+    for k, (message, feeds) in enumerate(cases):
+        here = Path(folder) / f"case{k}"
+        here.mkdir(parents=True, exist_ok=True)
+        found.append(caffe_refusal(message, feeds, here))
+    return found

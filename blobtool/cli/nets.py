@@ -81,6 +81,11 @@ def definition(net, output, strict, deploy, input_shapes, as_json):
             if doc.format != "prototxt":
                 raise click.UsageError(f"{doc.path} is a binary net already: its definition goes to a .prototxt "
                                        "(blobtool convert re-encodes the net itself)")
+            from ..formats.caffe.netdef import definition as parsed_definition
+
+            # A field the text held that the schema does not know has no number to encode it with.
+            for line in parsed_definition(doc).lost_lines(doc.path):
+                say_warning(f"{line}; left out of the binary net (their field numbers are unknown)")
             write(doc, None, output, format="protobuf", warn=say_warning)
             return
         definition_text(doc, output or "-", strict=strict, warn=say_warning)

@@ -12,6 +12,15 @@ Writing: a net's definition (a .caffemodel's, a .prototxt's) without its
 blobs, V1 nets as Caffe's upgrade writes them (V2). Only the fields the
 input sets are written: protobuf writes no defaults.
 
+A layer's field the schema does not know (a fork's, ENet's `bn_param`) is
+read as the binary reader reads one: when protobuf refuses the text for
+such a field, one walk of the tokens against the schema blanks every
+layer's unknown fields out (_without_unknown_fields), the text is parsed
+again, and the layers' definitions name them (netdef.LayerDef.lost). An
+unknown field elsewhere is protobuf's error, as before. Such a text costs
+up to two parses and the walk (its tokens' positions in arrays: 9 bytes a
+token).
+
 Bounds: protobuf's text parser is pure Python, and its time and memory
 follow the text's tokens, lines and messages more than its bytes: a
 million one-character values (`data: [1,1,...]`, 2 MB) cost as much as a
@@ -39,6 +48,7 @@ blanks only (no net in it), as an empty binary file is.
 
 from __future__ import annotations
 
+import array
 import codecs
 import itertools
 import re
@@ -169,15 +179,25 @@ def read(doc, cast=None) -> None:
     del data
     _scan(content, doc.path)
     net = pb.NetParameter()
+    unknown: dict = {}
     try:
         text_format.ParseLines(_lines(content), net)
     except text_format.ParseError as exc:
-        raise FormatError(_parse_error(exc), path=doc.path) from exc
+        if _UNKNOWN_FIELD.search(str(exc)) is None:
+            raise FormatError(_parse_error(exc), path=doc.path) from exc
+        # A fork's field (ENet's bn_param): read as the binary reader reads one, passed over and
+        # named, so that the layer and its type can be named where they matter.
+        content, unknown = _without_unknown_fields(content, pb.NetParameter.DESCRIPTOR)
+        net = pb.NetParameter()
+        try:
+            text_format.ParseLines(_lines(content), net)
+        except text_format.ParseError as later:  # an error past the fields passed over, where the text has it
+            raise FormatError(_parse_error(later), path=doc.path) from later
     if len(net.layer) + len(net.layers) > MAX_BLOBS:  # the scan counted them: this holds whatever it missed
         raise FormatError(f"holds more than {MAX_BLOBS:,} layers (blobtool's limit): "
                           f"{len(net.layer) + len(net.layers):,}", path=doc.path)
     doc.parsed = net
-    doc.definition = from_message(net, doc.path)
+    doc.definition = from_message(net, doc.path, unknown)
     doc.meta["name"] = text(net.name) if net.HasField("name") else None
     blobs = sum(len(layer.blobs) for layer in net.layer) + sum(len(layer.blobs) for layer in net.layers)
     if blobs:
@@ -210,16 +230,11 @@ def _scan(content: str, path) -> int:
     m = _LONG_LINE.search(content)
     if m:
         refuse(m.start() + MAX_LINE, f"a line longer than {MAX_LINE:,} characters")
-    clean = content
     if "\\" in content:
         m = _BACKSLASH_RUN.search(content)
         if m:
             refuse(m.start(), f"more than {MAX_BACKSLASHES} backslashes in a row")
-        # Escapes as two letters, pairing backslashes from the left as protobuf
-        # does; of what a lone backslash escapes, only a quote changes where a
-        # string ends. Same length, so positions stay; str.replace makes no
-        # object a match (re.sub did: 2 million escapes, 190 MB).
-        clean = content.replace("\\\\", "__").replace('\\"', "__").replace("\\'", "__")
+    clean = _unescaped(content)
     tokens = _TOKEN.finditer(clean)
     depth = messages = layers = 0
     field = None
@@ -244,6 +259,159 @@ def _scan(content: str, path) -> int:
     if field is None and not messages and all(clean[t.start()] == "#" for t in _TOKEN.finditer(clean)):
         raise FormatError("text of comments and blanks only, no field: no net definition in it", path=path)
     return layers
+
+
+def _unescaped(content: str) -> str:
+    """`content` with each escape made two letters, so that a string ends where protobuf's tokenizer ends it.
+
+    Backslashes pair from the left as protobuf pairs them; of what a lone
+    backslash escapes, only a quote changes where a string ends. Same length,
+    so positions stay; str.replace makes no object a match (re.sub did: 2
+    million escapes, 190 MB).
+    """
+    if "\\" not in content:
+        return content
+    return content.replace("\\\\", "__").replace('\\"', "__").replace("\\'", "__")
+
+
+# protobuf's words for a field name the schema does not have (every runtime since 3.20).
+_UNKNOWN_FIELD = re.compile(r'has no field named "?[A-Za-z_]')
+
+
+def _without_unknown_fields(content: str, descriptor) -> tuple[str, dict]:
+    """(`content` with the layers' fields the schema does not know blanked out, {layer index: their names}).
+
+    Walks the tokens (_TOKEN, as _scan splits them) with the schema's
+    descriptors. A field name a layer (`layer` or V1 `layers`) has no field
+    for is a fork's (ENet's `bn_param`): its value (a scalar, a run of
+    strings, a `{...}`/`<...>` message or a `[...]` list) is replaced by
+    blanks, newlines kept, so that protobuf's parser reads the rest and its
+    errors keep their lines and columns. An unknown field anywhere else (the
+    net's own, as a solver's text has; one inside a parameter message Caffe
+    knows, most often a misspelt setting that would change what the layer
+    computes) stops the walk: the text from there is left as it is, for
+    protobuf to refuse with that field's line and column. The keys are the
+    layers' indices (V2 layers first, then V1, as netdef.from_message
+    orders them); the values, the names of their unknown fields.
+    """
+    clean = _unescaped(content)
+    walk = _Walk(clean)
+    layers = {"layer": [], "layers": []}  # per layer field, the unknown fields of each layer in order
+    try:
+        walk.message(0, len(walk), descriptor, [], layers)
+    except _Unexpected:
+        pass  # the fields passed over so far are cut; protobuf names what is wrong after them
+    if not walk.cut:
+        return content, {}
+    parts, at = [], 0
+    for a, b in walk.cut:
+        parts.append(content[at:a])
+        parts.append(re.sub(r"[^\n]", " ", content[a:b]))
+        at = b
+    parts.append(content[at:])
+    return "".join(parts), {k: names for k, names in enumerate(layers["layer"] + layers["layers"]) if names}
+
+
+class _Unexpected(Exception):
+    """Text that is not a message as _Walk expects it: left for protobuf's parser to refuse."""
+
+
+class _Walk:
+    """The walk of _without_unknown_fields: each message's fields against its descriptor, unknown ones cut.
+
+    Tokens are kept as their starts and ends in arrays, 9 bytes a token (a
+    million match objects took over 100 MB), comments left out.
+    """
+
+    def __init__(self, clean: str):
+        self.clean = clean
+        self.starts, self.ends, self.named = array.array("i"), array.array("i"), bytearray()
+        for m in _TOKEN.finditer(clean):
+            if clean[m.start()] != "#":
+                self.starts.append(m.start())
+                self.ends.append(m.end())
+                self.named.append(m.lastindex == _NAME)
+        self.cut: list = []   # (start, end) in the text of each unknown field
+
+    def __len__(self) -> int:
+        return len(self.starts)
+
+    def token(self, k: int) -> str:
+        return self.clean[self.starts[k]:self.ends[k]]
+
+    def value_end(self, k: int, end: int) -> int:
+        """The index past the value starting at token k (a message's or a list's closing bracket included)."""
+        if k >= end:
+            raise _Unexpected
+        first = self.token(k)
+        if first in ("{", "<", "["):
+            depth = 0
+            for j in range(k, end):
+                t = self.clean[self.starts[j]]
+                if t in "{<[" and self.ends[j] - self.starts[j] == 1:
+                    depth += 1
+                elif t in "}>]" and self.ends[j] - self.starts[j] == 1:
+                    depth -= 1
+                    if depth == 0:
+                        return j + 1
+            raise _Unexpected
+        k += 2 if first == "-" else 1
+        if first[:1] in "\"'":
+            while k < end and self.clean[self.starts[k]] in "\"'":
+                k += 1  # adjacent strings are one value
+        return k
+
+    def message(self, i: int, end: int, descriptor, paths: list, layers: dict | None, *, layer: bool = False) -> None:
+        """Walk the fields in tokens [i, end) of a message of `descriptor`; `layers` only at the net's level.
+
+        Only a layer's own fields (`layer`) may be unknown: elsewhere the walk
+        stops there, and protobuf refuses the text with that field's line.
+        """
+        while i < end:
+            token = self.token(i)
+            if token in (",", ";"):
+                i += 1
+                continue
+            if not self.named[i]:
+                raise _Unexpected
+            start = self.starts[i]
+            fd = descriptor.fields_by_name.get(token)
+            i += 1
+            if i < end and self.token(i) == ":":
+                i += 1
+            stop = self.value_end(i, end)
+            if fd is None:
+                if not layer:
+                    raise _Unexpected  # the net's own field, or one in a known message: protobuf refuses it
+                self.cut.append((start, self.ends[stop - 1]))
+                paths.append(token)
+            elif fd.message_type is not None and layers is not None and token in layers:
+                for a, b in self.messages(i, stop):
+                    layers[token].append([])
+                    self.message(a, b, fd.message_type, layers[token][-1], None, layer=True)
+            elif fd.message_type is not None:
+                for a, b in self.messages(i, stop):
+                    self.message(a, b, fd.message_type, paths, None)
+            i = stop
+
+    def messages(self, i: int, stop: int) -> list:
+        """[start, end) of the fields of each message in tokens [i, stop): one `{...}`, or each of a `[...]` list."""
+        first = self.token(i)
+        if first in ("{", "<"):
+            return [(i + 1, stop - 1)]
+        if first != "[":
+            raise _Unexpected
+        out, k = [], i + 1
+        while k < stop - 1:
+            if self.token(k) == ",":
+                k += 1
+                continue
+            after = self.value_end(k, stop - 1)
+            if self.token(k) not in ("{", "<"):
+                raise _Unexpected
+            out.append((k + 1, after - 1))
+            k = after
+        return out
 
 
 def _lines(content: str):

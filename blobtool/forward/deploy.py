@@ -34,7 +34,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..errors import FormatError, UsageError, parameter
-from ..formats.caffe.containers import text
+from ..formats.caffe.containers import name_bytes, name_key, text
 from ..net.model import model
 
 __all__ = ["Deploy", "deploy_net", "DATA_TYPES", "parse_shape"]
@@ -139,8 +139,8 @@ def deploy_net(doc, definition=None, shapes: dict | None = None, given: dict | N
     # -- inputs declared by the net itself ---------------------------------------------------
     declared: dict = {}   # name -> shape or None
     for k, name in enumerate(top.input):
-        declared[text(name)] = _input_field_shape(top, k, structure.path)
-    names_used = {text(t) for m in defs for t in m.top} | {text(b) for m in defs for b in m.bottom}
+        declared[name_key(name)] = _input_field_shape(top, k, structure.path)
+    names_used = {name_key(t) for m in defs for t in m.top} | {name_key(b) for m in defs for b in m.bottom}
     labels: set = set()      # a data layer's later tops
     loss_read: set = set()   # blobs a loss or accuracy layer read
     kept: list = []          # (model index, LayerParameter)
@@ -155,13 +155,13 @@ def deploy_net(doc, definition=None, shapes: dict | None = None, given: dict | N
             continue
         if kind == "Input":
             for k, t in enumerate(message.top):
-                declared[text(t)] = _input_layer_shape(message, k)
+                declared[name_key(t)] = _input_layer_shape(message, k)
             continue
         if kind in DATA_TYPES:
             for k, t in enumerate(message.top):
-                declared.setdefault(text(t), _data_layer_shape(message, kind, k))
+                declared.setdefault(name_key(t), _data_layer_shape(message, kind, k))
                 if k > 0:
-                    labels.add(text(t))
+                    labels.add(name_key(t))
             settings = _transform_settings(message)
             if settings and name not in transformed:
                 transformed.add(name)
@@ -171,7 +171,7 @@ def deploy_net(doc, definition=None, shapes: dict | None = None, given: dict | N
                 result.dropped.append((name, kind, "a data layer: its tops are inputs"))
             continue
         if kind.endswith(_LOSS_SUFFIX) or kind in _GONE_TYPES:
-            loss_read.update(text(b) for b in message.bottom)
+            loss_read.update(name_key(b) for b in message.bottom)
             if kind == "SoftmaxWithLoss":
                 kept.append((i, _softmax_of(message, pb, names_used)))
                 result.replaced.append((name, kind, "Softmax"))
@@ -182,8 +182,8 @@ def deploy_net(doc, definition=None, shapes: dict | None = None, given: dict | N
         kept.append((i, message))
 
     # -- blobs made inputs by --input-shape, and their writers gone ----------------------------
-    written = {text(t) for _, m in kept for t in m.top}
-    read = {text(b) for _, m in kept for b in m.bottom}
+    written = {name_key(t) for _, m in kept for t in m.top}
+    read = {name_key(b) for _, m in kept for b in m.bottom}
     for n, shape in (given or {}).items():
         if n not in shapes and declared.get(n) is None and (n in declared or n in written or n in read):
             shapes[n] = tuple(shape)
@@ -200,7 +200,8 @@ def deploy_net(doc, definition=None, shapes: dict | None = None, given: dict | N
             declared[n] = None
         still = []
         for i, m in kept:
-            if any(text(t) in made_inputs for t in m.top) and not set(map(text, m.bottom)) & set(map(text, m.top)):
+            tops = set(map(name_key, m.top))
+            if tops & set(made_inputs) and not set(map(name_key, m.bottom)) & tops:
                 result.dropped.append((net.names[i], net.types[i], "its top is an input given by --input-shape"))
             else:
                 still.append((i, m))
@@ -214,17 +215,17 @@ def deploy_net(doc, definition=None, shapes: dict | None = None, given: dict | N
     runs: list = []
     absent: dict = {}   # blob name -> the first layer that wanted it
     for i, m in kept:
-        wanted = [text(b) for b in m.bottom if text(b) not in available]
+        wanted = [name_key(b) for b in m.bottom if name_key(b) not in available]
         if wanted:
             for b in wanted:
                 absent.setdefault(b, net.names[i])
             if all(b in labels or b in loss_read for b in wanted):
-                labels.update(text(t) for t in m.top)  # computed from labels only (MTCNN's merged labels)
+                labels.update(name_key(t) for t in m.top)  # computed from labels only (MTCNN's merged labels)
             why = f"it reads {', '.join(wanted)}, which the deploy net does not give"
             result.dropped.append((net.names[i], net.types[i], why))
             continue
         runs.append((i, m))
-        available.update(text(t) for t in m.top)
+        available.update(name_key(t) for t in m.top)
     needed = [b for b in absent if b not in labels and b not in loss_read]
     if needed:
         b = needed[0]
@@ -246,12 +247,12 @@ def deploy_net(doc, definition=None, shapes: dict | None = None, given: dict | N
         raise UsageError("the deploy net runs no layer", path=structure.path)
 
     # -- the deploy NetParameter -------------------------------------------------------------
-    read = {text(b) for _, m in runs for b in m.bottom}
+    read = {name_key(b) for _, m in runs for b in m.bottom}
     for n, shape in declared.items():
         if shape is None or (n not in read and n not in shapes):
             continue
-        layer = result.net.layer.add(name=n, type="Input")
-        layer.top.append(n)
+        layer = result.net.layer.add(type="Input")
+        _add_names(layer, (1, n), (4, n))
         layer.input_param.shape.add().dim.extend(shape)
         result.inputs[n] = tuple(shape)
     for i, m in runs:
@@ -269,12 +270,28 @@ def _softmax_of(loss, pb, taken: set):
     Its top is "prob", as Caffe's deploy nets name it, unless the net uses
     that name already; then the loss layer's own top.
     """
-    out = pb.LayerParameter(name=loss.name, type="Softmax")
-    out.bottom.append(loss.bottom[0])
-    out.top.append("prob" if "prob" not in taken else text(loss.top[0]) if loss.top else f"{text(loss.name)}_prob")
+    out = pb.LayerParameter(type="Softmax")
+    name = name_key(loss.name)
+    top = "prob" if "prob" not in taken else name_key(loss.top[0]) if loss.top else f"{name}_prob"
+    _add_names(out, (1, name), (3, name_key(loss.bottom[0])), (4, top))
     if loss.HasField("softmax_param"):
         out.softmax_param.CopyFrom(loss.softmax_param)
     return out
+
+
+def _add_names(message, *fields) -> None:
+    """Set string fields of `message` from (field number, name_key) pairs, by the bytes the names stand for.
+
+    protobuf's setters take only UTF-8 text, and a name Caffe reads may be
+    any bytes: the fields go in through the wire format, which keeps them.
+    """
+    from ..formats.caffe import wire
+
+    parts = []
+    for number, name in fields:
+        raw = name_bytes(name)
+        parts += [wire.len_field_header(number, len(raw)), raw]
+    message.MergeFromString(b"".join(parts))
 
 
 def _merging_layer(kept: list, net, blob: str, declared: dict):
@@ -284,10 +301,10 @@ def _merging_layer(kept: list, net, blob: str, declared: dict):
     "data": none of them is the deploy net's input; the merged blob is.
     """
     for i, m in kept:
-        bottoms = [text(b) for b in m.bottom]
+        bottoms = [name_key(b) for b in m.bottom]
         if blob in bottoms and len(bottoms) > 1 and m.top and \
                 all(b in declared and declared[b] is None for b in bottoms):
-            return net.names[i], net.types[i], text(m.top[0])
+            return net.names[i], net.types[i], name_key(m.top[0])
     return None
 
 

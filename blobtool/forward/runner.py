@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import FormatError, UsageError
-from ..formats.caffe.containers import text
+from ..formats.caffe.containers import name_key, text
 from ..layers import FLOAT, LayerError, layer_class
 
 __all__ = ["Program", "Step", "build", "net_outputs"]
@@ -267,8 +267,8 @@ def build(deploy, weights, *, weights_by_layer: dict | None = None, aligned: boo
         cls = layer_class(kind)
         try:
             layer = cls(name, kind, message, blobs)
-            bottoms = tuple(text(b) for b in message.bottom)
-            tops = tuple(text(t) for t in message.top)
+            bottoms = tuple(map(name_key, message.bottom))
+            tops = tuple(map(name_key, message.top))
             layer.check_counts(len(bottoms), len(tops))
             in_shapes = [shapes[b] for b in bottoms]
             out_shapes = [tuple(int(d) for d in s) for s in layer.reshape(in_shapes)]
@@ -352,7 +352,7 @@ def _shared_blobs(message, blobs: list, shared: dict) -> list:
     """
     out = list(blobs)
     for k, spec in enumerate(message.param):
-        name = text(spec.name)
+        name = name_key(spec.name)
         if not name:
             continue
         if name in shared:

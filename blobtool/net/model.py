@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from ..errors import FormatError
 from ..formats import Document, NetLayer, unique_names
 from ..formats.caffe import layer_links, wire
-from ..formats.caffe.containers import V0_TYPE_NAMES, text
+from ..formats.caffe.containers import V0_TYPE_NAMES, name_key, text
 from ..formats.caffe.schema import layer_field, layer_field_name
 from .graph import blob_versions
 from .layertypes import row
@@ -174,7 +174,7 @@ class Net:
         if layer.stored.wire is not None or layer.stored.message is not None:
             return layer_links(self.doc, layer.stored)
         if layer.defined is not None:
-            return tuple(text(b) for b in layer.defined.bottom), tuple(text(t) for t in layer.defined.top)
+            return tuple(map(name_key, layer.defined.bottom)), tuple(map(name_key, layer.defined.top))
         return (), ()
 
     def layer_defs(self) -> list:

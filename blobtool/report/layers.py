@@ -10,7 +10,9 @@ name as its blobs name it, type and blob count, and with --layers
 fields the file sets). The short form of a layer's parameters reads those
 dictionaries: `k3 s2 p1 g32 out64 bias` for a convolution, `MAX k3 s2` for
 pooling, `eps 1e-05 global` for BatchNorm; a layer type without a rule
-below lists the scalar fields of its parameter messages.
+below lists the scalar fields of its parameter messages. Fields blobtool's
+schema does not understand ("unknown_fields": a fork's, by number where the
+schema has no name for them) follow in parentheses.
 """
 
 from __future__ import annotations
@@ -38,13 +40,17 @@ def layer_table(record: dict) -> tuple[list, list]:
         if "layer" in blob:
             shapes.setdefault(blob["layer"], []).append("x".join(str(d) for d in blob["shape"]) or "scalar")
     tops = record.get("top_shapes")
+    unknown = record.get("unknown_fields", {})
     rows = []
     for layer, d in zip(layers, record["layer_defs"]):
         wiring = ""
         if d.get("bottom") or d.get("top"):
             wiring = f"{', '.join(d.get('bottom', ())) or '-'} -> {', '.join(d.get('top', ())) or '-'}"
+        said = summary(d)
+        if layer["name"] in unknown:
+            said = f"{said} (not understood: {', '.join(unknown[layer['name']])})".lstrip()
         row = [escape(layer["name"]), escape(d.get("type", layer["type"] or "-")), escape(wiring),
-               escape(summary(d)), ", ".join(shapes.get(layer["name"], ()))]
+               escape(said), ", ".join(shapes.get(layer["name"], ()))]
         if tops is not None:
             shown = tops.get(layer["name"])
             row.append(", ".join(_dims(s) for s in shown) if shown is not None else "-")

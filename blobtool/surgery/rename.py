@@ -153,11 +153,14 @@ def edit_layers(doc: Document, renames: dict, drops) -> tuple[Document, list]:
 
 def _edited_definition(doc: Document, renames: dict, drops) -> dict:
     """A definition read from text (.prototxt): its parsed NetParameter with the layers renamed and dropped."""
-    from ..formats.caffe.netdef import from_message
+    from ..formats.caffe.netdef import V0_LOST, from_message
 
     net = type(doc.parsed)()
     net.CopyFrom(doc.parsed)
     held = net.layer if len(net.layer) else net.layers
+    # The fields the text's layers held that the schema does not know stay named with their layers.
+    kept = [d for layer, d in zip(doc.layers, doc.definition.layers) if layer.name not in drops]
+    unknown = {k: tuple(f for f in d.lost if f != V0_LOST) for k, d in enumerate(kept)}
     for index in reversed(range(len(doc.layers))):
         name = doc.layers[index].name
         if name in drops:
@@ -168,7 +171,7 @@ def _edited_definition(doc: Document, renames: dict, drops) -> dict:
                 message.layer.name = renames[name]   # a V0 layer named only inside
             else:
                 message.name = renames[name]
-    return {"parsed": net, "definition": from_message(net, doc.path)}
+    return {"parsed": net, "definition": from_message(net, doc.path, unknown)}
 
 
 def _name_edits(buf, path, lf, name: bytes) -> list:

@@ -43,7 +43,7 @@ from .. import MAX_BLOBS, MAX_NAME, Document, Entry, NetLayer, unique_names
 
 __all__ = ["read", "write", "write_new", "write_container", "save_blob", "container_parts", "MAX_LAYERS", "MAX_NAME",
            "V1_TYPE_NAMES", "V0_TYPE_NAMES", "layer_links", "layer_param_varints", "layer_param_values",
-           "split_message", "text"]
+           "split_message", "text", "name_key", "name_bytes"]
 
 
 NET_FIELD_NAMES = {1: "name", 2: "layers", 3: "input", 4: "input_dim", 5: "force_backward", 6: "state",
@@ -185,6 +185,25 @@ def split_message(buf, start: int, end: int, path, names: dict, keep: set, messa
     return message, kept
 
 
+def name_key(value) -> str:
+    """A blob, layer or parameter name as blobtool computes with it: every byte kept, never cut.
+
+    Caffe's names are byte strings, and two different ones are two blobs.
+    protobuf hands a proto2 string that is not UTF-8 over as bytes; its
+    bytes that are not UTF-8 become lone surrogates (Python's
+    "surrogateescape", as os.fsdecode makes of a file name), which no UTF-8
+    name holds, so the text is as distinct as the bytes and name_bytes gives
+    them back. Only where a name is shown is it cut or escaped (text(),
+    report/escape.py).
+    """
+    return value if isinstance(value, str) else bytes(value).decode("utf-8", "surrogateescape")
+
+
+def name_bytes(key: str) -> bytes:
+    """The bytes of a name_key: what the file holds."""
+    return key.encode("utf-8", "surrogateescape")
+
+
 def text(value) -> str:
     """A name or type as text, cut to MAX_NAME characters (bytes, when not UTF-8).
 
@@ -243,14 +262,14 @@ def layer_links(doc: Document, layer: NetLayer) -> tuple[tuple, tuple]:
     from ..._pb import blobtool_caffe_pb2 as pb  # protobuf loads only where a message's small fields are parsed
 
     if layer.message is not None:  # a text net's layer, parsed
-        return tuple(text(b) for b in layer.message.bottom), tuple(text(t) for t in layer.message.top)
+        return tuple(map(name_key, layer.message.bottom)), tuple(map(name_key, layer.message.top))
     f = layer.wire
     buf = memoryview(doc.source.buf)
     if f.number == 100:
         message, _ = split_message(buf, f.start, f.end, doc.path, LAYER_FIELD_NAMES, {7}, pb.LayerHeader)
     else:
         message, _ = split_message(buf, f.start, f.end, doc.path, V1_FIELD_NAMES, {1, 6}, pb.V1LayerHeader)
-    return tuple(text(b) for b in message.bottom), tuple(text(t) for t in message.top)
+    return tuple(map(name_key, message.bottom)), tuple(map(name_key, message.top))
 
 
 # A layer parameter message as Caffe writes it has a handful of fields; one

@@ -50,15 +50,19 @@ from dataclasses import dataclass, field
 from . import wire
 from .containers import (LAYER_FIELD_NAMES, NET_FIELD_NAMES, V0_FIELD_NAMES, V0_TYPE_NAMES, V1_FIELD_NAMES,
                          V1_TYPE_NAMES, split_message, text)
+from .schema import fork_fields
 from ...errors import FormatError, UsageError
 
-__all__ = ["LayerDef", "NetDefinition", "definition", "upgrade_v1", "lost_fields", "MAX_DEFINITION_FIELDS",
+__all__ = ["LayerDef", "NetDefinition", "definition", "upgrade_v1", "lost_fields", "MAX_DEFINITION_FIELDS", "V0_LOST",
            "TRAIN", "TEST", "deployment_state", "state_meets_rule", "state_excludes", "rule_text"]
 
 
 # A layer's definition as Caffe writes it holds tens of fields; one holding
 # more than this is damaged or forged, and is refused rather than walked.
 MAX_DEFINITION_FIELDS = 1 << 16
+
+# What a V0 layer nested in a V1 one loses: its parameters, which blobtool does not upgrade.
+V0_LOST = "layer (a V0 layer's parameters, not upgraded)"
 
 # Caffe's Phase enum (caffe.proto).
 TRAIN, TEST = 0, 1
@@ -69,12 +73,15 @@ class LayerDef:
     """One layer's definition: its V2 LayerParameter without blobs, and the fields text cannot carry.
 
     `lost` holds field paths: a known field by name, an unknown one by number
-    ("145", "convolution_param.19"); `format` is "V2", "V1" or "V0".
+    ("145", "convolution_param.19"); `format` is "V2", "V1" or "V0";
+    `unparsed` the bytes of the fields kept unparsed (schema.FORK_PARAMS: a
+    fork's parameter number in a layer of another type), tags included.
     """
 
     message: object
     lost: tuple = ()
     format: str = "V2"
+    unparsed: bytes = b""   # fields kept as the file has them, not parsed (a fork's number in another type)
 
 
 @dataclass
@@ -85,6 +92,7 @@ class NetDefinition:
     layers: list = field(default_factory=list)   # LayerDef per layer, file order (as doc.layers)
     lost: tuple = ()                 # net-level fields text cannot carry
     upgraded: bool = False           # V1 layers were upgraded
+    from_text: bool = False          # read from text: what is lost is what the schema does not know
 
     def escaped_lines(self, path: str) -> list:
         """One line per layer holding text fields that are not UTF-8 (a damaged or foreign name).
@@ -114,11 +122,11 @@ class NetDefinition:
         for layer in self.layers:
             if layer.lost:
                 groups.setdefault(layer.lost, []).append(text(layer.message.name) or "(unnamed)")
+        what = "fields blobtool's schema does not know" if self.from_text else "fields text cannot carry"
         for lost, names in groups.items():
             shown = ", ".join(names)
             which = f"layer {shown}" if len(names) == 1 else f"{len(names)} layers ({shown})"
-            lines.append(f"{path}: {which} hold{'s' * (len(names) == 1)} fields text cannot carry: "
-                         f"{', '.join(lost)}")
+            lines.append(f"{path}: {which} hold{'s' * (len(names) == 1)} {what}: {', '.join(lost)}")
         return lines
 
 
@@ -152,9 +160,15 @@ def _from_bytes(doc) -> NetDefinition:
     for layer in doc.layers:
         f = layer.wire
         if f.number == 100:
-            message, _ = split_message(buf, f.start, f.end, doc.path, LAYER_FIELD_NAMES, {7}, pb.LayerParameter)
-            lost = lost_fields(buf, f.start, f.end, pb.LayerParameter.DESCRIPTOR, skip={7}, path=doc.path)
-            result.layers.append(LayerDef(message, tuple(lost), "V2"))
+            # A fork's parameter field in a layer of another type is another fork's message under the
+            # same number: located and kept as bytes, never parsed as the message the schema names.
+            foreign = fork_fields(layer.type)
+            message, held = split_message(buf, f.start, f.end, doc.path, LAYER_FIELD_NAMES, {7} | foreign,
+                                          pb.LayerParameter)
+            lost = lost_fields(buf, f.start, f.end, pb.LayerParameter.DESCRIPTOR, skip={7}, path=doc.path,
+                               unknown=foreign)
+            unparsed = b"".join(bytes(buf[g.offset:g.end]) for g in held if g.number in foreign)
+            result.layers.append(LayerDef(message, tuple(lost), "V2", unparsed))
         else:
             old, kept = split_message(buf, f.start, f.end, doc.path, V1_FIELD_NAMES, {1, 6}, pb.V1LayerParameter)
             lost = lost_fields(buf, f.start, f.end, pb.V1LayerParameter.DESCRIPTOR, skip={1, 6}, path=doc.path)
@@ -164,7 +178,7 @@ def _from_bytes(doc) -> NetDefinition:
                 v0 = (header.name, header.type)
             message = upgrade_v1(old, v0)
             if v0 is not None:
-                lost.append("layer (a V0 layer's parameters, not upgraded)")
+                lost.append(V0_LOST)
             result.layers.append(LayerDef(message, tuple(lost), "V0" if v0 else "V1"))
     result.upgraded = v1 or any(layer.format != "V2" for layer in result.layers)
     for layer in result.layers:
@@ -173,28 +187,31 @@ def _from_bytes(doc) -> NetDefinition:
     return result
 
 
-def from_message(net, path: str) -> NetDefinition:
+def from_message(net, path: str, unknown: dict | None = None) -> NetDefinition:
     """The definition of a parsed NetParameter (a .prototxt): V1 layers upgraded, blobs dropped.
 
-    Text holds only fields the schema knows, so nothing is lost.
+    `unknown` names the fields the text's layers held that the schema does
+    not know (prototxt.py passed them over): {k: the k-th layer's (V2
+    layers first, then V1)}; they are those layers' `lost`.
     """
+    unknown = unknown or {}
     from ..._pb import blobtool_caffe_pb2 as pb  # protobuf loads only where a message's small fields are parsed
 
     out = pb.NetParameter()
     out.CopyFrom(net)
     del out.layer[:]
     del out.layers[:]
-    result = NetDefinition(out)
-    for layer in net.layer:
+    result = NetDefinition(out, from_text=True)
+    for k, layer in enumerate(net.layer):
         message = pb.LayerParameter()
         message.CopyFrom(layer)
         del message.blobs[:]
-        result.layers.append(LayerDef(message))
-    for old in net.layers:
+        result.layers.append(LayerDef(message, tuple(unknown.get(k, ()))))
+    for k, old in enumerate(net.layers, len(net.layer)):
         v0 = (old.layer.name, old.layer.type) if old.HasField("layer") else None
         message = upgrade_v1(old, v0)
-        result.layers.append(LayerDef(message, ("layer (a V0 layer's parameters, not upgraded)",) if v0 else (),
-                                      "V1" if v0 is None else "V0"))
+        lost = tuple(unknown.get(k, ())) + ((V0_LOST,) if v0 else ())
+        result.layers.append(LayerDef(message, lost, "V1" if v0 is None else "V0"))
         result.upgraded = True
     for layer in result.layers:
         result.net.layer.append(layer.message)
@@ -269,15 +286,18 @@ def _str(value) -> str:
     return value.decode("utf-8", "backslashreplace") if isinstance(value, bytes) else value
 
 
-def lost_fields(buf, start: int, end: int, descriptor, *, skip=frozenset(), path=None, prefix: str = "") -> list:
+def lost_fields(buf, start: int, end: int, descriptor, *, skip=frozenset(), path=None, prefix: str = "",
+                unknown=frozenset()) -> list:
     """The fields of the message in buf[start:end] that protobuf's text format cannot write (see the module doc).
 
-    Fields numbered in `skip` (blobs) are passed over unparsed. At most
-    MAX_DEFINITION_FIELDS fields are walked (FormatError past that).
+    Fields numbered in `skip` (blobs) are passed over unparsed; those
+    numbered in `unknown` (a fork's number in a layer of another type) count
+    as fields the schema does not know. At most MAX_DEFINITION_FIELDS fields
+    are walked (FormatError past that).
     """
     lost: list = []
     budget = [MAX_DEFINITION_FIELDS]
-    _walk(buf, start, end, descriptor, skip, path, prefix, lost, budget)
+    _walk(buf, start, end, descriptor, skip, path, prefix, lost, budget, unknown)
     return list(dict.fromkeys(lost))
 
 
@@ -298,7 +318,7 @@ def _wire_type(fd) -> int:
     return wire.VARINT
 
 
-def _walk(buf, start, end, descriptor, skip, path, prefix, lost, budget) -> None:
+def _walk(buf, start, end, descriptor, skip, path, prefix, lost, budget, unknown=frozenset()) -> None:
     by_number = descriptor.fields_by_number
     pos = start
     while pos < end:
@@ -310,7 +330,7 @@ def _walk(buf, start, end, descriptor, skip, path, prefix, lost, budget) -> None
         pos = f.end
         if f.number in skip:
             continue
-        fd = by_number.get(f.number)
+        fd = by_number.get(f.number) if f.number not in unknown else None
         if fd is None:
             lost.append(f"{prefix}{f.number}")
             continue

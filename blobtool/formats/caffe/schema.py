@@ -10,7 +10,17 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-__all__ = ["layer_field", "param_field", "layer_field_name"]
+__all__ = ["layer_field", "param_field", "layer_field_name", "FORK_PARAMS", "fork_fields"]
+
+# The forks' parameter messages the schema holds, and the layer types that own each. Their
+# numbers are not BVLC's and other forks use them for other messages (a quantization fork's
+# Convolution layers hold theirs under 149-152): a layer of another type keeps such a field
+# as bytes blobtool does not understand, never parsed as the message named here.
+FORK_PARAMS = {
+    "upsample_param": ("Upsample",),
+    "interp_param": ("Interp",),
+    "shuffle_channel_param": ("ShuffleChannel",),
+}
 
 
 def _pb():
@@ -39,3 +49,13 @@ def layer_field_name(number: int) -> str | None:
     """The name of LayerParameter's field `number` (106: "convolution_param"), None where it has none."""
     fd = _pb().LayerParameter.DESCRIPTOR.fields_by_number.get(number)
     return None if fd is None else fd.name
+
+
+@lru_cache(maxsize=None)
+def _fork_numbers() -> tuple:
+    return tuple((layer_field(name), owners) for name, owners in FORK_PARAMS.items())
+
+
+def fork_fields(layer_type: str) -> frozenset:
+    """The numbers of the forks' parameter fields (FORK_PARAMS) that a layer of type `layer_type` does not own."""
+    return frozenset(number for number, owners in _fork_numbers() if layer_type not in owners)
