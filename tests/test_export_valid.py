@@ -36,6 +36,7 @@ from onnxvalid import check_onnx, every_export_checked  # noqa: E402,F401  (auto
 from runner import invoke, ok, run_blobtool  # noqa: E402
 
 import blobtool  # noqa: E402
+from blobtool.errors import FormatError  # noqa: E402
 
 TOLERANCE = 1e-5
 
@@ -162,6 +163,34 @@ def test_names_that_are_not_utf8_become_distinct_valid_onnx_names(tmp_path):
     values = _session(out).run(onnx_names, {"in\\xfe": x})
     for value in values:
         np.testing.assert_array_equal(value, [[0.0, 2.0]])
+
+
+def test_blobs_named_by_bytes_that_are_not_utf8_export_as_two_values(tmp_path):
+    # b"x\xff" and the text "x\\xff" are two blobs in Caffe; their ONNX names are two as well.
+    from builders import len_field
+
+    def raw_layer(name, kind, bottoms, tops, **settings):
+        body = layer(name, kind, [], [], **settings).SerializeToString()
+        return len_field(100, body + b"".join(len_field(3, b) for b in bottoms)
+                         + b"".join(len_field(4, t) for t in tops))
+
+    raw = net([], {"data": (1, 2)}).SerializeToString()
+    raw += raw_layer("p1", "Power", [b"data"], [b"x\xff"], power_param={"shift": 2.0})
+    raw += raw_layer("p2", "Power", [b"data"], [b"x\\xff"], power_param={"shift": 1.0})
+    raw += raw_layer("sum", "Eltwise", [b"x\xff", b"x\\xff"], [b"sum"])
+    model = tmp_path / "clash.caffemodel"
+    model.write_bytes(raw)
+    out = tmp_path / "clash.onnx"
+    said = []
+    try:
+        result, _ = blobtool.export(str(model), str(out), outputs="all", warn=said.append)
+    except FormatError:  # protobuf's pure-Python runtime refuses strings that are not UTF-8 (exit 3)
+        pytest.skip("this protobuf runtime refuses names that are not UTF-8, and blobtool says so")
+    assert result.names["x\udcff"] == "x\\xff" and result.names["x\\xff"] == "x\\xff#2"
+    theirs = _onnx_values(out, result, {"data": np.ones((1, 2), np.float32)})
+    assert theirs["x\udcff"].tolist() == [[3.0, 3.0]] and theirs["x\\xff"].tolist() == [[2.0, 2.0]]
+    assert theirs["sum"].tolist() == [[5.0, 5.0]]  # one value would give 4 or 6
+    assert any("blob 'x\\\\xff' written by layer 'p2' is 'x\\\\xff#2'" in line for line in said), said
 
 
 def test_a_net_file_whose_name_is_not_utf8_exports(tmp_path):
