@@ -395,3 +395,13 @@ def test_external_data_beside_a_model_whose_name_is_not_utf8_is_refused_before_w
     assert result.exit_code == 2, result.stderr
     assert "the model names that file in UTF-8 text" in result.stderr and "'m\\\\xff.onnx.data'" in result.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["net.caffemodel", "net.prototxt"]
+
+
+def test_a_net_of_thousands_of_data_layers_is_said_in_a_short_line(tmp_path):
+    layers = [layer(f"d{k}", "DummyData", [], f"x{k}", dummy_data_param={"shape": [{"dim": [1, 1]}]})
+              for k in range(40)]
+    layers.append(layer("c", "Concat", [f"x{k}" for k in range(40)], "y"))
+    _, model = write_net_files(tmp_path, net(layers, {}))
+    result = ok("export", model, "-o", tmp_path / "m.onnx")
+    (line,) = [ln for ln in result.stderr.splitlines() if "left out of the deploy net" in ln]
+    assert line.endswith("d10 (DummyData), d11 (DummyData) and 28 more")

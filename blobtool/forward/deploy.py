@@ -49,6 +49,10 @@ _GONE_TYPES = ("Accuracy", "Silence", "HDF5Output")
 MAX_AXES = 32
 
 
+# The layers a line names before it counts the rest.
+_NAMED = 12
+
+
 @dataclass
 class Deploy:
     """The deploy net: its NetParameter (Input layers first), its inputs, and what changed on the way."""
@@ -69,7 +73,9 @@ class Deploy:
         for name, kind, why in self.dropped:
             gone.setdefault(why, []).append(f"{name} ({kind})")
         for why, names in gone.items():
-            lines.append(f"{self.source}: left out of the deploy net ({why}): {', '.join(names)}")
+            # A generated net can leave out thousands (a net of 8,000 data layers); the record lists every one.
+            more = f" and {len(names) - _NAMED:,} more" if len(names) > _NAMED else ""
+            lines.append(f"{self.source}: left out of the deploy net ({why}): {', '.join(names[:_NAMED])}{more}")
         for name, old, new in self.replaced:
             lines.append(f"{self.source}: layer {name} ({old}) runs as {new}, as a deploy net computes it")
         for name, settings in self.transforms:
