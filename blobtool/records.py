@@ -116,7 +116,8 @@ def top_shapes(doc: Document, input_shapes: dict) -> dict:
     from .forward.runner import build
 
     deploy = deploy_net(doc, None, input_shapes)
-    program = build(deploy, doc)
+    # Shapes need no copy of a weight: the layers view them in the mapped file.
+    program = build(deploy, doc, aligned=False)
     found = {name: [list(shape)] for name, shape in program.inputs.items()}
     for step in program.steps:
         found[step.layer.name] = [list(shape) for shape in step.top_shapes]

@@ -36,7 +36,7 @@ def save_arrays(path, arrays):
     with zipfile.ZipFile(path, "w") as archive:
         for name, value in arrays.items():
             with archive.open(name + ".npy", "w") as member:
-                np.lib.format.write_array(member, np.ascontiguousarray(value))
+                np.lib.format.write_array(member, np.asarray(value))
 
 
 def run(request):

@@ -161,11 +161,11 @@ def deploy_net(doc, definition=None, shapes: dict | None = None, given: dict | N
             continue
         if kind == "Input":
             for k, t in enumerate(message.top):
-                declared[name_key(t)] = _input_layer_shape(message, k)
+                declared[name_key(t)] = _input_layer_shape(message, k, structure.path)
             continue
         if kind in DATA_TYPES:
             for k, t in enumerate(message.top):
-                declared.setdefault(name_key(t), _data_layer_shape(message, kind, k))
+                declared.setdefault(name_key(t), _data_layer_shape(message, kind, k, structure.path))
                 if k > 0:
                     labels.add(name_key(t))
             settings = _transform_settings(message)
@@ -316,8 +316,9 @@ def _merging_layer(kept: list, net, blob: str, declared: dict):
 
 def _input_field_shape(top, k: int, path) -> tuple | None:
     """The shape of the net's k-th `input`: its input_shape, or its four input_dim."""
+    name = text(top.input[k])
     if len(top.input_shape) > k:
-        return tuple(int(d) for d in top.input_shape[k].dim) or None
+        return _declared(top.input_shape[k].dim, f"input {name!r} (the net's input_shape {k})", path)
     if top.input_shape:
         raise FormatError(f"the net has {len(top.input)} inputs and {len(top.input_shape)} input_shape fields; "
                           "Caffe takes one shape per input", path=path)
@@ -326,34 +327,47 @@ def _input_field_shape(top, k: int, path) -> tuple | None:
         if len(dims) != 4 * len(top.input):
             raise FormatError(f"the net has {len(top.input)} inputs and {len(dims)} input_dim values; Caffe takes "
                               "four per input", path=path)
-        return tuple(int(d) for d in dims[4 * k:4 * k + 4])
+        return _declared(dims[4 * k:4 * k + 4], f"input {name!r} (the net's input_dim {4 * k} to {4 * k + 3})", path)
     return None
 
 
-def _input_layer_shape(message, k: int) -> tuple | None:
+def _declared(dims, what: str, path) -> tuple | None:
+    """A shape the definition declares, checked as Caffe's Blob::Reshape checks it; None for no axes (no shape given).
+
+    FormatError (exit 3) naming `what` for more than 32 axes, a negative
+    size or more than INT_MAX values; a size of 0 is Caffe's empty blob.
+    """
+    from .memory import check_shape
+
+    return check_shape(dims, what, path) or None
+
+
+def _input_layer_shape(message, k: int, path=None) -> tuple | None:
     """An Input layer's k-th top's shape (its one shape serves every top)."""
     shapes = message.input_param.shape
     if not shapes:
         return None
-    chosen = shapes[k] if len(shapes) > k else shapes[0]
-    return tuple(int(d) for d in chosen.dim) or None
+    which = k if len(shapes) > k else 0
+    return _declared(shapes[which].dim, f"layer {text(message.name)!r} (Input): input_param.shape {which}", path)
 
 
-def _data_layer_shape(message, kind: str, k: int) -> tuple | None:
+def _data_layer_shape(message, kind: str, k: int, path=None) -> tuple | None:
     """The shape a data layer states for its k-th top, where its definition states one (MemoryData, DummyData)."""
+    where = f"layer {text(message.name)!r} ({kind})"
     if kind == "MemoryData" and k == 0:
         p = message.memory_data_param
         dims = (p.batch_size, p.channels, p.height, p.width)
-        return tuple(int(d) for d in dims) if all(dims) else None
+        return _declared(dims, f"{where}: memory_data_param's sizes", path) if all(dims) else None
     if kind == "DummyData":
         p = message.dummy_data_param
         if len(p.shape) > k:
-            return tuple(int(d) for d in p.shape[k].dim) or None
+            return _declared(p.shape[k].dim, f"{where}: dummy_data_param.shape {k}", path)
         if len(p.shape) == 1:
-            return tuple(int(d) for d in p.shape[0].dim) or None
+            return _declared(p.shape[0].dim, f"{where}: dummy_data_param.shape 0", path)
         legacy = [list(getattr(p, f)) for f in ("num", "channels", "height", "width")]
         if all(len(v) > k for v in legacy):
-            return tuple(int(v[k]) for v in legacy)
+            return _declared([v[k] for v in legacy], f"{where}: dummy_data_param's num, channels, height and "
+                             f"width {k}", path)
     return None
 
 

@@ -141,6 +141,8 @@ def run_net(doc, *, definition=None, feeds: dict | None = None, shapes: dict | N
         wanted = program.blob_names()
     else:
         wanted = program.check_outputs(outputs)
+    # Refused before the inputs are drawn: they are part of what the run holds at once.
+    program.check_memory(wanted)
     rng = np.random.default_rng(seed)
     values_in = {}
     said = []

@@ -17,10 +17,16 @@ order in float32 (Caffe's Dtype=float) and returns the value of each blob
 asked for after the last layer writing it. A blob's array is let go as soon
 as no later layer reads it and it is not asked for, so that peak memory is
 the weights and the blobs alive at once.
+
+Sizes are bounded before anything is allocated: build() refuses a shape
+past Caffe's Blob::Reshape limits (memory.py), and `Program.check_memory`
+(called by run() and before a run's inputs are drawn) refuses a run whose
+blobs alive at once exceed the memory this process can get.
 """
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -28,6 +34,7 @@ import numpy as np
 from ..errors import FormatError, UsageError
 from ..formats.caffe.containers import name_key, text
 from ..layers import FLOAT, LayerError, layer_class
+from .memory import MAX_COUNT, available_bytes, check_shape, format_bytes
 
 __all__ = ["Program", "Step", "build", "net_outputs"]
 
@@ -41,6 +48,8 @@ class Step:
     tops: tuple
     bottom_shapes: list = field(default_factory=list)
     top_shapes: list = field(default_factory=list)
+    work: int = 0                # values of the largest working array the layer makes besides its tops
+    work_what: str = ""          # what that array is (the padded input)
 
 
 @dataclass
@@ -88,6 +97,7 @@ class Program:
         when given, is called with (step index, step count) after each layer.
         """
         wanted = set(outputs)
+        self.check_memory(wanted, held=sum(int(np.asarray(v).nbytes) for v in feeds.values()))
         values = _Live()
         for name, shape in self.inputs.items():
             value = np.asarray(feeds[name], dtype=FLOAT, order="C")
@@ -99,7 +109,10 @@ class Program:
         given = {id(v) for v in values.values()}  # the caller's arrays are never written
         for i, step in enumerate(self.steps):
             xs = [values[b] for b in step.bottoms]
-            with np.errstate(all="ignore"):
+            # A NaN or Inf a layer makes is Caffe's value too (run reports how many a blob holds); numpy's
+            # warnings about them (and about the mean of nothing) would only be noise on stderr.
+            with np.errstate(all="ignore"), warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)
                 if self._in_place(step, i, values, last_read, given):
                     ys = [step.layer.forward_in_place(xs[0])]
                 else:
@@ -119,6 +132,54 @@ class Program:
             if progress is not None:
                 progress(i + 1, len(self.steps))
         return {name: values[name] for name in outputs}
+
+    def peak_bytes(self, outputs) -> int:
+        """The most bytes of blobs alive at once in run(outputs).
+
+        Mirrors run(): an input lives until its last reader, each layer's
+        tops are new arrays made while its bottoms are alive, and a blob is
+        let go after its last reader unless it is asked for. Each layer's
+        largest working array (Step.work: a padded input) counts with its
+        tops; smaller temporaries (a convolution's chunk of columns) do
+        not: this is the least a run needs.
+        """
+        wanted = set(outputs)
+        last_read = _last_reads(self.steps, self.inputs)
+        alive = {name: _nbytes(shape) for name, shape in self.inputs.items()}
+        held = sum(alive.values())
+        peak = held
+        for i, step in enumerate(self.steps):
+            made = {top: _nbytes(shape) for top, shape in zip(step.tops, step.top_shapes)}
+            peak = max(peak, held + sum(made.values()) + 4 * step.work)
+            for top, size in made.items():
+                held += size - alive.get(top, 0)
+                alive[top] = size
+            for name in set(step.bottoms):
+                if last_read.get((name, i)) and name not in step.tops and name not in wanted and name in alive:
+                    held -= alive.pop(name)
+        return peak
+
+    def check_memory(self, outputs, held: int = 0) -> None:
+        """FormatError (exit 3) where the blobs run(outputs) keeps alive at once exceed the memory this process can get.
+
+        The weights are in memory already (build() read them), and so are
+        `held` bytes of the inputs where they were made before the check:
+        what can be had is measured after both, so neither counts again.
+        Also refused: a layer's working array (Step.work) of more than
+        INT_MAX values, whatever the memory.
+        """
+        for step in self.steps:
+            # Only a run makes these arrays (an export writes the layer as it is): refused here, not in build().
+            if step.work > MAX_COUNT:
+                raise FormatError(f"layer {step.layer.name!r} ({step.layer.type}): blobtool computes it through its "
+                                  f"{step.work_what}, {step.work:,} values, past the {MAX_COUNT:,} (INT_MAX) it "
+                                  "holds in one array; nothing was computed", path=self.path)
+        need = self.peak_bytes(outputs) - held
+        have = available_bytes()
+        if have is not None and need > have:
+            raise FormatError(f"running the net needs {format_bytes(need)} more at once (the blobs alive at once, "
+                              f"the weights aside) and {format_bytes(have)} can be had (the least of MemAvailable, "
+                              "RLIMIT_AS and the memory cgroup's limit); nothing was computed", path=self.path)
 
     @staticmethod
     def _in_place(step, i: int, values: dict, last_read: dict, given: set) -> bool:
@@ -259,7 +320,7 @@ def build(deploy, weights, *, weights_by_layer: dict | None = None, aligned: boo
     half = _float16_blobs(weights) if weights_by_layer is None else set()
     shared: dict = {}
     steps = []
-    shapes = dict(deploy.inputs)
+    shapes = {name: check_shape(shape, f"input {name!r}", deploy.source) for name, shape in deploy.inputs.items()}
     for message, name in zip(messages, deploy.layer_names or [text(m.name) for m in messages]):
         kind = text(message.type)
         blobs = list(held.get(name, ()))
@@ -272,13 +333,25 @@ def build(deploy, weights, *, weights_by_layer: dict | None = None, aligned: boo
             layer.check_counts(len(bottoms), len(tops))
             in_shapes = [shapes[b] for b in bottoms]
             out_shapes = [tuple(int(d) for d in s) for s in layer.reshape(in_shapes)]
+            work, what = layer.workspace(in_shapes) if out_shapes else (0, "")
         except LayerError as exc:
             raise exc.with_path(path) from None
         if len(out_shapes) != len(tops):
             raise AssertionError(f"layer {name}: reshape gave {len(out_shapes)} shapes for {len(tops)} tops")
+        # Caffe's Blob::Reshape refuses a top past its limits before any memory is had for it; so does this pass.
+        for top, shape in zip(tops, out_shapes):
+            check_shape(shape, f"layer {name!r} ({kind}): top {top!r}", path)
         shapes.update(zip(tops, out_shapes))
-        steps.append(Step(layer, bottoms, tops, in_shapes, out_shapes))
+        steps.append(Step(layer, bottoms, tops, in_shapes, out_shapes, work, what))
     return Program(dict(deploy.inputs), steps, path, half)
+
+
+def _nbytes(shape) -> int:
+    """The bytes of a float32 blob of `shape`."""
+    n = 4
+    for d in shape:
+        n *= int(d)
+    return n
 
 
 def _weights_by_layer(doc, aligned: bool = True) -> dict:

@@ -99,6 +99,16 @@ class Layer(abc.ABC):
         """The top shapes for bottoms of `shapes` (tuples), as Caffe's Reshape; LayerError where it refuses."""
         return [tuple(shapes[0])]
 
+    def workspace(self, shapes: list) -> tuple:
+        """(values, what) of the largest array forward() makes besides its tops, for bottoms of `shapes`.
+
+        The runner counts it with the blobs alive at that step and refuses a
+        layer whose working array would pass a blob's limit (a pad of 2^20
+        asks for terabytes of padded input where the top is 2 x 2). Most
+        layers make nothing larger than their tops: (0, "").
+        """
+        return 0, ""
+
     @abc.abstractmethod
     def forward(self, xs: list) -> list:
         """Caffe's Forward_cpu: the tops' float32 arrays from the bottoms' (which it never changes)."""

@@ -210,6 +210,14 @@ class _BaseConvolution(Layer):
     def _bias(self):
         return self.blobs[1].reshape(-1) if self.bias_term else None
 
+    def workspace(self, shapes: list) -> tuple:
+        """The padded input a convolution reads (convkernels.padded, band), at most."""
+        _, (n, c, h, w), _ = self._plan(shapes[0])
+        (ph, pw) = self.pad
+        if (ph, pw) == (0, 0):
+            return 0, ""
+        return n * c * (h + 2 * ph) * (w + 2 * pw), "padded input"
+
 
 @register("Convolution", "ConvolutionDepthwise")
 class Convolution(_BaseConvolution):
@@ -266,6 +274,14 @@ class Deconvolution(_BaseConvolution):
             raise self.error(f"output {name} would be {out} (stride {stride} x ({name} {size} - 1) + dilation "
                              f"{dilation} x (kernel {kernel} - 1) + 1 - 2 x pad {pad})")
         return out
+
+    def workspace(self, shapes: list) -> tuple:
+        """The uncropped output convkernels.deconv adds into: by stride phase, or padded where dilated."""
+        _, (n, _, h, w), (ho, wo) = self._plan(shapes[0])
+        (kh, kw), (sh, sw), (ph, pw) = self.kernel, self.stride, self.pad
+        phased = n * self.num_output * sh * (h + -(-kh // sh) - 1) * sw * (w + -(-kw // sw) - 1)
+        padded = n * self.num_output * (ho + 2 * ph) * (wo + 2 * pw)
+        return max(phased, padded), "uncropped output"
 
     def _forward4(self, x: np.ndarray, out_hw: tuple) -> np.ndarray:
         n, channels, _, _ = x.shape

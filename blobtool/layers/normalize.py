@@ -88,6 +88,8 @@ class BatchNorm(Layer):
             s = b[2][0]
             factor = FLOAT(0) if s == 0 else FLOAT(1) / s
             mean, var = factor * b[0], factor * b[1]
+        elif x.size == 0:
+            return [np.zeros(x.shape, FLOAT)]
         else:
             # The batch's own statistics over every axis but the channels: var = E((x - Ex)^2).
             axes = (0,) + tuple(range(2, x.ndim))
@@ -144,29 +146,19 @@ class LRN(Layer):
 
     def _across(self, x: np.ndarray) -> np.ndarray:
         # lrn_layer.cpp CrossChannelForward_cpu: scale = k + alpha / n * sum of x^2 over the n channels
-        # centred at c (zero-padded at both ends); y = x * scale^-beta.
-        n, channels = self.size, x.shape[1]
-        padded = np.zeros((x.shape[0], channels + n - 1) + x.shape[2:], dtype=FLOAT)
-        padded[:, self.pre_pad:self.pre_pad + channels] = x * x
-        total = padded[:, 0:channels].copy()
-        for j in range(1, n):                  # n shifted sums of whole arrays, not a loop over values
-            total += padded[:, j:j + channels]
-        scale = self.k + FLOAT(self.alpha / FLOAT(n)) * total
+        # centred at c (zero-padded at both ends); y = x * scale^-beta. Only the channels inside the net
+        # add anything: the window is clipped to them, so the cost follows the channels, not local_size.
+        total = _window_sums(x * x, 1, self.pre_pad)
+        scale = self.k + FLOAT(self.alpha / FLOAT(self.size)) * total
         return x * np.power(scale, -self.beta)
 
     def _within(self, x: np.ndarray) -> np.ndarray:
         # lrn_layer.cpp WithinChannelForward builds y = x * (1 + alpha * AVE_pool(x^2))^-beta from
         # Split, Power(2), Pooling(AVE, kernel n, pad (n-1)/2, stride 1), Power(-beta, alpha, 1), Eltwise(PROD).
+        # The pad adds zeros only: the sums over the window clipped to the plane, rows then columns.
         n, pad = self.size, self.pre_pad
         height, width = x.shape[2:]
-        padded = np.zeros(x.shape[:2] + (height + 2 * pad, width + 2 * pad), dtype=FLOAT)
-        padded[:, :, pad:pad + height, pad:pad + width] = x * x
-        rows = padded[:, :, 0:height].copy()
-        for i in range(1, n):
-            rows += padded[:, :, i:i + height]
-        sums = rows[..., 0:width].copy()
-        for j in range(1, n):
-            sums += rows[..., j:j + width]
+        sums = _window_sums(_window_sums(x * x, 2, pad), 3, pad)
         # pooling_layer.cpp AVE divides by the window clipped to the image plus its pad: hend =
         # min(hstart + n, H + pad). With stride 1 and pad (n-1)/2 no window passes that edge, so
         # this is n * n everywhere; it is computed as Caffe does all the same.
@@ -176,6 +168,45 @@ class LRN(Layer):
         if -self.beta * self.alpha == 0:
             return x * FLOAT(1)
         return x * np.power(FLOAT(1) + self.alpha * average, -self.beta)
+
+
+# Past this many offsets inside a clipped window, sums come from a running total (in float64) instead.
+_SHIFTED_SUMS = 64
+
+
+def _window_sums(values: np.ndarray, axis: int, reach: int) -> np.ndarray:
+    """float32 sums along `axis` of `values` over each index's window i - reach .. i + reach, clipped to the axis.
+
+    A window is never wider than the axis allows, so at most 2 size - 1
+    offsets add anything. Up to _SHIFTED_SUMS of them: one shifted sum per
+    offset, in order, in float32 (Caffe's float running sums round alike).
+    More: the difference of two running totals in float64, as exact as
+    float32 holds the result, at a cost of the array's size whatever the
+    window.
+    """
+    size = values.shape[axis]
+    reach = min(reach, max(size - 1, 0))
+    if size == 0:
+        return np.zeros(values.shape, FLOAT)
+    if 2 * reach + 1 <= _SHIFTED_SUMS:
+        total = np.zeros(values.shape, FLOAT)
+        for d in range(-reach, reach + 1):
+            # total[i] += values[i + d] wherever i + d lies on the axis.
+            lo, hi = max(0, -d), min(size, size - d)
+            into = [slice(None)] * values.ndim
+            into[axis] = slice(lo, hi)
+            source = list(into)
+            source[axis] = slice(lo + d, hi + d)
+            total[tuple(into)] += values[tuple(source)]
+        return total
+    running = np.cumsum(values, axis=axis, dtype=np.float64)
+    zero_shape = list(values.shape)
+    zero_shape[axis] = 1
+    running = np.concatenate([np.zeros(zero_shape, np.float64), running], axis=axis)
+    index = np.arange(size)
+    upper = np.take(running, np.minimum(index + reach + 1, size), axis=axis)
+    lower = np.take(running, np.maximum(index - reach, 0), axis=axis)
+    return (upper - lower).astype(FLOAT)
 
 
 def _window_extent(size: int, kernel: int, pad: int) -> np.ndarray:
@@ -205,6 +236,9 @@ class MVN(Layer):
 
     def forward(self, xs: list) -> list:
         shape = legacy_shape(self, xs[0].shape)
+        if xs[0].size == 0:
+            # Caffe's loops run over no value: an empty top of the bottom's shape.
+            return [np.zeros(shape, FLOAT)]
         # mvn_layer.cpp: num = across_channels ? N : N * C rows of dim = count / num values each.
         rows = shape[0] if self.across_channels else shape[0] * shape[1]
         x = xs[0].reshape(rows, -1)
@@ -229,6 +263,9 @@ class Softmax(Layer):
     def forward(self, xs: list) -> list:
         x = xs[0]
         axis = self.axis(self.param.softmax_param.axis, x.ndim)
+        if x.size == 0:
+            # Caffe's loops run over no value (an axis of 0 has no max to take): an empty top.
+            return [np.zeros(x.shape, FLOAT)]
         # softmax_layer.cpp: subtract the max along the axis (no overflow), exponentiate, divide by the sum.
         e = np.exp(x - x.max(axis=axis, keepdims=True))
         e /= e.sum(axis=axis, dtype=FLOAT, keepdims=True)

@@ -134,6 +134,11 @@ class Interp(Layer):
         self.h_out, self.w_out = h_out, w_out
         return [(n, c, h_out, w_out)]
 
+    def workspace(self, shapes: list) -> tuple:
+        """The rows read before the columns are (N, C, out height, cropped input width), twice for bilinear."""
+        n, c = tuple(shapes[0])[:2]
+        return n * c * self.h_out * self.w_in * (2 if self.kind == BILINEAR else 1), "rows read"
+
     def _taps(self, size_in: int, size_out: int):
         """Per output index: the first input index, the step to the second (0 at the last), the weight of the second."""
         # caffe_cpu_interp2: rheight = (height2 > 1) ? float(height1 - 1) / (height2 - 1) : 0.f, all in float.

@@ -27,6 +27,8 @@ CODE_TYPES = {CORNER: "CORNER", CENTER_SIZE: "CENTER_SIZE", CORNER_SIZE: "CORNER
 SAME_RATIO = 1e-6
 DEFAULT_VARIANCE = 0.1          # prior_box_layer.cpp, when no variance is given
 FLT_MAX = float(np.finfo(np.float32).max)
+# C++'s int: Forward_cpu reads min_size and max_size into one.
+_INT_LIMIT = 2 ** 31
 # Candidates whose overlaps ApplyNMSFast's loop takes in one matrix (a block's overlaps with every kept box).
 NMS_BLOCK = 256
 
@@ -85,17 +87,21 @@ class PriorBox(Layer):
         if not len(p.min_size):
             raise self.error("gives no min_size; PriorBox must be given min_size")
         self.min_sizes = [float(v) for v in p.min_size]
-        if min(self.min_sizes) <= 0:
-            raise self.error(f"min_size {self.min_sizes}: min_size must be positive")
+        for v in self.min_sizes:
+            # CHECK_GT(min_sizes_.back(), 0): a NaN fails it too.
+            if not v > 0:
+                raise self.error(f"min_size {v}: min_size must be positive")
         ratios = [1.0]
         for r in p.aspect_ratio:
-            # Kept as float32, as Caffe's vector<float>; 1 / r computed in double then stored.
+            # Kept as float32, as Caffe's vector<float>; 1 / r computed in double then stored (1 / 0 is inf,
+            # as in C++: Caffe refuses no ratio, and a ratio of 0 or below gives boxes of Inf or NaN).
             r = float(np.float32(r))
             if any(abs(r - known) < SAME_RATIO for known in ratios):
                 continue
             ratios.append(r)
             if p.flip:
-                ratios.append(float(np.float32(1.0 / r)))
+                with np.errstate(divide="ignore"):
+                    ratios.append(float(np.float32(np.float64(1.0) / np.float64(r))))
         self.ratios = ratios
         self.max_sizes = [float(v) for v in p.max_size]
         if self.max_sizes:
@@ -106,12 +112,23 @@ class PriorBox(Layer):
                 if not hi > lo:
                     raise self.error(f"max_size {hi} is not greater than its min_size {lo}; max_size must be "
                                      "greater than min_size")
+        # Forward_cpu reads each size into an int (int min_size_ = min_sizes_[s]) and multiplies min by max
+        # in int: past INT_MAX (an Inf among them) C++ leaves the result undefined, so no box is Caffe's.
+        for field, values in (("min_size", self.min_sizes), ("max_size", self.max_sizes)):
+            for v in values:
+                if not v < _INT_LIMIT:
+                    raise self.error(f"{field} {v}: caffe-ssd reads it into an int, which holds at most "
+                                     f"{_INT_LIMIT - 1:,}")
+        for lo, hi in zip(self.min_sizes, self.max_sizes):
+            if int(lo) * int(hi) >= _INT_LIMIT:
+                raise self.error(f"min_size {int(lo)} times max_size {int(hi)} is past the {_INT_LIMIT - 1:,} "
+                                 "of the int caffe-ssd computes it in")
         self.num_priors = len(self.ratios) * len(self.min_sizes) + len(self.max_sizes)
         self.clip = bool(p.clip)
         variance = [float(v) for v in p.variance]
         if len(variance) > 1 and len(variance) != 4:
             raise self.error(f"gives {len(variance)} variances; give one, or four (one per coordinate)")
-        if any(v <= 0 for v in variance):
+        if any(not v > 0 for v in variance):  # CHECK_GT(variance, 0): a NaN fails it
             raise self.error(f"variance {variance}: each variance must be positive")
         self.variance = variance or [DEFAULT_VARIANCE]
         if p.HasField("img_h") or p.HasField("img_w"):
@@ -155,6 +172,10 @@ class PriorBox(Layer):
             raise self.error(f"the image is {self.image[0]} x {self.image[1]}; priors are normalized by its size")
         return [(1, 2, size)]
 
+    def workspace(self, shapes: list) -> tuple:
+        """The boxes computed in double before they are stored in float: as many bytes as the top."""
+        return 2 * self.height * self.width * self.num_priors * 4, "boxes in double"
+
     def _box_sizes(self) -> tuple:
         """The (width, height) of each prior of a cell, in float as Caffe computes them, in Caffe's order."""
         widths, heights = [], []
@@ -176,6 +197,12 @@ class PriorBox(Layer):
         return np.asarray(widths, dtype=FLOAT), np.asarray(heights, dtype=FLOAT)
 
     def forward(self, xs: list) -> list:
+        # A ratio of 0 or below gives Inf or NaN sizes, as Caffe computes them; numpy need not say so.
+        with np.errstate(all="ignore"):
+            return self._priors()
+
+    def _priors(self) -> list:
+        """The top: the boxes of every cell then their variances, as (1, 2, H * W * priors * 4)."""
         img_h, img_w = self.image
         if self.step_w == 0 or self.step_h == 0:
             step_w, step_h = FLOAT(img_w) / FLOAT(self.width), FLOAT(img_h) / FLOAT(self.height)

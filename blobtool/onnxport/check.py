@@ -45,6 +45,7 @@ def check_export(path: str, program, outputs: list, *, seed: int = 0, source: st
     except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as exc:
         result.refused = f"onnx's checker refuses the model: {_first_line(exc)}"
         return result
+    program.check_memory(outputs)  # before the inputs are drawn: they are part of what the run holds
     rng = np.random.default_rng(seed)
     feeds = {name: rng.standard_normal(shape, dtype=np.float32) for name, shape in program.inputs.items()}
     options = ort.SessionOptions()

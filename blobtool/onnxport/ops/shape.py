@@ -22,6 +22,9 @@ resize.py), never from Caffe's rules worked out a second time:
   1, 3, 4), Reshape to the top's (N, C, H, W).
 - PriorBox: a constant. Its boxes depend on the shapes only, so the layer's
   own forward() computes them at export, and an Identity gives the top.
+  A constant computed from the shapes (these priors, Interp's indices)
+  holds at most MAX_COMPUTED values: past it the layer is refused before
+  anything is computed.
 - DetectionOutput: refused, naming the blobs `--outputs` can end the graph
   at instead.
 - Upsample (the YOLOv3 ports' nearest neighbour): Resize, mode "nearest",
@@ -46,6 +49,17 @@ from __future__ import annotations
 import numpy as np
 
 from ..emit import exporter
+
+# The most values a constant computed at export from the net's shapes may hold (64 MiB as float32): a
+# definition of a few bytes states any size, and SSD512's priors are 196,416 values.
+MAX_COMPUTED = 2 ** 24
+
+
+def _bounded(e, what: str, count: int) -> None:
+    """Refuse a constant of `count` values computed from the shapes past MAX_COMPUTED, before computing it."""
+    if count > MAX_COMPUTED:
+        raise e.refuse(f"{what} would be a constant of {count:,} values computed from the net's shapes, past the "
+                       f"{MAX_COMPUTED:,} an export computes")
 
 
 def _settled(e):
@@ -154,6 +168,10 @@ def shuffle_channel(e) -> None:
 @exporter("PriorBox")
 def prior_box(e) -> None:
     layer = _settled(e)
+    count = 1
+    for d in e.top_shapes[0]:
+        count *= int(d)
+    _bounded(e, "its priors", count)
     # forward() reads only the shapes reshape() recorded; zeros that take no memory stand for the bottoms.
     bottoms = [np.broadcast_to(np.float32(0), s) for s in e.bottom_shapes]
     priors = layer.forward(bottoms)[0]
@@ -204,6 +222,7 @@ def interp(e) -> None:
                coordinate_transformation_mode="align_corners")
         return
     # nearest_neighbor: the rows and columns the layer reads (its _taps, caffe_cpu_nninterp2's floor(r i + 0.5)).
+    _bounded(e, "its row and column indices", int(layer.h_out) + int(layer.w_out))
     rows = layer._taps(layer.h_in, layer.h_out)[0]
     cols = layer._taps(layer.w_in, layer.w_out)[0]
     picked = e.node("Gather", [x, e.constant("rows", np.asarray(rows, dtype=np.int64))], [e.temp("rows")],
