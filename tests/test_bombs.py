@@ -188,16 +188,25 @@ def test_input_shape_past_int_max_is_refused(tmp_path):
     ("MVN", {"mvn_param": {"across_channels": True}}, (2, 3, 0, 2)),
     ("BatchNorm", {"batch_norm_param": {"use_global_stats": False}}, (0, 3, 2, 2)),
 ])
-def test_an_empty_blob_gives_an_empty_top_and_no_warning(tmp_path, kind, params, shape):
+def test_an_empty_blob_is_refused_as_caffe_refuses_it(tmp_path, kind, params, shape):
+    # Caffe allocates no memory for a blob of 0 values and its forward stops at CHECK(data_): blobtool
+    # refuses such a run before computing (it was exit 70, then numpy's "Mean of empty slice").
     blobs = [np.zeros(3), np.ones(3), np.ones(1)] if kind == "BatchNorm" else []
     model = _model(tmp_path, [layer("x", kind, "data", blobs=blobs, **params)], {"data": shape})
     done = subprocess.run(blobtool_cmd("run", model, "--json"), env=subprocess_env(), capture_output=True, text=True,
                           timeout=60)
-    assert done.returncode == 0, done.stderr
-    # item 17: no numpy RuntimeWarning ("Mean of empty slice"); only the line saying the input was drawn.
-    assert _noise(done.stderr) == []
-    (blob,) = json.loads(done.stdout)["blobs"]
-    assert blob["count"] == 0
+    _one_error(done, 3, "the net takes blob 'data' of shape", "which holds no values",
+               "Check failed: data_")
+    assert done.stdout == ""
+
+
+@pytest.mark.caffe
+def test_caffe_refuses_a_blob_of_no_values(tmp_path):
+    from caffeoracle import caffe_refusal
+
+    made = net([layer("x", "Softmax", "data")], {"data": (1, 0, 3)})
+    refusal = caffe_refusal(made, {"data": np.zeros((1, 0, 3), np.float32)}, tmp_path)
+    assert refusal is not None and "Check failed: data_" in refusal.line
 
 
 # -- item 11: constants an export computes ---------------------------------------------------

@@ -166,8 +166,20 @@ class Program:
         `held` bytes of the inputs where they were made before the check:
         what can be had is measured after both, so neither counts again.
         Also refused: a layer's working array (Step.work) of more than
-        INT_MAX values, whatever the memory.
+        INT_MAX values, whatever the memory, and a blob of no values, which
+        Caffe's forward cannot hold.
         """
+        empty = [(n, s) for n, s in self.inputs.items() if 0 in s] + \
+            [(t, s, step) for step in self.steps for t, s in zip(step.tops, step.top_shapes) if 0 in s]
+        if empty:
+            # Caffe's Blob allocates nothing for 0 values, and a forward that reads or writes such a blob
+            # stops at CHECK(data_) (blob.cpp): Caffe runs no net holding one.
+            name, shape = empty[0][:2]
+            who = f"layer {empty[0][2].layer.name!r} ({empty[0][2].layer.type}) gives" if len(empty[0]) > 2 else \
+                "the net takes"
+            raise FormatError(f"{who} blob {name!r} of shape {tuple(shape)}, which holds no values: Caffe allocates "
+                              "no memory for it and its forward stops there (Check failed: data_); nothing was "
+                              "computed", path=self.path)
         for step in self.steps:
             # Only a run makes these arrays (an export writes the layer as it is): refused here, not in build().
             if step.work > MAX_COUNT:
