@@ -467,8 +467,8 @@ def export(src, dest, *, definition=None, shapes: dict | None = None, opset: int
         result = export_program(program, staged.path(dest), opset=opset or OPSET_DEFAULT, outputs=wanted,
                                 net_name=deploy.net.name, source=doc.path, version=__version__)
         result.path, result.external = os.fspath(dest), result.external and os.fspath(dest) + ".data"
-        result.notes = notes
-        for line in notes:
+        result.notes = notes + result.notes  # the deploy net's, then the model's (names changed, Inf/NaN constants)
+        for line in result.notes:
             (warn or warnings.warn)(line)
         verdict = prove_export(staged, dest, program, wanted, seed=seed, source=doc.path) if check else None
         return result, verdict

@@ -193,7 +193,8 @@ def ours_forward(message: pb.NetParameter, feeds: dict, tops=None) -> dict:
 # -- every sweep exported too ------------------------------------------------------------------
 #
 # With BLOBTOOL_SWEEP_ONNX set to opsets ("13,17"), ours_forward also exports each net it ran to
-# ONNX (blobtool.export), checks it with onnx.checker (full_check), runs it in onnxruntime with every
+# ONNX (blobtool.export), checks it with onnx.checker (full_check, and each name assigned once:
+# tests/onnxvalid.py's check_onnx), runs it in onnxruntime with every
 # graph optimization, and compares every blob with its own values; BLOBTOOL_SWEEP_REPORT names a
 # JSON Lines file that gets one line per export: the layer types, and the refusal where there was one.
 # tests/test_export.py runs the layer sweeps so.
@@ -207,8 +208,8 @@ def onnx_sweep(steps: list, input_shapes: dict, values: dict) -> None:
     import json
     import tempfile
 
-    import onnx
     import onnxruntime as ort
+    from onnxvalid import check_onnx
 
     from blobtool.onnxport.emit import ExportError
     from blobtool.onnxport.graph import export_program
@@ -223,17 +224,17 @@ def onnx_sweep(steps: list, input_shapes: dict, values: dict) -> None:
         with tempfile.TemporaryDirectory() as folder:
             path = os.path.join(folder, "sweep.onnx")
             try:
-                export_program(program, path, opset=opset, outputs=names)
+                result = export_program(program, path, opset=opset, outputs=names)
             except ExportError as exc:
                 line = {"types": types, "opset": opset, "refused": str(exc)}
             else:
-                onnx.checker.check_model(path, full_check=True)
+                check_onnx(path)
                 options = ort.SessionOptions()
                 options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
                 options.log_severity_level = 3
                 session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
-                feeds = {name: values[name] for name in input_shapes}
-                found = dict(zip(names, session.run(names, feeds)))
+                feeds = {result.input_names[name]: values[name] for name in input_shapes}
+                found = dict(zip(names, session.run([result.names[n] for n in names], feeds)))
                 worst = {}
                 for name in names:
                     ours = values[name]

@@ -21,6 +21,7 @@ import blobtool
 from caffenets import SWEEP_ONNX, SWEEP_REPORT, layer, max_scaled_difference, net, opencv_forward, write_net_files
 from runner import REPO, assert_error, assert_usage, invoke, ok, subprocess_env
 from test_run_realworld import CIFAR10_DEPLOY
+from onnxvalid import every_export_checked  # noqa: F401  (autouse: every model written is checked)
 
 onnx = pytest.importorskip("onnx", reason="onnx is not installed (blobtool[onnx]; it needs protobuf >= 4.25)")
 ort = pytest.importorskip("onnxruntime", reason="onnxruntime is not installed (blobtool[onnx])")

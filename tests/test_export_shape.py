@@ -20,6 +20,7 @@ onnx = pytest.importorskip("onnx", reason="ONNX export needs the onnx package (t
 ort = pytest.importorskip("onnxruntime", reason="the exported models are run by onnxruntime (the `onnx` extra)")
 
 from caffenets import layer, max_scaled_difference, net, write_net_files  # noqa: E402
+from onnxvalid import every_export_checked  # noqa: F401,E402  (autouse: every model written is checked)
 
 from blobtool import api  # noqa: E402
 from blobtool.onnxport.emit import ExportError  # noqa: E402

@@ -74,9 +74,21 @@ def export(net, output, definition, input_shapes, opset, outputs, check, seed, a
         from ..report.escape import escape
 
         data = f", weights in {result.external}" if result.external else ""
+        inputs = [f"{result.input_names.get(n, n)} {'x'.join(map(str, s))}" for n, s in result.inputs.items()]
+        outputs = [result.names.get(n, n) for n in result.outputs]
         click.echo(escape(f"{result.path}: opset {result.opset}, {result.nodes} nodes, {result.initializers} "
-                          f"initializers ({result.weight_bytes:,} bytes{data}); inputs "
-                          + ", ".join(f"{n} {'x'.join(map(str, s))}" for n, s in result.inputs.items())
-                          + "; outputs " + ", ".join(result.outputs)))
+                          f"initializers ({result.weight_bytes:,} bytes{data}); inputs {_listed(inputs)}; outputs "
+                          f"{_listed(outputs)}"))
     if verdict is not None:
         say_check(verdict)
+
+
+# A net of 40,000 outputs (--outputs all on a wide Split) would print them all on one line; --json lists every one.
+_SHOWN = 12
+
+
+def _listed(names: list) -> str:
+    """The names, the first _SHOWN of them where there are more, with how many were left out."""
+    if len(names) <= _SHOWN:
+        return ", ".join(names)
+    return ", ".join(names[:_SHOWN]) + f" and {len(names) - _SHOWN:,} more (--json lists them)"

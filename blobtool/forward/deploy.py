@@ -49,6 +49,10 @@ _GONE_TYPES = ("Accuracy", "Silence", "HDF5Output")
 MAX_AXES = 32
 
 
+# The layers a line names before it counts the rest.
+_NAMED = 12
+
+
 @dataclass
 class Deploy:
     """The deploy net: its NetParameter (Input layers first), its inputs, and what changed on the way."""
@@ -69,7 +73,9 @@ class Deploy:
         for name, kind, why in self.dropped:
             gone.setdefault(why, []).append(f"{name} ({kind})")
         for why, names in gone.items():
-            lines.append(f"{self.source}: left out of the deploy net ({why}): {', '.join(names)}")
+            # A generated net can leave out thousands (a net of 8,000 data layers); the record lists every one.
+            more = f" and {len(names) - _NAMED:,} more" if len(names) > _NAMED else ""
+            lines.append(f"{self.source}: left out of the deploy net ({why}): {', '.join(names[:_NAMED])}{more}")
         for name, old, new in self.replaced:
             lines.append(f"{self.source}: layer {name} ({old}) runs as {new}, as a deploy net computes it")
         for name, settings in self.transforms:
@@ -144,6 +150,8 @@ def deploy_net(doc, definition=None, shapes: dict | None = None, given: dict | N
     labels: set = set()      # a data layer's later tops
     loss_read: set = set()   # blobs a loss or accuracy layer read
     kept: list = []          # (model index, LayerParameter)
+    transformed: set = set()  # data layers (a TRAIN and a TEST one may share a name) said once each
+    data_dropped: set = set()
     for i, message in enumerate(defs):
         kind = net.types[i]
         name = net.names[i]
@@ -161,9 +169,11 @@ def deploy_net(doc, definition=None, shapes: dict | None = None, given: dict | N
                 if k > 0:
                     labels.add(name_key(t))
             settings = _transform_settings(message)
-            if settings and not any(n == name for n, _ in result.transforms):
+            if settings and name not in transformed:
+                transformed.add(name)
                 result.transforms.append((name, settings))
-            if not any(n == name for n, _, _ in result.dropped):
+            if name not in data_dropped:
+                data_dropped.add(name)
                 result.dropped.append((name, kind, "a data layer: its tops are inputs"))
             continue
         if kind.endswith(_LOSS_SUFFIX) or kind in _GONE_TYPES:

@@ -62,6 +62,7 @@ class Emit:
         self.bottom_shapes = [tuple(s) for s in step.bottom_shapes]
         self.top_shapes = [tuple(s) for s in step.top_shapes]
         self.opset = graph.opset
+        self.computed: list = []   # (suffix, array) of the constants computed from the layer's parameters
 
     @property
     def param(self):
@@ -91,8 +92,34 @@ class Emit:
         if array.dtype.kind in "iub":
             array = array.astype(np.int64)
         elif array.dtype != np.float32:
-            array = array.astype(np.float32)
+            with np.errstate(all="ignore"):  # a value past float32's range is said by not_finite()
+                array = array.astype(np.float32)
+        self.computed.append((suffix, array))
         return self.graph.initializer(f"{self.name}/{suffix}", array)
+
+    def not_finite(self) -> str:
+        """A line naming the constants computed for this layer that hold Inf or NaN ("" where none does).
+
+        Caffe computes them so too (a BatchNorm whose factor 1 / s overflows
+        float32, a Power of 0 to the power -1): the model keeps them, and its
+        tops hold Inf or NaN where they are used.
+        """
+        found = []
+        for suffix, array in self.computed:
+            if array.dtype.kind != "f" or array.size == 0:
+                continue
+            bad = ~np.isfinite(array)
+            if bad.any():
+                kinds = [k for k, mask in (("inf", np.isposinf(array)), ("-inf", np.isneginf(array)),
+                                           ("NaN", np.isnan(array))) if mask.any()]
+                found.append(f"{suffix} ({int(bad.sum())} of {array.size} value{'s' * (array.size != 1)} "
+                             f"{'/'.join(kinds)})")
+        if not found:
+            return ""
+        them = "it" if len(found) == 1 else "them"
+        return (f"layer {self.name!r} ({self.layer.type}): its constant{'s' * (len(found) != 1)} {', '.join(found)}, "
+                f"as Caffe computes {them} from the layer's blobs and parameters in float32; the model keeps {them}, "
+                "so its output holds Inf or NaN where Caffe's does")
 
     def shape_constant(self, suffix: str, shape) -> str:
         return self.constant(suffix, np.asarray(list(shape), dtype=np.int64))
@@ -103,7 +130,7 @@ class Emit:
 
     def node(self, op: str, inputs: list, outputs: list, **attributes) -> list:
         """Add a node; returns its outputs."""
-        self.graph.node(op, inputs, outputs, name=self.graph.unique(f"{self.name}/{op}"), **attributes)
+        self.graph.node(op, inputs, outputs, name=f"{self.name}/{op}", **attributes)
         return outputs
 
     def reduce(self, op: str, x: str, axes, out: str, *, keepdims: int = 1) -> str:

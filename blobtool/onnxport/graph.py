@@ -10,6 +10,13 @@
 - values named after Caffe's tops: the last version of a blob by its own
   name, an earlier one (an in-place layer's input) as "<blob>:<layer that
   wrote it>";
+- every name valid UTF-8 text (a byte of a Caffe name that is not UTF-8,
+  which Python holds as a lone surrogate, written "\\xNN") and used once, as
+  ONNX's single assignment asks: the inputs take their names first, then
+  the blobs' last versions, their earlier versions, the initializers and
+  the values between nodes; a name already taken is numbered ("data#2":
+  the value of an input that a layer writes in place), and ExportResult
+  says which names changed (`names`, `renamed`, and a line in `notes`);
 - the model's metadata: the net's name, the source file, blobtool's version.
 
 Every layer is turned into nodes first (its exporter, blobtool/onnxport/
@@ -28,6 +35,7 @@ aligned offset.
 from __future__ import annotations
 
 import os
+import stat
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -38,7 +46,7 @@ from ..formats.caffe.wire import encode_tag, encode_varint
 from .emit import EXPORTERS, Emit, ExportError
 
 __all__ = ["export_program", "ExportResult", "OPSET_DEFAULT", "OPSET_MIN", "opset_range", "EXTERNAL_THRESHOLD",
-           "graph_names", "needed_steps", "make_node", "IR_VERSIONS"]
+           "graph_names", "needed_steps", "make_node", "IR_VERSIONS", "onnx_text", "Names"]
 
 # Softmax normalizes over one axis from opset 13 on (1 and 11 flatten to 2-D first).
 OPSET_MIN = 13
@@ -70,10 +78,69 @@ def _onnx():
     return blobtool_onnx_pb2
 
 
+def onnx_text(name) -> str:
+    """`name` as text protobuf can write (valid UTF-8): each lone surrogate written as an escape.
+
+    A Caffe name that is not UTF-8 reaches blobtool as bytes or as text
+    decoded with surrogateescape (a byte 0xNN that is not UTF-8 held as
+    U+DCNN); ONNX's names are protobuf strings, which must be UTF-8. The
+    escape can equal another name's text: Names numbers the second one.
+    """
+    if isinstance(name, bytes):
+        name = name.decode("utf-8", "surrogateescape")
+    if name.isascii():
+        return name
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return "".join(_escaped(c) for c in name)
+    return name
+
+
+def _escaped(c: str) -> str:
+    code = ord(c)
+    if 0xDC80 <= code <= 0xDCFF:  # surrogateescape's byte
+        return f"\\x{code - 0xDC00:02x}"
+    if 0xD800 <= code <= 0xDFFF:
+        return f"\\u{code:04x}"
+    return c
+
+
+class Names:
+    """Names used once each in one namespace of a graph (its values, or its nodes), valid UTF-8 text.
+
+    `claim(wanted)` gives `wanted` where it is free, else "<wanted>#k" with
+    the lowest k from 2 that is; a counter per wanted name keeps the search
+    linear in the names claimed (a net of 10,000 Eltwise bottoms claims
+    10,000 "<layer>/Add"). `changed` lists (what, wanted, given) for the
+    claims that said what they name and did not get their name.
+    """
+
+    def __init__(self):
+        self.taken: set = set()
+        self.counters: dict = {}
+        self.changed: list = []
+
+    def claim(self, wanted, what: str | None = None) -> str:
+        text = onnx_text(wanted)
+        given = text
+        if not given or given in self.taken:  # an empty name means "no value" to ONNX
+            k = self.counters.get(text, 2)
+            given = f"{text}#{k}"
+            while given in self.taken:
+                k += 1
+                given = f"{text}#{k}"
+            self.counters[text] = k + 1
+        self.taken.add(given)
+        if what is not None and given != wanted:
+            self.changed.append((what, wanted, given))
+        return given
+
+
 def make_node(op: str, inputs: list, outputs: list, *, name: str, **attributes):
     """A NodeProto; each attribute typed as ONNX types it (an int, a float, text, or a list of ints or floats)."""
     pb = _onnx()
-    node = pb.NodeProto(op_type=op, name=name)
+    node = pb.NodeProto(op_type=op, name=onnx_text(name))
     node.input.extend(inputs)
     node.output.extend(outputs)
     kinds = pb.AttributeProto
@@ -97,7 +164,7 @@ def make_node(op: str, inputs: list, outputs: list, *, name: str, **attributes):
 
 def _value_info(name: str, shape):
     pb = _onnx()
-    info = pb.ValueInfoProto(name=name)
+    info = pb.ValueInfoProto(name=onnx_text(name))
     tensor = info.type.tensor_type
     tensor.elem_type = pb.TensorProto.FLOAT
     tensor.shape.SetInParent()  # a scalar's shape too: present, and empty
@@ -117,17 +184,21 @@ class ExportResult:
     weight_bytes: int
     external: str | None = None      # the external data file, where one was written
     notes: list = field(default_factory=list)
+    names: dict = field(default_factory=dict)    # output blob -> its ONNX name
+    input_names: dict = field(default_factory=dict)  # input blob -> its ONNX name
+    renamed: list = field(default_factory=list)  # (what, blobtool's name, ONNX's name) where they differ
 
     def record(self) -> dict:
         return {"path": self.path, "opset": self.opset,
-                "inputs": {k: list(v) for k, v in self.inputs.items()},
-                "outputs": {k: list(v) for k, v in self.outputs.items()},
+                "inputs": {self.input_names.get(k, k): list(v) for k, v in self.inputs.items()},
+                "outputs": {self.names.get(k, k): list(v) for k, v in self.outputs.items()},
                 "nodes": self.nodes, "initializers": self.initializers, "weight_bytes": self.weight_bytes,
-                "external_data": self.external}
+                "external_data": self.external,
+                "renamed": [{"what": what, "name": name, "onnx": given} for what, name, given in self.renamed]}
 
 
 def graph_names(program) -> list:
-    """Per step, the ONNX names of its tops (the last version of a blob by its name, earlier ones "<blob>:<layer>")."""
+    """Per step, the names its tops' values want (the last version of a blob by its name, earlier ones "<blob>:<layer>")."""
     last: dict = {}
     for i, step in enumerate(program.steps):
         for top in step.tops:
@@ -137,34 +208,38 @@ def graph_names(program) -> list:
 
 
 class _Graph:
-    """The nodes and initializers being gathered (Emit's side)."""
+    """The nodes and initializers being gathered (Emit's side), with the names of values and of nodes."""
 
     def __init__(self, opset: int, half: set = frozenset()):
         self.opset = opset
         self.half = half               # (layer, blob index) stored as float16: kept so, cast where used
         self.nodes: list = []
         self.initializers: list = []    # (name, array)
-        self.names: set = set()
+        self.values = Names()
+        self.node_names = Names()
+        self.notes: list = []           # lines for stderr: constants that became Inf or NaN
 
     def unique(self, name: str) -> str:
-        found, k = name, 2
-        while found in self.names:
-            found = f"{name}#{k}"
-            k += 1
-        self.names.add(found)
-        return found
+        """A value's name: `name`, or numbered where it is taken."""
+        return self.values.claim(name)
 
     def initializer(self, name: str, array: np.ndarray) -> str:
-        name = self.unique(name)
+        name = self.values.claim(name, f"initializer {name!r}")
         self.initializers.append((name, np.asarray(array, order="C")))
         return name
 
     def node(self, op: str, inputs: list, outputs: list, *, name: str, **attributes) -> None:
-        self.nodes.append(make_node(op, list(inputs), list(outputs), name=name, **attributes))
+        self.nodes.append(make_node(op, list(inputs), list(outputs), name=self.node_names.claim(name), **attributes))
 
 
 def build_graph(program, opset: int, wanted: list):
-    """The _Graph with every step's nodes; ExportError (naming the net's file) for the first layer that cannot be written."""
+    """(the _Graph with every step's nodes, {input: ONNX name}, {blob in `wanted`: ONNX name}); ExportError for a layer.
+
+    The first layer that cannot be written is ExportError naming the net's
+    file. The names of the inputs and of every blob version are claimed
+    before any layer is written, so that a value of Caffe's keeps its name
+    against the names export makes up ("conv1/0", "conv1/flat").
+    """
     from . import ops  # noqa: F401  the exporters register on import
 
     needed = needed_steps(program, wanted)
@@ -175,22 +250,34 @@ def build_graph(program, opset: int, wanted: list):
                           + (f" (and {len(cannot) - 1} more)" if len(cannot) > 1 else "") + "; nothing was "
                           "written", path=program.path)
     graph = _Graph(opset, getattr(program, "half", set()))
-    for name in program.inputs:
-        graph.names.add(name)
-    names = graph_names(program)
-    current = {name: name for name in program.inputs}
-    for i, (step, tops) in enumerate(zip(program.steps, names)):
-        if i not in needed:  # the graph ends where the outputs asked for are computed
-            continue
-        for t in tops:
-            graph.names.add(t)
+    inputs = {name: graph.values.claim(name, f"input {name!r}") for name in program.inputs}
+    current = dict(inputs)
+    wants = graph_names(program)
+    order = sorted(needed)
+    given: dict = {}   # (step, top index) -> ONNX name
+    # A blob's last version first (the name users ask for), then the in-place layers' inputs.
+    for earlier in (False, True):
+        for i in order:
+            step = program.steps[i]
+            for k, (top, want) in enumerate(zip(step.tops, wants[i])):
+                if (want != top) == earlier:
+                    what = f"blob {top!r} written by layer {step.layer.name!r}" + (
+                        " (an in-place layer's input)" if earlier else "")
+                    given[(i, k)] = graph.values.claim(want, what)
+    for i in order:
+        step = program.steps[i]
+        tops = [given[(i, k)] for k in range(len(step.tops))]
         e = Emit(graph, step, [current[b] for b in step.bottoms], tops)
-        try:
-            EXPORTERS[step.layer.type](e)
-        except ExportError as exc:
-            raise exc.with_path(program.path) from None
+        with np.errstate(all="ignore"):  # a constant that becomes Inf or NaN is said below, in blobtool's words
+            try:
+                EXPORTERS[step.layer.type](e)
+            except ExportError as exc:
+                raise exc.with_path(program.path) from None
+        said = e.not_finite()
+        if said:
+            graph.notes.append(f"{program.path}: {said}")
         current.update(zip(step.tops, tops))
-    return graph
+    return graph, inputs, {name: current[name] for name in wanted}
 
 
 def needed_steps(program, wanted: list) -> set:
@@ -215,25 +302,45 @@ def export_program(program, dest, *, opset: int = OPSET_DEFAULT, outputs=None, n
         raise UsageError(f"{parameter('opset', True)}{opset}: blobtool writes opsets {low} to {high}")
     wanted = program.outputs() if outputs is None else list(outputs)
     _check_outputs(program, wanted)
-    graph = build_graph(program, opset, wanted)
+    graph, inputs, names = build_graph(program, opset, wanted)
     shapes = program.shapes
     pb = _onnx()
     model = pb.ModelProto(ir_version=IR_VERSIONS[opset], producer_name="blobtool", producer_version=version)
     model.opset_import.add(domain="", version=opset)
     body = model.graph
-    body.name = net_name or "caffe_net"
+    body.name = onnx_text(net_name) or "caffe_net"
     body.node.extend(graph.nodes)
-    body.input.extend(_value_info(n, s) for n, s in program.inputs.items())
-    body.output.extend(_value_info(n, shapes[n]) for n in wanted)
+    body.input.extend(_value_info(inputs[n], s) for n, s in program.inputs.items())
+    body.output.extend(_value_info(names[n], shapes[n]) for n in wanted)
     for key, value in (("caffe_net", net_name), ("source", os.path.basename(source)), ("blobtool_version", version)):
-        model.metadata_props.add(key=key, value=value)
+        model.metadata_props.add(key=key, value=onnx_text(value))
     weight_bytes = sum(a.nbytes for _, a in graph.initializers)
     external = None
     if weight_bytes > EXTERNAL_THRESHOLD:
         external = os.fspath(dest) + ".data"
+        beside = os.path.basename(external)
+        if onnx_text(beside) != beside:
+            # The model names its data file in a protobuf string; an escape would name another file.
+            raise UsageError(f"the weights ({weight_bytes:,} bytes) go to {onnx_text(beside)!r} beside the model, "
+                             "and the model names that file in UTF-8 text, which this name is not: give the "
+                             "model a UTF-8 name; nothing was written", path=os.fspath(dest))
     _write(model, graph.initializers, dest, external)
+    renamed = list(graph.values.changed)
     return ExportResult(os.fspath(dest), opset, dict(program.inputs), {n: tuple(shapes[n]) for n in wanted},
-                        len(graph.nodes), len(graph.initializers), weight_bytes, external)
+                        len(graph.nodes), len(graph.initializers), weight_bytes, external,
+                        notes=_renamed_note(renamed, program.path) + list(graph.notes), names=names,
+                        input_names=inputs, renamed=renamed)
+
+
+def _renamed_note(renamed: list, path) -> list:
+    """One line saying which names the model gives otherwise than blobtool, and why (none where all are kept)."""
+    if not renamed:
+        return []
+    shown = "; ".join(f"{what} is {given!r}" for what, _, given in renamed[:4])
+    more = f"; and {len(renamed) - 4} more (--json lists them)" if len(renamed) > 4 else ""
+    one = len(renamed) == 1
+    return [f"{path}: {len(renamed)} name{'' if one else 's'} in the ONNX model differ{'s' if one else ''} from the "
+            f"net's, as ONNX names each value once, in UTF-8 text: {shown}{more}"]
 
 
 def _check_outputs(program, wanted: list) -> None:
@@ -283,10 +390,7 @@ def _write_bytes(out, array: np.ndarray, buffer: np.ndarray) -> None:
     """
     behind = file_behind(array) if array.dtype.byteorder in "=<|" and np.little_endian else None
     data = _little_endian(array) if behind is None else None
-    try:
-        fd = out.fileno()
-    except (AttributeError, OSError, ValueError):
-        fd = None
+    fd = _regular_file(out)
     for start in range(0, array.nbytes, _PIECE):
         size = min(_PIECE, array.nbytes - start)
         if behind is not None:
@@ -295,13 +399,28 @@ def _write_bytes(out, array: np.ndarray, buffer: np.ndarray) -> None:
         else:
             piece = data[start:start + size]
         out.write(piece)
-        if fd is not None and hasattr(os, "posix_fadvise"):
+        if fd is not None:
             out.flush()
             position = out.tell()
             try:
                 os.posix_fadvise(fd, position - size, size, os.POSIX_FADV_DONTNEED)
             except OSError:
-                fd = None  # not a file that takes advice (a pipe): plain writes
+                fd = None  # a file system that takes no advice: plain writes
+
+
+def _regular_file(out) -> int | None:
+    """The descriptor of `out` where it is a regular file that takes advice; None for a FIFO, a socket, a device.
+
+    Only a regular file has a position: tell() on a pipe is ESPIPE ("Illegal
+    seek"), and the model, written in one pass, needs none.
+    """
+    if not hasattr(os, "posix_fadvise"):
+        return None
+    try:
+        fd = out.fileno()
+        return fd if stat.S_ISREG(os.fstat(fd).st_mode) else None
+    except (AttributeError, OSError, ValueError):
+        return None
 
 
 def _numbers() -> tuple:

@@ -5,6 +5,10 @@
 - Deconvolution: ConvTranspose, weight (C_in, C_out / group, kh, kw) as
   Caffe stores it; output s (i - 1) + d (k - 1) + 1 - 2p is ConvTranspose's
   with output_padding 0.
+- Dilation 0 (Caffe takes it: every tap of that axis reads, or adds to, the
+  same place, kernel extent 1), which ONNX refuses: the kernel's taps along
+  that axis summed into one, kernel 1 and dilation 1 there, the same sums
+  in another order.
 - Pooling: MaxPool / AveragePool with Caffe's pads as `pads` and
   ceil_mode=1 (ROUND_MODE CEIL, Caffe's default; FLOOR: 0): the output size,
   the last window starting inside the image or its left pad, is ONNX's own
@@ -37,12 +41,23 @@ def convolution(e) -> None:
     if len(e.bottom_shapes[0]) != 4 or layer.axis(layer.param.convolution_param.axis, 4) != 1:
         raise e.refuse("only 2-D convolutions over axis 1 of a 4-D bottom are written")
     weight = layer.blobs[0]
-    inputs = [e.inputs[0], e.blob(0)]
+    dilations = [int(d) for d in layer.dilation]
+    if 0 in dilations:
+        # im2col / col2im with dilation 0: input row (or column) o s - p + k * 0 for every tap k.
+        summed = weight
+        for axis, d in zip((2, 3), dilations):
+            if d == 0:
+                summed = summed.sum(axis=axis, keepdims=True, dtype=np.float32)
+        weight_name = e.constant("taps_summed", summed)
+        weight, dilations = summed, [max(d, 1) for d in dilations]
+    else:
+        weight_name = e.blob(0)
+    inputs = [e.inputs[0], weight_name]
     if layer.bias_term:
         inputs.append(e.blob(1, (layer.blobs[1].size,)))
     op = "ConvTranspose" if layer.type == "Deconvolution" else "Conv"
     e.node(op, inputs, e.outputs[:1], kernel_shape=[int(weight.shape[2]), int(weight.shape[3])],
-           pads=_pads(layer.pad), strides=list(layer.stride), dilations=list(layer.dilation),
+           pads=_pads(layer.pad), strides=list(layer.stride), dilations=dilations,
            group=int(getattr(layer, "groups", layer.group)))
 
 
