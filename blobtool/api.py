@@ -461,7 +461,6 @@ def export(src, dest, *, definition=None, shapes: dict | None = None, opset: int
                          f"{' ...' if len(half) > 4 else ''}) kept as float16, each cast to float32 where the net "
                          "uses it (exactly: every float16 value is a float32 one)")
         from . import __version__
-
         # With a check the model is written where nothing reads it, and put in place only when the check passes.
         staged = opened.enter_context(Staged([dest] if check else ()))
         result = export_program(program, staged.path(dest), opset=opset or OPSET_DEFAULT, outputs=wanted,
@@ -470,7 +469,8 @@ def export(src, dest, *, definition=None, shapes: dict | None = None, opset: int
         result.notes = notes + result.notes  # the deploy net's, then the model's (names changed, Inf/NaN constants)
         for line in result.notes:
             (warn or warnings.warn)(line)
-        verdict = prove_export(staged, dest, program, wanted, seed=seed, source=doc.path) if check else None
+        verdict = (prove_export(staged, dest, program, wanted, seed=seed, source=doc.path, exported=result)
+                   if check else None)
         return result, verdict
 
 

@@ -119,6 +119,17 @@ def test_caffe_blobs_named_like_exports_own_names_keep_their_names(tmp_path):
     assert "2 names in the ONNX model differ" in line and "initializer 'c/0' is 'c/0#2'" in line
 
 
+def test_export_check_feeds_and_reads_the_model_by_its_own_names(tmp_path):
+    # --check ran onnxruntime with the blobs' names: a renamed output ("data#2") was "Invalid output name".
+    _, model = write_net_files(tmp_path, net([layer("r", "ReLU", "data", "data"),
+                                              layer("p", "Power", "data", "c/0", power_param={"scale": 3.0})],
+                                             {"data": (1, 2, 3, 3)}))
+    out = tmp_path / "net.onnx"
+    done = ok("export", model, "-o", out, "--check", "--outputs", "all")
+    assert "check: " in done.stderr and "computes what" in done.stderr
+    onnx.checker.check_model(str(out), full_check=True)
+
+
 def test_the_json_record_lists_every_name_that_changed(tmp_path):
     _, model = write_net_files(tmp_path, net([layer("r", "ReLU", "data", "data")], {"data": (1, 2)}))
     result = ok("export", model, "-o", tmp_path / "m.onnx", "--outputs", "all", "--json")

@@ -32,8 +32,15 @@ __all__ = ["check_export", "prove_export"]
 _ORT_QUIET = 4
 
 
-def check_export(path: str, program, outputs: list, *, seed: int = 0, source: str = "") -> CheckResult:
-    """CheckResult of the ONNX model at `path` against `program` (before: the Caffe net, after: the model)."""
+def check_export(path: str, program, outputs: list, *, seed: int = 0, source: str = "", input_names=None,
+                 names=None) -> CheckResult:
+    """CheckResult of the ONNX model at `path` against `program` (before: the Caffe net, after: the model).
+
+    `input_names` and `names` ({blob: its name in the model}, the export's
+    ExportResult) say where a blob's name had to change in the model (a
+    collision, a name that is not UTF-8): the model is fed and read by its own.
+    """
+    input_names, names = input_names or {}, names or {}
     import onnx
     import onnxruntime as ort
 
@@ -58,7 +65,8 @@ def check_export(path: str, program, outputs: list, *, seed: int = 0, source: st
     run_options = ort.RunOptions()
     run_options.log_severity_level = _ORT_QUIET
     try:
-        theirs = dict(zip(outputs, session.run(outputs, feeds, run_options)))
+        fed = {input_names.get(n, n): v for n, v in feeds.items()}
+        theirs = dict(zip(outputs, session.run([names.get(o, o) for o in outputs], fed, run_options)))
     except _ort_errors() as exc:
         result.refused = f"onnxruntime cannot run the model: {_first_line(exc)}"
         return result
@@ -68,15 +76,20 @@ def check_export(path: str, program, outputs: list, *, seed: int = 0, source: st
     return result
 
 
-def prove_export(staged, dest, program, outputs: list, *, seed: int = 0, source: str = "") -> CheckResult:
+def prove_export(staged, dest, program, outputs: list, *, seed: int = 0, source: str = "",
+                 exported=None) -> CheckResult:
     """check_export of the model at `staged.path(dest)`, put at `dest` (files.outputs.Staged) only when it passes.
 
     A failed check names `dest` in the result's `withheld`; an error that
     stops the check (the Caffe net cannot run) says `dest` is not written.
+    `exported` (the ExportResult) gives the names the model calls its
+    inputs and outputs by.
     """
     name = os.fspath(dest)
     try:
-        verdict = check_export(os.fspath(staged.path(dest)), program, outputs, seed=seed, source=source)
+        verdict = check_export(os.fspath(staged.path(dest)), program, outputs, seed=seed, source=source,
+                               input_names=getattr(exported, "input_names", None),
+                               names=getattr(exported, "names", None))
     except BlobToolError as exc:
         raise not_written(exc.with_path(source or None), [name]) from exc
     verdict.after = name
