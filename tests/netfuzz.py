@@ -268,6 +268,12 @@ NON_UTF8 = {f"nu@@{k:02d}": b"nu\xff\xfe" + f"{k:02d}".encode() for k in range(8
 NON_UTF8_TEXT = {key: "nu\\377\\376" + key[4:] for key in NON_UTF8}
 
 
+def _repeated(fd) -> bool:
+    """Whether a field is repeated (newer protobuf has is_repeated and no label)."""
+    flag = getattr(fd, "is_repeated", None)
+    return bool(flag) if flag is not None else fd.label == FD.LABEL_REPEATED
+
+
 def _number(cpp, current, pick):
     """An edge value for a field of this C++ type, or one near `current`."""
     if cpp == FD.CPPTYPE_BOOL:
@@ -288,7 +294,7 @@ def _numeric_sites(message, out, path=""):
     """Every (message, field, index) of a number, bool or enum below `message`; unset optional fields too."""
     for fd in message.DESCRIPTOR.fields:
         if fd.cpp_type == FD.CPPTYPE_MESSAGE:
-            if fd.label == FD.LABEL_REPEATED:
+            if _repeated(fd):
                 for k, sub in enumerate(getattr(message, fd.name)):
                     if fd.name == "blobs":
                         _blob_sites(sub, out, f"{path}{fd.name}[{k}].")
@@ -297,7 +303,7 @@ def _numeric_sites(message, out, path=""):
             elif message.HasField(fd.name):
                 _numeric_sites(getattr(message, fd.name), out, f"{path}{fd.name}.")
         elif fd.cpp_type != FD.CPPTYPE_STRING:
-            if fd.label == FD.LABEL_REPEATED:
+            if _repeated(fd):
                 values = getattr(message, fd.name)
                 out.extend((message, fd, k, f"{path}{fd.name}[{k}]") for k in range(len(values)))
                 out.append((message, fd, len(values), f"{path}{fd.name}[+]"))
@@ -320,13 +326,13 @@ def _set_number(message, fd, index, pick):
         value = pick("choice", numbers)
     else:
         current = None
-        if fd.label == FD.LABEL_REPEATED:
+        if _repeated(fd):
             values = getattr(message, fd.name)
             current = values[index] if index < len(values) else None
         elif message.HasField(fd.name):
             current = getattr(message, fd.name)
         value = _number(fd.cpp_type, current, pick)
-    if fd.label == FD.LABEL_REPEATED:
+    if _repeated(fd):
         values = getattr(message, fd.name)
         if index < len(values):
             values[index] = value
@@ -343,6 +349,17 @@ def push_number(m, pick):
     _numeric_sites(m, sites)
     if not sites:
         return "no number"
+    message, fd, index, where = pick("choice", sites)
+    value = _set_number(message, fd, index, pick)
+    return f"{where} = {value!r}"
+
+
+def push_dim(m, pick):
+    """A dimension (an input's, an Input layer's, a Reshape's, a weight's, input_dim) set to an edge value."""
+    sites = [site for site in _all_sites(m) if site[1].name in ("dim", "input_dim", "num", "channels", "height",
+                                                                 "width")]
+    if not sites:
+        return push_number(m, pick)
     message, fd, index, where = pick("choice", sites)
     value = _set_number(message, fd, index, pick)
     return f"{where} = {value!r}"
@@ -373,7 +390,7 @@ def push_param_number(m, pick):
     sites = []
     _numeric_sites(sub, sites)
     # Unset scalars of the message are sites too (_numeric_sites lists them); a nested message is set here.
-    nested = [fd for fd in sub.DESCRIPTOR.fields if fd.cpp_type == FD.CPPTYPE_MESSAGE and fd.label != FD.LABEL_REPEATED]
+    nested = [fd for fd in sub.DESCRIPTOR.fields if fd.cpp_type == FD.CPPTYPE_MESSAGE and not _repeated(fd)]
     if nested and pick("int", 0, 4) == 0:
         fd = pick("choice", nested)
         getattr(sub, fd.name).SetInParent()
@@ -389,7 +406,7 @@ def push_param_number(m, pick):
 
 def resize_repeated(m, pick):
     """A repeated number field (shape dims, kernel sizes, ratios, coefficients) emptied or made long."""
-    sites = [(msg, fd, k, w) for msg, fd, k, w in _all_sites(m) if fd.label == FD.LABEL_REPEATED]
+    sites = [(msg, fd, k, w) for msg, fd, k, w in _all_sites(m) if _repeated(fd)]
     if not sites:
         return "no repeated field"
     message, fd, _, where = pick("choice", sites)
@@ -637,7 +654,7 @@ def input_shape(m, pick):
     return f"an extra input {m.input[-1]!r}"
 
 
-MUTATIONS = (push_number, push_param_number, push_param_number, push_param_number, resize_repeated, repeat_layer,
+MUTATIONS = (push_number, push_dim, push_param_number, push_param_number, push_param_number, resize_repeated, repeat_layer,
              delete_layer, swap_layers, rewire, rewire, make_in_place, rename, change_type, drop_or_duplicate,
              set_weight_values, input_shape)
 FORMS = ("model", "model", "model", "definition", "definition", "bare", "prototxt")
@@ -979,3 +996,15 @@ def reproducer(mutant: Mutant, failure: str) -> str:
     lines += ["blobtool.run(src, definition=definition)",
               "blobtool.export(src, 'net.onnx', definition=definition)"]
     return "\n".join(lines) + "\n"
+
+
+def mutants(seed: int, count: int, *, pool=None) -> list:
+    """`count` mutants drawn from random.Random(seed): the same ones on every machine and run."""
+    import random
+
+    from fuzzcases import random_picker
+
+    rng = random.Random(seed)
+    pick = random_picker(rng)
+    pool = pool if pool is not None else seed_nets()
+    return [mutate_net(rng.choice(pool), pick, rng.randint(1, 3)) for _ in range(count)]
