@@ -271,6 +271,7 @@ def run_nets(fc, args, stats: Stats) -> int:
     rng = random.Random(args.seed)
     pick = fc.random_picker(rng)
     pool = nf.seed_nets()
+    nf.preload()
     for seed in pool:  # blobtool's and onnx's imports happen here, once, not in each forked case
         with tempfile.TemporaryDirectory() as folder:
             nf.check_net_case(nf.Mutant(seed.name, seed.message, "model"), Path(folder))
@@ -285,24 +286,33 @@ def run_nets(fc, args, stats: Stats) -> int:
         try:
             outcomes = nf.check_isolated(mutant, timeout=args.case_timeout)
         except fc.FuzzFailure as exc:
-            kind = nf.failure_kind(str(exc))
-            first = kind not in kinds
-            kinds[kind] = kinds.get(kind, 0) + 1
-            if first:
+            found = nf.failure_kinds(str(exc))
+            new = [kind for kind in found if kind not in kinds]
+            for kind in found:
+                kinds[kind] = kinds.get(kind, 0) + 1
+            for kind in new:  # each new kind gets a reproducer of its own, made smaller for it
+                small, message = mutant, str(exc)
                 if args.minimize:
                     def fails(trial, kind=kind):
                         try:
                             nf.check_isolated(trial, timeout=args.case_timeout)
                         except fc.FuzzFailure as again:
-                            return nf.failure_kind(str(again)) == kind
+                            return kind in nf.failure_kinds(str(again))
                         return False
-                    mutant = nf.minimize(mutant, fails)
+                    small = nf.minimize(mutant, fails, budget_s=30)
+                    try:
+                        nf.check_isolated(small, timeout=args.case_timeout)
+                    except fc.FuzzFailure as again:
+                        message = str(again)
                 failures.mkdir(parents=True, exist_ok=True)
-                name = failures / f"net-{len(kinds):03d}-{seed.name}.py"
-                name.write_text(nf.reproducer(mutant, str(exc)))
-                print(f"fuzz_long: FAILURE ({kind}) saved to {name}: {exc}", flush=True)
+                name = failures / f"net-{list(kinds).index(kind) + 1:03d}-{seed.name}.py"
+                name.write_text(nf.reproducer(small, message))
+                print(f"fuzz_long: FAILURE ({kind}) saved to {name}: {message}", flush=True)
             stats.add(data, [], failed=True)
             continue
+        if outcomes and outcomes[0].call == "skipped":  # legitimately big: not run (netfuzz.BIG_NET_BYTES)
+            stats.data["skipped_big"] = stats.data.get("skipped_big", 0) + 1
+            outcomes = []
         stats.add(data, outcomes)
     stats.flush()
     return 1 if stats.data["failures"] else 0

@@ -66,6 +66,14 @@ MEMORY_BOUND = 256 << 20
 ADDRESS_SPACE_SLACK = 2 << 30
 # A forked case still running after this is killed and counted as a hang.
 HARD_TIMEOUT_S = 20.0
+# A net whose blobs take more than this, none past Caffe's count bound (INT_MAX), is not run: it is
+# legitimately big, and whether it fits is the machine's business.
+BIG_NET_BYTES = 256 << 20
+CAFFE_COUNT_MAX = 2**31 - 1
+# A net that declares big blobs and is accepted may take a second more per this many bytes of them.
+DECLARED_BYTES_PER_S = 100 << 20
+# Layer types whose outputs onnxruntime and blobtool may rightly disagree on past the check's rule.
+UNSTABLE_TYPES = ("ArgMax", "Reduction")
 # An .onnx of a net this small that is bigger than this holds constants computed from untrusted sizes.
 ONNX_BYTES_BOUND = 64 << 20
 
@@ -251,8 +259,9 @@ def seed_nets() -> list:
 # -- mutations ----------------------------------------------------------------------------------------
 
 FD = _descriptor.FieldDescriptor
-INT32_EDGES = (0, 1, -1, 2, 3, -3, 7, 65535, 1 << 30, 2**31 - 1, -2**31)
-UINT32_EDGES = (0, 1, 2, 3, 7, 65535, 1 << 20, 1 << 30, 2**31 - 1, 2**31, 2**32 - 1)
+# 2001 and 5,999,999: a kernel or a window that is slow, not big (issue 43's item 13).
+INT32_EDGES = (0, 1, -1, 2, 3, -3, 7, 2001, 65535, 5_999_999, 1 << 30, 2**31 - 1, -2**31)
+UINT32_EDGES = (0, 1, 2, 3, 7, 2001, 65535, 1 << 20, 5_999_999, 1 << 30, 2**31 - 1, 2**31, 2**32 - 1)
 INT64_EDGES = (0, 1, -1, 2, 3, -3, 65535, 2**31 - 1, 2**31, 2**32, 2**62, 2**63 - 1, -2**63)
 UINT64_EDGES = (0, 1, 2, 3, 65535, 2**31 - 1, 2**31, 2**32, 2**62, 2**63, 2**64 - 1)
 FLOAT_EDGES = (0.0, -0.0, 1.0, -1.0, 0.5, 2.0, -3.0, 1e-45, 1e-30, 1e6, 1e30, 3.4e38, -3.4e38, 1e300,
@@ -284,7 +293,10 @@ def _number(cpp, current, pick):
         return pick("choice", FLOAT_EDGES)
     low, high = _RANGES[cpp]
     if pick("int", 0, 3) == 0 and current is not None:
-        value = int(current) + pick("choice", (-2, -1, 1, 2, 5)) if pick("bool") else int(current) * pick("choice", (2, 10, 1000))
+        if pick("bool"):
+            value = int(current) + pick("choice", (-2, -1, 1, 2, 5))
+        else:
+            value = int(current) * pick("choice", (2, 10, 1000))
     else:
         value = pick("choice", _EDGES[cpp])
     return min(max(value, low), high)
@@ -654,9 +666,9 @@ def input_shape(m, pick):
     return f"an extra input {m.input[-1]!r}"
 
 
-MUTATIONS = (push_number, push_dim, push_param_number, push_param_number, push_param_number, resize_repeated, repeat_layer,
-             delete_layer, swap_layers, rewire, rewire, make_in_place, rename, change_type, drop_or_duplicate,
-             set_weight_values, input_shape)
+MUTATIONS = (push_number, push_dim, push_param_number, push_param_number, push_param_number, resize_repeated,
+             repeat_layer, delete_layer, swap_layers, rewire, rewire, make_in_place, rename, change_type,
+             drop_or_duplicate, set_weight_values, input_shape)
 FORMS = ("model", "model", "model", "definition", "definition", "bare", "prototxt")
 
 
@@ -669,6 +681,7 @@ class Mutant:
     form: str            # model: .caffemodel with weights; definition: .prototxt + that .caffemodel;
                          # bare: .caffemodel without weights; prototxt: the .prototxt alone
     steps: list = field(default_factory=list)
+    check: bool = False  # export with check=True (onnx's full check, onnxruntime against blobtool's run)
 
 
 def mutate_net(seed: NetSeed, pick, rounds: int) -> Mutant:
@@ -681,7 +694,20 @@ def mutate_net(seed: NetSeed, pick, rounds: int) -> Mutant:
             steps.append(f"{how.__name__}: {how(m, pick)}")
         except (ValueError, TypeError) as exc:  # a value protobuf refuses for that field: the step is void
             steps.append(f"{how.__name__}: void ({exc})")
-    return Mutant(seed.name, m, pick("choice", FORMS), steps)
+    return Mutant(seed.name, m, pick("choice", FORMS), steps, check=pick("int", 0, 3) == 0 and _has_onnxruntime())
+
+
+def _has_onnxruntime() -> bool:
+    import importlib.util
+
+    return all(importlib.util.find_spec(name) is not None for name in ("onnx", "onnxruntime"))
+
+
+def preload() -> None:
+    """Import here what a case imports (onnx, onnxruntime), so that a forked case does not spend its time on it."""
+    if _has_onnxruntime():
+        import onnx  # noqa: F401
+        import onnxruntime  # noqa: F401
 
 
 # -- writing and checking a mutant ----------------------------------------------------------------------
@@ -749,8 +775,14 @@ def _where(exc: BaseException) -> str:
     return f"{path}:{f.lineno} in {f.name}"
 
 
-def _traced(call: str, fn) -> NetOutcome:
-    """Run fn under tracemalloc with warnings recorded; FuzzFailure for anything but a BlobToolError."""
+def _traced(call: str, fn, declared=None) -> NetOutcome:
+    """Run fn under tracemalloc with warnings recorded; FuzzFailure for anything but a BlobToolError.
+
+    `declared()`, called once fn succeeded, gives the bytes of the blobs the
+    net it ran declares: a net that asks for much and was accepted may take
+    that much memory (4 times over) and time (DECLARED_BYTES_PER_S) on top
+    of the bounds.
+    """
     own = not tracemalloc.is_tracing()
     if own:
         tracemalloc.start()
@@ -761,9 +793,8 @@ def _traced(call: str, fn) -> NetOutcome:
         error = None
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            try:
-                with np.errstate(all="warn"):
-                    fn()
+            try:  # numpy's own error state (underflow ignored), as on the command line
+                fn()
             except BlobToolError as exc:
                 error = str(exc)
                 if "\n" in error or not error.strip():
@@ -781,15 +812,17 @@ def _traced(call: str, fn) -> NetOutcome:
     finally:
         if own:
             tracemalloc.stop()
+    extra = declared() if declared is not None and error is None else 0
+    time_limit, memory_bound = TIME_LIMIT_S + extra / DECLARED_BYTES_PER_S, MEMORY_BOUND + 4 * extra
     for w in caught:
         if not issubclass(w.category, (DeprecationWarning, PendingDeprecationWarning)):
             path = w.filename.replace("\\", "/")
             path = path[path.rfind("blobtool/"):] if "blobtool/" in path else os.path.basename(path)
             raise FuzzFailure(f"{call}: {w.category.__name__} at {path}:{w.lineno}: {str(w.message)[:200]}")
-    if seconds > TIME_LIMIT_S:
-        raise FuzzFailure(f"{call}: took {seconds:.2f} s (limit {TIME_LIMIT_S} s)")
-    if peak > MEMORY_BOUND:
-        raise FuzzFailure(f"{call}: allocated {peak / 2**20:.0f} MiB at peak (bound {MEMORY_BOUND >> 20} MiB)")
+    if seconds > time_limit:
+        raise FuzzFailure(f"{call}: took {seconds:.2f} s (limit {time_limit:.3g} s)")
+    if peak > memory_bound:
+        raise FuzzFailure(f"{call}: allocated {peak / 2**20:.0f} MiB at peak (bound {memory_bound >> 20} MiB)")
     return NetOutcome(call, error, seconds, peak)
 
 
@@ -809,21 +842,93 @@ def _onnx_checked(path: Path) -> None:
 
 
 def check_net_case(mutant: Mutant, folder: Path) -> list:
-    """Write the mutant in `folder`, run and export it; the NetOutcomes, or FuzzFailure."""
+    """Write the mutant in `folder`, run and export it; the NetOutcomes, or FuzzFailure.
+
+    Export is tried whether or not run failed (export computes constants
+    and writes files of its own); a FuzzFailure names every call that
+    failed, joined by " | ".
+    """
     from blobtool import api
 
     src, definition = write_mutant(mutant, folder)
-    outcomes = [_traced("run", lambda: api.run(str(src), definition=None if definition is None else str(definition)))]
-    dest = Path(folder) / "net.onnx"
-    notes = []
-    exported = _traced("export", lambda: api.export(str(src), str(dest), definition=None if definition is None
-                                                    else str(definition), warn=notes.append))
-    outcomes.append(exported)
+    definition = None if definition is None else str(definition)
+    planned = _planned(str(src), definition)
+    if planned is not None and planned[0] > BIG_NET_BYTES and planned[1] <= CAFFE_COUNT_MAX:
+        # Legitimately big (every blob within Caffe's count bound): too slow for a fuzz case, and whether
+        # it fits is the machine's business; a blob past the bound must be refused, so those still run.
+        return [NetOutcome("skipped", f"declares {planned[0] >> 20} MiB of blobs", 0.0, 0)]
+    outcomes, failures, ran = [], [], []
+    try:
+        outcomes.append(_traced("run", lambda: ran.append(api.run(str(src), definition=definition)),
+                                lambda: declared_bytes(ran[0].program)))
+    except FuzzFailure as exc:
+        failures.append(str(exc))
+    try:
+        outcomes.append(_export(mutant, str(src), definition, Path(folder) / "net.onnx",
+                                declared_bytes(ran[0].program) if ran else 0))
+    except FuzzFailure as exc:
+        failures.append(str(exc))
+    if failures:
+        raise FuzzFailure(" | ".join(failures))
+    return outcomes
+
+
+def _planned(src: str, definition):
+    """(bytes of every blob, the largest blob's count) of the net as blobtool builds it, or None where it does not."""
+    from blobtool.formats import open_document
+    from blobtool.forward.deploy import deploy_net
+    from blobtool.forward.runner import build
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            with open_document(src) as doc:
+                other = open_document(definition) if definition is not None else None
+                try:
+                    program = build(deploy_net(doc, other, {}), doc if doc.kind == "net" and doc.format != "prototxt"
+                                    else None)
+                finally:
+                    if other is not None:
+                        other.close()
+    except Exception:  # noqa: BLE001 - refused or broken: the traced calls will say which
+        return None
+    shapes = list(program.inputs.values()) + [s for step in program.steps for s in step.top_shapes]
+    counts = [math.prod(int(d) for d in shape) for shape in shapes]
+    return 4 * sum(counts), max(counts, default=0)
+
+
+def declared_bytes(program) -> int:
+    """The float32 bytes of every blob a built net declares (each version of a blob written in place once)."""
+    shapes = list(program.inputs.values()) + [s for step in program.steps for s in step.top_shapes]
+    return 4 * sum(math.prod(int(d) for d in shape) for shape in shapes)
+
+
+def _export(mutant: Mutant, src: str, definition, dest: Path, declared: int = 0) -> NetOutcome:
+    from blobtool import api
+
+    notes, verdicts = [], []
+
+    def export():
+        verdicts.append(api.export(src, str(dest), definition=definition, check=mutant.check, warn=notes.append)[1])
+
+    call = "export --check" if mutant.check else "export"
+    # Only a check runs the net (the declared blobs); an export alone writes the weights and constants.
+    exported = _traced(call, export, (lambda: declared) if mutant.check else None)
+    verdict = verdicts[0] if verdicts else None
+    writers = {top: each.type for each in mutant.net.layer for top in each.top}
+    # An ArgMax's index turns on the last bit of near-equal values, and a Reduction's sum of centred
+    # values is rounding noise: the check's rule (1e-4 of the blob's largest value) cannot hold there.
+    differing = [r for r in verdict.differing if writers.get(r["name"]) not in UNSTABLE_TYPES] \
+        if verdict is not None else []
+    if differing:
+        rows = "; ".join(f"{r['name']!r} ({writers.get(r['name'], 'input')}) max difference {r['max_abs']:.3g} "
+                         f"(largest value {r['scale']:.3g})" for r in differing[:3])
+        raise FuzzFailure(f"{call}: onnxruntime differs from the blobtool run: {rows}")
     if exported.error is not None and dest.exists():
-        raise FuzzFailure(f"export: refused ({exported.error[:200]}) but left {dest.name} behind")
+        raise FuzzFailure(f"{call}: refused ({exported.error[:200]}) but left {dest.name} behind")
     if exported.error is None:
         _onnx_checked(dest)
-    return outcomes
+    return exported
 
 
 # -- running a case apart -----------------------------------------------------------------------------------
@@ -918,22 +1023,29 @@ _NUMBERS = re.compile(r"-?\d+(\.\d+)?(e[-+]?\d+)?")
 
 
 def failure_kind(message: str) -> str:
-    """A failure's kind: its message up to the first colon after the location, numbers and quoted names blurred."""
-    head = message.split(": ", 2)
-    kind = ": ".join(head[:2]) if len(head) > 1 else message
+    """A failure's kind: the call, what broke and where, and the start of the message, numbers and names blurred."""
+    message = re.sub(r"\S*netfuzz-[^/\s]*/", "", message)  # the case's temporary folder
+    parts = message.split(": ", 3)
+    kind = ": ".join(parts[:2] + [part[:60] for part in parts[2:3]])
     kind = re.sub(r"'[^']*'", "'…'", kind)
-    return _NUMBERS.sub("N", kind)[:160]
+    kind = re.sub(r'"[^"]*"', '"…"', kind)
+    return _NUMBERS.sub("N", kind)[:200]
+
+
+def failure_kinds(message: str) -> list:
+    """The kind of each failure a case reported (check_net_case joins them with " | ")."""
+    return [failure_kind(part) for part in message.split(" | ")]
 
 
 def minimize(mutant: Mutant, fails, *, budget_s: float = 60.0) -> Mutant:
     """A smaller mutant for which fails(mutant) still holds: layers, then parameters and weights taken away."""
     deadline = time.monotonic() + budget_s
-    best = Mutant(mutant.seed, copy.deepcopy(mutant.net), mutant.form, list(mutant.steps))
+    best = Mutant(mutant.seed, copy.deepcopy(mutant.net), mutant.form, list(mutant.steps), mutant.check)
 
     def attempt(change) -> bool:
         if time.monotonic() > deadline:
             return False
-        trial = Mutant(best.seed, copy.deepcopy(best.net), best.form, best.steps)
+        trial = Mutant(best.seed, copy.deepcopy(best.net), best.form, best.steps, best.check)
         if change(trial.net) is False:
             return False
         if fails(trial):
@@ -958,7 +1070,7 @@ def minimize(mutant: Mutant, fails, *, budget_s: float = 60.0) -> Mutant:
                     m.layer[k].ClearField(name)
                 progress |= attempt(clear)
     if best.form in ("model", "definition") and not any(each.blobs for each in best.net.layer):
-        trial = Mutant(best.seed, best.net, "prototxt", best.steps)
+        trial = Mutant(best.seed, best.net, "prototxt", best.steps, best.check)
         if fails(trial):
             best.form = "prototxt"
     return best
@@ -971,17 +1083,22 @@ def reproducer(mutant: Mutant, failure: str) -> str:
     weights = {}
     for each in bare.layer:
         if each.blobs and mutant.form in ("model", "definition"):
-            weights[each.name] = [(list(b.shape.dim), [float(v) for v in b.data]) for b in each.blobs]
+            weights[each.name] = [(list(b.shape.dim), np.asarray(b.data, np.float32)) for b in each.blobs]
         del each.blobs[:]
     text = text_format.MessageToString(bare)
     used = {key: raw for key, raw in NON_UTF8.items() if key in text}
-    lines = [f"# {failure}", f"# seed {mutant.seed}, form {mutant.form}; steps: {'; '.join(mutant.steps)}",
+    how = f"form {mutant.form}{', export --check' if mutant.check else ''}"
+    lines = [f"# {failure}", f"# seed {mutant.seed}, {how}; steps: {'; '.join(mutant.steps)}",
              "from pathlib import Path", "from google.protobuf import text_format",
              "from blobtool._pb import blobtool_caffe_pb2 as pb", "import blobtool",
              "nan, inf = float('nan'), float('inf')",
              f"TEXT = r\'\'\'{text}\'\'\'", "net = text_format.Parse(TEXT, pb.NetParameter())"]
     if weights:
-        lines += [f"WEIGHTS = {weights!r}  # {{layer: [(shape, values)]}}",
+        # float32's shortest text of each value reads back as the same float32 (nan and inf defined above).
+        shown = ", ".join(f"{name!r}: [" + ", ".join(f"({dims!r}, [{', '.join(str(v) for v in values)}])"
+                                                   for dims, values in blobs) + "]"
+                          for name, blobs in weights.items())
+        lines += [f"WEIGHTS = {{{shown}}}  # {{layer: [(shape, values)]}}",
                   "for each in net.layer:",
                   "    for dims, values in WEIGHTS.get(each.name, []):",
                   "        b = each.blobs.add(); b.shape.dim.extend(dims); b.data.extend(values)"]
@@ -994,7 +1111,7 @@ def reproducer(mutant: Mutant, failure: str) -> str:
         if mutant.form == "definition":
             lines += [f"Path('deploy.prototxt').write_text({prototxt})", "definition = 'deploy.prototxt'"]
     lines += ["blobtool.run(src, definition=definition)",
-              "blobtool.export(src, 'net.onnx', definition=definition)"]
+              f"blobtool.export(src, 'net.onnx', definition=definition{', check=True' if mutant.check else ''})"]
     return "\n".join(lines) + "\n"
 
 

@@ -26,11 +26,12 @@ from fuzzcases import FuzzFailure
 from runner import REPO, subprocess_env
 
 # The fixed mutants of the quick test: random.Random(QUICK_SEED)'s first QUICK_COUNT.
-QUICK_SEED, QUICK_COUNT = 10, 36
+QUICK_SEED, QUICK_COUNT = 5, 36
 
 
 @pytest.fixture(scope="module")
 def pool():
+    nf.preload()  # onnx and onnxruntime imported once here, not in every forked case's timed export
     return nf.seed_nets()
 
 
@@ -79,7 +80,7 @@ def test_a_fixed_few_dozen_mutants_pass_the_check(pool):
     assert {m.form for m in chosen} == {"model", "definition", "bare", "prototxt"}
     assert len({step.split(":")[0] for m in chosen for step in m.steps}) >= 10
     accepted = [o for o in outcomes if o.error is None]
-    assert {o.call for o in accepted} == {"run", "export"} and len(accepted) >= 10
+    assert {o.call for o in accepted} == {"run", "export", "export --check"} and len(accepted) >= 10
     assert len(outcomes) - len(accepted) >= 10
     assert time.monotonic() - start < 30
 
@@ -87,7 +88,7 @@ def test_a_fixed_few_dozen_mutants_pass_the_check(pool):
 def test_mutations_reach_the_edges(pool):
     """Over a few hundred mutants: 2^31 and 2^62 in a field, NaN, a repeated layer, a rewired bottom, a long name."""
     steps = " | ".join(s for m in nf.mutants(3, 400, pool=pool) for s in m.steps)
-    for needle in ("= 2147483648", "= 4611686018427387904", "= nan", "repeat_layer: layer", "rewire: ",
+    for needle in ("= 2147483648", "= 4611686018427387904", " nan", "repeat_layer: layer", "rewire: ",
                    "make_in_place: ", "'xxxxxxxx", "nu@@", "change_type: ", "given twice", "input_dim"):
         assert needle in steps, needle
 
@@ -132,6 +133,10 @@ def test_traced_fails_a_numpy_warning_a_slow_call_and_a_large_allocation(monkeyp
     monkeypatch.setattr(nf, "MEMORY_BOUND", 1 << 20)
     with pytest.raises(FuzzFailure, match=r"allocated \d+ MiB at peak \(bound 1 MiB\)"):
         nf._traced("run", lambda: np.zeros(4 << 20, np.uint8))
+    # A net accepted with 2 MiB of declared blobs may take 4 x 2 MiB more, and 2 MiB / DECLARED_BYTES_PER_S longer.
+    assert nf._traced("run", lambda: np.zeros(4 << 20, np.uint8), lambda: 2 << 20).error is None
+    monkeypatch.setattr(nf, "DECLARED_BYTES_PER_S", 20 << 20)
+    assert nf._traced("run", lambda: time.sleep(0.1), lambda: 2 << 20).seconds >= 0.1
 
 
 def test_isolated_returns_the_answer_and_bounds_memory_and_time():
@@ -162,6 +167,25 @@ def test_a_refused_export_that_leaves_its_file_is_a_failure(monkeypatch, tmp_pat
     seed = next(s for s in pool if s.name == "lrn_tile")
     with pytest.raises(FuzzFailure, match="refused .*cannot.* but left net.onnx behind"):
         nf.check_net_case(nf.Mutant(seed.name, seed.message, "model"), tmp_path)
+
+
+def test_a_legitimately_big_net_is_skipped_and_a_blob_past_caffes_bound_is_not(tmp_path):
+    from caffenets import layer, net
+
+    big = nf.Mutant("by hand", net([layer("r", "ReLU", "data")], {"data": (4096, 3, 64, 64)}), "prototxt")
+    (tmp_path / "big").mkdir()
+    assert [(o.call, o.error) for o in nf.check_net_case(big, tmp_path / "big")] == \
+        [("skipped", "declares 384 MiB of blobs")]
+    # 2^32 - 2 values in one blob: Caffe refuses it (count past INT_MAX), so the case runs, whatever it costs.
+    tiled = nf.Mutant("by hand", net([layer("t", "Tile", "data", tile_param={"tiles": 2**31 - 1})], {"data": (1, 2)}),
+                      "prototxt")
+    (tmp_path / "tiled").mkdir()
+    try:
+        outcomes = nf.isolated(lambda: nf.check_net_case(tiled, tmp_path / "tiled"), slack=256 << 20)
+    except FuzzFailure as exc:
+        assert "run: " in str(exc)
+    else:
+        assert outcomes[0].call == "run" and outcomes[0].error is not None
 
 
 def test_failure_kinds_blur_numbers_and_names():
