@@ -80,7 +80,9 @@ def test_a_fixed_few_dozen_mutants_pass_the_check(pool):
     assert {m.form for m in chosen} == {"model", "definition", "bare", "prototxt"}
     assert len({step.split(":")[0] for m in chosen for step in m.steps}) >= 10
     accepted = [o for o in outcomes if o.error is None]
-    assert {o.call for o in accepted} == {"run", "export", "export --check"} and len(accepted) >= 10
+    # Without the onnx extra (CI's oldest protobuf) no mutant exports with check=True.
+    checked = {"export --check"} if nf._has_onnxruntime() else set()
+    assert {o.call for o in accepted} == {"run", "export"} | checked and len(accepted) >= 10
     assert len(outcomes) - len(accepted) >= 10
     assert time.monotonic() - start < 30
 
