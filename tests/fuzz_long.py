@@ -2,6 +2,7 @@
 
     python tests/fuzz_long.py --seconds 600             # atheris if installed, else random mutations
     python tests/fuzz_long.py --seconds 600 --engine random
+    python tests/fuzz_long.py --nets --seconds 600       # deploy definitions through run and export
 
 With atheris (pip install atheris) the run is coverage-guided: libFuzzer's own
 byte mutations, half the time replaced by fuzzcases' protobuf-aware ones
@@ -27,6 +28,16 @@ input + 1 MiB is a failure. The random engine saves failing inputs in
 WORKDIR/failures and goes on; atheris stops at the first and saves it as
 crash-*. Both print a summary line every 30 s and at the end, and keep it in
 WORKDIR/stats.json.
+
+With --nets it fuzzes deploy definitions instead of readers (tests/netfuzz.py):
+small valid nets whose numbers are pushed to their edges, layers repeated,
+bottoms rewired, names made to collide, each written as a .caffemodel and/or
+a .prototxt and given to blobtool's run and export library calls in a forked
+child (an address-space limit, a hard timeout). Anything but BlobToolError, a
+warning, a call over 2 s, traced allocations over 256 MiB, a refused export
+that left its file, or a model onnx's checker refuses is a failure; each
+distinct kind is saved in WORKDIR/failures as a Python reproducer (made
+smaller first with --minimize) and counted in stats.json.
 """
 
 from __future__ import annotations
@@ -251,6 +262,62 @@ def run_atheris(fc, args, stats: Stats) -> int:
     return 0
 
 
+def run_nets(fc, args, stats: Stats) -> int:
+    """Mutated deploy definitions through run and export until --seconds pass; 1 when anything failed."""
+    import tempfile
+
+    import netfuzz as nf
+
+    rng = random.Random(args.seed)
+    pick = fc.random_picker(rng)
+    pool = nf.seed_nets()
+    nf.preload()
+    for seed in pool:  # blobtool's and onnx's imports happen here, once, not in each forked case
+        with tempfile.TemporaryDirectory() as folder:
+            nf.check_net_case(nf.Mutant(seed.name, seed.message, "model"), Path(folder))
+    failures = args.workdir / "failures"
+    kinds: dict = {}
+    stats.data["kinds"] = kinds
+    deadline = time.monotonic() + args.seconds
+    while time.monotonic() < deadline:
+        seed = rng.choice(pool)
+        mutant = nf.mutate_net(seed, pick, rng.randint(1, 3))
+        data = mutant.net.SerializePartialToString()
+        try:
+            outcomes = nf.check_isolated(mutant, timeout=args.case_timeout)
+        except fc.FuzzFailure as exc:
+            found = nf.failure_kinds(str(exc))
+            new = [kind for kind in found if kind not in kinds]
+            for kind in found:
+                kinds[kind] = kinds.get(kind, 0) + 1
+            for kind in new:  # each new kind gets a reproducer of its own, made smaller for it
+                small, message = mutant, str(exc)
+                if args.minimize:
+                    def fails(trial, kind=kind):
+                        try:
+                            nf.check_isolated(trial, timeout=args.case_timeout)
+                        except fc.FuzzFailure as again:
+                            return kind in nf.failure_kinds(str(again))
+                        return False
+                    small = nf.minimize(mutant, fails, budget_s=30)
+                    try:
+                        nf.check_isolated(small, timeout=args.case_timeout)
+                    except fc.FuzzFailure as again:
+                        message = str(again)
+                failures.mkdir(parents=True, exist_ok=True)
+                name = failures / f"net-{list(kinds).index(kind) + 1:03d}-{seed.name}.py"
+                name.write_text(nf.reproducer(small, message))
+                print(f"fuzz_long: FAILURE ({kind}) saved to {name}: {message}", flush=True)
+            stats.add(data, [], failed=True)
+            continue
+        if outcomes and outcomes[0].call == "skipped":  # legitimately big: not run (netfuzz.BIG_NET_BYTES)
+            stats.data["skipped_big"] = stats.data.get("skipped_big", 0) + 1
+            outcomes = []
+        stats.add(data, outcomes)
+    stats.flush()
+    return 1 if stats.data["failures"] else 0
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=int, default=600, help="how long to run (default 600)")
@@ -258,10 +325,22 @@ def main(argv=None) -> int:
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/blobtool-fuzz"),
                         help="where the corpus, failures and stats.json go")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--nets", action="store_true",
+                        help="fuzz deploy definitions through run and export (tests/netfuzz.py), not the readers")
+    parser.add_argument("--minimize", action="store_true", help="--nets: make each new failure's net smaller first")
+    parser.add_argument("--case-timeout", type=float, default=10.0,
+                        help="--nets: seconds after which a case is killed (default 10)")
     parser.add_argument("--max-len", type=int, default=65536 + 4096, help="atheris: largest input in bytes")
     args = parser.parse_args(argv)
     _run_where_the_dependencies_are(argv)
     args.workdir.mkdir(parents=True, exist_ok=True)
+    if args.nets:
+        import fuzzcases as fc
+        import netfuzz
+
+        stats = Stats(args.workdir / "stats.json", "nets", lambda size: netfuzz.MEMORY_BOUND)
+        print(f"fuzz_long: deploy definitions for {args.seconds} s, working in {args.workdir}", flush=True)
+        return run_nets(fc, args, stats)
     engine = args.engine
     if engine == "auto":
         try:
