@@ -416,3 +416,12 @@ def test_a_net_of_thousands_of_data_layers_is_said_in_a_short_line(tmp_path):
     result = ok("export", model, "-o", tmp_path / "m.onnx")
     (line,) = [ln for ln in result.stderr.splitlines() if "left out of the deploy net" in ln]
     assert line.endswith("d10 (DummyData), d11 (DummyData) and 28 more")
+
+
+def test_clip_with_min_above_max_exports_caffes_values(tmp_path):
+    # Caffe's max(min, min(x, max)) gives min everywhere; ONNX's Clip gives max: it was exit 0, wrong values.
+    layers = [layer("c", "Clip", "data", clip_param={"min": 2.0, "max": -1.0})]
+    result, ours, theirs, _ = _export_and_run(tmp_path, layers, {"data": (1, 2, 3, 3)})
+    assert np.all(ours["c"] == 2.0)
+    _agree(ours, theirs)
+    check_onnx(tmp_path / "net.onnx")

@@ -235,19 +235,19 @@ def deploy_net(doc, definition=None, shapes: dict | None = None, given: dict | N
     needed = [b for b in absent if b not in labels and b not in loss_read]
     if needed:
         b = needed[0]
-        where = f"layer {absent[b]} reads it"
+        where = f"layer {_printable(absent[b])} reads it"
         merged = _merging_layer(kept, net, b, declared)
         if merged is not None:
-            shape = f"{parameter('shapes', True)}{merged[2]}=N,C,H,W"
+            shape = f"{parameter('shapes', True)}{_printable(merged[2])}=N,C,H,W"
             raise UsageError(f"{b!r} comes from data layers outside the TEST net ({where}); layer "
-                             f"{merged[0]} ({merged[1]}) merges them into {merged[2]!r}: give {shape} to take that "
+                             f"{_printable(merged[0])} ({merged[1]}) merges them into {merged[2]!r}: give {shape} to take that "
                              f"blob as the input, or {parameter('definition')} with the net's deploy.prototxt",
                              path=structure.path)
         if b in missing_inputs:
             raise UsageError(f"input {b!r} has no shape ({where}; a data layer's shape lies in its database): "
-                             f"give {parameter('shapes', True)}{b}=N,C,H,W", path=structure.path)
+                             f"give {parameter('shapes', True)}{_printable(b)}=N,C,H,W", path=structure.path)
         raise UsageError(f"blob {b!r} is an input of the deploy net that nothing gives ({where}): give "
-                         f"{parameter('shapes', True)}{b}=N,C,H,W, or {parameter('definition')} with the net's "
+                         f"{parameter('shapes', True)}{_printable(b)}=N,C,H,W, or {parameter('definition')} with the net's "
                          "deploy.prototxt", path=structure.path)
     if not runs:
         raise UsageError("the deploy net runs no layer", path=structure.path)
@@ -268,6 +268,11 @@ def deploy_net(doc, definition=None, shapes: dict | None = None, given: dict | N
             layer.ClearField(gone)
         result.layer_names.append(net.names[i])
     return result
+
+
+def _printable(name: str) -> str:
+    """A name as a message shows it in place: as it is, or escaped where it holds a line break or other control."""
+    return name if name.isprintable() else repr(name)[1:-1]
 
 
 def _softmax_of(loss, pb, taken: set):

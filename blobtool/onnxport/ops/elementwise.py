@@ -4,7 +4,7 @@
   slope as [C, 1, ...] (ONNX broadcasts from the right: a bare [C] would
   meet the last axis), one value when channel_shared; ELU, Sigmoid, TanH,
   AbsVal: Elu, Sigmoid, Tanh, Abs; BNLL: Softplus (log(1 + exp(x))); Clip,
-  ReLU6: Clip; Threshold: Greater, then Cast to float; Swish: x * Sigmoid(beta x);
+  ReLU6: Clip (Min then Max, Caffe's order, where min > max); Threshold: Greater, then Cast to float; Swish: x * Sigmoid(beta x);
   Dropout: Identity (the TEST phase; x * (1 - ratio) for the forks'
   scale_train false).
 - Power: (shift + scale x) ^ power, each step only where Caffe takes it;
@@ -79,6 +79,11 @@ def unary(e) -> None:
 @exporter("Clip", "ReLU6")
 def clip(e) -> None:
     low, high = (0.0, 6.0) if e.layer.type == "ReLU6" else (float(e.layer.low), float(e.layer.high))
+    if low > high:
+        # Caffe's max(min, min(x, max)) is min everywhere; ONNX's Clip gives max there: Caffe's order, written out.
+        below = e.node("Min", [e.inputs[0], e.constant("max", _scalar(high))], [e.temp("below")])[0]
+        e.node("Max", [below, e.constant("min", _scalar(low))], e.outputs)
+        return
     e.node("Clip", [e.inputs[0], e.constant("min", _scalar(low)), e.constant("max", _scalar(high))], e.outputs)
 
 
