@@ -413,3 +413,28 @@ def test_a_v0_net_is_refused_naming_the_upgrade(tmp_path):
                                                               bottom=["data"], top=["conv1"])])
     assert_error(invoke("run", path, "--input-shape", "data=1,1,5,5"), 3,
                  "layer 'conv1' is in Caffe's first (V0) layer format", "upgrade_net_proto_binary")
+
+
+@pytest.mark.caffe
+@pytest.mark.parametrize("case", ["two-layers", "over-the-input", "split-onto-the-input"])
+def test_a_blob_of_two_sources_is_refused_as_caffe_refuses_it(tmp_path, case):
+    # Caffe's Net::AppendTop: a top that is not in place (its bottom of the same position) and is known
+    # already is "Top blob produced by multiple sources". blobtool let the later writer win.
+    from caffeoracle import caffe_refusal
+
+    layers = {
+        "two-layers": [layer("a", "Power", "data", "x", power_param={"scale": 2.0}),
+                       layer("b", "Power", "data", "x", power_param={"scale": 3.0})],
+        "over-the-input": [layer("a", "Power", "data", "y"), layer("b", "Power", "y", "data")],
+        "split-onto-the-input": [layer("s", "Split", "data", ["data2", "data"])],
+    }[case]
+    message = net(layers, {"data": (1, 2, 3)})
+    refusal = caffe_refusal(message, {"data": np.ones((1, 2, 3), np.float32)}, tmp_path)
+    assert refusal is not None and "Top blob" in refusal.line and "produced by multiple sources" in refusal.line
+    _, model = write_net_files(tmp_path, message)
+    said = ("writes its bottom 'data' in place; Caffe's Split layer does not allow in-place computation",) \
+        if case == "split-onto-the-input" else ("gives already, and not in place", "produced by multiple sources")
+    for command in ("run", "export"):
+        args = ["-o", tmp_path / "out.onnx"] if command == "export" else []
+        assert_error(invoke(command, model, *args), 3, *said)
+    assert not (tmp_path / "out.onnx").exists()

@@ -333,6 +333,7 @@ def build(deploy, weights, *, weights_by_layer: dict | None = None, aligned: boo
     shared: dict = {}
     steps = []
     shapes = {name: check_shape(shape, f"input {name!r}", deploy.source) for name, shape in deploy.inputs.items()}
+    writers = {n: None for n in deploy.inputs}   # blob -> the layer that gave it (None: an input)
     for message, name in zip(messages, deploy.layer_names or [text(m.name) for m in messages]):
         kind = text(message.type)
         blobs = list(held.get(name, ()))
@@ -350,12 +351,31 @@ def build(deploy, weights, *, weights_by_layer: dict | None = None, aligned: boo
             raise exc.with_path(path) from None
         if len(out_shapes) != len(tops):
             raise AssertionError(f"layer {name}: reshape gave {len(out_shapes)} shapes for {len(tops)} tops")
+        _one_source(name, kind, bottoms, tops, writers, path)
         # Caffe's Blob::Reshape refuses a top past its limits before any memory is had for it; so does this pass.
         for top, shape in zip(tops, out_shapes):
             check_shape(shape, f"layer {name!r} ({kind}): top {top!r}", path)
         shapes.update(zip(tops, out_shapes))
         steps.append(Step(layer, bottoms, tops, in_shapes, out_shapes, work, what))
     return Program(dict(deploy.inputs), steps, path, half)
+
+
+def _one_source(name: str, kind: str, bottoms: tuple, tops: tuple, writers: dict, path) -> None:
+    """FormatError where a layer writes a blob an input or an earlier layer gives, other than in place.
+
+    Mirrors Net::AppendTop: top k is in place when bottom k has its name;
+    any other top already known is "Top blob produced by multiple sources",
+    which Caffe refuses (the later writer would hide the earlier one).
+    """
+    for k, top in enumerate(tops):
+        if k < len(bottoms) and bottoms[k] == top:
+            continue
+        if top in writers:
+            given = "the net's input" if writers[top] is None else f"layer {writers[top]!r}"
+            raise FormatError(f"layer {name!r} ({kind}) writes blob {top!r}, which {given} gives already, and not in "
+                              "place (its bottom of the same position): Caffe refuses a blob of two sources ('Top "
+                              "blob produced by multiple sources')", path=path)
+        writers[top] = name
 
 
 def _nbytes(shape) -> int:
