@@ -926,7 +926,11 @@ def _export(mutant: Mutant, src: str, definition, dest: Path, declared: int = 0)
         raise FuzzFailure(f"{call}: onnxruntime differs from the blobtool run: {rows}")
     if exported.error is not None and dest.exists():
         raise FuzzFailure(f"{call}: refused ({exported.error[:200]}) but left {dest.name} behind")
-    if exported.error is None:
+    if verdict is not None and not verdict.passed:
+        # A failed check (here only on an unstable blob) leaves no model: blobtool writes only what it proved.
+        if dest.exists():
+            raise FuzzFailure(f"{call}: the check failed but {dest.name} was written")
+    elif exported.error is None:
         _onnx_checked(dest)
     return exported
 
