@@ -32,6 +32,20 @@ from blobtool._pb import blobtool_caffe_pb2 as pb
 
 LEGACY_FIELDS = ("num", "channels", "height", "width")
 
+
+def _protobuf_refuses_bad_utf8() -> bool:
+    # The pure-Python runtime (protobuf 3.20 where no compiled one exists) refuses
+    # a string that is not UTF-8; the compiled ones hand it over as bytes.
+    try:
+        pb.NetParameter().ParseFromString(b"\x0a\x01\xff")
+    except Exception:  # noqa: BLE001  UnicodeDecodeError or DecodeError, by runtime
+        return True
+    return False
+
+
+# Whether this protobuf runtime refuses a string that is not UTF-8 (blobtool then refuses it too).
+REFUSES_BAD_UTF8 = _protobuf_refuses_bad_utf8()
+
 # -- hand encoding ----------------------------------------------------------------------
 
 VARINT, I64, LEN, I32 = 0, 1, 2, 5

@@ -18,7 +18,7 @@ import pytest
 from google.protobuf import json_format, text_format
 
 from blobtool._pb import blobtool_caffe_pb2 as pb
-from builders import len_field, varint_field
+from builders import REFUSES_BAD_UTF8, len_field, varint_field
 from caffenets import layer, net
 from runner import assert_error, invoke, ok, one_json
 
@@ -238,17 +238,6 @@ def test_a_misspelt_field_where_text_cannot_walk_is_still_refused(tmp_path):
 
 # -- item 6: names are byte strings ----------------------------------------------------------
 
-def _protobuf_refuses_bad_utf8() -> bool:
-    # protobuf's pure-Python runtime (3.20.3 where no compiled one exists) refuses a string that is
-    # not UTF-8, and so does blobtool there; the compiled runtimes hand it over as bytes.
-    try:
-        pb.NetParameter().ParseFromString(b"\x0a\x01\xff")
-    except Exception:  # noqa: BLE001  UnicodeDecodeError or DecodeError, by runtime
-        return True
-    return False
-
-
-REFUSES_BAD_UTF8 = _protobuf_refuses_bad_utf8()
 
 
 def _refused_where_protobuf_refuses(*args) -> bool:

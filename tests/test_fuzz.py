@@ -32,7 +32,7 @@ from blobtool.formats.caffe import wire
 from blobtool._pb import blobtool_caffe_pb2 as pb
 from blobtool.formats import MAX_BLOBS, open_document
 from blobtool.formats.caffe import MAX_LAYERS
-from builders import blob_bytes, npy_bytes, npy_header_bytes, ternary_fork_fields
+from builders import REFUSES_BAD_UTF8, blob_bytes, npy_bytes, npy_header_bytes, ternary_fork_fields
 from runner import run_blobtool
 
 # Fuzzing: long (a minute and more in all); `pytest -m "not slow"` leaves it out, CI runs it.
@@ -497,18 +497,6 @@ def test_hostile_npz_members_are_refused_before_reading():
                                             r"\.npz members are stored or deflated"):
         load_all(io.BytesIO(_npz_with(member, method=12)))
 
-
-def _protobuf_refuses_bad_utf8() -> bool:
-    # The pure-Python runtime (protobuf 3.20 where no compiled one exists) refuses
-    # a string that is not UTF-8; the compiled ones hand it over as bytes.
-    try:
-        pb.NetParameter().ParseFromString(b"\x0a\x01\xff")
-    except Exception:  # noqa: BLE001  UnicodeDecodeError or DecodeError, by runtime
-        return True
-    return False
-
-
-REFUSES_BAD_UTF8 = _protobuf_refuses_bad_utf8()
 
 
 def test_non_utf8_names_are_text():

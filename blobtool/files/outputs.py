@@ -77,12 +77,7 @@ def atomic_output(dest):
         raise
     finally:
         INPUTS.temporaries.discard(tmp)
-    with contextlib.suppress(OSError):
-        dir_fd = os.open(folder, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+    _fsync_folder(folder)
 
 
 def writes_in_place(dest) -> bool:
