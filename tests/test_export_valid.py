@@ -425,3 +425,13 @@ def test_clip_with_min_above_max_exports_caffes_values(tmp_path):
     assert np.all(ours["c"] == 2.0)
     _agree(ours, theirs)
     check_onnx(tmp_path / "net.onnx")
+
+
+def test_clip_of_nan_exports_caffes_min(tmp_path):
+    # clip_layer.cpp's comparisons turn NaN into min; ONNX's Clip keeps NaN (found by fuzz_long --nets).
+    layers = [layer("log", "Log", "data"), layer("c", "Clip", "log", clip_param={"min": -1.0, "max": 2.0})]
+    result, ours, theirs, _ = _export_and_run(tmp_path, layers, {"data": (1, 2, 3, 3)})
+    assert np.isnan(ours["log"]).any() and np.all(ours["c"][np.isnan(ours["log"])] == -1.0)
+    np.testing.assert_allclose(theirs["log"], ours["log"], rtol=1e-6, atol=1e-6, equal_nan=True)
+    assert not np.isnan(theirs["c"]).any()
+    np.testing.assert_allclose(theirs["c"], ours["c"], rtol=1e-6, atol=1e-6)

@@ -3,8 +3,9 @@
 - ReLU: Relu, or LeakyRelu(alpha = negative_slope); PReLU: PRelu with the
   slope as [C, 1, ...] (ONNX broadcasts from the right: a bare [C] would
   meet the last axis), one value when channel_shared; ELU, Sigmoid, TanH,
-  AbsVal: Elu, Sigmoid, Tanh, Abs; BNLL: Softplus (log(1 + exp(x))); Clip,
-  ReLU6: Clip (Min then Max, Caffe's order, where min > max); Threshold: Greater, then Cast to float; Swish: x * Sigmoid(beta x);
+  AbsVal: Elu, Sigmoid, Tanh, Abs; BNLL: Softplus (log(1 + exp(x))); ReLU6:
+  Clip; Clip: Clip (Min then Max, Caffe's order, where min > max), NaN made
+  min by Where(IsNaN) as Caffe's comparisons make it; Threshold: Greater, then Cast to float; Swish: x * Sigmoid(beta x);
   Dropout: Identity (the TEST phase; x * (1 - ratio) for the forks'
   scale_train false).
 - Power: (shift + scale x) ^ power, each step only where Caffe takes it;
@@ -78,13 +79,22 @@ def unary(e) -> None:
 
 @exporter("Clip", "ReLU6")
 def clip(e) -> None:
-    low, high = (0.0, 6.0) if e.layer.type == "ReLU6" else (float(e.layer.low), float(e.layer.high))
+    if e.layer.type == "ReLU6":
+        # The forks' min(max(x, 0), 6), NaN kept: ONNX's Clip.
+        e.node("Clip", [e.inputs[0], e.constant("min", _scalar(0.0)), e.constant("max", _scalar(6.0))], e.outputs)
+        return
+    low, high = float(e.layer.low), float(e.layer.high)
+    minimum = e.constant("min", _scalar(low))
     if low > high:
         # Caffe's max(min, min(x, max)) is min everywhere; ONNX's Clip gives max there: Caffe's order, written out.
         below = e.node("Min", [e.inputs[0], e.constant("max", _scalar(high))], [e.temp("below")])[0]
-        e.node("Max", [below, e.constant("min", _scalar(low))], e.outputs)
-        return
-    e.node("Clip", [e.inputs[0], e.constant("min", _scalar(low)), e.constant("max", _scalar(high))], e.outputs)
+        clipped = e.node("Max", [below, minimum], [e.temp("clipped")])[0]
+    else:
+        clipped = e.node("Clip", [e.inputs[0], minimum, e.constant("max", _scalar(high))], [e.temp("clipped")])[0]
+    # clip_layer.cpp's std::max(min, std::min(x, max)) turns NaN into min (both comparisons are false);
+    # ONNX's Clip, Min and Max keep it.
+    nan = e.node("IsNaN", [e.inputs[0]], [e.temp("nan")])[0]
+    e.node("Where", [nan, minimum, clipped], e.outputs)
 
 
 @exporter("Threshold")
