@@ -923,7 +923,10 @@ def _export(mutant: Mutant, src: str, definition, dest: Path, declared: int = 0)
     # Only a check runs the net (the declared blobs); an export alone writes the weights and constants.
     exported = _traced(call, export, (lambda: declared) if mutant.check else None)
     verdict = verdicts[0] if verdicts else None
-    writers = {top: each.type for each in mutant.net.layer for top in each.top}
+    from blobtool.formats.caffe.containers import name_key
+
+    # By the names the check reports: blobtool's keys (a name that is not UTF-8 as lone surrogates).
+    writers = {name_key(NON_UTF8.get(top, top)): each.type for each in mutant.net.layer for top in each.top}
     # An ArgMax's index turns on the last bit of near-equal values, and a Reduction's sum of centred
     # values is rounding noise: the check's rule (1e-4 of the blob's largest value) cannot hold there.
     differing = [r for r in verdict.differing if writers.get(r["name"]) not in UNSTABLE_TYPES] \
