@@ -1,15 +1,22 @@
-"""The layer types blobtool knows, one row each: blobs and their roles, parameter message, fold, PyTorch's side.
+"""The layer types blobtool knows, one row each: blobs and their roles, parameter message, fold, PyTorch's side, run, export.
 
 Every fact about a layer type that more than one job reads lives in its row
 here: fold (which types a BatchNorm folds into, and where their output
 channels lie), the way back into a net (how many blobs a layer of a
 definition holds), ``--names torch`` (the PyTorch module and the names of
-its tensors), the settings a port needs beyond the tensors, and the layer
-table of ``info`` (which parameter message to show). Field numbers are
+its tensors), the settings a port needs beyond the tensors, the layer
+table of ``info`` (which parameter message to show), the class that runs
+it (blobtool/layers/) and the function that exports it (blobtool/onnxport/),
+and what it becomes in a deploy net (forward/deploy.py). Field numbers are
 never typed in: formats/caffe/schema.py reads them from Caffe's schema.
 
+The run and export registries sit above or beside this table and register
+by type name; each registration is checked against the row here
+(check_join), so no import runs upward and neither registry holds a type
+its row does not name.
+
 Adding a type (docs/development.md, "A layer type") is one row in TYPES,
-and its tests.
+its class and its exporter, and its tests.
 
 A BatchNorm folds into a layer computing W * input + b per output channel.
 Where the output channel lies in the weight (``channels``):
