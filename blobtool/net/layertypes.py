@@ -1,4 +1,4 @@
-"""The layer types blobtool knows, one row each: blobs and their roles, parameter message, fold, PyTorch's side, run, export.
+"""The layer types blobtool knows, one row each: blobs, parameters, fold, PyTorch's side, run, export.
 
 Every fact about a layer type that more than one job reads lives in its row
 here: fold (which types a BatchNorm folds into, and where their output
