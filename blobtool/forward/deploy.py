@@ -6,6 +6,9 @@ export starts from. From the net's definition (its own, or one given apart,
 
 1. Caffe's Net::FilterNet for phase TEST (level 0, the net's own stages):
    a layer its include/exclude rules leave out goes (net/model.py's view).
+Which layers are inputs, data layers, losses and the like is their type's
+role in a deploy net, from its row in net/layertypes.py (`deploy_role`).
+
 2. Inputs: the net's `input` fields (with `input_shape` or the four
    `input_dim` per input) and its Input layers; each data layer (Data,
    ImageData, HDF5Data, MemoryData, WindowData, AnnotatedData, DummyData)
@@ -14,7 +17,8 @@ export starts from. From the net's definition (its own, or one given apart,
    MemoryData's four sizes, DummyData's shape). A blob that a layer writes
    becomes an input too when `shapes` names it (the Concat that merges a
    training net's data layers, as MTCNN's): the layers that wrote it go.
-3. Loss and accuracy layers go; SoftmaxWithLoss becomes the Softmax that
+3. Loss and accuracy layers go (and a type without a row whose name ends
+   in "Loss", a fork's loss); SoftmaxWithLoss becomes the Softmax that
    deploy nets end with (its top named "prob" unless that name is taken),
    with the loss layer's softmax axis. Silence goes.
 4. A layer that reads a blob nothing gives goes, and with it the layers fed
@@ -35,15 +39,14 @@ from dataclasses import dataclass, field
 
 from ..errors import FormatError, UsageError, parameter
 from ..formats.caffe.containers import name_bytes, name_key, text
+from ..net.layertypes import deploy_role
 from ..net.model import model
 
-__all__ = ["Deploy", "deploy_net", "DATA_TYPES", "parse_shape"]
+__all__ = ["Deploy", "deploy_net", "parse_shape"]
 
-# Caffe's data layers (and caffe-ssd's AnnotatedData): each top becomes an input of the deploy net.
-DATA_TYPES = ("Data", "ImageData", "HDF5Data", "MemoryData", "WindowData", "AnnotatedData", "DummyData")
-# Layers a deploy net has no use for: they compute a loss or a score against labels, or swallow blobs.
-_LOSS_SUFFIX = "Loss"
-_GONE_TYPES = ("Accuracy", "Silence", "HDF5Output")
+# The roles (net/layertypes.py, DEPLOY_ROLES) of the layers a deploy net has no use for: they
+# compute a loss or a score against labels, or swallow blobs.
+_GONE_ROLES = ("loss", "softmax", "score", "swallow")
 
 # Caffe's blobs hold at most 32 axes (blob.hpp kMaxBlobAxes).
 MAX_AXES = 32
@@ -155,15 +158,16 @@ def deploy_net(doc, definition=None, shapes: dict | None = None, given: dict | N
     for i, message in enumerate(defs):
         kind = net.types[i]
         name = net.names[i]
+        role = deploy_role(kind)
         # A training snapshot holds the TRAIN net: its data layers are TRAIN-only, and still say what
         # the deploy net's inputs are.
-        if i in view.outside and kind not in DATA_TYPES:
+        if i in view.outside and role != "data":
             continue
-        if kind == "Input":
+        if role == "input":
             for k, t in enumerate(message.top):
                 declared[name_key(t)] = _input_layer_shape(message, k, structure.path)
             continue
-        if kind in DATA_TYPES:
+        if role == "data":
             for k, t in enumerate(message.top):
                 declared.setdefault(name_key(t), _data_layer_shape(message, kind, k, structure.path))
                 if k > 0:
@@ -176,13 +180,13 @@ def deploy_net(doc, definition=None, shapes: dict | None = None, given: dict | N
                 data_dropped.add(name)
                 result.dropped.append((name, kind, "a data layer: its tops are inputs"))
             continue
-        if kind.endswith(_LOSS_SUFFIX) or kind in _GONE_TYPES:
+        if role in _GONE_ROLES:
             loss_read.update(name_key(b) for b in message.bottom)
-            if kind == "SoftmaxWithLoss":
+            if role == "softmax":
                 kept.append((i, _softmax_of(message, pb, names_used)))
                 result.replaced.append((name, kind, "Softmax"))
             else:
-                result.dropped.append((name, kind, "it scores the net against labels" if kind != "Silence"
+                result.dropped.append((name, kind, "it scores the net against labels" if role != "swallow"
                                        else "it only swallows blobs"))
             continue
         kept.append((i, message))

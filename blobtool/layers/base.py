@@ -11,9 +11,11 @@ in-place layer (top named as its bottom) costs one more array for as long
 as both are alive; the runner drops the older one as soon as no later layer
 reads it.
 
-Registering a type (`@register("ReLU")`) is all a new type needs: the
-runner finds it by its type name, and refuses a type with no class before
-anything is computed.
+A type runs through its row in blobtool/net/layertypes.py (TYPES), which
+names its class ("neuron.ReLU"); `@register("ReLU")` puts the class in
+REGISTRY, a view of the rows that name a class, and refuses a type whose
+row is missing or names another class. The runner finds a class by its
+type name, and refuses a type with no class before anything is computed.
 """
 
 from __future__ import annotations
@@ -23,13 +25,15 @@ import abc
 import numpy as np
 
 from ..errors import FormatError
+from ..net.layertypes import check_join
 
 __all__ = ["Layer", "LayerError", "register", "REGISTRY", "FLOAT", "as_float", "canonical_axis",
            "count"]
 
 FLOAT = np.float32  # Caffe's Dtype for a net run in float
 
-# Type name -> Layer subclass; filled by @register as the family modules load.
+# Type name -> Layer subclass; filled by @register as the family modules load, for the types whose
+# row in TYPES names the class.
 REGISTRY: dict = {}
 
 
@@ -38,10 +42,11 @@ class LayerError(FormatError):
 
 
 def register(*names: str):
-    """Class decorator: the layer class runs layers of these type names."""
+    """Class decorator: the layer class runs layers of these type names (each row in TYPES naming it)."""
 
     def add(cls):
         for name in names:
+            check_join(name, "run", cls)
             if name in REGISTRY:
                 raise TypeError(f"layer type {name!r} is registered twice")
             REGISTRY[name] = cls

@@ -1,15 +1,22 @@
-"""The layer types blobtool knows, one row each: blobs and their roles, parameter message, fold, PyTorch's side.
+"""The layer types blobtool knows, one row each: blobs, parameters, fold, PyTorch's side, run, export.
 
 Every fact about a layer type that more than one job reads lives in its row
 here: fold (which types a BatchNorm folds into, and where their output
 channels lie), the way back into a net (how many blobs a layer of a
 definition holds), ``--names torch`` (the PyTorch module and the names of
-its tensors), the settings a port needs beyond the tensors, and the layer
-table of ``info`` (which parameter message to show). Field numbers are
+its tensors), the settings a port needs beyond the tensors, the layer
+table of ``info`` (which parameter message to show), the class that runs
+it (blobtool/layers/) and the function that exports it (blobtool/onnxport/),
+and what it becomes in a deploy net (forward/deploy.py). Field numbers are
 never typed in: formats/caffe/schema.py reads them from Caffe's schema.
 
+The run and export registries sit above or beside this table and register
+by type name; each registration is checked against the row here
+(check_join), so no import runs upward and neither registry holds a type
+its row does not name.
+
 Adding a type (docs/development.md, "A layer type") is one row in TYPES,
-and its tests.
+its class and its exporter, and its tests.
 
 A BatchNorm folds into a layer computing W * input + b per output channel.
 Where the output channel lies in the weight (``channels``):
@@ -29,7 +36,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["LayerType", "FoldInto", "TYPES", "row", "foldable", "param_of", "blob_count", "BATCHNORM_ROLES"]
+__all__ = ["LayerType", "FoldInto", "TYPES", "row", "foldable", "param_of", "blob_count", "BATCHNORM_ROLES",
+           "DEPLOY_ROLES", "deploy_role", "check_join", "name_of"]
 
 
 @dataclass(frozen=True)
@@ -41,6 +49,17 @@ class FoldInto:
     axis: str = "axis"              # the axis its channels are computed on (must be 1)
     group: bool = False             # the weight's channels lie per group (convolution_param.group)
     transpose: bool = False         # the weight may be stored transposed (inner_product_param.transpose)
+
+
+# What a layer of a type becomes in the deploy net (forward/deploy.py); a type with none runs as it is.
+DEPLOY_ROLES = {
+    "input": "an Input layer: its tops are the net's inputs, with the shapes it states",
+    "data": "a data layer: its tops become inputs (its first the data, the others labels)",
+    "loss": "a loss: it goes, as what it read does where only it read it",
+    "softmax": "a loss that becomes the Softmax deploy nets end with (SoftmaxWithLoss)",
+    "score": "it scores the net against labels, or writes blobs out: it goes",
+    "swallow": "it only swallows blobs (Silence): it goes",
+}
 
 
 @dataclass(frozen=True)
@@ -59,6 +78,12 @@ class LayerType:
     torch: str | None = None        # the PyTorch module a port makes of it
     torch_names: tuple = ()         # the names its blobs take under --names torch, by index
     port: str | None = None         # the settings a port needs beyond the tensors (torchport/metadata.py)
+    # The class in blobtool/layers/ that runs it and the function in blobtool/onnxport/ops/ that
+    # exports it, as "module.name" (name_of); None where blobtool neither runs nor exports it.
+    # @register and @exporter refuse a type whose row names another (check_join).
+    run: str | None = None
+    export: str | None = None
+    deploy: str | None = None       # its role in a deploy net (DEPLOY_ROLES), None where it runs there
 
 
 # Caffe's BatchNorm: the running sums of the mean and variance, and their
@@ -70,51 +95,99 @@ _WEIGHT_BIAS = ("weight", "bias")
 
 _ROWS = (
     LayerType("Convolution", "convolution_param", _WEIGHT_BIAS, "bias_term", FoldInto("rows"), "Conv2d",
-              _WEIGHT_BIAS, "convolution"),
+              _WEIGHT_BIAS, "convolution", run="conv.Convolution", export="spatial.convolution"),
     # The forks' depthwise convolution (MobileNet ports): a Convolution with group = channels, its
     # weight and folding a Convolution's.
     LayerType("ConvolutionDepthwise", "convolution_param", _WEIGHT_BIAS, "bias_term", FoldInto("rows"), "Conv2d",
-              _WEIGHT_BIAS, "convolution"),
+              _WEIGHT_BIAS, "convolution", run="conv.Convolution", export="spatial.convolution"),
     LayerType("Deconvolution", "convolution_param", _WEIGHT_BIAS, "bias_term", FoldInto("groups", group=True),
-              "ConvTranspose2d", _WEIGHT_BIAS, "convolution"),
+              "ConvTranspose2d", _WEIGHT_BIAS, "convolution", run="conv.Deconvolution", export="spatial.convolution"),
     LayerType("InnerProduct", "inner_product_param", _WEIGHT_BIAS, "bias_term", FoldInto("matrix", transpose=True),
-              "Linear", _WEIGHT_BIAS, "inner_product"),
-    LayerType("Embed", "embed_param", _WEIGHT_BIAS, "bias_term", None, "Embedding", _WEIGHT_BIAS),
+              "Linear", _WEIGHT_BIAS, "inner_product", run="dense.InnerProduct", export="spatial.inner_product"),
+    LayerType("Embed", "embed_param", _WEIGHT_BIAS, "bias_term", None, "Embedding", _WEIGHT_BIAS,
+              run="dense.Embed", export="spatial.embed"),
     LayerType("BatchNorm", "batch_norm_param", BATCHNORM_ROLES, 3, None, "BatchNorm2d",
-              ("running_mean", "running_var", None, "weight", "bias"), "batch_norm"),
-    LayerType("Scale", "scale_param", ("weight", "bias"), "scale", None, None, _WEIGHT_BIAS),
-    LayerType("Bias", "bias_param", ("bias",), "bias"),
-    LayerType("PReLU", "prelu_param", ("slope",), 1, None, "PReLU", ("weight",), "prelu"),
-    LayerType("Pooling", "pooling_param", count=0, port="pooling"),
-    LayerType("Normalize", "norm_param", ("weight",), 1),  # caffe-ssd's: one scale per channel, or one
-    LayerType("Input", "input_param", count=0),
-    LayerType("Eltwise", "eltwise_param", count=0),
+              ("running_mean", "running_var", None, "weight", "bias"), "batch_norm",
+              run="normalize.BatchNorm", export="elementwise.batch_norm"),
+    LayerType("Scale", "scale_param", ("weight", "bias"), "scale", None, None, _WEIGHT_BIAS,
+              run="arith.Scale", export="elementwise.scale_or_bias"),
+    LayerType("Bias", "bias_param", ("bias",), "bias", run="arith.Bias", export="elementwise.scale_or_bias"),
+    LayerType("PReLU", "prelu_param", ("slope",), 1, None, "PReLU", ("weight",), "prelu",
+              run="neuron.PReLU", export="elementwise.prelu"),
+    LayerType("Pooling", "pooling_param", count=0, port="pooling", run="pooling.Pooling", export="spatial.pooling"),
+    # caffe-ssd's: one scale per channel, or one
+    LayerType("Normalize", "norm_param", ("weight",), 1, run="normalize.Normalize", export="elementwise.normalize"),
+    LayerType("Input", "input_param", count=0, deploy="input"),
+    LayerType("Eltwise", "eltwise_param", count=0, run="arith.Eltwise", export="elementwise.eltwise"),
 )
 
-# Layer types of BVLC Caffe (and SSD's) that hold no blobs, and the parameter message of each.
-_NO_BLOBS = {
-    "Data": "data_param", "ImageData": "image_data_param", "HDF5Data": "hdf5_data_param",
-    "HDF5Output": "hdf5_output_param", "MemoryData": "memory_data_param", "DummyData": "dummy_data_param",
-    "WindowData": "window_data_param", "Python": "python_param", "AnnotatedData": None, "ReLU": "relu_param",
-    "ELU": "elu_param", "Sigmoid": "sigmoid_param", "TanH": "tanh_param", "AbsVal": None, "BNLL": None,
-    "Power": "power_param", "Exp": "exp_param", "Log": "log_param", "Threshold": "threshold_param",
-    "Clip": "clip_param", "Swish": "swish_param", "Dropout": "dropout_param", "SPP": "spp_param",
-    "LRN": "lrn_param", "MVN": "mvn_param", "Softmax": "softmax_param", "SoftmaxWithLoss": "softmax_param",
-    "EuclideanLoss": None, "HingeLoss": "hinge_loss_param", "InfogainLoss": "infogain_loss_param",
-    "MultinomialLogisticLoss": None, "SigmoidCrossEntropyLoss": None,
-    "ContrastiveLoss": "contrastive_loss_param", "Accuracy": "accuracy_param", "ArgMax": "argmax_param",
-    "Concat": "concat_param", "Slice": "slice_param", "Split": None, "Flatten": "flatten_param",
-    "Reshape": "reshape_param", "Crop": "crop_param", "Tile": "tile_param", "Reduction": "reduction_param",
-    "Silence": None, "BatchReindex": None, "Filter": None, "Im2col": "convolution_param",
-    "Permute": "permute_param", "PriorBox": "prior_box_param", "DetectionOutput": "detection_output_param",
-    "DetectionEvaluate": None, "MultiBoxLoss": None,
+# Layer types of BVLC Caffe (and SSD's) that hold no blobs: (type, parameter message, the class
+# that runs it, its exporter, its role in a deploy net).
+_NO_BLOBS = (
+    ("Data", "data_param", None, None, "data"),
+    ("ImageData", "image_data_param", None, None, "data"),
+    ("HDF5Data", "hdf5_data_param", None, None, "data"),
+    ("HDF5Output", "hdf5_output_param", None, None, "score"),
+    ("MemoryData", "memory_data_param", None, None, "data"),
+    ("DummyData", "dummy_data_param", None, None, "data"),
+    ("WindowData", "window_data_param", None, None, "data"),
+    ("Python", "python_param", None, None, None),
+    ("AnnotatedData", None, None, None, "data"),
+    ("ReLU", "relu_param", "neuron.ReLU", "elementwise.relu", None),
+    ("ELU", "elu_param", "neuron.ELU", "elementwise.elu", None),
+    ("Sigmoid", "sigmoid_param", "neuron.Sigmoid", "elementwise.unary", None),
+    ("TanH", "tanh_param", "neuron.TanH", "elementwise.unary", None),
+    ("AbsVal", None, "neuron.AbsVal", "elementwise.unary", None),
+    ("BNLL", None, "neuron.BNLL", "elementwise.unary", None),
+    ("Power", "power_param", "neuron.Power", "elementwise.power", None),
+    ("Exp", "exp_param", "neuron.Exp", "elementwise.exp", None),
+    ("Log", "log_param", "neuron.Log", "elementwise.log", None),
+    ("Threshold", "threshold_param", "neuron.Threshold", "elementwise.threshold", None),
+    ("Clip", "clip_param", "neuron.Clip", "elementwise.clip", None),
+    ("Swish", "swish_param", "neuron.Swish", "elementwise.swish", None),
+    ("Dropout", "dropout_param", "neuron.Dropout", "elementwise.dropout", None),
+    ("SPP", "spp_param", None, None, None),
+    ("LRN", "lrn_param", "normalize.LRN", "elementwise.lrn", None),
+    ("MVN", "mvn_param", "normalize.MVN", "elementwise.mvn", None),
+    ("Softmax", "softmax_param", "normalize.Softmax", "elementwise.softmax", None),
+    ("SoftmaxWithLoss", "softmax_param", None, None, "softmax"),
+    ("EuclideanLoss", None, None, None, "loss"),
+    ("HingeLoss", "hinge_loss_param", None, None, "loss"),
+    ("InfogainLoss", "infogain_loss_param", None, None, "loss"),
+    ("MultinomialLogisticLoss", None, None, None, "loss"),
+    ("SigmoidCrossEntropyLoss", None, None, None, "loss"),
+    ("ContrastiveLoss", "contrastive_loss_param", None, None, "loss"),
+    ("Accuracy", "accuracy_param", None, None, "score"),
+    ("ArgMax", "argmax_param", "arith.ArgMax", "elementwise.argmax", None),
+    ("Concat", "concat_param", "shape.Concat", "shape.concat", None),
+    ("Slice", "slice_param", "shape.Slice", "shape.slice_", None),
+    ("Split", None, "shape.Split", "shape.split", None),
+    ("Flatten", "flatten_param", "shape.Flatten", "shape.reshape", None),
+    ("Reshape", "reshape_param", "shape.Reshape", "shape.reshape", None),
+    ("Crop", "crop_param", "shape.Crop", "shape.crop", None),
+    ("Tile", "tile_param", "shape.Tile", "shape.tile", None),
+    ("Reduction", "reduction_param", "arith.Reduction", "elementwise.reduction", None),
+    ("Silence", None, None, None, "swallow"),
+    ("BatchReindex", None, None, None, None),
+    ("Filter", None, None, None, None),
+    ("Im2col", "convolution_param", None, None, None),
+    ("Permute", "permute_param", "shape.Permute", "shape.permute", None),
+    ("PriorBox", "prior_box_param", "ssd.PriorBox", "shape.prior_box", None),
+    # Its exporter refuses every layer, naming why (ONNX has no such operator of the same sums).
+    ("DetectionOutput", "detection_output_param", "ssd.DetectionOutput", "shape.detection_output", None),
+    ("DetectionEvaluate", None, None, None, None),
+    ("MultiBoxLoss", None, None, None, "loss"),
     # The forks' (proto/blobtool_caffe.proto names the fork of each parameter message).
-    "ReLU6": None, "Upsample": "upsample_param", "Interp": "interp_param", "ShuffleChannel": "shuffle_channel_param",
-}
+    ("ReLU6", None, "neuron.ReLU6", "elementwise.clip", None),
+    ("Upsample", "upsample_param", "resize.Upsample", "shape.upsample", None),
+    ("Interp", "interp_param", "resize.Interp", "shape.interp", None),
+    ("ShuffleChannel", "shuffle_channel_param", "shape.ShuffleChannel", "shape.shuffle_channel", None),
+)
 
 # Type name -> row. A fork's type is one more row (docs/development.md).
 TYPES = {t.name: t for t in _ROWS}
-TYPES.update((name, LayerType(name, param, count=0)) for name, param in _NO_BLOBS.items() if name not in TYPES)
+TYPES.update((name, LayerType(name, param, count=0, run=run, export=export, deploy=deploy))
+             for name, param, run, export, deploy in _NO_BLOBS if name not in TYPES)
 
 
 def row(kind: str | None) -> LayerType | None:
@@ -132,6 +205,38 @@ def param_of(kind: str | None) -> str | None:
     """The parameter message of layer type `kind` (its field name in LayerParameter), or None."""
     found = row(kind)
     return found.param if found is not None else None
+
+
+def deploy_role(kind: str | None) -> str | None:
+    """What a layer of type `kind` becomes in a deploy net (DEPLOY_ROLES), or None where it runs there.
+
+    A type without a row whose name ends in "Loss" (a fork's loss) is a
+    loss, as Caffe's naming of its own losses has it.
+    """
+    found = row(kind)
+    if found is not None:
+        return found.deploy
+    return "loss" if (kind or "").endswith("Loss") else None
+
+
+def name_of(thing) -> str:
+    """How a row names a class or function: "module.name", the module by its last part."""
+    return f"{thing.__module__.rpartition('.')[2]}.{thing.__qualname__}"
+
+
+def check_join(kind: str, field: str, thing) -> None:
+    """Refuse (TypeError) to register `thing` for type `kind` unless its row names it in `field` ("run", "export").
+
+    @register (blobtool/layers/) and @exporter (blobtool/onnxport/) call it,
+    so that a type runs or exports only through its row in TYPES.
+    """
+    found = row(kind)
+    if found is None:
+        raise TypeError(f"layer type {kind!r} has no row in TYPES (blobtool/net/layertypes.py): add one "
+                        f"naming {name_of(thing)!r} as its {field}")
+    if getattr(found, field) != name_of(thing):
+        raise TypeError(f"layer type {kind!r}'s row names {getattr(found, field)!r} as its {field}, "
+                        f"not {name_of(thing)!r}")
 
 
 def blob_count(kind: str | None, message) -> int | None:

@@ -1,7 +1,8 @@
 """What an exporter of one layer type writes with: its bottoms' and tops' ONNX names, constants, nodes.
 
 An exporter is a function registered for Caffe layer types
-(`@exporter("ReLU")`) that takes an Emit and adds the ONNX nodes that
+(`@exporter("ReLU")`, each type's row in blobtool/net/layertypes.py naming
+it: "elementwise.relu") that takes an Emit and adds the ONNX nodes that
 compute the layer's tops from its bottoms, exactly as the layer's class in
 blobtool/layers/ computes them. The Emit gives it:
 
@@ -25,10 +26,12 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import FormatError
+from ..net.layertypes import check_join
 
 __all__ = ["Emit", "ExportError", "exporter", "EXPORTERS"]
 
-# Caffe type name -> function(Emit); filled as the family modules load.
+# Caffe type name -> function(Emit); filled as the family modules load, for the types whose row in
+# TYPES names the function.
 EXPORTERS: dict = {}
 
 
@@ -37,10 +40,11 @@ class ExportError(FormatError):
 
 
 def exporter(*types: str):
-    """Decorator: the function writes layers of these Caffe types as ONNX nodes."""
+    """Decorator: the function writes layers of these Caffe types as ONNX nodes (each row in TYPES naming it)."""
 
     def add(function):
         for name in types:
+            check_join(name, "export", function)
             if name in EXPORTERS:
                 raise TypeError(f"layer type {name!r} has two exporters")
             EXPORTERS[name] = function
