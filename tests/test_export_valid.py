@@ -435,3 +435,26 @@ def test_clip_of_nan_exports_caffes_min(tmp_path):
     np.testing.assert_allclose(theirs["log"], ours["log"], rtol=1e-6, atol=1e-6, equal_nan=True)
     assert not np.isnan(theirs["c"]).any()
     np.testing.assert_allclose(theirs["c"], ours["c"], rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.caffe
+@pytest.mark.parametrize("kind", ["ReLU", "ELU", "PReLU"])
+def test_an_infinite_slope_exports_caffes_nan(tmp_path, kind):
+    # Caffe's max(x, 0) + slope * min(x, 0) makes inf * 0 a NaN where x >= 0; ONNX's LeakyRelu, Elu and
+    # PRelu give x there (found by fuzz_long --nets). Caffe, blobtool and onnxruntime agree now.
+    from caffeoracle import caffe_values
+
+    made = {"ReLU": layer("r", "ReLU", "data", relu_param={"negative_slope": float("inf")}),
+            "ELU": layer("r", "ELU", "data", elu_param={"alpha": float("inf")}),
+            "PReLU": layer("r", "PReLU", "data", blobs=[np.array([0.25, np.inf], np.float32)])}[kind]
+    message = net([made], {"data": (1, 2, 2, 2)})
+    x = np.array([-1, 0, 1, 2, -2, 0, 3, -4], np.float32).reshape(1, 2, 2, 2)
+    caffes = caffe_values(message, {"data": x}, tmp_path)["r"]
+    _, model = write_net_files(tmp_path, message)
+    ours = blobtool.run(str(model), inputs={"data": x}).values["r"]
+    result, verdict = blobtool.export(str(model), str(tmp_path / "net.onnx"), check=True, warn=lambda line: None)
+    theirs = ort.InferenceSession(str(tmp_path / "net.onnx"), providers=["CPUExecutionProvider"]).run(None, {"data": x})[0]
+    assert np.isnan(caffes).any()
+    np.testing.assert_array_equal(ours, caffes)
+    np.testing.assert_array_equal(theirs, caffes)
+    assert verdict.passed

@@ -48,10 +48,29 @@ def _scalar(value) -> np.ndarray:
     return np.asarray(value, dtype=FLOAT)
 
 
+def _caffe_rectified(e, slope: str, exp: bool = False) -> None:
+    """Caffe's own form, max(x, 0) + slope * min(x, 0) (ELU: slope * (exp(min(x, 0)) - 1)), written out.
+
+    ONNX's LeakyRelu, PRelu and Elu take x where x > 0 whatever the slope;
+    Caffe's sum makes an infinite or NaN slope times 0 a NaN there. Used only
+    for such a slope: with a finite one both forms are equal.
+    """
+    zero = e.constant("zero", _scalar(0.0))
+    positive = e.node("Max", [e.inputs[0], zero], [e.temp("positive")])[0]
+    negative = e.node("Min", [e.inputs[0], zero], [e.temp("negative")])[0]
+    if exp:
+        grown = e.node("Exp", [negative], [e.temp("exp")])[0]
+        negative = e.node("Sub", [grown, e.constant("one", _scalar(1.0))], [e.temp("expm1")])[0]
+    scaled = e.node("Mul", [slope, negative], [e.temp("scaled")])[0]
+    e.node("Add", [positive, scaled], e.outputs)
+
+
 @exporter("ReLU")
 def relu(e) -> None:
     if e.layer.slope == 0:
         e.node("Relu", e.inputs, e.outputs)
+    elif not np.isfinite(np.float32(e.layer.slope)):
+        _caffe_rectified(e, e.constant("slope", _scalar(e.layer.slope)))
     else:
         e.node("LeakyRelu", e.inputs, e.outputs, alpha=float(e.layer.slope))
 
@@ -63,11 +82,17 @@ def prelu(e) -> None:
         slope = e.blob(0, (1,))
     else:
         slope = e.blob(0, (e.layer.blobs[0].size,) + (1,) * (ndim - 2))
+    if not np.isfinite(e.layer.blobs[0]).all():
+        _caffe_rectified(e, slope)
+        return
     e.node("PRelu", [e.inputs[0], slope], e.outputs)
 
 
 @exporter("ELU")
 def elu(e) -> None:
+    if not np.isfinite(np.float32(e.layer.alpha)):
+        _caffe_rectified(e, e.constant("alpha", _scalar(e.layer.alpha)), exp=True)
+        return
     e.node("Elu", e.inputs, e.outputs, alpha=float(e.layer.alpha))
 
 
