@@ -77,7 +77,7 @@ def deploy_definition(src, dest=None, *, shapes: dict | None = None, strict: boo
     from ..formats.caffe.netdef import NetDefinition, definition
     from ..formats.prototxt import definition_text as text_of
     from ..forward.deploy import deploy_net
-    from .net.model import model
+    from ..net.model import model
 
     with contextlib.ExitStack() as opened:
         doc = src if isinstance(src, Document) else opened.enter_context(open_document(src))

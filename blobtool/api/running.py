@@ -45,9 +45,7 @@ def export(src, dest, *, definition=None, shapes: dict | None = None, opset: int
     only when it passes (onnxport/check.py's prove_export). What the deploy
     net left out and what changed on the way are said to `warn`.
     """
-    from ..forward.deploy import deploy_net
-    from ..forward.run import ALL
-    from ..forward.runner import build
+    from ..forward.run import prepare_net
 
     _needs_onnx(check)
     from ..onnxport.check import prove_export
@@ -55,12 +53,8 @@ def export(src, dest, *, definition=None, shapes: dict | None = None, opset: int
 
     with contextlib.ExitStack() as opened:
         doc, other = opened_net(opened, src, definition)
-        deploy = deploy_net(doc, other, shapes)
-        weights = doc if doc.kind == "net" and doc.format != "prototxt" else None
         # Only written out, the weights are viewed in the mapped file; a check runs them, so it reads them.
-        program = build(deploy, weights, aligned=check)
-        wanted = program.outputs() if outputs is None else (
-            program.blob_names() if outputs == ALL else program.check_outputs(outputs))
+        deploy, program, wanted = prepare_net(doc, other, shapes, outputs=outputs, aligned=check)
         notes = deploy.notes()
         half = [f"{layer}/{k}" for layer, k in sorted(program.half)]
         if half:
