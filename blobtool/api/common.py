@@ -5,9 +5,14 @@ from __future__ import annotations
 import contextlib
 import warnings
 
+from ..errors import UsageError
 from ..formats import Document, open_document
 
-__all__ = ["say", "opened_net"]
+__all__ = ["say", "opened_net", "opened_document", "OptionsRefused"]
+
+
+class OptionsRefused(UsageError):
+    """Arguments that cannot go together, refused before any work (exit 2): the command says it as its usage error."""
 
 
 def say(lines, warn) -> None:
@@ -19,9 +24,25 @@ def say(lines, warn) -> None:
             warnings.warn(line, stacklevel=3)
 
 
-def opened_net(opened: contextlib.ExitStack, src, definition) -> tuple:
-    """(the net's Document, the definition's or None), each opened in `opened` unless given as a Document."""
-    doc = src if isinstance(src, Document) else opened.enter_context(open_document(src))
-    if definition is None or isinstance(definition, Document):
-        return doc, definition
-    return doc, opened.enter_context(open_document(definition))
+def opened_net(opened: contextlib.ExitStack, src, definition=None, warn=None) -> tuple:
+    """(the net's Document, the definition's or None), each opened in `opened` unless given as a Document.
+
+    The warnings of a document opened here go to `warn` when it is given
+    (a Document given was opened, and its warnings said, by the caller).
+    """
+    return opened_document(opened, src, warn), (None if definition is None else
+                                                 opened_document(opened, definition, warn))
+
+
+def opened_document(opened: contextlib.ExitStack, src, warn=None, **options) -> Document:
+    """`src` as a Document: itself when it is one, else opened in `opened` (open_document's `options`).
+
+    Its warnings go to `warn` when it is opened here and `warn` is given.
+    """
+    if isinstance(src, Document):
+        return src
+    doc = opened.enter_context(open_document(src, **options))
+    if warn is not None:
+        for line in doc.warnings:
+            warn(line)
+    return doc

@@ -8,27 +8,62 @@ import warnings
 
 from ..errors import UsageError, parameter
 from ..files import Staged
-from .common import opened_net
+from .common import OptionsRefused, opened_net
 
 __all__ = ["run", "export"]
 
 
 def run(src, *, definition=None, inputs: dict | None = None, shapes: dict | None = None, seed: int = 0,
-        outputs=None):
+        outputs=None, output=None, warn=None):
     """Run the net in `src` forward as Caffe's TEST phase, in float32; the RunResult (its `values`: {blob: array}).
 
     `src` and `definition` are Documents or what open_document takes;
     `definition` is the net's definition to run (a deploy.prototxt), whose
-    layers take `src`'s weights by name. `inputs` ({name: array}) gives
-    inputs' values, `shapes` ({name: shape}) their shapes (a data layer's);
-    inputs without values get random normal values from `seed`. `outputs`:
-    None (the net's outputs), "all", or blob names.
+    layers take `src`'s weights by name. `inputs` ({name: values}) gives
+    inputs' values: an array, or a file of one blob (.npy or BlobProto: a
+    path, "-" or a binary file object, read once its shape is checked);
+    `shapes` ({name: shape}) their shapes (a data layer's); inputs without
+    values get random normal values from `seed`. `outputs`: None (the net's
+    outputs), "all", or blob names. `output` (a path, "-" or a binary file
+    object): the values are also written there as an .npz (float32, one
+    array per blob name), atomically; a path of another extension is a
+    UsageError before anything is read. The warnings of the files opened
+    here go to `warn` when it is given; the deploy net's notes are the
+    result's (`notes`).
     """
     from ..forward.run import run_net
 
+    npz = output is not None and _npz_output(output)
+    feeds = _input_values(inputs)
     with contextlib.ExitStack() as opened:
-        doc, other = opened_net(opened, src, definition)
-        return run_net(doc, definition=other, feeds=inputs, shapes=shapes, seed=seed, outputs=outputs)
+        doc, other = opened_net(opened, src, definition, warn)
+        result = run_net(doc, definition=other, feeds=feeds, shapes=shapes, seed=seed, outputs=outputs)
+    if npz:
+        from ..formats.numpy import save_arrays
+
+        save_arrays(result.values, output, fmt="npz")
+    return result
+
+
+def _npz_output(output) -> bool:
+    """True for where run writes its .npz: OptionsRefused for a path whose extension chooses another format."""
+    from ..formats.targets import chosen_format
+
+    if isinstance(output, (str, os.PathLike)) and output != "-" and chosen_format(output, None) != "npz":
+        raise OptionsRefused(f"{parameter('output', True)}{os.fspath(output)}: run writes its blobs to an .npz (one "
+                             "array per blob name)")
+    return True
+
+
+def _input_values(inputs: dict | None) -> dict:
+    """{name: array or InputFile}: each file named (a path, "-", a binary file object) located as one blob."""
+    from ..forward.run import InputFile, read_input_file
+
+    feeds = {}
+    for name, value in (inputs or {}).items():
+        is_file = not isinstance(value, InputFile) and (isinstance(value, (str, os.PathLike)) or hasattr(value, "read"))
+        feeds[name] = read_input_file(value) if is_file else value
+    return feeds
 
 
 def export(src, dest, *, definition=None, shapes: dict | None = None, opset: int | None = None, outputs=None,
