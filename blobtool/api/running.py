@@ -87,7 +87,7 @@ def export(src, dest, *, definition=None, shapes: dict | None = None, opset: int
     from ..onnxport.graph import OPSET_DEFAULT, export_program
 
     with contextlib.ExitStack() as opened:
-        doc, other = opened_net(opened, src, definition)
+        doc, other = opened_net(opened, src, definition, warn)
         # Only written out, the weights are viewed in the mapped file; a check runs them, so it reads them.
         deploy, program, wanted = prepare_net(doc, other, shapes, outputs=outputs, aligned=check)
         notes = deploy.notes()
