@@ -9,6 +9,7 @@ running.py (run, export); every name is reached as blobtool.api.NAME.
 """
 
 from ..formats import open_document
+from ..surgery.prefixed import PrefixClash
 from .common import OptionsRefused
 from .blobs import load, load_all, resolve_precision, save, state_dict, write
 from .nets import definition_text, deploy_definition, edit, fold, net_definition
@@ -17,4 +18,4 @@ from .transplant import transplant
 
 __all__ = ["load", "load_all", "state_dict", "save", "write", "open_document", "net_definition",
            "resolve_precision", "definition_text", "deploy_definition", "transplant", "edit", "fold", "run", "export",
-           "OptionsRefused"]
+           "OptionsRefused", "PrefixClash"]

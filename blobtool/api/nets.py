@@ -8,7 +8,7 @@ import warnings
 from ..errors import UsageError, parameter
 from ..formats import Document, open_document
 from .blobs import write
-from .common import say
+from .common import opened_net, say
 
 __all__ = ["net_definition", "definition_text", "deploy_definition", "edit", "fold"]
 
@@ -122,15 +122,29 @@ def edit(src, dest, *, renames=None, drops=(), format: str | None = None, warn=N
         return write(edited, {e.name: e.blob_to_write() for e in edited.entries}, dest, format=format, warn=warn)
 
 
-def fold(src, *outputs, definition=None):
+def fold(src, *outputs, definition=None, check: bool = False, shapes: dict | None = None, warn=None):
     """Fold each BatchNorm (and the Scale after it) of the net in `src` into the layer before it; write `outputs`.
 
-    As surgery.foldnet.fold_net: each output a path, "-" or a binary file
-    object (the folded .caffemodel, or its definition as .prototxt);
-    `definition` a deploy definition whose settings the folds use and which
-    a .prototxt output folds. Returns the FoldResult (its `plan`, its
-    `warnings`, `record()` as fold --json prints it).
+    As surgery.foldnet.fold_net: `src` and `definition` Documents or what
+    open_document takes; each output a path, "-" or a binary file object
+    (the folded .caffemodel, or its definition as .prototxt); `definition`
+    a deploy definition whose settings the folds use and which a .prototxt
+    output folds. With `check`, as fold --check (api/checks.py): the net
+    before and after (with `definition`, that definition before and the
+    folded one after, which an output must then hold) run on the same
+    random input of `shapes` ({input: shape}), and the outputs put in place
+    only when every blob agrees. Returns the FoldResult (its `plan`, its
+    `warnings`, `record()` as fold --json prints it, and `check`: the
+    CheckResult, whose `passed` is False and `withheld` the outputs when a
+    blob differs, or None without `check`). The warnings of the files
+    opened here go to `warn` when it is given; the fold's own are the
+    result's.
     """
-    from ..surgery.foldnet import fold_net
+    from ..surgery.foldnet import fold_document
+    from .checks import folded_and_checked
 
-    return fold_net(src, *outputs, definition=definition)
+    with contextlib.ExitStack() as opened:
+        doc, other = opened_net(opened, src, definition, warn)
+        if check:
+            return folded_and_checked(doc, outputs, other, shapes, warn)
+        return fold_document(doc, *outputs, definition=other)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
-
 import click
 
 from ..formats import NAMING_SCHEMES
@@ -153,56 +151,25 @@ def transplant(source, template, output, fmt, names, no_fold, net, partial, resh
       blobtool transplant port.pth deploy.prototxt --names torch -o port.caffemodel
       blobtool transplant port.safetensors net.caffemodel --names torch -o back.caffemodel --check
     """
-    from ..api import transplant as transplant_values
-    from ..formats.numpy import cast_for
-    from ..surgery.prefixed import PrefixClash
+    from ..api import OptionsRefused, PrefixClash, transplant as transplant_values
     from .group import error_line
     from .work import open_input
 
     check_names(names, net)
     output = blob_output(output, fmt)
-    if check and (output == "-" or fmt not in (None, "protobuf", "hdf5", "same")):
-        raise click.UsageError("--check runs the net written: give -o FILE.caffemodel (or .h5)")
-    from ..files import Staged
-
-    with contextlib.ExitStack() as opened:
-        target = opened.enter_context(open_input(template))
-        if check and target.format == "prototxt":
-            raise click.UsageError(f"--check runs TEMPLATE before and after: {target.path} is a definition and "
-                                   "holds no weights to run")
-        # Values of another type (float16 .npy, integers, bfloat16) load as float64, which holds them
-        # exactly: the template's types decide what is written.
-        values = opened.enter_context(open_input(source, kind, npy_cast=cast_for("double")))
-        values.source.will_read_through()
-        types = opened.enter_context(open_input(net)) if net is not None else None
-        # With --check the net is written where nothing reads it, and put in place only when the check passes.
-        staged = opened.enter_context(Staged([output] if check else ()))
-        written = staged.path(output)
+    shapes = parse_named_shapes(input_shapes)
+    # The template is opened here for the progress bar of its writing.
+    with open_input(template) as target:
         try:
             with progress(target, "writing"):
-                transplant_values(values, target, written, names=names, partial=partial, reshape=reshape,
-                                  fold=not no_fold, definition=types, strip_prefix=strip_prefix,
-                                  add_prefix=add_prefix, format=fmt, precision=precision, blobs=patterns,
-                                  warn=say_warning)
-        except PrefixClash as exc:
-            # The options asked for a rename that cannot be: the command's usage error, as click's own.
+                verdict = transplant_values(source, target, output, names=names, partial=partial, reshape=reshape,
+                                            fold=not no_fold, definition=net, strip_prefix=strip_prefix,
+                                            add_prefix=add_prefix, format=fmt, precision=precision,
+                                            blobs=patterns, kind=kind, check=check, shapes=shapes,
+                                            warn=say_warning)
+        except (OptionsRefused, PrefixClash) as exc:
+            # The options asked for what cannot be (a rename, a check): the command's usage error, as click's own.
             raise click.UsageError(error_line(exc)) from exc
-        if check:
-            from ..errors import BlobToolError
-            from ..forward.check import check_nets, not_written
-
-            try:
-                with open_input(written) as after:
-                    definition = types if target.format == "hdf5" or after.format == "hdf5" else None
-                    verdict = check_nets(target, after, before_definition=definition, after_definition=definition,
-                                         shapes=parse_named_shapes(input_shapes))
-            except BlobToolError as exc:
-                raise not_written(exc, [output]) from exc
-            verdict.after = str(output)
-            if verdict.passed:
-                staged.place()
-            else:
-                verdict.withheld = [output]
     if check:
         say_check(verdict)
 

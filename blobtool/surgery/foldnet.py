@@ -52,6 +52,7 @@ class FoldResult:
     layers_before: int
     layers_after: int
     warnings: list
+    check: object = None    # blobtool.fold(check=True)'s verdict (forward/check.py's CheckResult), else None
 
     def record(self) -> dict:
         """The result as plain data (JSON-ready): each fold, each BatchNorm kept with why, the layer counts."""
