@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from ..formats import NAMING_SCHEMES
+from ..api.kinds import NAMING_SCHEMES
 from .names import NAMES_MOVED, NAMES_RULES, check_names, prefix_options
 from .options import INPUT, NAMED_SHAPE, OUTPUT, blob_option, kind_option, output_options, parse_named_shapes
 from .output import emit_json, progress, say_check, say_warning
@@ -16,7 +16,7 @@ __all__ = ["definition", "transplant", "edit"]
 
 def _text_output(output) -> bool:
     """Whether definition writes text there: standard output, or a name that is not a binary net's."""
-    from ..formats.targets import chosen_format
+    from ..api.choices import chosen_format
 
     return output is None or output == "-" or chosen_format(output, None) not in ("protobuf", "same")
 
@@ -79,10 +79,10 @@ def definition(net, output, strict, deploy, input_shapes, as_json):
             if doc.format != "prototxt":
                 raise click.UsageError(f"{doc.path} is a binary net already: its definition goes to a .prototxt "
                                        "(blobtool convert re-encodes the net itself)")
-            from ..formats.caffe.netdef import definition as parsed_definition
+            from ..api import net_definition
 
             # A field the text held that the schema does not know has no number to encode it with.
-            for line in parsed_definition(doc).lost_lines(doc.path):
+            for line in net_definition(doc).lost_lines(doc.path):
                 say_warning(f"{line}; left out of the binary net (their field numbers are unknown)")
             write(doc, None, output, format="protobuf", warn=say_warning)
             return
