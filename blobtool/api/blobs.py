@@ -162,18 +162,7 @@ def write(doc: Document | None, blobs, dest, *, format: str | None = None, preci
     if doc is not None and output_target(dest, format, doc)[0].name == "prototxt":
         raise UsageError("a .prototxt holds a net's definition and no blobs: blobtool.definition_text(src, dest) "
                          "writes it", path=doc.path)
-    if blobs is None:
-        entries = list(doc.entries)
-        blob_list = [e.blob() for e in entries]
-    else:
-        known = {e.name: e for e in doc.entries} if doc is not None else {}
-        entries = [known.get(name) or new_entry(name, blob) for name, blob in blobs.items()]
-        blob_list = list(blobs.values())
-    for entry, blob in zip(entries, blob_list):  # before anything is written, whatever the format
-        try:
-            check_layout(blob, layout)
-        except UsageError as exc:
-            raise UsageError(f"blob {entry.name}: {exc.reason}", path=doc.path if doc is not None else None) from exc
+    entries, blob_list = _to_write(doc, blobs, layout)
     fmt, kind = output_target(dest, format, doc)
     if kind == "blob" and len(blob_list) != 1:
         raise UsageError(_one_blob_message(dest, format, doc, len(blob_list)))
@@ -192,6 +181,26 @@ def write(doc: Document | None, blobs, dest, *, format: str | None = None, preci
         module(fmt).write(doc, entries, blob_list, dest, kind=kind, precision=Precision.of(precision),
                           write_diff=write_diff, layout=layout, transforms=transforms)
     return kind
+
+
+def _to_write(doc: Document | None, blobs: dict | None, layout: str | None) -> tuple:
+    """(entries, blobs) that write writes: `doc`'s every blob, or `blobs` (a name not in `doc` a new entry).
+
+    Each blob's layout is checked here, before anything is written, whatever the format.
+    """
+    if blobs is None:
+        entries = list(doc.entries)
+        blob_list = [e.blob() for e in entries]
+    else:
+        known = {e.name: e for e in doc.entries} if doc is not None else {}
+        entries = [known.get(name) or new_entry(name, blob) for name, blob in blobs.items()]
+        blob_list = list(blobs.values())
+    for entry, blob in zip(entries, blob_list):
+        try:
+            check_layout(blob, layout)
+        except UsageError as exc:
+            raise UsageError(f"blob {entry.name}: {exc.reason}", path=doc.path if doc is not None else None) from exc
+    return entries, blob_list
 
 
 def resolve_precision(doc: Document | None, entries: list, blobs: list, precision, *, write_diff=None,

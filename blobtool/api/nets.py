@@ -125,7 +125,7 @@ def edit(src, dest, *, renames=None, drops=(), format: str | None = None, warn=N
 def fold(src, *outputs, definition=None, check: bool = False, shapes: dict | None = None, warn=None):
     """Fold each BatchNorm (and the Scale after it) of the net in `src` into the layer before it; write `outputs`.
 
-    As surgery.foldnet.fold_net: `src` and `definition` Documents or what
+    As surgery.foldnet.fold_document: `src` and `definition` Documents or what
     open_document takes; each output a path, "-" or a binary file object
     (the folded .caffemodel, or its definition as .prototxt); `definition`
     a deploy definition whose settings the folds use and which a .prototxt
