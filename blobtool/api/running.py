@@ -78,7 +78,8 @@ def export(src, dest, *, definition=None, shapes: dict | None = None, opset: int
     blobtool's forward on the same random input (onnxport/check.py), which
     need the `onnx` extra (UsageError naming it otherwise), and write `dest`
     only when it passes (onnxport/check.py's prove_export). What the deploy
-    net left out and what changed on the way are said to `warn`.
+    net left out and what changed on the way are said to `warn`, and, when
+    `warn` is given, the warnings of the files opened here.
     """
     from ..forward.run import prepare_net
 
