@@ -87,7 +87,7 @@ def test_no_import_cycles():
     modules = _modules()
     graph = {name: _imports(name, path, set(modules)) for name, path in modules.items()}
     assert graph["blobtool.cli"] >= {"blobtool.cli.group", "blobtool.cli.inspect"}  # the parser sees imports
-    assert "blobtool.formats" in graph["blobtool.cli.completion"]  # and those inside functions
+    assert "blobtool.api" in graph["blobtool.cli.completion"]  # and those inside functions
     state = {}
 
     def visit(name, trail):
@@ -130,6 +130,48 @@ def test_the_layer_check_finds_an_import_upward(tmp_path):
     (package / "stray" / "__init__.py").write_text("")
     with pytest.raises(AssertionError, match="blobtool.stray is in no layer"):
         upward_imports(package)
+
+
+# The command reaches the package through the library (docs/development.md): what it needs from a
+# layer below has a name in blobtool.api (its modules by job), and it renders with report/.
+COMMAND_REACHES = ("api", "records", "report", "errors", "cli")
+
+
+def command_imports_below_the_library(package: Path = PACKAGE) -> list:
+    """'importer imports imported' for every module of the command's layer importing one below the library,
+    other than blobtool.errors and the package's own top level (its version, its names)."""
+    modules = _modules(package)
+    root = package.name
+
+    def reached(other: str) -> bool:
+        return other == root or any(other == f"{root}.{m}" or other.startswith(f"{root}.{m}.") for m in COMMAND_REACHES)
+
+    return [f"{name} imports {other}" for name, path in sorted(modules.items()) if _layer(name, root) == 0
+            for other in sorted(_imports(name, path, set(modules))) if not reached(other)]
+
+
+def test_the_command_imports_only_the_library_the_report_and_errors():
+    assert command_imports_below_the_library() == []
+
+
+def test_the_command_rule_finds_an_import_below_the_library(tmp_path):
+    # Deliberate violations, at the top and inside a function; the library, its modules, the report,
+    # errors and the package's own names are fine.
+    package = tmp_path / "blobtool"
+    for folder in ("cli", "api", "report", "files", "formats"):
+        (package / folder).mkdir(parents=True)
+        (package / folder / "__init__.py").write_text("")
+    (package / "__init__.py").write_text("__version__ = '1'\n")
+    (package / "errors.py").write_text("")
+    (package / "api" / "kinds.py").write_text("from ..formats import x\n")
+    (package / "report" / "text.py").write_text("")
+    (package / "cli" / "group.py").write_text(
+        "from .. import __version__, errors\nfrom ..api.kinds import x\nfrom ..report import text\n"
+        "from ..api import load\nfrom ..formats import y\n\ndef f():\n    from .. import files\n")
+    assert command_imports_below_the_library(package) == [
+        "blobtool.cli.group imports blobtool.files",
+        "blobtool.cli.group imports blobtool.formats",
+    ]
 
 
 def _private(name: str) -> bool:

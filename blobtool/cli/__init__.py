@@ -62,7 +62,7 @@ cli.jobs = tuple((job, tuple(c.name for c in commands)) for job, commands in JOB
 
 def main(argv=None) -> None:
     """Entry point of the blobtool script and of python -m blobtool."""
-    from .. import files
+    from ..api.session import files
 
     if not runs_nets(sys.argv[1:] if argv is None else list(argv)):
         single_threaded_blas()  # first: before anything imports numpy

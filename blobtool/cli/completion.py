@@ -166,7 +166,7 @@ def _given_inputs(ctx: click.Context) -> list:
 
 def _names(path: str, kind) -> list:
     """The names --blob accepts in this file: its blobs', then its layers' (a layer selects its blobs)."""
-    from ..formats import open_document
+    from ..api import open_document
 
     doc = open_document(path, kind)
     try:

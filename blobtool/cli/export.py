@@ -52,22 +52,14 @@ def export(net, output, definition, input_shapes, opset, outputs, check, seed, a
       blobtool export lenet.caffemodel --input-shape data=1,1,28,28 -o lenet.onnx
     """
     from ..api import export as export_net
-    from .work import open_input
 
     if not str(output).endswith(".onnx") and output != "-":
         raise click.UsageError(f"-o {output}: export writes an ONNX model (FILE.onnx)")
     if output == "-":
         raise click.UsageError("export writes a file (-o FILE.onnx): an ONNX model may keep its weights beside it")
-    shapes = parse_named_shapes(input_shapes)
-    doc = open_input(net)
-    with doc:
-        if definition is not None:
-            with open_input(definition) as other:
-                result, verdict = export_net(doc, output, definition=other, shapes=shapes, opset=opset,
-                                             outputs=parse_outputs(outputs), check=check, seed=seed, warn=say_warning)
-        else:
-            result, verdict = export_net(doc, output, shapes=shapes, opset=opset, outputs=parse_outputs(outputs),
-                                         check=check, seed=seed, warn=say_warning)
+    result, verdict = export_net(net, output, definition=definition, shapes=parse_named_shapes(input_shapes),
+                                 opset=opset, outputs=parse_outputs(outputs), check=check, seed=seed,
+                                 warn=say_warning)
     if as_json:
         emit_json({**result.record(), **({"check": verdict.record()} if verdict is not None else {})})
     else:

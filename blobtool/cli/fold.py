@@ -60,48 +60,20 @@ def fold(net, outputs, definition, as_json, check, input_shapes):
       blobtool fold resnet.caffemodel --definition deploy.prototxt -o folded.caffemodel -o folded_deploy.prototxt
       blobtool fold resnet.caffemodel -o folded.caffemodel --check --input-shape data=1,3,32,32
     """
-    from ..surgery.foldnet import fold_document
-    from .work import open_input
+    from ..api import OptionsRefused, fold as fold_net
+    from .group import error_line
 
     outputs = list(outputs) or [output_target(None)]
     if outputs.count("-") > 1:
         raise click.UsageError("standard output ('-') can be written only once")
     if as_json and "-" in outputs:
         raise click.UsageError("--json prints to stdout, where an output is written: give -o PATH")
-    import io
-
-    from ..files import Staged
-    from ..surgery.foldnet import output_form
-
     shapes = parse_named_shapes(input_shapes)
-    extra = []  # where --check reads the folded net from, when no output holds it
-    doc = open_input(net)
-    verdict = None
-    # With --check every output is written where nothing reads it, and put in place only when the check passes.
-    with doc, Staged(outputs if check else ()) as staged:
-        written = [staged.path(dest) for dest in outputs]
-        if check:
-            forms = [output_form(dest, doc) for dest in outputs]
-            if "net" not in forms:
-                extra.append(io.BytesIO())
-            if definition is not None and "definition" not in forms:
-                raise click.UsageError("--check with --definition runs the folded definition: give -o "
-                                       "FILE.prototxt to write it")
-        if definition is None:
-            result = fold_document(doc, *written, *extra)
-            if check:
-                verdict = _check(doc, None, outputs, written, extra, shapes)
-        else:
-            with open_input(definition) as other:
-                result = fold_document(doc, *written, *extra, definition=other)
-                if check:
-                    verdict = _check(doc, other, outputs, written, extra, shapes)
-        if verdict is not None:
-            if verdict.passed:
-                staged.place()
-            else:
-                verdict.withheld = list(outputs)
-    result.outputs = [str(dest) for dest in outputs]
+    try:
+        result = fold_net(net, *outputs, definition=definition, check=check, shapes=shapes, warn=say_warning)
+    except OptionsRefused as exc:
+        raise click.UsageError(error_line(exc)) from exc
+    verdict = result.check
     for kept in result.plan.kept:
         say_warning(f"{result.path}: BatchNorm {kept.batchnorm} stays: {kept.why}")
     for kept in result.plan.kept_scales:
@@ -115,40 +87,6 @@ def fold(net, outputs, definition, as_json, check, input_shapes):
             _list_folds(result)
     if verdict is not None:
         say_check(verdict)
-
-
-def _check(doc, definition, outputs, written, extra, shapes):
-    """Run the net before and after the fold (forward/check.py): the folded net from its output or a stream.
-
-    `written` are where `outputs` were written for now; a net that cannot
-    run is its error (exit 3), saying that no output was written.
-    """
-    import io
-
-    from ..errors import BlobToolError
-    from ..forward.check import check_nets, not_written
-    from ..surgery.foldnet import output_form
-    from .work import open_input
-
-    forms = [output_form(dest, doc) for dest in outputs]
-    nets = [w for w, form in zip(written, forms) if form == "net"] + [e for e in extra if isinstance(e, io.BytesIO)]
-    texts = [w for w, form in zip(written, forms) if form == "definition"]
-    folded = nets[0]
-    if isinstance(folded, io.BytesIO):
-        folded.seek(0)
-    after_name = next((str(d) for d, form in zip(outputs, forms) if form == "net"), "the folded net")
-    try:
-        with open_input(folded) as after:
-            if definition is None:
-                verdict = check_nets(doc, after, shapes=shapes)
-            else:
-                with open_input(texts[0]) as after_definition:
-                    verdict = check_nets(doc, after, before_definition=definition, after_definition=after_definition,
-                                         shapes=shapes)
-    except BlobToolError as exc:
-        raise not_written(exc, outputs) from exc
-    verdict.after = after_name
-    return verdict
 
 
 def _list_folds(result) -> None:

@@ -132,7 +132,7 @@ def _settle_inputs(exc: BaseException | None = None) -> BaseException | None:
     A read error in an input that another process changed meanwhile (a
     truncation seen as "truncated at byte N") is reported as that change.
     """
-    from .. import files  # not at start-up: the group's help and completion need no input
+    from ..api.session import files  # not at start-up: the group's help and completion need no input
 
     changed = files.settle()
     if (changed is not None and isinstance(exc, FormatError) and exc.path == changed
@@ -148,7 +148,7 @@ def batch_error(exc: BlobToolError) -> BlobToolError:
     hold the input's mapping, whose watch then goes with it; a write that
     comes later stops nothing, as the input was reported.
     """
-    from .. import files
+    from ..api.session import files
 
     if exc.path is None:
         return exc
@@ -164,7 +164,7 @@ def batch_error(exc: BlobToolError) -> BlobToolError:
 
 def _report_pending_change() -> None:
     """Raise the change of a watched input that was found where it could not be raised (a finalizer)."""
-    from .. import files
+    from ..api.session import files
 
     changed = files.pending_change()
     if changed is not None:

@@ -167,7 +167,7 @@ def _info_one(path, *, kind, patterns, stats, check=None, layer_defs=False, name
     """info's record for one file (runs in a worker process when several files are given)."""
     from ..records import info_record
 
-    from ..files import releasing
+    from ..api.session import releasing
 
     doc = open_input(path, kind)
     shown, entries = named(doc, patterns, names, fold, net)
@@ -240,7 +240,7 @@ def norm(files, device, patterns, kind, as_json, jobs, fail_fast, all_files, nam
 def _norm_one(path, *, kind, patterns, device_info, names="blobtool", fold=True, net=None, show_progress=True):
     """norm's record for one file (runs in a worker process when several files are given)."""
     from ..records import norm_record
-    from ..files import releasing
+    from ..api.session import releasing
 
     doc = open_input(path, kind)
     shown, entries = named(doc, patterns, names, fold, net)
@@ -250,7 +250,7 @@ def _norm_one(path, *, kind, patterns, device_info, names="blobtool", fold=True,
     # is placed there: each streams through one set of pinned buffers.
     streamer = None
     if device_info is not None:
-        from ..engine import device
+        from ..api.devices import device
         streamer = device.current().streamer(device.STREAM_CHUNK, release=True)
     blobs = (_norm_target(e, streamer) for e in entries)
     try:
@@ -265,7 +265,7 @@ def _norm_target(entry, streamer):
     """The blob to reduce: on the host itself, on a GPU a stand-in that streams its data and diff through it."""
     blob = entry.blob_unkept()
     if streamer is not None:
-        from ..engine.device import StreamedNorms
+        from ..api.devices import StreamedNorms
         return StreamedNorms(blob, streamer, entry.has_diff)
     return blob
 
@@ -305,11 +305,11 @@ def compare(a, b, rtol, atol, quiet, device, patterns, kind, as_json, names, no_
       blobtool compare --names torch --definition model.caffemodel snapshot.caffemodel.h5 ported.safetensors
       blobtool compare --names torch model.caffemodel port.pth --strip-prefix module.
     """
-    from ..engine.compare import compare_documents
-    from ..formats import select
-    from ..engine.kernels import using_threads
+    from ..api.compute import compare_documents
+    from ..api.kinds import select
+    from ..api.compute import using_threads
     from ..records import compare_record
-    from ..files import releasing
+    from ..api.session import releasing
 
     if a == "-" and b == "-":
         raise click.UsageError("standard input ('-') can be read only once")
@@ -318,7 +318,7 @@ def compare(a, b, rtol, atol, quiet, device, patterns, kind, as_json, names, no_
     doc_a, doc_b = open_inputs([a, b], kind)
     change = prefixes_asked(strip_prefix, add_prefix)
     if names != "blobtool":
-        from ..torchport.naming import torch_pair
+        from ..api.naming import torch_pair
         from .names import renamer
 
         types = open_input(net) if net is not None else None
@@ -332,7 +332,7 @@ def compare(a, b, rtol, atol, quiet, device, patterns, kind, as_json, names, no_
         warn_all(warnings)
         statistics = None
     else:
-        from ..torchport.prefixes import match_documents
+        from ..api.naming import match_documents
 
         doc_b, _, note = match_documents(doc_a, doc_b, change)
         warn_all([note] if note else [])
@@ -360,8 +360,8 @@ def _statistics(doc_a, doc_b, entries_a, entries_b):
     two nets whose sums and factors differ by the same ratio compute the same
     (a net written back from PyTorch has its factor 1): compare says so.
     """
-    from ..net.batchnorm import statistic_factors
-    from ..torchport.naming import has_layer_types
+    from ..api.naming import statistic_factors
+    from ..api.naming import has_layer_types
     from .names import say_summary
 
     if not (has_layer_types(doc_a) and has_layer_types(doc_b)):
@@ -388,7 +388,7 @@ def devices(as_json):
     Example:
       blobtool devices --json
     """
-    from ..engine.device import list_devices
+    from ..api.devices import list_devices
     from ..report.tables import render_devices
 
     found = list_devices()

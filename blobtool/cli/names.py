@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from ..formats import NAMING_SCHEMES as SCHEMES
+from ..api.kinds import NAMING_SCHEMES as SCHEMES
 from .output import say_warning
 from .options import listed_names
 from .paths import INPUT
@@ -64,7 +64,7 @@ def prefix_options(f=None, *, changed: str = "the second file", other: str = "th
 
 def prefixes_asked(strip, add):
     """The Prefixes the options ask for (torchport/prefixes.py), or None: find one."""
-    from ..torchport.prefixes import Prefixes
+    from ..api.naming import Prefixes
 
     change = Prefixes(strip, add)
     return change if change.asked else None
@@ -79,7 +79,7 @@ def renamer(scheme: str):
     """The library's renaming for --names `scheme` (torch or torch-identifiers), as torch_pair takes it."""
     import functools
 
-    from ..torchport.metadata import named as export
+    from ..api.naming import named as export
 
     return functools.partial(export, scheme=scheme)
 
@@ -91,7 +91,7 @@ def renamed(doc, entries, fold: bool, net=None, scheme: str = "torch"):
 
 def named(doc, patterns, names: str, fold: bool, net=None) -> tuple:
     """(document, entries) --blob `patterns` select under the names asked (see selected_renamed)."""
-    from ..formats import select
+    from ..api.kinds import select
 
     if names == "blobtool":
         return doc, select(doc, patterns)
@@ -106,7 +106,7 @@ def selected_renamed(doc, patterns, fold: bool, net=None, scheme: str = "torch")
     pattern is one of those, by PyTorch's (bn1.running_var), as
     torchport.naming.renamed_selection does.
     """
-    from ..torchport.naming import renamed_selection
+    from ..api.naming import renamed_selection
 
     picked = []
 
@@ -120,7 +120,7 @@ def selected_renamed(doc, patterns, fold: bool, net=None, scheme: str = "torch")
 
 def _renamed(doc, run, fold: bool, net, scheme: str):
     """run(rename, fold=..., net=...) with the types of `net` (a path) open where `doc` holds none; warnings said."""
-    from ..torchport.naming import has_layer_types
+    from ..api.naming import has_layer_types
     from .work import open_input
 
     rename = renamer(scheme)

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import contextlib
-
 import click
 
-from ..formats import NAMING_SCHEMES
+from ..api.kinds import NAMING_SCHEMES
 from .names import NAMES_MOVED, NAMES_RULES, check_names, prefix_options
 from .options import INPUT, NAMED_SHAPE, OUTPUT, blob_option, kind_option, output_options, parse_named_shapes
 from .output import emit_json, progress, say_check, say_warning
@@ -18,7 +16,7 @@ __all__ = ["definition", "transplant", "edit"]
 
 def _text_output(output) -> bool:
     """Whether definition writes text there: standard output, or a name that is not a binary net's."""
-    from ..formats.targets import chosen_format
+    from ..api.choices import chosen_format
 
     return output is None or output == "-" or chosen_format(output, None) not in ("protobuf", "same")
 
@@ -81,10 +79,10 @@ def definition(net, output, strict, deploy, input_shapes, as_json):
             if doc.format != "prototxt":
                 raise click.UsageError(f"{doc.path} is a binary net already: its definition goes to a .prototxt "
                                        "(blobtool convert re-encodes the net itself)")
-            from ..formats.caffe.netdef import definition as parsed_definition
+            from ..api import net_definition
 
             # A field the text held that the schema does not know has no number to encode it with.
-            for line in parsed_definition(doc).lost_lines(doc.path):
+            for line in net_definition(doc).lost_lines(doc.path):
                 say_warning(f"{line}; left out of the binary net (their field numbers are unknown)")
             write(doc, None, output, format="protobuf", warn=say_warning)
             return
@@ -153,56 +151,25 @@ def transplant(source, template, output, fmt, names, no_fold, net, partial, resh
       blobtool transplant port.pth deploy.prototxt --names torch -o port.caffemodel
       blobtool transplant port.safetensors net.caffemodel --names torch -o back.caffemodel --check
     """
-    from ..api import transplant as transplant_values
-    from ..formats.numpy import cast_for
-    from ..surgery.prefixed import PrefixClash
+    from ..api import OptionsRefused, PrefixClash, transplant as transplant_values
     from .group import error_line
     from .work import open_input
 
     check_names(names, net)
     output = blob_output(output, fmt)
-    if check and (output == "-" or fmt not in (None, "protobuf", "hdf5", "same")):
-        raise click.UsageError("--check runs the net written: give -o FILE.caffemodel (or .h5)")
-    from ..files import Staged
-
-    with contextlib.ExitStack() as opened:
-        target = opened.enter_context(open_input(template))
-        if check and target.format == "prototxt":
-            raise click.UsageError(f"--check runs TEMPLATE before and after: {target.path} is a definition and "
-                                   "holds no weights to run")
-        # Values of another type (float16 .npy, integers, bfloat16) load as float64, which holds them
-        # exactly: the template's types decide what is written.
-        values = opened.enter_context(open_input(source, kind, npy_cast=cast_for("double")))
-        values.source.will_read_through()
-        types = opened.enter_context(open_input(net)) if net is not None else None
-        # With --check the net is written where nothing reads it, and put in place only when the check passes.
-        staged = opened.enter_context(Staged([output] if check else ()))
-        written = staged.path(output)
+    shapes = parse_named_shapes(input_shapes)
+    # The template is opened here for the progress bar of its writing.
+    with open_input(template) as target:
         try:
             with progress(target, "writing"):
-                transplant_values(values, target, written, names=names, partial=partial, reshape=reshape,
-                                  fold=not no_fold, definition=types, strip_prefix=strip_prefix,
-                                  add_prefix=add_prefix, format=fmt, precision=precision, blobs=patterns,
-                                  warn=say_warning)
-        except PrefixClash as exc:
-            # The options asked for a rename that cannot be: the command's usage error, as click's own.
+                verdict = transplant_values(source, target, output, names=names, partial=partial, reshape=reshape,
+                                            fold=not no_fold, definition=net, strip_prefix=strip_prefix,
+                                            add_prefix=add_prefix, format=fmt, precision=precision,
+                                            blobs=patterns, kind=kind, check=check, shapes=shapes,
+                                            warn=say_warning)
+        except (OptionsRefused, PrefixClash) as exc:
+            # The options asked for what cannot be (a rename, a check): the command's usage error, as click's own.
             raise click.UsageError(error_line(exc)) from exc
-        if check:
-            from ..errors import BlobToolError
-            from ..forward.check import check_nets, not_written
-
-            try:
-                with open_input(written) as after:
-                    definition = types if target.format == "hdf5" or after.format == "hdf5" else None
-                    verdict = check_nets(target, after, before_definition=definition, after_definition=definition,
-                                         shapes=parse_named_shapes(input_shapes))
-            except BlobToolError as exc:
-                raise not_written(exc, [output]) from exc
-            verdict.after = str(output)
-            if verdict.passed:
-                staged.place()
-            else:
-                verdict.withheld = [output]
     if check:
         say_check(verdict)
 

@@ -7,7 +7,7 @@ import sys
 
 import click
 
-from ..formats import KINDS, OUTPUT_FORMATS
+from ..api.kinds import KINDS, OUTPUT_FORMATS
 from .completion import complete_blob_names
 from .paths import INPUT, OUTPUT
 
@@ -42,7 +42,7 @@ def listed_names(ctx, param, value):
     Names read from files carry such bytes as \\xNN escapes (formats.listed_name):
     so the bytes as typed (a prefix, say) match them.
     """
-    from ..formats import listed_name
+    from ..api.kinds import listed_name
 
     if value is None:
         return None
@@ -84,7 +84,7 @@ def _read_key(ctx, param, value):
     if value is not None:
         if not value or any(not part for part in value.split("/")):
             raise click.BadParameter(f"{value!r} is not a key: expected names joined by '/'", ctx, param)
-        from ..formats import ReadSettings, use_read_settings
+        from ..api.kinds import ReadSettings, use_read_settings
 
         use_read_settings(ReadSettings(key=value))
 
@@ -139,7 +139,7 @@ def batch_inputs(files, all_files: bool = False) -> tuple[list, list]:
     """
     import os
 
-    from ..formats import EXTENSIONS
+    from ..api.kinds import EXTENSIONS
 
     found, warnings = [], []
     for path in inputs(files):
@@ -209,7 +209,7 @@ def output_target(output):
 def parse_named_shapes(values) -> dict:
     """{name: shape} from NAME=D0,D1,... values (--input-shape); click.BadParameter for a malformed one."""
     from ..errors import UsageError
-    from ..forward.deploy import parse_shape
+    from ..api.choices import parse_shape
 
     shapes = {}
     for value in values:

@@ -136,7 +136,7 @@ def progress(doc, what: str, enabled: bool = True):
         return
     from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
 
-    from ..engine.work import using
+    from ..api.session import using
 
     _, err = consoles()
     columns = (TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TimeRemainingColumn())

@@ -136,7 +136,7 @@ def jobs_to_use(jobs) -> int:
     process also costs its start-up and its memory), so a larger --jobs is
     capped, without a message; `taskset -c 0 blobtool ...` works in one.
     """
-    from ..engine.kernels import available_cores
+    from ..api.compute import available_cores
 
     cores = available_cores()
     return min(jobs, cores) if jobs else cores
@@ -170,7 +170,7 @@ def records(paths: list, work, jobs, *, fail_fast: bool = True):
     threshold = env_count("BLOBTOOL_PARALLEL_MIN_BYTES", PARALLEL_THRESHOLD)
     names = [p for p in paths if isinstance(p, str)]
     if jobs == 1 or len(names) < 2 or "-" in names or _total_size(names) < threshold:
-        from ..engine.kernels import using_threads
+        from ..api.compute import using_threads
 
         # One file at a time here: its big reductions use the cores instead.
         with using_threads(jobs):
@@ -186,8 +186,8 @@ def records(paths: list, work, jobs, *, fail_fast: bool = True):
     # on the same cores ran 10x slower than one process (measured: 32 nets of
     # 16 MiB, 5.8 s against 0.6 s).
     context = multiprocessing.get_context("spawn")
-    from ..files import guarding
-    from ..formats import read_settings
+    from ..api.session import guarding
+    from ..api.kinds import read_settings
 
     guard = guarding()
     pool = concurrent.futures.ProcessPoolExecutor(max_workers=min(jobs, len(paths)), mp_context=context,
@@ -218,7 +218,7 @@ def _start_worker(settings) -> None:
     numpy is not loaded yet in it, so the BLAS setting takes.
     """
     os.environ.update({name: "1" for name in _BLAS_THREAD_VARIABLES})  # this worker's own environment
-    from ..formats import use_read_settings
+    from ..api.kinds import use_read_settings
 
     use_read_settings(settings)
 
@@ -227,7 +227,7 @@ def _run_in_worker(guard: bool, work, path):
     """work(path) in a worker process, its inputs guarded for the run where the command's are (files.guarded)."""
     import contextlib
 
-    from .. import files
+    from ..api.session import files
 
     with files.guarded() if guard else contextlib.nullcontext():
         return work(path, show_progress=False)

@@ -48,35 +48,23 @@ def run(net, definition, input_files, input_shapes, seed, outputs, output, as_js
       blobtool run net.caffemodel --definition deploy.prototxt --input data=image.npy -o out.npz
       blobtool run lenet.caffemodel --input-shape data=1,1,28,28 --outputs all --json
     """
-    from ..forward.run import run_net
-    from .work import open_input
+    from ..api import OptionsRefused, run as run_net
+    from .group import error_line
 
     shapes = parse_named_shapes(input_shapes)
     wanted = parse_outputs(outputs)
-    fmt = None
-    if output is not None:
-        from ..formats.targets import chosen_format
-
-        fmt = chosen_format(output, None) if output != "-" else "npz"
-        if fmt != "npz":
-            raise click.UsageError(f"-o {output}: run writes its blobs to an .npz (one array per blob name)")
-    feeds = _read_inputs(input_files)
-    doc = open_input(net)
-    with doc:
-        if definition is not None:
-            with open_input(definition) as other:
-                result = run_net(doc, definition=other, feeds=feeds, shapes=shapes, seed=seed, outputs=wanted)
-        else:
-            result = run_net(doc, feeds=feeds, shapes=shapes, seed=seed, outputs=wanted)
+    files = _input_files(input_files)
+    try:
+        result = run_net(net, definition=definition, inputs=files, shapes=shapes, seed=seed, outputs=wanted,
+                         output=output, warn=say_warning)
+    except OptionsRefused as exc:
+        raise click.UsageError(error_line(exc)) from exc
     for line in result.notes:
         say_warning(line)
     for said in result.inputs:
         if said["given"] != "values given":
             say_warning(f"input {said['name']} ({'x'.join(map(str, said['shape']))}): {said['given']}")
     if output is not None:
-        from ..formats.numpy import save_arrays
-
-        save_arrays(result.values, output, fmt="npz")
         return
     record = result.record()
     if as_json:
@@ -87,16 +75,14 @@ def run(net, definition, input_files, input_shapes, seed, outputs, output, as_js
     emit(record, False, plain=running.plain_run, draw=lambda out: running.render_run(out, record))
 
 
-def _read_inputs(values) -> dict:
-    """{name: InputFile} from NAME=FILE values, each file holding one blob (read once its shape is checked)."""
-    from ..forward.run import read_input_file
-
-    feeds = {}
+def _input_files(values) -> dict:
+    """{name: file} from NAME=FILE values (the library reads each as one blob, once its shape is checked)."""
+    files = {}
     for value in values:
         name, eq, path = value.partition("=")
         if not eq or not name or not path:
             raise click.BadParameter(f"{value!r}: expected NAME=FILE (data=image.npy)", param_hint="'--input'")
-        if name in feeds:
+        if name in files:
             raise click.BadParameter(f"{name!r} is given twice", param_hint="'--input'")
-        feeds[name] = read_input_file(path)
-    return feeds
+        files[name] = path
+    return files

@@ -59,7 +59,7 @@ def show(file, name, channel, index, width, output, kind, names, no_fold, net):
       blobtool show net.caffemodel --blob conv2/0 --index 3 --channel 0
       blobtool show -o ip2.png --names torch --blob ip2.weight net.caffemodel
     """
-    from ..files import releasing
+    from ..api.session import releasing
 
     check_names(names, net)
     image_module = None
@@ -97,7 +97,7 @@ def _draw(doc, entry, data, channel, index, width, output, image_module) -> None
                              max_pixels=TERMINAL_MAX_PIXELS)
         render_picture(out, doc.path, entry.name, entry.shape, picture)
         return
-    from ..files import atomic_output
+    from ..api.session import atomic_output
 
     from ..report.legend import png_pixels
 

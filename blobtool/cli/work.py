@@ -7,7 +7,7 @@ __all__ = ["open_input", "open_inputs", "load_selected", "use_device", "release_
 
 def open_input(path, kind=None, npy_cast=None):
     """Open an input as a Document (formats.open_document) and print its warnings."""
-    from ..formats import open_document
+    from ..api import open_document
     from .output import warn
 
     doc = open_document(path, kind, npy_cast=npy_cast)
@@ -17,7 +17,7 @@ def open_input(path, kind=None, npy_cast=None):
 
 def open_inputs(paths, kind=None) -> list:
     """open_input for several inputs, read at once where their format allows (formats.open_documents)."""
-    from ..formats import open_documents
+    from ..api.kinds import open_documents
     from .output import warn
 
     docs = []
@@ -35,7 +35,7 @@ def load_selected(path, kind, patterns, npy_cast=None, *, to_write=False):
     entry's Entry.blob_to_write(), whose values (an HDF5 dataset read through
     HDF5) are read as they are written and let go, one blob at a time.
     """
-    from ..formats import select
+    from ..api.kinds import select
 
     doc = open_input(path, kind, npy_cast=npy_cast)
     entries = select(doc, patterns)
@@ -49,7 +49,7 @@ def use_device(index):
     """Select GPU `index` (None: stay on the host); returns the JSON "device" object or None."""
     if index is None:
         return None
-    from ..engine import device
+    from ..api.devices import device
     return device.use(index).describe()
 
 
@@ -65,5 +65,5 @@ def array_module(device_info):
     if device_info is None:
         import numpy
         return numpy
-    from ..engine import device
+    from ..api.devices import device
     return device.current().cp

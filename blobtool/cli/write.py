@@ -16,7 +16,7 @@ __all__ = ["scale", "update", "convert", "blob_output", "EDITS_MOVED"]
 
 def blob_output(output, fmt):
     """Where scale, update and convert write (output_target); a .prototxt, a net's definition, is definition's."""
-    from ..formats.targets import chosen_format
+    from ..api.choices import chosen_format
 
     output = output_target(output)
     if chosen_format(output, fmt) == "prototxt":
@@ -48,7 +48,7 @@ def _streamed(doc, entries, blobs, output, fmt, sides: dict, what: str) -> None:
     written in (a float16 blob is computed in float32 and narrowed when
     written), and warned about.
     """
-    from ..engine.kernels import CountingNonFinite
+    from ..api.compute import CountingNonFinite
 
     counters = [{side: CountingNonFinite(make(blob)) for side, make in sides.items()} for blob in blobs]
     _write(doc, entries, blobs, output, fmt, transforms={e.name: c for e, c in zip(entries, counters)})
@@ -94,7 +94,7 @@ class _DeviceStep:
     def run(self) -> None:
         import numpy
 
-        from ..engine.kernels import count_nonfinite
+        from ..api.compute import count_nonfinite
         from .work import release_device
 
         if self._done:
@@ -121,7 +121,7 @@ class _DeviceSide:
     """
 
     def __init__(self, step: _DeviceStep, side: str):
-        from ..engine.kernels import CountingNonFinite
+        from ..api.compute import CountingNonFinite
 
         self._step = step
         self._side = side
@@ -186,7 +186,7 @@ def scale(file, factor, diff_factor, output, fmt, device, patterns, kind):
       blobtool scale weights.pb 0.5 -o half.pb
       blobtool scale weights.pb 0.5 --diff-factor 0 -o - | blobtool norm
     """
-    from ..engine.kernels import scaled
+    from ..api.compute import scaled
 
     output = blob_output(output, fmt)
     device_info = use_device(device)
@@ -223,7 +223,7 @@ def update(file, output, fmt, device, patterns, kind):
     Example:
       blobtool update snapshot.pb -o stepped.pb
     """
-    from ..engine.kernels import minus
+    from ..api.compute import minus
 
     output = blob_output(output, fmt)
     device_info = use_device(device)
@@ -314,7 +314,7 @@ def convert(file, output, fmt, precision, half_strict, layout, no_diff, patterns
       blobtool convert --names torch net.caffemodel -o net.safetensors
       blobtool convert snapshot_iter_1000.caffemodel.h5 -o snapshot_iter_1000.caffemodel
     """
-    from ..formats.numpy import cast_for
+    from ..api.choices import cast_for
 
     check_names(names, net)
     output = blob_output(output, fmt)
@@ -339,7 +339,7 @@ def convert(file, output, fmt, precision, half_strict, layout, no_diff, patterns
         return
     # float64 values past float32's range become Inf, as Caffe's cast makes
     # them: counted as they are narrowed while writing, and warned about.
-    from ..engine.kernels import CountingNonFinite
+    from ..api.compute import CountingNonFinite
 
     counters = [{"data": CountingNonFinite(), "diff": CountingNonFinite()} for _ in blobs]
     _write(doc, entries, blobs, output, fmt, precision=precision, layout=layout,
@@ -352,7 +352,7 @@ def convert(file, output, fmt, precision, half_strict, layout, no_diff, patterns
 
 def _renamed_for_export(doc, entries, names: str, no_fold: bool, no_diff: bool, net=None):
     """--names torch (or torch-identifiers) for convert: the TorchExport, its warnings and eps warnings said."""
-    from ..torchport.metadata import eps_warnings
+    from ..api.naming import eps_warnings
 
     result = renamed(doc, entries, not no_fold, net, names)
     if result.dropped_diffs and not no_diff:
@@ -369,7 +369,7 @@ def _resolved(doc, entries, blobs, output, fmt, precision, no_diff: bool, half_s
     settings and the mapping are not in it.
     """
     from ..api import resolve_precision
-    from ..formats.targets import output_target as format_of
+    from ..api.choices import output_target as format_of
     from .output import say_warning
 
     chosen, _ = format_of(output, fmt, doc)
@@ -385,8 +385,8 @@ def _resolved(doc, entries, blobs, output, fmt, precision, no_diff: bool, half_s
 
 def _say_export(result, entries, blobs, precision, asked, output) -> None:
     """convert --names torch's summary on stderr: what was written, and a line per kind of renaming."""
-    from ..formats.origin import written_type
-    from ..torchport.metadata import kind_counts
+    from ..api.choices import written_type
+    from ..api.naming import kind_counts
     from ..report.mapping import export_summary
 
     per_blob = precision if isinstance(precision, dict) else {}

@@ -19,7 +19,7 @@ from ..errors import FormatError, UsageError
 from .deploy import deploy_net
 from .runner import build
 
-__all__ = ["RunResult", "InputFile", "read_input_file", "run_net", "blob_summary", "ALL"]
+__all__ = ["RunResult", "InputFile", "read_input_file", "prepare_net", "run_net", "blob_summary", "ALL"]
 
 ALL = "all"
 
@@ -113,6 +113,31 @@ def blob_summary(value: np.ndarray) -> dict:
     return out
 
 
+def prepare_net(doc, definition=None, shapes: dict | None = None, *, given: dict | None = None, feeds=(),
+                outputs=None, aligned: bool = True) -> tuple:
+    """(Deploy, Program, the blobs asked for) of net `doc`: what run and export both start from.
+
+    The deploy net of `doc` (or of `definition`), built with `doc`'s weights
+    when it holds them (a .prototxt holds none); `given` ({input: shape})
+    the shapes of the values `feeds` names, each of which the net must take;
+    `outputs` as run_net takes it; `aligned` as runner.build takes it.
+    """
+    deploy = deploy_net(doc, definition, shapes, given)
+    unknown = [n for n in feeds if n not in deploy.inputs]
+    if unknown:
+        raise UsageError(f"the net has no input {', '.join(repr(n) for n in unknown)} (its inputs: "
+                         f"{', '.join(deploy.inputs) or 'none'})", path=deploy.source)
+    weights = doc if doc.kind == "net" and doc.format != "prototxt" else None
+    program = build(deploy, weights, aligned=aligned)
+    if outputs is None:
+        wanted = program.outputs()
+    elif outputs == ALL:
+        wanted = program.blob_names()
+    else:
+        wanted = program.check_outputs(outputs)
+    return deploy, program, wanted
+
+
 def run_net(doc, *, definition=None, feeds: dict | None = None, shapes: dict | None = None, seed: int = 0,
             outputs=None, progress=None) -> RunResult:
     """Run net `doc` forward as Caffe's TEST phase in float32; the blobs asked for (see the module).
@@ -128,19 +153,7 @@ def run_net(doc, *, definition=None, feeds: dict | None = None, shapes: dict | N
     shapes = dict(shapes or {})
     # A file's shape is read from its header (InputFile): nothing is read before it is checked.
     given = {name: tuple(np.shape(value)) for name, value in feeds.items()}
-    deploy = deploy_net(doc, definition, shapes, given)
-    unknown = [n for n in feeds if n not in deploy.inputs]
-    if unknown:
-        raise UsageError(f"the net has no input {', '.join(repr(n) for n in unknown)} (its inputs: "
-                         f"{', '.join(deploy.inputs) or 'none'})", path=deploy.source)
-    weights = doc if doc.kind == "net" and doc.format != "prototxt" else None
-    program = build(deploy, weights)
-    if outputs is None:
-        wanted = program.outputs()
-    elif outputs == ALL:
-        wanted = program.blob_names()
-    else:
-        wanted = program.check_outputs(outputs)
+    deploy, program, wanted = prepare_net(doc, definition, shapes, given=given, feeds=feeds, outputs=outputs)
     # Refused before the inputs are drawn: they are part of what the run holds at once.
     program.check_memory(wanted)
     rng = np.random.default_rng(seed)

@@ -27,7 +27,7 @@ import numpy as np
 from ..engine.blob import Blob
 from ..errors import UsageError
 from ..files import atomic_output
-from ..formats import Document, open_document
+from ..formats import Document
 from ..formats.caffe import wire
 from ..formats.caffe.blobwrite import blob_encoded_size, encode_blob_parts, resolve_form
 from ..formats.writing import write_parts
@@ -39,7 +39,7 @@ from .fold import Folded, fold_params
 from .folddef import definition_text
 from .foldplan import Fold, FoldPlan, check_foldable_net, layer_fields, plan_folds
 
-__all__ = ["FoldResult", "fold_net", "fold_document", "output_form"]
+__all__ = ["FoldResult", "fold_document", "output_form"]
 
 
 @dataclasses.dataclass
@@ -52,6 +52,7 @@ class FoldResult:
     layers_before: int
     layers_after: int
     warnings: list
+    check: object = None    # blobtool.fold(check=True)'s verdict (forward/check.py's CheckResult), else None
 
     def record(self) -> dict:
         """The result as plain data (JSON-ready): each fold, each BatchNorm kept with why, the layer counts."""
@@ -66,31 +67,22 @@ class FoldResult:
         }
 
 
-def fold_net(src, *outputs, definition=None) -> FoldResult:
-    """Fold every foldable BatchNorm (and the Scale after it) of the net in `src`; write the net to `outputs`.
+def fold_document(doc: Document, *outputs, definition: Document | None = None) -> FoldResult:
+    """Fold every foldable BatchNorm (and the Scale after it) of the net `doc`; write the net to `outputs`.
 
-    `src` is a path or binary file object of a .caffemodel (today's format);
-    each output a path, "-" or a binary file object, written atomically:
+    `doc` is an opened .caffemodel (today's format; blobtool.fold opens
+    paths); each output a path, "-" or a binary file object, written atomically:
     the folded net (.caffemodel, or a name without an extension), or its
     definition as text (.prototxt, .pbtxt). Raises UsageError for what is
     not such a net (a V1 net, an HDF5 snapshot, a .prototxt, which holds no
     weights) or an output of another format, FormatError for a damaged net.
-    `definition` (a path or Document: a deploy .prototxt, or any net) is the
+    `definition` (a Document: a deploy .prototxt, or any net) is the
     definition a .prototxt output folds instead of the net's own, by layer
     name (folddef.py; UsageError where it wires the layers otherwise), and
     the net that will run: the folds are made with its settings (eps, the
     Scale's axes, the layer's; foldplan.py), a warning line per setting it
     states otherwise than the net.
     """
-    with open_document(src) as doc:
-        if definition is None or isinstance(definition, Document):
-            return fold_document(doc, *outputs, definition=definition)
-        with open_document(definition) as other:
-            return fold_document(doc, *outputs, definition=other)
-
-
-def fold_document(doc: Document, *outputs, definition: Document | None = None) -> FoldResult:
-    """fold_net for a net (and a definition) already opened."""
     check_foldable_net(doc)
     if not outputs:
         raise UsageError("fold: no output given", path=doc.path)
