@@ -458,3 +458,19 @@ def test_an_infinite_slope_exports_caffes_nan(tmp_path, kind):
     np.testing.assert_array_equal(ours, caffes)
     np.testing.assert_array_equal(theirs, caffes)
     assert verdict.passed
+
+
+@pytest.mark.parametrize("low, high", [(float("nan"), 2.0), (-1.0, float("nan")), (float("nan"), float("nan"))],
+                         ids=["min-nan", "max-nan", "both-nan"])
+def test_clip_of_a_nan_bound_exports_caffes_values(tmp_path, low, high):
+    # clip_layer.cpp: std::max(min, std::min(x, max)); std::max(NaN, y) is NaN and std::min(x, NaN) is x
+    # (found by fuzz_long --nets: ONNX's Clip gave other values).
+    layers = [layer("log", "Log", "data"), layer("c", "Clip", "log", clip_param={"min": low, "max": high})]
+    result, ours, theirs, _ = _export_and_run(tmp_path, layers, {"data": (1, 2, 3, 3)})
+    x = ours["log"]
+    with np.errstate(invalid="ignore"):
+        wanted = np.full_like(x, np.nan) if np.isnan(low) else np.where(np.isnan(x), np.float32(low),
+                                                                           np.maximum(x, np.float32(low)))
+    np.testing.assert_array_equal(ours["c"], wanted)
+    # onnxruntime's Log rounds on its own: the same places, within float32 rounding.
+    np.testing.assert_allclose(theirs["c"], wanted, rtol=1e-6, atol=1e-7, equal_nan=True)

@@ -110,7 +110,15 @@ def clip(e) -> None:
         return
     low, high = float(e.layer.low), float(e.layer.high)
     minimum = e.constant("min", _scalar(low))
-    if low > high:
+    if np.isnan(low):
+        # std::max(NaN, y) is its first argument: NaN everywhere (x * 0 + NaN keeps x's shape).
+        zeroed = e.node("Mul", [e.inputs[0], e.constant("zero", _scalar(0.0))], [e.temp("zeroed")])[0]
+        e.node("Add", [zeroed, minimum], e.outputs)
+        return
+    if np.isnan(high):
+        # std::min(x, NaN) is x: max(min, x), NaN made min as below.
+        clipped = e.node("Max", [e.inputs[0], minimum], [e.temp("clipped")])[0]
+    elif low > high:
         # Caffe's max(min, min(x, max)) is min everywhere; ONNX's Clip gives max there: Caffe's order, written out.
         below = e.node("Min", [e.inputs[0], e.constant("max", _scalar(high))], [e.temp("below")])[0]
         clipped = e.node("Max", [below, minimum], [e.temp("clipped")])[0]
