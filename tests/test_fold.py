@@ -13,6 +13,7 @@ import itertools
 import numpy as np
 import pytest
 
+from blobtool.net.batchnorm import CAFFE_BLOBS, NVCAFFE_BLOBS, NVCAFFE_MIN_EPS
 from blobtool.net.batchnorm import statistics as batchnorm_statistics
 from blobtool.net.layertypes import output_channels
 from blobtool.surgery.fold import DEFAULT_EPS, fold_params
@@ -181,7 +182,7 @@ def assert_float32_close(actual, expected, magnitude):
 def test_the_folded_layer_computes_what_the_three_layers_compute(name):
     case = CASES[name]
     x, weight, bias, stats, gamma, beta = _draw(case, seed=len(name))
-    mean, var = batchnorm_statistics(*stats)
+    mean, var, _ = batchnorm_statistics(stats)
     folded = fold_params(case.kind, weight, bias, mean, var, float(np.float32(case.eps)), gamma, beta,
                          group=case.group, transpose=case.transpose)
     assert folded.weight.shape == weight.shape and folded.weight.dtype == np.float64
@@ -199,7 +200,7 @@ def test_a_deconvolution_folded_on_the_convolutions_axis_is_wrong():
     # The classic bug: scaling a Deconvolution's weight on axis 0 (its inputs). The check above catches it.
     case = CASES["deconv-grouped"]
     x, weight, bias, stats, gamma, beta = _draw(case, seed=5)
-    mean, var = batchnorm_statistics(*stats)
+    mean, var, _ = batchnorm_statistics(stats)
     k = gamma.astype(np.float64) / np.sqrt(var + DEFAULT_EPS)
     channels = weight.shape[0]  # 4 inputs; 6 outputs, so only a 4-channel BatchNorm fits axis 0
     wrong = weight * k[:channels, None, None, None]
@@ -224,7 +225,34 @@ def test_output_channels_by_layout():
 
 
 def test_batchnorm_statistics_use_caffes_factor():
-    mean, var = batchnorm_statistics(np.float32([2, 4]), np.float32([6, 8]), np.float32([2]))
-    assert mean.tolist() == [1, 2] and var.tolist() == [3, 4] and mean.dtype == np.float64
-    mean, var = batchnorm_statistics(np.float32([2, 4]), np.float32([6, 8]), np.float32([0]))
+    mean, var, eps = batchnorm_statistics([np.float32([2, 4]), np.float32([6, 8]), np.float32([2])], 1e-7)
+    assert mean.tolist() == [1, 2] and var.tolist() == [3, 4] and mean.dtype == np.float64 and eps == 1e-7
+    mean, var, _ = batchnorm_statistics([np.float32([2, 4]), np.float32([6, 8]), np.float32([0])])
     assert mean.tolist() == [0, 0] and var.tolist() == [0, 0]
+
+
+def test_batchnorm_statistics_in_float32_are_caffes_float_arithmetic():
+    """Running and exporting divide and multiply in float32, as Caffe's Dtype float: 1 / 3 rounded first."""
+    sums = np.float32([1, 2, 5])
+    mean, var, eps = batchnorm_statistics([sums, sums * 2, np.float32([3])], np.float32(1e-3), np.float32)
+    factor = np.float32(1) / np.float32(3)
+    assert mean.dtype == var.dtype == np.float32 and eps == np.float32(1e-3)
+    assert mean.tobytes() == (factor * sums).tobytes() and var.tobytes() == (factor * sums * 2).tobytes()
+    mean, var, _ = batchnorm_statistics([sums, sums, np.float32([0])], dtype=np.float32)
+    assert mean.tolist() == var.tolist() == [0, 0, 0]
+
+
+@pytest.mark.parametrize("eps, used", [(1e-7, NVCAFFE_MIN_EPS), (1e-5, NVCAFFE_MIN_EPS), (1e-3, np.float32(1e-3))])
+def test_nvidia_caffes_five_blobs_are_the_statistics_themselves_and_eps_at_least_its_floor(eps, used):
+    mean, var, got = batchnorm_statistics([np.float32([1, 2]), np.float32([3, 4]), np.float32([9]),
+                                           np.float32([1, 1]), np.float32([0, 0])], np.float32(eps), np.float32)
+    assert mean.tolist() == [1, 2] and var.tolist() == [3, 4] and got == used and got.dtype == np.float32
+
+
+def test_batchnorm_blob_counts_come_from_its_row():
+    """The layer that runs BatchNorm takes the counts its type's row gives (3 as Caffe's, 5 as NVIDIA Caffe's)."""
+    from blobtool.layers import layer_class
+    from blobtool.net.layertypes import BATCHNORM_ROLES, row
+
+    assert (CAFFE_BLOBS, NVCAFFE_BLOBS) == (row("BatchNorm").count, len(BATCHNORM_ROLES)) == (3, 5)
+    assert layer_class("BatchNorm").blob_count == (CAFFE_BLOBS, NVCAFFE_BLOBS)

@@ -124,6 +124,31 @@ def deploy_net(doc, definition=None, shapes: dict | None = None, given: dict | N
 
     shapes = dict(shapes or {})
     structure = definition if definition is not None else doc
+    net, defs, top = _net_of(structure)
+    result = Deploy(pb.NetParameter(name=top.name), source=structure.path)
+    layers = _sorted_layers(net, defs, top, result, pb, structure.path)
+    _inputs_by_shape(layers, shapes, given or {}, result, net, structure.path)
+    runs = _fed_layers(layers, result, net, structure.path)
+    _write_net(result, layers.declared, runs, shapes, net)
+    return result
+
+
+@dataclass
+class _Sorted:
+    """The TEST net's layers sorted by their part in a deploy net (steps 2 and 3 of the module)."""
+
+    declared: dict = field(default_factory=dict)  # input name -> shape, or None where the net states none
+    labels: set = field(default_factory=set)      # a data layer's later tops
+    loss_read: set = field(default_factory=set)   # blobs a loss or accuracy layer read
+    kept: list = field(default_factory=list)      # (model index, LayerParameter) of the layers that stay
+
+
+def _net_of(structure) -> tuple:
+    """(net model, its layers' LayerParameters, the definition's NetParameter) of a net that can run.
+
+    Refused: an HDF5 snapshot (no layers), a file that is no net, and a
+    layer of the TEST net in Caffe's first (V0) format.
+    """
     if structure.format == "hdf5":
         raise UsageError(f"Caffe's HDF5 snapshot holds blobs only, no layer types or wiring: give "
                          f"{parameter('definition', True)}the net's .prototxt (or the .caffemodel of the same net)",
@@ -136,42 +161,42 @@ def deploy_net(doc, definition=None, shapes: dict | None = None, given: dict | N
     from ..formats.caffe.netdef import definition as net_definition
 
     found = net_definition(structure)
-    top = found.net
     v0 = [net.names[i] for i, layer in enumerate(found.layers) if layer.format == "V0" and i not in view.outside]
     if v0:
         # Caffe's first format nests a V0LayerParameter whose settings blobtool does not upgrade.
         raise FormatError(f"layer {v0[0]!r}{f' (and {len(v0) - 1} more)' if len(v0) > 1 else ''} is in Caffe's "
                           "first (V0) layer format, whose parameters blobtool does not upgrade: upgrade the net "
                           "with Caffe's upgrade_net_proto_binary, or give the net's definition", path=structure.path)
-    result = Deploy(pb.NetParameter(name=top.name), source=structure.path)
+    return net, defs, found.net
 
-    # -- inputs declared by the net itself ---------------------------------------------------
-    declared: dict = {}   # name -> shape or None
+
+def _sorted_layers(net, defs: list, top, result: Deploy, pb, path) -> _Sorted:
+    """Steps 1 to 3: the TEST net's layers as inputs (the net's own, Input and data layers), losses gone, the rest kept."""
+    layers = _Sorted()
+    declared = layers.declared
     for k, name in enumerate(top.input):
-        declared[name_key(name)] = _input_field_shape(top, k, structure.path)
+        declared[name_key(name)] = _input_field_shape(top, k, path)
     names_used = {name_key(t) for m in defs for t in m.top} | {name_key(b) for m in defs for b in m.bottom}
-    labels: set = set()      # a data layer's later tops
-    loss_read: set = set()   # blobs a loss or accuracy layer read
-    kept: list = []          # (model index, LayerParameter)
     transformed: set = set()  # data layers (a TRAIN and a TEST one may share a name) said once each
     data_dropped: set = set()
+    outside = net.test.outside
     for i, message in enumerate(defs):
         kind = net.types[i]
         name = net.names[i]
         role = deploy_role(kind)
         # A training snapshot holds the TRAIN net: its data layers are TRAIN-only, and still say what
         # the deploy net's inputs are.
-        if i in view.outside and role != "data":
+        if i in outside and role != "data":
             continue
         if role == "input":
             for k, t in enumerate(message.top):
-                declared[name_key(t)] = _input_layer_shape(message, k, structure.path)
+                declared[name_key(t)] = _input_layer_shape(message, k, path)
             continue
         if role == "data":
             for k, t in enumerate(message.top):
-                declared.setdefault(name_key(t), _data_layer_shape(message, kind, k, structure.path))
+                declared.setdefault(name_key(t), _data_layer_shape(message, kind, k, path))
                 if k > 0:
-                    labels.add(name_key(t))
+                    layers.labels.add(name_key(t))
             settings = _transform_settings(message)
             if settings and name not in transformed:
                 transformed.add(name)
@@ -181,20 +206,24 @@ def deploy_net(doc, definition=None, shapes: dict | None = None, given: dict | N
                 result.dropped.append((name, kind, "a data layer: its tops are inputs"))
             continue
         if role in _GONE_ROLES:
-            loss_read.update(name_key(b) for b in message.bottom)
+            layers.loss_read.update(name_key(b) for b in message.bottom)
             if role == "softmax":
-                kept.append((i, _softmax_of(message, pb, names_used)))
+                layers.kept.append((i, _softmax_of(message, pb, names_used)))
                 result.replaced.append((name, kind, "Softmax"))
             else:
                 result.dropped.append((name, kind, "it scores the net against labels" if role != "swallow"
                                        else "it only swallows blobs"))
             continue
-        kept.append((i, message))
+        layers.kept.append((i, message))
+    return layers
 
-    # -- blobs made inputs by --input-shape, and their writers gone ----------------------------
-    written = {name_key(t) for _, m in kept for t in m.top}
-    read = {name_key(b) for _, m in kept for b in m.bottom}
-    for n, shape in (given or {}).items():
+
+def _inputs_by_shape(layers: _Sorted, shapes: dict, given: dict, result: Deploy, net, path) -> None:
+    """Blobs made inputs by --input-shape (`shapes`, and `given` where the net states no shape), their writers gone."""
+    declared = layers.declared
+    written = {name_key(t) for _, m in layers.kept for t in m.top}
+    read = {name_key(b) for _, m in layers.kept for b in m.bottom}
+    for n, shape in given.items():
         if n not in shapes and declared.get(n) is None and (n in declared or n in written or n in read):
             shapes[n] = tuple(shape)
     # A blob layers read that nothing writes is an input the net never declared (a net stripped of
@@ -203,60 +232,74 @@ def deploy_net(doc, definition=None, shapes: dict | None = None, given: dict | N
     if unknown:
         raise UsageError(f"{parameter('shapes')} names {', '.join(repr(n) for n in unknown)}, which the deploy net "
                          f"neither takes as an input nor computes (inputs: {', '.join(declared) or 'none'})",
-                         path=structure.path)
+                         path=path)
     made_inputs = [n for n in shapes if n in written and n not in declared]
     if made_inputs:
         for n in made_inputs:
             declared[n] = None
         still = []
-        for i, m in kept:
+        for i, m in layers.kept:
             tops = set(map(name_key, m.top))
             if tops & set(made_inputs) and not set(map(name_key, m.bottom)) & tops:
                 result.dropped.append((net.names[i], net.types[i], "its top is an input given by --input-shape"))
             else:
                 still.append((i, m))
-        kept = still
+        layers.kept = still
     for n, shape in shapes.items():
         declared[n] = shape
 
-    # -- layers fed by what nothing gives ------------------------------------------------------
+
+def _fed_layers(layers: _Sorted, result: Deploy, net, path) -> list:
+    """Step 4: the layers that run, (model index, LayerParameter); a layer fed by what nothing gives goes.
+
+    UsageError for a blob nothing gives that is neither a label nor one a
+    loss layer read, and where no layer is left.
+    """
+    declared, labels = layers.declared, layers.labels
     available = {n for n, s in declared.items() if s is not None}
-    missing_inputs = [n for n, s in declared.items() if s is None]
     runs: list = []
     absent: dict = {}   # blob name -> the first layer that wanted it
-    for i, m in kept:
+    for i, m in layers.kept:
         wanted = [name_key(b) for b in m.bottom if name_key(b) not in available]
         if wanted:
             for b in wanted:
                 absent.setdefault(b, net.names[i])
-            if all(b in labels or b in loss_read for b in wanted):
+            if all(b in labels or b in layers.loss_read for b in wanted):
                 labels.update(name_key(t) for t in m.top)  # computed from labels only (MTCNN's merged labels)
             why = f"it reads {', '.join(wanted)}, which the deploy net does not give"
             result.dropped.append((net.names[i], net.types[i], why))
             continue
         runs.append((i, m))
         available.update(name_key(t) for t in m.top)
-    needed = [b for b in absent if b not in labels and b not in loss_read]
+    needed = [b for b in absent if b not in labels and b not in layers.loss_read]
     if needed:
-        b = needed[0]
-        where = f"layer {_printable(absent[b])} reads it"
-        merged = _merging_layer(kept, net, b, declared)
-        if merged is not None:
-            shape = f"{parameter('shapes', True)}{_printable(merged[2])}=N,C,H,W"
-            raise UsageError(f"{b!r} comes from data layers outside the TEST net ({where}); layer "
-                             f"{_printable(merged[0])} ({merged[1]}) merges them into {merged[2]!r}: give {shape} to take that "
-                             f"blob as the input, or {parameter('definition')} with the net's deploy.prototxt",
-                             path=structure.path)
-        if b in missing_inputs:
-            raise UsageError(f"input {b!r} has no shape ({where}; a data layer's shape lies in its database): "
-                             f"give {parameter('shapes', True)}{_printable(b)}=N,C,H,W", path=structure.path)
-        raise UsageError(f"blob {b!r} is an input of the deploy net that nothing gives ({where}): give "
-                         f"{parameter('shapes', True)}{_printable(b)}=N,C,H,W, or {parameter('definition')} with the net's "
-                         "deploy.prototxt", path=structure.path)
+        raise _unfed(needed[0], absent[needed[0]], layers, net, path)
     if not runs:
-        raise UsageError("the deploy net runs no layer", path=structure.path)
+        raise UsageError("the deploy net runs no layer", path=path)
+    return runs
 
-    # -- the deploy NetParameter -------------------------------------------------------------
+
+def _unfed(b: str, reader: str, layers: _Sorted, net, path) -> UsageError:
+    """The error for blob `b`, which layer `reader` reads and nothing gives: the shape or the definition to give."""
+    declared = layers.declared
+    where = f"layer {_printable(reader)} reads it"
+    merged = _merging_layer(layers.kept, net, b, declared)
+    if merged is not None:
+        shape = f"{parameter('shapes', True)}{_printable(merged[2])}=N,C,H,W"
+        return UsageError(f"{b!r} comes from data layers outside the TEST net ({where}); layer "
+                          f"{_printable(merged[0])} ({merged[1]}) merges them into {merged[2]!r}: give {shape} to take that "
+                          f"blob as the input, or {parameter('definition')} with the net's deploy.prototxt",
+                          path=path)
+    if b in declared and declared[b] is None:
+        return UsageError(f"input {b!r} has no shape ({where}; a data layer's shape lies in its database): "
+                          f"give {parameter('shapes', True)}{_printable(b)}=N,C,H,W", path=path)
+    return UsageError(f"blob {b!r} is an input of the deploy net that nothing gives ({where}): give "
+                      f"{parameter('shapes', True)}{_printable(b)}=N,C,H,W, or {parameter('definition')} with the net's "
+                      "deploy.prototxt", path=path)
+
+
+def _write_net(result: Deploy, declared: dict, runs: list, shapes: dict, net) -> None:
+    """Step 5: the deploy NetParameter: an Input layer per input read, then each layer that runs, phase rules gone."""
     read = {name_key(b) for _, m in runs for b in m.bottom}
     for n, shape in declared.items():
         if shape is None or (n not in read and n not in shapes):
@@ -271,7 +314,6 @@ def deploy_net(doc, definition=None, shapes: dict | None = None, given: dict | N
         for gone in ("phase", "include", "exclude"):
             layer.ClearField(gone)
         result.layer_names.append(net.names[i])
-    return result
 
 
 def _printable(name: str) -> str:

@@ -10,14 +10,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..net.batchnorm import CAFFE_BLOBS, NVCAFFE_BLOBS, statistics
 from .base import FLOAT, Layer, as_float, register
 
 __all__ = ["BatchNorm", "LRN", "MVN", "Softmax", "Normalize", "legacy_shape"]
 
 ACROSS_CHANNELS, WITHIN_CHANNEL = 0, 1   # LRNParameter.NormRegion
-
-# NVIDIA Caffe's BatchNorm never uses an eps below this (batch_norm_layer.cpp: max(eps, 1e-5)).
-NVCAFFE_MIN_EPS = np.float32(1e-5)
 
 
 def legacy_shape(layer: Layer, shape: tuple) -> tuple:
@@ -50,16 +48,16 @@ class BatchNorm(Layer):
     then a scale and a bias per channel applied after the normalization.
     """
 
-    blob_count = (3, 5)
+    blob_count = (CAFFE_BLOBS, NVCAFFE_BLOBS)
 
     def setup(self) -> None:
         p = self.param.batch_norm_param
         self.eps = FLOAT(p.eps)
         # batch_norm_layer.cpp: use_global_stats_ = phase == TEST unless the parameter says otherwise.
         self.global_stats = bool(p.use_global_stats) if p.HasField("use_global_stats") else True
-        if len(self.blobs) == 4:
-            raise self.error("holds 4 blobs, expected 3 (mean, variance, factor) or 5 (NVIDIA Caffe's, with a "
-                             "scale and a bias)")
+        if CAFFE_BLOBS < len(self.blobs) < NVCAFFE_BLOBS:
+            raise self.error(f"holds {len(self.blobs)} blobs, expected {CAFFE_BLOBS} (mean, variance, factor) or "
+                             f"{NVCAFFE_BLOBS} (NVIDIA Caffe's, with a scale and a bias)")
 
     def reshape(self, shapes: list) -> list:
         shape = tuple(shapes[0])
@@ -77,17 +75,16 @@ class BatchNorm(Layer):
     def forward(self, xs: list) -> list:
         x = xs[0]
         b = [blob.reshape(-1) for blob in self.blobs]
-        if len(self.blobs) == 5:
+        if len(self.blobs) == NVCAFFE_BLOBS:
             # NVIDIA Caffe, TEST: y = (x - b0) * (b1 + max(eps, 1e-5))^-0.5 * scale + bias.
-            inv_std = np.power(b[1] + max(self.eps, NVCAFFE_MIN_EPS), FLOAT(-0.5))
-            y = (x - _per_channel(b[0], x.ndim)) * _per_channel(inv_std, x.ndim)
+            mean, var, eps = statistics(b, self.eps, FLOAT)
+            inv_std = np.power(var + eps, FLOAT(-0.5))
+            y = (x - _per_channel(mean, x.ndim)) * _per_channel(inv_std, x.ndim)
             y = y * _per_channel(b[3], x.ndim) + _per_channel(b[4], x.ndim)
             return [as_float(y)]
         if self.global_stats:
             # batch_norm_layer.cpp: factor = s == 0 ? 0 : 1 / s; mean = factor * b0, var = factor * b1.
-            s = b[2][0]
-            factor = FLOAT(0) if s == 0 else FLOAT(1) / s
-            mean, var = factor * b[0], factor * b[1]
+            mean, var, _ = statistics(b, dtype=FLOAT)
         elif x.size == 0:
             return [np.zeros(x.shape, FLOAT)]
         else:
@@ -105,11 +102,9 @@ class BatchNorm(Layer):
     def forward_in_place(self, x: np.ndarray) -> np.ndarray:
         """forward() written into x, where the runner may (its top is its bottom, read by nobody after)."""
         b = [blob.reshape(-1) for blob in self.blobs]
-        if len(b) == 5 or not self.global_stats:
+        if len(b) == NVCAFFE_BLOBS or not self.global_stats:
             return self.forward([x])[0]
-        s = b[2][0]
-        factor = FLOAT(0) if s == 0 else FLOAT(1) / s
-        mean, var = factor * b[0], factor * b[1]
+        mean, var, _ = statistics(b, dtype=FLOAT)
         np.subtract(x, _per_channel(mean, x.ndim), out=x)
         np.divide(x, _per_channel(np.sqrt(var + self.eps), x.ndim), out=x)
         return x

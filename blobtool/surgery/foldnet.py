@@ -160,9 +160,9 @@ def _folded_blobs(doc: Document, fold: Fold, warnings: list) -> tuple:
     """(weight Blob, bias Blob) of a folded layer: computed in float64, held as they will be stored."""
     weight = fold.weight.blob()
     bias = fold.bias.blob() if fold.bias is not None else None
-    mean, var = batchnorm_statistics(*(_values(e) for e in fold.stats))
+    mean, var, eps = batchnorm_statistics([_values(e) for e in fold.stats], fold.eps)
     folded: Folded = fold_params(fold.kind, _values(fold.weight), None if bias is None else _values(fold.bias),
-                                 mean, var, fold.eps, None if fold.gamma is None else _values(fold.gamma),
+                                 mean, var, eps, None if fold.gamma is None else _values(fold.gamma),
                                  None if fold.beta is None else _values(fold.beta), group=fold.group,
                                  transpose=fold.transpose)
     origin = weight.origin or Origin("shape", weight.dtype, False)

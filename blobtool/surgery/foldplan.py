@@ -50,6 +50,7 @@ from dataclasses import dataclass, field
 from ..errors import UsageError
 from ..formats import Document, Entry, NetLayer
 from ..formats.caffe.schema import layer_field, param_field
+from ..net.batchnorm import CAFFE_BLOBS, NVCAFFE_BLOBS
 from ..net.layertypes import TYPES, foldable, output_channels, param_of
 from .fold import DEFAULT_EPS
 from ..formats.caffe.wire import signed
@@ -256,10 +257,11 @@ def _fold_of(net: View, i: int):
         return (f"{net.definition.path} sets use_global_stats: false for it: there it normalizes with each "
                 "batch's own mean and variance, which no folded weight holds")
     stats = net.blobs.get(net.name(i), [])
-    if len(stats) != 3:
-        if len(stats) == 5:
-            return "it holds its own scale and bias (NVIDIA Caffe's BatchNorm, 5 blobs)"
-        return f"it holds {len(stats)} blobs; Caffe's BatchNorm holds 3 (the mean and variance sums, the factor)"
+    if len(stats) != CAFFE_BLOBS:
+        if len(stats) == NVCAFFE_BLOBS:
+            return f"it holds its own scale and bias (NVIDIA Caffe's BatchNorm, {NVCAFFE_BLOBS} blobs)"
+        return (f"it holds {len(stats)} blobs; Caffe's BatchNorm holds {CAFFE_BLOBS} (the mean and variance sums, "
+                "the factor)")
     channels = stats[0].count
     if stats[1].count != channels or stats[2].count != 1:
         return (f"its blobs hold {', '.join(str(e.count) for e in stats)} values; Caffe's BatchNorm holds the "

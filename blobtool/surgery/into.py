@@ -127,6 +127,26 @@ def fit(template, values: dict, *, names: str = "blobtool", partial: bool = Fals
                          f"template; this is a {template.kind} file")
     notes: list = []
     slots = _slots(template, names, notes, fold, net)
+    given, ignored = _given(values, slots, names)
+    result = Fit({})
+    written, used, reshaped = _matched(slots, given, reshape, precision, result, source)
+    _factors_of_one(slots, written, precision, result, source)
+    result.unexpected = [name for name in given if name not in used]
+    result.blobs = {e.name: written[e.name] for e in template.entries if e.name in written}
+    wrong = result.missing or result.unexpected or result.mismatched
+    if wrong and (not partial or not written):
+        raise _fit_error(template, source, result, partial, reshape, names)
+    if precision is None:
+        _template_float16(template, result, source)
+    notes += _fit_notes(template, source, result, ignored, reshaped)
+    if partial and wrong:
+        notes += _partial_lines(template, source, result)
+    result.notes = notes + result.notes
+    return result
+
+
+def _given(values: dict, slots: list, names: str) -> tuple:
+    """({name: array} of the values to fit, [PyTorch's BatchNorm buffers that Caffe has no blob for, ignored])."""
     given = dict(values)
     ignored = []
     if names == "torch":
@@ -139,11 +159,19 @@ def fit(template, values: dict, *, names: str = "blobtool", partial: bool = Fals
                 ignored.append(key)
                 del given[key]
     # Read only now, and not the buffers ignored: a value may be an Entry not read yet.
-    given = {name: _array(value) for name, value in given.items()}
-    result = Fit({})
+    return {name: _array(value) for name, value in given.items()}, ignored
+
+
+def _matched(slots: list, given: dict, reshape: bool, precision, result: Fit, source: str) -> tuple:
+    """({template blob: Blob to write}, {value names used}, [lines on values reshaped]): each value into its slot.
+
+    A slot without a value goes to `result.missing`, one whose value has
+    another shape (and is not reshaped) to `result.mismatched`; both keep
+    the template's value (`result.kept`). A BatchNorm's factor is left to
+    _factors_of_one.
+    """
     written: dict = {}
     used: set = set()
-    fed: dict = {}   # BatchNorm layer -> statistics given
     reshaped = []
     for slot in slots:
         if slot.made == "factor":
@@ -162,22 +190,24 @@ def fit(template, values: dict, *, names: str = "blobtool", partial: bool = Fals
                 result.kept.append(slot)
                 continue
         written[slot.entry.name] = _written(slot, value, precision, result, source)
-        if slot.made == "statistic":
-            fed[slot.layer] = fed.get(slot.layer, 0) + 1
+    return written, used, reshaped
+
+
+def _factors_of_one(slots: list, written: dict, precision, result: Fit, source: str) -> None:
+    """A BatchNorm given any of its statistics gets factor 1 (blob 2), and its statistic not given is written
+    as the template's own, divided by the template's factor: Caffe then computes the same mean and variance."""
+    fed = {slot.layer for slot in slots if slot.made == "statistic" and slot.entry.name in written}
     for slot in slots:
-        if slot.made == "factor" and fed.get(slot.layer):
+        if slot.made == "factor" and slot.layer in fed:
             written[slot.entry.name] = _written(slot, np.ones(1), precision, result, source)
     for slot in list(result.kept):
-        if slot.made == "statistic" and fed.get(slot.layer):
-            # Its BatchNorm's factor becomes 1: the template's own value is written divided by its factor.
+        if slot.made == "statistic" and slot.layer in fed:
             written[slot.entry.name] = _written(slot, slot.exported.blob().cpu_data(), precision, result, source)
-    result.unexpected = [name for name in given if name not in used]
-    result.blobs = {e.name: written[e.name] for e in template.entries if e.name in written}
-    wrong = result.missing or result.unexpected or result.mismatched
-    if wrong and (not partial or not written):
-        raise _fit_error(template, source, result, partial, reshape, names)
-    if precision is None:
-        _template_float16(template, result, source)
+
+
+def _fit_notes(template, source: str, result: Fit, ignored: list, reshaped: list) -> list:
+    """The lines a fit says: PyTorch's buffers ignored, values reshaped, the template's diffs left out."""
+    notes = []
     if ignored:
         notes.append(f"{source}: ignored {len(ignored)} num_batches_tracked buffer{'s' * (len(ignored) != 1)} "
                      f"(Caffe's BatchNorm has no blob for them): {_some(ignored)}")
@@ -189,10 +219,7 @@ def fit(template, values: dict, *, names: str = "blobtool", partial: bool = Fals
     if diffs:
         notes.append(f"{template.path}: {len(diffs)} blob{'s' * (len(diffs) != 1)} written without the template's "
                      f"diff (it belongs to the values replaced): {_some(diffs)}")
-    if partial and wrong:
-        notes += _partial_lines(template, source, result)
-    result.notes = notes + result.notes
-    return result
+    return notes
 
 
 def _slots(template, names: str, notes: list, fold: bool, net=None) -> list:

@@ -75,7 +75,7 @@ from ..formats.caffe import layer_param_varints
 from ..formats.caffe.schema import param_field
 from ..formats.caffe.wire import signed as _signed
 from ..formats.origin import Origin
-from ..net.batchnorm import caffe_factor, statistic
+from ..net.batchnorm import CAFFE_BLOBS, NVCAFFE_BLOBS, caffe_factor, statistic
 from ..net.graph import NOT_PER_CHANNEL, OTHER_READERS, OWN_SCALE, SECOND_BOTTOM, scale_merge
 from ..net.layertypes import foldable, matrix_shape, row as type_row
 from ..net.model import model, type_name
@@ -443,11 +443,12 @@ def _view(entry: Entry, name: str, shape: tuple, module: str, done: str | None =
 def _batchnorm(doc: Document, layer: str, blobs: list, warnings: list) -> list:
     """BatchNorm: the running mean and variance from Caffe's sums and factor, in float64."""
     channels = blobs[0].count if blobs else 0
-    if len(blobs) not in (3, 5) or blobs[2].count != 1 or any(e.count != channels for e in blobs[3:]):
+    if len(blobs) not in (CAFFE_BLOBS, NVCAFFE_BLOBS) or blobs[2].count != 1 or \
+            any(e.count != channels for e in blobs[3:]):
         raise FormatError(f"BatchNorm layer {layer!r} holds {len(blobs)} blobs "
-                          f"({', '.join(str(e.shape) for e in blobs)}); Caffe's BatchNorm holds 3: the sums "
-                          "of the mean and variance, and a factor of shape (1,); NVIDIA Caffe's holds 5: "
-                          "those, then its scale and bias, one value per channel", path=doc.path)
+                          f"({', '.join(str(e.shape) for e in blobs)}); Caffe's BatchNorm holds {CAFFE_BLOBS}: the "
+                          f"sums of the mean and variance, and a factor of shape (1,); NVIDIA Caffe's holds "
+                          f"{NVCAFFE_BLOBS}: those, then its scale and bias, one value per channel", path=doc.path)
     factor = float(blobs[2].blob().cpu_data().reshape(-1)[0].astype(np.float64))
     caffe = caffe_factor(factor)
     names = type_row("BatchNorm").torch_names

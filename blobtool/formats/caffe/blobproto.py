@@ -105,7 +105,7 @@ class PayloadField:
 # Every payload field, in the order FromProto takes values from (the first
 # non-empty one of a side wins): Caffe's double_data, then data, then the
 # forks' raw_data (by its type) and half_data. Adding a fork's encoding is a
-# line here (and, if it is a new kind of bytes, a case in parse_blob).
+# line here (and, if it is a new kind of bytes, a case in _Payloads.take).
 PAYLOAD_FIELDS = (
     PayloadField(8, "double_data", "data", "packed", np.dtype("<f8"), wire.I64),
     PayloadField(5, "data", "data", "packed", np.dtype("<f4"), wire.I32),
@@ -155,7 +155,6 @@ _BULK_AFTER = 16
 
 # Occurrences a payload may be split over (a run of unpacked values counts once).
 _MAX_PIECES = 1 << 12
-
 
 
 @dataclass
@@ -297,11 +296,7 @@ def parse_blob(buf, start: int = 0, end: int | None = None, *, path=None) -> Blo
     Raises FormatError naming the byte offset and field on malformed input.
     """
     end = len(buf) if end is None else end
-    payloads = {}
-    raw = {}          # raw payload name -> Field of its last occurrence (optional bytes: last wins)
-    forks = []        # the forks' half payload fields, as found
-    failed = []       # (Field, FormatError) for the forks' payload fields that do not decode
-    halves = {}       # field number -> occurrences of a half payload met so far
+    found = _Payloads(path)
     small = _SmallFields()
     pos = start
     in_a_row = 0
@@ -319,69 +314,93 @@ def parse_blob(buf, start: int = 0, end: int | None = None, *, path=None) -> Blo
         if spec is None:
             small.take(buf, f)
             in_a_row += 1
-            continue
-        if spec.encoding != "raw" and f.wire_type == wire.LEN and f.end == f.start:
+        elif spec.encoding != "raw" and f.wire_type == wire.LEN and f.end == f.start:
             in_a_row += 1  # an empty packed payload holds nothing: a small field
-            continue
-        in_a_row = 0
+        else:
+            in_a_row = 0
+            pos = found.take(buf, f, spec, end)
+    return found.record(buf, start, end, small)
+
+
+class _Payloads:
+    """What parse_blob gathers from a BlobProto's payload fields, by the kind of bytes each holds (its encoding)."""
+
+    def __init__(self, path):
+        self.path = path
+        self.payloads = {}  # name -> Payload
+        self.raw = {}       # raw payload name -> Field of its last occurrence (optional bytes: last wins)
+        self.forks = []     # the forks' half payload fields, as found
+        self.failed = []    # (Field, FormatError) for the forks' payload fields that do not decode
+        self.halves = {}    # field number -> occurrences of a half payload met so far
+
+    def take(self, buf, f, spec: PayloadField, end: int) -> int:
+        """Take payload field `f` of `spec`; where reading goes on (past a run of unpacked values taken at once)."""
+        pos = f.end
         if spec.encoding == "raw":
-            raw[spec.name] = f
-            continue
-        if spec.encoding == "half":
+            self.raw[spec.name] = f  # typed once every field is read: its type field may come after it
+        elif spec.encoding == "half":
             # ditcaffe's half_data: packed uint32 varints, each holding float16 bits.
-            forks.append(f)
+            self.forks.append(f)
             label = wire.field_label(f.number, BLOB_FIELD_NAMES)
-            halves[f.number] = halves.get(f.number, 0) + 1
-            if halves[f.number] > _MAX_PIECES:
+            self.halves[f.number] = self.halves.get(f.number, 0) + 1
+            if self.halves[f.number] > _MAX_PIECES:
                 # Counted whether or not they decode: each costs a record kept until the end.
                 raise FormatError(f"{label} is split into more than {_MAX_PIECES} pieces (blobtool's limit)",
-                                  path=path, offset=f.offset)
+                                  path=self.path, offset=f.offset)
             try:
-                values = wire.packed_uint16(buf, f, path=path, label=label, value_name="half_data value")
+                values = wire.packed_uint16(buf, f, path=self.path, label=label, value_name="half_data value")
             except FormatError as exc:
-                failed.append((f, exc))
-                continue
-            payload = payloads.setdefault(spec.name, Payload(spec.name, spec.dtype))
-            payload.chunks.append(values.view("<f2"))
-            _check_pieces(payload, f, path)
-            if payload.offset is None:
-                payload.offset = f.offset
-            continue
-        payload = payloads.setdefault(spec.name, Payload(spec.name, spec.dtype))
-        if f.wire_type == wire.LEN:
+                self.failed.append((f, exc))
+                return pos
+            self._add(spec, f, values.view("<f2"))
+        elif f.wire_type == wire.LEN:
             nbytes = f.end - f.start
             if nbytes % spec.dtype.itemsize:
                 raise FormatError(f"packed {spec.label} holds {nbytes} bytes, not a multiple of "
-                                  f"{spec.dtype.itemsize}", path=path, offset=f.offset)
-            if nbytes:
-                payload.chunks.append(wire.view_array(buf, f.start, f.end, spec.dtype))
+                                  f"{spec.dtype.itemsize}", path=self.path, offset=f.offset)
+            self._add(spec, f, wire.view_array(buf, f.start, f.end, spec.dtype) if nbytes else None)
         else:
-            # A run of unpacked values: gather it at once rather than field by field.
-            # The tag is matched as written (a writer may pad it past one byte).
+            # A run of unpacked values, gathered at once; its tag matched as written (a writer may pad it).
             tag = bytes(buf[f.offset:f.start])
             n = wire.unpacked_run(buf, f.offset, end, tag, spec.dtype.itemsize)
-            payload.chunks.append(wire.unpacked_values(buf, f.offset, n, spec.dtype.itemsize, spec.dtype, len(tag)))
+            self._add(spec, f, wire.unpacked_values(buf, f.offset, n, spec.dtype.itemsize, spec.dtype, len(tag)))
             pos = f.offset + n * (len(tag) + spec.dtype.itemsize)
-        _check_pieces(payload, f, path)
+        return pos
+
+    def _add(self, spec: PayloadField, f, chunk) -> None:
+        """One more piece of a payload (None: an empty packed field, which still makes the payload present)."""
+        payload = self.payloads.setdefault(spec.name, Payload(spec.name, spec.dtype))
+        if chunk is not None:
+            payload.chunks.append(chunk)
+        # Each piece costs an array object: a payload forged as millions of
+        # one-value pieces would cost 20 times its bytes. Writers use one piece.
+        if len(payload.chunks) > _MAX_PIECES:
+            raise FormatError(f"{wire.field_label(f.number, BLOB_FIELD_NAMES)} is split into more than {_MAX_PIECES} "
+                              "pieces (blobtool's limit)", path=self.path, offset=f.offset)
         if payload.offset is None:
             payload.offset = f.offset
-    field_offsets = small.field_offsets
-    for name, f in raw.items():
-        try:
-            payloads[name] = _raw_payload(buf, PAYLOAD_BY_NAME[name], f, small.raw_types.get(name, 0), path)
-        except FormatError as exc:
-            failed.append((f, exc))
-    if not any(n in field_offsets for n in range(1, len(LEGACY_FIELDS) + 1)):  # the shape comes from `shape`
-        check_axes(buf, small.shapes, path, counted=small.counted_dims, first=small.first_counted)
-    header = simple_header(buf, small.spans)
-    if header is None:
-        header = parse_header(buf, small.spans, path)
-    kept, unknown = (), bytes(small.unknown)
-    if failed or forks or raw or small.raw_types:
-        kept, pairs = _keep_fork_fields(payloads, failed, forks + list(raw.values()), small.raw_types, header)
-        if pairs:
-            unknown = _unknown_bytes(buf, start, end, pairs)
-    return BlobRecord(header, payloads, start, end, path, field_offsets, unknown, kept)
+
+    def record(self, buf, start: int, end: int, small) -> BlobRecord:
+        """The BlobRecord: raw payloads typed, the shape's axes checked, the header parsed, forks' fields kept."""
+        payloads, failed, path = self.payloads, self.failed, self.path
+        field_offsets = small.field_offsets
+        for name, f in self.raw.items():
+            try:
+                payloads[name] = _raw_payload(buf, PAYLOAD_BY_NAME[name], f, small.raw_types.get(name, 0), path)
+            except FormatError as exc:
+                failed.append((f, exc))
+        if not any(n in field_offsets for n in range(1, len(LEGACY_FIELDS) + 1)):  # the shape comes from `shape`
+            check_axes(buf, small.shapes, path, counted=small.counted_dims, first=small.first_counted)
+        header = simple_header(buf, small.spans)
+        if header is None:
+            header = parse_header(buf, small.spans, path)
+        kept, unknown = (), bytes(small.unknown)
+        if failed or self.forks or self.raw or small.raw_types:
+            kept, pairs = _keep_fork_fields(payloads, failed, self.forks + list(self.raw.values()), small.raw_types,
+                                            header)
+            if pairs:
+                unknown = _unknown_bytes(buf, start, end, pairs)
+        return BlobRecord(header, payloads, start, end, path, field_offsets, unknown, kept)
 
 
 class _SmallFields:
@@ -530,14 +549,6 @@ def _pick_from(payloads: dict, names) -> str | None:
         if payload is not None and payload.count > 0:
             return name
     return None
-
-
-def _check_pieces(payload: Payload, f, path) -> None:
-    # Each piece costs an array object: a payload forged as millions of
-    # one-value pieces would cost 20 times its bytes. Writers use one piece.
-    if len(payload.chunks) > _MAX_PIECES:
-        raise FormatError(f"{wire.field_label(f.number, BLOB_FIELD_NAMES)} is split into more than {_MAX_PIECES} "
-                          "pieces (blobtool's limit)", path=path, offset=f.offset)
 
 
 def _raw_payload(buf, spec: PayloadField, f, type_value: int, path) -> Payload:

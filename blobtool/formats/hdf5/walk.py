@@ -275,7 +275,24 @@ class _Walker:
         values read now, while SHIP_TOTAL allows and `ship` is set, to be
         sent with the walk.
         """
-        h5py, doc = self.h5py, self.doc
+        dtype, standard, shape, extent = self._type_and_space(dsid, where)
+        shape = self._blob_shape(dsid, dtype, shape, extent, where)
+        offset, chunk = self._storage(dsid, plist, layout, standard, dtype, shape, where)
+        if offset is not None:
+            return Stored(where, raw, shape, dtype, offset)
+        values = None
+        held = product(shape) * blob_dtype(dtype).itemsize
+        if ship and held <= SHIP_BYTES and held <= self.ship_left:
+            values = self.read_all(dsid, shape, blob_dtype(dtype), where)
+            self.ship_left -= held
+        return Stored(where, raw, shape, dtype, None, values, chunk)
+
+    def _type_and_space(self, dsid, where) -> tuple:
+        """(dtype or None, whether the type is a standard float of this machine, dims, the extent's type).
+
+        dtype is None for a type that is no IEEE float of 2, 4 or 8 bytes.
+        """
+        h5py = self.h5py
         try:
             tid = dsid.get_type()
             for standard_type, dtype in self.standard:
@@ -294,6 +311,11 @@ class _Walker:
         except H5_ERRORS as exc:
             mark_where(exc, where)
             raise
+        return dtype, standard, shape, extent
+
+    def _blob_shape(self, dsid, dtype, shape, extent, where) -> tuple:
+        """The dataset's shape, refused unless a blob can hold it: float values, 1 to 32 axes, a count Blob takes."""
+        h5py, doc = self.h5py, self.doc
         if dtype is None:
             with At(where):
                 found = dsid.dtype
@@ -311,6 +333,12 @@ class _Walker:
                 Blob(dtype=blob_dtype(dtype)).reshape(shape)
             except BlobToolError as exc:
                 raise error_at(doc.path, where, f"invalid blob shape: {exc.reason}") from exc
+        return shape
+
+    def _storage(self, dsid, plist, layout, standard: bool, dtype, shape: tuple, where) -> tuple:
+        """(offset, chunk): where a plain contiguous dataset's values lie in the file, or else its chunk shape (None
+        when not chunked); refused where the values run past the file, or pass what its storage can hold."""
+        h5py, doc = self.h5py, self.doc
         offset = chunk = None
         try:
             if layout == h5py.h5d.CONTIGUOUS and standard and dtype.isnative and plist.get_nfilters() == 0:
@@ -327,7 +355,7 @@ class _Walker:
             if offset + nbytes > doc.size:
                 raise error_at(doc.path, where, f"truncated: its {nbytes} bytes of values at byte {offset} run past "
                                               f"the end of the file ({doc.size} bytes)", offset=offset)
-            return Stored(where, raw, shape, dtype, offset)
+            return offset, None
         if chunk is not None:
             chunk = tuple(map(int, chunk))
             chunk_bytes = product(chunk) * dtype.itemsize
@@ -338,12 +366,7 @@ class _Walker:
         if nbytes > MAX_EXPANSION * stored + UNSTORED_BYTES:
             raise error_at(doc.path, where, f"declares {nbytes} bytes of values, more than its {stored} stored "
                                           "bytes can hold")
-        values = None
-        held = product(shape) * blob_dtype(dtype).itemsize
-        if ship and held <= SHIP_BYTES and held <= self.ship_left:
-            values = self.read_all(dsid, shape, blob_dtype(dtype), where)
-            self.ship_left -= held
-        return Stored(where, raw, shape, dtype, None, values, chunk)
+        return None, chunk
 
     def read_all(self, dsid, shape: tuple, target: np.dtype, where: str) -> bytes:
         """A small dataset's values (its storage checked, opened without a chunk cache), converted by HDF5 to `target`.

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ...net.batchnorm import NVCAFFE_BLOBS, statistics
 from ..emit import exporter
 
 FLOAT = np.float32
@@ -220,21 +221,16 @@ def batch_norm(e) -> None:
     layer = e.layer
     b = [blob.reshape(-1) for blob in layer.blobs]
     channels = e.bottom_shapes[0][1]
-    if len(b) == 5:
-        mean, var = b[0], b[1]
-        eps = max(float(layer.eps), 1e-5)
+    if len(b) == NVCAFFE_BLOBS:
         scale, bias = b[3], b[4]
     else:
         if not layer.global_stats:
             raise e.refuse("use_global_stats: false normalizes with each batch's own statistics, which an "
                            "exported net does not compute")
-        s = b[2][0]
-        factor = FLOAT(0) if s == 0 else FLOAT(1) / s
-        mean, var = factor * b[0], factor * b[1]
-        eps = float(layer.eps)
         scale, bias = np.ones(channels, FLOAT), np.zeros(channels, FLOAT)
+    mean, var, eps = statistics(b, layer.eps, FLOAT)
     e.node("BatchNormalization", [e.inputs[0], e.constant("scale", scale), e.constant("bias", bias),
-                                  e.constant("mean", mean), e.constant("var", var)], e.outputs, epsilon=eps)
+                                  e.constant("mean", mean), e.constant("var", var)], e.outputs, epsilon=float(eps))
 
 
 def _laid(e, k_or_name, axis: int, length: int, ndim: int, suffix: str, *, blob: bool = True) -> str:
