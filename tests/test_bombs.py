@@ -96,6 +96,7 @@ WORK_BOMBS = {
 
 # -- item 9: tops of any size ---------------------------------------------------------------
 
+@pytest.mark.slow  # a real process's limits, time or memory: its cost is the point
 @pytest.mark.parametrize("name", list(BOMBS))
 def test_run_and_export_refuse_a_top_past_int_max_before_allocating(tmp_path, name):
     layers, inputs, named = BOMBS[name]
@@ -109,6 +110,7 @@ def test_run_and_export_refuse_a_top_past_int_max_before_allocating(tmp_path, na
     assert not out.exists()
 
 
+@pytest.mark.slow  # a real process's limits, time or memory: its cost is the point
 @pytest.mark.parametrize("name", list(WORK_BOMBS))
 def test_run_refuses_a_working_array_past_int_max(tmp_path, name):
     layers, inputs, named = WORK_BOMBS[name]
@@ -117,6 +119,7 @@ def test_run_refuses_a_working_array_past_int_max(tmp_path, name):
     assert "2,147,483,647" in line
 
 
+@pytest.mark.slow  # a real process's limits, time or memory: its cost is the point
 def test_run_refuses_blobs_past_the_memory_that_can_be_had(tmp_path):
     # 1.6 billion values: under Caffe's count limit, 6 GiB: past the 2 GiB the process may map.
     model = _model(tmp_path, [layer("t", "Tile", "data", tile_param={"tiles": 400_000_000})], {"data": (1, 4)})
@@ -124,6 +127,7 @@ def test_run_refuses_blobs_past_the_memory_that_can_be_had(tmp_path):
     assert "6.0 GiB" in line
 
 
+@pytest.mark.slow  # a real process's limits, time or memory: its cost is the point
 def test_run_under_the_limit_still_runs_a_net_that_fits(tmp_path):
     model = _model(tmp_path, [layer("t", "Tile", "data", tile_param={"tiles": 1000})], {"data": (1, 4)})
     done = _run_limited("run", model, "--json")
@@ -164,6 +168,7 @@ def _declared_nets():
         yield f"input_dim {label}", by_dim, "input 'data' (the net's input_dim 0 to 3)"
 
 
+@pytest.mark.slow  # a real process's limits, time or memory: its cost is the point
 @pytest.mark.parametrize("case", list(_declared_nets()), ids=lambda c: c[0])
 def test_declared_shapes_are_checked_as_caffe_checks_them(tmp_path, case):
     _, message, named = case
@@ -266,6 +271,7 @@ def _lrn_reference(x, size, alpha, beta, k, region):
     return x64 * (1 + alpha * total / (size * size)) ** -beta
 
 
+@pytest.mark.slow  # a real process's limits, time or memory: its cost is the point
 def test_lrn_cost_follows_the_blob_not_local_size():
     made, _ = _layer("LRN", {"lrn_param": {"local_size": 5_999_999}}, [(1, 1, 1, 1)])
     x = np.full((1, 1, 1, 1), 2.0, np.float32)
@@ -318,6 +324,7 @@ def _pool_reference(x, kernel, stride, pad, method):
     return y, mask
 
 
+@pytest.mark.slow  # a real process's limits, time or memory: its cost is the point
 @pytest.mark.parametrize("method", [0, 1])
 def test_pooling_a_kernel_of_2000_costs_what_caffe_does(method):
     rng = np.random.default_rng(method)
@@ -389,6 +396,7 @@ def test_priorbox_aspect_ratio_zero_flipped_computes_as_caffe(tmp_path):
 
 # -- item 15: shapes without a copy of the weights ------------------------------------------------
 
+@pytest.mark.slow  # a real process's limits, time or memory: its cost is the point
 def test_info_input_shape_does_not_copy_the_weights(tmp_path):
     weight = np.zeros((500, 100_000), np.float32)      # 200 MB
     model = _model(tmp_path, [layer("ip", "InnerProduct", "data", blobs=[weight],
