@@ -307,7 +307,8 @@ def test_partial_with_nothing_that_fits_is_refused(tmp_path):
                         "missing 17 (conv1/0, conv1/1, bn1/0 and 14 more)",
                         "unexpected 16 (conv1.weight, conv1.bias, bn1.running_mean and 13 more)",
                         "the values are named as PyTorch names them: --names torch matches them by PyTorch's names")
-    assert len(line) < 400
+    # The lists are cut short: the line stays short whatever the temporary folder's path.
+    assert len(line.replace(str(tmp_path), "")) < 300
     result = invoke("convert", st, "--partial", "-o", tmp_path / "o.npz")
     assert result.exit_code == 2 and result.stderr.startswith("blobtool convert: --partial is transplant's now")
 
