@@ -115,10 +115,15 @@ def one_json(result) -> dict:
 # -- real processes -----------------------------------------------------------------------
 
 def subprocess_env(**extra) -> dict:
-    """The environment for a blobtool process: this checkout first on PYTHONPATH, no BLOBTOOL_DEBUG; then `extra`."""
+    """The environment for a blobtool process: this checkout first on PYTHONPATH, no BLOBTOOL_DEBUG; then `extra`.
+
+    COLUMNS and LINES are left out unless `extra` sets them: a test's output is as wide as a pipe's
+    (DEFAULT_PLAIN_WIDTH) whatever terminal, or parallel test worker, started the tests.
+    """
     env = dict(os.environ)
     env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
-    env.pop("BLOBTOOL_DEBUG", None)
+    for name in ("BLOBTOOL_DEBUG", "COLUMNS", "LINES"):
+        env.pop(name, None)
     env.update(extra)
     return env
 

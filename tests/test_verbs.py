@@ -254,7 +254,8 @@ def test_a_transplant_of_pytorch_names_without_names_torch_says_to_add_it(tmp_pa
     ok("convert", "--names", "torch", net, "-o", port)
     line = assert_error(invoke("transplant", port, net, "-o", tmp_path / "o.caffemodel"), 3,
                         "the values are named as PyTorch names them: --names torch matches them by PyTorch's names")
-    assert len(line) < 400 and not (tmp_path / "o.caffemodel").exists()
+    # The lists are cut short: the line stays short whatever the temporary folder's path.
+    assert len(line.replace(str(tmp_path), "")) < 300 and not (tmp_path / "o.caffemodel").exists()
 
 
 def test_fold_of_a_net_without_batchnorm_says_so(tmp_path):
