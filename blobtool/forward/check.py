@@ -134,7 +134,7 @@ def check_nets(before, after, *, before_definition=None, after_definition=None, 
     if set(second.program.inputs) != set(first.program.inputs):
         raise UsageError(f"the nets take other inputs: {', '.join(first.program.inputs)} before, "
                          f"{', '.join(second.program.inputs)} after", path=after.path)
-    written = {top for step in first.program.steps for top in step.tops}
+    written = first.program.versions.current
     result = CheckResult(before.path, after.path, first.inputs)
     for name, a in first.values.items():
         if name in first.program.inputs and name not in written:

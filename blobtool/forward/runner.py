@@ -28,15 +28,17 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 
 from ..errors import FormatError, UsageError
 from ..formats.caffe.containers import name_key, text
 from ..layers import FLOAT, LayerError, layer_class
+from ..net.graph import Versions
 from .memory import MAX_COUNT, available_bytes, check_shape, format_bytes
 
-__all__ = ["Program", "Step", "build", "net_outputs"]
+__all__ = ["Program", "Step", "build"]
 
 
 @dataclass
@@ -69,9 +71,14 @@ class Program:
             found.update(zip(step.tops, step.top_shapes))
         return found
 
+    @cached_property
+    def versions(self) -> Versions:
+        """Who reads which version of each blob (net/graph.py), walked once for the steps as built."""
+        return Versions([(s.bottoms, s.tops) for s in self.steps])
+
     def outputs(self) -> list:
         """The net's outputs, Caffe's: the blobs whose last value no layer reads, in the order they were written."""
-        return net_outputs([(s.bottoms, s.tops) for s in self.steps])
+        return list(self.versions.outputs)
 
     def blob_names(self) -> list:
         """Every blob name, inputs first, then in the order layers first write them."""
@@ -105,7 +112,7 @@ class Program:
                 raise UsageError(f"input {name!r} has shape {tuple(value.shape)}, the net takes {tuple(shape)}",
                                  path=self.path)
             values[name] = value
-        last_read = _last_reads(self.steps, self.inputs)
+        freed = self.versions.freed
         given = {id(v) for v in values.values()}  # the caller's arrays are never written
         for i, step in enumerate(self.steps):
             xs = [values[b] for b in step.bottoms]
@@ -113,7 +120,7 @@ class Program:
             # warnings about them (and about the mean of nothing) would only be noise on stderr.
             with np.errstate(all="ignore"), warnings.catch_warnings():
                 warnings.simplefilter("ignore", RuntimeWarning)
-                if self._in_place(step, i, values, last_read, given):
+                if self._in_place(step, values, freed[i], given):
                     ys = [step.layer.forward_in_place(xs[0])]
                 else:
                     ys = step.layer.forward(xs)
@@ -126,8 +133,8 @@ class Program:
                                          f"its reshape said float32 {shape}")
                 values[top] = y
             del ys
-            for name in set(step.bottoms):
-                if last_read.get((name, i)) and name not in step.tops and name not in wanted:
+            for name in freed[i]:
+                if name not in step.tops and name not in wanted:
                     values.pop(name, None)
             if progress is not None:
                 progress(i + 1, len(self.steps))
@@ -144,7 +151,7 @@ class Program:
         not: this is the least a run needs.
         """
         wanted = set(outputs)
-        last_read = _last_reads(self.steps, self.inputs)
+        freed = self.versions.freed
         alive = {name: _nbytes(shape) for name, shape in self.inputs.items()}
         held = sum(alive.values())
         peak = held
@@ -154,8 +161,8 @@ class Program:
             for top, size in made.items():
                 held += size - alive.get(top, 0)
                 alive[top] = size
-            for name in set(step.bottoms):
-                if last_read.get((name, i)) and name not in step.tops and name not in wanted and name in alive:
+            for name in freed[i]:
+                if name not in step.tops and name not in wanted and name in alive:
                     held -= alive.pop(name)
         return peak
 
@@ -194,8 +201,8 @@ class Program:
                               "RLIMIT_AS and the memory cgroup's limit); nothing was computed", path=self.path)
 
     @staticmethod
-    def _in_place(step, i: int, values: dict, last_read: dict, given: set) -> bool:
-        """Whether step i may write its top into its bottom's array, as Caffe's in-place layers do.
+    def _in_place(step, values: dict, freed: set, given: set) -> bool:
+        """Whether `step` may write its top into its bottom's array, as Caffe's in-place layers do.
 
         Only a layer that can (forward_in_place), whose top is its one
         bottom, where no later layer reads the value it overwrites, no other
@@ -208,7 +215,7 @@ class Program:
             return False
         name = step.bottoms[0]
         x = values[name]
-        if not last_read.get((name, i)) or id(x) in given or not x.flags.writeable or x.base is not None:
+        if name not in freed or id(x) in given or not x.flags.writeable or x.base is not None:
             return False
         return not any(np.may_share_memory(x, values[other]) for other in values.sharing(name))
 
@@ -269,42 +276,6 @@ class _Live(dict):
         key = _owner(self[name])
         near = set(self) if key is None else self.owners.get(key, set())
         return (near | self.loose) - {name}
-
-
-def net_outputs(links: list) -> list:
-    """The blobs no layer reads after their last write, in the order of that write (Caffe's net outputs).
-
-    Mirrors Net::Init's available_blobs: a bottom is taken out, a top put
-    back, so an in-place layer's top stays an output.
-    """
-    written: dict = {}
-    read: dict = {}
-    for i, (bottoms, tops) in enumerate(links):
-        for b in bottoms:
-            read[b] = i
-        for t in tops:
-            written[t] = i
-    return [t for t, i in sorted(written.items(), key=lambda p: p[1]) if read.get(t, -1) <= i]
-
-
-def _last_reads(steps: list, inputs: dict) -> dict:
-    """{(name, i): True} where step i is the last to read the value `name` holds when step i runs."""
-    last: dict = {}
-    version: dict = {name: -1 for name in inputs}
-    for i, step in enumerate(steps):
-        for b in step.bottoms:
-            last[(b, version.get(b, -1))] = i
-        for t in step.tops:
-            version[t] = i
-    out = {}
-    version = {name: -1 for name in inputs}
-    for i, step in enumerate(steps):
-        for b in step.bottoms:
-            if last.get((b, version.get(b, -1))) == i:
-                out[(b, i)] = True
-        for t in step.tops:
-            version[t] = i
-    return out
 
 
 def build(deploy, weights, *, weights_by_layer: dict | None = None, aligned: bool = True) -> Program:

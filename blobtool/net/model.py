@@ -40,7 +40,7 @@ from ..formats import Document, NetLayer, unique_names
 from ..formats.caffe import layer_links, wire
 from ..formats.caffe.containers import V0_TYPE_NAMES, name_key, text
 from ..formats.caffe.schema import layer_field, layer_field_name
-from .graph import blob_versions
+from .graph import Versions
 from .layertypes import row
 
 __all__ = ["Net", "Layer", "View", "model", "type_name", "layer_fields", "definition_layers", "MAX_LAYER_FIELDS",
@@ -323,7 +323,8 @@ class View:
                 if why is not None:
                     self.outside[i] = why
         self.links = [((), ()) if i in self.outside else both for i, both in enumerate(net.links)]
-        self.inputs, self.readers = blob_versions(self.links)
+        self.versions = Versions(self.links)
+        self.inputs, self.readers = self.versions.reads, self.versions.readers
 
     def __getattr__(self, name: str):
         # What a view does not hold itself (the layers, names, types, blobs, the definition,
