@@ -122,11 +122,10 @@ def check_nets(before, after, *, before_definition=None, after_definition=None, 
         first = run_net(before, definition=before_definition, shapes=shapes, seed=seed, outputs=ALL)
     except BlobToolError as exc:
         raise exc.with_path(before.path)
-    # The input as drawn, not as the net before left it: a layer working in place on its input
-    # (Power data -> data) replaces the blob's value. The same generator, in the same order, as run_net.
-    rng = np.random.default_rng(seed)
-    feeds = {name: rng.standard_normal(shape, dtype=np.float32) for name, shape in first.program.inputs.items()}
-    # The same arrays feed the net after (run_net refuses an input it does not take).
+    # The input as drawn, not as the net before left it (a layer working in place on its input,
+    # Power data -> data, replaces the blob's value; the run never writes the arrays it was fed):
+    # the same arrays feed the net after (run_net refuses an input it does not take).
+    feeds = first.fed
     try:
         second = run_net(after, definition=after_definition, feeds=feeds, shapes=shapes, seed=seed, outputs=ALL)
     except BlobToolError as exc:

@@ -34,6 +34,7 @@ class RunResult:
     deploy: object                   # the Deploy
     program: object                  # the runner's Program
     notes: list = field(default_factory=list)   # lines for stderr
+    fed: dict = field(default_factory=dict)     # {input name: the float32 array fed}, as given or drawn
 
     def record(self) -> dict:
         """JSON-ready: the inputs, each blob's shape, min, max, mean and L2 (in float64), and the deploy net's changes."""
@@ -168,7 +169,7 @@ def run_net(doc, *, definition=None, feeds: dict | None = None, shapes: dict | N
             said.append({"name": name, "shape": list(shape), "given": f"random normal, seed {seed}"})
     values = program.run(values_in, wanted, progress=progress)
     notes = deploy.notes()
-    return RunResult(doc.path, values, said, deploy, program, notes)
+    return RunResult(doc.path, values, said, deploy, program, notes, values_in)
 
 
 def _as_input(value, name: str, shape: tuple, path) -> np.ndarray:
