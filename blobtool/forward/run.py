@@ -115,21 +115,24 @@ def blob_summary(value: np.ndarray) -> dict:
 
 
 def prepare_net(doc, definition=None, shapes: dict | None = None, *, given: dict | None = None, feeds=(),
-                outputs=None, aligned: bool = True) -> tuple:
+                outputs=None, aligned: bool = True, shapes_only: bool = False) -> tuple:
     """(Deploy, Program, the blobs asked for) of net `doc`: what run and export both start from.
 
     The deploy net of `doc` (or of `definition`), built with `doc`'s weights
     when it holds them (a .prototxt holds none); `given` ({input: shape})
     the shapes of the values `feeds` names, each of which the net must take;
-    `outputs` as run_net takes it; `aligned` as runner.build takes it.
+    `outputs` as run_net takes it; `aligned` and `shapes_only` as
+    runner.build takes them. What run, export (and their checks) and info's
+    top shapes build their net with: the one place a net is made runnable.
     """
     deploy = deploy_net(doc, definition, shapes, given)
     unknown = [n for n in feeds if n not in deploy.inputs]
     if unknown:
         raise UsageError(f"the net has no input {', '.join(repr(n) for n in unknown)} (its inputs: "
                          f"{', '.join(deploy.inputs) or 'none'})", path=deploy.source)
-    weights = doc if doc.kind == "net" and doc.format != "prototxt" else None
-    program = build(deploy, weights, aligned=aligned)
+    # A run takes no weights from a .prototxt; info's shapes have always checked the blobs one holds.
+    weights = doc if doc.kind == "net" and (doc.format != "prototxt" or shapes_only) else None
+    program = build(deploy, weights, aligned=aligned, shapes_only=shapes_only)
     if outputs is None:
         wanted = program.outputs()
     elif outputs == ALL:

@@ -278,13 +278,16 @@ class _Live(dict):
         return (near | self.loose) - {name}
 
 
-def build(deploy, weights, *, weights_by_layer: dict | None = None, aligned: bool = True) -> Program:
+def build(deploy, weights, *, weights_by_layer: dict | None = None, aligned: bool = True,
+          shapes_only: bool = False) -> Program:
     """The Program of Deploy `deploy` with the blobs of net document `weights` (None: a net without weights).
 
     `aligned`: each float32 weight read into an array of its own, for the
     products a run makes (_weights_by_layer); without, the weights view the
     mapped file where they can (what an export, which only writes them out,
-    takes: no copy of the weights is made).
+    takes: no copy of the weights is made). `shapes_only`: a Program for its
+    shapes, never run (info's top shapes): the float32 weights view the
+    mapped file and the others are zeros of their shape, not converted.
 
     FormatError (exit 3) for a layer type blobtool cannot run, a layer
     without the blobs its type needs, or shapes Caffe's Reshape refuses;
@@ -299,7 +302,7 @@ def build(deploy, weights, *, weights_by_layer: dict | None = None, aligned: boo
             if len(cannot) > 1 else ""
         raise FormatError(f"layer {name!r} has type {kind!r}, which blobtool cannot run{more}; nothing was "
                           "computed", path=deploy.source)
-    held = weights_by_layer if weights_by_layer is not None else _weights_by_layer(weights, aligned)
+    held = weights_by_layer if weights_by_layer is not None else _weights_by_layer(weights, aligned, shapes_only)
     half = _float16_blobs(weights) if weights_by_layer is None else set()
     shared: dict = {}
     steps = []
@@ -357,7 +360,7 @@ def _nbytes(shape) -> int:
     return n
 
 
-def _weights_by_layer(doc, aligned: bool = True) -> dict:
+def _weights_by_layer(doc, aligned: bool = True, shapes_only: bool = False) -> dict:
     """{layer name: [float32 arrays of its blobs, in order]} of a net document (FP16 and float64 made float32).
 
     Each float32 blob is read into an array of its own, from the file where
@@ -366,7 +369,8 @@ def _weights_by_layer(doc, aligned: bool = True) -> dict:
     numpy copies it whole at every product (VGG-16's 392 MiB fc6 weight,
     offset 58,860,645: 1.2 s a run, against 0.04 s to read it once).
     Reading it through the file keeps the mapping's pages out of memory,
-    so the weights are held once.
+    so the weights are held once. `shapes_only` (build's): a blob of
+    another type is zeros of its shape (calloc's pages, never touched).
     """
     if doc is None:
         return {}
@@ -377,8 +381,11 @@ def _weights_by_layer(doc, aligned: bool = True) -> dict:
         for e in doc.entries:
             if e.layer is None:
                 continue
+            if shapes_only and np.dtype(e.dtype) != FLOAT:
+                held.setdefault(e.layer, []).append(np.zeros(e.shape, FLOAT))
+                continue
             values = np.asarray(e.blob().cpu_data())
-            if values.dtype == FLOAT and not aligned:
+            if values.dtype == FLOAT and (not aligned or shapes_only):
                 out = values
             elif values.dtype == FLOAT:
                 out = np.empty(values.shape, FLOAT)
