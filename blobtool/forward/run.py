@@ -19,7 +19,8 @@ from ..errors import FormatError, UsageError
 from .deploy import deploy_net
 from .runner import build
 
-__all__ = ["RunResult", "InputFile", "read_input_file", "prepare_net", "run_net", "blob_summary", "ALL"]
+__all__ = ["RunResult", "InputFile", "read_input_file", "prepare_net", "run_net", "random_inputs", "blob_summary",
+           "ALL"]
 
 ALL = "all"
 
@@ -160,7 +161,7 @@ def run_net(doc, *, definition=None, feeds: dict | None = None, shapes: dict | N
     deploy, program, wanted = prepare_net(doc, definition, shapes, given=given, feeds=feeds, outputs=outputs)
     # Refused before the inputs are drawn: they are part of what the run holds at once.
     program.check_memory(wanted)
-    rng = np.random.default_rng(seed)
+    drawn = random_inputs({name: shape for name, shape in program.inputs.items() if name not in feeds}, seed)
     values_in = {}
     said = []
     for name, shape in program.inputs.items():
@@ -168,11 +169,21 @@ def run_net(doc, *, definition=None, feeds: dict | None = None, shapes: dict | N
             values_in[name] = _as_input(feeds[name], name, shape, deploy.source)
             said.append({"name": name, "shape": list(shape), "given": "values given"})
         else:
-            values_in[name] = rng.standard_normal(shape, dtype=np.float32)
+            values_in[name] = drawn[name]
             said.append({"name": name, "shape": list(shape), "given": f"random normal, seed {seed}"})
     values = program.run(values_in, wanted, progress=progress)
     notes = deploy.notes()
     return RunResult(doc.path, values, said, deploy, program, notes, values_in)
+
+
+def random_inputs(shapes: dict, seed: int) -> dict:
+    """{input: float32 standard normal values of its shape}, drawn from numpy's default_rng(seed) in `shapes`' order.
+
+    The one draw of a run's random inputs: run and export --check give the
+    same seed the same values.
+    """
+    rng = np.random.default_rng(seed)
+    return {name: rng.standard_normal(shape, dtype=np.float32) for name, shape in shapes.items()}
 
 
 def _as_input(value, name: str, shape: tuple, path) -> np.ndarray:
