@@ -119,7 +119,8 @@ def check_nets(before, after, *, before_definition=None, after_definition=None, 
                seed: int = 0) -> CheckResult:
     """Run net documents `before` and `after` on the same random input; compare every blob both have."""
     try:
-        first = run_net(before, definition=before_definition, shapes=shapes, seed=seed, outputs=ALL)
+        first = run_net(before, definition=before_definition, shapes=shapes, seed=seed, outputs=ALL,
+                        keep_inputs=True)
     except BlobToolError as exc:
         raise exc.with_path(before.path)
     # The input as drawn, not as the net before left it (a layer working in place on its input,

@@ -35,7 +35,7 @@ class RunResult:
     deploy: object                   # the Deploy
     program: object                  # the runner's Program
     notes: list = field(default_factory=list)   # lines for stderr
-    fed: dict = field(default_factory=dict)     # {input name: the float32 array fed}, as given or drawn
+    fed: dict = field(default_factory=dict)     # {input name: the float32 array fed}, with keep_inputs
 
     def record(self) -> dict:
         """JSON-ready: the inputs, each blob's shape, min, max, mean and L2 (in float64), and the deploy net's changes."""
@@ -144,7 +144,7 @@ def prepare_net(doc, definition=None, shapes: dict | None = None, *, given: dict
 
 
 def run_net(doc, *, definition=None, feeds: dict | None = None, shapes: dict | None = None, seed: int = 0,
-            outputs=None, progress=None) -> RunResult:
+            outputs=None, progress=None, keep_inputs: bool = False) -> RunResult:
     """Run net `doc` forward as Caffe's TEST phase in float32; the blobs asked for (see the module).
 
     `feeds`: {input name: array} (float32 after conversion; its shape is the
@@ -153,6 +153,8 @@ def run_net(doc, *, definition=None, feeds: dict | None = None, shapes: dict | N
     computed blob as the input. UsageError (exit 2) for an input without a
     shape or of another shape, an unknown input or blob name; FormatError
     (exit 3) for a layer blobtool cannot run or whose shapes do not fit.
+    `keep_inputs`: the result's `fed` holds the arrays fed (a check feeds
+    them to the net after).
     """
     feeds = dict(feeds or {})
     shapes = dict(shapes or {})
@@ -173,7 +175,8 @@ def run_net(doc, *, definition=None, feeds: dict | None = None, shapes: dict | N
             said.append({"name": name, "shape": list(shape), "given": f"random normal, seed {seed}"})
     values = program.run(values_in, wanted, progress=progress)
     notes = deploy.notes()
-    return RunResult(doc.path, values, said, deploy, program, notes, values_in)
+    # Kept only where asked (a check feeds them to a second net): a run's result holds its outputs alone.
+    return RunResult(doc.path, values, said, deploy, program, notes, values_in if keep_inputs else {})
 
 
 def random_inputs(shapes: dict, seed: int) -> dict:
