@@ -15,6 +15,8 @@ View of net/model.py, a Program of forward/runner.py).
 
 from __future__ import annotations
 
+from functools import cached_property
+
 __all__ = ["Versions", "scale_merge", "OTHER_READERS", "SECOND_BOTTOM", "OWN_SCALE", "NOT_PER_CHANNEL",
            "OTHER_COUNT"]
 
@@ -59,12 +61,25 @@ class Versions:
                 current[top] = (i, k)
                 first.setdefault(top)
         self.current = current   # blob name -> its last version
-        self.freed = [{b for b, v in zip(bottoms, self.reads[i]) if last[b if v is None else v] == i}
-                      for i, (bottoms, _) in enumerate(links)]
-        self.final = [[current[top][0] == i for top in tops] for i, (_, tops) in enumerate(links)]
+        self._last, self._first = last, first
+
+    # What only a run or an export asks, made when first asked (a net model's view never does).
+
+    @cached_property
+    def freed(self) -> list:
+        last = self._last
+        return [{b for b, v in zip(bottoms, self.reads[i]) if last[b if v is None else v] == i}
+                for i, (bottoms, _) in enumerate(self.links)]
+
+    @cached_property
+    def final(self) -> list:
+        return [[self.current[top][0] == i for top in tops] for i, (_, tops) in enumerate(self.links)]
+
+    @cached_property
+    def outputs(self) -> list:
         # Ties (the tops of one layer) keep the order the names were first written in.
-        self.outputs = [name for name in sorted(first, key=lambda n: current[n][0])
-                        if current[name] not in self.readers]
+        current = self.current
+        return [name for name in sorted(self._first, key=lambda n: current[n][0]) if current[name] not in self.readers]
 
     def needed(self, wanted) -> set:
         """The indices of the layers the blobs `wanted` (each its last version) are computed from."""
