@@ -112,12 +112,10 @@ def info_record(doc: Document, entries, *, stats: bool = False, check: str | Non
 
 def top_shapes(doc: Document, input_shapes: dict) -> dict:
     """{layer name: [shape of each top]} of the layers net `doc`'s deploy net runs (inputs by their name too)."""
-    from .forward.deploy import deploy_net
-    from .forward.runner import build
+    from .forward.run import prepare_net
 
-    deploy = deploy_net(doc, None, input_shapes)
-    # Shapes need no copy of a weight: the layers view them in the mapped file.
-    program = build(deploy, doc, aligned=False)
+    # Shapes need no copy of a weight: the layers view them in the mapped file, or hold zeros.
+    _, program, _ = prepare_net(doc, None, input_shapes, shapes_only=True)
     found = {name: [list(shape)] for name, shape in program.inputs.items()}
     for step in program.steps:
         found[step.layer.name] = [list(shape) for shape in step.top_shapes]

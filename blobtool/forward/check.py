@@ -119,14 +119,14 @@ def check_nets(before, after, *, before_definition=None, after_definition=None, 
                seed: int = 0) -> CheckResult:
     """Run net documents `before` and `after` on the same random input; compare every blob both have."""
     try:
-        first = run_net(before, definition=before_definition, shapes=shapes, seed=seed, outputs=ALL)
+        first = run_net(before, definition=before_definition, shapes=shapes, seed=seed, outputs=ALL,
+                        keep_inputs=True)
     except BlobToolError as exc:
         raise exc.with_path(before.path)
-    # The input as drawn, not as the net before left it: a layer working in place on its input
-    # (Power data -> data) replaces the blob's value. The same generator, in the same order, as run_net.
-    rng = np.random.default_rng(seed)
-    feeds = {name: rng.standard_normal(shape, dtype=np.float32) for name, shape in first.program.inputs.items()}
-    # The same arrays feed the net after (run_net refuses an input it does not take).
+    # The input as drawn, not as the net before left it (a layer working in place on its input,
+    # Power data -> data, replaces the blob's value; the run never writes the arrays it was fed):
+    # the same arrays feed the net after (run_net refuses an input it does not take).
+    feeds = first.fed
     try:
         second = run_net(after, definition=after_definition, feeds=feeds, shapes=shapes, seed=seed, outputs=ALL)
     except BlobToolError as exc:
@@ -134,7 +134,7 @@ def check_nets(before, after, *, before_definition=None, after_definition=None, 
     if set(second.program.inputs) != set(first.program.inputs):
         raise UsageError(f"the nets take other inputs: {', '.join(first.program.inputs)} before, "
                          f"{', '.join(second.program.inputs)} after", path=after.path)
-    written = {top for step in first.program.steps for top in step.tops}
+    written = first.program.versions.current
     result = CheckResult(before.path, after.path, first.inputs)
     for name, a in first.values.items():
         if name in first.program.inputs and name not in written:

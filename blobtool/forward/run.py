@@ -19,7 +19,8 @@ from ..errors import FormatError, UsageError
 from .deploy import deploy_net
 from .runner import build
 
-__all__ = ["RunResult", "InputFile", "read_input_file", "prepare_net", "run_net", "blob_summary", "ALL"]
+__all__ = ["RunResult", "InputFile", "read_input_file", "prepare_net", "run_net", "random_inputs", "blob_summary",
+           "ALL"]
 
 ALL = "all"
 
@@ -34,6 +35,7 @@ class RunResult:
     deploy: object                   # the Deploy
     program: object                  # the runner's Program
     notes: list = field(default_factory=list)   # lines for stderr
+    fed: dict = field(default_factory=dict)     # {input name: the float32 array fed}, with keep_inputs
 
     def record(self) -> dict:
         """JSON-ready: the inputs, each blob's shape, min, max, mean and L2 (in float64), and the deploy net's changes."""
@@ -114,21 +116,24 @@ def blob_summary(value: np.ndarray) -> dict:
 
 
 def prepare_net(doc, definition=None, shapes: dict | None = None, *, given: dict | None = None, feeds=(),
-                outputs=None, aligned: bool = True) -> tuple:
+                outputs=None, aligned: bool = True, shapes_only: bool = False) -> tuple:
     """(Deploy, Program, the blobs asked for) of net `doc`: what run and export both start from.
 
     The deploy net of `doc` (or of `definition`), built with `doc`'s weights
     when it holds them (a .prototxt holds none); `given` ({input: shape})
     the shapes of the values `feeds` names, each of which the net must take;
-    `outputs` as run_net takes it; `aligned` as runner.build takes it.
+    `outputs` as run_net takes it; `aligned` and `shapes_only` as
+    runner.build takes them. What run, export (and their checks) and info's
+    top shapes build their net with: the one place a net is made runnable.
     """
     deploy = deploy_net(doc, definition, shapes, given)
     unknown = [n for n in feeds if n not in deploy.inputs]
     if unknown:
         raise UsageError(f"the net has no input {', '.join(repr(n) for n in unknown)} (its inputs: "
                          f"{', '.join(deploy.inputs) or 'none'})", path=deploy.source)
-    weights = doc if doc.kind == "net" and doc.format != "prototxt" else None
-    program = build(deploy, weights, aligned=aligned)
+    # A run takes no weights from a .prototxt; info's shapes have always checked the blobs one holds.
+    weights = doc if doc.kind == "net" and (doc.format != "prototxt" or shapes_only) else None
+    program = build(deploy, weights, aligned=aligned, shapes_only=shapes_only)
     if outputs is None:
         wanted = program.outputs()
     elif outputs == ALL:
@@ -139,7 +144,7 @@ def prepare_net(doc, definition=None, shapes: dict | None = None, *, given: dict
 
 
 def run_net(doc, *, definition=None, feeds: dict | None = None, shapes: dict | None = None, seed: int = 0,
-            outputs=None, progress=None) -> RunResult:
+            outputs=None, progress=None, keep_inputs: bool = False) -> RunResult:
     """Run net `doc` forward as Caffe's TEST phase in float32; the blobs asked for (see the module).
 
     `feeds`: {input name: array} (float32 after conversion; its shape is the
@@ -148,6 +153,8 @@ def run_net(doc, *, definition=None, feeds: dict | None = None, shapes: dict | N
     computed blob as the input. UsageError (exit 2) for an input without a
     shape or of another shape, an unknown input or blob name; FormatError
     (exit 3) for a layer blobtool cannot run or whose shapes do not fit.
+    `keep_inputs`: the result's `fed` holds the arrays fed (a check feeds
+    them to the net after).
     """
     feeds = dict(feeds or {})
     shapes = dict(shapes or {})
@@ -156,7 +163,7 @@ def run_net(doc, *, definition=None, feeds: dict | None = None, shapes: dict | N
     deploy, program, wanted = prepare_net(doc, definition, shapes, given=given, feeds=feeds, outputs=outputs)
     # Refused before the inputs are drawn: they are part of what the run holds at once.
     program.check_memory(wanted)
-    rng = np.random.default_rng(seed)
+    drawn = random_inputs({name: shape for name, shape in program.inputs.items() if name not in feeds}, seed)
     values_in = {}
     said = []
     for name, shape in program.inputs.items():
@@ -164,11 +171,22 @@ def run_net(doc, *, definition=None, feeds: dict | None = None, shapes: dict | N
             values_in[name] = _as_input(feeds[name], name, shape, deploy.source)
             said.append({"name": name, "shape": list(shape), "given": "values given"})
         else:
-            values_in[name] = rng.standard_normal(shape, dtype=np.float32)
+            values_in[name] = drawn[name]
             said.append({"name": name, "shape": list(shape), "given": f"random normal, seed {seed}"})
     values = program.run(values_in, wanted, progress=progress)
     notes = deploy.notes()
-    return RunResult(doc.path, values, said, deploy, program, notes)
+    # Kept only where asked (a check feeds them to a second net): a run's result holds its outputs alone.
+    return RunResult(doc.path, values, said, deploy, program, notes, values_in if keep_inputs else {})
+
+
+def random_inputs(shapes: dict, seed: int) -> dict:
+    """{input: float32 standard normal values of its shape}, drawn from numpy's default_rng(seed) in `shapes`' order.
+
+    The one draw of a run's random inputs: run and export --check give the
+    same seed the same values.
+    """
+    rng = np.random.default_rng(seed)
+    return {name: rng.standard_normal(shape, dtype=np.float32) for name, shape in shapes.items()}
 
 
 def _as_input(value, name: str, shape: tuple, path) -> np.ndarray:

@@ -28,15 +28,17 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 
 from ..errors import FormatError, UsageError
 from ..formats.caffe.containers import name_key, text
 from ..layers import FLOAT, LayerError, layer_class
+from ..net.graph import Versions
 from .memory import MAX_COUNT, available_bytes, check_shape, format_bytes
 
-__all__ = ["Program", "Step", "build", "net_outputs"]
+__all__ = ["Program", "Step", "build"]
 
 
 @dataclass
@@ -69,9 +71,14 @@ class Program:
             found.update(zip(step.tops, step.top_shapes))
         return found
 
+    @cached_property
+    def versions(self) -> Versions:
+        """Who reads which version of each blob (net/graph.py), walked once for the steps as built."""
+        return Versions([(s.bottoms, s.tops) for s in self.steps])
+
     def outputs(self) -> list:
         """The net's outputs, Caffe's: the blobs whose last value no layer reads, in the order they were written."""
-        return net_outputs([(s.bottoms, s.tops) for s in self.steps])
+        return list(self.versions.outputs)
 
     def blob_names(self) -> list:
         """Every blob name, inputs first, then in the order layers first write them."""
@@ -105,7 +112,7 @@ class Program:
                 raise UsageError(f"input {name!r} has shape {tuple(value.shape)}, the net takes {tuple(shape)}",
                                  path=self.path)
             values[name] = value
-        last_read = _last_reads(self.steps, self.inputs)
+        freed = self.versions.freed
         given = {id(v) for v in values.values()}  # the caller's arrays are never written
         for i, step in enumerate(self.steps):
             xs = [values[b] for b in step.bottoms]
@@ -113,7 +120,7 @@ class Program:
             # warnings about them (and about the mean of nothing) would only be noise on stderr.
             with np.errstate(all="ignore"), warnings.catch_warnings():
                 warnings.simplefilter("ignore", RuntimeWarning)
-                if self._in_place(step, i, values, last_read, given):
+                if self._in_place(step, values, freed[i], given):
                     ys = [step.layer.forward_in_place(xs[0])]
                 else:
                     ys = step.layer.forward(xs)
@@ -126,8 +133,8 @@ class Program:
                                          f"its reshape said float32 {shape}")
                 values[top] = y
             del ys
-            for name in set(step.bottoms):
-                if last_read.get((name, i)) and name not in step.tops and name not in wanted:
+            for name in freed[i]:
+                if name not in step.tops and name not in wanted:
                     values.pop(name, None)
             if progress is not None:
                 progress(i + 1, len(self.steps))
@@ -144,7 +151,7 @@ class Program:
         not: this is the least a run needs.
         """
         wanted = set(outputs)
-        last_read = _last_reads(self.steps, self.inputs)
+        freed = self.versions.freed
         alive = {name: _nbytes(shape) for name, shape in self.inputs.items()}
         held = sum(alive.values())
         peak = held
@@ -154,8 +161,8 @@ class Program:
             for top, size in made.items():
                 held += size - alive.get(top, 0)
                 alive[top] = size
-            for name in set(step.bottoms):
-                if last_read.get((name, i)) and name not in step.tops and name not in wanted and name in alive:
+            for name in freed[i]:
+                if name not in step.tops and name not in wanted and name in alive:
                     held -= alive.pop(name)
         return peak
 
@@ -194,8 +201,8 @@ class Program:
                               "RLIMIT_AS and the memory cgroup's limit); nothing was computed", path=self.path)
 
     @staticmethod
-    def _in_place(step, i: int, values: dict, last_read: dict, given: set) -> bool:
-        """Whether step i may write its top into its bottom's array, as Caffe's in-place layers do.
+    def _in_place(step, values: dict, freed: set, given: set) -> bool:
+        """Whether `step` may write its top into its bottom's array, as Caffe's in-place layers do.
 
         Only a layer that can (forward_in_place), whose top is its one
         bottom, where no later layer reads the value it overwrites, no other
@@ -208,7 +215,7 @@ class Program:
             return False
         name = step.bottoms[0]
         x = values[name]
-        if not last_read.get((name, i)) or id(x) in given or not x.flags.writeable or x.base is not None:
+        if name not in freed or id(x) in given or not x.flags.writeable or x.base is not None:
             return False
         return not any(np.may_share_memory(x, values[other]) for other in values.sharing(name))
 
@@ -271,49 +278,16 @@ class _Live(dict):
         return (near | self.loose) - {name}
 
 
-def net_outputs(links: list) -> list:
-    """The blobs no layer reads after their last write, in the order of that write (Caffe's net outputs).
-
-    Mirrors Net::Init's available_blobs: a bottom is taken out, a top put
-    back, so an in-place layer's top stays an output.
-    """
-    written: dict = {}
-    read: dict = {}
-    for i, (bottoms, tops) in enumerate(links):
-        for b in bottoms:
-            read[b] = i
-        for t in tops:
-            written[t] = i
-    return [t for t, i in sorted(written.items(), key=lambda p: p[1]) if read.get(t, -1) <= i]
-
-
-def _last_reads(steps: list, inputs: dict) -> dict:
-    """{(name, i): True} where step i is the last to read the value `name` holds when step i runs."""
-    last: dict = {}
-    version: dict = {name: -1 for name in inputs}
-    for i, step in enumerate(steps):
-        for b in step.bottoms:
-            last[(b, version.get(b, -1))] = i
-        for t in step.tops:
-            version[t] = i
-    out = {}
-    version = {name: -1 for name in inputs}
-    for i, step in enumerate(steps):
-        for b in step.bottoms:
-            if last.get((b, version.get(b, -1))) == i:
-                out[(b, i)] = True
-        for t in step.tops:
-            version[t] = i
-    return out
-
-
-def build(deploy, weights, *, weights_by_layer: dict | None = None, aligned: bool = True) -> Program:
+def build(deploy, weights, *, weights_by_layer: dict | None = None, aligned: bool = True,
+          shapes_only: bool = False) -> Program:
     """The Program of Deploy `deploy` with the blobs of net document `weights` (None: a net without weights).
 
     `aligned`: each float32 weight read into an array of its own, for the
     products a run makes (_weights_by_layer); without, the weights view the
     mapped file where they can (what an export, which only writes them out,
-    takes: no copy of the weights is made).
+    takes: no copy of the weights is made). `shapes_only`: a Program for its
+    shapes, never run (info's top shapes): the float32 weights view the
+    mapped file and the others are zeros of their shape, not converted.
 
     FormatError (exit 3) for a layer type blobtool cannot run, a layer
     without the blobs its type needs, or shapes Caffe's Reshape refuses;
@@ -328,7 +302,7 @@ def build(deploy, weights, *, weights_by_layer: dict | None = None, aligned: boo
             if len(cannot) > 1 else ""
         raise FormatError(f"layer {name!r} has type {kind!r}, which blobtool cannot run{more}; nothing was "
                           "computed", path=deploy.source)
-    held = weights_by_layer if weights_by_layer is not None else _weights_by_layer(weights, aligned)
+    held = weights_by_layer if weights_by_layer is not None else _weights_by_layer(weights, aligned, shapes_only)
     half = _float16_blobs(weights) if weights_by_layer is None else set()
     shared: dict = {}
     steps = []
@@ -386,7 +360,7 @@ def _nbytes(shape) -> int:
     return n
 
 
-def _weights_by_layer(doc, aligned: bool = True) -> dict:
+def _weights_by_layer(doc, aligned: bool = True, shapes_only: bool = False) -> dict:
     """{layer name: [float32 arrays of its blobs, in order]} of a net document (FP16 and float64 made float32).
 
     Each float32 blob is read into an array of its own, from the file where
@@ -395,7 +369,8 @@ def _weights_by_layer(doc, aligned: bool = True) -> dict:
     numpy copies it whole at every product (VGG-16's 392 MiB fc6 weight,
     offset 58,860,645: 1.2 s a run, against 0.04 s to read it once).
     Reading it through the file keeps the mapping's pages out of memory,
-    so the weights are held once.
+    so the weights are held once. `shapes_only` (build's): a blob of
+    another type is zeros of its shape (calloc's pages, never touched).
     """
     if doc is None:
         return {}
@@ -406,8 +381,11 @@ def _weights_by_layer(doc, aligned: bool = True) -> dict:
         for e in doc.entries:
             if e.layer is None:
                 continue
+            if shapes_only and np.dtype(e.dtype) != FLOAT:
+                held.setdefault(e.layer, []).append(np.zeros(e.shape, FLOAT))
+                continue
             values = np.asarray(e.blob().cpu_data())
-            if values.dtype == FLOAT and not aligned:
+            if values.dtype == FLOAT and (not aligned or shapes_only):
                 out = values
             elif values.dtype == FLOAT:
                 out = np.empty(values.shape, FLOAT)

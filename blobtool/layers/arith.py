@@ -38,7 +38,6 @@ class _Broadcast(Layer):
     """
 
     bottoms = (1, 2)
-    blob_count = (0, 2)
 
     @abc.abstractmethod
     def settings(self) -> tuple:

@@ -25,7 +25,7 @@ import abc
 import numpy as np
 
 from ..errors import FormatError
-from ..net.layertypes import check_join
+from ..net.layertypes import blob_range, check_join
 
 __all__ = ["Layer", "LayerError", "register", "REGISTRY", "FLOAT", "as_float", "canonical_axis",
            "count"]
@@ -74,18 +74,29 @@ def count(shape, start: int = 0, end: int | None = None) -> int:
     return n
 
 
+class _RowCount:
+    """(fewest, most) blobs a layer holds, read from its type's row (net/layertypes.py blob_range), not stated here.
+
+    On a class, the row of the first type it runs; on a layer, its own type's.
+    """
+
+    def __get__(self, layer, cls) -> tuple:
+        kind = layer.type if layer is not None else next(iter(cls.types), None)
+        return blob_range(kind) or (0, 0)
+
+
 class Layer(abc.ABC):
     """One layer of a net, ready to run: its name, its parameters, its blobs.
 
     Subclasses set `bottoms` and `tops` ((min, max) counts, max None for
-    any) and write reshape() and forward(); `blob_count` ((min, max)) is how
-    many blobs the type holds.
+    any) and write reshape() and forward(); how many blobs the type holds
+    is its row's (blob_count).
     """
 
     types: tuple = ()
     bottoms: tuple = (1, 1)
     tops: tuple = (1, 1)
-    blob_count: tuple = (0, 0)
+    blob_count = _RowCount()
 
     def __init__(self, name: str, kind: str, param, blobs: list):
         self.name = name

@@ -106,7 +106,6 @@ class _BaseConvolution(Layer):
 
     bottoms = (1, None)
     tops = (1, None)
-    blob_count = (1, 2)
     # Caffe's reverse_dimensions(): Deconvolution swaps the weight's channel roles.
     reverse = False
 

@@ -27,8 +27,6 @@ __all__ = ["InnerProduct", "Embed"]
 class _Dense(Layer):
     """Weights and an optional bias of N outputs: the checks InnerProduct and Embed share."""
 
-    blob_count = (1, 2)
-
     def _check_blob_count(self) -> None:
         if self.blobs and len(self.blobs) != 1 + self.bias_term:
             raise self.error(f"holds {len(self.blobs)} blobs, expected {1 + self.bias_term} (weights"

@@ -70,7 +70,6 @@ class ReLU(Neuron):
 class PReLU(Neuron):
     """PReLULayer (prelu_layer.cpp): a learned slope for negative inputs, per channel (axis 1) or one shared."""
 
-    blob_count = (1, 1)
 
     def setup(self) -> None:
         self.shared = bool(self.param.prelu_param.channel_shared)

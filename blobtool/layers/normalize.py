@@ -48,8 +48,6 @@ class BatchNorm(Layer):
     then a scale and a bias per channel applied after the normalization.
     """
 
-    blob_count = (CAFFE_BLOBS, NVCAFFE_BLOBS)
-
     def setup(self) -> None:
         p = self.param.batch_norm_param
         self.eps = FLOAT(p.eps)
@@ -276,7 +274,6 @@ class Normalize(Layer):
     scale (blob 0) is one value (channel_shared) or one per channel.
     """
 
-    blob_count = (1, 1)
 
     def setup(self) -> None:
         p = self.param.norm_param

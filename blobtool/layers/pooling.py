@@ -56,7 +56,6 @@ def pooled_size(size: int, kernel: int, stride: int, pad: int, ceil: bool, any_p
 class Pooling(Layer):
     """Caffe's PoolingLayer (src/caffe/layers/pooling_layer.cpp): MAX or AVE over windows of each plane."""
 
-    blob_count = (0, 0)
 
     def setup(self) -> None:
         pool = self.param.pooling_param

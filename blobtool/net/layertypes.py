@@ -36,7 +36,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["LayerType", "FoldInto", "TYPES", "row", "foldable", "param_of", "blob_count", "BATCHNORM_ROLES",
+__all__ = ["LayerType", "FoldInto", "TYPES", "row", "foldable", "param_of", "blob_count", "blob_range",
+           "BATCHNORM_ROLES",
            "DEPLOY_ROLES", "deploy_role", "check_join", "name_of"]
 
 
@@ -252,6 +253,22 @@ def blob_count(kind: str | None, message) -> int | None:
     if found.count == "scale":
         return (bottoms < 2) + bool(message.scale_param.bias_term)
     return int(bottoms < 2)  # "bias"
+
+
+def blob_range(kind: str | None) -> tuple | None:
+    """(fewest, most) blobs a layer of type `kind` may hold, whatever its parameters; None for a type without a row.
+
+    The fewest is what the row's `count` gives at the least (a "bias_term"
+    type its weight, a Scale or a Bias given its operand by a second bottom
+    none); the most is one per role of `blobs` (NVIDIA Caffe's BatchNorm its
+    five). The class that runs the type checks a layer's blobs against it
+    (layers/base.py), so that the count is stated here only.
+    """
+    found = row(kind)
+    if found is None:
+        return None
+    least = found.count if isinstance(found.count, int) else 1 if found.count == "bias_term" else 0
+    return least, max(least, len(found.blobs))
 
 
 def output_channels(kind: str | None, shape: tuple, *, group: int = 1, transpose: bool = False) -> int | None:

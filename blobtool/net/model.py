@@ -32,15 +32,14 @@ Caffe's schema (formats/caffe/schema.py).
 
 from __future__ import annotations
 
-import struct
 from dataclasses import dataclass, field
 
 from ..errors import FormatError
 from ..formats import Document, NetLayer, unique_names
 from ..formats.caffe import layer_links, wire
 from ..formats.caffe.containers import V0_TYPE_NAMES, name_key, text
-from ..formats.caffe.schema import layer_field, layer_field_name
-from .graph import blob_versions
+from ..formats.caffe.schema import layer_field
+from .graph import Versions
 from .layertypes import row
 
 __all__ = ["Net", "Layer", "View", "model", "type_name", "layer_fields", "definition_layers", "MAX_LAYER_FIELDS",
@@ -125,6 +124,7 @@ class Net:
         self.entries = doc.entries
         self._defined = dict(zip(*definition_layers(definition))) if definition is not None else {}
         self._fields: dict = {}
+        self._own = None   # layer_defs(), parsed when a setting is first read
         self._views: dict = {}
         self._state = None
         self._shared_names = None
@@ -251,25 +251,29 @@ class Net:
         """' in PATH' where layer i's settings come from the definition given, else ''."""
         return f" in {self.definition.path}" if self.defined(i) is not None else ""
 
-    def settings(self, i: int, number: int) -> dict:
-        """{field number: value} of layer i's parameter message `number` as the net that runs states it.
+    def setting(self, i: int, message: str, name: str, *, own: bool = False, unset=None):
+        """Layer i's `message`.`name` (a parameter message and its field, by name) from its parsed LayerParameter.
 
-        The definition's layer of the same name where one is given and has
-        it, else the net's own (`param`).
+        As the net that runs states it: the definition given's layer of the
+        same name where there is one, else the net's own (`own`: always the
+        net's own). A field left unset is the schema's default; `unset`, where
+        given, is returned instead for a field the layer does not set (a
+        setting whose absence means something else: BatchNorm's
+        use_global_stats follows the phase).
         """
-        message = self.defined(i)
-        if message is None:
-            return self.param(i, number)
-        return _message_values(getattr(message, layer_field_name(number)))
+        layer = None if own else self.defined(i)
+        if layer is None:
+            if self._own is None:
+                self._own = self.layer_defs()
+            layer = self._own[i]
+        if layer is None:  # an HDF5 snapshot states no settings: the schema's defaults
+            from .._pb import blobtool_caffe_pb2 as pb
 
-    def param(self, i: int, number: int) -> dict:
-        """{field number: value} of layer i's own parameter message `number` (LayerParameter's field number)."""
-        stored = self.layers[i].stored
-        if stored.message is not None:
-            return _message_values(getattr(stored.message, layer_field_name(number)))
-        if stored.wire is None:
-            return {}
-        return _param(self.doc, self.fields(i), number)
+            layer = pb.LayerParameter()
+        params = getattr(layer, message)
+        if unset is not None and not params.HasField(name):
+            return unset
+        return getattr(params, name)
 
     def fields(self, i: int) -> list:
         """The fields of binary layer i's message (wire.Field), read once."""
@@ -323,7 +327,8 @@ class View:
                 if why is not None:
                     self.outside[i] = why
         self.links = [((), ()) if i in self.outside else both for i, both in enumerate(net.links)]
-        self.inputs, self.readers = blob_versions(self.links)
+        self.versions = Versions(self.links)
+        self.inputs, self.readers = self.versions.reads, self.versions.readers
 
     def __getattr__(self, name: str):
         # What a view does not hold itself (the layers, names, types, blobs, the definition,
@@ -373,37 +378,6 @@ def definition_layers(doc: Document) -> tuple[list, list]:
 
     messages = [layer.message for layer in definition(doc).layers]
     return unique_names([text(m.name) for m in messages]), messages
-
-
-def _param(doc: Document, fields: list, number: int) -> dict:
-    """{field number: value} of the varint and 32-bit float fields of a parameter message, the last one winning."""
-    buf = memoryview(doc.source.buf)
-    values = {}
-    for f in fields:
-        if f.number != number or f.wire_type != wire.LEN:
-            continue
-        for k, g in enumerate(wire.iter_fields(buf, f.start, f.end, path=doc.path)):
-            if k == MAX_LAYER_FIELDS:
-                raise FormatError(f"a parameter message (field {number}) holds more than {MAX_LAYER_FIELDS} "
-                                  "fields", path=doc.path, offset=g.offset)
-            if g.wire_type == wire.VARINT:
-                values[g.number] = g.value
-            elif g.wire_type == wire.I32:
-                values[g.number] = struct.unpack("<f", bytes(buf[g.start:g.end]))[0]
-    return values
-
-
-def _message_values(message) -> dict:
-    """{field number: value} of a parsed parameter message's scalar fields that are set (as _param gives them)."""
-    values = {}
-    for fd, value in message.ListFields():
-        if isinstance(value, bool):
-            values[fd.number] = int(value)
-        elif isinstance(value, float) and fd.type == fd.TYPE_FLOAT:
-            values[fd.number] = struct.unpack("<f", struct.pack("<f", value))[0]
-        elif isinstance(value, (int, float)):
-            values[fd.number] = value
-    return values
 
 
 def _parse(message_type, buf, f, path, what: str):

@@ -25,6 +25,7 @@ import numpy as np
 
 from ..errors import BlobToolError
 from ..forward.check import CheckResult, compare_blob, not_written
+from ..forward.run import random_inputs
 
 __all__ = ["check_export", "prove_export"]
 
@@ -53,8 +54,7 @@ def check_export(path: str, program, outputs: list, *, seed: int = 0, source: st
         result.refused = f"onnx's checker refuses the model: {_first_line(exc)}"
         return result
     program.check_memory(outputs)  # before the inputs are drawn: they are part of what the run holds
-    rng = np.random.default_rng(seed)
-    feeds = {name: rng.standard_normal(shape, dtype=np.float32) for name, shape in program.inputs.items()}
+    feeds = random_inputs(program.inputs, seed)
     options = ort.SessionOptions()
     options.log_severity_level = _ORT_QUIET
     try:

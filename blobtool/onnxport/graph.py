@@ -199,12 +199,8 @@ class ExportResult:
 
 def graph_names(program) -> list:
     """Per step, the names its tops' values want (the last version of a blob by its name, earlier ones "<blob>:<layer>")."""
-    last: dict = {}
-    for i, step in enumerate(program.steps):
-        for top in step.tops:
-            last[top] = i
-    return [[top if last[top] == i else f"{top}:{step.layer.name}" for top in step.tops]
-            for i, step in enumerate(program.steps)]
+    return [[top if last else f"{top}:{step.layer.name}" for top, last in zip(step.tops, final)]
+            for step, final in zip(program.steps, program.versions.final)]
 
 
 class _Graph:
@@ -282,16 +278,7 @@ def build_graph(program, opset: int, wanted: list):
 
 def needed_steps(program, wanted: list) -> set:
     """The indices of the steps the blobs `wanted` (each its last version) are computed from."""
-    needed: set = set()
-    open_names = set(wanted)
-    for i in range(len(program.steps) - 1, -1, -1):
-        step = program.steps[i]
-        if not open_names & set(step.tops):
-            continue
-        needed.add(i)
-        open_names -= set(step.tops)
-        open_names |= set(step.bottoms)
-    return needed
+    return program.versions.needed(wanted)
 
 
 def export_program(program, dest, *, opset: int = OPSET_DEFAULT, outputs=None, net_name: str = "",

@@ -49,11 +49,8 @@ from dataclasses import dataclass, field
 
 from ..errors import UsageError
 from ..formats import Document, Entry, NetLayer
-from ..formats.caffe.schema import layer_field, param_field
 from ..net.batchnorm import CAFFE_BLOBS, NVCAFFE_BLOBS
 from ..net.layertypes import TYPES, foldable, output_channels, param_of
-from .fold import DEFAULT_EPS
-from ..formats.caffe.wire import signed
 from ..net.graph import NOT_PER_CHANNEL, OTHER_COUNT, OTHER_READERS, SECOND_BOTTOM, scale_merge
 from ..net.model import View, definition_layers, layer_fields, model
 
@@ -252,8 +249,7 @@ def _fold_of(net: View, i: int):
     why = _target_why_not(net, p, target, kind)
     if why:
         return why
-    batchnorm = net.settings(i, layer_field("batch_norm_param"))
-    if net.defined(i) is not None and batchnorm.get(param_field("batch_norm_param", "use_global_stats"), 1) == 0:
+    if net.defined(i) is not None and not net.setting(i, "batch_norm_param", "use_global_stats", unset=True):
         return (f"{net.definition.path} sets use_global_stats: false for it: there it normalizes with each "
                 "batch's own mean and variance, which no folded weight holds")
     stats = net.blobs.get(net.name(i), [])
@@ -267,17 +263,16 @@ def _fold_of(net: View, i: int):
         return (f"its blobs hold {', '.join(str(e.count) for e in stats)} values; Caffe's BatchNorm holds the "
                 "same count twice, then one factor")
     param, how = param_of(kind), foldable(kind)
-    conv = net.settings(p, layer_field(param))
     where = net.where(p)
-    axis = signed(conv.get(param_field(param, how.axis), 1))
-    transpose = how.transpose and bool(conv.get(param_field(param, "transpose"), 0))
-    group = conv.get(param_field(param, "group"), 1) if how.group else 1
+    axis = net.setting(p, param, how.axis)
+    transpose = how.transpose and net.setting(p, param, "transpose")
+    group = net.setting(p, param, "group") if how.group else 1
     if axis != 1:
         return f"{target} computes its channels on axis {axis}{where}; BatchNorm normalizes axis 1"
     layer_blobs = net.blobs[target]
     weight = layer_blobs[0]
     bias = layer_blobs[1] if len(layer_blobs) > 1 else None
-    bias_term = bool(conv.get(param_field(param, "bias_term"), 1))
+    bias_term = net.setting(p, param, "bias_term")
     if bias_term != (bias is not None):
         return (f"{target} has bias_term: {_value_text(bias_term)}{where} and holds {len(layer_blobs)} blobs: "
                 "Caffe loads no such weights into it")
@@ -300,7 +295,7 @@ def _fold_of(net: View, i: int):
     if scale is not None:
         held = net.blobs[net.name(scale)]
         gamma, beta = held[0], (held[1] if len(held) > 1 else None)
-    eps = batchnorm.get(param_field("batch_norm_param", "eps"), DEFAULT_EPS)
+    eps = net.setting(i, "batch_norm_param", "eps")
     layers = net.layers
     return Fold(layers[p].stored, kind, layers[i].stored, layers[scale].stored if scale is not None else None, top,
                 net.top_bytes(last), weight, bias, tuple(stats), gamma, beta, float(eps), group, transpose,
@@ -310,29 +305,22 @@ def _fold_of(net: View, i: int):
 def _settings_used(net: View, p: int, kind: str, i: int, scale: int | None) -> list:
     """A Setting for each value the fold read from the definition given that the net's own states otherwise."""
     name, how = param_of(kind), foldable(kind)
-    read = [(i, "batch_norm_param", "eps", DEFAULT_EPS), (p, name, "bias_term", 1)]
+    read = [(i, "batch_norm_param", "eps"), (p, name, "bias_term")]
     if how.transpose:
-        read += [(p, name, how.axis, 1), (p, name, "transpose", 0)]
+        read += [(p, name, how.axis), (p, name, "transpose")]
     else:
-        read.append((p, name, how.axis, 1))
+        read.append((p, name, how.axis))
         if how.channels == "groups":  # the group moves a grouped weight's channels (a Convolution's stay on axis 0)
-            read.append((p, name, "group", 1))
+            read.append((p, name, "group"))
     if scale is not None:
-        read += [(scale, "scale_param", "axis", 1), (scale, "scale_param", "num_axes", 1),
-                 (scale, "scale_param", "bias_term", 0)]
+        read += [(scale, "scale_param", setting) for setting in ("axis", "num_axes", "bias_term")]
     found = []
-    for j, message, setting, default in read:
+    for j, message, setting in read:
         if net.defined(j) is None:
             continue
-        label = f"{message}.{setting}"
-        number, field_number = layer_field(message), param_field(message, setting)
-        value = net.settings(j, number).get(field_number, default)
-        own = net.param(j, number).get(field_number, default)
-        value, own = (signed(v) if isinstance(v, int) else v for v in (value, own))
+        value, own = net.setting(j, message, setting), net.setting(j, message, setting, own=True)
         if value != own:
-            if label.endswith((".bias_term", ".transpose")):
-                value, own = bool(value), bool(own)
-            found.append(Setting(label, net.name(j), value, own))
+            found.append(Setting(f"{message}.{setting}", net.name(j), value, own))
     return found
 
 
@@ -366,10 +354,9 @@ def _scale_of(net: View, i: int, channels: int):
     others = [net.name(r) for r in readers if r != s]
     bottoms, tops = net.links[s]
     held = net.blobs.get(name, [])
-    settings = net.settings(s, layer_field("scale_param"))
     where = net.where(s)
-    axis = signed(settings.get(param_field("scale_param", "axis"), 1))
-    num_axes = signed(settings.get(param_field("scale_param", "num_axes"), 1))
+    axis = net.setting(s, "scale_param", "axis")
+    num_axes = net.setting(s, "scale_param", "num_axes")
     why = scale_merge(others=others, bottoms=len(bottoms), batchnorm_blobs=len(net.blobs.get(net.name(i), [])),
                       axis=axis, num_axes=num_axes, counts=[e.count for e in held], channels=channels)
     reason, detail = why if why is not None else (None, None)
@@ -382,7 +369,7 @@ def _scale_of(net: View, i: int, channels: int):
         return f"the Scale after it, {name}, has {len(tops)} tops"
     if len(held) not in (1, 2):
         return f"the Scale after it, {name}, holds {len(held)} blobs; gamma (and beta) expected"
-    bias_term = bool(settings.get(param_field("scale_param", "bias_term"), 0))
+    bias_term = net.setting(s, "scale_param", "bias_term")
     if bias_term != (len(held) == 2):
         return (f"the Scale after it, {name}, has bias_term: {_value_text(bias_term)}{where} and holds "
                 f"{len(held)} blobs: Caffe loads no such weights into it")

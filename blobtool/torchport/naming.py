@@ -335,6 +335,8 @@ def _map_layer(doc: Document, types: Document, layer, kind: str, blobs: list, fo
     rule = type_row(kind)
     # A type whose blobs 0 and 1 are a weight and a bias, and a PyTorch module's (Conv2d, Linear, ...).
     weight_bias = rule is not None and rule.torch is not None and rule.blobs == _PARAMS
+    # A type of a PyTorch module whose blobs hold one value per channel each (PReLU's slopes).
+    per_channel = rule is not None and rule.torch is not None and not weight_bias
     how = rule.folds if rule is not None else None  # where its weight's channels lie (net/layertypes.py)
     for index, entry in enumerate(blobs):
         if weight_bias and index < 2:
@@ -344,23 +346,23 @@ def _map_layer(doc: Document, types: Document, layer, kind: str, blobs: list, fo
             shape = _weight_shape(kind, entry.shape) if index == 0 else (entry.count,)
             rows.append(_view(entry, f"{name}.{rule.torch_names[index]}", shape, name))
         elif kind == "Scale" and bias_only and index == 0:
-            row = _view(entry, f"{name}.bias", (entry.count,), name)
+            row = _view(entry, f"{name}.{rule.torch_names[1]}", (entry.count,), name)
             row.mapped.done += "; the Scale's scale is its second bottom: blob 0 is its bias"
             rows.append(row)
         elif kind == "Scale" and index < 2 and not bias_only:
             module = fold_into or name
             shape = (entry.count,) if fold_into or index == 1 else entry.shape
-            row = _view(entry, f"{module}.{_PARAMS[index]}", shape, module)
+            row = _view(entry, f"{module}.{rule.torch_names[index]}", shape, module)
             if fold_into:
                 row.mapped.done = f"folded into {fold_into}" + _reshaped(entry.shape, shape, "; ")
                 row.mapped.kind = "folded"
             elif apart is not None:
                 row.mapped.done += f"; not folded into {apart[0]}: {apart[1]}"
             rows.append(row)
-        elif kind == "PReLU" and index == 0:
-            row = _view(entry, f"{name}.weight", (entry.count,), name)
+        elif per_channel and index < len(rule.torch_names):
+            row = _view(entry, f"{name}.{rule.torch_names[index]}", (entry.count,), name)
             if entry.shape == () and entry.count == 1:
-                row.mapped.done += " (a slope shared by all channels: PReLU(num_parameters=1))"
+                row.mapped.done += f" (a {rule.blobs[index]} shared by all channels: {rule.torch}(num_parameters=1))"
             rows.append(row)
         else:
             row = _view(entry, f"{name}.{index}", entry.shape, name,
@@ -479,7 +481,7 @@ def _batchnorm(doc: Document, layer: str, blobs: list, warnings: list) -> list:
                             layer, kind="not written", made="factor"), None))
     for index, entry in enumerate(blobs[3:5]):
         # NVIDIA Caffe's BatchNorm with scale_bias: its own affine weight and bias.
-        row = _view(entry, f"{layer}.{_PARAMS[index]}", (entry.count,), layer)
+        row = _view(entry, f"{layer}.{names[3 + index]}", (entry.count,), layer)
         row.mapped.done += f" (NVIDIA Caffe's BatchNorm {'scale' if index == 0 else 'bias'})"
         rows.append(row)
     return rows
