@@ -53,7 +53,7 @@ def use_tree() -> str:
 
 def run_tests() -> tuple[str, str]:
     res = sh([sys.executable, "-m", "pytest", "-q", "-m", "gpu", "-p", "no:cacheprovider",
-              str(ROOT / "tests" / "test_gpu.py")], cwd=str(ROOT))
+              str(ROOT / "tests" / "engine" / "test_gpu.py")], cwd=str(ROOT))
     tail = res.stdout.strip().splitlines()[-1] if res.stdout.strip() else res.stderr.strip()
     return tail, res.stdout + res.stderr
 
@@ -73,7 +73,7 @@ def gbps(nbytes: float, seconds: float) -> float:
 
 def timings(fake: bool) -> list:
     if fake:
-        sys.path.insert(0, str(ROOT / "tests"))
+        sys.path.insert(0, str(ROOT / "tests" / "helpers"))
         import fakecupy
         fakecupy.install()
     import cupy as cp

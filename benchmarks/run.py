@@ -129,13 +129,13 @@ def write_changed_copy(src: Path, dst: Path, offset: int, count: int, every: int
 
 
 def flood_files(work: Path, smoke: bool) -> dict:
-    """tests/test_fuzz.py's TINY_FIELD_FLOODS written out: {name: path} (two of them in a smoke run)."""
-    sys.path.insert(0, str(ROOT / "tests"))
+    """tests/helpers/fuzzcases.py's TINY_FIELD_FLOODS written out: {name: path} (two of them in a smoke run)."""
+    sys.path.insert(0, str(ROOT / "tests" / "helpers"))
     saved = os.environ.get("BLOBTOOL_HDF5_SECONDS")
     try:
-        from test_fuzz import TINY_FIELD_FLOODS
+        from fuzzcases import TINY_FIELD_FLOODS
     finally:
-        sys.path.remove(str(ROOT / "tests"))
+        sys.path.remove(str(ROOT / "tests" / "helpers"))
         # The fuzzers' own HDF5 time limit (1 s) is theirs: the timed commands run with blobtool's.
         if saved is None:
             os.environ.pop("BLOBTOOL_HDF5_SECONDS", None)
