@@ -16,7 +16,7 @@ from google.protobuf import text_format
 
 import blobtool
 from blobtool._pb import blobtool_caffe_pb2 as pb
-from caffenets import CIFAR10_DEPLOY
+from caffenets import CIFAR10_DEPLOY, random_feeds
 
 # name, --input-shape, the other shapes to try (fully convolutional nets take any size)
 NETS = [
@@ -27,16 +27,11 @@ NETS = [
 ]
 
 
-def _feeds(shapes: dict, seed: int = 7) -> dict:
-    rng = np.random.default_rng(seed)
-    return {name: rng.standard_normal(shape).astype(np.float32) for name, shape in shapes.items()}
-
-
 @pytest.mark.parametrize("name, shapes", NETS, ids=[f"{n}-{'x'.join(map(str, next(iter(s.values()))))}"
                                                      for n, s in NETS])
 def test_every_blob_of_a_real_net_is_returned_as_float32(realworld, name, shapes):
     # Their values are Caffe's: tests/forward/test_caffe_realworld.py compares each with real Caffe's.
-    result = blobtool.run(str(realworld / name), inputs=_feeds(shapes), outputs="all")
+    result = blobtool.run(str(realworld / name), inputs=random_feeds(shapes, 7), outputs="all")
     assert list(result.values) == result.program.blob_names()
     assert all(v.dtype == np.float32 and v.flags.c_contiguous for v in result.values.values())
     assert all(result.values[n].shape == tuple(s) for n, s in result.program.shapes.items())
@@ -60,7 +55,7 @@ def test_the_hdf5_snapshot_runs_with_a_definition_as_its_binary_form_does(tmp_pa
             blob.data.extend(array.reshape(-1).tolist())
             k += 1
     binary.write_bytes(definition.SerializeToString())
-    feeds = _feeds({"data": (2, 3, 32, 32)})
+    feeds = random_feeds({"data": (2, 3, 32, 32)}, 7)
     result = blobtool.run(str(snapshot), definition=str(deploy), inputs=feeds, outputs="all")
     assert list(result.values)[:2] == ["data", "conv1"]
     # The same weights from the binary net give the same values, bit for bit.

@@ -5,6 +5,12 @@
 - ``net(layers, inputs)``: a NetParameter with `input`/`input_shape` for each input;
 - ``write_net_files(folder, net)``: the definition as text (deploy.prototxt, no
   blobs) and the binary net with its blobs (net.caffemodel);
+- ``random_feeds(inputs, seed)``: standard normal float32 inputs of the given shapes;
+- ``tops_of(layers)``: every blob the layers write, in order;
+- ``ours_forward(net, feeds)``: blobtool's layers run in order (each output
+  float32 and C-contiguous), the value every comparison holds to its oracle;
+- ``against_opencv(layers, inputs, feeds, tolerance=...)``: that run against
+  OpenCV's on every top (real Caffe's is caffeoracle.against_caffe);
 - ``opencv_forward(prototxt, caffemodel, feeds, tops)``: OpenCV's value of each
   requested blob, each taken from the last layer writing it (OpenCV names
   outputs by layer), with fusion off so that every layer's output is its own
@@ -139,6 +145,22 @@ def opencv_forward(prototxt, caffemodel, feeds: dict, tops, *, definition: pb.Ne
     return found
 
 
+def random_feeds(inputs: dict, seed: int = 0, *, scale: float = 1.0, feed=None) -> dict:
+    """{name: float32 array} for each {name: shape} of `inputs`, drawn in order from one generator seeded `seed`.
+
+    The values are standard normal times `scale`, or `feed(rng, shape)` where
+    a test needs another range (positive values for a logarithm).
+    """
+    rng = np.random.default_rng(seed)
+    return {name: np.asarray(feed(rng, shape) if feed else rng.standard_normal(shape) * scale).astype(np.float32)
+            for name, shape in inputs.items()}
+
+
+def tops_of(layers) -> list:
+    """Every blob the layers write (a net's `layer` field, or a list of LayerParameters), in order, once each."""
+    return list(dict.fromkeys(top for each in layers for top in each.top))
+
+
 def max_scaled_difference(ours, theirs) -> float:
     """max |ours - theirs| divided by max |theirs| (1 where that is 0): the tests' measure of agreement."""
     ours = np.asarray(ours, np.float64)
@@ -158,6 +180,8 @@ def blob_shape(blob) -> tuple:
 
 def ours_forward(message: pb.NetParameter, feeds: dict, tops=None) -> dict:
     """{blob name: blobtool's value} of every blob (or those in `tops`) after running `message`'s layers in order.
+
+    Every output must be C-contiguous float32, as blobtool's run hands it on.
 
     Each layer's class comes from blobtool.layers' registry; its reshape()
     must give the shapes its forward() returns. Input layers are passed over
@@ -182,12 +206,30 @@ def ours_forward(message: pb.NetParameter, feeds: dict, tops=None) -> dict:
             assert [o.ndim for o in outputs] == [len(s) for s in shapes], (each.name, shapes)
         else:
             assert [tuple(o.shape) for o in outputs] == [tuple(s) for s in shapes], (each.name, shapes)
-        assert all(o.dtype == np.float32 for o in outputs), each.name
+        assert all(o.dtype == np.float32 and o.flags.c_contiguous for o in outputs), each.name
         steps.append((made, tuple(each.bottom), tuple(each.top), [x.shape for x in bottoms], shapes))
         values.update(zip(each.top, outputs))
     if os.environ.get(SWEEP_ONNX):
         onnx_sweep(steps, {name: values[name].shape for name in feeds}, values)
     return values if tops is None else {top: values[top] for top in tops}
+
+
+def against_opencv(layers, inputs: dict, feeds: dict, *, tolerance: float) -> dict:
+    """Run the net by blobtool and by OpenCV 4.x; assert every top agrees within `tolerance`; blobtool's values back."""
+    import tempfile
+
+    opencv()
+    message = net(layers, inputs)
+    tops = tops_of(message.layer)
+    ours = ours_forward(message, feeds, tops)
+    with tempfile.TemporaryDirectory() as folder:
+        prototxt, model = write_net_files(Path(folder), message)
+        theirs = opencv_forward(prototxt, model, feeds, tops, definition=message)
+    for top in tops:
+        assert ours[top].shape == theirs[top].shape, f"{top}: shape {ours[top].shape}, OpenCV's {theirs[top].shape}"
+        difference = max_scaled_difference(ours[top], theirs[top])
+        assert difference <= tolerance, f"{top}: {difference:.3g} from OpenCV"
+    return ours
 
 
 # -- every sweep exported too ------------------------------------------------------------------

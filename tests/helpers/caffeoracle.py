@@ -12,6 +12,8 @@ nets starts Caffe once.
   inserts included), each input reshaped to its array's shape first; or a
   ``Refusal`` holding the line Caffe died with where it refuses the net
   (glog's CHECK: exit 134).
+- ``against_caffe(tmp_path, layers, feeds, tolerance=...)``: blobtool's run of
+  the net (caffenets.ours_forward) held to Caffe's on every top;
 - ``require_oracle()``: the oracle's folder, or a skip naming why it is
   absent; under CI (``CI`` set) its absence fails instead, since CI installs
   it (.ci/run).
@@ -197,6 +199,34 @@ def caffe_values(message, feeds: dict, folder: Path, tops=None) -> dict:
     if isinstance(got, Refusal):
         pytest.fail(f"Caffe refused the net (exit {got.code}): {got.line}")
     return got if tops is None else {top: got[top] for top in tops}
+
+
+def against_caffe(tmp_path, layers, feeds: dict, *, tolerance: float, compare: dict | None = None) -> dict:
+    """Run the net in blobtool and in real Caffe; assert every top agrees within `tolerance`; blobtool's values back.
+
+    Each top's shape must be Caffe's, and its infinities and NaN stand where
+    Caffe's do (exp past float32's range, a window past the image); the
+    other values agree within `tolerance` of Caffe's largest magnitude.
+    `compare` gives a top its own check instead: {top: fn(top, ours, caffe's)}.
+    """
+    from caffenets import max_scaled_difference, net, ours_forward, tops_of
+
+    message = net(layers, {name: list(np.shape(x)) for name, x in feeds.items()})
+    tops = tops_of(message.layer)
+    ours = ours_forward(message, feeds, tops)
+    theirs = caffe_values(message, feeds, tmp_path, tops)
+    for top in tops:
+        mine, caffes = ours[top], theirs[top]
+        if compare and top in compare:
+            compare[top](top, mine, caffes)
+            continue
+        assert mine.shape == caffes.shape, f"{top}: shape {mine.shape}, Caffe's {caffes.shape}"
+        special = ~np.isfinite(mine) | ~np.isfinite(caffes)
+        assert np.array_equal(mine[special], caffes[special], equal_nan=True), \
+            f"{top}: infinities or NaN where Caffe has none, or none where it has"
+        difference = max_scaled_difference(np.where(special, 0, mine), np.where(special, 0, caffes))
+        assert difference <= tolerance, f"{top}: {difference:.3g} from Caffe"
+    return ours
 
 
 def caffe_refusal(message, feeds: dict, folder: Path):

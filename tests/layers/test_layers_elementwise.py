@@ -57,8 +57,10 @@ import math
 import numpy as np
 import pytest
 
-from caffenets import layer, max_scaled_difference, net, opencv_forward, ours_forward, write_net_files
-from caffeoracle import caffe_refusal, caffe_values
+from caffenets import against_opencv as opencv_against
+from caffenets import layer, max_scaled_difference, net, ours_forward, random_feeds, tops_of
+from caffeoracle import against_caffe as caffe_against
+from caffeoracle import caffe_refusal
 
 from blobtool.layers import LayerError
 
@@ -71,62 +73,27 @@ SHAPE = (2, 3, 5, 7)
 # -- running a case ---------------------------------------------------------------------------
 
 
-def _tops(message) -> list:
-    """Every blob the net's layers write, in order."""
-    return list(dict.fromkeys(top for each in message.layer for top in each.top))
-
-
 def _feeds(inputs: dict, seed: int, feed=None) -> dict:
-    rng = np.random.default_rng(seed)
-    made = {}
-    for name, shape in inputs.items():
-        values = (feed(rng, shape) if feed else rng.standard_normal(shape) * 2).astype(np.float32)
-        made[name] = values
-    return made
+    """The sweeps' inputs: standard normal times 2, or `feed`'s range (caffenets.random_feeds)."""
+    return random_feeds(inputs, seed, scale=2, feed=feed)
 
 
 def against_caffe(tmp_path, layers, inputs: dict, seed: int = 0, feed=None, feeds=None) -> dict:
-    """Run the net in blobtool and in real Caffe; assert each blob is within CAFFE_TOLERANCE; blobtool's values back.
-
-    Each blob's shape must be Caffe's, and its infinities and NaN stand where
-    Caffe's do (exp past float32's range). `feeds` (arrays) replace the
-    random ones made for `inputs`.
-    """
-    feeds = _feeds(inputs, seed, feed) if feeds is None else feeds
-    message = net(layers, {name: list(np.shape(x)) for name, x in feeds.items()})
-    tops = _tops(message)
-    ours = ours_forward(message, feeds, tops)
-    theirs = caffe_values(message, feeds, tmp_path, tops)
-    for top in tops:
-        mine, caffes = ours[top], theirs[top]
-        assert mine.dtype == np.float32 and mine.flags.c_contiguous, top
-        assert mine.shape == caffes.shape, (top, mine.shape, caffes.shape)
-        special = ~np.isfinite(mine) | ~np.isfinite(caffes)
-        assert np.array_equal(mine[special], caffes[special], equal_nan=True), \
-            f"{top}: infinities or NaN where Caffe has none, or none where it has"
-        difference = max_scaled_difference(np.where(special, 0, mine), np.where(special, 0, caffes))
-        assert difference <= CAFFE_TOLERANCE, f"{top}: {difference:.3g} from Caffe"
-    return ours
+    """caffeoracle.against_caffe within CAFFE_TOLERANCE on `_feeds(inputs, seed, feed)`, or on `feeds` (arrays)."""
+    return caffe_against(tmp_path, layers, _feeds(inputs, seed, feed) if feeds is None else feeds,
+                         tolerance=CAFFE_TOLERANCE)
 
 
 def against_opencv(tmp_path, layers, inputs: dict, seed: int = 0, feed=None) -> dict:
-    """Run the net both ways; assert every blob agrees within TOLERANCE; blobtool's values back."""
-    message = net(layers, inputs)
-    feeds = _feeds(inputs, seed, feed)
-    tops = _tops(message)
-    ours = ours_forward(message, feeds, tops)
-    theirs = opencv_forward(*write_net_files(tmp_path, message), feeds, tops, definition=message)
-    for top in tops:
-        difference = max_scaled_difference(ours[top], theirs[top])
-        assert difference <= TOLERANCE, f"{top}: {difference:.3g} from OpenCV"
-    return ours
+    """caffenets.against_opencv within TOLERANCE on `_feeds(inputs, seed, feed)`."""
+    return opencv_against(layers, inputs, _feeds(inputs, seed, feed), tolerance=TOLERANCE)
 
 
 def against_definition(layers, inputs: dict, expected, seed: int = 0, feed=None) -> None:
     """Run the net with blobtool; assert its last top agrees with `expected(feeds)` (the loop definition)."""
     message = net(layers, inputs)
     feeds = _feeds(inputs, seed, feed)
-    top = _tops(message)[-1]
+    top = tops_of(message.layer)[-1]
     ours = ours_forward(message, feeds, [top])[top]
     wanted = np.asarray(expected(feeds), np.float64)
     assert ours.dtype == np.float32 and ours.flags.c_contiguous

@@ -50,15 +50,15 @@ from __future__ import annotations
 
 import itertools
 import math
-import tempfile
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 from blobtool.layers import LayerError
-from caffenets import layer, max_scaled_difference, net, opencv, opencv_forward, ours_forward, write_net_files
+from caffenets import against_opencv as opencv_against
+from caffenets import layer, max_scaled_difference, net, ours_forward, random_feeds, tops_of, write_net_files
 from runner import assert_error, invoke
+from caffeoracle import against_caffe as caffe_against
 from caffeoracle import caffe_refusal, caffe_refusals, caffe_values
 
 TOLERANCE = 1e-4
@@ -70,20 +70,8 @@ CORNER, CENTER_SIZE, CORNER_SIZE = 1, 2, 3
 # -- running a case ----------------------------------------------------------------------------------
 
 def feeds_for(inputs: dict, seed: int = 0) -> dict:
-    rng = np.random.default_rng(seed)
-    return {name: rng.standard_normal(shape).astype(np.float32) for name, shape in inputs.items()}
-
-
-def run_ours(message, feeds: dict) -> dict:
-    """Every blob of blobtool's run of `message` (caffenets.ours_forward), each C-contiguous float32."""
-    values = ours_forward(message, feeds)
-    for name, y in values.items():
-        assert y.dtype == np.float32 and y.flags.c_contiguous, name
-    return values
-
-
-def tops_of(layers) -> list:
-    return list(dict.fromkeys(top for each in layers for top in each.top))
+    """The sweeps' inputs: standard normal (caffenets.random_feeds)."""
+    return random_feeds(inputs, seed)
 
 
 def assert_close(name: str, ours: np.ndarray, theirs: np.ndarray, tolerance: float = TOLERANCE) -> None:
@@ -93,44 +81,25 @@ def assert_close(name: str, ours: np.ndarray, theirs: np.ndarray, tolerance: flo
 
 
 def against_caffe(tmp_path, layers, inputs: dict, feeds: dict | None = None, *, detections=()) -> dict:
-    """Run the net in blobtool and in real Caffe; every blob must agree within CAFFE_TOLERANCE; blobtool's values back.
+    """caffeoracle.against_caffe within CAFFE_TOLERANCE; blobtool's values back.
 
     The blobs named in `detections` are DetectionOutput tops, compared row
     for row by `assert_detections`.
     """
-    message = net(layers, inputs)
-    feeds = feeds if feeds is not None else feeds_for(inputs)
-    tops = tops_of(layers)
-    ours = run_ours(message, feeds)
-    theirs = caffe_values(message, feeds, tmp_path, tops)
-    for top in tops:
-        if top in detections:
-            assert_detections(top, ours[top], theirs[top])
-        else:
-            assert_close(top, ours[top], theirs[top], CAFFE_TOLERANCE)
-    return ours
+    return caffe_against(tmp_path, layers, feeds if feeds is not None else feeds_for(inputs),
+                         tolerance=CAFFE_TOLERANCE, compare=dict.fromkeys(detections, assert_detections))
 
 
 def check_opencv(layers, inputs: dict, feeds: dict | None = None) -> dict:
-    """Run the net by blobtool and by OpenCV; every top must agree within TOLERANCE."""
-    opencv()
-    message = net(layers, inputs)
-    feeds = feeds if feeds is not None else feeds_for(inputs)
-    tops = tops_of(layers)
-    ours = run_ours(message, feeds)
-    with tempfile.TemporaryDirectory() as folder:
-        prototxt, model = write_net_files(Path(folder), message)
-        theirs = opencv_forward(prototxt, model, feeds, tops, definition=message)
-    for top in tops:
-        assert_close(top, ours[top], theirs[top])
-    return ours
+    """caffenets.against_opencv within TOLERANCE."""
+    return opencv_against(layers, inputs, feeds if feeds is not None else feeds_for(inputs), tolerance=TOLERANCE)
 
 
 def check_loops(layers, inputs: dict, reference, feeds: dict | None = None) -> dict:
     """Run the net by blobtool; `reference(feeds)` gives every top's value by the fork's loops."""
     message = net(layers, inputs)
     feeds = feeds if feeds is not None else feeds_for(inputs)
-    ours = run_ours(message, feeds)
+    ours = ours_forward(message, feeds)
     expected = reference(feeds)
     assert set(expected) == set(tops_of(layers))
     for top, value in expected.items():
@@ -681,7 +650,7 @@ def test_detection_output_no_background_with_shared_boxes(tmp_path):
     layers, inputs, feeds, _ = detection_case(_detection_params({"code_type": CENTER_SIZE, "background_label_id": -1}))
     refusal = caffe_refusal(net(layers, inputs), feeds, tmp_path)
     assert refusal is not None and "Could not find location predictions for label -1" in refusal.line, refusal
-    ours = run_ours(net(layers, inputs), feeds)["detections"]
+    ours = ours_forward(net(layers, inputs), feeds)["detections"]
     layers, inputs, feeds, _ = detection_case(_detection_params({"code_type": CENTER_SIZE, "background_label_id": 4}))
     theirs = caffe_values(net(layers, inputs), feeds, tmp_path, ["detections"])["detections"]
     assert 0 in theirs[0, 0, :, 1]      # label 0, the background when none is given, among the rows
@@ -723,7 +692,7 @@ def test_detection_output_ties_in_score(tmp_path, shared):
     keep_top_k = min(cuts, key=lambda k: abs(k - len(scores) // 2))
     layers, inputs, feeds, _ = detection_case({**base, "keep_top_k": keep_top_k}, **one)
     message = net(layers, inputs)
-    ours = run_ours(message, feeds)["detections"]
+    ours = ours_forward(message, feeds)["detections"]
     theirs = caffe_values(message, feeds, tmp_path, ["detections"])["detections"]
     assert ours.shape[2] == keep_top_k
     assert_detections("detections", ours, theirs, ties_as_sets=True)

@@ -24,8 +24,9 @@ import itertools
 import numpy as np
 import pytest
 
-from caffenets import layer, max_scaled_difference, net, ours_forward
-from caffeoracle import caffe_refusal, caffe_values
+from caffenets import layer, max_scaled_difference, net, ours_forward, random_feeds, tops_of
+from caffeoracle import against_caffe as caffe_against
+from caffeoracle import caffe_refusal
 
 from blobtool.layers import LayerError, conv, convkernels, layer_class
 
@@ -40,13 +41,9 @@ CEIL, FLOOR = 0, 1
 # -- running a case ---------------------------------------------------------------------------
 
 
-def _tops(message) -> list:
-    """Every blob the net's layers write, in order."""
-    return list(dict.fromkeys(top for each in message.layer for top in each.top))
-
-
 def _input(shape, seed: int = 0) -> np.ndarray:
-    return (np.random.default_rng(seed).standard_normal(shape) * 2).astype(np.float32)
+    """One input of the sweeps: standard normal times 2 (caffenets.random_feeds)."""
+    return random_feeds({"x": shape}, seed, scale=2)["x"]
 
 
 def _weights(shape, seed: int) -> np.ndarray:
@@ -54,32 +51,14 @@ def _weights(shape, seed: int) -> np.ndarray:
 
 
 def against_caffe(tmp_path, layers, feeds: dict) -> dict:
-    """Run the net in blobtool and in real Caffe; assert every blob agrees within CAFFE_TOLERANCE; blobtool's values back.
-
-    NaN and infinities must stand where Caffe's do (a window past the image).
-    """
-    message = net(layers, {name: list(x.shape) for name, x in feeds.items()})
-    tops = _tops(message)
-    ours = ours_forward(message, feeds, tops)
-    theirs = caffe_values(message, feeds, tmp_path, tops)
-    for top in tops:
-        assert ours[top].flags.c_contiguous, top
-        assert ours[top].shape == theirs[top].shape, (top, ours[top].shape, theirs[top].shape)
-        same_kind = np.isnan(ours[top]) == np.isnan(theirs[top])
-        assert same_kind.all(), f"{top}: NaN where Caffe has none, or none where it has"
-        finite = np.where(np.isnan(ours[top]), 0.0, ours[top]), np.where(np.isnan(theirs[top]), 0.0, theirs[top])
-        difference = max_scaled_difference(*finite)
-        assert difference <= CAFFE_TOLERANCE, f"{top}: {difference:.3g} from Caffe"
-    return ours
+    """caffeoracle.against_caffe within CAFFE_TOLERANCE: NaN must stand where Caffe's do (a window past the image)."""
+    return caffe_against(tmp_path, layers, feeds, tolerance=CAFFE_TOLERANCE)
 
 
 def ours(layers, feeds: dict) -> dict:
-    """blobtool's value of every blob of the net (each C-contiguous)."""
+    """blobtool's value of every blob of the net (each C-contiguous: caffenets.ours_forward holds it)."""
     message = net(layers, {name: list(x.shape) for name, x in feeds.items()})
-    values = ours_forward(message, feeds, _tops(message))
-    for top, value in values.items():
-        assert value.flags.c_contiguous, top
-    return values
+    return ours_forward(message, feeds, tops_of(message.layer))
 
 
 def assert_close(value, wanted, what: str) -> None:

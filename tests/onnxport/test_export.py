@@ -18,7 +18,8 @@ import numpy as np
 import pytest
 
 import blobtool
-from caffenets import SWEEP_ONNX, SWEEP_REPORT, layer, max_scaled_difference, net, opencv_forward, write_net_files
+from caffenets import (SWEEP_ONNX, SWEEP_REPORT, layer, max_scaled_difference, net, opencv_forward, random_feeds,
+                      write_net_files)
 from runner import REPO, assert_error, assert_usage, invoke, ok, subprocess_env
 from caffenets import CIFAR10_DEPLOY
 from onnxvalid import every_export_checked  # noqa: F401  (autouse: every model written is checked)
@@ -45,11 +46,6 @@ def _session(path):
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     options.log_severity_level = 3
     return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-
-
-def _feeds(shapes: dict, seed: int = 3) -> dict:
-    rng = np.random.default_rng(seed)
-    return {name: rng.standard_normal(shape).astype(np.float32) for name, shape in shapes.items()}
 
 
 # -- every layer sweep ---------------------------------------------------------------------------
@@ -98,7 +94,7 @@ def test_a_real_net_exported_computes_what_opencv_and_run_compute(tmp_path, real
                                 warn=lambda line: None)
     onnx.checker.check_model(str(out), full_check=True)
     blobs = [n for n in result.outputs if n not in made.inputs]
-    feeds = _feeds(shapes)
+    feeds = random_feeds(shapes, 3)
     theirs = dict(zip(blobs, _session(out).run(blobs, feeds)))
     opencv = opencv_forward(deploy, caffemodel, feeds, blobs)
     ours = blobtool.run(str(caffemodel), inputs=feeds, outputs=blobs).values
@@ -114,7 +110,7 @@ def test_the_hdf5_snapshot_exports_with_its_definition(tmp_path, realworld, opse
     deploy.write_text(CIFAR10_DEPLOY)
     out = tmp_path / "cifar10.onnx"
     ok("export", snapshot, "--definition", deploy, "-o", out, "--opset", opset, "--check")
-    feeds = _feeds({"data": (2, 3, 32, 32)})
+    feeds = random_feeds({"data": (2, 3, 32, 32)}, 3)
     ours = blobtool.run(str(snapshot), definition=str(deploy), inputs=feeds).values
     (prob,) = _session(out).run(["prob"], feeds)
     assert max_scaled_difference(prob, ours["prob"]) <= TOLERANCE
@@ -175,7 +171,7 @@ def test_outputs_end_the_graph_where_they_are_computed(tmp_path):
     out = tmp_path / "part.onnx"
     record = json.loads(ok("export", model, "-o", out, "--outputs", "pool1", "--json").stdout)
     assert record["outputs"] == {"pool1": [2, 4, 4, 4]}
-    feeds = _feeds({"data": (2, 3, 7, 7)})
+    feeds = random_feeds({"data": (2, 3, 7, 7)}, 3)
     (pool,) = _session(out).run(["pool1"], feeds)
     ours = blobtool.run(str(model), inputs=feeds, outputs=["pool1"]).values["pool1"]
     assert max_scaled_difference(pool, ours) <= TOLERANCE

@@ -19,7 +19,7 @@ import pytest
 onnx = pytest.importorskip("onnx", reason="ONNX export needs the onnx package (the `onnx` extra)")
 ort = pytest.importorskip("onnxruntime", reason="the exported models are run by onnxruntime (the `onnx` extra)")
 
-from caffenets import layer, max_scaled_difference, net, write_net_files  # noqa: E402
+from caffenets import layer, max_scaled_difference, net, random_feeds, write_net_files  # noqa: E402
 from onnxvalid import every_export_checked  # noqa: F401,E402  (autouse: every model written is checked)
 
 from blobtool import api  # noqa: E402
@@ -32,15 +32,10 @@ OPSETS = sorted({13, 17, 18, int(onnx.defs.onnx_opset_version())})
 
 # -- exporting and running a case ------------------------------------------------------------------
 
-def feeds_for(inputs: dict, seed: int = 0) -> dict:
-    rng = np.random.default_rng(seed)
-    return {name: rng.standard_normal(shape).astype(np.float32) for name, shape in inputs.items()}
-
-
 def blobtool_run(folder, message, inputs: dict):
     """(blobtool's RunResult of every blob, the feeds): the net written to `folder` and run from its files."""
     _, model = write_net_files(folder, message)
-    feeds = feeds_for(inputs)
+    feeds = random_feeds(inputs)
     return api.run(str(model), inputs=feeds, outputs="all"), feeds
 
 
