@@ -24,6 +24,7 @@ missing or too new.
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -209,7 +210,7 @@ def ours_forward(message: pb.NetParameter, feeds: dict, tops=None) -> dict:
         assert all(o.dtype == np.float32 and o.flags.c_contiguous for o in outputs), each.name
         steps.append((made, tuple(each.bottom), tuple(each.top), [x.shape for x in bottoms], shapes))
         values.update(zip(each.top, outputs))
-    if os.environ.get(SWEEP_ONNX):
+    if SWEEP.opsets:
         onnx_sweep(steps, {name: values[name].shape for name in feeds}, values)
     return values if tops is None else {top: values[top] for top in tops}
 
@@ -234,20 +235,49 @@ def against_opencv(layers, inputs: dict, feeds: dict, *, tolerance: float) -> di
 
 # -- every sweep exported too ------------------------------------------------------------------
 #
-# With BLOBTOOL_SWEEP_ONNX set to opsets ("13,17"), ours_forward also exports each net it ran to
-# ONNX (blobtool.export), checks it with onnx.checker (full_check, and each name assigned once:
-# tests/helpers/onnxvalid.py's check_onnx), runs it in onnxruntime with every
-# graph optimization, and compares every blob with its own values; BLOBTOOL_SWEEP_REPORT names a
-# JSON Lines file that gets one line per export: the layer types, and the refusal where there was one.
-# tests/onnxport/test_export.py runs the layer sweeps so.
+# With SWEEP.opsets set (tests/layers/conftest.py sets them for the layer sweeps where onnx and
+# onnxruntime are installed), ours_forward also exports each net it ran to ONNX at each opset
+# (blobtool's export_program), checks it with onnx.checker (full_check, and each name assigned once:
+# tests/helpers/onnxvalid.py's check_onnx), runs it in onnxruntime with every graph optimization,
+# and holds every blob to its own values within 1e-4; a refusal must be one docs/onnx.md gives.
+# SWEEP.lines gets one record per export: the layer types, and the worst difference or the refusal.
 
-SWEEP_ONNX = "BLOBTOOL_SWEEP_ONNX"
-SWEEP_REPORT = "BLOBTOOL_SWEEP_REPORT"
+
+@dataclass
+class SweepExport:
+    """The opsets the sweeps export at (none: no export), and what each export gave."""
+
+    opsets: tuple = ()
+    lines: list = field(default_factory=list)
+    passed: set = field(default_factory=set)  # the sweep tests that passed with their exports (node ids)
+
+
+SWEEP = SweepExport()
+SWEEP_OPSETS = (13, 17)
+# The sweeps of tests/layers/ that export: every test of them must have run (and passed) in the
+# process before SWEEP.lines say anything of the exporters as a whole (tests/layers/test_sweep_export.py).
+SWEEP_FILES = ("test_layers_spatial.py", "test_layers_elementwise.py", "test_layers_shape.py")
+
+
+def export_available() -> bool:
+    """Whether onnx and onnxruntime (the `onnx` extra) are installed: the sweeps' exports need both to be checked."""
+    import importlib.util
+
+    return all(importlib.util.find_spec(name) is not None for name in ("onnx", "onnxruntime"))
+
+# What export refuses in the layer sweeps, and why (docs/onnx.md): nothing else may be refused.
+DOCUMENTED_REFUSALS = (
+    "MAX pooling's second top (the argmax mask)",
+    "its last window starts past the image",
+    "a convolution of several bottoms",
+    "only 2-D convolutions over axis 1 of a 4-D bottom",
+    "use_global_stats: false normalizes with each batch's own statistics",
+    "DetectionOutput",
+)
 
 
 def onnx_sweep(steps: list, input_shapes: dict, values: dict) -> None:
-    """Export the net of `steps` at each opset in BLOBTOOL_SWEEP_ONNX and hold onnxruntime to `values`."""
-    import json
+    """Export the net of `steps` at each opset of SWEEP and hold onnxruntime to `values`; one line each in SWEEP."""
     import tempfile
 
     import onnxruntime as ort
@@ -261,13 +291,13 @@ def onnx_sweep(steps: list, input_shapes: dict, values: dict) -> None:
                       "sweep")
     names = [n for n in program.blob_names() if n not in input_shapes]
     types = sorted({layer.type for layer, *_ in steps})
-    report = os.environ.get(SWEEP_REPORT)
-    for opset in (int(o) for o in os.environ[SWEEP_ONNX].split(",")):
+    for opset in SWEEP.opsets:
         with tempfile.TemporaryDirectory() as folder:
             path = os.path.join(folder, "sweep.onnx")
             try:
                 result = export_program(program, path, opset=opset, outputs=names)
             except ExportError as exc:
+                assert any(reason in str(exc) for reason in DOCUMENTED_REFUSALS), f"an undocumented refusal: {exc}"
                 line = {"types": types, "opset": opset, "refused": str(exc)}
             else:
                 check_onnx(path)
@@ -290,9 +320,7 @@ def onnx_sweep(steps: list, input_shapes: dict, values: dict) -> None:
                 bad = {n: d for n, d in worst.items() if not d <= 1e-4}
                 assert not bad, f"onnxruntime (opset {opset}) differs from blobtool's forward: {bad}"
                 line = {"types": types, "opset": opset, "worst": max(worst.values(), default=0.0)}
-        if report:
-            with open(report, "a", encoding="utf-8") as out:
-                out.write(json.dumps(line) + "\n")
+        SWEEP.lines.append(line)
 
 
 # BVLC's CIFAR-10 "full" net (examples/cifar10) as this snapshot has it: an InnerProduct of 500

@@ -12,9 +12,9 @@
   export_program) is checked as soon as it is written; a test that wrote
   one that fails the check errors at its teardown, naming the file.
 
-The layer sweeps export in a process of their own (tests/helpers/caffenets.py's
-onnx_sweep, with BLOBTOOL_SWEEP_ONNX set): that path calls check_onnx on
-each model it writes.
+The layer sweeps export each net they run (tests/helpers/caffenets.py's
+onnx_sweep, turned on by tests/layers/conftest.py): that path calls
+check_onnx on each model it writes.
 """
 
 from __future__ import annotations

@@ -1,4 +1,7 @@
-"""blobtool export: every layer sweep and every real net, exported, checked, run in onnxruntime, compared.
+"""blobtool export: every real net exported, checked, run in onnxruntime, compared; the command's options.
+
+The layer sweeps (tests/layers/) export every net they run as well, and
+tests/layers/test_sweep_export.py holds them to every exporter.
 
 onnx and onnxruntime are the `onnx` extra (they need protobuf 4.25 or newer):
 where they are missing, as on the oldest protobuf CI runs, these tests skip
@@ -11,16 +14,13 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
 import blobtool
-from caffenets import (SWEEP_ONNX, SWEEP_REPORT, layer, max_scaled_difference, net, opencv_forward, random_feeds,
-                      write_net_files)
-from runner import REPO, assert_error, assert_usage, invoke, ok, subprocess_env
+from caffenets import layer, max_scaled_difference, net, opencv_forward, random_feeds, write_net_files
+from runner import assert_error, assert_usage, invoke, ok
 from caffenets import CIFAR10_DEPLOY
 from onnxvalid import every_export_checked  # noqa: F401  (autouse: every model written is checked)
 
@@ -30,46 +30,11 @@ ort = pytest.importorskip("onnxruntime", reason="onnxruntime is not installed (b
 OPSETS = (13, 17)
 TOLERANCE = 1e-4
 
-# What export refuses, in the layer sweeps, and why (docs/onnx.md): nothing else may be refused.
-DOCUMENTED_REFUSALS = (
-    "MAX pooling's second top (the argmax mask)",
-    "its last window starts past the image",
-    "a convolution of several bottoms",
-    "only 2-D convolutions over axis 1 of a 4-D bottom",
-    "use_global_stats: false normalizes with each batch's own statistics",
-    "DetectionOutput",
-)
-
-
 def _session(path):
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     options.log_severity_level = 3
     return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-
-
-# -- every layer sweep ---------------------------------------------------------------------------
-
-def test_every_layer_sweep_exports_and_onnxruntime_computes_every_blob_as_blobtool(tmp_path):
-    """The layer sweeps of the forward pass, each net also exported at opsets 13 and 17 (tests/helpers/caffenets.py)."""
-    report = tmp_path / "sweep.jsonl"
-    env = {**subprocess_env(), SWEEP_ONNX: ",".join(map(str, OPSETS)), SWEEP_REPORT: str(report)}
-    sweeps = ["tests/layers/test_layers_spatial.py", "tests/layers/test_layers_elementwise.py", "tests/layers/test_layers_shape.py"]
-    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-x", *sweeps],
-                          cwd=REPO, env=env, capture_output=True, text=True, timeout=1200)
-    assert done.returncode == 0, done.stdout[-3000:]
-    lines = [json.loads(line) for line in report.read_text().splitlines()]
-    exported = {t for line in lines if "worst" in line for t in line["types"]}
-    refused = [line["refused"] for line in lines if "refused" in line]
-    assert {line["opset"] for line in lines} == set(OPSETS)
-    # Every type with an exporter was exported at least once, agreeing with blobtool's forward.
-    from blobtool.onnxport.emit import EXPORTERS
-    from blobtool.onnxport import ops  # noqa: F401
-
-    assert set(EXPORTERS) - {"DetectionOutput"} <= exported, set(EXPORTERS) - exported
-    strays = [r for r in refused if not any(reason in r for reason in DOCUMENTED_REFUSALS)]
-    assert not strays, strays
-    assert max(line["worst"] for line in lines if "worst" in line) <= TOLERANCE
 
 
 # -- the real nets --------------------------------------------------------------------------------
