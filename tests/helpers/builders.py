@@ -15,6 +15,11 @@
   ``h5_solverstate_bytes``, ``h5_bytes`` (anything else), ``h5_string``, ``write_h5``.
 - Hand encoding: ``varint``, ``tag``, ``varint_field``, ``len_field``.
 
+The nets here are files to read, made byte by byte: the three layer formats, unknown
+fields and forks' fields placed by hand, damaged where a test asks. The nets a test runs
+(valid deploy definitions with their layers' settings, built as protobuf messages) are
+caffenets.py's: the two build different things, and each kind is built only there.
+
 A blob, wherever one is asked for (a vector's, a layer's, a solver state's history),
 may be an array (made with ``blob_proto``), a BlobProto message, or bytes already
 serialized (kept as they are).

@@ -16,6 +16,10 @@
   outputs by layer), with fusion off so that every layer's output is its own
   and its memory reuse off (it can corrupt a Split's output otherwise).
 
+These are nets to run: valid messages built with the protobuf library. Files
+made byte by byte (the three layer formats, unknown or damaged fields) are
+builders.py's; the two build different things, and each kind is built only there.
+
 OpenCV is a test dependency (``opencv-python-headless<5``; 5.0 removed the
 Caffe importer): ``cv2 = opencv()`` skips a test with the reason where it is
 missing or too new.
