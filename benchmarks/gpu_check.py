@@ -1,13 +1,13 @@
 """The GPU check: blobtool's GPU tests and GPU timings on one CUDA machine, in one run.
 
     python benchmarks/gpu_check.py            # from the repository root
-    python benchmarks/gpu_check.py --fake     # no GPU: the same steps on tests/fakecupy.py, tiny sizes
+    python benchmarks/gpu_check.py --fake     # no GPU: the same steps on tests/helpers/fakecupy.py, tiny sizes
 
 Needs a CUDA GPU with CuPy, numpy, click, protobuf, rich and pytest already
 installed. It installs nothing and fetches nothing: blobtool runs from this
 working tree in place (PYTHONPATH). It:
 
-1. runs the `gpu` tests (tests/test_gpu.py);
+1. runs the `gpu` tests (tests/engine/test_gpu.py);
 2. measures the host-to-device copy bandwidth from pinned and from pageable
    memory (GB/s); the device's own copy bandwidth, as the reference for a
    reduction; the rate of the fused asum+sumsq kernel over a 4 GiB
@@ -201,7 +201,7 @@ def norm_file() -> list:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--fake", action="store_true",
-                        help="no GPU: time on tests/fakecupy.py with tiny sizes, to check this script")
+                        help="no GPU: time on tests/helpers/fakecupy.py with tiny sizes, to check this script")
     args = parser.parse_args(argv)
     OUT.mkdir(parents=True, exist_ok=True)
     how = use_tree()
