@@ -284,8 +284,7 @@ def onnx_sweep(steps: list, input_shapes: dict, values: dict) -> None:
     """Export the net of `steps` at each opset of SWEEP and hold onnxruntime to `values`; one line each in SWEEP."""
     import tempfile
 
-    import onnxruntime as ort
-    from onnxvalid import check_onnx
+    from onnxvalid import check_onnx, ort_session
 
     from blobtool.onnxport.emit import ExportError
     from blobtool.onnxport.graph import export_program
@@ -305,10 +304,7 @@ def onnx_sweep(steps: list, input_shapes: dict, values: dict) -> None:
                 line = {"types": types, "opset": opset, "refused": str(exc)}
             else:
                 check_onnx(path)
-                options = ort.SessionOptions()
-                options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-                options.log_severity_level = 3
-                session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+                session = ort_session(path)
                 feeds = {result.input_names[name]: values[name] for name in input_shapes}
                 found = dict(zip(names, session.run([result.names[n] for n in names], feeds)))
                 worst = {}

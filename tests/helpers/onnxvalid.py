@@ -43,6 +43,16 @@ def check_onnx(path):
     return model
 
 
+def ort_session(path):
+    """An onnxruntime session of the model at `path`: CPU, every graph optimization on, its log silenced."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    options.log_severity_level = 3
+    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+
+
 @pytest.fixture(autouse=True)
 def every_export_checked(monkeypatch):
     """Check each model blobtool writes during the test (see the module); the test errors where one fails."""

@@ -22,20 +22,13 @@ import blobtool
 from caffenets import layer, max_scaled_difference, net, opencv_forward, random_feeds, write_net_files
 from runner import assert_error, assert_usage, invoke, ok
 from caffenets import CIFAR10_DEPLOY
-from onnxvalid import every_export_checked  # noqa: F401  (autouse: every model written is checked)
+from onnxvalid import every_export_checked, ort_session  # noqa: F401  (autouse: every model written is checked)
 
 onnx = pytest.importorskip("onnx", reason="onnx is not installed (blobtool[onnx]; it needs protobuf >= 4.25)")
 ort = pytest.importorskip("onnxruntime", reason="onnxruntime is not installed (blobtool[onnx])")
 
 OPSETS = (13, 17)
 TOLERANCE = 1e-4
-
-def _session(path):
-    options = ort.SessionOptions()
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    options.log_severity_level = 3
-    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-
 
 # -- the real nets --------------------------------------------------------------------------------
 
@@ -60,7 +53,7 @@ def test_a_real_net_exported_computes_what_opencv_and_run_compute(tmp_path, real
     onnx.checker.check_model(str(out), full_check=True)
     blobs = [n for n in result.outputs if n not in made.inputs]
     feeds = random_feeds(shapes, 3)
-    theirs = dict(zip(blobs, _session(out).run(blobs, feeds)))
+    theirs = dict(zip(blobs, ort_session(out).run(blobs, feeds)))
     opencv = opencv_forward(deploy, caffemodel, feeds, blobs)
     ours = blobtool.run(str(caffemodel), inputs=feeds, outputs=blobs).values
     for n in blobs:
@@ -77,7 +70,7 @@ def test_the_hdf5_snapshot_exports_with_its_definition(tmp_path, realworld, opse
     ok("export", snapshot, "--definition", deploy, "-o", out, "--opset", opset, "--check")
     feeds = random_feeds({"data": (2, 3, 32, 32)}, 3)
     ours = blobtool.run(str(snapshot), definition=str(deploy), inputs=feeds).values
-    (prob,) = _session(out).run(["prob"], feeds)
+    (prob,) = ort_session(out).run(["prob"], feeds)
     assert max_scaled_difference(prob, ours["prob"]) <= TOLERANCE
 
 
@@ -137,7 +130,7 @@ def test_outputs_end_the_graph_where_they_are_computed(tmp_path):
     record = json.loads(ok("export", model, "-o", out, "--outputs", "pool1", "--json").stdout)
     assert record["outputs"] == {"pool1": [2, 4, 4, 4]}
     feeds = random_feeds({"data": (2, 3, 7, 7)}, 3)
-    (pool,) = _session(out).run(["pool1"], feeds)
+    (pool,) = ort_session(out).run(["pool1"], feeds)
     ours = blobtool.run(str(model), inputs=feeds, outputs=["pool1"]).values["pool1"]
     assert max_scaled_difference(pool, ours) <= TOLERANCE
 

@@ -32,7 +32,7 @@ onnx = pytest.importorskip("onnx", reason="onnx is not installed (blobtool[onnx]
 ort = pytest.importorskip("onnxruntime", reason="onnxruntime is not installed (blobtool[onnx])")
 
 from caffenets import layer, net, write_net_files  # noqa: E402
-from onnxvalid import check_onnx, every_export_checked  # noqa: E402,F401  (autouse: every model written is checked)
+from onnxvalid import check_onnx, every_export_checked, ort_session  # noqa: E402,F401  (autouse: every model written is checked)
 from runner import invoke, ok, run_blobtool  # noqa: E402
 
 import blobtool  # noqa: E402
@@ -41,15 +41,9 @@ from blobtool.errors import FormatError  # noqa: E402
 TOLERANCE = 1e-5
 
 
-def _session(path):
-    options = ort.SessionOptions()
-    options.log_severity_level = 3
-    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-
-
 def _onnx_values(path, result, feeds: dict) -> dict:
     """{blob name: onnxruntime's value} of every output of an ExportResult, fed by blob name."""
-    session = _session(path)
+    session = ort_session(path)
     blobs = list(result.outputs)
     values = session.run([result.names[b] for b in blobs], {result.input_names[n]: x for n, x in feeds.items()})
     return dict(zip(blobs, values))
@@ -171,7 +165,7 @@ def test_names_that_are_not_utf8_become_distinct_valid_onnx_names(tmp_path):
     assert onnx_names[0] == "a\\xff" and onnx_names[1] == "a\\xff#2" and onnx_names[2] == "b\\ud800"
     assert onnx_names[3] == "#2"
     x = np.array([[-1.0, 2.0]], np.float32)
-    values = _session(out).run(onnx_names, {"in\\xfe": x})
+    values = ort_session(out).run(onnx_names, {"in\\xfe": x})
     for value in values:
         np.testing.assert_array_equal(value, [[0.0, 2.0]])
 
@@ -352,7 +346,7 @@ def test_a_constant_that_becomes_inf_or_nan_is_one_line_and_no_numpy_warning(tmp
     # The model computes what Caffe (and blobtool's run) computes: the same Inf and NaN in the same places.
     x = np.random.default_rng(5).standard_normal((1, 3, 2, 2)).astype(np.float32)
     ours = blobtool.run(str(model), inputs={"data": x}, outputs=[made.name]).values[made.name]
-    (theirs,) = _session(out).run([made.name], {"data": x})
+    (theirs,) = ort_session(out).run([made.name], {"data": x})
     assert not np.isfinite(ours).any()
     np.testing.assert_array_equal(np.isnan(ours), np.isnan(theirs))
     np.testing.assert_array_equal(ours[~np.isnan(ours)], theirs[~np.isnan(theirs)])
