@@ -1,4 +1,4 @@
-"""Fixtures of the files/ room: a small blob with a diff, and a big one (about 200 MB) per module."""
+"""Fixtures of the files/ room: a small blob with a diff, and a big one (about 200 MB) written once for the room."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ def small(tmp_path) -> Path:
     return write_float_blob(tmp_path / "small.pb", 1000, diff=True)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def big(tmp_path_factory) -> Path:
     """About 200 MB of float32, so that a convert --double takes long enough to be caught mid-write."""
     path = write_float_blob(tmp_path_factory.mktemp("big") / "big.pb", 50_000_000)
