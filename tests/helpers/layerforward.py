@@ -22,6 +22,11 @@ name).
 
 Computed in float64 so that the only rounding a comparison sees is the one of
 the stored weights.
+
+This is not the tests' second runner of nets: caffenets.ours_forward runs
+blobtool's own layers (what is under test) and caffeoracle runs real Caffe (in
+float32, where it is installed, tests marked caffe); this one is fold's
+float64 oracle for the few layers a fold touches, run in every quick suite.
 """
 
 from __future__ import annotations
