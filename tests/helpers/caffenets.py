@@ -92,6 +92,29 @@ def net(layers, inputs: dict, name: str = "sweep") -> pb.NetParameter:
     return message
 
 
+def _small_layers() -> list:
+    rng = np.random.default_rng(0)
+    return [
+        layer("conv1", "Convolution", "data", blobs=[rng.standard_normal((4, 3, 3, 3)), rng.standard_normal(4)],
+              convolution_param={"num_output": 4, "kernel_size": [3], "pad": [1]}),
+        layer("relu1", "ReLU", "conv1", "conv1"),
+        layer("pool1", "Pooling", "conv1", pooling_param={"pool": 1, "kernel_size": 3, "stride": 2, "pad": 1}),
+        layer("ip1", "InnerProduct", "pool1", blobs=[rng.standard_normal((5, 4 * 4 * 4)), rng.standard_normal(5)],
+              inner_product_param={"num_output": 5}),
+        layer("prob", "Softmax", "ip1"),
+    ]
+
+
+# The export tests' small net: a convolution (in place ReLU after it), an average pooling, an inner
+# product and a softmax, on a 2 x 3 x 7 x 7 input "data".
+SMALL_LAYERS = tuple(_small_layers())
+
+
+def small_net(layers=SMALL_LAYERS) -> pb.NetParameter:
+    """The net "small" of `layers` (SMALL_LAYERS unless given) on a 2 x 3 x 7 x 7 input "data"."""
+    return net(layers, {"data": (2, 3, 7, 7)}, name="small")
+
+
 def definition_of(message: pb.NetParameter) -> pb.NetParameter:
     """The net without its blobs (what a deploy.prototxt holds)."""
     bare = pb.NetParameter()

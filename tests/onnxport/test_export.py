@@ -19,7 +19,8 @@ import numpy as np
 import pytest
 
 import blobtool
-from caffenets import layer, max_scaled_difference, net, opencv_forward, random_feeds, write_net_files
+from caffenets import (SMALL_LAYERS, layer, max_scaled_difference, opencv_forward, random_feeds, small_net,
+                      write_net_files)
 from runner import assert_error, assert_usage, invoke, ok
 from caffenets import CIFAR10_DEPLOY
 from onnxvalid import every_export_checked, ort_session  # noqa: F401  (autouse: every model written is checked)
@@ -95,18 +96,7 @@ def test_export_check_passes_on_real_nets(tmp_path, realworld, name, shapes):
 # -- the command ----------------------------------------------------------------------------------
 
 def _small(tmp_path, *, extra=()):
-    rng = np.random.default_rng(0)
-    layers = [
-        layer("conv1", "Convolution", "data", blobs=[rng.standard_normal((4, 3, 3, 3)), rng.standard_normal(4)],
-              convolution_param={"num_output": 4, "kernel_size": [3], "pad": [1]}),
-        layer("relu1", "ReLU", "conv1", "conv1"),
-        layer("pool1", "Pooling", "conv1", pooling_param={"pool": 1, "kernel_size": 3, "stride": 2, "pad": 1}),
-        layer("ip1", "InnerProduct", "pool1", blobs=[rng.standard_normal((5, 4 * 4 * 4)), rng.standard_normal(5)],
-              inner_product_param={"num_output": 5}),
-        layer("prob", "Softmax", "ip1"),
-        *extra,
-    ]
-    return write_net_files(tmp_path, net(layers, {"data": (2, 3, 7, 7)}, name="small"))
+    return write_net_files(tmp_path, small_net([*SMALL_LAYERS, *extra]))
 
 
 def test_the_model_names_its_values_after_caffe_and_says_where_it_came_from(tmp_path):

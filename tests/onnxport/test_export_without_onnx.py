@@ -20,11 +20,10 @@ import json
 import subprocess
 import sys
 
-import numpy as np
 import pytest
 
 from blobtool._pb import blobtool_onnx_pb2 as onnx_pb
-from caffenets import layer, net, write_net_files
+from caffenets import small_net, write_net_files
 from runner import invoke, subprocess_env
 
 # Started before anything else in the child: refuses the blocked modules, proves it, then runs `MAIN`.
@@ -81,19 +80,9 @@ def without(blocked, main: str, *args) -> subprocess.CompletedProcess:
                           env=subprocess_env(), timeout=120)
 
 
-def small_net(folder):
-    """A convolution, a ReLU, a pooling, an inner product and a softmax: (deploy.prototxt, .caffemodel)."""
-    rng = np.random.default_rng(0)
-    layers = [
-        layer("conv1", "Convolution", "data", blobs=[rng.standard_normal((4, 3, 3, 3)), rng.standard_normal(4)],
-              convolution_param={"num_output": 4, "kernel_size": [3], "pad": [1]}),
-        layer("relu1", "ReLU", "conv1", "conv1"),
-        layer("pool1", "Pooling", "conv1", pooling_param={"pool": 1, "kernel_size": 3, "stride": 2, "pad": 1}),
-        layer("ip1", "InnerProduct", "pool1", blobs=[rng.standard_normal((5, 4 * 4 * 4)), rng.standard_normal(5)],
-              inner_product_param={"num_output": 5}),
-        layer("prob", "Softmax", "ip1"),
-    ]
-    return write_net_files(folder, net(layers, {"data": (2, 3, 7, 7)}, name="small"))
+def small_files(folder):
+    """caffenets' small net (a convolution, a ReLU, a pooling, an inner product, a softmax) as files."""
+    return write_net_files(folder, small_net())
 
 
 def unknown_fields(message) -> int:
@@ -140,7 +129,7 @@ def assert_small_model(model: onnx_pb.ModelProto) -> None:
 
 
 def test_the_command_writes_the_model_where_onnx_cannot_be_imported(tmp_path):
-    _, caffemodel = small_net(tmp_path)
+    _, caffemodel = small_files(tmp_path)
     out = tmp_path / "small.onnx"
     done = without(BOTH, RUN_COMMAND, "export", caffemodel, "-o", out, "--json")
     assert done.returncode == 0, done.stderr
@@ -153,7 +142,7 @@ def test_the_command_writes_the_model_where_onnx_cannot_be_imported(tmp_path):
 
 
 def test_the_library_writes_the_model_without_importing_onnx(tmp_path):
-    _, caffemodel = small_net(tmp_path)
+    _, caffemodel = small_files(tmp_path)
     out = tmp_path / "small.onnx"
     done = without(BOTH, RUN_LIBRARY, caffemodel, out)
     assert done.returncode == 0, done.stderr
@@ -166,7 +155,7 @@ def test_the_library_writes_the_model_without_importing_onnx(tmp_path):
 @pytest.mark.parametrize("blocked, missing", [(BOTH, "onnx and onnxruntime"), (("onnxruntime",), "onnxruntime"),
                                               (("onnx",), "onnx")], ids=["both", "onnxruntime", "onnx"])
 def test_check_says_what_is_missing_in_one_line_exit_2_and_writes_nothing(tmp_path, blocked, missing):
-    _, caffemodel = small_net(tmp_path)
+    _, caffemodel = small_files(tmp_path)
     out = tmp_path / "small.onnx"
     done = without(blocked, RUN_COMMAND, "export", caffemodel, "-o", out, "--check")
     assert done.returncode == 2, done.stderr
