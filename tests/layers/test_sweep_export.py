@@ -28,7 +28,9 @@ def test_every_exporter_is_met_by_the_sweeps_within_the_tolerance(request):
     sweeps = {item.nodeid for item in request.session.items
               if item.path.parent == HERE and item.path.name in SWEEP_FILES}
     missing = sweeps - SWEEP.passed
-    if not sweeps or missing:
+    if not sweeps:
+        pytest.skip("the layer sweeps are not in this run: run tests/layers whole, in one process")
+    if missing:
         pytest.skip(f"{len(missing)} of the {len(sweeps)} layer sweep tests did not run and pass in this process "
                     "before this one: run tests/layers whole, in one process")
     from blobtool.onnxport import ops  # noqa: F401  (the exporters register on import)
