@@ -1,13 +1,13 @@
 """The GPU check: blobtool's GPU tests and GPU timings on one CUDA machine, in one run.
 
     python benchmarks/gpu_check.py            # from the repository root
-    python benchmarks/gpu_check.py --fake     # no GPU: the same steps on tests/fakecupy.py, tiny sizes
+    python benchmarks/gpu_check.py --fake     # no GPU: the same steps on tests/helpers/fakecupy.py, tiny sizes
 
 Needs a CUDA GPU with CuPy, numpy, click, protobuf, rich and pytest already
 installed. It installs nothing and fetches nothing: blobtool runs from this
 working tree in place (PYTHONPATH). It:
 
-1. runs the `gpu` tests (tests/test_gpu.py);
+1. runs the `gpu` tests (tests/engine/test_gpu.py);
 2. measures the host-to-device copy bandwidth from pinned and from pageable
    memory (GB/s); the device's own copy bandwidth, as the reference for a
    reduction; the rate of the fused asum+sumsq kernel over a 4 GiB
@@ -53,7 +53,7 @@ def use_tree() -> str:
 
 def run_tests() -> tuple[str, str]:
     res = sh([sys.executable, "-m", "pytest", "-q", "-m", "gpu", "-p", "no:cacheprovider",
-              str(ROOT / "tests" / "test_gpu.py")], cwd=str(ROOT))
+              str(ROOT / "tests" / "engine" / "test_gpu.py")], cwd=str(ROOT))
     tail = res.stdout.strip().splitlines()[-1] if res.stdout.strip() else res.stderr.strip()
     return tail, res.stdout + res.stderr
 
@@ -73,7 +73,7 @@ def gbps(nbytes: float, seconds: float) -> float:
 
 def timings(fake: bool) -> list:
     if fake:
-        sys.path.insert(0, str(ROOT / "tests"))
+        sys.path.insert(0, str(ROOT / "tests" / "helpers"))
         import fakecupy
         fakecupy.install()
     import cupy as cp
@@ -201,7 +201,7 @@ def norm_file() -> list:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--fake", action="store_true",
-                        help="no GPU: time on tests/fakecupy.py with tiny sizes, to check this script")
+                        help="no GPU: time on tests/helpers/fakecupy.py with tiny sizes, to check this script")
     args = parser.parse_args(argv)
     OUT.mkdir(parents=True, exist_ok=True)
     how = use_tree()

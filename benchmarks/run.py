@@ -24,7 +24,7 @@ prints). It compares:
   each as its time beyond start-up (info on the same file) against the time
   to read the same bytes from the page cache (`cat FILE > /dev/null`), with
   peak RSS;
-- floods: files of millions of tiny fields (tests/test_fuzz.py's
+- floods: files of millions of tiny fields (tests/helpers/fuzzcases.py's
   TINY_FIELD_FLOODS), info and norm against 1 s + 0.2 s per MB, and HDF5
   nets of 8000 one-value layers (float32 and float16, HDF5's default and
   h5py's latest format), info and norm likewise and compare of two such
@@ -129,13 +129,13 @@ def write_changed_copy(src: Path, dst: Path, offset: int, count: int, every: int
 
 
 def flood_files(work: Path, smoke: bool) -> dict:
-    """tests/test_fuzz.py's TINY_FIELD_FLOODS written out: {name: path} (two of them in a smoke run)."""
-    sys.path.insert(0, str(ROOT / "tests"))
+    """tests/helpers/fuzzcases.py's TINY_FIELD_FLOODS written out: {name: path} (two of them in a smoke run)."""
+    sys.path.insert(0, str(ROOT / "tests" / "helpers"))
     saved = os.environ.get("BLOBTOOL_HDF5_SECONDS")
     try:
-        from test_fuzz import TINY_FIELD_FLOODS
+        from fuzzcases import TINY_FIELD_FLOODS
     finally:
-        sys.path.remove(str(ROOT / "tests"))
+        sys.path.remove(str(ROOT / "tests" / "helpers"))
         # The fuzzers' own HDF5 time limit (1 s) is theirs: the timed commands run with blobtool's.
         if saved is None:
             os.environ.pop("BLOBTOOL_HDF5_SECONDS", None)
@@ -486,7 +486,7 @@ def floods_section(res: dict, flood_sizes: dict, hdf5_sizes: dict) -> list:
 
     lines = []
     if flood_sizes:
-        lines += ["", "Floods (files of millions of tiny fields, from tests/test_fuzz.py), against 1 s + 0.2 s "
+        lines += ["", "Floods (files of millions of tiny fields, from tests/helpers/fuzzcases.py), against 1 s + 0.2 s "
                   "per MB:", "", "| file | MB | info s | norm s | goal s |", "|---|---:|---:|---:|---:|"]
         for name, size in flood_sizes.items():
             lines.append(f"| {name} | {size / 1e6:.1f} | {t('flood info: ' + name):.2f} | "

@@ -32,7 +32,7 @@ def host_only():
 
 @pytest.fixture
 def fake():
-    """A host-only FakeBackend (tests/fakegpu.py) installed as SyncedMemory's device side."""
+    """A host-only FakeBackend (tests/helpers/fakegpu.py) installed as SyncedMemory's device side."""
     import fakegpu
 
     with fakegpu.installed() as backend:
