@@ -119,6 +119,10 @@ _ROWS = (
     LayerType("Normalize", "norm_param", ("weight",), 1, run="normalize.Normalize", export="elementwise.normalize"),
     LayerType("Input", "input_param", count=0, deploy="input"),
     LayerType("Eltwise", "eltwise_param", count=0, run="arith.Eltwise", export="elementwise.eltwise"),
+    # BVLC's recurrent layers: a static input adds a blob in the middle (blobtool/layers/recurrent.py), so
+    # neither roles by index nor a count.
+    LayerType("LSTM", "recurrent_param", run="recurrent.LSTM", export="recurrent.lstm"),
+    LayerType("RNN", "recurrent_param", run="recurrent.RNN", export="recurrent.rnn"),
 )
 
 # Layer types of BVLC Caffe (and SSD's) that hold no blobs: (type, parameter message, the class
