@@ -1,0 +1,228 @@
+"""Caffe's LSTM and RNN (BVLC's RecurrentLayer): blobtool's run against real Caffe, blob by blob, and the export.
+
+Each case is one recurrent layer with random weights (seeded), run by
+blobtool and by real Caffe (tests/caffeoracle.py: Caffe runs its own
+unrolled net), every top within 1e-5 of the largest magnitude of Caffe's
+blob; then written to files, run by `blobtool.api.run`, exported with every
+blob an output and run in onnxruntime, every blob within 1e-5 of blobtool's.
+The sweep: several sequence lengths T and stream counts N, `cont` zeros at
+the start and inside a sequence (and a cont of 0.5, which Caffe multiplies
+as it is), with and without the static input and expose_hidden, an input
+of more than one axis per step. The quick cases hold one of each setting;
+the full product is marked slow.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from bvlcrest import against_caffe, against_onnx
+from caffenets import layer, write_net_files
+from onnxvalid import every_export_checked  # noqa: F401  (autouse: every model written is checked)
+
+pytestmark = pytest.mark.caffe
+
+
+def recurrent_case(kind: str, steps: int, streams: int, step_shape: tuple, hidden: int, *, static=None,
+                   expose=False, seed=0) -> tuple:
+    """(layers, inputs, feeds) of one LSTM or RNN layer: its weights, x, cont with zeros inside, the rest."""
+    rng = np.random.default_rng(seed)
+    width = 4 * hidden if kind == "LSTM" else hidden
+    size = int(np.prod(step_shape))
+    blobs = [rng.standard_normal((width, size)), rng.standard_normal(width)]
+    if static is not None:
+        blobs.append(rng.standard_normal((width, int(np.prod(static)))))
+    if kind == "LSTM":
+        blobs.append(rng.standard_normal((width, hidden)))
+    else:
+        blobs += [rng.standard_normal((hidden, hidden)), rng.standard_normal((hidden, hidden)),
+                  rng.standard_normal(hidden)]
+    blobs = [0.6 * b for b in blobs]
+    bottoms, tops = ["x", "cont"], ["y"]
+    inputs = {"x": (steps, streams) + tuple(step_shape), "cont": (steps, streams)}
+    if static is not None:
+        bottoms.append("static")
+        inputs["static"] = (streams,) + tuple(static)
+    if expose:
+        for state in ("h", "c") if kind == "LSTM" else ("h",):
+            bottoms.append(f"{state}0")
+            inputs[f"{state}0"] = (1, streams, hidden)
+            tops.append(f"{state}T")
+    made = layer("recur", kind, bottoms, tops, blobs, recurrent_param={"num_output": hidden, "expose_hidden": expose})
+    feeds = {name: rng.standard_normal(shape).astype(np.float32) for name, shape in inputs.items()}
+    cont = np.ones((steps, streams), np.float32)
+    cont[0] = 0                                  # every stream starts a sequence at step 1
+    if steps > 2:
+        cont[steps // 2, 0] = 0                  # stream 0 starts another inside
+    if steps > 3 and streams > 1:
+        cont[steps - 1, streams - 1] = 0.5       # not 0 or 1: Caffe multiplies by it
+    feeds["cont"] = cont
+    return [made], inputs, feeds
+
+
+QUICK = [
+    ("LSTM", 1, 1, (3,), 2, None, False),
+    ("LSTM", 6, 3, (4,), 5, None, False),
+    ("LSTM", 5, 2, (2, 3), 4, (3,), False),
+    ("LSTM", 4, 2, (3,), 3, None, True),
+    ("LSTM", 5, 3, (3,), 4, (2, 2), True),
+    ("RNN", 1, 2, (3,), 2, None, False),
+    ("RNN", 6, 3, (4,), 5, None, False),
+    ("RNN", 5, 2, (2, 3), 4, (3,), False),
+    ("RNN", 4, 2, (3,), 3, None, True),
+    ("RNN", 5, 3, (3,), 4, (2, 2), True),
+]
+
+
+@pytest.mark.parametrize("kind,steps,streams,step_shape,hidden,static,expose", QUICK,
+                         ids=[f"{c[0]}-T{c[1]}-N{c[2]}{'-static' if c[5] else ''}{'-expose' if c[6] else ''}"
+                              for c in QUICK])
+def test_recurrent_as_caffe_and_exported(tmp_path, kind, steps, streams, step_shape, hidden, static, expose):
+    layers, inputs, feeds = recurrent_case(kind, steps, streams, step_shape, hidden, static=static, expose=expose)
+    ours, _ = against_caffe(tmp_path, layers, inputs, feeds)
+    assert ours["y"].shape == (steps, streams, hidden)
+    against_onnx(tmp_path, layers, inputs, feeds, opsets=(13,))
+
+
+def test_cont_zero_restarts_the_sequence(tmp_path):
+    """A stream restarted by cont 0 at step t computes from t on what a fresh sequence from t computes."""
+    layers, inputs, feeds = recurrent_case("LSTM", 6, 2, (3,), 4)
+    feeds["cont"][:] = 1
+    feeds["cont"][0] = 0
+    feeds["cont"][3, 0] = 0
+    ours, _ = against_caffe(tmp_path, layers, inputs, feeds)
+    fresh = dict(feeds, x=feeds["x"][3:].copy(), cont=feeds["cont"][3:].copy())
+    fresh["cont"][0] = 0
+    (tmp_path / "fresh").mkdir()
+    alone, _ = against_caffe(tmp_path / "fresh", layers, {"x": (3, 2, 3), "cont": (3, 2)}, fresh)
+    np.testing.assert_allclose(ours["y"][3:, 0], alone["y"][:, 0], rtol=0, atol=1e-6)
+    assert not np.allclose(ours["y"][3:, 1], alone["y"][:, 1], atol=1e-3)  # stream 1 went on: its state differs
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["LSTM", "RNN"])
+def test_recurrent_sweep(tmp_path, kind):
+    """Every combination of T in (1, 2, 7), N in (1, 4), static input or not, expose_hidden or not."""
+    for k, (steps, streams, static, expose) in enumerate(itertools.product((1, 2, 7), (1, 4), (None, (5,)),
+                                                                           (False, True))):
+        folder = tmp_path / f"case{k}"
+        folder.mkdir()
+        layers, inputs, feeds = recurrent_case(kind, steps, streams, (3, 2), 6, static=static, expose=expose, seed=k)
+        against_caffe(folder, layers, inputs, feeds)
+        against_onnx(folder, layers, inputs, feeds, opsets=(13, 17))
+
+
+# -- SPP, Im2col, BatchReindex, Filter, Parameter --------------------------------------------------
+
+def _feeds(inputs: dict, seed: int = 0) -> dict:
+    rng = np.random.default_rng(seed)
+    return {name: rng.standard_normal(shape).astype(np.float32) for name, shape in inputs.items()}
+
+
+MAX, AVE = 0, 1
+
+# (pyramid_height, pool, (N, C, H, W)): planes that divide evenly and that need pads; pyramid_height 1 (its
+# top not flattened)
+SPP_CASES = [(1, MAX, (2, 3, 5, 7)), (2, MAX, (2, 3, 6, 6)), (3, MAX, (1, 2, 9, 13)), (3, AVE, (2, 2, 8, 11)),
+             (2, AVE, (1, 3, 5, 4)), (4, MAX, (1, 1, 16, 20))]
+
+
+@pytest.mark.parametrize("height,pool,shape", SPP_CASES, ids=[f"h{c[0]}-{'ave' if c[1] else 'max'}-{c[2][2]}x{c[2][3]}"
+                                                               for c in SPP_CASES])
+def test_spp_as_caffe_and_exported(tmp_path, height, pool, shape):
+    layers = [layer("spp", "SPP", "data", spp_param={"pyramid_height": height, "pool": pool})]
+    inputs = {"data": shape}
+    feeds = _feeds(inputs)
+    ours, _ = against_caffe(tmp_path, layers, inputs, feeds)
+    bins = sum(4 ** level for level in range(height))
+    assert ours["spp"].shape == ((shape[0], shape[1], 1, 1) if height == 1 else (shape[0], shape[1] * bins))
+    against_onnx(tmp_path, layers, inputs, feeds, opsets=(13,))
+
+
+# (convolution_param, (N, C, H, W))
+IM2COL_CASES = [
+    ({"kernel_size": [3]}, (2, 3, 5, 6)),
+    ({"kernel_size": [2], "stride": [2]}, (1, 2, 6, 7)),
+    ({"kernel_size": [3], "pad": [1], "stride": [2]}, (2, 2, 7, 5)),
+    ({"kernel_h": 2, "kernel_w": 3, "pad_h": 1, "pad_w": 0, "stride_h": 1, "stride_w": 2}, (1, 3, 5, 8)),
+    ({"kernel_size": [3], "dilation": [2], "pad": [2]}, (1, 2, 7, 7)),
+    ({"kernel_size": [2, 3], "dilation": [3, 1], "stride": [2, 1]}, (2, 1, 9, 6)),
+]
+
+
+@pytest.mark.parametrize("conv,shape", IM2COL_CASES, ids=[str(k) for k in range(len(IM2COL_CASES))])
+def test_im2col_as_caffe_and_exported(tmp_path, conv, shape):
+    layers = [layer("cols", "Im2col", "data", convolution_param=conv)]
+    inputs = {"data": shape}
+    feeds = _feeds(inputs)
+    against_caffe(tmp_path, layers, inputs, feeds)
+    against_onnx(tmp_path, layers, inputs, feeds, opsets=(13,))
+
+
+# the indices, as floats: repeats, any order, fewer or more rows than the batch, a fraction (truncated)
+REINDEX_CASES = [[2, 0, 1], [0, 0, 0, 0, 0], [3, 3, 1, 0, 2, 1], [1], [2.7, 0.2, 1.9]]
+
+
+@pytest.mark.parametrize("index", REINDEX_CASES, ids=[str(k) for k in range(len(REINDEX_CASES))])
+def test_batch_reindex_as_caffe_and_exported(tmp_path, index):
+    rows = 4
+    layers = [layer("picked", "BatchReindex", ["data", "index"])]
+    inputs = {"data": (rows, 2, 3), "index": (len(index),)}
+    feeds = dict(_feeds({"data": inputs["data"]}), index=np.asarray(index, np.float32))
+    ours, _ = against_caffe(tmp_path, layers, inputs, feeds)
+    np.testing.assert_array_equal(ours["picked"], feeds["data"][np.trunc(index).astype(int)])
+    against_onnx(tmp_path, layers, inputs, feeds, opsets=(13,))
+
+
+def test_batch_reindex_refuses_an_index_outside_the_batch(tmp_path):
+    """Caffe stops at an index past the batch or below 0; blobtool's forward refuses it, naming it."""
+    from blobtool.layers import LayerError
+    from caffenets import net, ours_forward
+
+    for bad in ([0, 4], [-1, 0], [float("nan")]):
+        message = net([layer("picked", "BatchReindex", ["data", "index"])], {"data": (4, 2), "index": (len(bad),)})
+        with pytest.raises(LayerError, match="outside the batch"):
+            ours_forward(message, {"data": np.zeros((4, 2), np.float32), "index": np.asarray(bad, np.float32)})
+
+
+# the selector's values (N = 5): some rows, all, none, a NaN (not 0: it selects), shaped (N) or (N, 1, 1)
+FILTER_CASES = [([1, 0, 1, 0, 0], (5,)), ([1, 1, 1, 1, 1], (5,)), ([0, 0, 0, 0, 0], (5, 1)),
+                ([0, float("nan"), 0, -2, 0], (5, 1, 1))]
+
+
+@pytest.mark.parametrize("selector,shape", FILTER_CASES, ids=["some", "all", "none", "nan-and-negative"])
+def test_filter_as_caffe_and_exported(tmp_path, selector, shape):
+    layers = [layer("kept", "Filter", ["a", "b", "selector"], ["a_kept", "b_kept"])]
+    inputs = {"a": (5, 3), "b": (5, 2, 2, 2), "selector": shape}
+    feeds = dict(_feeds({"a": (5, 3), "b": (5, 2, 2, 2)}), selector=np.asarray(selector, np.float32).reshape(shape))
+    ours, _ = against_caffe(tmp_path, layers, inputs, feeds)
+    chosen = [k for k, v in enumerate(selector) if v != 0]
+    assert ours["a_kept"].shape == (len(chosen), 3)
+    np.testing.assert_array_equal(ours["b_kept"], feeds["b"][chosen])
+    against_onnx(tmp_path, layers, inputs, feeds, opsets=(13,))
+
+
+def test_filter_top_read_by_a_layer_is_refused_before_running(tmp_path):
+    """A Filter's rows are known only as it runs: a later layer reading them is refused with one line."""
+    from caffenets import net
+    from runner import assert_error, invoke
+
+    layers = [layer("kept", "Filter", ["a", "selector"], ["a_kept"]), layer("relu", "ReLU", "a_kept")]
+    _, model = write_net_files(tmp_path, net(layers, {"a": (3, 2), "selector": (3,)}))
+    result = invoke("run", str(model))
+    assert_error(result, 3, "reads blob 'a_kept'", "'kept' (Filter)", "as an output of the net only")
+
+
+@pytest.mark.parametrize("shape", [(2, 3), (4,), (1, 2, 3, 2)])
+def test_parameter_as_caffe_and_exported(tmp_path, shape):
+    value = np.random.default_rng(1).standard_normal(shape)
+    layers = [layer("param", "Parameter", (), "param", [value], parameter_param={"shape": {"dim": list(shape)}}),
+              layer("scaled", "Eltwise", ["param", "x"], eltwise_param={"operation": 1})]
+    inputs = {"x": shape}
+    feeds = _feeds(inputs)
+    ours, _ = against_caffe(tmp_path, layers, inputs, feeds)
+    np.testing.assert_array_equal(ours["param"], value.astype(np.float32))
+    against_onnx(tmp_path, layers, inputs, feeds, opsets=(13,))
