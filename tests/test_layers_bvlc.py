@@ -226,3 +226,53 @@ def test_parameter_as_caffe_and_exported(tmp_path, shape):
     ours, _ = against_caffe(tmp_path, layers, inputs, feeds)
     np.testing.assert_array_equal(ours["param"], value.astype(np.float32))
     against_onnx(tmp_path, layers, inputs, feeds, opsets=(13,))
+
+
+# -- a CRNN-shaped net: convolutions, then a 2-layer LSTM over the width ------------------------------
+
+def crnn_net(seed: int = 0, *, streams: int = 2, width: int = 24) -> tuple:
+    """(layers, inputs, feeds) of a text recogniser's shape: conv, pool, conv, pool, height folded, 2 LSTMs, classes.
+
+    The image (N, 1, 8, W) becomes T = W / 4 steps of N streams: a Permute
+    puts the width first and a Reshape gives (T, N, C h); cont is 0 at step 1.
+    """
+    rng = np.random.default_rng(seed)
+
+    def weights(*shape):
+        return 0.3 * rng.standard_normal(shape)
+
+    steps, hidden, classes = width // 4, 6, 5
+    layers = [
+        layer("conv1", "Convolution", "image", blobs=[weights(4, 1, 3, 3), weights(4)],
+              convolution_param={"num_output": 4, "kernel_size": [3], "pad": [1]}),
+        layer("relu1", "ReLU", "conv1", "conv1"),
+        layer("pool1", "Pooling", "conv1", pooling_param={"pool": MAX, "kernel_size": 2, "stride": 2}),
+        layer("conv2", "Convolution", "pool1", blobs=[weights(8, 4, 3, 3), weights(8)],
+              convolution_param={"num_output": 8, "kernel_size": [3], "pad": [1]}),
+        layer("relu2", "ReLU", "conv2", "conv2"),
+        layer("pool2", "Pooling", "conv2", pooling_param={"pool": MAX, "kernel_size": 2, "stride": 2}),
+        layer("by_width", "Permute", "pool2", permute_param={"order": [3, 0, 1, 2]}),
+        layer("sequence", "Reshape", "by_width", reshape_param={"shape": {"dim": [0, 0, -1]}}),
+        layer("lstm1", "LSTM", ["sequence", "cont"], blobs=[weights(4 * hidden, 16), weights(4 * hidden),
+                                                             weights(4 * hidden, hidden)],
+              recurrent_param={"num_output": hidden}),
+        layer("lstm2", "LSTM", ["lstm1", "cont"], blobs=[weights(4 * hidden, hidden), weights(4 * hidden),
+                                                          weights(4 * hidden, hidden)],
+              recurrent_param={"num_output": hidden}),
+        layer("scores", "InnerProduct", "lstm2", blobs=[weights(classes, hidden), weights(classes)],
+              inner_product_param={"num_output": classes, "axis": 2}),
+        layer("prob", "Softmax", "scores", softmax_param={"axis": 2}),
+    ]
+    inputs = {"image": (streams, 1, 8, width), "cont": (steps, streams)}
+    feeds = _feeds({"image": inputs["image"]}, seed)
+    feeds["cont"] = np.ones((steps, streams), np.float32)
+    feeds["cont"][0] = 0
+    return layers, inputs, feeds
+
+
+def test_crnn_net_runs_as_caffe_and_exports(tmp_path):
+    layers, inputs, feeds = crnn_net()
+    ours, _ = against_caffe(tmp_path, layers, inputs, feeds)
+    assert ours["prob"].shape == (6, 2, 5)
+    np.testing.assert_allclose(ours["prob"].sum(axis=2), 1, rtol=0, atol=1e-6)
+    against_onnx(tmp_path, layers, inputs, feeds, opsets=(13, 17))
