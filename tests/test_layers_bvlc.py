@@ -23,7 +23,7 @@ from bvlcrest import against_caffe, against_onnx
 from caffenets import layer, write_net_files
 from onnxvalid import every_export_checked  # noqa: F401  (autouse: every model written is checked)
 
-pytestmark = pytest.mark.caffe
+pytestmark = [pytest.mark.caffe]
 
 
 def recurrent_case(kind: str, steps: int, streams: int, step_shape: tuple, hidden: int, *, static=None,
