@@ -105,8 +105,8 @@ def test_cont_zero_restarts_the_sequence(tmp_path):
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", ["LSTM", "RNN"])
 def test_recurrent_sweep(tmp_path, kind):
-    """Every combination of T in (1, 2, 7), N in (1, 4), static input or not, expose_hidden or not."""
-    for k, (steps, streams, static, expose) in enumerate(itertools.product((1, 2, 7), (1, 4), (None, (5,)),
+    """Every combination of T in (1, 2, 7, 25), N in (1, 4), static input or not, expose_hidden or not."""
+    for k, (steps, streams, static, expose) in enumerate(itertools.product((1, 2, 7, 25), (1, 4), (None, (5,)),
                                                                            (False, True))):
         folder = tmp_path / f"case{k}"
         folder.mkdir()
