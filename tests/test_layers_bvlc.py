@@ -276,3 +276,28 @@ def test_crnn_net_runs_as_caffe_and_exports(tmp_path):
     assert ours["prob"].shape == (6, 2, 5)
     np.testing.assert_allclose(ours["prob"].sum(axis=2), 1, rtol=0, atol=1e-6)
     against_onnx(tmp_path, layers, inputs, feeds, opsets=(13, 17))
+
+
+def test_crnn_net_through_the_commands(tmp_path):
+    """`blobtool run` and `blobtool export --check` of the CRNN-shaped net, from its files, as a user gives them."""
+    from caffenets import net
+    from runner import ok
+
+    layers, inputs, feeds = crnn_net(seed=3)
+    _, model = write_net_files(tmp_path, net(layers, inputs))
+    np.save(tmp_path / "cont.npy", feeds["cont"])
+    result = ok("run", str(model), "--input", f"cont={tmp_path / 'cont.npy'}", "-o", str(tmp_path / "out.npz"))
+    assert np.load(tmp_path / "out.npz")["prob"].shape == (6, 2, 5), result.output
+    result = ok("export", str(model), "-o", str(tmp_path / "crnn.onnx"), "--check")
+    assert "computes what" in result.output + result.stderr
+
+
+def test_batch_reindex_index_outside_the_batch_through_run(tmp_path):
+    from caffenets import net
+    from runner import assert_error, invoke
+
+    _, model = write_net_files(tmp_path, net([layer("picked", "BatchReindex", ["data", "index"])],
+                                             {"data": (4, 2), "index": (2,)}))
+    np.save(tmp_path / "index.npy", np.array([0, 7], np.float32))
+    result = invoke("run", str(model), "--input", f"index={tmp_path / 'index.npy'}")
+    assert_error(result, 3, "'picked' (BatchReindex)", "index 1 of bottom 1 is 7, outside the batch's 0 .. 3")

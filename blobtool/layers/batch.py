@@ -44,7 +44,7 @@ class BatchReindex(Layer):
         bad = ~((index >= 0) & (index < data.shape[0]))
         if bad.any():
             k = int(np.argmax(bad))
-            raise self.error(f"index {k} of bottom 1 is {index[k]!r}, outside the batch's 0 .. {data.shape[0] - 1} "
+            raise self.error(f"index {k} of bottom 1 is {float(index[k]):g}, outside the batch's 0 .. {data.shape[0] - 1} "
                              "(Caffe stops: 'Index specified for reindex layer was negative' or 'greater than batch "
                              "size')")
         return [np.ascontiguousarray(data[index.astype(np.int64)], dtype=FLOAT)]
