@@ -26,6 +26,18 @@ from onnxvalid import every_export_checked  # noqa: F401  (autouse: every model 
 pytestmark = [pytest.mark.caffe]
 
 
+def _every_opset() -> tuple:
+    """13 (the lowest written), 17 (the default), 18 and the newest the installed onnx knows."""
+    try:
+        import onnx
+    except ImportError:
+        return (13, 17, 18)
+    return tuple(sorted({13, 17, 18, int(onnx.defs.onnx_opset_version())}))
+
+
+EVERY_OPSET = _every_opset()
+
+
 def recurrent_case(kind: str, steps: int, streams: int, step_shape: tuple, hidden: int, *, static=None,
                    expose=False, seed=0) -> tuple:
     """(layers, inputs, feeds) of one LSTM or RNN layer: its weights, x, cont with zeros inside, the rest."""
@@ -112,7 +124,7 @@ def test_recurrent_sweep(tmp_path, kind):
         folder.mkdir()
         layers, inputs, feeds = recurrent_case(kind, steps, streams, (3, 2), 6, static=static, expose=expose, seed=k)
         against_caffe(folder, layers, inputs, feeds)
-        against_onnx(folder, layers, inputs, feeds, opsets=(13, 17))
+        against_onnx(folder, layers, inputs, feeds, opsets=EVERY_OPSET)
 
 
 # -- SPP, Im2col, BatchReindex, Filter, Parameter --------------------------------------------------
@@ -301,3 +313,29 @@ def test_batch_reindex_index_outside_the_batch_through_run(tmp_path):
     np.save(tmp_path / "index.npy", np.array([0, 7], np.float32))
     result = invoke("run", str(model), "--input", f"index={tmp_path / 'index.npy'}")
     assert_error(result, 3, "'picked' (BatchReindex)", "index 1 of bottom 1 is 7, outside the batch's 0 .. 3")
+
+
+@pytest.mark.slow
+def test_every_case_exported_at_every_opset(tmp_path):
+    """Each SPP, Im2col, BatchReindex, Filter and Parameter case and the CRNN net at every opset of EVERY_OPSET."""
+    cases = [([layer("spp", "SPP", "data", spp_param={"pyramid_height": h, "pool": p})], {"data": shape})
+             for h, p, shape in SPP_CASES]
+    cases += [([layer("cols", "Im2col", "data", convolution_param=conv)], {"data": shape})
+              for conv, shape in IM2COL_CASES]
+    cases = [(layers, inputs, _feeds(inputs)) for layers, inputs in cases]
+    for index in REINDEX_CASES:
+        feeds = dict(_feeds({"data": (4, 2, 3)}), index=np.asarray(index, np.float32))
+        cases.append(([layer("picked", "BatchReindex", ["data", "index"])], {"data": (4, 2, 3), "index": (len(index),)},
+                      feeds))
+    for selector, shape in FILTER_CASES:
+        feeds = dict(_feeds({"a": (5, 3)}), selector=np.asarray(selector, np.float32).reshape(shape))
+        cases.append(([layer("kept", "Filter", ["a", "selector"], ["a_kept"])], {"a": (5, 3), "selector": shape},
+                      feeds))
+    value = np.arange(6, dtype=np.float32).reshape(2, 3)
+    cases.append(([layer("param", "Parameter", (), "param", [value], parameter_param={"shape": {"dim": [2, 3]}}),
+                   layer("summed", "Eltwise", ["param", "x"])], {"x": (2, 3)}, _feeds({"x": (2, 3)})))
+    cases.append(crnn_net(seed=5, width=40))
+    for k, (layers, inputs, feeds) in enumerate(cases):
+        folder = tmp_path / f"case{k}"
+        folder.mkdir()
+        against_onnx(folder, layers, inputs, feeds, opsets=EVERY_OPSET)
