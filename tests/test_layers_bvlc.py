@@ -1,15 +1,26 @@
-"""Caffe's LSTM and RNN (BVLC's RecurrentLayer): blobtool's run against real Caffe, blob by blob, and the export.
+"""BVLC's recurrent and remaining layers against real Caffe, blob by blob, and their exports against run.
 
-Each case is one recurrent layer with random weights (seeded), run by
-blobtool and by real Caffe (tests/caffeoracle.py: Caffe runs its own
-unrolled net), every top within 1e-5 of the largest magnitude of Caffe's
-blob; then written to files, run by `blobtool.api.run`, exported with every
-blob an output and run in onnxruntime, every blob within 1e-5 of blobtool's.
-The sweep: several sequence lengths T and stream counts N, `cont` zeros at
-the start and inside a sequence (and a cont of 0.5, which Caffe multiplies
-as it is), with and without the static input and expose_hidden, an input
-of more than one axis per step. The quick cases hold one of each setting;
-the full product is marked slow.
+The layers: LSTM and RNN (Caffe's RecurrentLayer), SPP, Im2col,
+BatchReindex, Filter, Parameter; and a CRNN-shaped net (convolutions, then
+a 2-layer LSTM over the width). The oracle of every case is real Caffe
+(tests/caffeoracle.py; the `caffe` marker: Caffe runs its own unrolled net
+for LSTM and RNN), every top within 1e-5 of the largest magnitude of
+Caffe's blob (tests/bvlcrest.py's against_caffe). Each case is then written
+to files, run by `blobtool.api.run`, exported with every blob an output,
+checked by onnx's full check and run in onnxruntime: every blob within 1e-5
+of blobtool's (against_onnx; opset 13 here, every opset in the slow tests).
+
+The sweeps: LSTM and RNN over several sequence lengths T and stream counts
+N, `cont` 0 at step 1 and inside a sequence (and 0.5, which Caffe
+multiplies as it is), with and without the static input and expose_hidden,
+inputs of more than one axis per step (the full product, T up to 25, is
+marked slow); SPP's pyramid heights and pool types on planes that need
+pads; Im2col's kernel, stride, pad and dilation and their _h/_w forms;
+BatchReindex's permutations with repeats, fewer and more rows than the
+batch, fractional indices; Filter's selectors picking some, all and no
+rows, a NaN and a negative value (both select). The refusals: an index
+outside the batch (as Caffe's CHECK), a layer reading a Filter's top
+(its rows are known only as it runs). The inputs are random (seeded).
 """
 
 from __future__ import annotations
