@@ -173,6 +173,8 @@ IM2COL_CASES = [
     ({"kernel_h": 2, "kernel_w": 3, "pad_h": 1, "pad_w": 0, "stride_h": 1, "stride_w": 2}, (1, 3, 5, 8)),
     ({"kernel_size": [3], "dilation": [2], "pad": [2]}, (1, 2, 7, 7)),
     ({"kernel_size": [2, 3], "dilation": [3, 1], "stride": [2, 1]}, (2, 1, 9, 6)),
+    # a kernel past the plane by less than a stride: C++'s division truncates toward 0, one window overhangs
+    ({"kernel_size": [5], "stride": [2]}, (1, 2, 4, 6)),
 ]
 
 
@@ -350,3 +352,43 @@ def test_every_case_exported_at_every_opset(tmp_path):
         folder = tmp_path / f"case{k}"
         folder.mkdir()
         against_onnx(folder, layers, inputs, feeds, opsets=EVERY_OPSET)
+
+
+def _refused_cases() -> list:
+    """(id, layers, inputs, feeds, blobtool's words) of nets both blobtool and Caffe refuse."""
+    rng = np.random.default_rng(2)
+    lstm_blobs = [rng.standard_normal((8, 3)), rng.standard_normal(8), rng.standard_normal((8, 2))]
+    rnn_bad = [rng.standard_normal((2, 3)), rng.standard_normal(2), rng.standard_normal((2, 3)),
+               rng.standard_normal((2, 2)), rng.standard_normal(2)]
+    cases = [
+        ("spp level pad past its kernel", [layer("spp", "SPP", "data", spp_param={"pyramid_height": 3})],
+         {"data": (1, 1, 3, 3)}, "pyramid level 2"),
+        ("lstm cont of other streams", [layer("lstm", "LSTM", ["x", "cont"], blobs=lstm_blobs,
+                                              recurrent_param={"num_output": 2})],
+         {"x": (4, 2, 3), "cont": (4, 3)}, "cont"),
+        ("rnn W_hh of the wrong shape", [layer("rnn", "RNN", ["x", "cont"], blobs=rnn_bad,
+                                               recurrent_param={"num_output": 2})],
+         {"x": (4, 2, 3), "cont": (4, 2)}, "blob 2 (W_hh)"),
+        ("im2col kernel past the input", [layer("cols", "Im2col", "data", convolution_param={"kernel_size": [5]})],
+         {"data": (1, 1, 3, 3)}, "smaller than the dilated kernel"),
+        ("filter selector of two columns", [layer("kept", "Filter", ["a", "selector"], ["a_kept"])],
+         {"a": (3, 2), "selector": (3, 2)}, "its axes but the first must be 1"),
+        ("batch reindex of 2-D indices", [layer("picked", "BatchReindex", ["data", "index"])],
+         {"data": (3, 2), "index": (2, 1)}, "it must have 1 axis"),
+    ]
+    return [(name, layers, inputs, _feeds(inputs), words) for name, layers, inputs, words in cases]
+
+
+def test_caffe_refuses_what_blobtool_refuses(tmp_path):
+    """Each net blobtool refuses (LayerError naming the layer), Caffe refuses too (its CHECK line)."""
+    from blobtool.layers import LayerError
+    from caffenets import net, ours_forward
+    from caffeoracle import caffe_refusals
+
+    cases = _refused_cases()
+    for name, layers, inputs, feeds, words in cases:
+        with pytest.raises(LayerError, match=words.replace("(", r"\(").replace(")", r"\)")):
+            ours_forward(net(layers, inputs), feeds)
+    found = caffe_refusals([(net(layers, inputs), feeds) for _, layers, inputs, feeds, _ in cases], tmp_path)
+    runs = [name for (name, *_), refusal in zip(cases, found) if refusal is None]
+    assert not runs, f"Caffe runs what blobtool refuses: {runs}"

@@ -139,9 +139,13 @@ class Im2col(Layer):
                              "bottom (channels on axis 1)")
         out = []
         for size, k, s, p, d in zip(shape[2:], self.kernel, self.stride, self.pad, self.dilation):
-            o = (size + 2 * p - (d * (k - 1) + 1)) // s + 1
-            if o <= 0:
-                raise self.error(f"bottom {shape} is smaller than the dilated kernel {d * (k - 1) + 1} with pad {p}")
+            span = size + 2 * p - (d * (k - 1) + 1)
+            # im2col_layer.cpp Reshape: span / stride + 1 in C++ int, the division truncated toward 0: a span of
+            # -stride < span < 0 still gives 1 window, its taps past the plane reading 0
+            o = (span // s if span >= 0 else -(-span // s)) + 1
+            if o < 0:
+                raise self.error(f"bottom {shape} is smaller than the dilated kernel {d * (k - 1) + 1} with pad {p} "
+                                 f"(an output size of {o}, which Caffe's Blob refuses)")
             out.append(o)
         return tuple(out)
 

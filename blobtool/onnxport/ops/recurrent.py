@@ -34,10 +34,11 @@ from ..emit import exporter
 def _inputs(e, layer) -> tuple:
     """(the steps' input terms, the steps' cont, the static term or None, the initial states), as value names."""
     steps, streams = layer.steps, layer.streams
+    shapes = [shape for _, shape in layer.roles()]
     roles = [name for name, _ in layer.roles()]
     rows = e.node("Reshape", [e.inputs[0], e.shape_constant("x_rows", [steps * streams, layer.inputs])],
                   [e.temp("x_rows")])[0]
-    xw = e.node("Gemm", [rows, e.blob(0), e.blob(1)], [e.temp("x_transform")], transB=1)[0]
+    xw = e.node("Gemm", [rows, e.blob(0, shapes[0]), e.blob(1, shapes[1])], [e.temp("x_transform")], transB=1)[0]
     cont = e.node("Reshape", [e.inputs[1], e.shape_constant("cont_rows", [steps * streams, 1])],
                   [e.temp("cont_rows")])[0]
     if steps == 1:
@@ -50,7 +51,7 @@ def _inputs(e, layer) -> tuple:
     if layer.static:
         flat = e.node("Reshape", [e.inputs[2], e.shape_constant("static_rows", [streams, layer.static_inputs])],
                       [e.temp("static_rows")])[0]
-        static = e.node("Gemm", [flat, e.blob(2)], [e.temp(roles[2] + "_x")], transB=1)[0]
+        static = e.node("Gemm", [flat, e.blob(2, shapes[2])], [e.temp(roles[2] + "_x")], transB=1)[0]
     states = []
     for k, name in enumerate(layer.states):
         if layer.expose:
@@ -77,8 +78,9 @@ def _finish(e, layer, hs: list, last: list) -> None:
     steps, streams, hidden = layer.steps, layer.streams, layer.hidden
     joined = hs[0] if steps == 1 else e.node("Concat", hs, [e.temp("h_steps")], axis=0)[0]
     if layer.type == "RNN":
-        w_ho = e.blob(len(layer.blobs) - 2)
-        joined = e.node("Gemm", [joined, w_ho, e.blob(len(layer.blobs) - 1)], [e.temp("W_ho_h")], transB=1)[0]
+        last = len(layer.blobs) - 1
+        w_ho, b_o = e.blob(last - 1, (hidden, hidden)), e.blob(last, (hidden,))
+        joined = e.node("Gemm", [joined, w_ho, b_o], [e.temp("W_ho_h")], transB=1)[0]
         joined = e.node("Tanh", [joined], [e.temp("o_steps")])[0]
     e.node("Reshape", [joined, e.shape_constant("top_shape", [steps, streams, hidden])], e.outputs[:1])
     if layer.expose:
@@ -92,7 +94,7 @@ def lstm(e) -> None:
     layer = e.layer
     layer.reshape([tuple(s) for s in e.bottom_shapes])
     xs, conts, static, (h, c) = _inputs(e, layer)
-    w_hc = e.blob(len(layer.blobs) - 1)
+    w_hc = e.blob(len(layer.blobs) - 1, (4 * layer.hidden, layer.hidden))
     zero = e.constant("zero", np.zeros((), np.float32))
     quarters = e.constant("gate_sizes", np.full(4, layer.hidden, np.int64))
     hs = []
@@ -122,7 +124,7 @@ def rnn(e) -> None:
     layer = e.layer
     layer.reshape([tuple(s) for s in e.bottom_shapes])
     xs, conts, static, (h,) = _inputs(e, layer)
-    w_hh = e.blob(len(layer.blobs) - 3)
+    w_hh = e.blob(len(layer.blobs) - 3, (layer.hidden, layer.hidden))
     hs = []
     for t in range(1, layer.steps + 1):
         total = _pre_activation(e, h, conts[t - 1], xs[t - 1], static, w_hh, t)

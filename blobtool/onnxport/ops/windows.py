@@ -4,7 +4,8 @@
   (kernel, stride and pad from spp_layer.cpp's GetPoolingParam), written by
   the Pooling exporter (spatial.py) as one of its own; then Flatten (N,
   C h w) of each and Concat on axis 1. pyramid_height 1: the one pooling.
-- Im2col: Pad with zeros, then for each kernel tap (i, j) a Slice of rows
+- Im2col: Pad with zeros (past the far pad where Caffe's output size,
+  its division truncated toward 0, lets a window overhang it), then for each kernel tap (i, j) a Slice of rows
   i dilation, i dilation + stride, ... (and columns alike), Unsqueeze on
   axis 2, Concat of the kh kw taps on axis 2 (N, C, kh kw, Ho, Wo) and
   Reshape to (N, C kh kw, Ho, Wo): every value copied, none computed.
@@ -45,8 +46,11 @@ def im2col(e) -> None:
     ho, wo = e.top_shapes[0][2:]
     (kh, kw), (sh, sw), (ph, pw), (dh, dw) = layer.kernel, layer.stride, layer.pad, layer.dilation
     source = e.inputs[0]
-    if ph or pw:
-        pads = [0, 0, ph, pw, 0, 0, ph, pw]
+    # the far side padded to the last tap where a window overhangs the pad (Caffe's truncated output size)
+    end_h = max(ph, (ho - 1) * sh + dh * (kh - 1) + 1 - h - ph)
+    end_w = max(pw, (wo - 1) * sw + dw * (kw - 1) + 1 - w - pw)
+    if ph or pw or end_h or end_w:
+        pads = [0, 0, ph, pw, 0, 0, end_h, end_w]
         source = e.node("Pad", [source, e.shape_constant("pads", pads)], [e.temp("padded")], mode="constant")[0]
     axes = e.shape_constant("axes", [2, 3])
     steps = e.shape_constant("steps", [sh, sw])
