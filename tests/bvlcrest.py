@@ -15,7 +15,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-
 from caffenets import max_scaled_difference, net, ours_forward, write_net_files
 from caffeoracle import caffe_values
 
@@ -45,10 +44,10 @@ def against_caffe(folder, layers, inputs: dict, feeds: dict) -> tuple:
 def against_onnx(folder, layers, inputs: dict, feeds: dict, opsets=(13, 17)) -> float:
     """The worst scaled difference of onnxruntime's blobs from blobtool's run, each within ONNX_TOLERANCE."""
     import onnxruntime as ort
+    from onnxvalid import check_onnx
 
     from blobtool import api
     from blobtool.onnxport.graph import export_program
-    from onnxvalid import check_onnx
 
     folder = Path(folder)
     _, model = write_net_files(folder, net(layers, inputs), stem="exported")

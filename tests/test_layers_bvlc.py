@@ -29,7 +29,6 @@ import itertools
 
 import numpy as np
 import pytest
-
 from bvlcrest import against_caffe, against_onnx
 from caffenets import layer, write_net_files
 from onnxvalid import every_export_checked  # noqa: F401  (autouse: every model written is checked)
@@ -204,8 +203,9 @@ def test_batch_reindex_as_caffe_and_exported(tmp_path, index):
 
 def test_batch_reindex_refuses_an_index_outside_the_batch(tmp_path):
     """Caffe stops at an index past the batch or below 0; blobtool's forward refuses it, naming it."""
-    from blobtool.layers import LayerError
     from caffenets import net, ours_forward
+
+    from blobtool.layers import LayerError
 
     for bad in ([0, 4], [-1, 0], [float("nan")]):
         message = net([layer("picked", "BatchReindex", ["data", "index"])], {"data": (4, 2), "index": (len(bad),)})
@@ -381,9 +381,10 @@ def _refused_cases() -> list:
 
 def test_caffe_refuses_what_blobtool_refuses(tmp_path):
     """Each net blobtool refuses (LayerError naming the layer), Caffe refuses too (its CHECK line)."""
-    from blobtool.layers import LayerError
     from caffenets import net, ours_forward
     from caffeoracle import caffe_refusals
+
+    from blobtool.layers import LayerError
 
     cases = _refused_cases()
     for name, layers, inputs, feeds, words in cases:
