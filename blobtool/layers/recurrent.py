@@ -111,6 +111,11 @@ class _Recurrent(Layer):
         state = (1, self.streams, self.hidden)
         return [(self.steps, self.streams, self.hidden)] + [state] * (len(self.states) if self.expose else 0)
 
+    def workspace(self, shapes: list) -> tuple:
+        """Every step's input term at once (T N, G): the unrolled net's x_transform top."""
+        self._check_layout(shapes)
+        return self.steps * self.streams * self.gates * self.hidden, "input transform of every step"
+
     def weight(self, name: str) -> np.ndarray:
         """Blob `name` (roles()) in its 2-D (rows, columns) or 1-D shape."""
         for k, (role, shape) in enumerate(self.roles()):

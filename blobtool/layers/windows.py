@@ -154,6 +154,15 @@ class Im2col(Layer):
         ho, wo = self._out(shape)
         return [(shape[0], shape[1] * self.kernel[0] * self.kernel[1], ho, wo)]
 
+    def workspace(self, shapes: list) -> tuple:
+        """The bottom padded to every window's taps (forward's `padded`)."""
+        n, c, h, w = (int(d) for d in shapes[0])
+        ho, wo = self._out(tuple(int(d) for d in shapes[0]))
+        (kh, kw), (sh, sw), (ph, pw), (dh, dw) = self.kernel, self.stride, self.pad, self.dilation
+        rows = max(h + 2 * ph, (ho - 1) * sh + dh * (kh - 1) + 1)
+        cols = max(w + 2 * pw, (wo - 1) * sw + dw * (kw - 1) + 1)
+        return n * c * rows * cols, "padded input"
+
     def forward(self, xs: list) -> list:
         x = as_contiguous(xs[0])
         n, c, h, w = x.shape
