@@ -1,6 +1,6 @@
 """BVLC's recurrent and remaining layers against real Caffe, blob by blob, and their exports against run.
 
-The layers: LSTM and RNN (Caffe's RecurrentLayer), SPP, Im2col,
+The layers: LSTM and RNN (Caffe's RecurrentLayer), LSTMUnit, SPP, Im2col,
 BatchReindex, Filter, Parameter; and a CRNN-shaped net (convolutions, then
 a 2-layer LSTM over the width). The oracle of every case is real Caffe
 (tests/caffeoracle.py; the `caffe` marker: Caffe runs its own unrolled net
@@ -106,6 +106,19 @@ def test_recurrent_as_caffe_and_exported(tmp_path, kind, steps, streams, step_sh
     layers, inputs, feeds = recurrent_case(kind, steps, streams, step_shape, hidden, static=static, expose=expose)
     ours, _ = against_caffe(tmp_path, layers, inputs, feeds)
     assert ours["y"].shape == (steps, streams, hidden)
+    against_onnx(tmp_path, layers, inputs, feeds, opsets=(13,))
+
+
+@pytest.mark.parametrize("streams,hidden", [(1, 2), (3, 5)])
+def test_lstm_unit_as_caffe_and_exported(tmp_path, streams, hidden):
+    """One LSTM step alone (LSTMUnit): cont 0, 1 and 0.5 across the streams."""
+    inputs = {"c_prev": (1, streams, hidden), "gates": (1, streams, 4 * hidden), "cont": (1, streams)}
+    feeds = _feeds(inputs, seed=streams)
+    feeds["gates"] *= 3
+    feeds["cont"] = np.asarray([[0, 1, 0.5][k % 3] for k in range(streams)], np.float32).reshape(1, streams)
+    layers = [layer("unit", "LSTMUnit", ["c_prev", "gates", "cont"], ["c", "h"])]
+    ours, _ = against_caffe(tmp_path, layers, inputs, feeds)
+    assert ours["c"].shape == ours["h"].shape == (1, streams, hidden)
     against_onnx(tmp_path, layers, inputs, feeds, opsets=(13,))
 
 
@@ -330,7 +343,7 @@ def test_batch_reindex_index_outside_the_batch_through_run(tmp_path):
 
 @pytest.mark.slow
 def test_every_case_exported_at_every_opset(tmp_path):
-    """Each SPP, Im2col, BatchReindex, Filter and Parameter case and the CRNN net at every opset of EVERY_OPSET."""
+    """Each SPP, Im2col, BatchReindex, Filter, Parameter case, the CRNN net and LSTMUnit at every opset of EVERY_OPSET."""
     cases = [([layer("spp", "SPP", "data", spp_param={"pyramid_height": h, "pool": p})], {"data": shape})
              for h, p, shape in SPP_CASES]
     cases += [([layer("cols", "Im2col", "data", convolution_param=conv)], {"data": shape})
@@ -348,6 +361,9 @@ def test_every_case_exported_at_every_opset(tmp_path):
     cases.append(([layer("param", "Parameter", (), "param", [value], parameter_param={"shape": {"dim": [2, 3]}}),
                    layer("summed", "Eltwise", ["param", "x"])], {"x": (2, 3)}, _feeds({"x": (2, 3)})))
     cases.append(crnn_net(seed=5, width=40))
+    unit = {"c_prev": (1, 3, 4), "gates": (1, 3, 16), "cont": (1, 3)}
+    cases.append(([layer("unit", "LSTMUnit", ["c_prev", "gates", "cont"], ["c", "h"])], unit,
+                  dict(_feeds(unit), cont=np.asarray([[0, 1, 0.5]], np.float32))))
     for k, (layers, inputs, feeds) in enumerate(cases):
         folder = tmp_path / f"case{k}"
         folder.mkdir()

@@ -1,4 +1,4 @@
-"""Caffe's recurrent layers at test time: LSTM and RNN (BVLC's RecurrentLayer and its two kinds).
+"""Caffe's recurrent layers at test time: LSTM and RNN (BVLC's RecurrentLayer and its two kinds), and LSTMUnit.
 
 Caffe runs them as a net of its own, unrolled over the time axis
 (recurrent_layer.cpp builds it from lstm_layer.cpp's or rnn_layer.cpp's
@@ -32,7 +32,7 @@ import numpy as np
 
 from .base import FLOAT, Layer, as_float, count, register
 
-__all__ = ["LSTM", "RNN", "sigmoid"]
+__all__ = ["LSTM", "LSTMUnit", "RNN", "lstm_unit", "sigmoid"]
 
 
 def sigmoid(x: np.ndarray) -> np.ndarray:
@@ -45,6 +45,53 @@ def unit_tanh(x: np.ndarray) -> np.ndarray:
     """lstm_unit_layer.cpp's tanh: 2. * sigmoid(2. * x) - 1., in double, returned as float."""
     with np.errstate(over="ignore"):
         return (2.0 / (1.0 + np.exp(-2.0 * x.astype(np.float64))) - 1.0).astype(FLOAT)
+
+
+def lstm_unit(c_prev: np.ndarray, gate: np.ndarray, keep: np.ndarray) -> tuple:
+    """lstm_unit_layer.cpp Forward_cpu: (c, h) from c_{t-1} (N, H), the gate input (N, 4H) and cont (N, 1).
+
+    i, f, o, g = sigmoid, sigmoid, sigmoid, tanh of the gate input's four
+    H-wide parts; f = cont == 0 ? 0 : cont * f; c = f c_prev + i g;
+    h = o tanh(c).
+    """
+    width = c_prev.shape[-1]
+    i = sigmoid(gate[:, :width])
+    f = np.where(keep == 0, FLOAT(0), keep * sigmoid(gate[:, width:2 * width])).astype(FLOAT)
+    o = sigmoid(gate[:, 2 * width:3 * width])
+    g = unit_tanh(gate[:, 3 * width:])
+    c = f * c_prev + i * g
+    return c, o * unit_tanh(c)
+
+
+@register("LSTMUnit")
+class LSTMUnit(Layer):
+    """Caffe's LSTMUnitLayer (lstm_unit_layer.cpp): one LSTM step, the layer LSTM's unrolled net runs at each t.
+
+    Bottoms c_{t-1} (1, N, H), the gate input (1, N, 4H) in Caffe's order
+    i, f, o, g, and cont (1, N); tops c_t and h_t, each (1, N, H).
+    """
+
+    bottoms = (3, 3)
+    tops = (2, 2)
+
+    def reshape(self, shapes: list) -> list:
+        shapes = [tuple(int(d) for d in s) for s in shapes]
+        streams = shapes[0][1] if len(shapes[0]) > 1 else None
+        # Reshape: bottoms 0 and 1 have 3 axes, cont 2; each starts (1, N)
+        for k, (shape, axes) in enumerate(zip(shapes, (3, 3, 2))):
+            if len(shape) != axes or shape[0] != 1 or shape[1] != streams:
+                raise self.error(f"bottom {k} has shape {shape}; it must have {axes} axes, (1, N{', ...' * (axes > 2)}) "
+                                 f"with the N of bottom 0")
+        if shapes[1][2] != 4 * shapes[0][2]:
+            raise self.error(f"bottom 1 (the gate input) has {shapes[1][2]} values a stream; it must have 4 x the "
+                             f"{shapes[0][2]} of bottom 0 (c_prev)")
+        return [shapes[0], shapes[0]]
+
+    def forward(self, xs: list) -> list:
+        c_prev, gate, cont = (as_float(x) for x in xs)
+        streams, width = c_prev.shape[1:]
+        c, h = lstm_unit(c_prev.reshape(streams, width), gate.reshape(streams, 4 * width), cont.reshape(streams, 1))
+        return [as_float(c).reshape(c_prev.shape), as_float(h).reshape(c_prev.shape)]
 
 
 class _Recurrent(Layer):
@@ -185,14 +232,7 @@ class LSTM(_Recurrent):
             keep = cont[t][:, None]
             # h_conted_{t-1} = cont_t * h_{t-1} (a Scale over axis 0); W_hc_h_{t-1} = W_hc h_conted (no bias)
             parts = [(h * keep) @ w_hc, xw[t]] + ([static] if static is not None else [])
-            gate = self.summed(parts)
-            # lstm_unit_layer.cpp Forward_cpu: f = cont == 0 ? 0 : cont * sigmoid(X_f)
-            i = sigmoid(gate[:, :width])
-            f = np.where(keep == 0, FLOAT(0), keep * sigmoid(gate[:, width:2 * width])).astype(FLOAT)
-            o = sigmoid(gate[:, 2 * width:3 * width])
-            g = unit_tanh(gate[:, 3 * width:])
-            c = f * c + i * g
-            h = o * unit_tanh(c)
+            c, h = lstm_unit(c, self.summed(parts), keep)
             out[t] = h
         tops = [out]
         if self.expose:

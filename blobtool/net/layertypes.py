@@ -123,6 +123,7 @@ _ROWS = (
     # neither roles by index nor a count.
     LayerType("LSTM", "recurrent_param", run="recurrent.LSTM", export="recurrent.lstm"),
     LayerType("RNN", "recurrent_param", run="recurrent.RNN", export="recurrent.rnn"),
+    LayerType("LSTMUnit", count=0, run="recurrent.LSTMUnit", export="recurrent.lstm_unit"),
     LayerType("Parameter", "parameter_param", ("value",), 1, run="batch.Parameter", export="batch.parameter"),
 )
 

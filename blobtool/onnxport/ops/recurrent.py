@@ -1,5 +1,7 @@
 """Caffe's LSTM and RNN as ONNX nodes: the unrolled net written step by step (decomposed), not ONNX's LSTM or RNN.
 
+LSTMUnit (one step alone) is written as one step of LSTM's below.
+
 ONNX's LSTM and RNN carry a state from step to step with no way to zero it
 inside a sequence, which Caffe's `cont` input does at any step of any
 stream (its values are known only when the model runs); and ONNX's LSTM
@@ -89,6 +91,37 @@ def _finish(e, layer, hs: list, last: list) -> None:
             e.node("Reshape", [value, state], [out])
 
 
+def _unit(e, c, gate, cont, constants, t: str) -> tuple:
+    """lstm_unit_layer.cpp's step: (c_t, h_t) of c_{t-1}, the gate input and cont (N, 1), as value names."""
+    quarters, zero = constants
+    i, f, o, g = e.node("Split", [gate, quarters], [e.temp(f"{part}_{t}") for part in ("i", "f", "o", "g")], axis=1)
+    i = e.node("Sigmoid", [i], [e.temp(f"i_gate_{t}")])[0]
+    f = e.node("Sigmoid", [f], [e.temp(f"f_gate_{t}")])[0]
+    f = e.node("Mul", [cont, f], [e.temp(f"f_conted_{t}")])[0]
+    stops = e.node("Equal", [cont, zero], [e.temp(f"cont_zero_{t}")])[0]
+    f = e.node("Where", [stops, zero, f], [e.temp(f"f_{t}")])[0]
+    o = e.node("Sigmoid", [o], [e.temp(f"o_gate_{t}")])[0]
+    g = e.node("Tanh", [g], [e.temp(f"g_gate_{t}")])[0]
+    kept = e.node("Mul", [f, c], [e.temp(f"c_kept_{t}")])[0]
+    added = e.node("Mul", [i, g], [e.temp(f"c_added_{t}")])[0]
+    c = e.node("Add", [kept, added], [e.temp(f"c_{t}")])[0]
+    squashed = e.node("Tanh", [c], [e.temp(f"c_tanh_{t}")])[0]
+    h = e.node("Mul", [o, squashed], [e.temp(f"h_{t}")])[0]
+    return c, h
+
+
+@exporter("LSTMUnit")
+def lstm_unit(e) -> None:
+    streams, width = e.bottom_shapes[0][1:]
+    rows = [e.node("Reshape", [x, e.shape_constant(f"{what}_rows", [streams, size])], [e.temp(what)])[0]
+            for x, what, size in zip(e.inputs, ("c_prev", "gate_input", "cont"), (width, 4 * width, 1))]
+    constants = (e.constant("gate_sizes", np.full(4, width, np.int64)), e.constant("zero", np.zeros((), np.float32)))
+    c, h = _unit(e, rows[0], rows[1], rows[2], constants, "1")
+    state = e.shape_constant("state_shape", [1, streams, width])
+    e.node("Reshape", [c, state], e.outputs[:1])
+    e.node("Reshape", [h, state], e.outputs[1:2])
+
+
 @exporter("LSTM")
 def lstm(e) -> None:
     layer = e.layer
@@ -101,20 +134,7 @@ def lstm(e) -> None:
     for t in range(1, layer.steps + 1):
         cont = conts[t - 1]
         gate = _pre_activation(e, h, cont, xs[t - 1], static, w_hc, t)
-        i, f, o, g = e.node("Split", [gate, quarters],
-                            [e.temp(f"{part}_{t}") for part in ("i", "f", "o", "g")], axis=1)
-        i = e.node("Sigmoid", [i], [e.temp(f"i_gate_{t}")])[0]
-        f = e.node("Sigmoid", [f], [e.temp(f"f_gate_{t}")])[0]
-        f = e.node("Mul", [cont, f], [e.temp(f"f_conted_{t}")])[0]
-        stops = e.node("Equal", [cont, zero], [e.temp(f"cont_zero_{t}")])[0]
-        f = e.node("Where", [stops, zero, f], [e.temp(f"f_{t}")])[0]
-        o = e.node("Sigmoid", [o], [e.temp(f"o_gate_{t}")])[0]
-        g = e.node("Tanh", [g], [e.temp(f"g_gate_{t}")])[0]
-        kept = e.node("Mul", [f, c], [e.temp(f"c_kept_{t}")])[0]
-        added = e.node("Mul", [i, g], [e.temp(f"c_added_{t}")])[0]
-        c = e.node("Add", [kept, added], [e.temp(f"c_{t}")])[0]
-        squashed = e.node("Tanh", [c], [e.temp(f"c_tanh_{t}")])[0]
-        h = e.node("Mul", [o, squashed], [e.temp(f"h_{t}")])[0]
+        c, h = _unit(e, c, gate, cont, (quarters, zero), str(t))
         hs.append(h)
     _finish(e, layer, hs, [h, c])
 
