@@ -80,8 +80,8 @@ def _finish(e, layer, hs: list, last: list) -> None:
     steps, streams, hidden = layer.steps, layer.streams, layer.hidden
     joined = hs[0] if steps == 1 else e.node("Concat", hs, [e.temp("h_steps")], axis=0)[0]
     if layer.type == "RNN":
-        last = len(layer.blobs) - 1
-        w_ho, b_o = e.blob(last - 1, (hidden, hidden)), e.blob(last, (hidden,))
+        b_index = len(layer.blobs) - 1
+        w_ho, b_o = e.blob(b_index - 1, (hidden, hidden)), e.blob(b_index, (hidden,))
         joined = e.node("Gemm", [joined, w_ho, b_o], [e.temp("W_ho_h")], transB=1)[0]
         joined = e.node("Tanh", [joined], [e.temp("o_steps")])[0]
     e.node("Reshape", [joined, e.shape_constant("top_shape", [steps, streams, hidden])], e.outputs[:1])
