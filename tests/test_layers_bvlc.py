@@ -137,6 +137,22 @@ def test_cont_zero_restarts_the_sequence(tmp_path):
     assert not np.allclose(ours["y"][3:, 1], alone["y"][:, 1], atol=1e-3)  # stream 1 went on: its state differs
 
 
+def test_recurrent_export_past_its_steps_is_refused(tmp_path):
+    """Past MAX_STEPS time steps the export is refused (exit 3, naming the layer) and nothing is written."""
+    from caffenets import net
+    from runner import assert_error, invoke
+
+    from blobtool.onnxport.ops.recurrent import MAX_STEPS
+
+    layers, inputs, _ = recurrent_case("RNN", 1, 1, (1,), 1)
+    inputs = {"x": (MAX_STEPS + 1, 1, 1), "cont": (MAX_STEPS + 1, 1)}
+    _, model = write_net_files(tmp_path, net(layers, inputs))
+    out = tmp_path / "long.onnx"
+    result = invoke("export", str(model), "-o", str(out))
+    assert_error(result, 3, "'recur' (RNN)", f"{MAX_STEPS + 1:,} time steps", "past the")
+    assert not out.exists()
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", ["LSTM", "RNN"])
 def test_recurrent_sweep(tmp_path, kind):

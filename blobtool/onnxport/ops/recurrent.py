@@ -32,10 +32,17 @@ import numpy as np
 
 from ..emit import exporter
 
+# The most time steps written: each is about 15 nodes, and a definition of a few bytes states any T (CRNN nets
+# take tens, speech nets thousands).
+MAX_STEPS = 10_000
+
 
 def _inputs(e, layer) -> tuple:
     """(the steps' input terms, the steps' cont, the static term or None, the initial states), as value names."""
     steps, streams = layer.steps, layer.streams
+    if steps > MAX_STEPS:
+        raise e.refuse(f"its {steps:,} time steps would be written as about {15 * steps:,} nodes, past the "
+                       f"{MAX_STEPS:,} steps an export writes (each step is written out, as Caffe unrolls it)")
     shapes = [shape for _, shape in layer.roles()]
     roles = [name for name, _ in layer.roles()]
     rows = e.node("Reshape", [e.inputs[0], e.shape_constant("x_rows", [steps * streams, layer.inputs])],
