@@ -70,7 +70,10 @@ def test_every_layer_sweep_exports_and_onnxruntime_computes_every_blob_as_blobto
     from blobtool.onnxport.emit import EXPORTERS
     from blobtool.onnxport import ops  # noqa: F401
 
-    assert set(EXPORTERS) - {"DetectionOutput"} <= exported, set(EXPORTERS) - exported
+    # BVLC's recurrent and remaining layers are exported in tests/test_layers_bvlc.py, every case against run
+    # (at every opset of OPSETS there, marked slow).
+    elsewhere = {"LSTM", "LSTMUnit", "RNN", "SPP", "Im2col", "BatchReindex", "Filter", "Parameter"}
+    assert set(EXPORTERS) - {"DetectionOutput"} - elsewhere <= exported, set(EXPORTERS) - exported
     strays = [r for r in refused if not any(reason in r for reason in DOCUMENTED_REFUSALS)]
     assert not strays, strays
     assert max(line["worst"] for line in lines if "worst" in line) <= TOLERANCE

@@ -119,6 +119,12 @@ _ROWS = (
     LayerType("Normalize", "norm_param", ("weight",), 1, run="normalize.Normalize", export="elementwise.normalize"),
     LayerType("Input", "input_param", count=0, deploy="input"),
     LayerType("Eltwise", "eltwise_param", count=0, run="arith.Eltwise", export="elementwise.eltwise"),
+    # BVLC's recurrent layers: a static input adds a blob in the middle (blobtool/layers/recurrent.py), so
+    # neither roles by index nor a count.
+    LayerType("LSTM", "recurrent_param", run="recurrent.LSTM", export="recurrent.lstm"),
+    LayerType("RNN", "recurrent_param", run="recurrent.RNN", export="recurrent.rnn"),
+    LayerType("LSTMUnit", count=0, run="recurrent.LSTMUnit", export="recurrent.lstm_unit"),
+    LayerType("Parameter", "parameter_param", ("value",), 1, run="batch.Parameter", export="batch.parameter"),
 )
 
 # Layer types of BVLC Caffe (and SSD's) that hold no blobs: (type, parameter message, the class
@@ -146,7 +152,7 @@ _NO_BLOBS = (
     ("Clip", "clip_param", "neuron.Clip", "elementwise.clip", None),
     ("Swish", "swish_param", "neuron.Swish", "elementwise.swish", None),
     ("Dropout", "dropout_param", "neuron.Dropout", "elementwise.dropout", None),
-    ("SPP", "spp_param", None, None, None),
+    ("SPP", "spp_param", "windows.SPP", "windows.spp", None),
     ("LRN", "lrn_param", "normalize.LRN", "elementwise.lrn", None),
     ("MVN", "mvn_param", "normalize.MVN", "elementwise.mvn", None),
     ("Softmax", "softmax_param", "normalize.Softmax", "elementwise.softmax", None),
@@ -168,9 +174,9 @@ _NO_BLOBS = (
     ("Tile", "tile_param", "shape.Tile", "shape.tile", None),
     ("Reduction", "reduction_param", "arith.Reduction", "elementwise.reduction", None),
     ("Silence", None, None, None, "swallow"),
-    ("BatchReindex", None, None, None, None),
-    ("Filter", None, None, None, None),
-    ("Im2col", "convolution_param", None, None, None),
+    ("BatchReindex", None, "batch.BatchReindex", "batch.batch_reindex", None),
+    ("Filter", None, "batch.Filter", "batch.filter_", None),
+    ("Im2col", "convolution_param", "windows.Im2col", "windows.im2col", None),
     ("Permute", "permute_param", "shape.Permute", "shape.permute", None),
     ("PriorBox", "prior_box_param", "ssd.PriorBox", "shape.prior_box", None),
     # Its exporter refuses every layer, naming why (ONNX has no such operator of the same sums).

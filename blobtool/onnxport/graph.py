@@ -162,15 +162,25 @@ def make_node(op: str, inputs: list, outputs: list, *, name: str, **attributes):
     return node
 
 
-def _value_info(name: str, shape):
+def _value_info(name: str, shape, first: str = ""):
+    """A float tensor's ValueInfo; `first`, where given, names its first axis's size instead of a number."""
     pb = _onnx()
     info = pb.ValueInfoProto(name=onnx_text(name))
     tensor = info.type.tensor_type
     tensor.elem_type = pb.TensorProto.FLOAT
     tensor.shape.SetInParent()  # a scalar's shape too: present, and empty
-    for d in shape:
-        tensor.shape.dim.add(dim_value=int(d))
+    for k, d in enumerate(shape):
+        if k == 0 and first:
+            tensor.shape.dim.add(dim_param=first)
+        else:
+            tensor.shape.dim.add(dim_value=int(d))
     return info
+
+
+def _sized_as_run(program) -> dict:
+    """{blob: the name of its first axis's size} of the tops whose rows a layer knows only as it runs (Filter)."""
+    return {top: f"{step.layer.name}_rows" for step in program.steps if getattr(step.layer, "variable_tops", False)
+            for top in step.tops}
 
 
 @dataclass
@@ -311,7 +321,8 @@ def export_program(program, dest, *, opset: int = OPSET_DEFAULT, outputs=None, n
     body.name = onnx_text(net_name) or "caffe_net"
     body.node.extend(graph.nodes)
     body.input.extend(_value_info(inputs[n], s) for n, s in program.inputs.items())
-    body.output.extend(_value_info(names[n], shapes[n]) for n in wanted)
+    loose = _sized_as_run(program)
+    body.output.extend(_value_info(names[n], shapes[n], onnx_text(loose.get(n, ""))) for n in wanted)
     for key, value in (("caffe_net", net_name), ("source", os.path.basename(source)), ("blobtool_version", version)):
         model.metadata_props.add(key=key, value=onnx_text(value))
     weight_bytes = sum(a.nbytes for _, a in graph.initializers)

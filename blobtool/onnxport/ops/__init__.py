@@ -4,11 +4,13 @@
 - elementwise.py: ReLU and the other neurons, BatchNorm, LRN, MVN, Softmax, Scale, Bias,
   Eltwise, Reduction, ArgMax, Normalize;
 - shape.py: Concat, Slice, Split, Flatten, Reshape, Crop, Tile, Permute, ShuffleChannel,
-  PriorBox (a constant), DetectionOutput (refused), Upsample, Interp.
+  PriorBox (a constant), DetectionOutput (refused), Upsample, Interp;
+- recurrent.py: LSTM, RNN (their unrolled net, step by step);
+- windows.py: SPP, Im2col; batch.py: BatchReindex, Filter, Parameter.
 
 Each writes what the layer's class computes, with Caffe's rules (docs/onnx.md has the table).
 """
 
 from __future__ import annotations
 
-from . import elementwise, shape, spatial  # noqa: F401  (they register)
+from . import batch, elementwise, recurrent, shape, spatial, windows  # noqa: F401  (they register)
