@@ -13,7 +13,8 @@ The families, one module each, mirror Caffe's src/caffe/layers/:
 - shape.py: Concat, Slice, Split, Flatten, Reshape, Crop, Tile; caffe-ssd's
   Permute; the forks' ShuffleChannel;
 - ssd.py: caffe-ssd's PriorBox and DetectionOutput;
-- resize.py: the forks' Upsample (nearest) and Interp (bilinear).
+- resize.py: the forks' Upsample (nearest, and SegNet's max-unpooling) and Interp (bilinear);
+- forks.py: SegNet's BN and SENet's Axpy.
 
 Each formula is Caffe's, with its source file named beside the code.
 Only numpy is imported; the runner (blobtool/forward/) builds layers from a
@@ -23,7 +24,7 @@ net's model and feeds them.
 from __future__ import annotations
 
 from .base import FLOAT, REGISTRY, Layer, LayerError, register
-from . import arith, conv, dense, neuron, normalize, pooling, resize, shape, ssd  # noqa: F401  (they register)
+from . import arith, conv, dense, forks, neuron, normalize, pooling, resize, shape, ssd  # noqa: F401  (they register)
 
 __all__ = ["Layer", "LayerError", "register", "layer_class", "known_types", "REGISTRY", "FLOAT"]
 

@@ -20,6 +20,7 @@ FORK_PARAMS = {
     "upsample_param": ("Upsample",),
     "interp_param": ("Interp",),
     "shuffle_channel_param": ("ShuffleChannel",),
+    "bn_param": ("BN",),
 }
 
 

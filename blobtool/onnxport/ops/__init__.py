@@ -4,11 +4,12 @@
 - elementwise.py: ReLU and the other neurons, BatchNorm, LRN, MVN, Softmax, Scale, Bias,
   Eltwise, Reduction, ArgMax, Normalize;
 - shape.py: Concat, Slice, Split, Flatten, Reshape, Crop, Tile, Permute, ShuffleChannel,
-  PriorBox (a constant), DetectionOutput (refused), Upsample, Interp.
+  PriorBox (a constant), DetectionOutput (refused), Upsample, Interp;
+- forks.py: SegNet's BN and max-unpooling (Upsample with two bottoms), SENet's Axpy.
 
 Each writes what the layer's class computes, with Caffe's rules (docs/onnx.md has the table).
 """
 
 from __future__ import annotations
 
-from . import elementwise, shape, spatial  # noqa: F401  (they register)
+from . import elementwise, forks, shape, spatial  # noqa: F401  (they register)

@@ -14,7 +14,9 @@
   the last window starting inside the image or its left pad, is ONNX's own
   rule then, where a separate Pad node or an extra end pad is not. AVE
   divides by the window clipped to image + pad: count_include_pad=1. Global
-  pooling: GlobalMaxPool / GlobalAveragePool.
+  pooling: GlobalMaxPool / GlobalAveragePool. MAX pooling's second top
+  (the mask): MaxPool's Indices (flat over the whole (N, C, H, W) input)
+  Mod H W, cast to float: Caffe's h * W + w within the plane.
 - InnerProduct: Gemm on the bottom flattened from axis 1 (transB=1 for the
   (N, K) weight, 0 for transpose's (K, N)); with another axis, MatMul on the
   bottom reshaped to shape[:axis] + [K], and Add of the bias.
@@ -64,18 +66,17 @@ def convolution(e) -> None:
 @exporter("Pooling")
 def pooling(e) -> None:
     layer = e.layer
-    if len(e.outputs) > 1:
-        raise e.refuse("MAX pooling's second top (the argmax mask) has no ONNX form that Caffe's indexing matches; "
-                       "give the pooling one top")
     if len(e.bottom_shapes[0]) != 4:
         raise e.refuse("pooling of a bottom that is not 4-D")
     is_max = layer.method == 0
     if layer.method not in (0, 1):
         raise e.refuse("STOCHASTIC pooling is not computed at test time by Caffe's CPU code")
-    if layer.global_pooling:
+    if layer.global_pooling and len(e.outputs) == 1:
         e.node("GlobalMaxPool" if is_max else "GlobalAveragePool", e.inputs, e.outputs)
         return
-    attributes = dict(kernel_shape=list(layer.kernel), strides=list(layer.stride), pads=_pads(layer.pad),
+    # A global MAX pooling with its mask: one window of the whole plane.
+    kernel = list(layer.kernel) if layer.kernel is not None else [int(d) for d in e.bottom_shapes[0][2:]]
+    attributes = dict(kernel_shape=kernel, strides=list(layer.stride), pads=_pads(layer.pad),
                       ceil_mode=int(layer.ceil))
     if not is_max:
         attributes["count_include_pad"] = 1
@@ -85,7 +86,7 @@ def pooling(e) -> None:
     # every opset. Where the two sizes differ, the pooling is followed by a Slice to Caffe's size,
     # which keeps every window Caffe computes, computed alike, whichever rule the runtime takes.
     spec = [_ceil_size(h, k, s, p) if layer.ceil else (h + 2 * p - k) // s + 1
-            for h, k, s, p in zip(e.bottom_shapes[0][2:], layer.kernel, layer.stride, layer.pad)]
+            for h, k, s, p in zip(e.bottom_shapes[0][2:], kernel, layer.stride, layer.pad)]
     caffe = list(e.top_shapes[0][2:])
     for size, out, stride, pad in zip(e.bottom_shapes[0][2:], caffe, layer.stride, layer.pad):
         if (out - 1) * stride - pad >= size:
@@ -94,12 +95,34 @@ def pooling(e) -> None:
             raise e.refuse(f"its last window starts past the image ({size} values, {out} windows of stride "
                            f"{stride}, pad {pad}), where Caffe writes -FLT_MAX (MAX) or NaN (AVE) and ONNX computes "
                            "no window")
-    if e.opset >= 22 or spec == caffe:
+    sliced = not (e.opset >= 22 or spec == caffe)
+    if len(e.outputs) == 1 and not sliced:
         e.node(op, e.inputs, e.outputs, **attributes)
         return
-    pooled = e.node(op, e.inputs, [e.temp("pooled")], **attributes)[0]
-    e.node("Slice", [pooled, e.shape_constant("starts", [0, 0]), e.shape_constant("ends", caffe),
-                     e.shape_constant("axes", [2, 3])], e.outputs)
+    pooled = e.outputs[0] if not sliced else e.temp("pooled")
+    names = [pooled] + ([e.temp("indices")] if len(e.outputs) > 1 else [])
+    names = e.node(op, e.inputs, names, **attributes)
+    if sliced:
+        pooled = e.node("Slice", [pooled, e.shape_constant("starts", [0, 0]), e.shape_constant("ends", caffe),
+                                  e.shape_constant("axes", [2, 3])], e.outputs[:1])[0]
+    if len(e.outputs) > 1:
+        indices = names[1]
+        if sliced:
+            indices = e.node("Slice", [indices, e.shape_constant("starts", [0, 0]), e.shape_constant("ends", caffe),
+                                       e.shape_constant("axes", [2, 3])], [e.temp("indices_sliced")])[0]
+        _caffe_mask(e, indices)
+
+
+def _caffe_mask(e, indices: str) -> None:
+    """MaxPool's Indices (flat over (N, C, H, W), row-major) as Caffe's mask: h * W + w within the plane, a float.
+
+    Both point at the first greatest value of the window in row-major order
+    (onnxruntime keeps a value only where it is strictly greater, as Caffe).
+    """
+    h, w = e.bottom_shapes[0][2:]
+    within = e.node("Mod", [indices, e.constant("plane", np.asarray(int(h) * int(w), np.int64))],
+                    [e.temp("within")])[0]
+    e.node("Cast", [within], e.outputs[1:2], to=1)
 
 
 def _ceil_size(size: int, kernel: int, stride: int, pad: int) -> int:
