@@ -185,6 +185,9 @@ _NO_BLOBS = (
     ("Interp", "interp_param", "resize.Interp", "shape.interp", None),
     ("ShuffleChannel", "shuffle_channel_param", "shape.ShuffleChannel", "shape.shuffle_channel", None),
     ("Axpy", None, "forks.Axpy", "forks.axpy", None),
+    ("ROIPooling", "roi_pooling_param", "forks.ROIPooling", "forks.roi_pooling", None),
+    ("PSROIPooling", "psroi_pooling_param", "forks.PSROIPooling", "forks.psroi_pooling", None),
+    ("Reorg", "reorg_param", "forks.Reorg", "forks.reorg", None),
 )
 
 # Type name -> row. A fork's type is one more row (docs/development.md).
@@ -197,6 +200,9 @@ TYPES.update((name, LayerType(name, param, count=0, run=run, export=export, depl
 FORKS = {
     "BN": "caffe-segnet",
     "Axpy": "SENet",
+    "ROIPooling": "caffe-fast-rcnn",
+    "PSROIPooling": "R-FCN",
+    "Reorg": "YOLOv2",
 }
 
 

@@ -21,6 +21,9 @@ FORK_PARAMS = {
     "interp_param": ("Interp",),
     "shuffle_channel_param": ("ShuffleChannel",),
     "bn_param": ("BN",),
+    "roi_pooling_param": ("ROIPooling",),
+    "psroi_pooling_param": ("PSROIPooling",),
+    "reorg_param": ("Reorg",),
 }
 
 
