@@ -312,3 +312,37 @@ def test_an_enet_shaped_net_runs_and_exports(tmp_path):
     assert "BN (caffe-segnet)" in shown and "Upsample (caffe-segnet)" in shown
     record = one_json(ok("info", "--layers", "--json", model))
     assert record["forks"]["unpool"] == "caffe-segnet" and "init_conv" not in record["forks"]
+
+
+# -- the forks' parameter messages, read only in layers of their type -------------------------
+
+
+def test_the_forks_numbers_are_read_only_in_layers_of_their_type(tmp_path):
+    from builders import len_field, varint_field
+
+    # bn_param (45) bn_mode INFERENCE, roi_pooling_param (8266711) pooled_h 2, psroi_pooling_param (10001)
+    # output_dim 3, reorg_param (159) stride 2: in a Convolution layer another fork's fields, not understood.
+    fields = {45: varint_field(3, 1), 8266711: varint_field(1, 2), 10001: varint_field(2, 3), 159: varint_field(1, 2)}
+    conv = layer("conv1", "Convolution", "data", blobs=[np.ones((1, 1, 1, 1)), np.zeros(1)],
+                 convolution_param={"num_output": 1, "kernel_size": [1]})
+    raw = net([], {"data": (1, 1, 2, 2)}).SerializeToString()
+    raw += len_field(100, conv.SerializeToString() + b"".join(len_field(k, v) for k, v in fields.items()))
+    owners = {45: ("BN", "conv1", [np.ones((1, 1, 1, 1)), np.zeros((1, 1, 1, 1))]),
+              8266711: ("ROIPooling", ["conv1", "rois"], []), 10001: ("PSROIPooling", ["conv1", "rois"], []),
+              159: ("Reorg", "conv1", [])}
+    for number, (kind, bottoms, blobs) in owners.items():
+        own = layer(f"l{number}", kind, bottoms, blobs=blobs).SerializeToString() + len_field(number, fields[number])
+        raw += len_field(100, own)
+    path = tmp_path / "forks.caffemodel"
+    path.write_bytes(raw)
+    record = one_json(ok("info", "--layers", "--json", path))
+    assert sorted(record["unknown_fields"]["conv1"], key=int) == ["45", "159", "10001", "8266711"]
+    assert set(record["unknown_fields"]) == {"conv1"}
+    defs = {d["name"]: d for d in record["layer_defs"]}
+    assert defs["l45"]["bn_param"] == {"bn_mode": "INFERENCE"}
+    assert defs["l8266711"]["roi_pooling_param"] == {"pooled_h": 2}
+    assert defs["l10001"]["psroi_pooling_param"] == {"output_dim": 3}
+    assert defs["l159"]["reorg_param"] == {"stride": 2}
+    assert record["forks"] == {"l45": "caffe-segnet", "l8266711": "caffe-fast-rcnn", "l10001": "R-FCN",
+                               "l159": "YOLOv2"}
+    assert not any(k.endswith("_param") and k != "convolution_param" for k in defs["conv1"])

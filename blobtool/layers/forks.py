@@ -1,4 +1,4 @@
-"""The forks' layers that are neither BVLC's nor SSD's: SegNet's BN and SENet's Axpy.
+"""The forks' layers that are neither BVLC's nor SSD's: BN, Axpy, ROIPooling, PSROIPooling, Reorg.
 
 - BN is alexgkendall/caffe-segnet's BNLayer (src/caffe/layers/bn_layer.cpp),
   which ENet's deploy nets use too: blobs scale and shift, (1, C, 1, 1)
@@ -12,6 +12,10 @@
 - Axpy is hujie-frank/SENet's AxpyLayer (src/caffe/layers/axpy_layer.cpp):
   bottoms a (N, C) or (N, C, 1, 1), x and y of one shape (N, C, ...); top =
   y + a[n, c] x, per (n, c) plane (caffe_axpy).
+- ROIPooling is rbgirshick/caffe-fast-rcnn's, PSROIPooling
+  daijifeng001/caffe-rfcn's (its GPU kernel: the fork's Forward_cpu is
+  NOT_IMPLEMENTED), Reorg the YOLOv2 ports' darknet layout
+  (gklz1982/caffe-yolov2): each class says its rounding.
 """
 
 from __future__ import annotations
@@ -157,11 +161,11 @@ class ROIPooling(Layer):
         rois = _rois(self, shapes)
         return [(rois, shapes[0][1]) + self.pooled]
 
-    def bins(self, roi) -> tuple:
+    def bins(self, roi, height: int, width: int) -> tuple:
         """(rows, cols): per pooled index, the [start, end) of its bin in the image, clipped."""
         starts_ends = []
-        for lo, hi, pooled, size in ((roi[2], roi[4], self.pooled[0], self.shape[2]),
-                                     (roi[1], roi[3], self.pooled[1], self.shape[3])):
+        for lo, hi, pooled, size in ((roi[2], roi[4], self.pooled[0], height),
+                                     (roi[1], roi[3], self.pooled[1], width)):
             start = int(c_round(FLOAT(lo) * self.spatial_scale))
             end = int(c_round(FLOAT(hi) * self.spatial_scale))
             bin_size = FLOAT(max(end - start + 1, 1)) / FLOAT(pooled)
@@ -173,11 +177,10 @@ class ROIPooling(Layer):
 
     def forward(self, xs: list) -> list:
         x, rois = xs[0], xs[1].reshape(-1, 5)
-        self.shape = x.shape
         top = np.zeros((rois.shape[0], x.shape[1]) + self.pooled, FLOAT)
         for r, roi in enumerate(rois):
             image = x[_batch_index(self, roi[0], x.shape[0])]
-            (h0, h1), (w0, w1) = self.bins(roi)
+            (h0, h1), (w0, w1) = self.bins(roi, *x.shape[2:])
             for ph in range(self.pooled[0]):
                 for pw in range(self.pooled[1]):
                     if h1[ph] <= h0[ph] or w1[pw] <= w0[pw]:
