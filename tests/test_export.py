@@ -58,7 +58,14 @@ def test_every_layer_sweep_exports_and_onnxruntime_computes_every_blob_as_blobto
     """The layer sweeps of the forward pass, each net also exported at opsets 13 and 17 (tests/caffenets.py)."""
     report = tmp_path / "sweep.jsonl"
     env = {**subprocess_env(), SWEEP_ONNX: ",".join(map(str, OPSETS)), SWEEP_REPORT: str(report)}
-    sweeps = ["tests/test_layers_spatial.py", "tests/test_layers_elementwise.py", "tests/test_layers_shape.py"]
+    sweeps = ["tests/test_layers_spatial.py", "tests/test_layers_elementwise.py", "tests/test_layers_shape.py",
+              # the forks' layers, one case each (their own files export every case)
+              "tests/test_fork_layers.py::test_bn_is_segnets_loop[shape0-LEARN]",
+              "tests/test_fork_layers.py::test_unpooling_is_segnets_loop[scale]",
+              "tests/test_fork_layers.py::test_axpy_is_senets_loop[scale_shape0]",
+              "tests/test_fork_rois.py::test_roi_pooling_is_fast_rcnns_loop_and_opencvs[pooled0-0.5]",
+              "tests/test_fork_rois.py::test_psroi_pooling_is_rfcns_kernel_and_opencvs[2-2-0.5]",
+              "tests/test_fork_rois.py::test_reverse_reorg_is_darknets_loop"]
     done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-x", *sweeps],
                           cwd=REPO, env=env, capture_output=True, text=True, timeout=1200)
     assert done.returncode == 0, done.stdout[-3000:]
