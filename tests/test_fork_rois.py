@@ -208,3 +208,15 @@ def test_a_roi_of_an_image_the_batch_lacks_is_refused(tmp_path):
     np.save(tmp_path / "r.npy", np.array([[1, 0, 0, 2, 2]], np.float32))
     assert_error(invoke("run", model, "--input", f"rois={tmp_path / 'r.npy'}"), 3,
                  "a ROI's batch index is 1; the bottom holds images 0 to 0")
+
+
+@pytest.mark.parametrize("kind, param", [
+    ("ROIPooling", {"roi_pooling_param": {"pooled_h": 2, "pooled_w": 2}}),
+    ("PSROIPooling", {"psroi_pooling_param": {"output_dim": 1, "group_size": 1, "spatial_scale": 1}}),
+])
+def test_a_corner_caffe_cannot_make_an_int_is_refused(tmp_path, kind, param):
+    message = net([layer("r", kind, ["data", "rois"], **param)], {"data": (1, 1, 3, 3), "rois": (1, 5)})
+    _, model = write_net_files(tmp_path, message)
+    np.save(tmp_path / "r.npy", np.array([[0, 1, np.nan, 2, 2]], np.float32))
+    assert_error(invoke("run", model, "--input", f"rois={tmp_path / 'r.npy'}"), 3,
+                 f"layer 'r' ({kind}): a ROI corner scaled by spatial_scale is nan")

@@ -128,6 +128,18 @@ def _rois(layer: Layer, shapes: list) -> int:
     return rois[0]
 
 
+# Caffe converts the scaled corners to a C++ int; past its range (or NaN) the conversion is undefined.
+_INT_RANGE = 2.0 ** 31
+
+
+def _corners(layer: Layer, values) -> None:
+    """Refuse corners whose scaled values are not finite or lie past a C++ int (Caffe's conversion is undefined)."""
+    values = np.asarray(values, np.float64)
+    if not (np.isfinite(values).all() and (np.abs(values) < _INT_RANGE).all()):
+        bad = values[~(np.isfinite(values) & (np.abs(values) < _INT_RANGE))].flat[0]
+        raise layer.error(f"a ROI corner scaled by spatial_scale is {bad:g}, past what Caffe converts to an int")
+
+
 def _batch_index(layer: Layer, value, batch: int) -> int:
     index = int(np.trunc(value)) if np.isfinite(value) else -1
     if not 0 <= index < batch:
@@ -164,6 +176,8 @@ class ROIPooling(Layer):
     def bins(self, roi, height: int, width: int) -> tuple:
         """(rows, cols): per pooled index, the [start, end) of its bin in the image, clipped."""
         starts_ends = []
+        with np.errstate(over="ignore", invalid="ignore"):
+            _corners(self, FLOAT(roi[1:]) * self.spatial_scale)
         for lo, hi, pooled, size in ((roi[2], roi[4], self.pooled[0], height),
                                      (roi[1], roi[3], self.pooled[1], width)):
             start = int(c_round(FLOAT(lo) * self.spatial_scale))
@@ -224,6 +238,9 @@ class PSROIPooling(Layer):
     def bins(self, roi, height: int, width: int) -> tuple:
         """(rows, cols): per pooled index, the [start, end) of its bin, clipped; as the kernel computes them."""
         found = []
+        with np.errstate(over="ignore", invalid="ignore"):
+            _corners(self, (c_round(roi[1:]) + 1.0).astype(FLOAT) * self.spatial_scale)
+            _corners(self, c_round(roi[1:]).astype(FLOAT) * self.spatial_scale)
         for lo, hi, size in ((roi[2], roi[4], height), (roi[1], roi[3], width)):
             start = FLOAT(c_round(lo)) * self.spatial_scale
             end = FLOAT(c_round(hi) + 1.0) * self.spatial_scale
