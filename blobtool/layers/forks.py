@@ -195,12 +195,17 @@ class ROIPooling(Layer):
         for r, roi in enumerate(rois):
             image = x[_batch_index(self, roi[0], x.shape[0])]
             (h0, h1), (w0, w1) = self.bins(roi, *x.shape[2:])
-            for ph in range(self.pooled[0]):
-                for pw in range(self.pooled[1]):
-                    if h1[ph] <= h0[ph] or w1[pw] <= w0[pw]:
-                        continue  # an empty bin: 0
-                    window = image[:, h0[ph]:h1[ph], w0[pw]:w1[pw]].reshape(x.shape[1], -1)
-                    top[r, :, ph, pw] = np.fmax.reduce(window, axis=1, initial=_LOWEST)
+            # Bins repeat where pooled passes the ROI's size: each distinct bin is computed once (at most
+            # about 2 (H + 1) x 2 (W + 1) of them, whatever pooled_h and pooled_w are), then laid out.
+            rows, row_of = np.unique(np.stack([h0, h1], axis=1), axis=0, return_inverse=True)
+            cols, col_of = np.unique(np.stack([w0, w1], axis=1), axis=0, return_inverse=True)
+            table = np.zeros((x.shape[1], len(rows), len(cols)), FLOAT)
+            for i, (a, b) in enumerate(rows):
+                for j, (c, d) in enumerate(cols):
+                    if b > a and d > c:  # an empty bin stays 0
+                        window = image[:, a:b, c:d].reshape(x.shape[1], -1)
+                        table[:, i, j] = np.fmax.reduce(window, axis=1, initial=_LOWEST)
+            top[r] = table[:, row_of.reshape(-1)][:, :, col_of.reshape(-1)]
         return [top]
 
 
