@@ -14,7 +14,7 @@ The families, one module each, mirror Caffe's src/caffe/layers/:
   Permute; the forks' ShuffleChannel;
 - ssd.py: caffe-ssd's PriorBox and DetectionOutput;
 - resize.py: the forks' Upsample (nearest, and SegNet's max-unpooling) and Interp (bilinear);
-- forks.py: SegNet's BN and SENet's Axpy.
+- forks.py: SegNet's BN, SENet's Axpy, Fast R-CNN's ROIPooling, R-FCN's PSROIPooling, YOLOv2's Reorg.
 
 Each formula is Caffe's, with its source file named beside the code.
 Only numpy is imported; the runner (blobtool/forward/) builds layers from a

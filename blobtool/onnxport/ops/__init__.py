@@ -5,7 +5,8 @@
   Eltwise, Reduction, ArgMax, Normalize;
 - shape.py: Concat, Slice, Split, Flatten, Reshape, Crop, Tile, Permute, ShuffleChannel,
   PriorBox (a constant), DetectionOutput (refused), Upsample, Interp;
-- forks.py: SegNet's BN and max-unpooling (Upsample with two bottoms), SENet's Axpy.
+- forks.py: SegNet's BN and max-unpooling (Upsample with two bottoms), SENet's Axpy, ROIPooling,
+  PSROIPooling, Reorg.
 
 Each writes what the layer's class computes, with Caffe's rules (docs/onnx.md has the table).
 """

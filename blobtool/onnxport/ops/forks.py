@@ -1,4 +1,4 @@
-"""The forks' layers as ONNX nodes: SegNet's BN and max-unpooling Upsample, SENet's Axpy.
+"""The forks' layers as ONNX nodes: BN and max-unpooling Upsample, Axpy, ROIPooling, PSROIPooling, Reorg.
 
 - BN (caffe-segnet), INFERENCE: Mul by the scale, then Add of the shift,
   both (1, C, 1, 1) as stored. LEARN: the batch's statistics as bn_layer.cpp
@@ -9,6 +9,12 @@
   plane, a float) to ONNX's (flat over the whole (N, C, H, W) output): the
   mask cast to int64 plus (n C + c) H W, output_shape the layer's top.
 - Axpy (SENet): y + a x, a reshaped to (N, C, 1, ...) for the broadcast.
+- ROIPooling (caffe-fast-rcnn): MaxRoiPool, whose definition is Fast
+  R-CNN's loop, rounding included (onnxruntime's is its code).
+- PSROIPooling (R-FCN): no ONNX operator; a summed-area table of the
+  bottom in double, the bins' bounds computed from the ROIs as R-FCN's
+  kernel computes them, four Gathers per bin, the mean where not empty.
+- Reorg (YOLOv2): darknet's view (Reshape), Transpose, Reshape.
 """
 
 from __future__ import annotations
