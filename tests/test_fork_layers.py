@@ -99,7 +99,10 @@ def run_and_export(tmp_path, message, feeds: dict) -> dict:
     assert set(ran) <= set(got), sorted(set(ran) - set(got))
     for name, value in ran.items():
         assert got[name].shape == value.shape, name
-        assert max_scaled_difference(got[name], value) <= TOLERANCE, name
+        finite = np.isfinite(value)
+        # NaN and infinities at the same places, the finite values within TOLERANCE
+        np.testing.assert_array_equal(got[name][~finite], value[~finite], err_msg=name)
+        assert max_scaled_difference(got[name][finite], value[finite]) <= TOLERANCE, name
     return ran
 
 
@@ -214,6 +217,18 @@ def test_the_mask_top_exports_in_caffes_layout(tmp_path, pool):
     assert index.min() >= 0 and index.max() < h * w
     picked = np.take_along_axis(x.reshape(n, c, h * w), index.reshape(n, c, -1), axis=2)
     np.testing.assert_array_equal(picked.reshape(ran["pool"].shape), ran["pool"])
+
+
+def test_the_mask_exports_as_caffe_where_windows_hold_nan_or_nothing_above_flt_max(tmp_path):
+    x = np.zeros((1, 1, 2, 6), np.float32)
+    x[0, 0, :, :2] = [[np.nan, 1.0], [-2.0, np.nan]]     # NaN never wins
+    x[0, 0, :, 2:4] = -np.inf                            # nothing beats -FLT_MAX: -FLT_MAX and -1
+    x[0, 0, :, 4:] = [[np.nan, np.nan], [np.nan, 3.0]]
+    message = net([layer("pool", "Pooling", "data", ["pool", "mask"], pooling_param={"pool": MAX, "kernel_size": 2,
+                                                                                    "stride": 2})], {"data": x.shape})
+    ran = run_and_export(tmp_path, message, {"data": x})
+    assert ran["pool"].reshape(-1).tolist() == [1.0, float(np.finfo(np.float32).min), 3.0]
+    assert ran["mask"].reshape(-1).tolist() == [1.0, -1.0, 11.0]
 
 
 def test_a_mask_past_the_output_is_refused(tmp_path):
