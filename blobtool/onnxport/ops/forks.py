@@ -3,7 +3,8 @@
 - BN (caffe-segnet), INFERENCE: Mul by the scale, then Add of the shift,
   both (1, C, 1, 1) as stored. LEARN: the batch's statistics as bn_layer.cpp
   computes them: ReduceMean of x and of x * x over N, H, W, variance E[x^2]
-  - E[x]^2, then (x - mean) / Sqrt(variance + 1e-9) * scale + shift.
+  - E[x]^2, then (x - mean) / Sqrt(variance + 1e-9) * scale + shift; the
+  mean and variance are tops 1 and 2 where the layer has them.
 - Upsample with two bottoms (caffe-segnet's max-unpooling): MaxUnpool of
   the values at indices converted from Caffe's layout (h * W + w within its
   plane, a float) to ONNX's (flat over the whole (N, C, H, W) output): the
@@ -32,8 +33,6 @@ def bn(e) -> None:
     scale, shift = e.blob(0, (1, c, 1, 1)), e.blob(1, (1, c, 1, 1))
     x = e.inputs[0]
     if layer.mode != BN_INFERENCE:
-        if len(e.outputs) > 1:
-            raise e.refuse("the batch's mean and variance as tops 1 and 2 are not written; give BN one top")
         mean = e.reduce("ReduceMean", x, [0, 2, 3], e.temp("mean"))
         square = e.node("Mul", [x, x], [e.temp("square")])[0]
         mean_square = e.reduce("ReduceMean", square, [0, 2, 3], e.temp("mean_square"))
@@ -43,8 +42,11 @@ def bn(e) -> None:
         deviation = e.node("Sqrt", [padded], [e.temp("deviation")])[0]
         centred = e.node("Sub", [x, mean], [e.temp("centred")])[0]
         x = e.node("Div", [centred, deviation], [e.temp("normalized")])[0]
+        # Tops 1 and 2, where given: the batch's mean and variance, (1, C, 1, 1) as ReduceMean keeps them.
+        for statistic, top in zip((mean, variance), e.outputs[1:]):
+            e.node("Identity", [statistic], [top])
     scaled = e.node("Mul", [x, scale], [e.temp("scaled")])[0]
-    e.node("Add", [scaled, shift], e.outputs)
+    e.node("Add", [scaled, shift], e.outputs[:1])
 
 
 def max_unpool(e) -> None:
