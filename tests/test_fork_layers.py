@@ -360,3 +360,24 @@ def test_the_forks_numbers_are_read_only_in_layers_of_their_type(tmp_path):
     assert record["forks"] == {"l45": "caffe-segnet", "l8266711": "caffe-fast-rcnn", "l10001": "R-FCN",
                                "l159": "YOLOv2"}
     assert not any(k.endswith("_param") and k != "convolution_param" for k in defs["conv1"])
+
+
+def test_segnets_upsample_param_under_137_is_read_in_an_upsample_layer(tmp_path):
+    from builders import len_field, varint_field
+
+    # caffe-segnet numbers UpsampleParameter 137 (BVLC's embed_param): upsample_h 6 (field 6), upsample_w 4 (7).
+    settings = len_field(137, varint_field(6, 6) + varint_field(7, 4))
+    pool = layer("pool", "Pooling", "data", ["pool", "mask"], pooling_param={"pool": MAX, "kernel_size": 2,
+                                                                            "stride": 2})
+    raw = net([], {"data": (1, 2, 6, 4)}).SerializeToString() + len_field(100, pool.SerializeToString())
+    raw += len_field(100, layer("unpool", "Upsample", ["pool", "mask"]).SerializeToString() + settings)
+    path = tmp_path / "segnet.caffemodel"
+    path.write_bytes(raw)
+    record = one_json(ok("info", "--layers", "--json", path))
+    assert record["layer_defs"][1]["upsample_param"] == {"upsample_h": 6, "upsample_w": 4}
+    assert "unknown_fields" not in record
+    x = _rng(10).standard_normal((1, 2, 6, 4)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    ok("run", path, "--input", f"data={tmp_path / 'x.npy'}", "--outputs", "pool,mask,unpool", "-o", tmp_path / "o.npz")
+    got = np.load(tmp_path / "o.npz")
+    np.testing.assert_array_equal(got["unpool"], unpool_loops(got["pool"], got["mask"], 6, 4))
