@@ -12,6 +12,7 @@ from .engine import kernels
 from .formats.caffe.blobproto import PAYLOAD_BY_NAME
 from .errors import UsageError, parameter
 from .formats import Document, Entry
+from .net.layertypes import fork_of
 from .net.model import model
 
 __all__ = ["json_float", "info_record", "norm_record", "norm_values", "compare_record", "CHECKS",
@@ -98,6 +99,10 @@ def info_record(doc: Document, entries, *, stats: bool = False, check: str | Non
             unknown = _unknown_fields(net)
             if unknown:
                 out["unknown_fields"] = unknown
+            forks = {d["name"]: fork_of(d.get("type"), len(d.get("bottom", ()))) for d in out["layer_defs"]
+                     if "name" in d and fork_of(d.get("type"), len(d.get("bottom", ())))}
+            if forks:
+                out["forks"] = forks
         if input_shapes:
             out["top_shapes"] = top_shapes(doc, input_shapes)
         if all_layers or layer_defs:

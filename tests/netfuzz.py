@@ -577,7 +577,7 @@ def change_type(m, pick):
     if not m.layer:
         return "no layer"
     each = pick("choice", list(m.layer))
-    each.type = pick("choice", known_types() + ["Input", "Python", "BN", ""])
+    each.type = pick("choice", known_types() + ["Input", "Python", "Region", ""])
     return f"{each.name} made {each.type}"
 
 

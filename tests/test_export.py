@@ -31,7 +31,6 @@ TOLERANCE = 1e-4
 
 # What export refuses, in the layer sweeps, and why (docs/onnx.md): nothing else may be refused.
 DOCUMENTED_REFUSALS = (
-    "MAX pooling's second top (the argmax mask)",
     "its last window starts past the image",
     "a convolution of several bottoms",
     "only 2-D convolutions over axis 1 of a 4-D bottom",
@@ -58,7 +57,14 @@ def test_every_layer_sweep_exports_and_onnxruntime_computes_every_blob_as_blobto
     """The layer sweeps of the forward pass, each net also exported at opsets 13 and 17 (tests/caffenets.py)."""
     report = tmp_path / "sweep.jsonl"
     env = {**subprocess_env(), SWEEP_ONNX: ",".join(map(str, OPSETS)), SWEEP_REPORT: str(report)}
-    sweeps = ["tests/test_layers_spatial.py", "tests/test_layers_elementwise.py", "tests/test_layers_shape.py"]
+    sweeps = ["tests/test_layers_spatial.py", "tests/test_layers_elementwise.py", "tests/test_layers_shape.py",
+              # the forks' layers, one case each (their own files export every case)
+              "tests/test_fork_layers.py::test_bn_is_segnets_loop[shape0-LEARN]",
+              "tests/test_fork_layers.py::test_unpooling_is_segnets_loop[scale]",
+              "tests/test_fork_layers.py::test_axpy_is_senets_loop[scale_shape0]",
+              "tests/test_fork_rois.py::test_roi_pooling_is_fast_rcnns_loop_and_opencvs[pooled0-0.5]",
+              "tests/test_fork_rois.py::test_psroi_pooling_is_rfcns_kernel_and_opencvs[2-2-0.5]",
+              "tests/test_fork_rois.py::test_reverse_reorg_is_darknets_loop"]
     done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-x", *sweeps],
                           cwd=REPO, env=env, capture_output=True, text=True, timeout=1200)
     assert done.returncode == 0, done.stdout[-3000:]
@@ -185,11 +191,12 @@ def test_outputs_end_the_graph_where_they_are_computed(tmp_path):
 
 
 def test_a_layer_that_cannot_be_exported_is_exit_3_and_nothing_is_written(tmp_path):
-    extra = [layer("pool2", "Pooling", "conv1", ["pool2", "mask"], pooling_param={"pool": 0, "kernel_size": 2})]
+    extra = [layer("conv2", "Convolution", ["pool1", "pool1"], ["conv2a", "conv2b"],
+                   blobs=[np.ones((2, 4, 1, 1)), np.zeros(2)], convolution_param={"num_output": 2, "kernel_size": [1]})]
     _, model = _small(tmp_path, extra=extra)
     out = tmp_path / "x.onnx"
-    line = assert_error(invoke("export", model, "-o", out), 3, "layer 'pool2' (Pooling) cannot be exported to ONNX")
-    assert "argmax mask" in line and str(model) in line
+    line = assert_error(invoke("export", model, "-o", out), 3, "layer 'conv2' (Convolution) cannot be exported to ONNX")
+    assert "a convolution of several bottoms" in line and str(model) in line
     assert not out.exists()
 
 

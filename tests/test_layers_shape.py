@@ -862,9 +862,9 @@ REFUSALS = [pytest.param(layers, inputs, text, id=name) for name, layers, inputs
      r"layer 'm' \(Permute\): order \[3\] names axis 3; an order should be less than the input dimension 3"),
     ("shuffle-group", [layer("g", "ShuffleChannel", "x", shuffle_channel_param={"group": 4})], {"x": (1, 6, 2, 2)},
      r"layer 'g' \(ShuffleChannel\): group 4 does not divide the 6 channels"),
-    ("upsample-segnet", [layer("u", "Upsample", ["x", "mask"], upsample_param={"scale": 2})],
-     {"x": (1, 2, 3, 3), "mask": (1, 2, 3, 3)}, r"layer 'u' \(Upsample\): has two bottoms: that is SegNet's "
-                                                r"Upsample \(max-unpooling"),
+    ("upsample-segnet-mask", [layer("u", "Upsample", ["x", "mask"], upsample_param={"scale": 2})],
+     {"x": (1, 2, 3, 3), "mask": (1, 2, 3, 4)}, r"layer 'u' \(Upsample\): the mask \(1, 2, 3, 4\) must have the "
+                                                r"values' shape \(1, 2, 3, 3\)"),
     ("upsample-3d", [layer("u", "Upsample", "x", upsample_param={"scale": 2})], {"x": (1, 2, 3)},
      r"layer 'u' \(Upsample\): bottom \(1, 2, 3\) has 3 axes; Upsample takes \(N, C, H, W\)"),
     ("interp-two-sizes", [layer("i", "Interp", "x", interp_param={"zoom_factor": 2, "shrink_factor": 2})],

@@ -37,7 +37,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 __all__ = ["LayerType", "FoldInto", "TYPES", "row", "foldable", "param_of", "blob_count", "BATCHNORM_ROLES",
-           "DEPLOY_ROLES", "deploy_role", "check_join", "name_of"]
+           "DEPLOY_ROLES", "deploy_role", "check_join", "name_of", "FORKS", "fork_of"]
 
 
 @dataclass(frozen=True)
@@ -125,6 +125,8 @@ _ROWS = (
     LayerType("RNN", "recurrent_param", run="recurrent.RNN", export="recurrent.rnn"),
     LayerType("LSTMUnit", count=0, run="recurrent.LSTMUnit", export="recurrent.lstm_unit"),
     LayerType("Parameter", "parameter_param", ("value",), 1, run="batch.Parameter", export="batch.parameter"),
+    # SegNet's and ENet's BN (alexgkendall/caffe-segnet): scale and shift, (1, C, 1, 1) each.
+    LayerType("BN", "bn_param", ("scale", "shift"), 2, run="forks.BN", export="forks.bn"),
 )
 
 # Layer types of BVLC Caffe (and SSD's) that hold no blobs: (type, parameter message, the class
@@ -188,12 +190,36 @@ _NO_BLOBS = (
     ("Upsample", "upsample_param", "resize.Upsample", "shape.upsample", None),
     ("Interp", "interp_param", "resize.Interp", "shape.interp", None),
     ("ShuffleChannel", "shuffle_channel_param", "shape.ShuffleChannel", "shape.shuffle_channel", None),
+    ("Axpy", None, "forks.Axpy", "forks.axpy", None),
+    ("ROIPooling", "roi_pooling_param", "forks.ROIPooling", "forks.roi_pooling", None),
+    ("PSROIPooling", "psroi_pooling_param", "forks.PSROIPooling", "forks.psroi_pooling", None),
+    ("Reorg", "reorg_param", "forks.Reorg", "forks.reorg", None),
 )
 
 # Type name -> row. A fork's type is one more row (docs/development.md).
 TYPES = {t.name: t for t in _ROWS}
 TYPES.update((name, LayerType(name, param, count=0, run=run, export=export, deploy=deploy))
              for name, param, run, export, deploy in _NO_BLOBS if name not in TYPES)
+
+
+# The fork whose nets carry a type blobtool runs that BVLC Caffe and SSD lack (info --layers names it).
+FORKS = {
+    "BN": "caffe-segnet",
+    "Axpy": "SENet",
+    "ROIPooling": "caffe-fast-rcnn",
+    "PSROIPooling": "R-FCN",
+    "Reorg": "YOLOv2",
+}
+
+
+def fork_of(kind: str | None, bottoms: int = 1) -> str | None:
+    """The fork a layer of type `kind` with `bottoms` bottoms comes from (FORKS), or None for BVLC's and SSD's.
+
+    Upsample with two bottoms is SegNet's max-unpooling.
+    """
+    if kind == "Upsample" and bottoms == 2:
+        return "caffe-segnet"
+    return FORKS.get(kind or "")
 
 
 def row(kind: str | None) -> LayerType | None:

@@ -12,7 +12,8 @@ dictionaries: `k3 s2 p1 g32 out64 bias` for a convolution, `MAX k3 s2` for
 pooling, `eps 1e-05 global` for BatchNorm; a layer type without a rule
 below lists the scalar fields of its parameter messages. Fields blobtool's
 schema does not understand ("unknown_fields": a fork's, by number where the
-schema has no name for them) follow in parentheses.
+schema has no name for them) follow in parentheses. A fork's type that
+blobtool runs is followed by its fork ("forks": "BN (caffe-segnet)").
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ def layer_table(record: dict) -> tuple[list, list]:
             shapes.setdefault(blob["layer"], []).append("x".join(str(d) for d in blob["shape"]) or "scalar")
     tops = record.get("top_shapes")
     unknown = record.get("unknown_fields", {})
+    forks = record.get("forks", {})
     rows = []
     for layer, d in zip(layers, record["layer_defs"]):
         wiring = ""
@@ -49,7 +51,10 @@ def layer_table(record: dict) -> tuple[list, list]:
         said = summary(d)
         if layer["name"] in unknown:
             said = f"{said} (not understood: {', '.join(unknown[layer['name']])})".lstrip()
-        row = [escape(layer["name"]), escape(d.get("type", layer["type"] or "-")), escape(wiring),
+        kind = d.get("type", layer["type"] or "-")
+        if layer["name"] in forks:
+            kind = f"{kind} ({forks[layer['name']]})"
+        row = [escape(layer["name"]), escape(kind), escape(wiring),
                escape(said), ", ".join(shapes.get(layer["name"], ()))]
         if tops is not None:
             shown = tops.get(layer["name"])

@@ -7,10 +7,12 @@
   PriorBox (a constant), DetectionOutput (refused), Upsample, Interp;
 - recurrent.py: LSTM, RNN (their unrolled net, step by step);
 - windows.py: SPP, Im2col; batch.py: BatchReindex, Filter, Parameter.
+- forks.py: SegNet's BN and max-unpooling (Upsample with two bottoms), SENet's Axpy, ROIPooling,
+  PSROIPooling, Reorg.
 
 Each writes what the layer's class computes, with Caffe's rules (docs/onnx.md has the table).
 """
 
 from __future__ import annotations
 
-from . import batch, elementwise, recurrent, shape, spatial, windows  # noqa: F401  (they register)
+from . import batch, elementwise, forks, recurrent, shape, spatial, windows  # noqa: F401  (they register)

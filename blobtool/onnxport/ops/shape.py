@@ -49,6 +49,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..emit import exporter
+from .forks import max_unpool
 
 # The most values a constant computed at export from the net's shapes may hold (64 MiB as float32): a
 # definition of a few bytes states any size, and SSD512's priors are 196,416 values.
@@ -188,6 +189,9 @@ def detection_output(e) -> None:
 @exporter("Upsample")
 def upsample(e) -> None:
     layer = _settled(e)
+    if layer.unpool:
+        max_unpool(e)
+        return
     if layer.scale == 1:
         _identity(e)
         return
