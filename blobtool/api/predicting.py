@@ -1,0 +1,228 @@
+"""Images in, answers out: predict runs a net on images, preprocessed as Caffe's users did (preprocessing.py).
+
+predict(net, images, ...) decodes each image (formats/images.py), makes
+it the net's input (preprocess: pycaffe's Transformer, in Caffe's order),
+runs the deploy net `run` runs in batches of the net's batch size, and
+answers by what the net ends in (answers.py). The settings not given come
+from the net's own data layer's transform_param (scale, mean_value); a
+mean_file it names is not opened (a file names only itself): a note says
+to give it as `mean`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..errors import BlobToolError, UsageError
+from . import answers
+from .common import opened_net
+from .preprocessing import Preprocessing, preprocess
+
+__all__ = ["predict", "PredictResult", "settings_from_net", "read_mean"]
+
+
+@dataclass
+class PredictResult:
+    """What predict found: one record per image (in order), the net inputs made, the outputs, what was said."""
+
+    records: list                               # {"image", "size", "input", "preprocessing", "answer"} or an "error"
+    inputs: list                                # per image: its net input (crops x C x H x W float32), or None
+    outputs: list                               # per image: {blob: values} (a classifier's averaged over crops)
+    settings: Preprocessing = None
+    kind: str = ""                              # classes, detections, segmentation or blobs
+    classmaps: list = field(default_factory=list)   # per image: a segmentation's class map, or None
+    images: list = field(default_factory=list)      # per image: its Decoded, or None
+    notes: list = field(default_factory=list)
+
+    @property
+    def failed(self) -> int:
+        return sum("error" in r for r in self.records)
+
+
+def read_mean(value, channels: int) -> tuple:
+    """(mean, where it came from): per-channel values as given, or a mean image read from a .binaryproto or .npy."""
+    if value is None:
+        return None, ""
+    if isinstance(value, (str, os.PathLike)):
+        text = os.fspath(value)
+        if not os.path.exists(text) and all(_is_number(v) for v in text.split(",")):
+            return [float(v) for v in text.split(",")], ""
+        from .blobs import load
+
+        blob = load(text)
+        array = np.array(blob.data, dtype=np.float32).reshape(blob.shape)
+        if array.ndim == 4 and array.shape[0] == 1:
+            array = array[0]
+        return array, text
+    return value, ""
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def settings_from_net(transforms: list, given: dict, channels: int) -> tuple:
+    """(Preprocessing, notes): `given` ({field: value or None}) with the data layer's transform_param for those not given."""
+    notes = []
+    stated = dict(transforms[0][1]) if transforms else {}
+    layer = transforms[0][0] if transforms else ""
+    values = dict(given)
+    if values.get("scale") is None and "scale" in stated:
+        values["scale"] = stated["scale"]
+        notes.append(f"scale {stated['scale']:g} from data layer {layer}'s transform_param")
+    if values.get("mean") is None and stated.get("mean_value"):
+        values["mean"] = list(stated["mean_value"])
+        notes.append(f"mean {','.join(f'{v:g}' for v in stated['mean_value'])} from data layer {layer}'s "
+                     "transform_param")
+    if values.get("mean") is None and stated.get("mean_file"):
+        notes.append(f"data layer {layer} subtracted mean_file {stated['mean_file']}, which is not opened here: "
+                     "give it with --mean FILE")
+    if stated.get("crop_size") and not values.get("resize"):
+        notes.append(f"data layer {layer} cropped {stated['crop_size']}x{stated['crop_size']} from larger images: "
+                     "--resize H,W (the training images' size) does the same; here the image is resized to the input")
+    mean, source = read_mean(values.get("mean"), channels)
+    raw = values.get("raw_scale")
+    settings = Preprocessing(mean=mean, scale=values.get("scale"), raw_scale=255.0 if raw is None else float(raw),
+                             rgb=bool(values.get("rgb")), resize=values.get("resize"),
+                             oversample=bool(values.get("oversample")), mean_source=source)
+    return settings, notes
+
+
+def _image_input(program, source) -> tuple:
+    """(name, shape) of the net's one image input: N x C x H x W with C 1 or 3."""
+    if len(program.inputs) != 1:
+        raise UsageError(f"predict feeds a net of one input; this one has {len(program.inputs)} "
+                         f"({', '.join(program.inputs)})", path=source)
+    (name, shape), = program.inputs.items()
+    if len(shape) != 4 or shape[1] not in (1, 3):
+        raise UsageError(f"input {name!r} has shape {tuple(shape)}: predict feeds images to an input of N x C x H x "
+                         "W with 1 or 3 channels", path=source)
+    return name, tuple(shape)
+
+
+def predict(src, images, *, definition=None, mean=None, scale=None, raw_scale=None, rgb: bool = False,
+            resize=None, oversample: bool = False, labels=None, top: int = 5, threshold: float = 0.5,
+            warn=None, progress=None) -> PredictResult:
+    """Run the net in `src` on `images`; a PredictResult with one record per image (see the module).
+
+    `images`: paths of image files (folders' image files included), or
+    H x W x K arrays (RGB; float in [0, 1] or integers). `mean`: per-channel
+    values, a mean image array, or a file (.binaryproto, .npy) of one;
+    `scale`: one factor or one per channel; `raw_scale` (default 255), `rgb`,
+    `resize` ((height, width)), `oversample`: preprocess's. `labels`: names,
+    or a labels file; `top`: how many classes; `threshold`: the least score
+    of a box kept. An image that cannot be read is a record with its
+    "error" (the rest go on); bad settings are a UsageError before any image
+    is read.
+    """
+    from ..forward.run import prepare_net
+
+    names = answers.read_labels(labels) if isinstance(labels, (str, os.PathLike)) else labels
+    given = {"mean": mean, "scale": scale, "raw_scale": raw_scale, "rgb": rgb,
+             "resize": tuple(resize) if resize else None, "oversample": oversample}
+    with contextlib.ExitStack() as opened:
+        doc, other = opened_net(opened, src, definition, warn)
+        deploy, program, wanted = prepare_net(doc, other)
+        name, shape = _image_input(program, deploy.source)
+        settings, notes = settings_from_net(deploy.transforms, given, shape[1])
+        shapes = program.shapes
+        writers = {t: s.layer.type for s in program.steps for t in s.tops}
+        kind = answers.answer_kind({n: tuple(shapes[n][1:]) for n in wanted}, writers)
+        if oversample and kind != "classes":
+            raise UsageError(f"--oversample averages a classifier's scores over 10 crops; this net's answer is "
+                             f"{kind}", path=deploy.source)
+        preprocess([], shape, settings)  # the settings checked against the input before any image is read
+        result = PredictResult([], [], [], settings, kind, notes=notes)
+        decoded = _decode_all(images, shape, settings, result)
+        _run_batches(program, name, shape, wanted, result, decoded, progress)
+    _answer_all(result, wanted, names, top, threshold)
+    return result
+
+
+def _decode_all(images, shape, settings, result) -> list:
+    """Each image's net input made, or its error recorded: [(index, Decoded, input)]; result's lists filled."""
+    from ..formats.images import Decoded, decode_image, image_files
+
+    items = list(images) if not isinstance(images, (str, os.PathLike)) else [images]
+    made = []
+    for item in items:
+        sources = image_files([item]) if isinstance(item, (str, os.PathLike)) else [item]
+        for each in sources:
+            index = len(result.records)
+            try:
+                image = decode_image(each) if isinstance(each, (str, os.PathLike)) else Decoded(
+                    f"image {index}", np.asarray(each), "array")
+                net_input = preprocess([image.pixels], shape, settings)
+            except BlobToolError as exc:
+                where = os.fspath(each) if isinstance(each, (str, os.PathLike)) else f"image {index}"
+                result.records.append({"image": where, "error": exc.args[0] if exc.args else str(exc),
+                                       "exit_code": int(exc.exit_code)})
+                result.inputs.append(None)
+                result.images.append(None)
+                continue
+            result.records.append({"image": image.path, "size": list(image.size), "mode": image.mode,
+                                   "decoded": image.notes, "input": list(net_input.shape)})
+            result.inputs.append(net_input)
+            result.images.append(image)
+            made.append((index, image, net_input))
+    return made
+
+
+def _run_batches(program, name, shape, wanted, result, made, progress) -> None:
+    """The crops of every image run in batches of the net's batch size; each image's outputs kept by image."""
+    crops = [(index, k) for index, _, net_input in made for k in range(len(net_input))]
+    batch = shape[0]
+    per_crop: dict = {}
+    for start in range(0, len(crops), batch):
+        chunk = crops[start:start + batch]
+        values = np.zeros(shape, dtype=np.float32)
+        for row, (index, k) in enumerate(chunk):
+            values[row] = result.inputs[index][k]
+        out = program.run({name: values}, wanted)
+        for row, key in enumerate(chunk):
+            per_crop[key] = {n: _row_of(v, row, batch, result.kind) for n, v in out.items()}
+        if progress is not None:
+            progress(len(chunk))
+    result.outputs = [None] * len(result.records)
+    for index, _, net_input in made:
+        outs = [per_crop[(index, k)] for k in range(len(net_input))]
+        result.outputs[index] = {n: np.mean([o[n] for o in outs], axis=0) if len(outs) > 1 else outs[0][n]
+                                 for n in wanted}
+
+
+def _row_of(value: np.ndarray, row: int, batch: int, kind: str) -> np.ndarray:
+    """One batch row's share of an output: its row, or for DetectionOutput the rows of its image id, set to 0."""
+    if kind == "detections" and value.ndim == 4 and value.shape[-1] == 7:
+        rows = value.reshape(-1, 7)
+        mine = rows[rows[:, 0] == row].copy()
+        mine[:, 0] = 0
+        return mine.reshape(1, 1, -1, 7)
+    return value[row:row + 1] if value.shape and value.shape[0] == batch else value
+
+
+def _answer_all(result, wanted, names, top, threshold) -> None:
+    """Each image's answer by the net's kind; a segmentation's class map kept for drawing."""
+    result.classmaps = [None] * len(result.records)
+    for index, record in enumerate(result.records):
+        outs = result.outputs[index] if index < len(result.outputs) else None
+        if outs is None:
+            continue
+        record["preprocessing"] = result.settings.record()
+        first = outs[wanted[0]]
+        if result.kind == "classes":
+            record["answer"] = answers.classes(first[0], names, top)
+        elif result.kind == "detections":
+            det = next(n for n in wanted if outs[n].ndim == 4 and outs[n].shape[-1] == 7)
+            record["answer"] = answers.detections(outs[det], 0, result.images[index].size, names, threshold)
+        elif result.kind == "segmentation":
+            record["answer"], result.classmaps[index] = answers.segmentation(first[0], names)
+        else:
+            record["answer"] = answers.summaries(outs)
