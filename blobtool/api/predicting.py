@@ -22,7 +22,8 @@ from . import answers
 from .common import opened_net
 from .preprocessing import Preprocessing, preprocess
 
-__all__ = ["predict", "PredictResult", "settings_from_net", "read_mean"]
+__all__ = ["predict", "PredictResult", "settings_from_net", "read_mean", "stacked_outputs", "write_outputs",
+           "picture_paths", "save_picture"]
 
 
 @dataclass
@@ -152,6 +153,10 @@ def _decode_all(images, shape, settings, result) -> list:
     from ..formats.images import Decoded, decode_image, image_files
 
     items = list(images) if not isinstance(images, (str, os.PathLike)) else [images]
+    if any(isinstance(i, (str, os.PathLike)) for i in items):
+        from ..formats.images import pillow
+
+        pillow()  # a missing extra is one usage error, not an error for every image
     made = []
     for item in items:
         sources = image_files([item]) if isinstance(item, (str, os.PathLike)) else [item]
@@ -226,3 +231,74 @@ def _answer_all(result, wanted, names, top, threshold) -> None:
             record["answer"], result.classmaps[index] = answers.segmentation(first[0], names)
         else:
             record["answer"] = answers.summaries(outs)
+
+
+def stacked_outputs(result: PredictResult) -> dict:
+    """{blob: values} of every image read, as one run of them would give: rows stacked in image order.
+
+    DetectionOutput's rows are concatenated with their image id set to the
+    image's place among those read.
+    """
+    done = [o for o in result.outputs if o is not None]
+    if not done:
+        return {}
+    out = {}
+    for name in done[0]:
+        parts = [o[name] for o in done]
+        if result.kind == "detections" and parts[0].ndim == 4 and parts[0].shape[-1] == 7:
+            rows = []
+            for place, part in enumerate(parts):
+                part = part.reshape(-1, 7).copy()
+                part[:, 0] = place
+                rows.append(part)
+            out[name] = np.concatenate(rows).reshape(1, 1, -1, 7)
+        else:
+            out[name] = np.concatenate(parts)
+    return out
+
+
+def write_outputs(result: PredictResult, dest) -> None:
+    """The raw outputs (stacked_outputs) written to an .npz at `dest`, atomically, as `run -o` writes them."""
+    from ..formats.numpy import save_arrays
+
+    save_arrays(stacked_outputs(result), dest, fmt="npz")
+
+
+def picture_paths(result: PredictResult, out) -> list:
+    """Where each image's picture goes: `out` itself for one image (a file), else `out`/<stem>.png (a folder made).
+
+    Two images of one stem (a.jpg and a.png) get their index added.
+    """
+    out = os.fspath(out)
+    done = [r for r in result.records if "error" not in r]
+    if len(result.records) == 1 and not os.path.isdir(out):
+        return [out] if done else [None]
+    if os.path.exists(out) and not os.path.isdir(out):
+        raise UsageError(f"{len(result.records)} images draw {len(result.records)} pictures: -o names a folder, and "
+                         "this is a file", path=out)
+    from ..errors import OutputError
+
+    try:
+        os.makedirs(out, exist_ok=True)
+    except OSError as exc:
+        raise OutputError(f"cannot create the folder ({exc.strerror})", path=out) from exc
+    paths, seen = [], set()
+    for index, record in enumerate(result.records):
+        if "error" in record:
+            paths.append(None)
+            continue
+        stem = os.path.splitext(os.path.basename(record["image"]))[0] or f"image{index}"
+        name = f"{stem}.png" if stem not in seen else f"{stem}.{index}.png"
+        seen.add(stem)
+        paths.append(os.path.join(out, name))
+    return paths
+
+
+def save_picture(picture, dest) -> None:
+    """A PIL image written to `dest` atomically, in the format its extension names (PNG where it names none)."""
+    from ..files import atomic_output
+
+    ext = os.path.splitext(os.fspath(dest))[1].lower().lstrip(".")
+    fmt = {"jpg": "JPEG", "jpeg": "JPEG", "bmp": "BMP", "tif": "TIFF", "tiff": "TIFF", "webp": "WEBP"}.get(ext, "PNG")
+    with atomic_output(dest) as stream:
+        picture.save(stream, format=fmt)
