@@ -1,8 +1,6 @@
-"""blobtool.preprocess against pycaffe's caffe.io.Transformer (every combination of its options) and OpenCV's resize."""
+"""blobtool.preprocess: its steps, crops, means and channels, and its resize against OpenCV's (pycaffe's Transformer: test_predict_caffe.py)."""
 
 from __future__ import annotations
-
-import itertools
 
 import numpy as np
 import pytest
@@ -10,7 +8,6 @@ import pytest
 import blobtool
 from blobtool.api.preprocessing import crop_boxes, mean_for, resize_bilinear, to_channels
 from blobtool.errors import UsageError
-from caffepreprocess import pycaffe
 
 RNG = np.random.default_rng(47)
 
@@ -27,34 +24,6 @@ def photo_like(h: int, w: int, channels: int = 3, seed: int = 0) -> np.ndarray:
         base[int(h * 0.2):int(h * 0.3), :] = 0.1 * c
         planes.append(base + rng.normal(0, 0.03, (h, w)))
     return np.clip(np.stack(planes, axis=2), 0, 1).astype(np.float32)
-
-
-MEANS = {"none": None, "small": [0.31, 0.2, 0.45], "channels": [104.0, 117.0, 123.0], "image": "mean_image"}
-
-
-@pytest.mark.caffe
-def test_equals_pycaffe_transformer_every_combination(tmp_path):
-    shape = (3, 12, 10)
-    colour = photo_like(12, 10, 3, seed=1)
-    gray = photo_like(12, 10, 1, seed=2)
-    mean_image = RNG.uniform(0, 200, shape).astype(np.float32)
-    requests, ours = [], []
-    for swap, raw, mean, scale in itertools.product((False, True), (None, 255.0), MEANS, (None, 0.017)):
-        requests.append({"kind": "transformer", "image": 0, "shape": list(shape), "swap": swap, "raw_scale": raw,
-                         "mean": None if MEANS[mean] == "mean_image" else MEANS[mean],
-                         "mean_image": "mean_image" if mean == "image" else None, "input_scale": scale})
-        given = mean_image if mean == "image" else MEANS[mean]
-        ours.append(blobtool.preprocess([colour], shape, mean=given, scale=scale, raw_scale=raw or 1.0, rgb=not swap)[0])
-    for raw, mean, scale in itertools.product((None, 255.0), (None, [0.5]), (None, 2.0)):
-        requests.append({"kind": "transformer", "image": 1, "shape": [1, 12, 10], "raw_scale": raw, "mean": mean,
-                         "input_scale": scale})
-        ours.append(blobtool.preprocess([gray], (1, 12, 10), mean=mean, scale=scale, raw_scale=raw or 1.0)[0])
-    theirs = pycaffe(requests, [colour, gray], tmp_path, {"mean_image": mean_image})
-    assert len(theirs) == 40
-    for request, mine, caffes in zip(requests, ours, theirs):
-        assert mine.dtype == np.float32 and mine.shape == caffes.shape, request
-        np.testing.assert_allclose(mine, caffes, rtol=2e-7, atol=float(np.abs(caffes).max()) * 2e-7,
-                                   err_msg=str(request))
 
 
 def test_integer_images_are_fractions_of_their_type():
