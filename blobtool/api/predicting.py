@@ -23,7 +23,7 @@ from .common import opened_net
 from .preprocessing import Preprocessing, preprocess
 
 __all__ = ["predict", "PredictResult", "settings_from_net", "read_mean", "stacked_outputs", "write_outputs",
-           "picture_paths", "save_picture"]
+           "picture_paths", "save_picture", "pixel_steps"]
 
 
 @dataclass
@@ -302,3 +302,25 @@ def save_picture(picture, dest) -> None:
     fmt = {"jpg": "JPEG", "jpeg": "JPEG", "bmp": "BMP", "tif": "TIFF", "tiff": "TIFF", "webp": "WEBP"}.get(ext, "PNG")
     with atomic_output(dest) as stream:
         picture.save(stream, format=fmt)
+
+
+def pixel_steps(preprocess, deploy, program) -> tuple:
+    """({input: PixelSteps}, notes) for export's --preprocess: `preprocess` True (the net's defaults) or options.
+
+    `preprocess` holds predict's mean, scale, raw_scale and rgb (a dict);
+    the pixels come at the input's own size, so resize and oversample are
+    refused.
+    """
+    from ..onnxport.pixels import PixelSteps
+    from .preprocessing import mean_for, scale_for
+
+    given = dict(preprocess) if isinstance(preprocess, dict) else {}
+    for what in ("resize", "oversample"):
+        if given.get(what):
+            raise UsageError(f"an exported model takes pixels of the input's size: {what} stays with the caller")
+    name, shape = _image_input(program, deploy.source)
+    settings, notes = settings_from_net(deploy.transforms, given, shape[1])
+    mean = mean_for(settings.mean, shape[1], shape[2:])
+    steps = PixelSteps(shape[1], settings.raw_scale, not settings.rgb, mean, scale_for(settings.scale, shape[1]))
+    return {name: steps}, notes + [f"{name}: the model takes uint8 pixels, N x H x W x C in RGB order "
+                                   f"({'x'.join(map(str, steps.pixel_shape(shape)))}); " + settings.line()]

@@ -27,7 +27,7 @@ import numpy as np
 
 from ..errors import UsageError
 
-__all__ = ["Preprocessing", "preprocess", "resize_bilinear", "crop_boxes", "to_channels", "mean_for"]
+__all__ = ["Preprocessing", "preprocess", "resize_bilinear", "crop_boxes", "to_channels", "mean_for", "scale_for"]
 
 # The luma weights of OpenCV's cvtColor(BGR2GRAY), which Caffe's force_gray and its data layers' gray read use.
 _GRAY = np.array([0.299, 0.587, 0.114], dtype=np.float32)
@@ -183,7 +183,8 @@ def _transform(crop: np.ndarray, settings: Preprocessing, mean: np.ndarray | Non
     return out.astype(np.float32, copy=False)
 
 
-def _scale_for(scale, channels: int):
+def scale_for(scale, channels: int):
+    """The scale as an array that broadcasts over a C x H x W image (or None); UsageError for a wrong count."""
     if scale is None:
         return None
     array = np.asarray(scale, dtype=np.float32).reshape(-1)
@@ -214,7 +215,7 @@ def preprocess(images, shape, settings: Preprocessing | None = None, **options) 
     """
     settings = settings or Preprocessing(**options)
     channels, height, width = (tuple(shape)[-3:])
-    scale = _scale_for(settings.scale, channels)
+    scale = scale_for(settings.scale, channels)
     out = []
     for image in images:
         image = to_channels(_fraction(image), channels)

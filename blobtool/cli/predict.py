@@ -4,28 +4,15 @@ from __future__ import annotations
 
 import click
 
-from .options import INPUT
+from .options import INPUT, parse_numbers
 from .output import emit_json, say_warning
 from .rules import verb
 
 __all__ = ["predict"]
 
 
-def _numbers(text, what: str, count=None) -> list | None:
-    """Comma-separated numbers of an option; click.BadParameter naming it otherwise."""
-    if text is None:
-        return None
-    try:
-        values = [float(v) for v in text.split(",")]
-    except ValueError:
-        raise click.BadParameter(f"{text!r}: expected numbers separated by commas", param_hint=what) from None
-    if count is not None and len(values) != count:
-        raise click.BadParameter(f"{text!r}: expected {count} numbers", param_hint=what)
-    return values
-
-
 def _size(text) -> tuple | None:
-    values = _numbers(text, "'--resize'", 2)
+    values = parse_numbers(text, "'--resize'", 2)
     if values is None:
         return None
     if any(v != int(v) or v < 1 for v in values):
@@ -90,7 +77,7 @@ def predict(net, images, definition, mean, scale, raw_scale, rgb, resize, oversa
     if oversample and not resize:
         raise click.UsageError("--oversample takes its 10 crops from the --resize image: give --resize H,W")
     result = predict_images(net, list(images), definition=definition, mean=mean,
-                            scale=_numbers(scale, "'--scale'"), raw_scale=raw_scale, rgb=rgb, resize=_size(resize),
+                            scale=parse_numbers(scale, "'--scale'"), raw_scale=raw_scale, rgb=rgb, resize=_size(resize),
                             oversample=oversample, labels=labels, top=top, threshold=threshold, warn=say_warning)
     for line in result.notes:
         say_warning(line)
