@@ -122,7 +122,8 @@ def predict(src, images, *, definition=None, mean=None, scale=None, raw_scale=No
     or a labels file; `top`: how many classes; `threshold`: the least score
     of a box kept. An image that cannot be read is a record with its
     "error" (the rest go on); bad settings are a UsageError before any image
-    is read.
+    is read. `progress(done, total)` is called after each batch, with the
+    crops run and to run.
     """
     from ..forward.run import prepare_net
 
@@ -195,7 +196,7 @@ def _run_batches(program, name, shape, wanted, result, made, progress) -> None:
         for row, key in enumerate(chunk):
             per_crop[key] = {n: _row_of(v, row, batch, result.kind) for n, v in out.items()}
         if progress is not None:
-            progress(len(chunk))
+            progress(start + len(chunk), len(crops))
     result.outputs = [None] * len(result.records)
     for index, _, net_input in made:
         outs = [per_crop[(index, k)] for k in range(len(net_input))]

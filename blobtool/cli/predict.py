@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+import sys
+
 import click
 
 from .options import INPUT, parse_numbers
@@ -76,9 +79,11 @@ def predict(net, images, definition, mean, scale, raw_scale, rgb, resize, oversa
 
     if oversample and not resize:
         raise click.UsageError("--oversample takes its 10 crops from the --resize image: give --resize H,W")
-    result = predict_images(net, list(images), definition=definition, mean=mean,
-                            scale=parse_numbers(scale, "'--scale'"), raw_scale=raw_scale, rgb=rgb, resize=_size(resize),
-                            oversample=oversample, labels=labels, top=top, threshold=threshold, warn=say_warning)
+    with _progress_bar() as bar:
+        result = predict_images(net, list(images), definition=definition, mean=mean,
+                                scale=parse_numbers(scale, "'--scale'"), raw_scale=raw_scale, rgb=rgb,
+                                resize=_size(resize), oversample=oversample, labels=labels, top=top,
+                                threshold=threshold, warn=say_warning, progress=bar)
     for line in result.notes:
         say_warning(line)
     say_warning(result.settings.line())
@@ -87,6 +92,35 @@ def predict(net, images, definition, mean, scale, raw_scale, rgb, resize, oversa
         _write(result, output)
     if result.failed:
         raise click.exceptions.Exit(int(ExitCode.INPUT))
+
+
+# A bar for more crops than this, on a terminal: fewer run in a blink.
+_BAR_FROM = 16
+
+
+@contextlib.contextmanager
+def _progress_bar():
+    """A callback (done, total) drawing a rich bar on stderr when it is a terminal and the work is long; else None."""
+    if not sys.stderr.isatty():
+        yield None
+        return
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    from .output import consoles
+
+    _, err = consoles()
+    columns = (TextColumn("running"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
+    with Progress(*columns, console=err, transient=True) as bar:
+        task = []
+
+        def advance(done: int, total: int) -> None:
+            if total <= _BAR_FROM:
+                return
+            if not task:
+                task.append(bar.add_task("running", total=total))
+            bar.update(task[0], completed=done)
+
+        yield advance
 
 
 def _report(result, as_json: bool) -> None:
