@@ -143,3 +143,25 @@ def test_oversample_needs_resize_and_a_classifier(made):
     assert result.exit_code == 2 and "--resize" in result.stderr
     result = invoke("predict", nets["segmenter"][1], images / "p0.png", "--oversample", "--resize", "20,20")
     assert_error(result, 2, "--oversample averages a classifier", warnings=True)
+
+
+@pytest.mark.parametrize("args, code, text", [
+    (["--labels", "missing.txt"], 3, "missing.txt: cannot open"),
+    (["--mean", "1,2"], 2, "--mean: 2 values for a net input of 3 channels"),
+    (["--scale", "1,2"], 2, "--scale: 2 factors for a net input of 3 channels"),
+    (["--mean", "missing.binaryproto"], 3, "missing.binaryproto: cannot open"),
+])
+def test_bad_settings_are_one_line_before_any_image(made, tmp_path, monkeypatch, args, code, text):
+    _, nets, images = made
+    monkeypatch.chdir(tmp_path)
+    result = invoke("predict", nets["classifier"][1], images / "p0.png", *args)
+    assert_error(result, code, text, warnings=True)
+    assert result.stdout == ""
+
+
+def test_an_empty_folder_is_one_line_and_the_rest_go_on(made, tmp_path):
+    _, nets, images = made
+    (tmp_path / "empty").mkdir()
+    result = invoke("predict", nets["classifier"][1], tmp_path / "empty", images / "p0.png")
+    assert_error(result, 3, "no image files", warnings=True)
+    assert result.stdout.startswith(str(images / "p0.png"))

@@ -36,8 +36,11 @@ _SYNSET = re.compile(r"^n\d{8}\s+")
 
 def read_labels(path) -> list:
     """The names in a labels file, in order (see the module); FormatError naming the file when it is not text."""
-    with open(path, "rb") as handle:
-        raw = handle.read()
+    try:
+        with open(path, "rb") as handle:
+            raw = handle.read()
+    except OSError as exc:
+        raise FormatError(f"cannot open: {exc.strerror}", path=str(path)) from exc
     try:
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:

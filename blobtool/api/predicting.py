@@ -141,12 +141,24 @@ def predict(src, images, *, definition=None, mean=None, scale=None, raw_scale=No
         if oversample and kind != "classes":
             raise UsageError(f"--oversample averages a classifier's scores over 10 crops; this net's answer is "
                              f"{kind}", path=deploy.source)
-        preprocess([], shape, settings)  # the settings checked against the input before any image is read
+        _check_settings(settings, shape)
         result = PredictResult([], [], [], settings, kind, notes=notes)
         decoded = _decode_all(images, shape, settings, result)
         _run_batches(program, name, shape, wanted, result, decoded, progress)
     _answer_all(result, wanted, names, top, threshold)
     return result
+
+
+def _check_settings(settings: Preprocessing, shape: tuple) -> None:
+    """UsageError, before any image is read, for a mean or scale that does not fit the input."""
+    from .preprocessing import mean_for, scale_for
+
+    size = tuple(settings.resize) if settings.resize else shape[2:]
+    scale_for(settings.scale, shape[1])
+    mean = settings.mean
+    if mean is not None and np.ndim(mean) >= 3 and tuple(np.shape(mean)[-2:]) == size:
+        return  # a mean of the resized image's size: subtracted before the crops
+    mean_for(mean, shape[1], shape[2:])
 
 
 def _decode_all(images, shape, settings, result) -> list:
@@ -161,6 +173,11 @@ def _decode_all(images, shape, settings, result) -> list:
     made = []
     for item in items:
         sources = image_files([item]) if isinstance(item, (str, os.PathLike)) else [item]
+        if not sources:
+            result.records.append({"image": os.fspath(item), "error": f"{os.fspath(item)}: no image files (JPEG, "
+                                   "PNG, BMP, TIFF, WebP) in the folder", "exit_code": 3})
+            result.inputs.append(None)
+            result.images.append(None)
         for each in sources:
             index = len(result.records)
             try:
