@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 from PIL import Image
@@ -98,3 +100,31 @@ def test_real_imagenet_mean_cropped_as_caffes_data_layer(tmp_path):
     want = image[14:241, 14:241].astype(np.float32).transpose(2, 0, 1)[::-1] - mean[:, 14:241, 14:241]
     np.testing.assert_allclose(result.inputs[0][0], want, rtol=1e-5, atol=1e-3)
     assert result.records[0]["preprocessing"]["mean"] == {"image": str(REAL_MEAN), "shape": [3, 256, 256]}
+
+
+def _data_layer_net(rng, transform: dict):
+    """A classifier fed by an LMDB Data layer, which states no shape: a training snapshot's."""
+    message = classifier(rng, size=(8, 8), batch=1)
+    del message.input[:]
+    del message.input_shape[:]
+    message.layer.insert(0, layer("data", "Data", (), ["data", "label"], data_param={"source": "train_lmdb",
+                                                                                     "batch_size": 64},
+                                  transform_param=transform))
+    return message
+
+
+def test_a_data_layer_takes_its_shape_from_crop_size_or_input_shape(tmp_path):
+    image = photo(12, 12, seed=8)
+    Image.fromarray(image).save(tmp_path / "p.png")
+    _, cropped = write_net_files(tmp_path, _data_layer_net(np.random.default_rng(4), {"crop_size": 8, "scale": 2.0}),
+                                 stem="cropped")
+    result = invoke("predict", cropped, tmp_path / "p.png", "--resize", "12,12", "--json")
+    assert result.exit_code == 0, result.stderr
+    lib = blobtool.predict(cropped, [tmp_path / "p.png"], resize=(12, 12))
+    np.testing.assert_array_equal(lib.inputs[0], blobtool.preprocess([image], (3, 8, 8), resize=(12, 12), scale=2.0))
+    _, plain = write_net_files(tmp_path, _data_layer_net(np.random.default_rng(4), {"scale": 0.5}), stem="plain")
+    refused = invoke("predict", plain, tmp_path / "p.png")
+    assert refused.exit_code == 2 and "--input-shape" in refused.stderr
+    shaped = invoke("predict", plain, tmp_path / "p.png", "--input-shape", "data=1,3,8,8", "--json")
+    assert shaped.exit_code == 0, shaped.stderr
+    assert json.loads(shaped.stdout)["preprocessing"]["scale"] == [0.5]

@@ -97,6 +97,24 @@ def settings_from_net(transforms: list, given: dict, channels: int) -> tuple:
     return settings, notes
 
 
+def _cropped_inputs(doc) -> dict:
+    """{top: (1, C, crop, crop)} of each data layer whose transform_param states a crop_size (C: 1 with force_gray)."""
+    from ..net.layertypes import deploy_role
+    from ..net.model import model
+
+    if doc.kind != "net" or doc.format == "hdf5":
+        return {}
+    net = model(doc)
+    found = {}
+    for kind, message in zip(net.types, net.layer_defs()):
+        if deploy_role(kind) != "data" or not message.HasField("transform_param") or not message.top:
+            continue
+        p = message.transform_param
+        if p.crop_size:
+            found.setdefault(message.top[0], (1, 1 if p.force_gray else 3, p.crop_size, p.crop_size))
+    return found
+
+
 def _image_input(program, source) -> tuple:
     """(name, shape) of the net's one image input: N x C x H x W with C 1 or 3."""
     if len(program.inputs) != 1:
@@ -111,7 +129,7 @@ def _image_input(program, source) -> tuple:
 
 def predict(src, images, *, definition=None, mean=None, scale=None, raw_scale=None, rgb: bool = False,
             resize=None, oversample: bool = False, labels=None, top: int = 5, threshold: float = 0.5,
-            warn=None, progress=None) -> PredictResult:
+            shapes: dict | None = None, warn=None, progress=None) -> PredictResult:
     """Run the net in `src` on `images`; a PredictResult with one record per image (see the module).
 
     `images`: paths of image files (folders' image files included), or
@@ -123,7 +141,9 @@ def predict(src, images, *, definition=None, mean=None, scale=None, raw_scale=No
     of a box kept. An image that cannot be read is a record with its
     "error" (the rest go on); bad settings are a UsageError before any image
     is read. `progress(done, total)` is called after each batch, with the
-    crops run and to run.
+    crops run and to run. `shapes` ({input: shape}) as `run` takes them; a
+    data layer that states no shape takes 1 x C x crop x crop from its
+    transform_param's crop_size.
     """
     from ..forward.run import prepare_net
 
@@ -132,7 +152,7 @@ def predict(src, images, *, definition=None, mean=None, scale=None, raw_scale=No
              "resize": tuple(resize) if resize else None, "oversample": oversample}
     with contextlib.ExitStack() as opened:
         doc, other = opened_net(opened, src, definition, warn)
-        deploy, program, wanted = prepare_net(doc, other)
+        deploy, program, wanted = prepare_net(doc, other, shapes, given=_cropped_inputs(other or doc))
         name, shape = _image_input(program, deploy.source)
         settings, notes = settings_from_net(deploy.transforms, given, shape[1])
         shapes = program.shapes

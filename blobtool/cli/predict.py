@@ -7,7 +7,7 @@ import sys
 
 import click
 
-from .options import INPUT, parse_numbers
+from .options import INPUT, NAMED_SHAPE, parse_named_shapes, parse_numbers
 from .output import emit_json, say_warning
 from .rules import verb
 
@@ -28,6 +28,7 @@ def _size(text) -> tuple | None:
 @click.argument("images", nargs=-1, required=True, type=click.Path(readable=False))
 @click.option("--definition", type=INPUT, default=None, metavar="PATH",
               help="The net's definition (a deploy.prototxt); NET gives the weights, by layer name.")
+@NAMED_SHAPE
 @click.option("--mean", default=None, metavar="FILE|V[,V,V]",
               help="Subtract a mean: an image (.binaryproto, .npy; centre-cropped as Caffe's data layer crops) or "
                    "values per channel in the net's channel order. Default: the net's transform_param mean_value.")
@@ -53,7 +54,7 @@ def _size(text) -> tuple | None:
 @click.option("-o", "--output", type=click.Path(readable=False), default=None, metavar="OUT",
               help="OUT.png: the answer drawn on the image (a folder for several images); OUT.npz: the raw output "
                    "blobs, as run writes them.")
-def predict(net, images, definition, mean, scale, raw_scale, rgb, resize, oversample, labels, top, threshold,
+def predict(net, images, definition, input_shapes, mean, scale, raw_scale, rgb, resize, oversample, labels, top, threshold,
             as_json, output):
     """Run a Caffe net on images: the top classes, the boxes, or the class map of each, preprocessed as Caffe's.
 
@@ -83,7 +84,8 @@ def predict(net, images, definition, mean, scale, raw_scale, rgb, resize, oversa
         result = predict_images(net, list(images), definition=definition, mean=mean,
                                 scale=parse_numbers(scale, "'--scale'"), raw_scale=raw_scale, rgb=rgb,
                                 resize=_size(resize), oversample=oversample, labels=labels, top=top,
-                                threshold=threshold, warn=say_warning, progress=bar)
+                                threshold=threshold, shapes=parse_named_shapes(input_shapes) or None,
+                                warn=say_warning, progress=bar)
     for line in result.notes:
         say_warning(line)
     say_warning(result.settings.line())
