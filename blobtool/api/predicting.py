@@ -93,7 +93,7 @@ def settings_from_net(transforms: list, given: dict, channels: int) -> tuple:
     raw = values.get("raw_scale")
     settings = Preprocessing(mean=mean, scale=values.get("scale"), raw_scale=255.0 if raw is None else float(raw),
                              rgb=bool(values.get("rgb")), resize=values.get("resize"),
-                             oversample=bool(values.get("oversample")), mean_source=source)
+                             oversample=bool(values.get("oversample")), mean_source=source, channels=channels)
     return settings, notes
 
 

@@ -52,6 +52,7 @@ class Preprocessing:
     resize: tuple | None = None
     oversample: bool = False
     mean_source: str = ""
+    channels: int = 3               # the net input's: a gray net's order is neither RGB nor BGR
     notes: list = field(default_factory=list)
 
     def record(self) -> dict:
@@ -61,14 +62,18 @@ class Preprocessing:
             mean_said = {"image": self.mean_source or "given", "shape": list(np.shape(mean))}
         else:
             mean_said = None if mean is None else [float(v) for v in np.ravel(mean)]
-        return {"raw_scale": float(self.raw_scale), "channels": "RGB" if self.rgb else "BGR",
+        return {"raw_scale": float(self.raw_scale), "channels": self._order(),
                 "resize": list(self.resize) if self.resize else None, "oversample": bool(self.oversample),
                 "mean": mean_said,
                 "scale": None if self.scale is None else [float(v) for v in np.ravel(self.scale)]}
 
+    def _order(self) -> str:
+        return "gray" if self.channels == 1 else "RGB" if self.rgb else "BGR"
+
     def line(self) -> str:
         """One line for stderr: what was done, in Caffe's order."""
-        steps = [f"values in [0, 1] x {_num(self.raw_scale)}", "RGB kept" if self.rgb else "RGB -> BGR"]
+        order = {"RGB": "RGB kept", "BGR": "RGB -> BGR", "gray": "gray"}[self._order()]
+        steps = [f"values in [0, 1] x {_num(self.raw_scale)}", order]
         if self.resize:
             steps.append(f"resize to {self.resize[0]}x{self.resize[1]}, "
                          f"{'10 crops (corners, centre, mirrored)' if self.oversample else 'centre crop'}")
