@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import itertools
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -81,6 +82,40 @@ def _classifier_cases(cases: Cases, folder) -> None:
                "name": "resized", **CLASSIFIER}, result)
 
 
+LENET = Path(__file__).resolve().parents[2] / "shared" / "realworld" / "lenet_iter_10000.caffemodel"
+DIGITS = (0, 1, 3, 4, 7)
+
+
+def digit(d: int, size: int = 140) -> np.ndarray:
+    """A digit drawn white on black, as MNIST's are, with Pillow's lines (a test's own picture)."""
+    from PIL import Image, ImageDraw
+
+    image = Image.new("L", (140, 140), 0)
+    pen = ImageDraw.Draw(image)
+    strokes = {0: lambda: pen.ellipse([40, 25, 100, 115], outline=255, width=14),
+               1: lambda: pen.line([70, 20, 70, 120], fill=255, width=14),
+               3: lambda: (pen.arc([40, 20, 100, 70], -160, 90, fill=255, width=12),
+                           pen.arc([40, 65, 100, 120], -90, 160, fill=255, width=12)),
+               4: lambda: pen.line([85, 20, 85, 120, 85, 20, 35, 85, 110, 85], fill=255, width=14),
+               7: lambda: pen.line([35, 25, 105, 25, 60, 120], fill=255, width=14)}
+    strokes[d]()
+    return np.asarray(image.resize((size, size)) if size != 140 else image)[:, :, None]
+
+
+def _lenet_cases(cases: Cases, folder) -> None:
+    """The real LeNet (Caffe's MNIST example, trained) on drawn digits shrunk from 140 to 28 pixels."""
+    if not LENET.exists():
+        return
+    shapes = {"data": (1, 1, 28, 28)}
+    deploy = folder / "lenet_deploy.prototxt"
+    blobtool.deploy_definition(LENET, deploy, shapes=shapes, warn=lambda line: None)
+    digits = [digit(d).astype(np.float32) / 255 for d in DIGITS]
+    result = blobtool.predict(LENET, digits, shapes=shapes)
+    cases.add({"kind": "classifier", "prototxt": str(deploy), "weights": str(LENET),
+               "images": [cases.image(im) for im in digits], "image_dims": [28, 28], "oversample": False,
+               "name": "lenet", "raw_scale": 255.0, "input_scale": 0.00390625}, result)
+
+
 def _resize_cases(cases: Cases) -> None:
     for k in range(3):
         image = photo(48, 64, seed=20 + k).astype(np.float32) / 255
@@ -97,6 +132,7 @@ def answered(tmp_path_factory):
     _transformer_cases(cases, mean_image)
     _classifier_cases(cases, folder)
     _resize_cases(cases)
+    _lenet_cases(cases, folder)
     theirs = pycaffe(cases.requests, cases.images, folder, {"mean_image": mean_image})
     return list(zip(cases.requests, cases.ours, theirs))
 
@@ -147,3 +183,15 @@ def test_resize_differences_from_skimage_and_opencv(answered):
     assert worst[(96, 128)][2] < 1e-3                 # growing: skimage's order 1 is the same bilinear inside
     assert worst[(12, 16)][0] > 1                      # shrinking by 4: skimage smooths first
     assert all(f[3] <= 1.0 for f in worst.values())    # OpenCV on uint8: its rounding, within one level
+
+
+def test_real_lenet_reads_drawn_digits_as_caffe_classifier_does(answered):
+    """A resize by 5: top-1 is the digit drawn for both, and the probabilities differ by the interpolation."""
+    found = [(o, t) for r, o, t in answered if r.get("name") == "lenet"]
+    if not found:
+        pytest.skip(f"no {LENET}")
+    ((result, theirs),) = found
+    ours = np.stack([o["prob"].reshape(-1) for o in result.outputs])
+    assert np.argmax(ours, axis=1).tolist() == list(DIGITS) == np.argmax(theirs, axis=1).tolist()
+    print(f"\nLeNet, digits 140 -> 28: probabilities differ by at most {np.abs(ours - theirs).max():.4f}")
+    assert result.records[0]["preprocessing"]["scale"] == [0.00390625]   # the snapshot's transform_param
