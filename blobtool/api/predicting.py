@@ -173,7 +173,12 @@ def _check_settings(settings: Preprocessing, shape: tuple) -> None:
     """UsageError, before any image is read, for a mean or scale that does not fit the input."""
     from .preprocessing import mean_for, scale_for
 
+    if settings.oversample and not settings.resize:
+        raise UsageError("oversample takes its 10 crops from the resized image: give resize (height, width)")
     size = tuple(settings.resize) if settings.resize else shape[2:]
+    if any(a < b for a, b in zip(size, shape[2:])):
+        raise UsageError(f"resize {size[0]}x{size[1]} is smaller than the net's input {shape[2]}x{shape[3]}, which "
+                         "is cropped from it")
     scale_for(settings.scale, shape[1])
     mean = settings.mean
     if mean is not None and np.ndim(mean) >= 3 and tuple(np.shape(mean)[-2:]) == size:

@@ -25,7 +25,7 @@ def _size(text) -> tuple | None:
 
 @verb()
 @click.argument("net", type=INPUT)
-@click.argument("images", nargs=-1, required=True, type=click.Path(readable=False))
+@click.argument("images", nargs=-1, required=True, type=click.Path(readable=False), metavar="IMAGE...")
 @click.option("--definition", type=INPUT, default=None, metavar="PATH",
               help="The net's definition (a deploy.prototxt); NET gives the weights, by layer name.")
 @NAMED_SHAPE
@@ -50,7 +50,7 @@ def _size(text) -> tuple | None:
 @click.option("--threshold", type=click.FloatRange(min=0), default=0.5, show_default=True, metavar="F",
               help="The least score of a detected box shown.")
 @click.option("--json", "as_json", is_flag=True,
-              help="Print one JSON object a image (JSON Lines): image, input shape, preprocessing, answer.")
+              help="Print one JSON object an image (JSON Lines): image, input shape, preprocessing, answer.")
 @click.option("-o", "--output", type=click.Path(readable=False), default=None, metavar="OUT",
               help="OUT.png: the answer drawn on the image (a folder for several images); OUT.npz: the raw output "
                    "blobs, as run writes them.")

@@ -1,4 +1,4 @@
-"""predict's records as lines of text: one heading a image, then its answer, indented."""
+"""predict's records as lines of text: a heading for each image, then its answer, indented."""
 
 from __future__ import annotations
 
