@@ -128,3 +128,14 @@ def test_a_data_layer_takes_its_shape_from_crop_size_or_input_shape(tmp_path):
     shaped = invoke("predict", plain, tmp_path / "p.png", "--input-shape", "data=1,3,8,8", "--json")
     assert shaped.exit_code == 0, shaped.stderr
     assert json.loads(shaped.stdout)["preprocessing"]["scale"] == [0.5]
+
+
+def test_an_image_declaring_too_many_pixels_is_refused(tmp_path, monkeypatch):
+    from PIL import Image as PILImage
+
+    Image.fromarray(photo(40, 40, seed=1)).save(tmp_path / "big.png")
+    monkeypatch.setattr(PILImage, "MAX_IMAGE_PIXELS", 100)  # Pillow refuses twice its bound: 1,600 > 200
+    from blobtool.errors import FormatError
+
+    with pytest.raises(FormatError, match="too many pixels to decode"):
+        decode_image(tmp_path / "big.png")

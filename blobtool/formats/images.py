@@ -88,6 +88,9 @@ def decode_image(path) -> Decoded:
             pixels = _values(image, notes)
     except FileNotFoundError as exc:
         raise UsageError("no such file", path=path) from exc
+    except image_module.DecompressionBombError as exc:
+        # Pillow's bound on pixels (about 179 million): a small file can declare a huge image.
+        raise FormatError(f"too many pixels to decode ({_why(exc)})", path=path) from exc
     except (UnidentifiedImageError, OSError, ValueError, SyntaxError) as exc:
         raise FormatError(f"not an image Pillow can read ({_why(exc)})", path=path) from exc
     return Decoded(path, pixels, mode, notes)
