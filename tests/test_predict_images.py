@@ -139,3 +139,19 @@ def test_an_image_declaring_too_many_pixels_is_refused(tmp_path, monkeypatch):
 
     with pytest.raises(FormatError, match="too many pixels to decode"):
         decode_image(tmp_path / "big.png")
+
+
+@pytest.mark.parametrize("suffix, options, tolerance", [
+    (".bmp", {}, 0), (".tif", {}, 0), (".webp", {"lossless": True}, 0), (".jpg", {"quality": 95}, 6),
+])
+def test_every_format_decodes_to_rgb_fractions(tmp_path, suffix, options, tolerance):
+    from PIL import features
+
+    if suffix == ".webp" and not features.check("webp"):
+        pytest.skip("this Pillow was built without WebP")
+    pixels = photo(16, 24, seed=11)
+    Image.fromarray(pixels).save(tmp_path / f"p{suffix}", **options)
+    decoded = decode_image(tmp_path / f"p{suffix}")
+    assert decoded.pixels.shape == (16, 24, 3) and decoded.pixels.dtype == np.float32
+    # The lossless formats give the pixels back; JPEG's subsampled colour blurs the sharp bar (mean within 6).
+    assert np.abs(decoded.pixels * 255 - pixels).mean() <= tolerance + 1e-3
