@@ -365,5 +365,6 @@ def pixel_steps(preprocess, deploy, program) -> tuple:
     settings, notes = settings_from_net(deploy.transforms, given, shape[1])
     mean = mean_for(settings.mean, shape[1], shape[2:])
     steps = PixelSteps(shape[1], settings.raw_scale, not settings.rgb, mean, scale_for(settings.scale, shape[1]))
-    return {name: steps}, notes + [f"{name}: the model takes uint8 pixels, N x H x W x C in RGB order "
+    order = "one gray channel" if shape[1] == 1 else "RGB order"
+    return {name: steps}, notes + [f"{name}: the model takes uint8 pixels, N x H x W x C in {order} "
                                    f"({'x'.join(map(str, steps.pixel_shape(shape)))}); " + settings.line()]
