@@ -22,7 +22,7 @@ from . import answers
 from .common import opened_net
 from .preprocessing import Preprocessing, preprocess
 
-__all__ = ["predict", "PredictResult", "settings_from_net", "read_mean", "stacked_outputs", "write_outputs",
+__all__ = ["predict", "PredictResult", "settings_from_net", "decoded_channels", "read_mean", "stacked_outputs", "write_outputs",
            "picture_paths", "save_picture", "pixel_steps"]
 
 
@@ -70,8 +70,16 @@ def _is_number(text: str) -> bool:
     return True
 
 
-def settings_from_net(transforms: list, given: dict, channels: int) -> tuple:
-    """(Preprocessing, notes): `given` ({field: value or None}) with the data layer's transform_param for those not given."""
+def settings_from_net(transforms: list, given: dict, channels: int, decoded: tuple = ("", ""),
+                      baked: bool = False) -> tuple:
+    """(Preprocessing, notes): `given` ({field: value or None}) with the data layer's transform_param for those not given.
+
+    `decoded` ("gray" or "colour", and the setting that says so, as
+    `decoded_channels` finds them): followed where the net's input has those
+    channels, else a note says the input's channels are followed instead.
+    `baked`: the notes are export's, whose model takes pixels of the
+    input's size.
+    """
     notes = []
     stated = dict(transforms[0][1]) if transforms else {}
     layer = transforms[0][0] if transforms else ""
@@ -86,7 +94,10 @@ def settings_from_net(transforms: list, given: dict, channels: int) -> tuple:
     if values.get("mean") is None and stated.get("mean_file"):
         notes.append(f"data layer {layer} subtracted mean_file {stated['mean_file']}, which is not opened here: "
                      "give it with --mean FILE")
-    if stated.get("crop_size") and not values.get("resize"):
+    if stated.get("crop_size") and baked:
+        notes.append(f"data layer {layer} cropped {stated['crop_size']}x{stated['crop_size']} from larger images: "
+                     "the model takes pixels of the crop's size, which the caller crops (or resizes) to")
+    elif stated.get("crop_size") and not values.get("resize"):
         notes.append(f"data layer {layer} cropped {stated['crop_size']}x{stated['crop_size']} from larger images: "
                      "--resize H,W (the training images' size) does the same; here the image is resized to the input")
     mean, source = read_mean(values.get("mean"), channels)
@@ -94,24 +105,58 @@ def settings_from_net(transforms: list, given: dict, channels: int) -> tuple:
     settings = Preprocessing(mean=mean, scale=values.get("scale"), raw_scale=255.0 if raw is None else float(raw),
                              rgb=bool(values.get("rgb")), resize=values.get("resize"),
                              oversample=bool(values.get("oversample")), mean_source=source, channels=channels)
+    if stated.get("mirror"):
+        settings.mirror_by = f"data layer {layer}'s transform_param"
+    forced, by = decoded
+    if forced and (forced == "gray") == (channels == 1):
+        settings.forced, settings.forced_by = forced, by
+    elif forced:
+        notes.append(f"{by} decodes images to {forced}, but the net's input has {channels} channel"
+                     f"{'s' * (channels != 1)}: the images are made {'gray' if channels == 1 else 'colour'} "
+                     "as the input takes them")
     return settings, notes
 
 
-def _cropped_inputs(doc) -> dict:
-    """{top: (1, C, crop, crop)} of each data layer whose transform_param states a crop_size (C: 1 with force_gray)."""
+def decoded_channels(doc) -> tuple:
+    """("gray" or "colour", the setting that says so) of the net's first data layer that decodes to one; ("", "") else.
+
+    Caffe's data layers decode images in colour unless told: transform_param's
+    force_color or force_gray (a Data layer's encoded images),
+    image_data_param's is_color (ImageData, colour by default).
+    """
+    for kind, message in _data_layers(doc):
+        p = message.transform_param
+        if message.HasField("transform_param") and (p.force_gray or p.force_color):
+            what = "force_gray" if p.force_gray else "force_color"
+            return ("gray" if p.force_gray else "colour"), f"{what} of data layer {message.name}"
+        if kind == "ImageData" and message.HasField("image_data_param"):
+            colour = message.image_data_param.is_color
+            if message.image_data_param.HasField("is_color"):
+                return ("colour" if colour else "gray"), f"is_color: {str(colour).lower()} of data layer {message.name}"
+    return "", ""
+
+
+def _data_layers(doc) -> list:
+    """(type, LayerParameter) of each data layer of the net's definition (none for an HDF5 snapshot)."""
     from ..net.layertypes import deploy_role
     from ..net.model import model
 
     if doc.kind != "net" or doc.format == "hdf5":
-        return {}
+        return []
     net = model(doc)
+    return [(kind, message) for kind, message in zip(net.types, net.layer_defs()) if deploy_role(kind) == "data"]
+
+
+def _cropped_inputs(doc) -> dict:
+    """{top: (1, C, crop, crop)} of each data layer whose transform_param states a crop_size (C: 1 decoded gray)."""
     found = {}
-    for kind, message in zip(net.types, net.layer_defs()):
-        if deploy_role(kind) != "data" or not message.HasField("transform_param") or not message.top:
+    for kind, message in _data_layers(doc):
+        if not message.HasField("transform_param") or not message.top:
             continue
         p = message.transform_param
+        gray = p.force_gray or (kind == "ImageData" and not message.image_data_param.is_color)
         if p.crop_size:
-            found.setdefault(message.top[0], (1, 1 if p.force_gray else 3, p.crop_size, p.crop_size))
+            found.setdefault(message.top[0], (1, 1 if gray else 3, p.crop_size, p.crop_size))
     return found
 
 
@@ -154,7 +199,7 @@ def predict(src, images, *, definition=None, mean=None, scale=None, raw_scale=No
         doc, other = opened_net(opened, src, definition, warn)
         deploy, program, wanted = prepare_net(doc, other, shapes, given=_cropped_inputs(other or doc))
         name, shape = _image_input(program, deploy.source)
-        settings, notes = settings_from_net(deploy.transforms, given, shape[1])
+        settings, notes = settings_from_net(deploy.transforms, given, shape[1], decoded_channels(other or doc))
         shapes = program.shapes
         writers = {t: s.layer.type for s in program.steps for t in s.tops}
         kind = answers.answer_kind({n: tuple(shapes[n][1:]) for n in wanted}, writers)
@@ -350,21 +395,40 @@ def save_picture(picture, dest) -> None:
 def pixel_steps(preprocess, deploy, program) -> tuple:
     """({input: PixelSteps}, notes) for export's --preprocess: `preprocess` True (the net's defaults) or options.
 
-    `preprocess` holds predict's mean, scale, raw_scale and rgb (a dict);
-    the pixels come at the input's own size, so resize and oversample are
-    refused.
+    `preprocess` holds predict's mean, scale, raw_scale and rgb, and
+    `pixels` ("RGB", the default, or "BGR": the order of the pixels the
+    model is given) (a dict); the pixels come at the input's own size and
+    channels, so resize and oversample are refused, and a data layer's
+    force_gray or force_color is the caller's.
     """
     from ..onnxport.pixels import PixelSteps
     from .preprocessing import mean_for, scale_for
 
     given = dict(preprocess) if isinstance(preprocess, dict) else {}
+    order = str(given.pop("pixels", None) or "RGB").upper()
+    if order not in ("RGB", "BGR"):
+        raise UsageError(f"pixels {order!r}: the pixels' channel order is RGB or BGR")
     for what in ("resize", "oversample"):
         if given.get(what):
             raise UsageError(f"an exported model takes pixels of the input's size: {what} stays with the caller")
     name, shape = _image_input(program, deploy.source)
-    settings, notes = settings_from_net(deploy.transforms, given, shape[1])
+    settings, notes = settings_from_net(deploy.transforms, given, shape[1], baked=True)
     mean = mean_for(settings.mean, shape[1], shape[2:])
-    steps = PixelSteps(shape[1], settings.raw_scale, not settings.rgb, mean, scale_for(settings.scale, shape[1]))
-    order = "one gray channel" if shape[1] == 1 else "RGB order"
-    return {name: steps}, notes + [f"{name}: the model takes uint8 pixels, N x H x W x C in {order} "
-                                   f"({'x'.join(map(str, steps.pixel_shape(shape)))}); " + settings.line()]
+    steps = PixelSteps(shape[1], settings.raw_scale, not settings.rgb, mean, scale_for(settings.scale, shape[1]),
+                       pixels=order)
+    stated = dict(deploy.transforms[0][1]) if deploy.transforms else {}
+    forced = [k for k in ("force_gray", "force_color") if stated.get(k)]
+    if forced:  # the model is given pixels already of the input's channels: decoding them is the caller's
+        notes.append(f"data layer {deploy.transforms[0][0]}'s {forced[0]} decoded its images "
+                     f"{'gray' if forced[0] == 'force_gray' else 'in colour'}: the model takes {shape[1]}-channel "
+                     "pixels, decoded so by the caller")
+    said = "one gray channel" if shape[1] == 1 else f"{order} order"
+    line = settings.line().replace("RGB -> BGR" if steps.bgr else "RGB kept", _order_step(steps), 1)
+    return {name: steps}, notes + [f"{name}: the model takes uint8 pixels, N x H x W x C in {said} "
+                                   f"({'x'.join(map(str, steps.pixel_shape(shape)))}); " + line]
+
+
+def _order_step(steps) -> str:
+    """The channel step of export's preprocessing line: from the pixels' order to the net's."""
+    net = "BGR" if steps.bgr else "RGB"
+    return f"{steps.pixels} -> {net}" if steps.swapped else f"{net} kept"

@@ -27,7 +27,7 @@ import numpy as np
 
 from ..errors import UsageError
 
-__all__ = ["Preprocessing", "preprocess", "resize_bilinear", "crop_boxes", "to_channels", "mean_for", "scale_for"]
+__all__ = ["Preprocessing", "preprocess", "opencv_gray", "resize_bilinear", "crop_boxes", "to_channels", "mean_for", "scale_for"]
 
 # The luma weights of OpenCV's cvtColor(BGR2GRAY), which Caffe's force_gray and its data layers' gray read use.
 _GRAY = np.array([0.299, 0.587, 0.114], dtype=np.float32)
@@ -54,6 +54,9 @@ class Preprocessing:
     mean_source: str = ""
     channels: int = 3               # the net input's: a gray net's order is neither RGB nor BGR
     notes: list = field(default_factory=list)
+    forced: str = ""                # "gray" or "colour": the channels a data layer decoded its images to
+    forced_by: str = ""             # which setting of which layer said so (force_gray of data layer data)
+    mirror_by: str = ""             # the data layer whose transform_param asks for mirror (not done here)
 
     def record(self) -> dict:
         """JSON-ready, the steps in the order they are done."""
@@ -62,10 +65,15 @@ class Preprocessing:
             mean_said = {"image": self.mean_source or "given", "shape": list(np.shape(mean))}
         else:
             mean_said = None if mean is None else [float(v) for v in np.ravel(mean)]
-        return {"raw_scale": float(self.raw_scale), "channels": self._order(),
+        said = {"raw_scale": float(self.raw_scale), "channels": self._order(),
                 "resize": list(self.resize) if self.resize else None, "oversample": bool(self.oversample),
                 "mean": mean_said,
                 "scale": None if self.scale is None else [float(v) for v in np.ravel(self.scale)]}
+        if self.forced:
+            said["decoded_as"] = {"channels": self.forced, "by": self.forced_by}
+        if self.mirror_by:
+            said["mirror"] = {"done": False, "asked_by": self.mirror_by}
+        return said
 
     def _order(self) -> str:
         return "gray" if self.channels == 1 else "RGB" if self.rgb else "BGR"
@@ -74,6 +82,10 @@ class Preprocessing:
         """One line for stderr: what was done, in Caffe's order."""
         order = {"RGB": "RGB kept", "BGR": "RGB -> BGR", "gray": "gray"}[self._order()]
         steps = [f"values in [0, 1] x {_num(self.raw_scale)}", order]
+        if self.forced == "gray":
+            steps.insert(0, f"colour images made 8-bit gray as OpenCV decodes them ({self.forced_by})")
+        elif self.forced:
+            steps.insert(0, f"gray images made colour as OpenCV decodes them ({self.forced_by})")
         if self.resize:
             steps.append(f"resize to {self.resize[0]}x{self.resize[1]}, "
                          f"{'10 crops (corners, centre, mirrored)' if self.oversample else 'centre crop'}")
@@ -85,7 +97,13 @@ class Preprocessing:
                 steps.append(f"minus mean {','.join(_num(v) for v in np.ravel(self.mean))}")
         if self.scale is not None:
             steps.append(f"times {','.join(_num(v) for v in np.ravel(self.scale))}")
-        return "preprocessing: " + ", then ".join(steps)
+        line = "preprocessing: " + ", then ".join(steps)
+        if self.mirror_by:
+            # Caffe's DataTransformer flips at random whenever mirror is set, TEST phase included; a deploy net's
+            # caller gives each image once, as it is.
+            line += (f"; not mirrored ({self.mirror_by} asks for mirror: Caffe's data layer flips images at "
+                     "random, a deploy net takes each image as it is)")
+        return line
 
 
 def _num(value) -> str:
@@ -105,6 +123,22 @@ def to_channels(image: np.ndarray, channels: int) -> np.ndarray:
     if have == 3 and channels == 1:
         return (image @ _GRAY)[:, :, None].astype(np.float32)
     raise UsageError(f"an image of {have} channels cannot be made into a net input of {channels} channels")
+
+
+def opencv_gray(image: np.ndarray) -> np.ndarray:
+    """A colour image (values in [0, 1]) made gray as Caffe's force_gray and is_color: false decode it: 8 bits.
+
+    OpenCV's 8-bit decode to gray computes each pixel in fixed point,
+    (4899 R + 9617 G + 1868 B + 8192) >> 14, from the 8-bit values; the
+    result is a whole 8-bit level, not the luma in float that a gray net is
+    otherwise given. An image of one channel is returned as it is.
+    """
+    image = np.asarray(image, dtype=np.float32)
+    if image.ndim != 3 or image.shape[2] != 3:
+        return image
+    levels = np.rint(np.clip(image, 0, 1) * 255).astype(np.int64)
+    gray = (levels[..., 0] * 4899 + levels[..., 1] * 9617 + levels[..., 2] * 1868 + 8192) >> 14
+    return (gray.astype(np.float32) / np.float32(255))[:, :, None]
 
 
 def resize_bilinear(image: np.ndarray, height: int, width: int) -> np.ndarray:
@@ -223,7 +257,10 @@ def preprocess(images, shape, settings: Preprocessing | None = None, **options) 
     scale = scale_for(settings.scale, channels)
     out = []
     for image in images:
-        image = to_channels(_fraction(image), channels)
+        image = _fraction(image)
+        if settings.forced == "gray" and channels == 1:
+            image = opencv_gray(image)
+        image = to_channels(image, channels)
         size = tuple(settings.resize) if settings.resize else (height, width)
         if image.shape[:2] != size:
             image = resize_bilinear(image, *size)

@@ -94,7 +94,8 @@ def export(src, dest, *, definition=None, shapes: dict | None = None, opset: int
         doc, other = opened_net(opened, src, definition, warn)
         # Only written out, the weights are viewed in the mapped file; a check runs them, so it reads them.
         deploy, program, wanted = prepare_net(doc, other, shapes, outputs=outputs, aligned=check)
-        notes = deploy.notes()
+        # With --preprocess the model does the data layer's preprocessing: its line says so, not "taken as they are".
+        notes = deploy.notes(_BAKED if preprocess else "")
         pixels = None
         if preprocess:
             from .predicting import pixel_steps
@@ -119,6 +120,9 @@ def export(src, dest, *, definition=None, shapes: dict | None = None, opset: int
                                 pixels=pixels)
                    if check else None)
         return result, verdict
+
+
+_BAKED = "the exported model takes uint8 pixels and does in front of the graph the preprocessing said below"
 
 
 def _needs_onnx(check: bool) -> None:

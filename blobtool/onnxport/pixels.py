@@ -1,10 +1,11 @@
-"""Preprocessing baked in front of an exported graph: the model takes pixels (uint8, N x H x W x C, RGB).
+"""Preprocessing baked in front of an exported graph: the model takes pixels (uint8, N x H x W x C, RGB or BGR).
 
 `export --preprocess` puts Caffe's preprocessing (api/preprocessing.py's
 order) into the model, so that a runtime needs no preprocessing code:
 
     Cast(uint8 -> float) -> Transpose(N,H,W,C -> N,C,H,W) -> Gather([2,1,0])
-    (BGR nets) -> Div(255) -> Mul(raw_scale) -> Sub(mean) -> Mul(scale)
+    (where the pixels' order is not the net's) -> Div(255) -> Mul(raw_scale)
+    -> Sub(mean) -> Mul(scale)
 
 each a float32 operation in the order and with the constants
 `blobtool.preprocess` uses, so the net's input the model computes equals
@@ -25,13 +26,25 @@ __all__ = ["PixelSteps", "pixel_nodes"]
 
 @dataclass
 class PixelSteps:
-    """One input's preprocessing: `mean` and `scale` broadcast over C x H x W (or None); `bgr`: RGB turned to BGR."""
+    """One input's preprocessing: `mean` and `scale` broadcast over C x H x W (or None).
+
+    `bgr`: the net takes BGR (Caffe's order; else RGB); `pixels`: the order
+    of the pixels the model is given, "RGB" (as most image libraries decode)
+    or "BGR" (as OpenCV's imread does). The channels are swapped where the
+    two differ.
+    """
 
     channels: int
     raw_scale: float = 255.0
     bgr: bool = True
     mean: np.ndarray | None = None
     scale: np.ndarray | None = None
+    pixels: str = "RGB"
+
+    @property
+    def swapped(self) -> bool:
+        """Whether the pixels' channels are reversed to the net's order (colour only)."""
+        return self.channels == 3 and self.bgr != (self.pixels == "BGR")
 
     def pixel_shape(self, shape: tuple) -> tuple:
         """N x H x W x C of a net input of shape N x C x H x W."""
@@ -39,9 +52,9 @@ class PixelSteps:
         return (n, h, w, c)
 
     def apply(self, pixels: np.ndarray) -> np.ndarray:
-        """The net input of uint8 pixels (N x H x W x C, RGB), as the model computes it."""
+        """The net input of uint8 pixels (N x H x W x C, in the order `pixels` says), as the model computes it."""
         out = np.ascontiguousarray(np.asarray(pixels).astype(np.float32).transpose(0, 3, 1, 2))
-        if self.bgr and self.channels == 3:
+        if self.swapped:
             out = out[:, [2, 1, 0]]
         out = out / np.float32(255)
         out = out * np.float32(self.raw_scale)
@@ -52,7 +65,9 @@ class PixelSteps:
         return out.astype(np.float32, copy=False)
 
     def record(self) -> dict:
-        return {"pixels": "uint8 NHWC RGB", "channels": "BGR" if self.bgr and self.channels == 3 else "as given",
+        given = self.pixels if self.channels == 3 else "gray"
+        net = ("BGR" if self.bgr else "RGB") if self.channels == 3 else "gray"
+        return {"pixels": f"uint8 NHWC {given}", "channels": net, "swapped": self.swapped,
                 "raw_scale": float(self.raw_scale),
                 "mean": None if self.mean is None else list(np.shape(self.mean)),
                 "scale": None if self.scale is None else [float(v) for v in np.ravel(self.scale)]}
@@ -66,7 +81,7 @@ def pixel_nodes(graph, pixels: str, net_input: str, steps: PixelSteps) -> str:
     nchw = graph.unique(f"{net_input}/pixels_nchw")
     graph.node("Transpose", [value], [nchw], name=f"{net_input}/transpose", perm=[0, 3, 1, 2])
     value = nchw
-    if steps.bgr and steps.channels == 3:
+    if steps.swapped:
         order = graph.initializer(f"{net_input}/bgr_order", np.array([2, 1, 0], dtype=np.int64))
         swapped = graph.unique(f"{net_input}/bgr")
         graph.node("Gather", [value, order], [swapped], name=f"{net_input}/bgr", axis=1)
