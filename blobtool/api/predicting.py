@@ -20,7 +20,7 @@ import numpy as np
 from ..errors import BlobToolError, UsageError
 from . import answers
 from .common import opened_net
-from .preprocessing import Preprocessing, preprocess
+from .preprocessing import Preprocessing, opencv_gray, preprocess
 
 __all__ = ["predict", "PredictResult", "settings_from_net", "decoded_channels", "read_mean", "stacked_outputs", "write_outputs",
            "picture_paths", "save_picture", "pixel_steps"]
@@ -253,7 +253,10 @@ def _decode_all(images, shape, settings, result) -> list:
             try:
                 image = decode_image(each) if isinstance(each, (str, os.PathLike)) else Decoded(
                     f"image {index}", np.asarray(each), "array")
-                net_input = preprocess([image.pixels], shape, settings)
+                pixels = image.pixels
+                if settings.forced == "gray" and shape[1] == 1:  # the file asks for OpenCV's 8-bit gray
+                    pixels = opencv_gray(pixels, image.format)
+                net_input = preprocess([pixels], shape, settings)
             except BlobToolError as exc:
                 where = os.fspath(each) if isinstance(each, (str, os.PathLike)) else f"image {index}"
                 result.records.append({"image": where, "error": exc.args[0] if exc.args else str(exc),

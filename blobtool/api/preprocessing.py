@@ -125,19 +125,30 @@ def to_channels(image: np.ndarray, channels: int) -> np.ndarray:
     raise UsageError(f"an image of {have} channels cannot be made into a net input of {channels} channels")
 
 
-def opencv_gray(image: np.ndarray) -> np.ndarray:
+# OpenCV's 8-bit colour-to-gray by the decoder its imread and imdecode use: R, G, B weights, the added rounding
+# term and the shift. libpng's own rgb_to_gray (PNG: truncated), OpenCV's icvCvt_BGR2Gray (BMP, TIFF, and the
+# rest), cvtColor's (WebP, decoded to BGR first). Measured against OpenCV 4's IMREAD_GRAYSCALE: equal.
+_GRAY_FIXED = {"PNG": (9797, 19234, 3737, 0, 15), "WEBP": (9798, 19235, 3735, 1 << 14, 15)}
+_GRAY_ICV = (4899, 9617, 1868, 1 << 13, 14)
+
+
+def opencv_gray(image: np.ndarray, fmt: str = "") -> np.ndarray:
     """A colour image (values in [0, 1]) made gray as Caffe's force_gray and is_color: false decode it: 8 bits.
 
-    OpenCV's 8-bit decode to gray computes each pixel in fixed point,
-    (4899 R + 9617 G + 1868 B + 8192) >> 14, from the 8-bit values; the
-    result is a whole 8-bit level, not the luma in float that a gray net is
-    otherwise given. An image of one channel is returned as it is.
+    Caffe decodes with OpenCV's imread/imdecode and IMREAD_GRAYSCALE, which
+    turns colour to gray in the decoder of the file's format `fmt` (Pillow's
+    name: PNG, WEBP, BMP, ...), in fixed point from the 8-bit values
+    (_GRAY_FIXED): each pixel a whole 8-bit level, not the float luma a gray
+    net is otherwise given. A JPEG's gray is libjpeg's luma of its YCbCr,
+    before any RGB exists: from RGB it is approached within a few levels
+    (docs/preprocessing.md). An image of one channel is returned as it is.
     """
     image = np.asarray(image, dtype=np.float32)
     if image.ndim != 3 or image.shape[2] != 3:
         return image
+    red, green, blue, half, shift = _GRAY_FIXED.get(str(fmt).upper(), _GRAY_ICV)
     levels = np.rint(np.clip(image, 0, 1) * 255).astype(np.int64)
-    gray = (levels[..., 0] * 4899 + levels[..., 1] * 9617 + levels[..., 2] * 1868 + 8192) >> 14
+    gray = (levels[..., 0] * red + levels[..., 1] * green + levels[..., 2] * blue + half) >> shift
     return (gray.astype(np.float32) / np.float32(255))[:, :, None]
 
 
@@ -257,10 +268,7 @@ def preprocess(images, shape, settings: Preprocessing | None = None, **options) 
     scale = scale_for(settings.scale, channels)
     out = []
     for image in images:
-        image = _fraction(image)
-        if settings.forced == "gray" and channels == 1:
-            image = opencv_gray(image)
-        image = to_channels(image, channels)
+        image = to_channels(_fraction(image), channels)
         size = tuple(settings.resize) if settings.resize else (height, width)
         if image.shape[:2] != size:
             image = resize_bilinear(image, *size)

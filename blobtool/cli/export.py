@@ -37,15 +37,15 @@ _PIXELS = Needs("preprocess", why="it is a step of the preprocessing --preproces
               help="The seed of --check's random normal input.")
 @click.option("--preprocess", is_flag=True,
               help="Bake predict's preprocessing into the model: it takes uint8 pixels, N x H x W x C, RGB (or "
-                   "--pixels BGR), of the input's size (defaults from the net's transform_param).")
+                   "--pixels bgr), of the input's size (defaults from the net's transform_param).")
 @click.option("--mean", default=None, metavar="FILE|V[,V,V]", help="With --preprocess: the mean, as predict takes it.")
 @click.option("--scale", default=None, metavar="F[,F,F]", help="With --preprocess: the scale, as predict takes it.")
 @click.option("--raw-scale", type=float, default=None, metavar="F",
               help="With --preprocess: pixel values over 255 times F (default 255).")
 @click.option("--rgb", is_flag=True, help="With --preprocess: the net takes RGB (default BGR, Caffe's order).")
-@click.option("--pixels", type=click.Choice(["RGB", "BGR"], case_sensitive=False), default=None,
-              help="With --preprocess: the channel order of the pixels the model is given: RGB (default, as Pillow "
-                   "and most decoders give them) or BGR (as OpenCV's imread gives them).")
+@click.option("--pixels", type=click.Choice(["rgb", "bgr"], case_sensitive=False), default=None,
+              help="With --preprocess: the channel order of the pixels the model is given: rgb (default, as Pillow "
+                   "and most decoders give them) or bgr (as OpenCV's imread gives them).")
 @click.option("--json", "as_json", is_flag=True, help="Print what was written (and the check) as one JSON object.")
 def export(net, output, definition, input_shapes, opset, outputs, check, seed, preprocess, mean, scale, raw_scale,
            rgb, pixels, as_json):
@@ -67,7 +67,7 @@ def export(net, output, definition, input_shapes, opset, outputs, check, seed, p
       blobtool export net.caffemodel --definition deploy.prototxt -o net.onnx --opset 13
       blobtool export lenet.caffemodel --input-shape data=1,1,28,28 -o lenet.onnx
       blobtool export resnet.caffemodel -o resnet_pixels.onnx --preprocess --mean 104,117,123 --check
-      blobtool export resnet.caffemodel -o resnet_cv.onnx --preprocess --pixels BGR --mean 104,117,123
+      blobtool export resnet.caffemodel -o resnet_cv.onnx --preprocess --pixels bgr --mean 104,117,123
     """
     from ..api import export as export_net
 

@@ -42,6 +42,7 @@ class Decoded:
     pixels: np.ndarray
     mode: str
     notes: list = field(default_factory=list)
+    format: str = ""                # Pillow's name of the file's format (PNG, JPEG, ...); "" for an array
 
     @property
     def size(self) -> tuple:
@@ -79,6 +80,7 @@ def decode_image(path) -> Decoded:
     try:
         with image_module.open(path) as image:
             image.load()
+            fmt = image.format or ""  # a turned image (exif_transpose) is a copy without it
             notes = []
             orientation = image.getexif().get(_ORIENTATION, 1)
             if orientation not in (1, None):
@@ -93,7 +95,7 @@ def decode_image(path) -> Decoded:
         raise FormatError(f"too many pixels to decode ({_why(exc)})", path=path) from exc
     except (UnidentifiedImageError, OSError, ValueError, SyntaxError) as exc:
         raise FormatError(f"not an image Pillow can read ({_why(exc)})", path=path) from exc
-    return Decoded(path, pixels, mode, notes)
+    return Decoded(path, pixels, mode, notes, fmt)
 
 
 def _why(exc: Exception) -> str:
