@@ -61,7 +61,8 @@ def predict(net, images, definition, input_shapes, mean, scale, raw_scale, rgb, 
     IMAGE is a JPEG, PNG, BMP, TIFF or WebP file, or a folder of them (the
     `image` extra: Pillow). Each is decoded to RGB values in [0, 1] (EXIF
     orientation followed), made the net's channels (gray repeated, colour to
-    luma), resized bilinearly to the net's input (or to --resize, then
+    luma; OpenCV's 8-bit gray where the data layer's force_gray or is_color:
+    false asks; a data layer's mirror is not done), resized bilinearly to the net's input (or to --resize, then
     cropped), then in Caffe's order: times --raw-scale, RGB to BGR, minus
     --mean, times --scale. The steps are said on stderr. The answer follows
     from what the net ends in: a classifier's top classes, an SSD's boxes in
