@@ -110,6 +110,12 @@ def test_a_gray_decoding_data_layer_gives_opencvs_gray(picture, kind, transform,
     assert result.settings.line().startswith(f"preprocessing: colour images made 8-bit gray as OpenCV decodes them "
                                              f"({by})")
     assert result.records[0]["preprocessing"]["decoded_as"] == {"channels": "gray", "by": by}
+    # An array (uint8 RGB) has no file format: OpenCV's own conversion, as its imread of a BMP makes.
+    array = photo(8, 8, seed=11)
+    cv2.imwrite(str(folder / f"{kind}.bmp"), array[..., ::-1])
+    (from_array,) = blobtool.predict(model, [array]).inputs
+    np.testing.assert_array_equal(np.rint(from_array[0, 0]), cv2.imread(str(folder / f"{kind}.bmp"),
+                                                                         cv2.IMREAD_GRAYSCALE))
 
 
 @pytest.mark.parametrize("suffix, options", [(".bmp", {}), (".tif", {}), (".webp", {"lossless": True}),

@@ -133,7 +133,7 @@ _GRAY_ICV = (4899, 9617, 1868, 1 << 13, 14)
 
 
 def opencv_gray(image: np.ndarray, fmt: str = "") -> np.ndarray:
-    """A colour image (values in [0, 1]) made gray as Caffe's force_gray and is_color: false decode it: 8 bits.
+    """A colour image (float in [0, 1], or integers) made gray as Caffe's force_gray and is_color: false decode it.
 
     Caffe decodes with OpenCV's imread/imdecode and IMREAD_GRAYSCALE, which
     turns colour to gray in the decoder of the file's format `fmt` (Pillow's
@@ -143,7 +143,7 @@ def opencv_gray(image: np.ndarray, fmt: str = "") -> np.ndarray:
     before any RGB exists: from RGB it is approached within a few levels
     (docs/preprocessing.md). An image of one channel is returned as it is.
     """
-    image = np.asarray(image, dtype=np.float32)
+    image = _fraction(image)
     if image.ndim != 3 or image.shape[2] != 3:
         return image
     red, green, blue, half, shift = _GRAY_FIXED.get(str(fmt).upper(), _GRAY_ICV)
