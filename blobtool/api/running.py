@@ -78,9 +78,9 @@ def export(src, dest, *, definition=None, shapes: dict | None = None, opset: int
     blobtool's forward on the same random input (onnxport/check.py), which
     need the `onnx` extra (UsageError naming it otherwise), and write `dest`
     only when it passes (onnxport/check.py's prove_export). `preprocess`
-    (True, or a dict of predict's mean, scale, raw_scale, rgb) puts the
-    preprocessing in front of the graph: the model takes uint8 pixels,
-    N x H x W x C, RGB (onnxport/pixels.py). What the deploy
+    (True, or a dict of predict's mean, scale, raw_scale, rgb, and pixels:
+    "RGB" or "BGR") puts the preprocessing in front of the graph: the model
+    takes uint8 pixels, N x H x W x C, RGB or BGR (onnxport/pixels.py). What the deploy
     net left out and what changed on the way are said to `warn`, and, when
     `warn` is given, the warnings of the files opened here.
     """

@@ -82,9 +82,9 @@ def pixel_nodes(graph, pixels: str, net_input: str, steps: PixelSteps) -> str:
     graph.node("Transpose", [value], [nchw], name=f"{net_input}/transpose", perm=[0, 3, 1, 2])
     value = nchw
     if steps.swapped:
-        order = graph.initializer(f"{net_input}/bgr_order", np.array([2, 1, 0], dtype=np.int64))
-        swapped = graph.unique(f"{net_input}/bgr")
-        graph.node("Gather", [value, order], [swapped], name=f"{net_input}/bgr", axis=1)
+        order = graph.initializer(f"{net_input}/channel_order", np.array([2, 1, 0], dtype=np.int64))
+        swapped = graph.unique(f"{net_input}/channels_swapped")
+        graph.node("Gather", [value, order], [swapped], name=f"{net_input}/channel_swap", axis=1)
         value = swapped
     constants = [("Div", "fraction", np.array(255, np.float32)), ("Mul", "raw_scale", np.float32(steps.raw_scale)),
                  ("Sub", "mean", steps.mean), ("Mul", "scale", steps.scale)]
