@@ -33,19 +33,20 @@ _ORT_QUIET = 4
 
 
 def check_export(path: str, program, outputs: list, *, seed: int = 0, source: str = "", input_names=None,
-                 names=None) -> CheckResult:
+                 names=None, pixels=None) -> CheckResult:
     """CheckResult of the ONNX model at `path` against `program` (before: the Caffe net, after: the model).
 
     `input_names` and `names` ({blob: its name in the model}, the export's
     ExportResult) say where a blob's name had to change in the model (a
     collision, a name that is not UTF-8): the model is fed and read by its own.
     """
-    input_names, names = input_names or {}, names or {}
+    input_names, names, pixels = input_names or {}, names or {}, pixels or {}
     import onnx
     import onnxruntime as ort
 
     result = CheckResult(source or program.path, path,
-                         [{"name": n, "shape": list(s), "given": f"random normal, seed {seed}"}
+                         [{"name": n, "shape": list(s), "given": (f"random uint8 pixels, seed {seed}" if n in pixels
+                                                                  else f"random normal, seed {seed}")}
                           for n, s in program.inputs.items()])
     try:
         onnx.checker.check_model(path, full_check=True)
@@ -54,7 +55,10 @@ def check_export(path: str, program, outputs: list, *, seed: int = 0, source: st
         return result
     program.check_memory(outputs)  # before the inputs are drawn: they are part of what the run holds
     rng = np.random.default_rng(seed)
-    feeds = {name: rng.standard_normal(shape, dtype=np.float32) for name, shape in program.inputs.items()}
+    # An input that takes pixels is fed random pixels, and blobtool's forward their preprocessing in numpy.
+    given = {name: (rng.integers(0, 256, pixels[name].pixel_shape(shape), dtype=np.uint8) if name in pixels else
+                    rng.standard_normal(shape, dtype=np.float32)) for name, shape in program.inputs.items()}
+    feeds = {name: pixels[name].apply(v) if name in pixels else v for name, v in given.items()}
     options = ort.SessionOptions()
     options.log_severity_level = _ORT_QUIET
     try:
@@ -65,7 +69,7 @@ def check_export(path: str, program, outputs: list, *, seed: int = 0, source: st
     run_options = ort.RunOptions()
     run_options.log_severity_level = _ORT_QUIET
     try:
-        fed = {input_names.get(n, n): v for n, v in feeds.items()}
+        fed = {input_names.get(n, n): v for n, v in given.items()}
         theirs = dict(zip(outputs, session.run([names.get(o, o) for o in outputs], fed, run_options)))
     except _ort_errors() as exc:
         result.refused = f"onnxruntime cannot run the model: {_first_line(exc)}"
@@ -77,7 +81,7 @@ def check_export(path: str, program, outputs: list, *, seed: int = 0, source: st
 
 
 def prove_export(staged, dest, program, outputs: list, *, seed: int = 0, source: str = "",
-                 exported=None) -> CheckResult:
+                 exported=None, pixels=None) -> CheckResult:
     """check_export of the model at `staged.path(dest)`, put at `dest` (files.outputs.Staged) only when it passes.
 
     A failed check names `dest` in the result's `withheld`; an error that
@@ -89,7 +93,7 @@ def prove_export(staged, dest, program, outputs: list, *, seed: int = 0, source:
     try:
         verdict = check_export(os.fspath(staged.path(dest)), program, outputs, seed=seed, source=source,
                                input_names=getattr(exported, "input_names", None),
-                               names=getattr(exported, "names", None))
+                               names=getattr(exported, "names", None), pixels=pixels)
     except BlobToolError as exc:
         raise not_written(exc.with_path(source or None), [name]) from exc
     verdict.after = name

@@ -162,12 +162,16 @@ def make_node(op: str, inputs: list, outputs: list, *, name: str, **attributes):
     return node
 
 
-def _value_info(name: str, shape, first: str = ""):
-    """A float tensor's ValueInfo; `first`, where given, names its first axis's size instead of a number."""
+# ONNX's TensorProto.DataType of uint8 (blobtool's own schema lists only the types its initializers take).
+_UINT8 = 2
+
+
+def _value_info(name: str, shape, first: str = "", uint8: bool = False):
+    """A tensor's ValueInfo, float or `uint8`; `first`, where given, names its first axis's size instead of a number."""
     pb = _onnx()
     info = pb.ValueInfoProto(name=onnx_text(name))
     tensor = info.type.tensor_type
-    tensor.elem_type = pb.TensorProto.FLOAT
+    tensor.elem_type = _UINT8 if uint8 else pb.TensorProto.FLOAT
     tensor.shape.SetInParent()  # a scalar's shape too: present, and empty
     for k, d in enumerate(shape):
         if k == 0 and first:
@@ -242,7 +246,7 @@ class _Graph:
         self.nodes.append(make_node(op, list(inputs), list(outputs), name=self.node_names.claim(name), **attributes))
 
 
-def build_graph(program, opset: int, wanted: list):
+def build_graph(program, opset: int, wanted: list, pixels: dict | None = None):
     """(the _Graph with every step's nodes, {input: ONNX name}, {blob in `wanted`: ONNX name}); ExportError for a layer.
 
     The first layer that cannot be written is ExportError naming the net's
@@ -262,6 +266,10 @@ def build_graph(program, opset: int, wanted: list):
     graph = _Graph(opset, getattr(program, "half", set()))
     inputs = {name: graph.values.claim(name, f"input {name!r}") for name in program.inputs}
     current = dict(inputs)
+    for name, steps in (pixels or {}).items():  # the input takes pixels: its preprocessing's nodes come first
+        from .pixels import pixel_nodes
+
+        current[name] = pixel_nodes(graph, inputs[name], name, steps)
     wants = graph_names(program)
     order = sorted(needed)
     given: dict = {}   # (step, top index) -> ONNX name
@@ -305,14 +313,19 @@ def needed_steps(program, wanted: list) -> set:
 
 
 def export_program(program, dest, *, opset: int = OPSET_DEFAULT, outputs=None, net_name: str = "",
-                   source: str = "", version: str = "") -> ExportResult:
-    """Write `program` to `dest` (a path) as an ONNX model; see the module. ExportError, UsageError, OutputError."""
+                   source: str = "", version: str = "", pixels: dict | None = None) -> ExportResult:
+    """Write `program` to `dest` (a path) as an ONNX model; see the module. ExportError, UsageError, OutputError.
+
+    `pixels` ({input: onnxport.pixels.PixelSteps}): those inputs take uint8
+    pixels, N x H x W x C, their preprocessing the graph's first nodes.
+    """
     low, high = opset_range()
     if not low <= opset <= high:
         raise UsageError(f"{parameter('opset', True)}{opset}: blobtool writes opsets {low} to {high}")
     wanted = program.outputs() if outputs is None else list(outputs)
     _check_outputs(program, wanted)
-    graph, inputs, names = build_graph(program, opset, wanted)
+    pixels = pixels or {}
+    graph, inputs, names = build_graph(program, opset, wanted, pixels)
     shapes = program.shapes
     pb = _onnx()
     model = pb.ModelProto(ir_version=IR_VERSIONS[opset], producer_name="blobtool", producer_version=version)
@@ -320,7 +333,8 @@ def export_program(program, dest, *, opset: int = OPSET_DEFAULT, outputs=None, n
     body = model.graph
     body.name = onnx_text(net_name) or "caffe_net"
     body.node.extend(graph.nodes)
-    body.input.extend(_value_info(inputs[n], s) for n, s in program.inputs.items())
+    body.input.extend(_value_info(inputs[n], pixels[n].pixel_shape(s), uint8=True) if n in pixels else
+                      _value_info(inputs[n], s) for n, s in program.inputs.items())
     loose = _sized_as_run(program)
     body.output.extend(_value_info(names[n], shapes[n], onnx_text(loose.get(n, ""))) for n in wanted)
     for key, value in (("caffe_net", net_name), ("source", os.path.basename(source)), ("blobtool_version", version)):
@@ -337,7 +351,8 @@ def export_program(program, dest, *, opset: int = OPSET_DEFAULT, outputs=None, n
                              "model a UTF-8 name; nothing was written", path=os.fspath(dest))
     _write(model, graph.initializers, dest, external)
     renamed = list(graph.values.changed)
-    return ExportResult(os.fspath(dest), opset, dict(program.inputs), {n: tuple(shapes[n]) for n in wanted},
+    taken = {n: pixels[n].pixel_shape(s) if n in pixels else s for n, s in program.inputs.items()}
+    return ExportResult(os.fspath(dest), opset, taken, {n: tuple(shapes[n]) for n in wanted},
                         len(graph.nodes), len(graph.initializers), weight_bytes, external,
                         notes=_renamed_note(renamed, program.path) + list(graph.notes), names=names,
                         input_names=inputs, renamed=renamed)
