@@ -162,14 +162,19 @@ def make_node(op: str, inputs: list, outputs: list, *, name: str, **attributes):
     return node
 
 
-def _value_info(name: str, shape):
+def _value_info(name: str, shape, symbolic=None):
+    """A float tensor's ValueInfoProto; the axes in `symbolic` ({axis: name}) are named, not sized (dim_param)."""
+    symbolic = symbolic or {}
     pb = _onnx()
     info = pb.ValueInfoProto(name=onnx_text(name))
     tensor = info.type.tensor_type
     tensor.elem_type = pb.TensorProto.FLOAT
     tensor.shape.SetInParent()  # a scalar's shape too: present, and empty
-    for d in shape:
-        tensor.shape.dim.add(dim_value=int(d))
+    for axis, d in enumerate(shape):
+        if axis in symbolic:
+            tensor.shape.dim.add(dim_param=symbolic[axis])
+        else:
+            tensor.shape.dim.add(dim_value=int(d))
     return info
 
 
@@ -218,6 +223,7 @@ class _Graph:
         self.values = Names()
         self.node_names = Names()
         self.notes: list = []           # lines for stderr: constants that became Inf or NaN
+        self.symbolic: dict = {}        # value name -> {axis: dim_param}: sizes known only from the data
 
     def unique(self, name: str) -> str:
         """A value's name: `name`, or numbered where it is taken."""
@@ -311,7 +317,7 @@ def export_program(program, dest, *, opset: int = OPSET_DEFAULT, outputs=None, n
     body.name = onnx_text(net_name) or "caffe_net"
     body.node.extend(graph.nodes)
     body.input.extend(_value_info(inputs[n], s) for n, s in program.inputs.items())
-    body.output.extend(_value_info(names[n], shapes[n]) for n in wanted)
+    body.output.extend(_value_info(names[n], shapes[n], graph.symbolic.get(names[n])) for n in wanted)
     for key, value in (("caffe_net", net_name), ("source", os.path.basename(source)), ("blobtool_version", version)):
         model.metadata_props.add(key=key, value=onnx_text(value))
     weight_bytes = sum(a.nbytes for _, a in graph.initializers)

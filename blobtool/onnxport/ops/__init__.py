@@ -4,11 +4,12 @@
 - elementwise.py: ReLU and the other neurons, BatchNorm, LRN, MVN, Softmax, Scale, Bias,
   Eltwise, Reduction, ArgMax, Normalize;
 - shape.py: Concat, Slice, Split, Flatten, Reshape, Crop, Tile, Permute, ShuffleChannel,
-  PriorBox (a constant), DetectionOutput (refused), Upsample, Interp.
+  PriorBox (a constant), Upsample, Interp;
+- detection.py: DetectionOutput (decode, per-class top_k and NonMaxSuppression, keep_top_k, Caffe's rows).
 
 Each writes what the layer's class computes, with Caffe's rules (docs/onnx.md has the table).
 """
 
 from __future__ import annotations
 
-from . import elementwise, shape, spatial  # noqa: F401  (they register)
+from . import detection, elementwise, shape, spatial  # noqa: F401  (they register)
