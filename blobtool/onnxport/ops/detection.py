@@ -21,13 +21,14 @@ the same steps, in the same precisions, for every image and class at once:
   whatever order a runtime gives equal scores, and 0 for a candidate not
   above confidence_threshold, which its score_threshold of 0.5 drops: a
   candidate is kept where Caffe keeps it;
-- keep_top_k: the kept candidates of each image ranked by score (TopK),
-  their rank within their image counted (CumSum of a one-hot of the
-  image), those ranked below keep_top_k kept;
-- the rows sorted by (image, class, rank in the class's candidates),
-  one int64 key, whatever order NonMaxSuppression returned them in:
-  caffe-ssd's order, by image, label ascending, score descending;
-  [image, label, score, xmin, ymin, xmax, ymax] gathered;
+- the kept candidates sorted by (image, class, rank in the class's
+  candidates), one int64 key, whatever order NonMaxSuppression returned
+  them in: caffe-ssd's order, by image, label ascending, score
+  descending, the lower prior first among equal scores;
+- keep_top_k: those candidates ranked by score (TopK, equal scores in
+  that order), their rank within their image counted (CumSum of a
+  one-hot of the image), those ranked below keep_top_k kept, in order;
+- [image, label, score, xmin, ymin, xmax, ymax] gathered;
 - no row at all: caffe-ssd's [image, -1, -1, -1, -1, -1, -1] per image.
 
 The top is (1, 1, N, 7), N a dim_param ("<top>_rows"). eta < 1 lowers
@@ -56,8 +57,8 @@ def detection_output(e) -> None:
     layer.reshape([tuple(s) for s in e.bottom_shapes])
     # ApplyNMSFast lowers its threshold only while it is above 0.5: at or below, eta changes nothing.
     if layer.eta < 1 and layer.nms_threshold > 0.5:
-        raise e.refuse(f"its eta {float(layer.eta):g} lowers nms_threshold after each kept box, which "
-                       "NonMaxSuppression's one threshold cannot say; end the graph before it with --outputs, "
+        raise e.refuse(f"its eta {float(layer.eta):g} lowers nms_threshold {float(layer.nms_threshold):g} after "
+                       "each kept box while it is above 0.5, which NonMaxSuppression's one threshold cannot say; end the graph before it with --outputs, "
                        f"e.g. --outputs {','.join(e.step.bottoms)}, and decode those outside the model")
     classes = [c for c in range(layer.num_classes) if c != layer.background]
     num = layer.num
@@ -67,10 +68,10 @@ def detection_output(e) -> None:
         return
     boxes = _decode(e, layer)
     candidates, scores, per = _candidates(e, layer, boxes, classes)
-    chosen = _suppress(e, layer, candidates, scores, per)
+    chosen = _in_caffe_order(e, _suppress(e, layer, candidates, scores, per), per)
     if layer.keep_top_k > -1:
         chosen = _keep_top_k(e, layer, chosen, scores, len(classes))
-    rows = _rows(e, chosen, candidates, scores, classes, per)
+    rows = _rows(e, chosen, candidates, scores, classes)
     _finish(e, rows, num)
 
 
@@ -207,14 +208,30 @@ def _suppress(e, layer, candidates: str, scores: str, per: int) -> str:
     return e.node("Gather", [selected, e.shape_constant("row_and_rank", [0, 2])], [e.temp("kept")], axis=1)[0]
 
 
+def _in_caffe_order(e, chosen: str, per: int) -> str:
+    """`chosen` sorted by (image, class, rank in the class's candidates): one int64 key, b K + rank, ascending."""
+    key = e.node("Mul", [chosen, e.constant("key_weights", np.asarray([per, 1], dtype=np.int64))], [e.temp("key2")])[0]
+    key = e.reduce("ReduceSum", key, [1], e.temp("key"), keepdims=0)
+    order = _sorted(e, key, largest=0)
+    return e.node("Gather", [chosen, order], [e.temp("ordered")], axis=0)[0]
+
+
+def _sorted(e, x: str, *, largest: int) -> str:
+    """The indices that sort 1-D `x` (descending where `largest`); among equal values the lower index first."""
+    count = e.node("Shape", [x], [e.temp("count")])[0]
+    return e.node("TopK", [x, count], [e.temp("sorted"), e.temp("order")], axis=0, largest=largest, sorted=1)[1]
+
+
 def _keep_top_k(e, layer, chosen: str, scores: str, classes: int) -> str:
-    """The kept candidates ranked among the keep_top_k best of their image (by score), the others dropped."""
+    """Of `chosen` (in Caffe's order), those among the keep_top_k best of their image by score, order kept.
+
+    Equal scores rank in Caffe's row order (by label, then candidate),
+    where caffe-ssd's std::sort leaves them unordered.
+    """
     score = e.node("GatherND", [scores, chosen], [e.temp("kept_scores")])[0]
-    count = e.node("Shape", [score], [e.temp("kept_count")])[0]
-    order = e.node("TopK", [score, count], [e.temp("by_score"), e.temp("by_score_index")], axis=0, largest=1,
-                   sorted=1)[1]
+    order = _sorted(e, score, largest=1)
     row = e.node("Gather", [chosen, e.shape_constant("row_column", [0])], [e.temp("kept_row")], axis=1)[0]
-    image = e.node("Div", [row, e.constant("classes_count", np.int64(classes))], [e.temp("kept_image")])[0]
+    image = e.node("Div", [row, e.constant("classes_count", np.asarray([classes], np.int64))], [e.temp("kept_image")])[0]
     image = e.node("Gather", [image, order], [e.temp("ranked_image")])[0]
     images = e.constant("images", np.arange(layer.num, dtype=np.int64)[None, :])
     onehot = _cast(e, e.node("Equal", [image, images], [e.temp("onehot_bool")])[0], _INT64, "onehot")
@@ -222,20 +239,16 @@ def _keep_top_k(e, layer, chosen: str, scores: str, classes: int) -> str:
     rank = e.node("Mul", [before, onehot], [e.temp("image_rank_by_image")])[0]
     rank = e.reduce("ReduceSum", rank, [1], e.temp("image_rank"), keepdims=0)
     keep = e.node("Less", [rank, e.constant("keep_top_k", np.int64(layer.keep_top_k))], [e.temp("keep")])[0]
-    order = e.node("Compress", [order, keep], [e.temp("kept_order")], axis=0)[0]
-    return e.node("Gather", [chosen, order], [e.temp("top_kept")], axis=0)[0]
+    kept = e.node("Compress", [order, keep], [e.temp("kept_order")], axis=0)[0]
+    # Back to Caffe's order: `chosen` was in it, so its indices ascending.
+    kept = e.node("Gather", [kept, _sorted(e, kept, largest=0)], [e.temp("kept_in_order")], axis=0)[0]
+    return e.node("Gather", [chosen, kept], [e.temp("top_kept")], axis=0)[0]
 
 
-def _rows(e, chosen: str, candidates: str, scores: str, classes: list, per: int) -> str:
-    """(M, 7) float32 rows in caffe-ssd's order: sorted by (image, class, rank in the class's candidates)."""
-    key = e.node("Mul", [chosen, e.constant("key_weights", np.asarray([per, 1], dtype=np.int64))], [e.temp("key2")])[0]
-    key = e.reduce("ReduceSum", key, [1], e.temp("key"), keepdims=0)
-    count = e.node("Shape", [key], [e.temp("row_count")])[0]
-    order = e.node("TopK", [key, count], [e.temp("sorted_key"), e.temp("row_order")], axis=0, largest=0,
-                   sorted=1)[1]
-    chosen = e.node("Gather", [chosen, order], [e.temp("ordered")], axis=0)[0]
+def _rows(e, chosen: str, candidates: str, scores: str, classes: list) -> str:
+    """(M, 7) float32 rows [image, label, score, xmin, ymin, xmax, ymax] of `chosen` (rows of B, ranks)."""
     row = e.node("Gather", [chosen, e.shape_constant("row_columns", [0])], [e.temp("row")], axis=1)[0]
-    size = e.constant("class_count", np.int64(len(classes)))
+    size = e.constant("class_count", np.asarray([len(classes)], np.int64))
     image = e.node("Div", [row, size], [e.temp("image")])[0]
     label = e.node("Gather", [e.constant("labels", np.asarray(classes, dtype=np.int64)),
                               e.node("Mod", [row, size], [e.temp("class_position")])[0]], [e.temp("label")])[0]
