@@ -51,8 +51,35 @@ _FLOAT, _DOUBLE, _INT64 = 1, 11, 7
 _RANK_THRESHOLD = 0.5
 
 
+class _Once:
+    """The Emit `e`, each constant of one suffix and value made once and named by it at every use."""
+
+    def __init__(self, e):
+        self._e = e
+        self._made: dict = {}
+
+    def __getattr__(self, name):
+        return getattr(self._e, name)
+
+    def constant(self, suffix: str, array) -> str:
+        array = np.asarray(array)
+        key = (suffix, array.dtype.str, array.shape, array.tobytes())
+        if key not in self._made:
+            self._made[key] = self._e.constant(suffix, array)
+        return self._made[key]
+
+    def shape_constant(self, suffix: str, shape) -> str:
+        return self.constant(suffix, np.asarray(list(shape), dtype=np.int64))
+
+    def reduce(self, op: str, x: str, axes, out: str, *, keepdims: int = 1) -> str:
+        """ReduceSum, its axes an input (from opset 13, the lowest written), that constant made once."""
+        assert op == "ReduceSum", op
+        return self.node(op, [x, self.shape_constant(f"{op}_axes", axes)], [out], keepdims=keepdims)[0]
+
+
 @exporter("DetectionOutput")
 def detection_output(e) -> None:
+    e = _Once(e)
     layer = e.layer
     layer.reshape([tuple(s) for s in e.bottom_shapes])
     # ApplyNMSFast lowers its threshold only while it is above 0.5: at or below, eta changes nothing.
@@ -90,7 +117,8 @@ def _flat_part(e, x: str, shape: tuple, start: int, size: int, suffix: str) -> s
 
 def _coordinate(e, x: str, k: int, suffix: str) -> str:
     """Coordinate k of boxes laid along the last axis (kept, size 1)."""
-    return e.node("Slice", [x, e.shape_constant("coordinate_start", [k]), e.shape_constant("coordinate_end", [k + 1]),
+    return e.node("Slice", [x, e.shape_constant(f"coordinate{k}_start", [k]),
+                            e.shape_constant(f"coordinate{k}_end", [k + 1]),
                             e.shape_constant("last_axis", [-1])], [e.temp(suffix)])[0]
 
 
