@@ -287,7 +287,7 @@ def mobilenet_ssd(size: int, seed: int = 0) -> tuple:
     layers, source, side, heads = [], "data", size, {"loc": [], "conf": [], "priors": []}
     while side > 1:
         name = f"conv{len(layers) // 2}"
-        weights = (rng.standard_normal((channels, 3 if source == "data" else channels, 3, 3)) * 0.4).astype(np.float32)
+        weights = (rng.standard_normal((channels, 3 if source == "data" else channels, 3, 3)) * 0.2).astype(np.float32)
         layers += [layer(name, "Convolution", source, blobs=[weights, np.full(channels, 0.1, np.float32)],
                          convolution_param={"num_output": channels, "kernel_size": [3], "pad": [1], "stride": [2]}),
                    layer(f"{name}_relu", "ReLU", name, name)]
@@ -312,7 +312,7 @@ def heads_of(layers: list, heads: dict, rng, source: str, prior: tuple, classes:
     """The location and confidence convolutions of one map (permuted, flattened) and its PriorBox."""
     low, high, ratios = prior
     per_cell = 1 + 2 * len(ratios) + (high is not None)
-    for kind, outputs, scale in (("loc", per_cell * 4, 0.1), ("conf", per_cell * classes, 1.5)):
+    for kind, outputs, scale in (("loc", per_cell * 4, 0.1), ("conf", per_cell * classes, 0.12)):
         name = f"{source}_mbox_{kind}"
         weights = (rng.standard_normal((outputs, channels, 3, 3)) * scale).astype(np.float32)
         layers += [layer(name, "Convolution", source, blobs=[weights, np.zeros(outputs, np.float32)],
