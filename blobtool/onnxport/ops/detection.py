@@ -267,7 +267,10 @@ def _keep_top_k(e, layer, chosen: str, scores: str, classes: int) -> str:
     rank = e.node("Mul", [before, onehot], [e.temp("image_rank_by_image")])[0]
     rank = e.reduce("ReduceSum", rank, [1], e.temp("image_rank"), keepdims=0)
     keep = e.node("Less", [rank, e.constant("keep_top_k", np.int64(layer.keep_top_k))], [e.temp("keep")])[0]
-    kept = e.node("Compress", [order, keep], [e.temp("kept_order")], axis=0)[0]
+    # NonZero and Gather rather than Compress, which more runtimes (TensorRT's parser among them) know.
+    where = e.node("NonZero", [keep], [e.temp("keep_where")])[0]
+    where = e.node("Reshape", [where, e.shape_constant("flat", [-1])], [e.temp("keep_at")])[0]
+    kept = e.node("Gather", [order, where], [e.temp("kept_order")], axis=0)[0]
     # Back to Caffe's order: `chosen` was in it, so its indices ascending.
     kept = e.node("Gather", [kept, _sorted(e, kept, largest=0)], [e.temp("kept_in_order")], axis=0)[0]
     return e.node("Gather", [chosen, kept], [e.temp("top_kept")], axis=0)[0]
