@@ -28,7 +28,8 @@ writes are held to it:
   none is given;
 - eta < 1 with nms_threshold above 0.5 is refused in one line naming the
   --outputs cut, nothing written; at or below 0.5 eta changes nothing and
-  the layer is exported (in the net above);
+  the layer is exported (in the net above); constants sized by the
+  declared shapes are bounded as PriorBox's are;
 - `export --check` compares the rows and says how many matched.
 """
 
@@ -237,6 +238,18 @@ def test_eta_above_half_is_refused_naming_the_outputs_cut(tmp_path):
     result = invoke("export", str(model), "-o", str(tmp_path / "eta.onnx"))
     assert_error(result, 3, "its eta 0.9 lowers nms_threshold 0.7", "--outputs loc,conf,priors")
     assert not (tmp_path / "eta.onnx").exists()
+
+
+def test_constants_from_declared_sizes_are_bounded(tmp_path):
+    """A definition of a few bytes declaring 2^25 priors: refused before the ranks' constant is made."""
+    priors = 2 ** 25
+    inputs = {"l": (1, 4 * priors), "c": (1, 2 * priors), "p": (1, 2, 4 * priors)}
+    _, model = write_net_files(tmp_path, net([layer("d", "DetectionOutput", ["l", "c", "p"],
+                                                    detection_output_param={"num_classes": 2})], inputs))
+    result = invoke("export", model, "-o", tmp_path / "big.onnx")
+    assert_error(result, 3, "layer 'd' (DetectionOutput) cannot be exported to ONNX: its candidates' ranks would be "
+                            "a constant of 33,554,432 values computed from the net's shapes, past the 16,777,216")
+    assert not (tmp_path / "big.onnx").exists()
 
 
 def test_export_check_compares_the_rows(tmp_path):

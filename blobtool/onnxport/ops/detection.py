@@ -43,6 +43,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..emit import exporter
+from .shape import MAX_COMPUTED
 
 # ONNX's TensorProto.DataType of the values cast between.
 _FLOAT, _DOUBLE, _INT64 = 1, 11, 7
@@ -89,6 +90,12 @@ def detection_output(e) -> None:
                        f"e.g. --outputs {','.join(e.step.bottoms)}, and decode those outside the model")
     classes = [c for c in range(layer.num_classes) if c != layer.background]
     num = layer.num
+    # The constants below hold a value per image (7 for the rows of nothing detected) and per candidate (the
+    # ranks): sizes a definition of a few bytes can declare, bounded before anything is computed.
+    for what, size in (("its rows of nothing detected", 7 * num), ("its candidates' ranks", layer.num_priors)):
+        if size > MAX_COMPUTED:
+            raise e.refuse(f"{what} would be a constant of {size:,} values computed from the net's shapes, past "
+                           f"the {MAX_COMPUTED:,} an export computes")
     if not classes or layer.top_k == 0 or layer.keep_top_k == 0:
         # No class to detect, or no candidate kept: Caffe's rows of nothing detected, whatever the data.
         _finish(e, None, num)
