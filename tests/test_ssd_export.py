@@ -38,8 +38,6 @@ from __future__ import annotations
 import functools
 import os
 import subprocess
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -47,20 +45,35 @@ import pytest
 onnx = pytest.importorskip("onnx", reason="ONNX export needs the onnx package (the `onnx` extra)")
 ort = pytest.importorskip("onnxruntime", reason="the exported models are run by onnxruntime (the `onnx` extra)")
 
-from caffenets import layer, net, ours_forward, write_net_files  # noqa: E402
-from caffeoracle import caffe_files  # noqa: E402
-from onnxvalid import every_export_checked  # noqa: F401,E402  (autouse: every model written is checked)
-from runner import assert_error, invoke, ok, run_blobtool  # noqa: E402
-from test_layers_shape import (CENTER_SIZE, DETECTION, _detection_params, assert_detections, caffe_row_order,  # noqa: E402
-                               detection_case, ssd_head)
+from caffenets import layer, net, ours_forward, write_net_files
+from caffeoracle import caffe_files
+from onnxvalid import every_export_checked  # noqa: F401  (autouse: every model written is checked)
+from runner import assert_error, invoke, ok, run_blobtool
+from test_layers_shape import (
+    CENTER_SIZE,
+    DETECTION,
+    NMS,
+    assert_detections,
+    caffe_row_order,
+    detection_case,
+    ssd_head,
+)
 
-from blobtool import api  # noqa: E402
-from blobtool.onnxport.check import compare_rows  # noqa: E402
-from blobtool.onnxport.emit import ExportError  # noqa: E402
-from blobtool.onnxport.graph import opset_range  # noqa: E402
+from blobtool import api
+from blobtool.onnxport.check import compare_rows
+from blobtool.onnxport.emit import ExportError
+from blobtool.onnxport.graph import opset_range
 
 OPSETS = (13, 17, opset_range()[1])
 OPENCV5 = "BLOBTOOL_OPENCV5_PYTHON"
+
+
+def detection_params(p: dict) -> dict:
+    """A DETECTION case's parameters over the defaults the cases of tests/test_layers_shape.py are written against."""
+    params = {"background_label_id": 0, "share_location": True, "nms_param": NMS, "keep_top_k": 10,
+              "confidence_threshold": 0.3}
+    params.update(p)
+    return {k: v for k, v in params.items() if v is not None}
 
 
 # -- many cases side by side in one net -----------------------------------------------------------------
@@ -106,17 +119,17 @@ def tie_cases() -> list:
     return found
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def cases() -> list:
     """(name, layers, feeds, detection top, ties as sets) of every case the module compares."""
     found = []
     for p in DETECTION:
         params, shape = p.values
-        params = _detection_params(params)
+        params = detection_params(params)
         if refused_at_export(params):
             continue
         found.append((p.id, params, shape, False))
-    found.append(("eta-at-0.45", _detection_params({"code_type": CENTER_SIZE, "nms_param": {"nms_threshold": 0.45,
+    found.append(("eta-at-0.45", detection_params({"code_type": CENTER_SIZE, "nms_param": {"nms_threshold": 0.45,
                                                                                              "eta": 0.8}}), {}, False))
     found += tie_cases()
     out = []
@@ -210,7 +223,7 @@ def test_the_cases_cover_every_option():
 @pytest.mark.caffe
 def test_no_background_with_shared_boxes_gives_caffes_rows_with_the_background_past_the_labels(compared, tmp_path):
     """background_label_id -1, shared boxes: blobtool and the model follow caffe-ssd's GPU forward (every class)."""
-    layers, inputs, feeds, _ = detection_case(_detection_params({"code_type": CENTER_SIZE, "background_label_id": -1}))
+    layers, inputs, feeds, _ = detection_case(detection_params({"code_type": CENTER_SIZE, "background_label_id": -1}))
     _, model = write_net_files(tmp_path, net(layers, inputs))
     path = tmp_path / "none.onnx"
     api.export(str(model), str(path))
@@ -224,7 +237,7 @@ def test_no_background_with_shared_boxes_gives_caffes_rows_with_the_background_p
 # -- refusals and the check ---------------------------------------------------------------------------
 
 def test_eta_above_half_is_refused_naming_the_outputs_cut(tmp_path):
-    layers, inputs, _, _ = detection_case(_detection_params({"code_type": CENTER_SIZE,
+    layers, inputs, _, _ = detection_case(detection_params({"code_type": CENTER_SIZE,
                                                              "nms_param": {"nms_threshold": 0.7, "eta": 0.9}}))
     _, model = write_net_files(tmp_path, net(layers, inputs))
     with pytest.raises(ExportError) as raised:
@@ -413,6 +426,6 @@ def opencv5_rows(python: str, path, feeds: dict, folder) -> np.ndarray:
     """The model's first output as OpenCV 5's dnn module computes it, run by `python` (its own environment)."""
     np.savez(folder / "feeds.npz", **feeds)
     done = subprocess.run([python, "-c", _OPENCV5_RUN, str(path), str(folder / "feeds.npz"), str(folder / "rows.npy")],
-                          capture_output=True, text=True, timeout=300)
+                          check=False, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     return np.load(folder / "rows.npy")

@@ -28,7 +28,7 @@ import numpy as np
 from ..errors import BlobToolError
 from ..forward.check import CHECK_TOLERANCE, CheckResult, compare_blob, not_written
 
-__all__ = ["check_export", "prove_export", "compare_rows"]
+__all__ = ["check_export", "compare_rows", "prove_export"]
 
 # onnxruntime's log severities: 0 verbose ... 3 error, 4 fatal. Its errors reach blobtool as exceptions.
 _ORT_QUIET = 4
