@@ -136,10 +136,35 @@ def cases() -> list:
     for name, params, shape, as_sets in found:
         layers, _, feeds, _ = detection_case(params, **shape)
         out.append((name, layers, feeds, "detections", as_sets))
+    out += odd_boxes_and_scores()
     for k, (across, channels, shared, code) in enumerate([(True, True, True, 2), (True, False, False, 1),
                                                           (False, True, True, 3), (False, False, False, 2)]):
         layers, feeds = ssd_head(across_spatial=across, channel_shared=channels, share_location=shared, code_type=code)
         out.append((f"head{k}", layers, feeds, "detection_out", False))
+    return out
+
+
+def odd_boxes_and_scores() -> list:
+    """Cases of boxes decoded with their max corner below their min, and of NaN scores.
+
+    CORNER and CORNER_SIZE decode each corner on its own: offsets 20 times
+    the usual turn many boxes inside out, which JaccardOverlap says overlap
+    nothing. A NaN score is no candidate (not above the threshold) and
+    takes no place among top_k.
+    """
+    out = []
+    for code in (1, 3):
+        params = detection_params({"code_type": code, "nms_param": {"nms_threshold": 0.3}, "keep_top_k": -1,
+                                   "confidence_threshold": 0.1})
+        layers, _, feeds, _ = detection_case(params, num=2)
+        feeds["loc"] = feeds["loc"] * np.float32(20)
+        out.append((f"inside-out-{code}", layers, feeds, "detections", False))
+    params = detection_params({"code_type": CENTER_SIZE, "nms_param": {"nms_threshold": 0.45, "top_k": 4},
+                               "confidence_threshold": 0.05})
+    layers, _, feeds, _ = detection_case(params, num=2)
+    feeds["conf"] = feeds["conf"].copy()
+    feeds["conf"][:, ::3] = np.nan
+    out.append(("nan-scores", layers, feeds, "detections", False))
     return out
 
 
@@ -204,6 +229,8 @@ def test_exported_rows_equal_caffe_ssd(compared, name):
         else:
             assert_detections(f"{name} (opset {opset}, against blobtool)", model, ours)
     rows = caffe[0, 0]
+    if name.startswith("inside-out"):
+        assert ((rows[:, 5] < rows[:, 3]) | (rows[:, 6] < rows[:, 4])).sum() >= 5, "too few boxes inside out"
     if (rows[:, 1] == -1).all():
         assert len(rows) == int(rows[-1, 0]) + 1 and (rows[:, 2:] == -1).all()   # one row per image
     else:

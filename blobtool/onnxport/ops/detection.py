@@ -10,8 +10,9 @@ the same steps, in the same precisions, for every image and class at once:
 - one row of candidates per image and class but the background
   (B = images x classes): share_location reads the image's one set of
   boxes for every class, otherwise each class its own;
-- GetMaxScoreIndex: TopK of the class's scores, k = top_k (every prior
-  where top_k is -1); TopK keeps the lower prior first among equal
+- GetMaxScoreIndex: TopK of the class's scores, those not above
+  confidence_threshold (NaN too) made float32's lowest first, k = top_k (every
+  prior where top_k is -1); TopK keeps the lower prior first among equal
   scores, as caffe-ssd's std::stable_sort. The candidates' boxes are
   gathered in that order;
 - ApplyNMSFast: NonMaxSuppression (center_point_box 0, which reads the
@@ -20,7 +21,10 @@ the same steps, in the same precisions, for every image and class at once:
   candidate, down to 1), so that it visits the candidates in Caffe's order
   whatever order a runtime gives equal scores, and 0 for a candidate not
   above confidence_threshold, which its score_threshold of 0.5 drops: a
-  candidate is kept where Caffe keeps it;
+  candidate is kept where Caffe keeps it. A box whose max corner is below
+  its min (CORNER decoding can give one) overlaps nothing in
+  JaccardOverlap, while NonMaxSuppression orders corners itself: it is
+  given a point there instead, which overlaps nothing either;
 - the kept candidates sorted by (image, class, rank in the class's
   candidates), one int64 key, whatever order NonMaxSuppression returned
   them in: caffe-ssd's order, by image, label ascending, score
@@ -207,6 +211,13 @@ def _candidates(e, layer, boxes: str, classes: list) -> tuple:
         conf = e.node("Gather", [conf, wanted], [e.temp("class_conf")], axis=2)[0]
     conf = e.node("Transpose", [conf], [e.temp("class_major")], perm=[0, 2, 1])[0]
     conf = e.node("Reshape", [conf, e.shape_constant("batch_scores", [batch, priors])], [e.temp("scores")])[0]
+    # GetMaxScoreIndex drops the scores not above the threshold (a NaN too) before it takes top_k: here they
+    # become float32's lowest, below every candidate, so that they come last and take no place among the top_k
+    # (the ranks of _suppress are 0 for them).
+    above = e.node("Greater", [conf, e.constant("confidence_threshold", np.float32(layer.threshold))],
+                   [e.temp("candidate")])[0]
+    lowest = e.constant("lowest", np.finfo(np.float32).min)
+    conf = e.node("Where", [above, conf, lowest], [e.temp("candidate_scores")])[0]
     scores, order = e.node("TopK", [conf, e.shape_constant("top_k", [per])], [e.temp("top"), e.temp("top_index")],
                            axis=1, largest=1, sorted=1)
     if layer.share_location:
@@ -236,11 +247,29 @@ def _suppress(e, layer, candidates: str, scores: str, per: int) -> str:
     ranks = e.constant("ranks", np.arange(per, 0, -1, dtype=np.float32)[None, :])
     ranked = e.node("Where", [above, ranks, e.constant("zero", np.float32(0))], [e.temp("ranked")])[0]
     ranked = e.node("Unsqueeze", [ranked, e.shape_constant("class_axis", [1])], [e.temp("nms_scores")])[0]
-    selected = e.node("NonMaxSuppression", [candidates, ranked, e.shape_constant("max_boxes", [per]),
+    selected = e.node("NonMaxSuppression", [_as_caffe_overlaps(e, candidates), ranked,
+                                            e.shape_constant("max_boxes", [per]),
                                             e.constant("nms_threshold", np.asarray([layer.nms_threshold], np.float32)),
                                             e.constant("rank_threshold", np.asarray([_RANK_THRESHOLD], np.float32))],
                       [e.temp("selected")], center_point_box=0)[0]
     return e.node("Gather", [selected, e.shape_constant("row_and_rank", [0, 2])], [e.temp("kept")], axis=1)[0]
+
+
+def _as_caffe_overlaps(e, candidates: str) -> str:
+    """The candidates as NonMaxSuppression should see them: a box whose max is below its min made a point.
+
+    JaccardOverlap gives such a box (CORNER decoding can make one) an
+    overlap of 0 with every box, since its intersection with any has no
+    width or height; NonMaxSuppression would read its corners in either
+    order. A point overlaps nothing there either (its intersection is
+    empty), so it suppresses nothing and is suppressed by nothing, as in
+    Caffe. The boxes of the rows keep their corners as decoded.
+    """
+    x0, y0, x1, y1 = (_coordinate(e, candidates, k, f"candidate_{k}") for k in range(4))
+    flipped = e.node("Or", [e.node("Less", [x1, x0], [e.temp("x_flipped")])[0],
+                            e.node("Less", [y1, y0], [e.temp("y_flipped")])[0]], [e.temp("flipped")])[0]
+    point = e.node("Concat", [x0, y0, x0, y0], [e.temp("point")], axis=-1)[0]
+    return e.node("Where", [flipped, point, candidates], [e.temp("nms_boxes")])[0]
 
 
 def _in_caffe_order(e, chosen: str, per: int) -> str:
