@@ -238,6 +238,17 @@ def test_exported_rows_equal_caffe_ssd(compared, name):
         np.testing.assert_array_equal(rows, caffe_row_order(rows))
 
 
+def test_the_model_is_standard_operators_with_a_symbolic_row_count(compared):
+    for opset in OPSETS:
+        model = onnx.load(str(compared["folder"] / f"ssd-{opset}.onnx"))
+        assert [(o.domain, o.version) for o in model.opset_import] == [("", opset)]
+        assert not {n.domain for n in model.graph.node} - {""}, "a node outside ONNX's own operators"
+        for output in model.graph.output:
+            dims = output.type.tensor_type.shape.dim
+            assert [d.dim_value for d in dims[:2]] + [dims[3].dim_value] == [1, 1, 7]
+            assert dims[2].dim_param == f"{output.name}_rows" and not dims[2].HasField("dim_value")
+
+
 def test_the_cases_cover_every_option():
     """The cases hold each option the issue names, nothing-detected and batches of 3 among them."""
     names = set(CASE_NAMES)
@@ -440,8 +451,9 @@ def test_opencv5_reads_the_model_and_gives_caffes_rows(tmp_path):
     """cv2.dnn.readNetFromONNX of opencv-python 5, in its own environment (BLOBTOOL_OPENCV5_PYTHON)."""
     python = os.environ.get(OPENCV5)
     if not python:
-        pytest.skip(f"no OpenCV 5 environment: set {OPENCV5} to a python with opencv-python 5 (it cannot share "
-                    "blobtool's environment, whose OpenCV 4.x reads Caffe files in other tests)")
+        pytest.skip(f"no OpenCV 5 environment: set {OPENCV5} to a python with opencv-python 5 (python -m venv cv5 "
+                    "&& cv5/bin/pip install 'opencv-python-headless>=5' numpy); it cannot share blobtool's "
+                    "environment, whose OpenCV 4.x reads Caffe files in other tests")
     layers, feeds = ssd_head(across_spatial=True, channel_shared=False, share_location=True, code_type=CENTER_SIZE)
     prototxt, model = write_net_files(tmp_path, net(layers, {n: x.shape for n, x in feeds.items()}))
     caffe = caffe_files(prototxt, model, feeds, tmp_path)["detection_out"]
