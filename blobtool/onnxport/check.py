@@ -95,7 +95,8 @@ def compare_rows(name: str, ours: np.ndarray, theirs: np.ndarray) -> dict:
     b = theirs.reshape(-1, 7)
     scale = float(np.max(np.abs(a[:, 2:]), initial=0.0))
     with np.errstate(invalid="ignore"):
-        close = np.abs(a[:, 2:].astype(np.float64) - b[:, 2:]) <= CHECK_TOLERANCE * max(scale, np.finfo(np.float32).tiny)
+        bound = CHECK_TOLERANCE * max(scale, np.finfo(np.float32).tiny)
+        close = np.abs(a[:, 2:].astype(np.float64) - b[:, 2:]) <= bound
     matched = (np.all(a[:, :2] == b[:, :2], axis=1) & np.all(close | (np.isnan(a[:, 2:]) & np.isnan(b[:, 2:])), axis=1))
     count = int(np.count_nonzero(matched))
     row["differs"] = count < len(a)

@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ...layers.ssd import CORNER, CORNER_SIZE
 from ..emit import exporter
 from .shape import MAX_COMPUTED
 
@@ -90,8 +91,9 @@ def detection_output(e) -> None:
     # ApplyNMSFast lowers its threshold only while it is above 0.5: at or below, eta changes nothing.
     if layer.eta < 1 and layer.nms_threshold > 0.5:
         raise e.refuse(f"its eta {float(layer.eta):g} lowers nms_threshold {float(layer.nms_threshold):g} after "
-                       "each kept box while it is above 0.5, which NonMaxSuppression's one threshold cannot say; end the graph before it with --outputs, "
-                       f"e.g. --outputs {','.join(e.step.bottoms)}, and decode those outside the model")
+                       "each kept box while it is above 0.5, which NonMaxSuppression's one threshold cannot say; "
+                       f"end the graph before it with --outputs, e.g. --outputs {','.join(e.step.bottoms)}, and "
+                       "decode those outside the model")
     classes = [c for c in range(layer.num_classes) if c != layer.background]
     num = layer.num
     # The constants below hold a value per image (7 for the rows of nothing detected) and per candidate (the
@@ -150,8 +152,6 @@ def _bottoms(e, layer) -> tuple:
 
 def _decode(e, layer) -> str:
     """The decoded boxes (N, P, L, 4), float32, as DecodeBBox computes them (ssd.py's _decode)."""
-    from ...layers.ssd import CORNER, CORNER_SIZE
-
     loc, prior, var = _bottoms(e, layer)
     # variance_encoded_in_target: the prediction holds the variance already, and Caffe's product by 1 is exact.
     offset = loc if layer.in_target else e.node("Mul", [var, loc], [e.temp("scaled")])[0]
@@ -295,7 +295,8 @@ def _keep_top_k(e, layer, chosen: str, scores: str, classes: int) -> str:
     score = e.node("GatherND", [scores, chosen], [e.temp("kept_scores")])[0]
     order = _sorted(e, score, largest=1)
     row = e.node("Gather", [chosen, e.shape_constant("row_column", [0])], [e.temp("kept_row")], axis=1)[0]
-    image = e.node("Div", [row, e.constant("classes_count", np.asarray([classes], np.int64))], [e.temp("kept_image")])[0]
+    count = e.constant("classes_count", np.asarray([classes], np.int64))
+    image = e.node("Div", [row, count], [e.temp("kept_image")])[0]
     image = e.node("Gather", [image, order], [e.temp("ranked_image")])[0]
     images = e.constant("images", np.arange(layer.num, dtype=np.int64)[None, :])
     onehot = _cast(e, e.node("Equal", [image, images], [e.temp("onehot_bool")])[0], _INT64, "onehot")
