@@ -46,7 +46,7 @@ onnx = pytest.importorskip("onnx", reason="ONNX export needs the onnx package (t
 ort = pytest.importorskip("onnxruntime", reason="the exported models are run by onnxruntime (the `onnx` extra)")
 
 from caffenets import layer, net, ours_forward, write_net_files
-from caffeoracle import caffe_files
+from caffeoracle import caffe_files, caffe_refusal
 from onnxvalid import every_export_checked  # noqa: F401  (autouse: every model written is checked)
 from runner import assert_error, invoke, ok, run_blobtool
 from test_layers_shape import (
@@ -129,6 +129,9 @@ def cases() -> list:
         if refused_at_export(params):
             continue
         found.append((p.id, params, shape, False))
+    found.append(("nms-threshold-past-1", detection_params({"code_type": CENTER_SIZE, "keep_top_k": None,
+                                                           "nms_param": {"nms_threshold": 1.5, "top_k": 15}}), {},
+                  False))
     found.append(("eta-at-0.45", detection_params({"code_type": CENTER_SIZE, "nms_param": {"nms_threshold": 0.45,
                                                                                              "eta": 0.8}}), {}, False))
     found += tie_cases()
@@ -254,7 +257,7 @@ def test_the_cases_cover_every_option():
     names = set(CASE_NAMES)
     for wanted in ("center-size", "corner", "corner-size", "variance-in-target", "not-shared", "background2",
                    "background-none-not-shared", "background-past-labels-shared", "threshold0", "top_k3", "no-top_k",
-                   "keep_top_k1", "no-keep_top_k", "batch3", "batch3-not-shared", "nothing-detected", "eta-at-0.45",
+                   "keep_top_k1", "no-keep_top_k", "nms-threshold-past-1", "batch3", "batch3-not-shared", "nothing-detected", "eta-at-0.45",
                    "ties-True", "ties-False", "ties-keep_top_k-cut", "head0", "head3"):
         assert wanted in names, wanted
 
@@ -290,6 +293,20 @@ def test_eta_above_half_is_refused_naming_the_outputs_cut(tmp_path):
     result = invoke("export", str(model), "-o", str(tmp_path / "eta.onnx"))
     assert_error(result, 3, "its eta 0.9 lowers nms_threshold 0.7", "--outputs loc,conf,priors")
     assert not (tmp_path / "eta.onnx").exists()
+
+
+@pytest.mark.caffe
+def test_a_nan_nms_threshold_is_refused_as_caffe_refuses_it(tmp_path):
+    layers, inputs, feeds, _ = detection_case(detection_params({"nms_param": {"nms_threshold": float("nan")}}))
+    message = net(layers, inputs)
+    refusal = caffe_refusal(message, feeds, tmp_path)
+    assert refusal is not None and "Check failed: nms_threshold_ >= 0. (nan vs. 0)" in refusal.line, refusal
+    _, model = write_net_files(tmp_path, message)
+    for command in ("run", "export"):
+        result = invoke(command, model, *(["-o", tmp_path / "nan.onnx"] if command == "export" else []))
+        assert_error(result, 3, "layer 'detections' (DetectionOutput): nms_threshold is nan; nms_threshold must be "
+                                "non negative")
+    assert not (tmp_path / "nan.onnx").exists()
 
 
 def test_constants_from_declared_sizes_are_bounded(tmp_path):

@@ -273,7 +273,7 @@ class DetectionOutput(Layer):
         self.threshold = FLOAT(p.confidence_threshold) if p.HasField("confidence_threshold") else FLOAT(-FLT_MAX)
         nms = p.nms_param
         self.nms_threshold = FLOAT(nms.nms_threshold)
-        if self.nms_threshold < 0:
+        if not self.nms_threshold >= 0:   # CHECK_GE(nms_threshold_, 0.): a NaN fails it too
             raise self.error(f"nms_threshold is {self.nms_threshold}; nms_threshold must be non negative")
         self.eta = FLOAT(nms.eta)
         if not 0 < self.eta <= 1:

@@ -247,9 +247,13 @@ def _suppress(e, layer, candidates: str, scores: str, per: int) -> str:
     ranks = e.constant("ranks", np.arange(per, 0, -1, dtype=np.float32)[None, :])
     ranked = e.node("Where", [above, ranks, e.constant("zero", np.float32(0))], [e.temp("ranked")])[0]
     ranked = e.node("Unsqueeze", [ranked, e.shape_constant("class_axis", [1])], [e.temp("nms_scores")])[0]
+    # NonMaxSuppression takes an iou_threshold in [0, 1] (onnxruntime fails past 1); caffe-ssd takes any
+    # nms_threshold from 0, and past 1 suppresses nothing, as at 1: no overlap in float exceeds 1 (the union
+    # is at least the intersection).
+    overlap = min(float(layer.nms_threshold), 1.0)
     selected = e.node("NonMaxSuppression", [_as_caffe_overlaps(e, candidates), ranked,
                                             e.shape_constant("max_boxes", [per]),
-                                            e.constant("nms_threshold", np.asarray([layer.nms_threshold], np.float32)),
+                                            e.constant("nms_threshold", np.asarray([overlap], np.float32)),
                                             e.constant("rank_threshold", np.asarray([_RANK_THRESHOLD], np.float32))],
                       [e.temp("selected")], center_point_box=0)[0]
     return e.node("Gather", [selected, e.shape_constant("row_and_rank", [0, 2])], [e.temp("kept")], axis=1)[0]
