@@ -343,6 +343,14 @@ def test_compare_rows_counts_then_rows():
     moved[0, 0, 5, 1] = 7
     other = compare_rows("d", rows, moved)
     assert other["differs"] and other["said"].startswith("4 of 6 detection rows equal; row 4 is [")
+    huge = rows.copy()
+    huge[0, 0, 2, 3:] = [np.inf, -np.inf, np.nan, 3e38]
+    assert compare_rows("d", huge, huge.copy())["said"] == "6 of 6 detection rows equal"
+    other = huge.copy()
+    other[0, 0, 2, 3] = -np.inf
+    assert compare_rows("d", huge, other)["said"] == ("5 of 6 detection rows equal; row 2 is [0, 2, 0.0335856, inf, "
+                                                      "-inf, nan, 3e+38] before, [0, 2, 0.0335856, -inf, -inf, nan, "
+                                                      "3e+38] after")
     fewer = compare_rows("d", rows, rows[:, :, :5])
     assert fewer["differs"] and fewer["said"] == "6 detection rows before, shape [1, 1, 5, 7] after"
 

@@ -84,8 +84,9 @@ def compare_rows(name: str, ours: np.ndarray, theirs: np.ndarray) -> dict:
     """compare_blob's row for a DetectionOutput top (1, 1, N, 7): the row counts first, then row by row.
 
     A row matches where its image and label are equal and its score and box
-    within CHECK_TOLERANCE of the largest magnitude among blobtool's scores
-    and boxes; `said` counts the rows that match.
+    within CHECK_TOLERANCE of the largest finite magnitude among blobtool's
+    scores and boxes (an Inf or NaN where blobtool's row holds the same);
+    `said` counts the rows that match.
     """
     row = compare_blob(name, ours, theirs)
     a = ours.reshape(-1, 7)
@@ -93,11 +94,15 @@ def compare_rows(name: str, ours: np.ndarray, theirs: np.ndarray) -> dict:
         row["said"] = f"{len(a)} detection row{'s' * (len(a) != 1)} before, shape {list(theirs.shape)} after"
         return row
     b = theirs.reshape(-1, 7)
-    scale = float(np.max(np.abs(a[:, 2:]), initial=0.0))
+    values, others = a[:, 2:], b[:, 2:]
+    finite = np.isfinite(values)
+    # The scale of the finite values (compare_blob's rule); an Inf or NaN matches the same value only.
+    scale = float(np.max(np.abs(values[finite]), initial=0.0))
     with np.errstate(invalid="ignore"):
         bound = CHECK_TOLERANCE * max(scale, np.finfo(np.float32).tiny)
-        close = np.abs(a[:, 2:].astype(np.float64) - b[:, 2:]) <= bound
-    matched = (np.all(a[:, :2] == b[:, :2], axis=1) & np.all(close | (np.isnan(a[:, 2:]) & np.isnan(b[:, 2:])), axis=1))
+        close = finite & (np.abs(values.astype(np.float64) - others) <= bound)
+    close |= (~finite & (values == others)) | (np.isnan(values) & np.isnan(others))
+    matched = np.all(a[:, :2] == b[:, :2], axis=1) & np.all(close, axis=1)
     count = int(np.count_nonzero(matched))
     row["differs"] = count < len(a)
     row["said"] = f"{count} of {len(a)} detection row{'s' * (len(a) != 1)} equal"
