@@ -139,7 +139,7 @@ def _ssd(rng):
 
 
 def _ssd_head(rng):
-    """The SSD net up to its priors and scores (export refuses DetectionOutput, so the rest is exported)."""
+    """The SSD net up to its priors and scores: the head before DetectionOutput, exported on its own."""
     message = _ssd(rng)
     del message.layer[-1]
     message.name = "ssd_head"

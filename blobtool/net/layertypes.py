@@ -181,8 +181,7 @@ _NO_BLOBS = (
     ("Im2col", "convolution_param", "windows.Im2col", "windows.im2col", None),
     ("Permute", "permute_param", "shape.Permute", "shape.permute", None),
     ("PriorBox", "prior_box_param", "ssd.PriorBox", "shape.prior_box", None),
-    # Its exporter refuses every layer, naming why (ONNX has no such operator of the same sums).
-    ("DetectionOutput", "detection_output_param", "ssd.DetectionOutput", "shape.detection_output", None),
+    ("DetectionOutput", "detection_output_param", "ssd.DetectionOutput", "detection.detection_output", None),
     ("DetectionEvaluate", None, None, None, None),
     ("MultiBoxLoss", None, None, None, "loss"),
     # The forks' (proto/blobtool_caffe.proto names the fork of each parameter message).

@@ -166,25 +166,20 @@ def make_node(op: str, inputs: list, outputs: list, *, name: str, **attributes):
 _UINT8 = 2
 
 
-def _value_info(name: str, shape, first: str = "", uint8: bool = False):
-    """A tensor's ValueInfo, float or `uint8`; `first`, where given, names its first axis's size instead of a number."""
+def _value_info(name: str, shape, symbolic=None, uint8: bool = False):
+    """A float (or `uint8`) tensor's ValueInfoProto; the axes in `symbolic` ({axis: name}) are named, not sized (dim_param)."""
+    symbolic = symbolic or {}
     pb = _onnx()
     info = pb.ValueInfoProto(name=onnx_text(name))
     tensor = info.type.tensor_type
     tensor.elem_type = _UINT8 if uint8 else pb.TensorProto.FLOAT
     tensor.shape.SetInParent()  # a scalar's shape too: present, and empty
-    for k, d in enumerate(shape):
-        if k == 0 and first:
-            tensor.shape.dim.add(dim_param=first)
+    for axis, d in enumerate(shape):
+        if axis in symbolic:
+            tensor.shape.dim.add(dim_param=symbolic[axis])
         else:
             tensor.shape.dim.add(dim_value=int(d))
     return info
-
-
-def _sized_as_run(program) -> dict:
-    """{blob: the name of its first axis's size} of the tops whose rows a layer knows only as it runs (Filter)."""
-    return {top: f"{step.layer.name}_rows" for step in program.steps if getattr(step.layer, "variable_tops", False)
-            for top in step.tops}
 
 
 @dataclass
@@ -232,6 +227,7 @@ class _Graph:
         self.values = Names()
         self.node_names = Names()
         self.notes: list = []           # lines for stderr: constants that became Inf or NaN
+        self.symbolic: dict = {}        # value name -> {axis: dim_param}: sizes known only from the data
 
     def unique(self, name: str) -> str:
         """A value's name: `name`, or numbered where it is taken."""
@@ -335,8 +331,7 @@ def export_program(program, dest, *, opset: int = OPSET_DEFAULT, outputs=None, n
     body.node.extend(graph.nodes)
     body.input.extend(_value_info(inputs[n], pixels[n].pixel_shape(s), uint8=True) if n in pixels else
                       _value_info(inputs[n], s) for n, s in program.inputs.items())
-    loose = _sized_as_run(program)
-    body.output.extend(_value_info(names[n], shapes[n], onnx_text(loose.get(n, ""))) for n in wanted)
+    body.output.extend(_value_info(names[n], shapes[n], graph.symbolic.get(names[n])) for n in wanted)
     for key, value in (("caffe_net", net_name), ("source", os.path.basename(source)), ("blobtool_version", version)):
         model.metadata_props.add(key=key, value=onnx_text(value))
     weight_bytes = sum(a.nbytes for _, a in graph.initializers)

@@ -35,6 +35,8 @@ def filter_(e) -> None:
     index = e.node("Reshape", [found, e.shape_constant("index_shape", [-1])], [e.temp("index")])[0]
     for source, out in zip(e.inputs[:-1], e.outputs):
         e.node("Gather", [source, index], [out], axis=0)
+        # The rows are known only as the model runs: every top's first axis is the same named size.
+        e.graph.symbolic[out] = {0: f"{e.outputs[0]}_rows"}
 
 
 @exporter("Parameter")

@@ -1,4 +1,4 @@
-"""The layers that move values, SSD's PriorBox and DetectionOutput, and the forks' Upsample and Interp as ONNX nodes.
+"""The layers that move values, SSD's PriorBox, and the forks' Upsample and Interp as ONNX nodes.
 
 Every shape is static (the Program's Reshape gave each blob's), so each
 layer is written with constant shapes and indices, taken from what the
@@ -25,8 +25,7 @@ resize.py), never from Caffe's rules worked out a second time:
   A constant computed from the shapes (these priors, Interp's indices)
   holds at most MAX_COMPUTED values: past it the layer is refused before
   anything is computed.
-- DetectionOutput: refused, naming the blobs `--outputs` can end the graph
-  at instead.
+- DetectionOutput: detection.py.
 - Upsample (the YOLOv3 ports' nearest neighbour): Resize, mode "nearest",
   coordinate_transformation_mode "asymmetric", nearest_mode "floor",
   scales (1, 1, s, s): output i reads floor(i / s), the layer's i // s.
@@ -177,13 +176,6 @@ def prior_box(e) -> None:
     bottoms = [np.broadcast_to(np.float32(0), s) for s in e.bottom_shapes]
     priors = layer.forward(bottoms)[0]
     e.node("Identity", [e.constant("priors", np.ascontiguousarray(priors, dtype=np.float32))], e.outputs)
-
-
-@exporter("DetectionOutput")
-def detection_output(e) -> None:
-    raise e.refuse("its per-class non-maximum suppression and keep_top_k give a number of rows known only from "
-                   "the data, which no ONNX operator computes as caffe-ssd does; end the graph before it with "
-                   f"--outputs, e.g. --outputs {','.join(e.step.bottoms)}, and decode those outside the model")
 
 
 @exporter("Upsample")
