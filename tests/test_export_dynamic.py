@@ -27,7 +27,7 @@ ort = pytest.importorskip("onnxruntime", reason="the exported models are run by 
 
 from caffenets import layer, net, write_net_files  # noqa: E402
 from onnxvalid import every_export_checked  # noqa: F401,E402  (autouse: every model written is checked)
-from runner import invoke, ok  # noqa: E402
+from runner import invoke, ok, one_json  # noqa: E402
 
 from blobtool import api  # noqa: E402
 
@@ -170,10 +170,46 @@ def test_inner_product_ties_height_and_width(tmp_path):
 def test_check_runs_at_the_exported_size(tmp_path):
     _, model = write_net_files(tmp_path, pnet_shape())
     dest = tmp_path / "checked.onnx"
-    result = ok("export", model, "-o", dest, "--dynamic", "--check", "--json")
-    assert '"data": [\n' in result.stdout or '"N"' in result.stdout
-    assert dest.is_file()
+    record = one_json(ok("export", model, "-o", dest, "--dynamic", "--check", "--json"))
+    assert record["inputs"] == {"data": ["N", 3, "H", "W"]}
+    assert record["outputs"]["prob1"][:2] == ["N", 2]
+    assert record["check"]["passed"] is True
+    assert record["check"]["inputs"][0]["shape"] == [1, 3, 12, 12]
     assert _input_dims(dest) == ["N", 3, "H", "W"]
+
+
+def test_a_layer_written_with_constant_shapes_ties_every_axis_it_sees(tmp_path):
+    rng = np.random.default_rng(4)
+    message = net([layer("conv", "Convolution", "data", blobs=[_weights(rng, 4, 3, 1, 1), _weights(rng, 4)],
+                         convolution_param={"num_output": 4, "kernel_size": [1]}),
+                   layer("shuffle", "ShuffleChannel", "conv", shuffle_channel_param={"group": 2})],
+                  {"data": (1, 3, 6, 5)})
+    _, model = write_net_files(tmp_path, message)
+    dest = tmp_path / "shuffle.onnx"
+    result = _export(model, dest)
+    lines = [line for line in result.stderr.splitlines() if "--dynamic" in line]
+    assert len(lines) == 1, result.stderr
+    assert ("layer 'shuffle' (ShuffleChannel) fixes N (batch) = 1, H (height) = 6, W (width) = 5 at the exported "
+            "size: blobtool writes its shapes as constants") in lines[0]
+    assert _input_dims(dest) == [1, 3, 6, 5]
+    _agree_at_sizes(model, dest, [(1, 3, 6, 5)])
+
+
+def test_info_layers_marks_the_free_axes(tmp_path):
+    _, model = write_net_files(tmp_path, tied_net())
+    record = one_json(ok("info", "--layers", "--json", "--input-shape", "data=2,3,8,8", model))
+    # fc ties height and width for the whole graph: conv before it keeps only its batch free.
+    assert record["free_axes"]["conv"] == [{"0": ["N"]}]
+    assert record["free_axes"]["fc"] == [{"0": ["N"]}]
+    _, pnet = write_net_files(tmp_path, pnet_shape(), stem="pnet")
+    record = one_json(ok("info", "--layers", "--json", "--input-shape", "data=2,3,12,12", pnet))
+    assert record["free_axes"]["conv3"] == [{"0": ["N"], "2": ["H"], "3": ["W"]}]
+    text = ok("info", "--layers", "--input-shape", "data=2,3,8,8", model).stdout
+    assert "free axes (--dynamic)" in text
+    row = next(line for line in text.splitlines() if line.strip().startswith("fc "))
+    assert row.rstrip().endswith("0:N")
+    plain = ok("info", "--layers", model).stdout
+    assert "free axes" not in plain
 
 
 def test_without_dynamic_the_bytes_do_not_change(tmp_path):

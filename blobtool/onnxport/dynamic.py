@@ -164,6 +164,13 @@ def _rule(plan, step, bottoms: list, opset: int) -> tuple:
     layer, kind = step.layer, step.layer.type
     everything = _all_symbols(bottoms)
     constants = (everything, "blobtool writes its shapes as constants")
+    if kind in ("Scale", "Bias") and len(step.bottoms) == 1:
+        layer.reshape([tuple(s) for s in step.bottom_shapes])
+        start, length = layer.span
+        laid = _all_symbols([{a: s for a, s in bottoms[0].items() if start <= a < start + length}])
+        if laid:
+            return None, (everything, f"its blob is laid along axes {start} to {start + length - 1}, a free one "
+                                      "among them")
     if kind in _PASS or (kind in ("Scale", "Bias") and len(step.bottoms) == 1):
         axes = {}
         for b in bottoms:
