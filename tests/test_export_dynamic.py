@@ -245,3 +245,24 @@ def test_pooling_whose_ceil_rounding_needs_the_size_ties(tmp_path):
         assert "--dynamic" not in result.stderr
         assert _input_dims(dest22) == ["N", 3, "H", "W"]
         _agree_at_sizes(model, dest22, [(1, 3, 7, 6), (2, 3, 8, 9), (1, 3, 13, 4)])
+
+
+def test_preprocessing_keeps_the_size_free_unless_its_mean_is_an_image(tmp_path):
+    _, model = write_net_files(tmp_path, pnet_shape())
+    dest = tmp_path / "pixels.onnx"
+    result = ok("export", model, "-o", dest, "--dynamic", "--preprocess", "--mean", "104,117,123")
+    assert "--dynamic" not in result.stderr
+    assert _input_dims(dest) == ["N", "H", "W", 3]
+    session = ort.InferenceSession(str(dest), providers=["CPUExecutionProvider"])
+    pixels = np.random.default_rng(5).integers(0, 256, (2, 21, 16, 3), dtype=np.uint8)
+    x = np.ascontiguousarray(pixels.astype(np.float32).transpose(0, 3, 1, 2)[:, ::-1]) - np.float32(
+        [104, 117, 123]).reshape(1, 3, 1, 1)
+    ours = api.run(str(model), inputs={"data": x}, shapes={"data": x.shape}, outputs=["prob1"]).values["prob1"]
+    theirs = session.run(["prob1"], {"data": pixels})[0]
+    assert np.abs(theirs - ours).max() <= TOLERANCE * np.abs(ours).max()
+    mean = tmp_path / "mean.npy"
+    np.save(mean, np.full((3, 12, 12), 100, np.float32))
+    result = ok("export", model, "-o", tmp_path / "image_mean.onnx", "--dynamic", "--preprocess", "--mean", mean)
+    assert ("--dynamic: the preprocessing of input 'data' fixes H (height) = 12, W (width) = 12 at the exported size: "
+            "its mean is an image of that size") in result.stderr
+    assert _input_dims(tmp_path / "image_mean.onnx") == ["N", 12, 12, 3]

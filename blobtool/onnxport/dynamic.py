@@ -51,6 +51,13 @@ class DynamicPlan:
     ties: list = field(default_factory=list)      # (layer name, type, symbols, why)
     tied: set = field(default_factory=set)
 
+    def tie(self, symbols, name: str, kind: str, why: str) -> None:
+        """Fix `symbols` at the exported size, said as `name` (`kind`) fixing them (nothing where all are fixed)."""
+        symbols = [s for s in self.symbols if s in set(symbols) - self.tied]
+        if symbols:
+            self.ties.append((name, kind, symbols, why))
+            self.tied |= set(symbols)
+
     def live(self, blob) -> dict:
         """{axis: symbols} of the blob's axes still free (the tied symbols taken out)."""
         found = {}
@@ -87,8 +94,9 @@ class DynamicPlan:
         said = []
         for name, kind, symbols, why in self.ties:
             fixed = ", ".join(f"{s} ({self._axis(s)}) = {self.symbols[s][2]}" for s in symbols)
-            said.append(f"{path}: --dynamic: layer {name!r} ({kind}) fixes {fixed} at the exported size: {why}; "
-                        "the other axes stay free")
+            who = f"layer {name!r} ({kind})" if kind else name
+            said.append(f"{path}: --dynamic: {who} fixes {fixed} at the exported size: {why}; the other axes stay "
+                        "free")
         return said
 
     def _axis(self, symbol: str) -> str:
@@ -129,10 +137,7 @@ def _carry(plan: DynamicPlan, step, opset: int) -> None:
     if why is not None:
         # `why` names the symbols to tie with it: (symbols, reason)
         symbols, reason = why
-        symbols = sorted(symbols - plan.tied, key=list(plan.symbols).index)
-        if symbols:
-            plan.ties.append((step.layer.name, step.layer.type, symbols, reason))
-            plan.tied |= set(symbols)
+        plan.tie(symbols, step.layer.name, step.layer.type, reason)
         if tops is None:
             for top in step.tops:
                 plan.axes[top], plan.exact[top] = {}, {}
@@ -242,9 +247,11 @@ def _pooling(plan, step, bottom: dict, opset: int) -> tuple:
         kept = {a: s for a, s in axes.items() if a < 2}
         return [(kept, {a: s for a, s in exact.items() if a in kept})], None
     if len(step.tops) > 1 or layer.global_pooling:
+        # The mask's index is taken modulo the plane's size, a constant; the batch stays free.
         spatial = _all_symbols([{a: s for a, s in bottom.items() if a >= 2}])
-        return None, (spatial | _all_symbols([bottom]),
-                      "its mask top's indices are counted in the exported plane's size")
+        kept = {a: s for a, s in axes.items() if a < 2}
+        return ([(kept, {a: s for a, s in exact.items() if a in kept}) for _ in step.tops],
+                (spatial, "its mask top's indices are counted in the exported plane's size") if spatial else None)
     tie: frozenset = frozenset()
     reasons = []
     for axis, k, s, p in zip((2, 3), layer.kernel, layer.stride, layer.pad):
