@@ -30,6 +30,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
+
 __all__ = ["DynamicPlan", "plan_dynamic"]
 
 # Written without a shape constant: every top's axes are the bottoms' (their union, for Eltwise).
@@ -105,8 +107,8 @@ class DynamicPlan:
         return what if len(self.inputs) == 1 else f"{what} of {name!r}"
 
 
-def plan_dynamic(program, opset: int) -> DynamicPlan:
-    """The DynamicPlan of `program` exported at `opset`: see the module."""
+def plan_dynamic(program, opset: int, pixels: dict | None = None) -> DynamicPlan:
+    """The DynamicPlan of `program` exported at `opset`, its inputs' `pixels` preprocessing: see the module."""
     symbols: dict = {}
     inputs: dict = {}
     for name, shape in program.inputs.items():
@@ -121,6 +123,11 @@ def plan_dynamic(program, opset: int) -> DynamicPlan:
     for name, axes in inputs.items():
         plan.axes[name] = {axis: frozenset([s]) for axis, s in axes.items()}
         plan.exact[name] = dict(axes)
+    for name, steps in (pixels or {}).items():
+        # a mean image (not a value per channel) holds the exported plane
+        if steps.mean is not None and np.ndim(steps.mean) >= 2 and np.shape(steps.mean)[-2:] != (1, 1):
+            plane = [plan.inputs[name].get(2), plan.inputs[name].get(3)]
+            plan.tie(plane, f"the preprocessing of input {name!r}", "", "its mean is an image of that size")
     for step in program.steps:
         _carry(plan, step, opset)
     return plan
@@ -189,16 +196,7 @@ def _rule(plan, step, bottoms: list, opset: int) -> tuple:
     if kind == "Pooling":
         return _pooling(plan, step, bottoms[0], opset)
     if kind in ("Concat", "Slice"):
-        layer.reshape([tuple(s) for s in step.bottom_shapes])
-        at = int(layer.at)
-        on_axis = _all_symbols([{at: b[at]} for b in bottoms if at in b])
-        if on_axis:
-            return None, (everything, f"it joins or splits the free axis {at}, whose sizes it writes as constants")
-        axes = {}
-        for b in bottoms:
-            for axis, symbols in b.items():
-                axes[axis] = axes.get(axis, frozenset()) | symbols
-        return [(dict(axes), dict(plan.exact.get(step.bottoms[0], {}))) for _ in step.tops], None
+        return _joined(plan, step, bottoms, everything)
     if kind == "InnerProduct":
         ndim = len(step.bottom_shapes[0])
         axis = layer.axis(layer.param.inner_product_param.axis, ndim)
@@ -209,13 +207,7 @@ def _rule(plan, step, bottoms: list, opset: int) -> tuple:
                      "of each row") if over else None
         return [(kept, exact)], why
     if kind == "Crop" and len(step.bottoms) == 2:
-        ndim = len(step.bottom_shapes[0])
-        start = layer.axis(layer.start_param, ndim, "crop axis")
-        axes = {a: s for a, s in bottoms[0].items() if a < start}
-        axes.update({a: s for a, s in bottoms[1].items() if start <= a < ndim})
-        exact = {a: s for a, s in plan.exact.get(step.bottoms[0], {}).items() if a < start}
-        exact.update({a: s for a, s in plan.exact.get(step.bottoms[1], {}).items() if start <= a < ndim})
-        return [({a: s for a, s in axes.items()}, {a: s for a, s in exact.items() if a in axes})], None
+        return _cropped(plan, step, bottoms), None
     if kind in ("Flatten", "Reshape"):
         return _reshaped(plan, step, bottoms[0], constants)
     if kind == "Upsample" and len(step.bottoms) == 1:
@@ -226,6 +218,30 @@ def _rule(plan, step, bottoms: list, opset: int) -> tuple:
         axes, exact = _same(plan, step)
         return [_derived(axes, exact, (2, 3))], None
     return None, constants
+
+
+def _joined(plan, step, bottoms: list, everything: frozenset) -> tuple:
+    """Concat and Slice: free where their axis is not (its sizes are constants), else a tie."""
+    step.layer.reshape([tuple(s) for s in step.bottom_shapes])
+    at = int(step.layer.at)
+    if _all_symbols([{at: b[at]} for b in bottoms if at in b]):
+        return None, (everything, f"it joins or splits the free axis {at}, whose sizes it writes as constants")
+    axes = {}
+    for b in bottoms:
+        for axis, symbols in b.items():
+            axes[axis] = axes.get(axis, frozenset()) | symbols
+    return [(dict(axes), dict(plan.exact.get(step.bottoms[0], {}))) for _ in step.tops], None
+
+
+def _cropped(plan, step, bottoms: list) -> list:
+    """Crop: the axes before its axis are the data's, the others the reference blob's (its ends come from Shape)."""
+    ndim = len(step.bottom_shapes[0])
+    start = step.layer.axis(step.layer.start_param, ndim, "crop axis")
+    axes = {a: s for a, s in bottoms[0].items() if a < start}
+    axes.update({a: s for a, s in bottoms[1].items() if start <= a < ndim})
+    exact = {a: s for a, s in plan.exact.get(step.bottoms[0], {}).items() if a < start}
+    exact.update({a: s for a, s in plan.exact.get(step.bottoms[1], {}).items() if start <= a < ndim})
+    return [(axes, {a: s for a, s in exact.items() if a in axes})]
 
 
 def _pooling(plan, step, bottom: dict, opset: int) -> tuple:

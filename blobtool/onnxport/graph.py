@@ -338,12 +338,7 @@ def export_program(program, dest, *, opset: int = OPSET_DEFAULT, outputs=None, n
     if dynamic:
         from .dynamic import plan_dynamic
 
-        plan = plan_dynamic(program, opset)
-        for name, steps in pixels.items():
-            # a mean image (not a value per channel) holds the exported plane
-            if steps.mean is not None and np.ndim(steps.mean) >= 2 and np.shape(steps.mean)[-2:] != (1, 1):
-                plane = [plan.inputs[name].get(2), plan.inputs[name].get(3)]
-                plan.tie(plane, f"the preprocessing of input {name!r}", "", "its mean is an image of that size")
+        plan = plan_dynamic(program, opset, pixels)
     graph, inputs, names = build_graph(program, opset, wanted, pixels, plan.free_steps if plan else ())
     shapes = program.shapes
     pb = _onnx()
