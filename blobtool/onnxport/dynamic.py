@@ -181,8 +181,8 @@ def _rule(plan, step, bottoms: list, opset: int) -> tuple:
         start, length = layer.span
         laid = _all_symbols([{a: s for a, s in bottoms[0].items() if start <= a < start + length}])
         if laid:
-            return None, (everything, f"its blob is laid along axes {start} to {start + length - 1}, a free one "
-                                      "among them")
+            why = f"its blob is laid along axes {start} to {start + length - 1}, a free one among them"
+            return None, (everything, why)
     if kind in _PASS or (kind in ("Scale", "Bias") and len(step.bottoms) == 1):
         axes = {}
         for b in bottoms:
@@ -203,8 +203,8 @@ def _rule(plan, step, bottoms: list, opset: int) -> tuple:
         over = _all_symbols([{a: s for a, s in bottoms[0].items() if a >= axis}])
         kept = {a: s for a, s in bottoms[0].items() if a < axis}
         exact = {a: s for a, s in plan.exact.get(step.bottoms[0], {}).items() if a in kept}
-        why = (over, f"its weight takes the {int(layer.blobs[0].size) // layer.num_output} values of axes {axis} on "
-                     "of each row") if over else None
+        values = int(layer.blobs[0].size) // layer.num_output
+        why = (over, f"its weight takes the {values} values of axes {axis} on of each row") if over else None
         return [(kept, exact)], why
     if kind == "Crop" and len(step.bottoms) == 2:
         return _cropped(plan, step, bottoms), None
