@@ -1,8 +1,8 @@
 """info's layer tables: every layer (name, type, blobs), and with --layers its wiring, parameters in short, blob shapes.
 
-With --input-shape, a column gives the shape of each top of each layer
+With --input-shape, a last column gives the shape of each top of each layer
 the deploy net runs ("-" for a layer it leaves out), from "top_shapes", and
-a last one the axes of each top `export --dynamic` keeps free ("0:N 2:H
+one before it the axes of each top `export --dynamic` keeps free ("0:N 2:H
 3:W", "fixed"), from "free_axes".
 
 The rows come from the record (records.py): "all_layers" for each layer's
@@ -59,15 +59,16 @@ def layer_table(record: dict) -> tuple[list, list]:
             kind = f"{kind} ({forks[layer['name']]})"
         row = [escape(layer["name"]), escape(kind), escape(wiring),
                escape(said), ", ".join(shapes.get(layer["name"], ()))]
+        # The free axes come before the top shapes, which stay the last column.
+        if free is not None:
+            row.append(", ".join(_free(axes) for axes in free[layer["name"]]) if layer["name"] in free else "-")
         if tops is not None:
             shown = tops.get(layer["name"])
             row.append(", ".join(_dims(s) for s in shown) if shown is not None else "-")
-        if free is not None:
-            row.append(", ".join(_free(axes) for axes in free[layer["name"]]) if layer["name"] in free else "-")
         rows.append(row)
     if tops is not None:
         more = [("free axes (--dynamic)", "left")] if free is not None else []
-        return LAYER_DEFS_COLUMNS + [("top shapes", "left")] + more, rows
+        return LAYER_DEFS_COLUMNS + more + [("top shapes", "left")], rows
     return LAYER_DEFS_COLUMNS, rows
 
 
