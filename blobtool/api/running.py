@@ -67,7 +67,7 @@ def _input_values(inputs: dict | None) -> dict:
 
 
 def export(src, dest, *, definition=None, shapes: dict | None = None, opset: int | None = None, outputs=None,
-           check: bool = False, seed: int = 0, warn=None, preprocess=None):
+           check: bool = False, seed: int = 0, warn=None, preprocess=None, dynamic: bool = False):
     """Write the net in `src` as one ONNX model at `dest`; returns (ExportResult, the check's CheckResult or None).
 
     The deploy net of `run` (forward/deploy.py): `definition` (a
@@ -82,7 +82,10 @@ def export(src, dest, *, definition=None, shapes: dict | None = None, opset: int
     "RGB" or "BGR") puts the preprocessing in front of the graph: the model
     takes uint8 pixels, N x H x W x C, RGB or BGR (onnxport/pixels.py). What the deploy
     net left out and what changed on the way are said to `warn`, and, when
-    `warn` is given, the warnings of the files opened here.
+    `warn` is given, the warnings of the files opened here. `dynamic`:
+    symbolic batch, height and width wherever the layers allow it
+    (onnxport/dynamic.py), each layer that fixes axes said to `warn`; the
+    check runs at the exported size.
     """
     from ..forward.run import prepare_net
 
@@ -111,7 +114,8 @@ def export(src, dest, *, definition=None, shapes: dict | None = None, opset: int
         # With a check the model is written where nothing reads it, and put in place only when the check passes.
         staged = opened.enter_context(Staged([dest] if check else ()))
         result = export_program(program, staged.path(dest), opset=opset or OPSET_DEFAULT, outputs=wanted,
-                                net_name=deploy.net.name, source=doc.path, version=__version__, pixels=pixels)
+                                net_name=deploy.net.name, source=doc.path, version=__version__, pixels=pixels,
+                                dynamic=dynamic)
         result.path, result.external = os.fspath(dest), result.external and os.fspath(dest) + ".data"
         result.notes = notes + result.notes  # the deploy net's, then the model's (names changed, Inf/NaN constants)
         for line in result.notes:

@@ -46,9 +46,13 @@ _PIXELS = Needs("preprocess", why="it is a step of the preprocessing --preproces
 @click.option("--pixels", type=click.Choice(["rgb", "bgr"], case_sensitive=False), default=None,
               help="With --preprocess: the channel order of the pixels the model is given: rgb (default, as Pillow "
                    "and most decoders give them) or bgr (as OpenCV's imread gives them).")
+@click.option("--dynamic", is_flag=True,
+              help="Inputs and blobs of any batch, height and width (dim_param N, H, W) wherever the layers allow "
+                   "it; each layer that fixes axes at the exported size says so on stderr. --check checks at the "
+                   "exported size.")
 @click.option("--json", "as_json", is_flag=True, help="Print what was written (and the check) as one JSON object.")
 def export(net, output, definition, input_shapes, opset, outputs, check, seed, preprocess, mean, scale, raw_scale,
-           rgb, pixels, as_json):
+           rgb, pixels, dynamic, as_json):
     """Export a Caffe net to ONNX: the deploy net, definition and weights, as one model.
 
     The graph is the deploy net `blobtool run` runs (Caffe's TEST phase,
@@ -68,6 +72,7 @@ def export(net, output, definition, input_shapes, opset, outputs, check, seed, p
       blobtool export lenet.caffemodel --input-shape data=1,1,28,28 -o lenet.onnx
       blobtool export resnet.caffemodel -o resnet_pixels.onnx --preprocess --mean 104,117,123 --check
       blobtool export resnet.caffemodel -o resnet_cv.onnx --preprocess --pixels bgr --mean 104,117,123
+      blobtool export det1.caffemodel -o pnet.onnx --dynamic --check
     """
     from ..api import export as export_net
 
@@ -79,7 +84,7 @@ def export(net, output, definition, input_shapes, opset, outputs, check, seed, p
              "rgb": rgb, "pixels": pixels} if preprocess else None
     result, verdict = export_net(net, output, definition=definition, shapes=parse_named_shapes(input_shapes),
                                  opset=opset, outputs=parse_outputs(outputs), check=check, seed=seed,
-                                 warn=say_warning, preprocess=steps)
+                                 warn=say_warning, preprocess=steps, dynamic=dynamic)
     if as_json:
         emit_json({**result.record(), **({"check": verdict.record()} if verdict is not None else {})})
     else:

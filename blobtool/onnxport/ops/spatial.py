@@ -163,7 +163,8 @@ def inner_product(e) -> None:
         e.node("Gemm", inputs, e.outputs, transB=0 if layer.transpose else 1)
         return
     # axis > 1: MatMul broadcasts over the leading axes; the weight as (K, N).
-    x = e.node("Reshape", [e.inputs[0], e.shape_constant("rows", list(shape[:axis]) + [k])], [e.temp("rows")])[0]
+    rows = [0] * axis if e.free else list(shape[:axis])  # --dynamic: the leading axes as the bottom has them
+    x = e.node("Reshape", [e.inputs[0], e.shape_constant("rows", rows + [k])], [e.temp("rows")])[0]
     if not layer.transpose:
         weight = e.node("Transpose", [weight], [e.temp("weight_t")], perm=[1, 0])[0]
     if bias is None:
