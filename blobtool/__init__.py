@@ -29,6 +29,8 @@ _EXPORTS = {
     "fold": "api",
     "run": "api",
     "export": "api",
+    "preprocess": "api",
+    "predict": "api",
     "deploy_definition": "api",
     "open_document": "formats",
     "select": "formats",
@@ -37,7 +39,7 @@ _EXPORTS = {
 }
 
 __all__ = ["Blob", "BlobToolError", "ExitCode", "SyncedHead", "SyncedMemory", "definition_text", "deploy_definition",
-           "edit", "export", "fold", "run",
+           "edit", "export", "fold", "predict", "preprocess", "run",
            "load", "load_all", "net_definition", "open_document", "save", "select", "state_dict", "transplant", "write",
            "__version__"]
 

@@ -12,6 +12,7 @@ from .engine import kernels
 from .formats.caffe.blobproto import PAYLOAD_BY_NAME
 from .errors import UsageError, parameter
 from .formats import Document, Entry
+from .net.layertypes import fork_of
 from .net.model import model
 
 __all__ = ["json_float", "info_record", "norm_record", "norm_values", "compare_record", "CHECKS",
@@ -78,7 +79,9 @@ def info_record(doc: Document, entries, *, stats: bool = False, check: str | Non
     shape disagrees with the values stored go under "invalid". With
     `input_shapes` ({input: shape}), "top_shapes" holds the shape of each top
     of each layer the deploy net runs, by layer name, as Caffe's Reshape
-    gives them (forward/runner.py).
+    gives them (forward/runner.py), and "free_axes", by layer name, for
+    each top the axes `export --dynamic` keeps symbolic ({axis: the input
+    symbols its size is computed from}; onnxport/dynamic.py).
     """
     if layer_defs and doc.kind != "net":
         raise UsageError(f"{parameter('layer_defs')} lists a net's layers and this file is a {doc.kind}", path=doc.path)
@@ -98,8 +101,12 @@ def info_record(doc: Document, entries, *, stats: bool = False, check: str | Non
             unknown = _unknown_fields(net)
             if unknown:
                 out["unknown_fields"] = unknown
+            forks = {d["name"]: fork_of(d.get("type"), len(d.get("bottom", ()))) for d in out["layer_defs"]
+                     if "name" in d and fork_of(d.get("type"), len(d.get("bottom", ())))}
+            if forks:
+                out["forks"] = forks
         if input_shapes:
-            out["top_shapes"] = top_shapes(doc, input_shapes)
+            out["top_shapes"], out["free_axes"] = top_shapes(doc, input_shapes, free=True)
         if all_layers or layer_defs:
             out["all_layers"] = [{"name": layer.name, "type": layer.stored.type, "blobs": len(layer.blobs)}
                                  for layer in net.layers]
@@ -110,8 +117,12 @@ def info_record(doc: Document, entries, *, stats: bool = False, check: str | Non
     return out
 
 
-def top_shapes(doc: Document, input_shapes: dict) -> dict:
-    """{layer name: [shape of each top]} of the layers net `doc`'s deploy net runs (inputs by their name too)."""
+def top_shapes(doc: Document, input_shapes: dict, free: bool = False):
+    """{layer name: [shape of each top]} of the layers net `doc`'s deploy net runs (inputs by their name too).
+
+    With `free`, (that, {layer name: [each top's free axes]}): the axes an
+    export --dynamic at the default opset keeps symbolic.
+    """
     from .forward.run import prepare_net
 
     # Shapes need no copy of a weight: the layers view them in the mapped file, or hold zeros.
@@ -119,7 +130,17 @@ def top_shapes(doc: Document, input_shapes: dict) -> dict:
     found = {name: [list(shape)] for name, shape in program.inputs.items()}
     for step in program.steps:
         found[step.layer.name] = [list(shape) for shape in step.top_shapes]
-    return found
+    if not free:
+        return found
+    from .onnxport.dynamic import plan_dynamic
+    from .onnxport.graph import OPSET_DEFAULT
+
+    plan = plan_dynamic(program, OPSET_DEFAULT)
+    axes = {name: [plan.free_record(name)] for name in program.inputs}
+    for step in program.steps:
+        # A blob written again later (in place) is read by its last version, as export names it.
+        axes[step.layer.name] = [plan.free_record(top) for top in step.tops]
+    return found, axes
 
 
 def _torch_export(out: dict, meta) -> None:

@@ -14,7 +14,9 @@ With --nets, into DIR (not shipped: made where they are used), small nets of
 the shapes the recipes name: lenet.caffemodel and lenet_iter_5000.caffemodel
 (LeNet's layers, a training snapshot with its Data and loss layers, two sets
 of values), resnet.caffemodel (a Convolution, BatchNorm and Scale block, as
-the ResNets Caffe trained have them), and the three files of examples/.
+the ResNets Caffe trained have them), fcn.caffemodel and ssd.caffemodel (a
+segmenter's and an SSD's shapes, for predict's recipes), and the three files
+of examples/.
 """
 
 from __future__ import annotations
@@ -122,10 +124,51 @@ def resnet(rng: np.random.Generator) -> NetParameter:
     return net
 
 
+def fcn(rng: np.random.Generator) -> NetParameter:
+    """A segmenter's shape: a 1x1 convolution scoring 3 classes at every pixel of a 1 x 3 x 16 x 16 input."""
+    net = NetParameter(name="fcn")
+    net.input.append("data")
+    net.input_shape.add().dim.extend([1, 3, 16, 16])
+    score = _layer(net, "score", "Convolution", ["data"], ["score"], [rng.normal(0, 0.01, (3, 3, 1, 1)),
+                                                                      rng.normal(0, 0.1, 3)])
+    score.convolution_param.num_output = 3
+    score.convolution_param.kernel_size.append(1)
+    return net
+
+
+def ssd(rng: np.random.Generator) -> NetParameter:
+    """An SSD's shape: one feature map, one prior a cell, 3 classes (background first), DetectionOutput."""
+    net = NetParameter(name="ssd")
+    net.input.append("data")
+    net.input_shape.add().dim.extend([1, 3, 16, 16])
+    # The scores' biases favour class 1, so that the recipe's picture shows boxes.
+    heads = (("loc", 4, rng.normal(0, 0.5, 4)), ("conf", 3, np.array([0.0, 2.0, 0.5])))
+    for name, width, bias in heads:
+        conv = _layer(net, name, "Convolution", ["data"], [name], [rng.normal(0, 0.0005, (width, 3, 4, 4)), bias])
+        conv.convolution_param.num_output = width
+        conv.convolution_param.kernel_size.append(4)
+        conv.convolution_param.stride.append(4)
+        _layer(net, f"{name}_perm", "Permute", [name], [f"{name}_perm"]).permute_param.order.extend([0, 2, 3, 1])
+        _layer(net, f"{name}_flat", "Flatten", [f"{name}_perm"], [f"{name}_flat"])
+    _layer(net, "conf_shape", "Reshape", ["conf_flat"], ["conf_shape"]).reshape_param.shape.dim.extend([0, -1, 3])
+    _layer(net, "conf_prob", "Softmax", ["conf_shape"], ["conf_prob"]).softmax_param.axis = 2
+    _layer(net, "conf_out", "Flatten", ["conf_prob"], ["conf_out"])
+    prior = _layer(net, "prior", "PriorBox", ["loc", "data"], ["prior"]).prior_box_param
+    prior.min_size.append(6.0)
+    prior.variance.extend([0.1, 0.1, 0.2, 0.2])
+    out = _layer(net, "detection_out", "DetectionOutput", ["loc_flat", "conf_out", "prior"], ["detection_out"])
+    p = out.detection_output_param
+    p.num_classes, p.background_label_id, p.keep_top_k, p.confidence_threshold = 3, 0, 5, 0.01
+    p.nms_param.nms_threshold, p.nms_param.top_k, p.code_type = 0.45, 10, 2
+    return net
+
+
 NETS = {
     "lenet.caffemodel": lenet,
     "lenet_iter_5000.caffemodel": lenet,
     "resnet.caffemodel": resnet,
+    "fcn.caffemodel": fcn,
+    "ssd.caffemodel": ssd,
 }
 
 

@@ -26,12 +26,14 @@ _EXPORTS = {
     "net_definition": "nets", "definition_text": "nets", "deploy_definition": "nets", "edit": "nets", "fold": "nets",
     "transplant": "transplant",
     "run": "running", "export": "running",
+    "preprocess": "preprocessing", "Preprocessing": "preprocessing", "predict": "predicting",
     "OptionsRefused": "common",
     "PrefixClash": "naming",
 }
 
 __all__ = ["load", "load_all", "state_dict", "save", "write", "open_document", "net_definition",
            "resolve_precision", "definition_text", "deploy_definition", "transplant", "edit", "fold", "run", "export",
+           "preprocess", "Preprocessing", "predict",
            "OptionsRefused", "PrefixClash"]
 
 

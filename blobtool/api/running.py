@@ -67,7 +67,7 @@ def _input_values(inputs: dict | None) -> dict:
 
 
 def export(src, dest, *, definition=None, shapes: dict | None = None, opset: int | None = None, outputs=None,
-           check: bool = False, seed: int = 0, warn=None):
+           check: bool = False, seed: int = 0, warn=None, preprocess=None, dynamic: bool = False):
     """Write the net in `src` as one ONNX model at `dest`; returns (ExportResult, the check's CheckResult or None).
 
     The deploy net of `run` (forward/deploy.py): `definition` (a
@@ -77,9 +77,15 @@ def export(src, dest, *, definition=None, shapes: dict | None = None, opset: int
     (default 17). With `check`, onnx's full check and onnxruntime against
     blobtool's forward on the same random input (onnxport/check.py), which
     need the `onnx` extra (UsageError naming it otherwise), and write `dest`
-    only when it passes (onnxport/check.py's prove_export). What the deploy
+    only when it passes (onnxport/check.py's prove_export). `preprocess`
+    (True, or a dict of predict's mean, scale, raw_scale, rgb, and pixels:
+    "RGB" or "BGR") puts the preprocessing in front of the graph: the model
+    takes uint8 pixels, N x H x W x C, RGB or BGR (onnxport/pixels.py). What the deploy
     net left out and what changed on the way are said to `warn`, and, when
-    `warn` is given, the warnings of the files opened here.
+    `warn` is given, the warnings of the files opened here. `dynamic`:
+    symbolic batch, height and width wherever the layers allow it
+    (onnxport/dynamic.py), each layer that fixes axes said to `warn`; the
+    check runs at the exported size.
     """
     from ..forward.run import prepare_net
 
@@ -91,7 +97,14 @@ def export(src, dest, *, definition=None, shapes: dict | None = None, opset: int
         doc, other = opened_net(opened, src, definition, warn)
         # Only written out, the weights are viewed in the mapped file; a check runs them, so it reads them.
         deploy, program, wanted = prepare_net(doc, other, shapes, outputs=outputs, aligned=check)
-        notes = deploy.notes()
+        # With --preprocess the model does the data layer's preprocessing: its line says so, not "taken as they are".
+        notes = deploy.notes(_BAKED if preprocess else "")
+        pixels = None
+        if preprocess:
+            from .predicting import pixel_steps
+
+            pixels, said = pixel_steps(preprocess, deploy, program)
+            notes += said
         half = [f"{layer}/{k}" for layer, k in sorted(program.half)]
         if half:
             notes.append(f"{doc.path}: {len(half)} float16 blob{'s' * (len(half) != 1)} ({', '.join(half[:4])}"
@@ -101,14 +114,19 @@ def export(src, dest, *, definition=None, shapes: dict | None = None, opset: int
         # With a check the model is written where nothing reads it, and put in place only when the check passes.
         staged = opened.enter_context(Staged([dest] if check else ()))
         result = export_program(program, staged.path(dest), opset=opset or OPSET_DEFAULT, outputs=wanted,
-                                net_name=deploy.net.name, source=doc.path, version=__version__)
+                                net_name=deploy.net.name, source=doc.path, version=__version__, pixels=pixels,
+                                dynamic=dynamic)
         result.path, result.external = os.fspath(dest), result.external and os.fspath(dest) + ".data"
         result.notes = notes + result.notes  # the deploy net's, then the model's (names changed, Inf/NaN constants)
         for line in result.notes:
             (warn or warnings.warn)(line)
-        verdict = (prove_export(staged, dest, program, wanted, seed=seed, source=doc.path, exported=result)
+        verdict = (prove_export(staged, dest, program, wanted, seed=seed, source=doc.path, exported=result,
+                                pixels=pixels)
                    if check else None)
         return result, verdict
+
+
+_BAKED = "the exported model takes uint8 pixels and does in front of the graph the preprocessing said below"
 
 
 def _needs_onnx(check: bool) -> None:

@@ -16,7 +16,7 @@ library (formats, api, compare, report) and print what it returns.
   together (one declared rule per option), refuses moved options and
   rewrites old spellings;
 - inspect.py (info, norm, compare, devices), write.py (scale, update,
-  convert), nets.py (definition, transplant, edit), fold.py (fold), run.py (run), export.py (export), show.py
+  convert), nets.py (definition, transplant, edit), fold.py (fold), run.py (run), predict.py (predict), export.py (export), show.py
   (show): one module per group of commands.
 
 A new command is a function in one of those modules (or a new one), built
@@ -41,6 +41,7 @@ from .inspect import compare, devices, info, norm
 from .export import export
 from .nets import definition, edit, transplant
 from .run import run
+from .predict import predict
 from .process import guard_standard_streams, keep_freed_memory, runs_nets, single_threaded_blas, stop_on_signals
 from .show import show
 from .write import convert, scale, update
@@ -52,7 +53,7 @@ JOBS = (
     ("Inspect", (info, show, compare, devices)),
     ("Blob math", (norm, scale, update)),
     ("Re-encode", (convert,)),
-    ("Nets", (definition, transplant, edit, fold, run, export)),
+    ("Nets", (definition, transplant, edit, fold, run, predict, export)),
 )
 COMMANDS = tuple(command for _, commands in JOBS for command in commands)
 for _command in COMMANDS:

@@ -14,7 +14,7 @@ from .paths import INPUT, OUTPUT
 # The formats of blob values (a net's definition as text is the definition command's).
 BLOB_FORMATS = tuple(f for f in OUTPUT_FORMATS if f != "prototxt")
 
-__all__ = ["NAMED_SHAPE", "parse_named_shapes", "parse_outputs", "INPUT", "OUTPUT", "BLOB_FORMATS", "Tolerance", "listed_names", "json_option", "json_object_option", "device_option",
+__all__ = ["NAMED_SHAPE", "parse_named_shapes", "parse_outputs", "parse_numbers", "INPUT", "OUTPUT", "BLOB_FORMATS", "Tolerance", "listed_names", "json_option", "json_object_option", "device_option",
            "blob_option",
            "kind_option", "output_options", "jobs_option", "fail_fast_option", "all_files_option", "inputs",
            "batch_inputs",
@@ -239,3 +239,16 @@ def parse_outputs(value):
     if not names:
         raise click.BadParameter("expected all, or blob names separated by commas", param_hint="'--outputs'")
     return names
+
+
+def parse_numbers(text, what: str, count=None) -> list | None:
+    """Comma-separated numbers of an option; click.BadParameter naming it otherwise."""
+    if text is None:
+        return None
+    try:
+        values = [float(v) for v in text.split(",")]
+    except ValueError:
+        raise click.BadParameter(f"{text!r}: expected numbers separated by commas", param_hint=what) from None
+    if count is not None and len(values) != count:
+        raise click.BadParameter(f"{text!r}: expected {count} numbers", param_hint=what)
+    return values

@@ -36,7 +36,7 @@ def single_threaded_blas() -> None:
 
 # The commands that run a net: their convolutions and inner products are big matrix products, which
 # BLAS's own threads split over the cores (benchmarks/RESULTS.md, run).
-NET_RUNNING_COMMANDS = ("run", "export")
+NET_RUNNING_COMMANDS = ("run", "predict", "export")
 
 
 def runs_nets(args) -> bool:

@@ -88,7 +88,8 @@ class CheckResult:
             nonfinite = (f"; {same} NaN/Inf value{'s' * (same != 1)}, each in the same place in both" if same
                          else "")
             return [f"check: {self.after} computes what {self.before} computes: {blobs} compared on the same random "
-                    f"input, the largest difference {self.worst:.3g} of a blob's largest finite value{nonfinite}"]
+                    f"input, the largest difference {self.worst:.3g} of a blob's largest finite value{nonfinite}"] + [
+                f"  {row['name']}: {row['said']}" for row in self.rows if row.get("said")]
         withheld = f"; not written: {', '.join(map(str, self.withheld))}" if self.withheld else ""
         if self.refused is not None:
             return [f"check FAILED: {self.refused}{withheld}"]
@@ -98,7 +99,9 @@ class CheckResult:
         for row in sorted(self.differing, key=_how_different):
             at = ",".join(map(str, row["at"]))
             line = f"  {row['name']}: "
-            if not row["at"] and row["max_abs"] == float("inf"):
+            if row.get("said"):  # a DetectionOutput's rows (onnxport/check.py's compare_rows)
+                line += row["said"]
+            elif not row["at"] and row["max_abs"] == float("inf"):
                 line += f"shape {row['shape'][0]} before, {row['shape'][1]} after"
             else:
                 line += f"max |difference| {row['max_abs']:.6g} at [{at}] (largest value {row['scale']:.6g})"

@@ -69,8 +69,13 @@ class Deploy:
     layer_names: list = field(default_factory=list)  # the model's names of the layers that run, in order
     text: str = ""                               # the deploy definition as text, where it was written
 
-    def notes(self) -> list:
-        """Lines for stderr: the layers that went or changed, and the preprocessing a data layer did."""
+    def notes(self, preprocessed: str = "") -> list:
+        """Lines for stderr: the layers that went or changed, and the preprocessing a data layer did.
+
+        `preprocessed` says what the caller does of that preprocessing (export
+        --preprocess bakes it into the model); without it the inputs are said
+        to be taken as they are.
+        """
         lines = []
         gone: dict = {}
         for name, kind, why in self.dropped:
@@ -83,8 +88,8 @@ class Deploy:
             lines.append(f"{self.source}: layer {name} ({old}) runs as {new}, as a deploy net computes it")
         for name, settings in self.transforms:
             said = ", ".join(f"{k} {v}" for k, v in settings.items())
-            lines.append(f"{self.source}: data layer {name} preprocessed its images ({said}); the inputs given "
-                         "here are taken as they are, after that preprocessing")
+            done = preprocessed or "the inputs given here are taken as they are, after that preprocessing"
+            lines.append(f"{self.source}: data layer {name} preprocessed its images ({said}); {done}")
         return lines
 
     def record(self) -> dict:

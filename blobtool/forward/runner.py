@@ -308,6 +308,7 @@ def build(deploy, weights, *, weights_by_layer: dict | None = None, aligned: boo
     steps = []
     shapes = {name: check_shape(shape, f"input {name!r}", deploy.source) for name, shape in deploy.inputs.items()}
     writers = {n: None for n in deploy.inputs}   # blob -> the layer that gave it (None: an input)
+    loose: dict = {}   # blob -> the layer whose forward alone knows its first axis (variable_tops: Filter)
     for message, name in zip(messages, deploy.layer_names or [text(m.name) for m in messages]):
         kind = text(message.type)
         blobs = list(held.get(name, ()))
@@ -326,12 +327,28 @@ def build(deploy, weights, *, weights_by_layer: dict | None = None, aligned: boo
         if len(out_shapes) != len(tops):
             raise AssertionError(f"layer {name}: reshape gave {len(out_shapes)} shapes for {len(tops)} tops")
         _one_source(name, kind, bottoms, tops, writers, path)
+        _fixed_bottoms(name, kind, bottoms, loose, path)
+        if getattr(layer, "variable_tops", False):
+            loose.update(dict.fromkeys(tops, f"{name!r} ({kind})"))
         # Caffe's Blob::Reshape refuses a top past its limits before any memory is had for it; so does this pass.
         for top, shape in zip(tops, out_shapes):
             check_shape(shape, f"layer {name!r} ({kind}): top {top!r}", path)
         shapes.update(zip(tops, out_shapes))
         steps.append(Step(layer, bottoms, tops, in_shapes, out_shapes, work, what))
     return Program(dict(deploy.inputs), steps, path, half)
+
+
+def _fixed_bottoms(name: str, kind: str, bottoms: tuple, loose: dict, path) -> None:
+    """FormatError where a layer reads a blob whose size only its writer's forward knows (variable_tops).
+
+    Caffe reshapes every layer again at each forward; blobtool checks every
+    shape before computing anything, so such a blob is run as an output only.
+    """
+    for bottom in bottoms:
+        if bottom in loose:
+            raise FormatError(f"layer {name!r} ({kind}) reads blob {bottom!r}, whose first axis layer "
+                              f"{loose[bottom]} knows only as it runs (from its input's values): blobtool runs "
+                              "such a blob as an output of the net only; nothing was computed", path=path)
 
 
 def _one_source(name: str, kind: str, bottoms: tuple, tops: tuple, writers: dict, path) -> None:

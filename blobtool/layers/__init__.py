@@ -13,7 +13,10 @@ The families, one module each, mirror Caffe's src/caffe/layers/:
 - shape.py: Concat, Slice, Split, Flatten, Reshape, Crop, Tile; caffe-ssd's
   Permute; the forks' ShuffleChannel;
 - ssd.py: caffe-ssd's PriorBox and DetectionOutput;
-- resize.py: the forks' Upsample (nearest) and Interp (bilinear).
+- recurrent.py: LSTM and RNN (BVLC's RecurrentLayer, unrolled over time);
+- windows.py: SPP, Im2col; batch.py: BatchReindex, Filter, Parameter.
+- resize.py: the forks' Upsample (nearest, and SegNet's max-unpooling) and Interp (bilinear);
+- forks.py: SegNet's BN, SENet's Axpy, Fast R-CNN's ROIPooling, R-FCN's PSROIPooling, YOLOv2's Reorg.
 
 Each formula is Caffe's, with its source file named beside the code.
 Only numpy is imported; the runner (blobtool/forward/) builds layers from a
@@ -23,7 +26,7 @@ net's model and feeds them.
 from __future__ import annotations
 
 from .base import FLOAT, REGISTRY, Layer, LayerError, register
-from . import arith, conv, dense, neuron, normalize, pooling, resize, shape, ssd  # noqa: F401  (they register)
+from . import arith, batch, conv, dense, forks, neuron, normalize, pooling, recurrent, resize, shape, ssd, windows  # noqa: F401  (they register)
 
 __all__ = ["Layer", "LayerError", "register", "layer_class", "known_types", "REGISTRY", "FLOAT"]
 

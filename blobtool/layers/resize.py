@@ -4,8 +4,8 @@ Neither is BVLC Caffe's. "Upsample" names two different layers in the
 forks: the YOLOv3 ports' nearest-neighbour upsampling (one bottom,
 upsample_param.scale; eric612/MobileNet-YOLO's upsample_layer.cpp and the
 darknet2caffe ports) and SegNet's max-unpooling (two bottoms, the second
-the pooling mask; alexgkendall/caffe-segnet's upsample_layer.cpp). Only the
-first is run here; the second is refused by name, never guessed at.
+the pooling mask; alexgkendall/caffe-segnet's upsample_layer.cpp). Both
+run here, told apart by their bottoms as the forks' nets tell them.
 Interp is hszhao/PSPNet's interp_layer.cpp with its caffe_cpu_interp2
 (util/interp.cpp): bilinear with the corners aligned, its weights computed
 in float as Caffe computes them.
@@ -24,24 +24,51 @@ BILINEAR, NEAREST = "bilinear", "nearest_neighbor"   # InterpParameter.interp_ty
 
 @register("Upsample")
 class Upsample(Layer):
-    """The YOLOv3 ports' UpsampleLayer (upsample_layer.cpp): each value repeated scale x scale times.
+    """Two forks' UpsampleLayer, told apart by the bottoms: nearest neighbour (one) or SegNet's unpooling (two).
 
-    Output height and width are the input's times `scale`:
-    top[n, c, h, w] = bottom[n, c, h // scale, w // scale]. A layer of this
-    type with two bottoms is SegNet's max-unpooling, which is refused.
+    One bottom, the YOLOv3 ports' upsample_layer.cpp: output height and
+    width are the input's times `scale`, top[n, c, h, w] = bottom[n, c,
+    h // scale, w // scale].
+
+    Two bottoms, caffe-segnet's upsample_layer.cpp: the values and a MAX
+    pooling's mask (h * W_out + w within the plane, as Pooling's second top
+    holds it), of one shape. The top, upsample_h x upsample_w (or H scale_h -
+    pad_out_h by W scale_w - pad_out_w, scale for both where scale_h and
+    scale_w are not given), is zero but where the mask points: Forward_cpu
+    writes top[mask[i]] = value[i] for each i of a plane in order, so of two
+    values the mask sends to one place the later stays. An index past the
+    plane is Caffe's LOG(FATAL); a negative one (a window no value beat
+    -FLT_MAX in) writes before the plane in Caffe, so both are refused here.
     """
 
     bottoms = (1, 2)
 
     def setup(self) -> None:
-        if len(self.param.bottom) == 2:
-            raise self.error("has two bottoms: that is SegNet's Upsample (max-unpooling with the pooling "
-                             "layer's mask as its second bottom, alexgkendall/caffe-segnet), which blobtool does "
-                             "not run; blobtool runs the YOLOv3 ports' nearest-neighbour Upsample, with one bottom "
-                             "and upsample_param.scale")
-        self.scale = int(self.param.upsample_param.scale)
-        if self.scale < 1:
-            raise self.error(f"scale is {self.scale}; the nearest-neighbour Upsample takes a scale of 1 or more")
+        p = self.param.upsample_param
+        self.unpool = len(self.param.bottom) == 2
+        if not self.unpool:
+            self.scale = int(p.scale)
+            if self.scale < 1:
+                raise self.error(f"scale is {self.scale}; the nearest-neighbour Upsample takes a scale of 1 or more")
+            return
+        has = p.HasField
+        if not ((has("upsample_h") and has("upsample_w")) or (not has("scale") and has("scale_h") and has("scale_w"))
+                or (not has("scale_h") and not has("scale_w"))):
+            raise self.error("upsample_h and upsample_w are required, else scale, or scale_h and scale_w "
+                             "(caffe-segnet's upsample_layer.cpp)")
+        self.size = None
+        if has("upsample_h") and has("upsample_w"):
+            self.size = (int(p.upsample_h), int(p.upsample_w))
+            if min(self.size) <= 1:
+                raise self.error(f"upsample_h {self.size[0]} and upsample_w {self.size[1]} must be greater than 1")
+            return
+        self.scales = (int(p.scale_h), int(p.scale_w)) if has("scale_h") else (int(p.scale),) * 2
+        if min(self.scales) <= 1:
+            raise self.error(f"scale {self.scales[0]} x {self.scales[1]}: SegNet's Upsample takes scales greater than 1")
+        self.pad_out = (int(p.pad_out_h), int(p.pad_out_w))
+        for pad, scale, axis in zip(self.pad_out, self.scales, ("h", "w")):
+            if pad and scale != 2:
+                raise self.error(f"pad_out_{axis} requires scale_{axis} 2 (the output size is ill-defined otherwise)")
 
     def reshape(self, shapes: list) -> list:
         shape = tuple(shapes[0])
@@ -49,14 +76,41 @@ class Upsample(Layer):
         if len(shape) != 4:
             raise self.error(f"bottom {shape} has {len(shape)} axes; Upsample takes (N, C, H, W)")
         n, c, h, w = shape
-        return [(n, c, h * self.scale, w * self.scale)]
+        if not self.unpool:
+            return [(n, c, h * self.scale, w * self.scale)]
+        if tuple(shapes[1]) != shape:
+            raise self.error(f"the mask {tuple(shapes[1])} must have the values' shape {shape}")
+        if self.size is not None:
+            return [(n, c) + self.size]
+        out = (h * self.scales[0] - self.pad_out[0], w * self.scales[1] - self.pad_out[1])
+        if min(out) <= 0:
+            raise self.error(f"the output would be {out[0]} x {out[1]}")
+        return [(n, c) + out]
 
     def forward(self, xs: list) -> list:
-        x, s = xs[0], self.scale
+        x = xs[0]
         n, c, h, w = x.shape
+        if self.unpool:
+            return [self._unpool(x, xs[1])]
+        s = self.scale
         # top[..., i, j] = bottom[..., i // s, j // s]: each value spread over an s x s block.
         spread = np.broadcast_to(x[:, :, :, None, :, None], (n, c, h, s, w, s))
         return [np.ascontiguousarray(spread, dtype=FLOAT).reshape(n, c, h * s, w * s)]
+
+    def _unpool(self, x: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        n, c, h, w = x.shape
+        out_h, out_w = self.reshape([x.shape, mask.shape])[0][2:]
+        # static_cast<int>: truncation toward zero.
+        index = np.trunc(mask.reshape(n * c, h * w).astype(np.float64))
+        if not np.isfinite(index).all() or (index < 0).any() or (index >= out_h * out_w).any():
+            bad = index[~(np.isfinite(index) & (index >= 0) & (index < out_h * out_w))]
+            raise self.error(f"the mask holds {bad.flat[0]:g}, outside the {out_h} x {out_w} output (indices 0 to "
+                             f"{out_h * out_w - 1}); check the scale against the pooling that made the mask")
+        top = np.zeros((n * c, out_h * out_w), FLOAT)
+        planes = np.arange(n * c)[:, None]
+        # numpy's assignment writes in index order, so of repeated places the last value stays, as in Caffe's loop.
+        top[np.broadcast_to(planes, index.shape), index.astype(np.intp)] = x.reshape(n * c, h * w)
+        return top.reshape(n, c, out_h, out_w)
 
 
 @register("Interp")

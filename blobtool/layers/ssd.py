@@ -251,11 +251,13 @@ class DetectionOutput(Layer):
 
     The number of rows is known only once the data is: reshape() gives
     Caffe's Reshape's (1, 1, 1, 7), and forward() the top's real shape
-    (`variable_tops` says so to a runner).
+    (`variable_tops` says so to a runner). Its top is rows of detections
+    (`detection_rows`: a check compares them row by row).
     """
 
     bottoms = (3, 3)
     variable_tops = True
+    detection_rows = True
 
     def setup(self) -> None:
         p = self.param.detection_output_param
@@ -273,7 +275,7 @@ class DetectionOutput(Layer):
         self.threshold = FLOAT(p.confidence_threshold) if p.HasField("confidence_threshold") else FLOAT(-FLT_MAX)
         nms = p.nms_param
         self.nms_threshold = FLOAT(nms.nms_threshold)
-        if self.nms_threshold < 0:
+        if not self.nms_threshold >= 0:   # CHECK_GE(nms_threshold_, 0.): a NaN fails it too
             raise self.error(f"nms_threshold is {self.nms_threshold}; nms_threshold must be non negative")
         self.eta = FLOAT(nms.eta)
         if not 0 < self.eta <= 1:

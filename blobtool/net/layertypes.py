@@ -37,8 +37,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 __all__ = ["LayerType", "FoldInto", "TYPES", "row", "foldable", "param_of", "blob_count", "blob_range",
-           "BATCHNORM_ROLES",
-           "DEPLOY_ROLES", "deploy_role", "check_join", "name_of"]
+           "BATCHNORM_ROLES", "DEPLOY_ROLES", "deploy_role", "check_join", "name_of", "FORKS", "fork_of"]
 
 
 @dataclass(frozen=True)
@@ -120,6 +119,14 @@ _ROWS = (
     LayerType("Normalize", "norm_param", ("weight",), 1, run="normalize.Normalize", export="elementwise.normalize"),
     LayerType("Input", "input_param", count=0, deploy="input"),
     LayerType("Eltwise", "eltwise_param", count=0, run="arith.Eltwise", export="elementwise.eltwise"),
+    # BVLC's recurrent layers: a static input adds a blob in the middle (blobtool/layers/recurrent.py), so
+    # neither roles by index nor a count.
+    LayerType("LSTM", "recurrent_param", run="recurrent.LSTM", export="recurrent.lstm"),
+    LayerType("RNN", "recurrent_param", run="recurrent.RNN", export="recurrent.rnn"),
+    LayerType("LSTMUnit", count=0, run="recurrent.LSTMUnit", export="recurrent.lstm_unit"),
+    LayerType("Parameter", "parameter_param", ("value",), 1, run="batch.Parameter", export="batch.parameter"),
+    # SegNet's and ENet's BN (alexgkendall/caffe-segnet): scale and shift, (1, C, 1, 1) each.
+    LayerType("BN", "bn_param", ("scale", "shift"), 2, run="forks.BN", export="forks.bn"),
 )
 
 # Layer types of BVLC Caffe (and SSD's) that hold no blobs: (type, parameter message, the class
@@ -147,7 +154,7 @@ _NO_BLOBS = (
     ("Clip", "clip_param", "neuron.Clip", "elementwise.clip", None),
     ("Swish", "swish_param", "neuron.Swish", "elementwise.swish", None),
     ("Dropout", "dropout_param", "neuron.Dropout", "elementwise.dropout", None),
-    ("SPP", "spp_param", None, None, None),
+    ("SPP", "spp_param", "windows.SPP", "windows.spp", None),
     ("LRN", "lrn_param", "normalize.LRN", "elementwise.lrn", None),
     ("MVN", "mvn_param", "normalize.MVN", "elementwise.mvn", None),
     ("Softmax", "softmax_param", "normalize.Softmax", "elementwise.softmax", None),
@@ -169,13 +176,12 @@ _NO_BLOBS = (
     ("Tile", "tile_param", "shape.Tile", "shape.tile", None),
     ("Reduction", "reduction_param", "arith.Reduction", "elementwise.reduction", None),
     ("Silence", None, None, None, "swallow"),
-    ("BatchReindex", None, None, None, None),
-    ("Filter", None, None, None, None),
-    ("Im2col", "convolution_param", None, None, None),
+    ("BatchReindex", None, "batch.BatchReindex", "batch.batch_reindex", None),
+    ("Filter", None, "batch.Filter", "batch.filter_", None),
+    ("Im2col", "convolution_param", "windows.Im2col", "windows.im2col", None),
     ("Permute", "permute_param", "shape.Permute", "shape.permute", None),
     ("PriorBox", "prior_box_param", "ssd.PriorBox", "shape.prior_box", None),
-    # Its exporter refuses every layer, naming why (ONNX has no such operator of the same sums).
-    ("DetectionOutput", "detection_output_param", "ssd.DetectionOutput", "shape.detection_output", None),
+    ("DetectionOutput", "detection_output_param", "ssd.DetectionOutput", "detection.detection_output", None),
     ("DetectionEvaluate", None, None, None, None),
     ("MultiBoxLoss", None, None, None, "loss"),
     # The forks' (proto/blobtool_caffe.proto names the fork of each parameter message).
@@ -183,12 +189,36 @@ _NO_BLOBS = (
     ("Upsample", "upsample_param", "resize.Upsample", "shape.upsample", None),
     ("Interp", "interp_param", "resize.Interp", "shape.interp", None),
     ("ShuffleChannel", "shuffle_channel_param", "shape.ShuffleChannel", "shape.shuffle_channel", None),
+    ("Axpy", None, "forks.Axpy", "forks.axpy", None),
+    ("ROIPooling", "roi_pooling_param", "forks.ROIPooling", "forks.roi_pooling", None),
+    ("PSROIPooling", "psroi_pooling_param", "forks.PSROIPooling", "forks.psroi_pooling", None),
+    ("Reorg", "reorg_param", "forks.Reorg", "forks.reorg", None),
 )
 
 # Type name -> row. A fork's type is one more row (docs/development.md).
 TYPES = {t.name: t for t in _ROWS}
 TYPES.update((name, LayerType(name, param, count=0, run=run, export=export, deploy=deploy))
              for name, param, run, export, deploy in _NO_BLOBS if name not in TYPES)
+
+
+# The fork whose nets carry a type blobtool runs that BVLC Caffe and SSD lack (info --layers names it).
+FORKS = {
+    "BN": "caffe-segnet",
+    "Axpy": "SENet",
+    "ROIPooling": "caffe-fast-rcnn",
+    "PSROIPooling": "R-FCN",
+    "Reorg": "YOLOv2",
+}
+
+
+def fork_of(kind: str | None, bottoms: int = 1) -> str | None:
+    """The fork a layer of type `kind` with `bottoms` bottoms comes from (FORKS), or None for BVLC's and SSD's.
+
+    Upsample with two bottoms is SegNet's max-unpooling.
+    """
+    if kind == "Upsample" and bottoms == 2:
+        return "caffe-segnet"
+    return FORKS.get(kind or "")
 
 
 def row(kind: str | None) -> LayerType | None:

@@ -14,6 +14,8 @@ blobtool/layers/ computes them. The Emit gives it:
 - `e.node(op, inputs, outputs, **attributes)`, `e.temp(suffix)` for the
   name of a value between nodes ("conv1/flat");
 - `e.opset`: the opset being written, for operators whose form changed;
+- `e.free`: with export --dynamic, the layer's bottoms have symbolic axes
+  and it writes no shape as a constant (onnxport/dynamic.py says which);
 - `e.refuse(why)`: ExportError naming the layer (exit 3, before anything
   is written).
 
@@ -67,6 +69,8 @@ class Emit:
         self.top_shapes = [tuple(s) for s in step.top_shapes]
         self.opset = graph.opset
         self.computed: list = []   # (suffix, array) of the constants computed from the layer's parameters
+        # export --dynamic: the step's shapes are symbolic, so it computes them in the graph (onnxport/dynamic.py)
+        self.free = id(step) in graph.free_steps
 
     @property
     def param(self):

@@ -162,14 +162,25 @@ def make_node(op: str, inputs: list, outputs: list, *, name: str, **attributes):
     return node
 
 
-def _value_info(name: str, shape):
+# ONNX's TensorProto.DataType of uint8 (blobtool's own schema lists only the types its initializers take).
+_UINT8 = 2
+
+
+def _value_info(name: str, shape, symbolic=None, uint8: bool = False):
+    """A float (or `uint8`) tensor's ValueInfoProto; the axes in `symbolic` ({axis: name}) are named, not sized (dim_param)."""
+    symbolic = symbolic or {}
     pb = _onnx()
     info = pb.ValueInfoProto(name=onnx_text(name))
     tensor = info.type.tensor_type
-    tensor.elem_type = pb.TensorProto.FLOAT
+    tensor.elem_type = _UINT8 if uint8 else pb.TensorProto.FLOAT
     tensor.shape.SetInParent()  # a scalar's shape too: present, and empty
-    for d in shape:
-        tensor.shape.dim.add(dim_value=int(d))
+    for axis, d in enumerate(shape):
+        if axis in symbolic:
+            tensor.shape.dim.add(dim_param=symbolic[axis])
+        elif isinstance(d, str):  # export --dynamic: a symbolic size
+            tensor.shape.dim.add(dim_param=d)
+        else:
+            tensor.shape.dim.add(dim_value=int(d))
     return info
 
 
@@ -187,6 +198,7 @@ class ExportResult:
     names: dict = field(default_factory=dict)    # output blob -> its ONNX name
     input_names: dict = field(default_factory=dict)  # input blob -> its ONNX name
     renamed: list = field(default_factory=list)  # (what, blobtool's name, ONNX's name) where they differ
+    dynamic: object = None                       # export --dynamic: the DynamicPlan (onnxport/dynamic.py)
 
     def record(self) -> dict:
         return {"path": self.path, "opset": self.opset,
@@ -214,6 +226,8 @@ class _Graph:
         self.values = Names()
         self.node_names = Names()
         self.notes: list = []           # lines for stderr: constants that became Inf or NaN
+        self.symbolic: dict = {}        # value name -> {axis: dim_param}: sizes known only from the data
+        self.free_steps: set = set()    # export --dynamic: id() of the steps written without shape constants
 
     def unique(self, name: str) -> str:
         """A value's name: `name`, or numbered where it is taken."""
@@ -228,7 +242,7 @@ class _Graph:
         self.nodes.append(make_node(op, list(inputs), list(outputs), name=self.node_names.claim(name), **attributes))
 
 
-def build_graph(program, opset: int, wanted: list):
+def build_graph(program, opset: int, wanted: list, pixels: dict | None = None, free_steps: set = frozenset()):
     """(the _Graph with every step's nodes, {input: ONNX name}, {blob in `wanted`: ONNX name}); ExportError for a layer.
 
     The first layer that cannot be written is ExportError naming the net's
@@ -246,8 +260,13 @@ def build_graph(program, opset: int, wanted: list):
                           + (f" (and {len(cannot) - 1} more)" if len(cannot) > 1 else "") + "; nothing was "
                           "written", path=program.path)
     graph = _Graph(opset, getattr(program, "half", set()))
+    graph.free_steps = set(free_steps)
     inputs = {name: graph.values.claim(name, f"input {name!r}") for name in program.inputs}
     current = dict(inputs)
+    for name, steps in (pixels or {}).items():  # the input takes pixels: its preprocessing's nodes come first
+        from .pixels import pixel_nodes
+
+        current[name] = pixel_nodes(graph, inputs[name], name, steps)
     wants = graph_names(program)
     order = sorted(needed)
     given: dict = {}   # (step, top index) -> ONNX name
@@ -282,14 +301,28 @@ def needed_steps(program, wanted: list) -> set:
 
 
 def export_program(program, dest, *, opset: int = OPSET_DEFAULT, outputs=None, net_name: str = "",
-                   source: str = "", version: str = "") -> ExportResult:
-    """Write `program` to `dest` (a path) as an ONNX model; see the module. ExportError, UsageError, OutputError."""
+                   source: str = "", version: str = "", pixels: dict | None = None,
+                   dynamic: bool = False) -> ExportResult:
+    """Write `program` to `dest` (a path) as an ONNX model; see the module. ExportError, UsageError, OutputError.
+
+    `pixels` ({input: onnxport.pixels.PixelSteps}): those inputs take uint8
+    pixels, N x H x W x C, their preprocessing the graph's first nodes.
+    `dynamic`: inputs and outputs with symbolic batch, height and width
+    where the layers allow it (onnxport/dynamic.py); the layers that fix
+    axes are said in the result's notes.
+    """
     low, high = opset_range()
     if not low <= opset <= high:
         raise UsageError(f"{parameter('opset', True)}{opset}: blobtool writes opsets {low} to {high}")
     wanted = program.outputs() if outputs is None else list(outputs)
     _check_outputs(program, wanted)
-    graph, inputs, names = build_graph(program, opset, wanted)
+    pixels = pixels or {}
+    plan = None
+    if dynamic:
+        from .dynamic import plan_dynamic
+
+        plan = plan_dynamic(program, opset, pixels)
+    graph, inputs, names = build_graph(program, opset, wanted, pixels, plan.free_steps if plan else ())
     shapes = program.shapes
     pb = _onnx()
     model = pb.ModelProto(ir_version=IR_VERSIONS[opset], producer_name="blobtool", producer_version=version)
@@ -297,8 +330,13 @@ def export_program(program, dest, *, opset: int = OPSET_DEFAULT, outputs=None, n
     body = model.graph
     body.name = onnx_text(net_name) or "caffe_net"
     body.node.extend(graph.nodes)
-    body.input.extend(_value_info(inputs[n], s) for n, s in program.inputs.items())
-    body.output.extend(_value_info(names[n], shapes[n]) for n in wanted)
+    given = dict(program.inputs)
+    if plan is not None:
+        shapes = {n: plan.dims(n, shapes[n], names[n]) for n in wanted}
+        given = {n: plan.input_dims(n, s) for n, s in given.items()}
+    body.input.extend(_value_info(inputs[n], pixels[n].pixel_shape(s), uint8=True) if n in pixels else
+                      _value_info(inputs[n], s) for n, s in given.items())
+    body.output.extend(_value_info(names[n], shapes[n], graph.symbolic.get(names[n])) for n in wanted)
     for key, value in (("caffe_net", net_name), ("source", os.path.basename(source)), ("blobtool_version", version)):
         model.metadata_props.add(key=key, value=onnx_text(value))
     weight_bytes = sum(a.nbytes for _, a in graph.initializers)
@@ -313,10 +351,12 @@ def export_program(program, dest, *, opset: int = OPSET_DEFAULT, outputs=None, n
                              "model a UTF-8 name; nothing was written", path=os.fspath(dest))
     _write(model, graph.initializers, dest, external)
     renamed = list(graph.values.changed)
-    return ExportResult(os.fspath(dest), opset, dict(program.inputs), {n: tuple(shapes[n]) for n in wanted},
+    taken = {n: pixels[n].pixel_shape(s) if n in pixels else s for n, s in given.items()}
+    return ExportResult(os.fspath(dest), opset, taken, {n: tuple(shapes[n]) for n in wanted},
                         len(graph.nodes), len(graph.initializers), weight_bytes, external,
-                        notes=_renamed_note(renamed, program.path) + list(graph.notes), names=names,
-                        input_names=inputs, renamed=renamed)
+                        notes=_renamed_note(renamed, program.path) + list(graph.notes)
+                        + (plan.lines(program.path) if plan else []), names=names, input_names=inputs,
+                        renamed=renamed, dynamic=plan)
 
 
 def _renamed_note(renamed: list, path) -> list:

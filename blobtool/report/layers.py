@@ -1,7 +1,9 @@
 """info's layer tables: every layer (name, type, blobs), and with --layers its wiring, parameters in short, blob shapes.
 
 With --input-shape, a last column gives the shape of each top of each layer
-the deploy net runs ("-" for a layer it leaves out), from "top_shapes".
+the deploy net runs ("-" for a layer it leaves out), from "top_shapes", and
+one before it the axes of each top `export --dynamic` keeps free ("0:N 2:H
+3:W", "fixed"), from "free_axes".
 
 The rows come from the record (records.py): "all_layers" for each layer's
 name as its blobs name it, type and blob count, and with --layers
@@ -12,7 +14,8 @@ dictionaries: `k3 s2 p1 g32 out64 bias` for a convolution, `MAX k3 s2` for
 pooling, `eps 1e-05 global` for BatchNorm; a layer type without a rule
 below lists the scalar fields of its parameter messages. Fields blobtool's
 schema does not understand ("unknown_fields": a fork's, by number where the
-schema has no name for them) follow in parentheses.
+schema has no name for them) follow in parentheses. A fork's type that
+blobtool runs is followed by its fork ("forks": "BN (caffe-segnet)").
 """
 
 from __future__ import annotations
@@ -40,7 +43,9 @@ def layer_table(record: dict) -> tuple[list, list]:
         if "layer" in blob:
             shapes.setdefault(blob["layer"], []).append("x".join(str(d) for d in blob["shape"]) or "scalar")
     tops = record.get("top_shapes")
+    free = record.get("free_axes")
     unknown = record.get("unknown_fields", {})
+    forks = record.get("forks", {})
     rows = []
     for layer, d in zip(layers, record["layer_defs"]):
         wiring = ""
@@ -49,15 +54,27 @@ def layer_table(record: dict) -> tuple[list, list]:
         said = summary(d)
         if layer["name"] in unknown:
             said = f"{said} (not understood: {', '.join(unknown[layer['name']])})".lstrip()
-        row = [escape(layer["name"]), escape(d.get("type", layer["type"] or "-")), escape(wiring),
+        kind = d.get("type", layer["type"] or "-")
+        if layer["name"] in forks:
+            kind = f"{kind} ({forks[layer['name']]})"
+        row = [escape(layer["name"]), escape(kind), escape(wiring),
                escape(said), ", ".join(shapes.get(layer["name"], ()))]
+        # The free axes come before the top shapes, which stay the last column.
+        if free is not None:
+            row.append(", ".join(_free(axes) for axes in free[layer["name"]]) if layer["name"] in free else "-")
         if tops is not None:
             shown = tops.get(layer["name"])
             row.append(", ".join(_dims(s) for s in shown) if shown is not None else "-")
         rows.append(row)
     if tops is not None:
-        return LAYER_DEFS_COLUMNS + [("top shapes", "left")], rows
+        more = [("free axes (--dynamic)", "left")] if free is not None else []
+        return LAYER_DEFS_COLUMNS + more + [("top shapes", "left")], rows
     return LAYER_DEFS_COLUMNS, rows
+
+
+def _free(axes: dict) -> str:
+    """One top's free axes as `export --dynamic` writes them: "0:N 2:H 3:W" (the symbols each is computed from)."""
+    return " ".join(f"{axis}:{'+'.join(symbols)}" for axis, symbols in axes.items()) or "fixed"
 
 
 def _num(value) -> str:

@@ -116,10 +116,10 @@ layer {
 }
 layer {
   name: "bn0_1"
-  type: "BN"
+  type: "Region"
   bottom: "conv0_1"
   top: "conv0_1"
-  bn_param {
+  region_param {
     scale_filler { type: "constant" value: 1 }
     shift_filler { type: "constant" value: 0.001 }
     bn_mode: INFERENCE
@@ -138,7 +138,7 @@ layer {
 
 
 # ENET's fields that the schema does not know, as the text has them.
-ENET_UNKNOWN = ("""  bn_param {
+ENET_UNKNOWN = ("""  region_param {
     scale_filler { type: "constant" value: 1 }
     shift_filler { type: "constant" value: 0.001 }
     bn_mode: INFERENCE
@@ -163,14 +163,14 @@ def test_enet_deploy_definition_is_listed_and_refused_by_type(tmp_path):
     path = tmp_path / "enet.prototxt"
     path.write_text(ENET)
     shown = ok("info", "--layers", path).stdout
-    assert "(not understood: bn_param)" in shown and "no channel_shared (not understood: quantize, note)" in shown
+    assert "(not understood: region_param)" in shown and "no channel_shared (not understood: quantize, note)" in shown
     record = one_json(ok("info", "--layers", "--json", path))
-    assert record["unknown_fields"] == {"bn0_1": ["bn_param"], "prelu0_1": ["quantize", "note"]}
-    assert [d["type"] for d in record["layer_defs"]] == ["Convolution", "BN", "PReLU"]
+    assert record["unknown_fields"] == {"bn0_1": ["region_param"], "prelu0_1": ["quantize", "note"]}
+    assert [d["type"] for d in record["layer_defs"]] == ["Convolution", "Region", "PReLU"]
     assert record["layer_defs"] == _oracle(ENET)["layer"]
-    assert_error(invoke("run", path), 3, "layer 'bn0_1' has type 'BN', which blobtool cannot run")
+    assert_error(invoke("run", path), 3, "layer 'bn0_1' has type 'Region', which blobtool cannot run")
     assert_error(invoke("export", path, "-o", tmp_path / "enet.onnx"), 3,
-                 "layer 'bn0_1' has type 'BN', which blobtool cannot run")
+                 "layer 'bn0_1' has type 'Region', which blobtool cannot run")
     assert not (tmp_path / "enet.onnx").exists()
 
 
@@ -179,10 +179,10 @@ def test_unknown_text_fields_are_named_when_written(tmp_path):
     path.write_text(ENET)
     result = invoke("definition", path, "-o", tmp_path / "out.prototxt")
     assert result.exit_code == 0, result.stderr
-    assert "layer bn0_1 holds fields blobtool's schema does not know: bn_param; left out of the text" in result.stderr
+    assert "layer bn0_1 holds fields blobtool's schema does not know: region_param; left out of the text" in result.stderr
     result = invoke("definition", path, "-o", tmp_path / "out.caffemodel")
     assert result.exit_code == 0, result.stderr
-    assert "layer bn0_1 holds fields blobtool's schema does not know: bn_param; left out of the binary net" \
+    assert "layer bn0_1 holds fields blobtool's schema does not know: region_param; left out of the binary net" \
         in result.stderr
     written = pb.NetParameter.FromString((tmp_path / "out.caffemodel").read_bytes())
     assert json_format.MessageToDict(written, preserving_proto_field_name=True) == _oracle(ENET)
@@ -190,12 +190,12 @@ def test_unknown_text_fields_are_named_when_written(tmp_path):
 
 @pytest.mark.parametrize("content, unknown", [
     # the list syntax of layers, each its own layer
-    ('layer: [{ name: "a" type: "BN" bn_param { x: 1 } }, { name: "b" type: "ReLU" y: [3] }]\n',
-     {"a": ["bn_param"], "b": ["y"]}),
+    ('layer: [{ name: "a" type: "Region" region_param { x: 1 } }, { name: "b" type: "ReLU" y: [3] }]\n',
+     {"a": ["region_param"], "b": ["y"]}),
     # V1 layers, named in the order the net lists them
-    ('layers { name: "a" type: RELU bn_param < x: 1 > }\nlayers { name: "b" type: TANH }\n', {"a": ["bn_param"]}),
+    ('layers { name: "a" type: RELU region_param < x: 1 > }\nlayers { name: "b" type: TANH }\n', {"a": ["region_param"]}),
     # values of every shape: a negative number, a run of strings, nested messages
-    ('layer { name: "a" type: "BN" w: - 5 z: "q" "r" v { u { t: 1 } } }\n', {"a": ["w", "z", "v"]}),
+    ('layer { name: "a" type: "Region" w: - 5 z: "q" "r" v { u { t: 1 } } }\n', {"a": ["w", "z", "v"]}),
 ], ids=["list", "v1", "values"])
 def test_unknown_fields_in_every_layer_syntax(tmp_path, content, unknown):
     path = tmp_path / "net.prototxt"
@@ -209,7 +209,7 @@ def test_unknown_fields_in_every_layer_syntax(tmp_path, content, unknown):
     ('net: "train_val.prototxt"\nbase_lr: 0.01\n', 'line 1, column 1: Message type "caffe.NetParameter" has no '
                                                      'field named "net"'),
     # a misspelt setting in a message Caffe knows, after a fork's field passed over
-    ('layer {\n  type: "Convolution"\n  bn_param { x: 1 }\n  convolution_param { stide: 2 }\n}\n',
+    ('layer {\n  type: "Convolution"\n  region_param { x: 1 }\n  convolution_param { stide: 2 }\n}\n',
      'line 4, column 23: Message type "caffe.ConvolutionParameter" has no field named "stide"'),
 ], ids=["net", "nested"])
 def test_unknown_fields_outside_a_layers_own_are_refused(tmp_path, content, where):
@@ -220,19 +220,19 @@ def test_unknown_fields_outside_a_layers_own_are_refused(tmp_path, content, wher
 
 def test_an_error_after_an_unknown_field_keeps_its_line_and_column(tmp_path):
     path = tmp_path / "net.prototxt"
-    path.write_text('layer {\n  name: "a"\n  bn_param { x: 1 }\n  type: "BN"\n  top: \n}\n')
+    path.write_text('layer {\n  name: "a"\n  region_param { x: 1 }\n  type: "Region"\n  top: \n}\n')
     direct = text_format.Parse  # the error protobuf gives for the same text without the unknown field
     with pytest.raises(text_format.ParseError) as caught:
-        direct('layer {\n  name: "a"\n                   \n  type: "BN"\n  top: \n}\n', pb.NetParameter())
+        direct('layer {\n  name: "a"\n                   \n  type: "Region"\n  top: \n}\n', pb.NetParameter())
     line = assert_error(invoke("info", "--layers", path), 3, "not a Caffe net definition: line 6, column 1")
     assert str(caught.value).startswith("6:1 :"), str(caught.value)
-    assert "bn_param" not in line
+    assert "region_param" not in line
 
 
 def test_a_misspelt_field_where_text_cannot_walk_is_still_refused(tmp_path):
     # An unknown field followed by text that is not a message: protobuf's own error, nothing passed over.
     path = tmp_path / "net.prototxt"
-    path.write_text('layer { name: "a" bn_param { x: 1 } type: "BN" } }\n')
+    path.write_text('layer { name: "a" region_param { x: 1 } type: "Region" } }\n')
     assert_error(invoke("info", path), 3, "not a Caffe net definition: line 1")
 
 
@@ -358,5 +358,5 @@ def test_an_edited_text_definition_keeps_its_unknown_fields_named(tmp_path):
     with open_document(str(path)) as doc:
         edited, _ = edit_layers(doc, {"bn0_1": "bn"}, ("conv0_1",))
         found = definition(edited)
-    assert [(d.message.name, d.lost) for d in found.layers] == [("bn", ("bn_param",)),
+    assert [(d.message.name, d.lost) for d in found.layers] == [("bn", ("region_param",)),
                                                                 ("prelu0_1", ("quantize", "note"))]

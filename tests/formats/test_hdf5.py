@@ -627,7 +627,7 @@ def _refused_everywhere(tmp_path, path, where, blob, *fragments):
             assert fragment in result.stderr, (fragment, result.stderr)
         assert "blobtool-secret" not in result.stdout + result.stderr
         assert not out.exists()
-    from test_completion import complete
+    from runner import complete
     assert complete("info", path, "--blob", "") == ([], "", 0)
 
 

@@ -294,12 +294,11 @@ def export_available() -> bool:
 
 # What export refuses in the layer sweeps, and why (docs/onnx.md): nothing else may be refused.
 DOCUMENTED_REFUSALS = (
-    "MAX pooling's second top (the argmax mask)",
     "its last window starts past the image",
     "a convolution of several bottoms",
     "only 2-D convolutions over axis 1 of a 4-D bottom",
     "use_global_stats: false normalizes with each batch's own statistics",
-    "DetectionOutput",
+    "which NonMaxSuppression's one threshold cannot say",
 )
 
 
@@ -372,3 +371,30 @@ layer { name: "relu4" type: "ReLU" bottom: "ip1" top: "ip1" }
 layer { name: "ip2" type: "InnerProduct" bottom: "ip1" top: "ip2" inner_product_param { num_output: 10 } }
 layer { name: "prob" type: "Softmax" bottom: "ip2" top: "prob" }
 """
+
+
+def run_and_export(tmp_path, message, feeds: dict, tolerance: float = 1e-5) -> dict:
+    """blobtool run's value of every blob; the export of the net, run in onnxruntime, asserted equal blob by blob."""
+    import onnxruntime as ort
+
+    from runner import ok
+
+    _, model = write_net_files(tmp_path, message)
+    args = []
+    for name, value in feeds.items():
+        np.save(tmp_path / f"{name}.npy", value)
+        args += ["--input", f"{name}={tmp_path / f'{name}.npy'}"]
+    ok("run", model, *args, "--outputs", "all", "-o", tmp_path / "run.npz")
+    ran = dict(np.load(tmp_path / "run.npz"))
+    ok("export", model, "--outputs", "all", "-o", tmp_path / "net.onnx")
+    session = ort.InferenceSession(str(tmp_path / "net.onnx"), providers=["CPUExecutionProvider"])
+    names = [o.name for o in session.get_outputs()]
+    got = dict(zip(names, session.run(names, feeds)))
+    assert set(ran) <= set(got), sorted(set(ran) - set(got))
+    for name, value in ran.items():
+        assert got[name].shape == value.shape, name
+        finite = np.isfinite(value)
+        # NaN and infinities at the same places, the finite values within `tolerance`
+        np.testing.assert_array_equal(got[name][~finite], value[~finite], err_msg=name)
+        assert max_scaled_difference(got[name][finite], value[finite]) <= tolerance, name
+    return ran

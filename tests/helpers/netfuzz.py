@@ -139,7 +139,7 @@ def _ssd(rng):
 
 
 def _ssd_head(rng):
-    """The SSD net up to its priors and scores (export refuses DetectionOutput, so the rest is exported)."""
+    """The SSD net up to its priors and scores: the head before DetectionOutput, exported on its own."""
     message = _ssd(rng)
     del message.layer[-1]
     message.name = "ssd_head"
@@ -577,7 +577,7 @@ def change_type(m, pick):
     if not m.layer:
         return "no layer"
     each = pick("choice", list(m.layer))
-    each.type = pick("choice", known_types() + ["Input", "Python", "BN", ""])
+    each.type = pick("choice", known_types() + ["Input", "Python", "Region", ""])
     return f"{each.name} made {each.type}"
 
 

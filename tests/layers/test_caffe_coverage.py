@@ -28,16 +28,7 @@ NOT_IN_A_DEPLOY_NET = {
 }
 
 # Layer types Caffe has that blobtool does not run yet: run refuses them (exit 3 naming the layer).
-LEFT_OUT = {
-    "LSTM": "Caffe's recurrent layers are not run yet",
-    "LSTMUnit": "Caffe's recurrent layers are not run yet",
-    "RNN": "Caffe's recurrent layers are not run yet",
-    "Parameter": "not run yet",
-    "SPP": "not run yet",
-    "Im2col": "not run yet",
-    "BatchReindex": "not run yet",
-    "Filter": "not run yet",
-}
+LEFT_OUT: dict = {}
 
 # The deploy net's inputs: every deploy definition blobtool writes declares them as Input layers,
 # which each net run in Caffe reads (tests/forward/test_caffe_realworld.py); they compute nothing.
@@ -82,6 +73,14 @@ COVERED = {
     "Permute": ("test_layers_shape", "test_permute"),
     "PriorBox": ("test_layers_shape", "test_prior_box"),
     "DetectionOutput": ("test_layers_shape", "test_detection_output"),
+    "LSTM": ("test_layers_bvlc", "test_recurrent_as_caffe_and_exported"),
+    "RNN": ("test_layers_bvlc", "test_recurrent_as_caffe_and_exported"),
+    "LSTMUnit": ("test_layers_bvlc", "test_lstm_unit_as_caffe_and_exported"),
+    "SPP": ("test_layers_bvlc", "test_spp_as_caffe_and_exported"),
+    "Im2col": ("test_layers_bvlc", "test_im2col_as_caffe_and_exported"),
+    "BatchReindex": ("test_layers_bvlc", "test_batch_reindex_as_caffe_and_exported"),
+    "Filter": ("test_layers_bvlc", "test_filter_as_caffe_and_exported"),
+    "Parameter": ("test_layers_bvlc", "test_parameter_as_caffe_and_exported"),
 }
 
 

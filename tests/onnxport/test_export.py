@@ -126,11 +126,12 @@ def test_outputs_end_the_graph_where_they_are_computed(tmp_path):
 
 
 def test_a_layer_that_cannot_be_exported_is_exit_3_and_nothing_is_written(tmp_path):
-    extra = [layer("pool2", "Pooling", "conv1", ["pool2", "mask"], pooling_param={"pool": 0, "kernel_size": 2})]
+    extra = [layer("conv2", "Convolution", ["pool1", "pool1"], ["conv2a", "conv2b"],
+                   blobs=[np.ones((2, 4, 1, 1)), np.zeros(2)], convolution_param={"num_output": 2, "kernel_size": [1]})]
     _, model = _small(tmp_path, extra=extra)
     out = tmp_path / "x.onnx"
-    line = assert_error(invoke("export", model, "-o", out), 3, "layer 'pool2' (Pooling) cannot be exported to ONNX")
-    assert "argmax mask" in line and str(model) in line
+    line = assert_error(invoke("export", model, "-o", out), 3, "layer 'conv2' (Convolution) cannot be exported to ONNX")
+    assert "a convolution of several bottoms" in line and str(model) in line
     assert not out.exists()
 
 

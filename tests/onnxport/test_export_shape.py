@@ -1,4 +1,4 @@
-"""ONNX export of the layers that move values, SSD's PriorBox and DetectionOutput, and the forks' Upsample and Interp.
+"""ONNX export of the layers that move values, SSD's PriorBox and DetectionOutput's refusal, and the forks' Upsample and Interp.
 
 Each case is a small net (tests/helpers/caffenets.py) run by blobtool, exported
 with every blob it makes as a graph output, checked by onnx's checker
@@ -7,8 +7,9 @@ forward within max_scaled_difference <= 1e-4. Each case is exported at
 opset 13 (the lowest written), 17 (the default), 18 (Split's num_outputs
 and Resize's new attributes) and the newest the installed onnx knows.
 Sweeps put many sizes into one net: Upsample's scales and Interp's sizes,
-where a runtime's arithmetic could pick another row. DetectionOutput is
-refused, its message asserted.
+where a runtime's arithmetic could pick another row. DetectionOutput with
+eta < 1 above an nms_threshold of 0.5 is refused, its message asserted
+(tests/onnxport/test_ssd_export.py holds the exported DetectionOutput to caffe-ssd).
 """
 
 from __future__ import annotations
@@ -347,17 +348,19 @@ def test_ssd_head(tmp_path, opset):
     assert theirs["mbox_priorbox"].shape == (1, 2, (36 * 4 + 9 * 6) * 4)
 
 
-def test_detection_output_is_refused_naming_its_bottoms_for_outputs(tmp_path):
+def test_detection_output_with_an_adaptive_nms_is_refused_naming_its_bottoms_for_outputs(tmp_path):
     layers, inputs = ssd_head(detection_output=True)
+    layers[-1].detection_output_param.nms_param.nms_threshold = 0.6
+    layers[-1].detection_output_param.nms_param.eta = 0.9
     result, _ = blobtool_run(tmp_path, net(layers, inputs), inputs)
     with pytest.raises(ExportError) as raised:
         export_program(result.program, tmp_path / "ssd.onnx", opset=17)
     text = str(raised.value)
     assert text == f"{result.program.path}: " + (
-        "layer 'detection_out' (DetectionOutput) cannot be exported to ONNX: its per-class non-maximum "
-        "suppression and keep_top_k give a number of rows known only from the data, which no ONNX operator "
-        "computes as caffe-ssd does; end the graph before it with --outputs, e.g. --outputs "
-        "mbox_loc,mbox_conf_flatten,mbox_priorbox, and decode those outside the model")
+        "layer 'detection_out' (DetectionOutput) cannot be exported to ONNX: its eta 0.9 lowers nms_threshold 0.6 "
+        "after each kept box while it is above 0.5, which NonMaxSuppression's one threshold cannot say; end the graph "
+        "before it with --outputs, e.g. --outputs mbox_loc,mbox_conf_flatten,mbox_priorbox, and decode those outside "
+        "the model")
     assert "\n" not in text
     assert not (tmp_path / "ssd.onnx").exists()
 

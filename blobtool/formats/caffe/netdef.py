@@ -50,7 +50,8 @@ from dataclasses import dataclass, field
 from . import wire
 from .containers import (LAYER_FIELD_NAMES, NET_FIELD_NAMES, V0_FIELD_NAMES, V0_TYPE_NAMES, V1_FIELD_NAMES,
                          V1_TYPE_NAMES, split_message, text)
-from .schema import fork_fields
+from .blobproto import parse_errors
+from .schema import fork_fields, renumbered
 from ...errors import FormatError, UsageError
 
 __all__ = ["LayerDef", "NetDefinition", "definition", "upgrade_v1", "lost_fields", "MAX_DEFINITION_FIELDS", "V0_LOST",
@@ -163,10 +164,12 @@ def _from_bytes(doc) -> NetDefinition:
             # A fork's parameter field in a layer of another type is another fork's message under the
             # same number: located and kept as bytes, never parsed as the message the schema names.
             foreign = fork_fields(layer.type)
-            message, held = split_message(buf, f.start, f.end, doc.path, LAYER_FIELD_NAMES, {7} | foreign,
-                                          pb.LayerParameter)
-            lost = lost_fields(buf, f.start, f.end, pb.LayerParameter.DESCRIPTOR, skip={7}, path=doc.path,
-                               unknown=foreign)
+            moved = renumbered(layer.type)
+            message, held = split_message(buf, f.start, f.end, doc.path, LAYER_FIELD_NAMES,
+                                          {7} | foreign | set(moved), pb.LayerParameter)
+            _read_renumbered(message, held, moved, buf, doc.path)
+            lost = lost_fields(buf, f.start, f.end, pb.LayerParameter.DESCRIPTOR, skip={7} | set(moved),
+                               path=doc.path, unknown=foreign)
             unparsed = b"".join(bytes(buf[g.offset:g.end]) for g in held if g.number in foreign)
             result.layers.append(LayerDef(message, tuple(lost), "V2", unparsed))
         else:
@@ -185,6 +188,19 @@ def _from_bytes(doc) -> NetDefinition:
         result.net.layer.append(layer.message)
     del result.net.layers[:]
     return result
+
+
+def _read_renumbered(message, held: list, moved: dict, buf, path) -> None:
+    """Merge each field a fork stores under another number (schema.RENUMBERED) into the field it stands for."""
+    for g in held:
+        if g.number not in moved:
+            continue
+        target = getattr(message, moved[g.number])
+        try:
+            target.MergeFromString(bytes(buf[g.start:g.end]))
+        except parse_errors() as exc:
+            raise FormatError(f"layer {message.name!r}: field {g.number} is no {type(target).__name__} ({exc})",
+                              path=path, offset=g.offset) from exc
 
 
 def from_message(net, path: str, unknown: dict | None = None) -> NetDefinition:

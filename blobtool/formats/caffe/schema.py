@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-__all__ = ["layer_field", "param_field", "layer_field_name", "FORK_PARAMS", "fork_fields"]
+__all__ = ["layer_field", "param_field", "layer_field_name", "FORK_PARAMS", "fork_fields", "RENUMBERED", "renumbered"]
 
 # The forks' parameter messages the schema holds, and the layer types that own each. Their
 # numbers are not BVLC's and other forks use them for other messages (a quantization fork's
@@ -20,7 +20,24 @@ FORK_PARAMS = {
     "upsample_param": ("Upsample",),
     "interp_param": ("Interp",),
     "shuffle_channel_param": ("ShuffleChannel",),
+    "bn_param": ("BN",),
+    "roi_pooling_param": ("ROIPooling",),
+    "psroi_pooling_param": ("PSROIPooling",),
+    "reorg_param": ("Reorg",),
 }
+
+
+# A fork's message stored under another number than the schema's, read as that message in layers of the
+# fork's type: caffe-segnet stores its UpsampleParameter under 137, which BVLC gives to embed_param (meaningless
+# in an Upsample layer). {layer type: {number: field name}}.
+RENUMBERED = {
+    "Upsample": {137: "upsample_param"},
+}
+
+
+def renumbered(layer_type: str) -> dict:
+    """{field number: the field it stands for} of the fork numbers read as another field in a layer of `layer_type`."""
+    return RENUMBERED.get(layer_type, {})
 
 
 def _pb():

@@ -1,4 +1,4 @@
-"""The layers that move values, SSD's PriorBox and DetectionOutput, and the forks' Upsample and Interp as ONNX nodes.
+"""The layers that move values, SSD's PriorBox, and the forks' Upsample and Interp as ONNX nodes.
 
 Every shape is static (the Program's Reshape gave each blob's), so each
 layer is written with constant shapes and indices, taken from what the
@@ -25,8 +25,7 @@ resize.py), never from Caffe's rules worked out a second time:
   A constant computed from the shapes (these priors, Interp's indices)
   holds at most MAX_COMPUTED values: past it the layer is refused before
   anything is computed.
-- DetectionOutput: refused, naming the blobs `--outputs` can end the graph
-  at instead.
+- DetectionOutput: detection.py.
 - Upsample (the YOLOv3 ports' nearest neighbour): Resize, mode "nearest",
   coordinate_transformation_mode "asymmetric", nearest_mode "floor",
   scales (1, 1, s, s): output i reads floor(i / s), the layer's i // s.
@@ -49,6 +48,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..emit import exporter
+from .forks import max_unpool
 
 # The most values a constant computed at export from the net's shapes may hold (64 MiB as float32): a
 # definition of a few bytes states any size, and SSD512's priors are 196,416 values.
@@ -120,13 +120,26 @@ def split(e) -> None:
 
 @exporter("Flatten", "Reshape")
 def reshape(e) -> None:
-    _reshape(e, e.inputs[0], e.top_shapes[0], e.outputs[0])
+    if not e.free:
+        _reshape(e, e.inputs[0], e.top_shapes[0], e.outputs[0])
+        return
+    # --dynamic: Flatten from `axis` to the last axis as (0, .., 0, -1); Reshape from axis 0 with its own
+    # shape, whose 0 (the bottom's size at that place) and -1 (inferred) are ONNX Reshape's too.
+    layer = e.layer
+    if layer.type == "Flatten":
+        shape = [0] * layer.axis(layer.start, len(e.bottom_shapes[0]), "axis") + [-1]
+    else:
+        shape = list(layer.dims)
+    e.node("Reshape", [e.inputs[0], e.shape_constant("shape", shape)], e.outputs[:1])
 
 
 @exporter("Crop")
 def crop(e) -> None:
     layer = _settled(e)
     data = e.bottom_shapes[0]
+    if e.free:
+        _crop_as_reference(e, layer)
+        return
     axes = [i for i, (begin, size) in enumerate(zip(layer.begin, layer.shape)) if begin or size != data[i]]
     if not axes:
         _identity(e)
@@ -135,6 +148,18 @@ def crop(e) -> None:
     ends = [layer.begin[i] + layer.shape[i] for i in axes]
     e.node("Slice", [e.inputs[0], e.shape_constant("starts", starts), e.shape_constant("ends", ends),
                      e.shape_constant("axes", axes)], e.outputs[:1])
+
+
+def _crop_as_reference(e, layer) -> None:
+    """--dynamic: Slice of every axis from the crop axis, its ends the offsets plus the reference blob's Shape."""
+    ndim = len(e.bottom_shapes[0])
+    start = layer.axis(layer.start_param, ndim, "crop axis")
+    size = e.node("Shape", [e.inputs[1]], [e.temp("reference_shape")])[0]
+    size = e.node("Slice", [size, e.shape_constant("from", [start]), e.shape_constant("to", [ndim])],
+                  [e.temp("reference_size")])[0]
+    starts = e.shape_constant("starts", layer.begin[start:])
+    ends = e.node("Add", [size, starts], [e.temp("ends")])[0]
+    e.node("Slice", [e.inputs[0], starts, ends, e.shape_constant("axes", list(range(start, ndim)))], e.outputs[:1])
 
 
 @exporter("Tile")
@@ -178,16 +203,12 @@ def prior_box(e) -> None:
     e.node("Identity", [e.constant("priors", np.ascontiguousarray(priors, dtype=np.float32))], e.outputs)
 
 
-@exporter("DetectionOutput")
-def detection_output(e) -> None:
-    raise e.refuse("its per-class non-maximum suppression and keep_top_k give a number of rows known only from "
-                   "the data, which no ONNX operator computes as caffe-ssd does; end the graph before it with "
-                   f"--outputs, e.g. --outputs {','.join(e.step.bottoms)}, and decode those outside the model")
-
-
 @exporter("Upsample")
 def upsample(e) -> None:
     layer = _settled(e)
+    if layer.unpool:
+        max_unpool(e)
+        return
     if layer.scale == 1:
         _identity(e)
         return
@@ -202,7 +223,8 @@ def interp(e) -> None:
     layer = _settled(e)
     x = e.inputs[0]
     n, c = e.bottom_shapes[0][:2]
-    same = (layer.h_in, layer.w_in) == (layer.h_out, layer.w_out)
+    # --dynamic: a zoom above 1 changes any size but 1, which the exported one may be
+    same = layer.zoom == 1 if e.free else (layer.h_in, layer.w_in) == (layer.h_out, layer.w_out)
     if layer.pad_beg or layer.pad_end:
         # pad_beg, pad_end <= 0 (the layer refuses others): rows and columns -pad_beg .. -pad_beg + size.
         first = -layer.pad_beg
@@ -215,6 +237,19 @@ def interp(e) -> None:
         x = out
     if same:
         _identity(e, x)
+        return
+    if layer.kind == "bilinear" and e.free:
+        # --dynamic, zoom_factor z (no pads: dynamic.py ties the others): each side (i - 1) z + 1, from Shape.
+        sizes = e.node("Shape", [x], [e.temp("input_shape")])[0]
+        ends = [e.shape_constant(k, v) for k, v in (("at0", [0]), ("at2", [2]), ("at4", [4]))]
+        lead = e.node("Slice", [sizes, ends[0], ends[1]], [e.temp("lead")])[0]
+        side = e.node("Slice", [sizes, ends[1], ends[2]], [e.temp("side")])[0]
+        one = e.constant("one", np.asarray([1], np.int64))
+        side = e.node("Sub", [side, one], [e.temp("side_less")])[0]
+        side = e.node("Mul", [side, e.constant("zoom", np.asarray([layer.zoom], np.int64))], [e.temp("zoomed")])[0]
+        side = e.node("Add", [side, one], [e.temp("side_out")])[0]
+        sizes = e.node("Concat", [lead, side], [e.temp("sizes")], axis=0)[0]
+        e.node("Resize", [x, "", "", sizes], e.outputs, mode="linear", coordinate_transformation_mode="align_corners")
         return
     if layer.kind == "bilinear":
         sizes = e.shape_constant("sizes", [n, c, layer.h_out, layer.w_out])

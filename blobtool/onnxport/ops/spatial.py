@@ -14,7 +14,11 @@
   the last window starting inside the image or its left pad, is ONNX's own
   rule then, where a separate Pad node or an extra end pad is not. AVE
   divides by the window clipped to image + pad: count_include_pad=1. Global
-  pooling: GlobalMaxPool / GlobalAveragePool.
+  pooling: GlobalMaxPool / GlobalAveragePool. MAX pooling with its second
+  top (the mask): MaxPool of the input with NaN made -inf, its Indices
+  (flat over the whole (N, C, H, W) input) Mod H W, cast to float: Caffe's
+  h * W + w within the plane; -FLT_MAX and -1 where nothing in the window
+  is above -FLT_MAX, as Caffe (_max_with_mask).
 - InnerProduct: Gemm on the bottom flattened from axis 1 (transB=1 for the
   (N, K) weight, 0 for transpose's (K, N)); with another axis, MatMul on the
   bottom reshaped to shape[:axis] + [K], and Add of the bias.
@@ -64,18 +68,17 @@ def convolution(e) -> None:
 @exporter("Pooling")
 def pooling(e) -> None:
     layer = e.layer
-    if len(e.outputs) > 1:
-        raise e.refuse("MAX pooling's second top (the argmax mask) has no ONNX form that Caffe's indexing matches; "
-                       "give the pooling one top")
     if len(e.bottom_shapes[0]) != 4:
         raise e.refuse("pooling of a bottom that is not 4-D")
     is_max = layer.method == 0
     if layer.method not in (0, 1):
         raise e.refuse("STOCHASTIC pooling is not computed at test time by Caffe's CPU code")
-    if layer.global_pooling:
+    if layer.global_pooling and len(e.outputs) == 1:
         e.node("GlobalMaxPool" if is_max else "GlobalAveragePool", e.inputs, e.outputs)
         return
-    attributes = dict(kernel_shape=list(layer.kernel), strides=list(layer.stride), pads=_pads(layer.pad),
+    # A global MAX pooling with its mask: one window of the whole plane.
+    kernel = list(layer.kernel) if layer.kernel is not None else [int(d) for d in e.bottom_shapes[0][2:]]
+    attributes = dict(kernel_shape=kernel, strides=list(layer.stride), pads=_pads(layer.pad),
                       ceil_mode=int(layer.ceil))
     if not is_max:
         attributes["count_include_pad"] = 1
@@ -85,7 +88,7 @@ def pooling(e) -> None:
     # every opset. Where the two sizes differ, the pooling is followed by a Slice to Caffe's size,
     # which keeps every window Caffe computes, computed alike, whichever rule the runtime takes.
     spec = [_ceil_size(h, k, s, p) if layer.ceil else (h + 2 * p - k) // s + 1
-            for h, k, s, p in zip(e.bottom_shapes[0][2:], layer.kernel, layer.stride, layer.pad)]
+            for h, k, s, p in zip(e.bottom_shapes[0][2:], kernel, layer.stride, layer.pad)]
     caffe = list(e.top_shapes[0][2:])
     for size, out, stride, pad in zip(e.bottom_shapes[0][2:], caffe, layer.stride, layer.pad):
         if (out - 1) * stride - pad >= size:
@@ -94,12 +97,47 @@ def pooling(e) -> None:
             raise e.refuse(f"its last window starts past the image ({size} values, {out} windows of stride "
                            f"{stride}, pad {pad}), where Caffe writes -FLT_MAX (MAX) or NaN (AVE) and ONNX computes "
                            "no window")
-    if e.opset >= 22 or spec == caffe:
+    sliced = not (e.opset >= 22 or spec == caffe)
+    if len(e.outputs) > 1:
+        _max_with_mask(e, attributes, caffe if sliced else None)
+        return
+    if not sliced:
         e.node(op, e.inputs, e.outputs, **attributes)
         return
     pooled = e.node(op, e.inputs, [e.temp("pooled")], **attributes)[0]
     e.node("Slice", [pooled, e.shape_constant("starts", [0, 0]), e.shape_constant("ends", caffe),
                      e.shape_constant("axes", [2, 3])], e.outputs)
+
+
+def _max_with_mask(e, attributes: dict, caffe) -> None:
+    """MAX pooling and its mask top as Caffe computes them, from MaxPool's values and Indices.
+
+    Caffe starts each window at -FLT_MAX and keeps a value only where it is
+    strictly greater: NaN never wins, and a window with nothing above
+    -FLT_MAX gives -FLT_MAX and the index -1. So NaN becomes -inf before the
+    MaxPool (whose first greatest value in row-major order is Caffe's), and
+    where its maximum is not above -FLT_MAX the tops are -FLT_MAX and -1.
+    The Indices count over the whole (N, C, H, W) input: Mod H W gives
+    Caffe's h W + w within the plane. `caffe`: the top's size to Slice to,
+    where ONNX's ceil rule keeps one more window (None: no Slice).
+    """
+    lowest = e.constant("lowest", np.asarray(np.finfo(np.float32).min, np.float32))
+    x = e.inputs[0]
+    nan = e.node("IsNaN", [x], [e.temp("nan")])[0]
+    x = e.node("Where", [nan, e.constant("neg_inf", np.asarray(-np.inf, np.float32)), x], [e.temp("no_nan")])[0]
+    pooled, indices = e.node("MaxPool", [x], [e.temp("pooled"), e.temp("indices")], **attributes)
+    if caffe is not None:
+        ends = e.shape_constant("ends", caffe)
+        starts, axes = e.shape_constant("starts", [0, 0]), e.shape_constant("axes", [2, 3])
+        pooled = e.node("Slice", [pooled, starts, ends, axes], [e.temp("pooled_sliced")])[0]
+        indices = e.node("Slice", [indices, starts, ends, axes], [e.temp("indices_sliced")])[0]
+    found = e.node("Greater", [pooled, lowest], [e.temp("found")])[0]
+    e.node("Where", [found, pooled, lowest], e.outputs[:1])
+    h, w = e.bottom_shapes[0][2:]
+    within = e.node("Mod", [indices, e.constant("plane", np.asarray(int(h) * int(w), np.int64))],
+                    [e.temp("within")])[0]
+    index = e.node("Cast", [within], [e.temp("index")], to=1)[0]
+    e.node("Where", [found, index, e.constant("none", np.asarray(-1.0, np.float32))], e.outputs[1:2])
 
 
 def _ceil_size(size: int, kernel: int, stride: int, pad: int) -> int:
@@ -125,7 +163,8 @@ def inner_product(e) -> None:
         e.node("Gemm", inputs, e.outputs, transB=0 if layer.transpose else 1)
         return
     # axis > 1: MatMul broadcasts over the leading axes; the weight as (K, N).
-    x = e.node("Reshape", [e.inputs[0], e.shape_constant("rows", list(shape[:axis]) + [k])], [e.temp("rows")])[0]
+    rows = [0] * axis if e.free else list(shape[:axis])  # --dynamic: the leading axes as the bottom has them
+    x = e.node("Reshape", [e.inputs[0], e.shape_constant("rows", rows + [k])], [e.temp("rows")])[0]
     if not layer.transpose:
         weight = e.node("Transpose", [weight], [e.temp("weight_t")], perm=[1, 0])[0]
     if bias is None:
