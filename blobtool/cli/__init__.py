@@ -26,7 +26,7 @@ Imports inside functions: these modules load at every start of the
 command, so what a command needs beyond click (numpy, rich, protobuf, the
 format modules, the library) is imported inside the command that needs it,
 and `blobtool info small.pb` loads no more than that file's format (the
-start-up test of tests/test_package.py holds it). This is the one reason
+start-up test of tests/project/test_package.py holds it). This is the one reason
 for an import inside a function here.
 """
 

@@ -25,7 +25,7 @@ def single_threaded_blas() -> None:
     of blobtool's threads.
 
     main() calls it first, before blobtool imports numpy (the command's
-    start-up imports none: tests/test_package.py). A program that loaded
+    start-up imports none: tests/project/test_package.py). A program that loaded
     numpy itself before calling main() keeps its BLAS threads; the
     variables then reach only the processes it starts, where they are
     unset (a variable the user set is never changed).

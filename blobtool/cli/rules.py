@@ -7,7 +7,7 @@ with (or never with) another, one rule: `Needs("names", TORCH_NAMES)` says
 Verb checks every rule of every option the user gave (on the command line or
 through the environment) before the command runs, and refuses a combination
 that does not apply with one line and exit 2: nothing is ignored in silence.
-tests/test_verbs.py walks every pair of each command's options against these
+tests/cli/test_verbs.py walks every pair of each command's options against these
 declarations.
 
 `moved` holds options that other commands took over: given, the command

@@ -59,7 +59,7 @@ _ALIGN = 64
 _LEN = 2
 
 
-# The IR version ONNX pairs with each opset (onnx's helper.VERSION_TABLE: tests/test_onnx_schema.py
+# The IR version ONNX pairs with each opset (onnx's helper.VERSION_TABLE: tests/onnxport/test_onnx_schema.py
 # holds it to the installed onnx's): a model says the oldest IR its opset needs, so that older
 # runtimes read it.
 IR_VERSIONS = {13: 7, 14: 7, 15: 8, 16: 8, 17: 8, 18: 8, 19: 9, 20: 9, 21: 10, 22: 10, 23: 11, 24: 12, 25: 13,

@@ -6,7 +6,7 @@ itself (plain_info, plain_norm, plain_compare) instead of importing rich: loadin
 about 19 ms on the 2-core reference machine, a tenth of a whole
 `blobtool norm` of a 256 MiB blob (benchmarks/RESULTS.md). The plain text is
 rich's own layout for these tables (box.SIMPLE_HEAD, pad_edge=False), and
-tests/test_report_text.py checks it against rich character for character. Where
+tests/report/test_report_text.py checks it against rich character for character. Where
 a cell or a title holds anything but printable ASCII (where a character's
 width on screen is rich's to measure), the plain functions return None and
 rich draws the table.

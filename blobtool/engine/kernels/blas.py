@@ -58,7 +58,7 @@ def row_dots(wide: np.ndarray, first: int, stop: int) -> np.ndarray:
     """[np.dot(r, r) for each CHUNK-element row r of wide, rows first..stop-1] (the last may be short).
 
     numpy's matmul of a stack of 1 x n by n x 1 matrices hands each pair to
-    the same BLAS dot as np.dot (tests/test_chunked.py checks the bits), in
+    the same BLAS dot as np.dot (tests/engine/test_chunked.py checks the bits), in
     one call instead of one per row.
     """
     full = min(stop, wide.size // CHUNK)
@@ -77,7 +77,7 @@ def row_sums(wide: np.ndarray, first: int, stop: int) -> np.ndarray:
 
     numpy reduces each row of a C-contiguous 2-D array along its last axis
     with the same pairwise summation as the row on its own, so the sums are
-    the same bits (tests/test_chunked.py checks it); fewer calls matter when
+    the same bits (tests/engine/test_chunked.py checks it); fewer calls matter when
     two threads share the interpreter.
     """
     full = min(stop, wide.size // CHUNK)

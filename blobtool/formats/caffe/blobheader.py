@@ -45,7 +45,7 @@ class SimpleHeader:
     `shape` (dims packed or not) and the legacy four as varints; anything
     else (other fields, other wire types, damage) goes to protobuf. Loading
     protobuf costs about 11 ms here, which a `blobtool norm` of a plain blob
-    file then does without (benchmarks/RESULTS.md); tests/test_codec.py
+    file then does without (benchmarks/RESULTS.md); tests/formats/test_codec.py
     checks that both read the same shape.
     """
 
