@@ -99,7 +99,6 @@ class _Recurrent(Layer):
 
     bottoms = (2, None)
     tops = (1, None)
-    blob_count = (0, None)
     states = ()         # the recurrent state's names, in the order expose_hidden's bottoms and tops give them
     gates = 1           # the pre-activation's width in units of num_output (LSTM: 4 gates)
 

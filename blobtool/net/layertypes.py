@@ -72,7 +72,8 @@ class LayerType:
     # How many blobs a layer holds, from its parameters: "bias_term" (1, and 1 more with
     # <param>.bias_term), "scale" (Scale's: its scale unless a second bottom gives it,
     # and a bias with bias_term), "bias" (Bias's: one unless a second bottom gives it),
-    # an int, or None (no rule: the values given say).
+    # "lstm" / "rnn" (3 / 5, and 1 more where a third bottom is the static input), an int, or
+    # None (no rule: the values given say).
     count: object = None
     folds: FoldInto | None = None   # a BatchNorm after it folds into it
     torch: str | None = None        # the PyTorch module a port makes of it
@@ -120,9 +121,9 @@ _ROWS = (
     LayerType("Input", "input_param", count=0, deploy="input"),
     LayerType("Eltwise", "eltwise_param", count=0, run="arith.Eltwise", export="elementwise.eltwise"),
     # BVLC's recurrent layers: a static input adds a blob in the middle (blobtool/layers/recurrent.py), so
-    # neither roles by index nor a count.
-    LayerType("LSTM", "recurrent_param", run="recurrent.LSTM", export="recurrent.lstm"),
-    LayerType("RNN", "recurrent_param", run="recurrent.RNN", export="recurrent.rnn"),
+    # no roles by index; the count is 3 (LSTM: W_xc, b_c, W_hc) or 5 (RNN), one more with a static input.
+    LayerType("LSTM", "recurrent_param", count="lstm", run="recurrent.LSTM", export="recurrent.lstm"),
+    LayerType("RNN", "recurrent_param", count="rnn", run="recurrent.RNN", export="recurrent.rnn"),
     LayerType("LSTMUnit", count=0, run="recurrent.LSTMUnit", export="recurrent.lstm_unit"),
     LayerType("Parameter", "parameter_param", ("value",), 1, run="batch.Parameter", export="batch.parameter"),
     # SegNet's and ENet's BN (alexgkendall/caffe-segnet): scale and shift, (1, C, 1, 1) each.
@@ -270,6 +271,10 @@ def check_join(kind: str, field: str, thing) -> None:
                         f"not {name_of(thing)!r}")
 
 
+# The blobs of Caffe's recurrent layers without a static input (recurrent_layer.cpp's unrolled net's params).
+_RECURRENT = {"lstm": 3, "rnn": 5}
+
+
 def blob_count(kind: str | None, message) -> int | None:
     """How many blobs a layer of type `kind` holds, from its LayerParameter `message`; None: no rule for it."""
     found = row(kind)
@@ -282,6 +287,8 @@ def blob_count(kind: str | None, message) -> int | None:
         return 1 + bool(getattr(message, found.param).bias_term)
     if found.count == "scale":
         return (bottoms < 2) + bool(message.scale_param.bias_term)
+    if found.count in _RECURRENT:
+        return _RECURRENT[found.count] + (bottoms > 2)  # a third bottom is the static input
     return int(bottoms < 2)  # "bias"
 
 
@@ -297,6 +304,8 @@ def blob_range(kind: str | None) -> tuple | None:
     found = row(kind)
     if found is None:
         return None
+    if found.count in _RECURRENT:
+        return _RECURRENT[found.count], _RECURRENT[found.count] + 1
     least = found.count if isinstance(found.count, int) else 1 if found.count == "bias_term" else 0
     return least, max(least, len(found.blobs))
 

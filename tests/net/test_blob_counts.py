@@ -27,9 +27,9 @@ _BEYOND_THE_RULE = {"BatchNorm": 5}  # NVIDIA Caffe's BatchNorm: mean, variance,
 
 
 def _variants(row):
-    """LayerParameters of type `row` for every setting its count rule reads: bias_term either way, 1 or 2 bottoms."""
-    for bias_term, bottoms in itertools.product((False, True), (1, 2)):
-        message = pb.LayerParameter(name="l", type=row.name, bottom=["a", "b"][:bottoms], top=["l"])
+    """LayerParameters of type `row` for every setting its count rule reads: bias_term either way, 1 to 3 bottoms."""
+    for bias_term, bottoms in itertools.product((False, True), (1, 2, 3)):
+        message = pb.LayerParameter(name="l", type=row.name, bottom=["a", "b", "c"][:bottoms], top=["l"])
         if row.param is not None and hasattr(getattr(message, row.param), "bias_term"):
             getattr(message, row.param).bias_term = bias_term
         yield message
