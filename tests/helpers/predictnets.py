@@ -46,29 +46,25 @@ def files(folder, message, stem):
     return write_net_files(folder, message, stem=stem)
 
 
-def photo(h: int, w: int, seed: int = 0) -> np.ndarray:
-    """An RGB uint8 picture: gradients, a disc and a bar over grain."""
-    rng = np.random.default_rng(seed)
-    y, x = np.mgrid[0:h, 0:w].astype(np.float32)
-    planes = []
-    for c in range(3):
-        base = 120 + 80 * np.sin(x / (w / (2 + c)) + c) * np.cos(y / (h / 3))
-        disc = ((x - w * 0.4) ** 2 + (y - h * 0.55) ** 2) < (min(h, w) * 0.2) ** 2
-        base = np.where(disc, 230 - 70 * c, base)
-        base[int(h * 0.2):int(h * 0.3), :] = 25 * c
-        planes.append(base + rng.normal(0, 6, (h, w)))
-    return np.clip(np.stack(planes, axis=2), 0, 255).astype(np.uint8)
-
-
-def photo_like(h: int, w: int, channels: int = 3, seed: int = 0) -> np.ndarray:
-    """A smooth image with edges and noise, values in [0, 1]: gradients, a disc, a bar, grain."""
+def _scene(h: int, w: int, channels: int, seed: int, mid, swing, disc_top, disc_step, bar_step, grain) -> np.ndarray:
+    """Gradients, a disc and a bar over grain, (h, w, channels), in the levels given (not clipped)."""
     rng = np.random.default_rng(seed)
     y, x = np.mgrid[0:h, 0:w].astype(np.float32)
     planes = []
     for c in range(channels):
-        base = 0.5 + 0.3 * np.sin(x / (w / (2 + c)) + c) * np.cos(y / (h / 3))
+        base = mid + swing * np.sin(x / (w / (2 + c)) + c) * np.cos(y / (h / 3))
         disc = ((x - w * 0.4) ** 2 + (y - h * 0.55) ** 2) < (min(h, w) * 0.2) ** 2
-        base = np.where(disc, 0.9 - 0.3 * c, base)
-        base[int(h * 0.2):int(h * 0.3), :] = 0.1 * c
-        planes.append(base + rng.normal(0, 0.03, (h, w)))
-    return np.clip(np.stack(planes, axis=2), 0, 1).astype(np.float32)
+        base = np.where(disc, disc_top - disc_step * c, base)
+        base[int(h * 0.2):int(h * 0.3), :] = bar_step * c
+        planes.append(base + rng.normal(0, grain, (h, w)))
+    return np.stack(planes, axis=2)
+
+
+def photo(h: int, w: int, seed: int = 0) -> np.ndarray:
+    """An RGB uint8 picture: gradients, a disc and a bar over grain."""
+    return np.clip(_scene(h, w, 3, seed, 120, 80, 230, 70, 25, 6), 0, 255).astype(np.uint8)
+
+
+def photo_like(h: int, w: int, channels: int = 3, seed: int = 0) -> np.ndarray:
+    """A smooth image with edges and noise, values in [0, 1]: gradients, a disc, a bar, grain."""
+    return np.clip(_scene(h, w, channels, seed, 0.5, 0.3, 0.9, 0.3, 0.1, 0.03), 0, 1).astype(np.float32)

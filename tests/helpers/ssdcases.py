@@ -190,15 +190,24 @@ def ssd_head(*, across_spatial: bool, channel_shared: bool, share_location: bool
             heads[kind].append(f"{name}_{kind}_flat")
         layers.append(layer(f"{name}_priors", "PriorBox", [source, "img"], prior_box_param=prior[name]))
         heads["priors"].append(f"{name}_priors")
-    layers += [layer("mbox_loc", "Concat", heads["loc"], concat_param={"axis": 1}),
-               layer("mbox_conf", "Concat", heads["conf"], concat_param={"axis": 1}),
-               layer("mbox_priorbox", "Concat", heads["priors"], concat_param={"axis": 2}),
-               layer("mbox_conf_reshape", "Reshape", "mbox_conf", reshape_param={"shape": {"dim": [0, -1, classes]}}),
-               layer("mbox_conf_softmax", "Softmax", "mbox_conf_reshape", softmax_param={"axis": 2}),
-               layer("mbox_conf_flatten", "Flatten", "mbox_conf_softmax"),
-               layer("detection_out", "DetectionOutput", ["mbox_loc", "mbox_conf_flatten", "mbox_priorbox"],
-                     detection_output_param={"num_classes": classes, "share_location": share_location,
-                                             "background_label_id": 0, "code_type": code_type,
-                                             "nms_param": {"nms_threshold": 0.45, "top_k": 40}, "keep_top_k": 25,
-                                             "confidence_threshold": 0.2})]
+    layers += ssd_tail(heads, classes, {"share_location": share_location, "background_label_id": 0,
+                                        "code_type": code_type, "nms_param": {"nms_threshold": 0.45, "top_k": 40},
+                                        "keep_top_k": 25, "confidence_threshold": 0.2})
     return layers, feeds
+
+
+def ssd_tail(heads: dict, classes: int, detection: dict) -> list:
+    """The layers every SSD ends in: its heads' loc, conf and priors concatenated, softmax, DetectionOutput.
+
+    `heads` names each head's flattened loc and conf blobs and its PriorBox
+    top ({"loc": [...], "conf": [...], "priors": [...]}); `detection` is
+    detection_output_param beyond num_classes.
+    """
+    return [layer("mbox_loc", "Concat", heads["loc"], concat_param={"axis": 1}),
+            layer("mbox_conf", "Concat", heads["conf"], concat_param={"axis": 1}),
+            layer("mbox_priorbox", "Concat", heads["priors"], concat_param={"axis": 2}),
+            layer("mbox_conf_reshape", "Reshape", "mbox_conf", reshape_param={"shape": {"dim": [0, -1, classes]}}),
+            layer("mbox_conf_softmax", "Softmax", "mbox_conf_reshape", softmax_param={"axis": 2}),
+            layer("mbox_conf_flatten", "Flatten", "mbox_conf_softmax"),
+            layer("detection_out", "DetectionOutput", ["mbox_loc", "mbox_conf_flatten", "mbox_priorbox"],
+                  detection_output_param={"num_classes": classes, **detection})]

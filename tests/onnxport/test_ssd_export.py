@@ -57,6 +57,7 @@ from ssdcases import (
     caffe_row_order,
     detection_case,
     ssd_head,
+    ssd_tail,
 )
 
 from blobtool import api
@@ -384,16 +385,9 @@ def mobilenet_ssd(size: int, seed: int = 0) -> tuple:
         source, side = name, (side - 1) // 2 + 1
         if side in maps:
             heads_of(layers, heads, rng, source, maps[side], classes, channels)
-    layers += [layer("mbox_loc", "Concat", heads["loc"], concat_param={"axis": 1}),
-               layer("mbox_conf", "Concat", heads["conf"], concat_param={"axis": 1}),
-               layer("mbox_priorbox", "Concat", heads["priors"], concat_param={"axis": 2}),
-               layer("mbox_conf_reshape", "Reshape", "mbox_conf", reshape_param={"shape": {"dim": [0, -1, classes]}}),
-               layer("mbox_conf_softmax", "Softmax", "mbox_conf_reshape", softmax_param={"axis": 2}),
-               layer("mbox_conf_flatten", "Flatten", "mbox_conf_softmax"),
-               layer("detection_out", "DetectionOutput", ["mbox_loc", "mbox_conf_flatten", "mbox_priorbox"],
-                     detection_output_param={"num_classes": classes, "share_location": True, "background_label_id": 0,
-                                             "nms_param": {"nms_threshold": 0.45, "top_k": 100}, "code_type": 2,
-                                             "keep_top_k": 100, "confidence_threshold": 0.25})]
+    layers += ssd_tail(heads, classes, {"share_location": True, "background_label_id": 0,
+                                        "nms_param": {"nms_threshold": 0.45, "top_k": 100}, "code_type": 2,
+                                        "keep_top_k": 100, "confidence_threshold": 0.25})
     feeds = {"data": rng.standard_normal((1, 3, size, size)).astype(np.float32)}
     return net(layers, {"data": feeds["data"].shape}, name=f"mobilenet_ssd_{size}"), feeds
 
