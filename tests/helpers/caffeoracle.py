@@ -23,6 +23,7 @@ Tests that use it carry the ``caffe`` marker (``pytest -m caffe``).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -109,6 +110,7 @@ class Caffe:
         self._stderr = None
 
     def _start(self) -> None:
+        self._close_stderr()
         self._stderr = tempfile.TemporaryFile(mode="w+")
         self.process = subprocess.Popen([SYSTEM_PYTHON, str(WORKER)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                         stderr=self._stderr, env=_env(), text=True)
@@ -135,6 +137,7 @@ class Caffe:
     def forward(self, prototxt, weights, inputs: dict, folder: Path):
         """{blob name: float32 array} of every blob Caffe computes, or a Refusal (see the module)."""
         if self.process is None or self.process.poll() is not None:
+            self._drop_process()
             self._start()
         feeds, out = Path(folder) / "caffe_inputs.npz", Path(folder) / "caffe_blobs.npz"
         save_arrays(feeds, {k: np.asarray(v, np.float32) for k, v in inputs.items()})
@@ -147,7 +150,7 @@ class Caffe:
         if reply is None:
             code = self.process.wait(timeout=60)
             refusal = Refusal(code, self._last_line())
-            self.process = None
+            self._drop_process()
             return refusal
         if reply.get("refused"):
             return Refusal(reply["code"], _reason(reply["stderr"]))
@@ -160,7 +163,23 @@ class Caffe:
         if self.process is not None and self.process.poll() is None:
             self.process.stdin.close()
             self.process.wait(timeout=60)
+        self._drop_process()
+        self._close_stderr()
+
+    def _drop_process(self) -> None:
+        """Forget an ended worker, closing its pipes (a file left to the collector warns in another test)."""
+        if self.process is not None:
+            for pipe in (self.process.stdin, self.process.stdout):
+                if pipe is not None and not pipe.closed:
+                    with contextlib.suppress(OSError):  # a worker that died leaves a broken pipe
+                        pipe.close()
         self.process = None
+
+    def _close_stderr(self) -> None:
+        """The worker's stderr file is closed with the worker (a new worker gets a new one)."""
+        if self._stderr is not None:
+            self._stderr.close()
+            self._stderr = None
 
 
 def max_relative(ours: np.ndarray, caffes: np.ndarray) -> float:
