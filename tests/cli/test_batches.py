@@ -14,11 +14,7 @@ import pytest
 from blobtool.errors import ExitCode
 from blobtool.formats import EXTENSIONS
 from builders import Layer, write_blob, write_net, write_npy, write_npz
-from runner import invoke, json_lines, run_blobtool
-
-
-def error_lines(result) -> list:
-    return result.stderr.splitlines()
+from runner import error_lines, invoke, json_lines, run_blobtool
 
 
 # -- batches and folders ----------------------------------------------------------------------

@@ -15,15 +15,7 @@ from safetensors.numpy import load_file
 from blobtool.errors import ExitCode
 from blobtool.formats import EXTENSIONS, FORMATS
 from builders import Layer, pb, write_net
-from runner import invoke, run_blobtool
-
-
-def listing(folder):
-    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*"))
-
-
-def error_lines(result) -> list:
-    return result.stderr.splitlines()
+from runner import error_lines, invoke, listing, run_blobtool
 
 
 # -- output extensions -------------------------------------------------------------------------

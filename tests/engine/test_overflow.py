@@ -15,15 +15,7 @@ from safetensors.numpy import load_file
 import blobtool
 from blobtool.errors import ExitCode, UsageError
 from builders import Layer, pb, write_blob, write_net, write_npz
-from runner import invoke, run_blobtool
-
-
-def listing(folder):
-    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*"))
-
-
-def error_lines(result) -> list:
-    return result.stderr.splitlines()
+from runner import error_lines, invoke, listing, run_blobtool
 
 
 # -- --half: values past float16's range -------------------------------------------------------

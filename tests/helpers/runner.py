@@ -112,6 +112,16 @@ def one_json(result) -> dict:
     return record
 
 
+def error_lines(result) -> list:
+    """A result's stderr, a line each."""
+    return result.stderr.splitlines()
+
+
+def listing(folder) -> list:
+    """Every path under `folder`, relative to it, sorted: what a command left behind."""
+    return sorted(str(p.relative_to(folder)) for p in Path(folder).rglob("*"))
+
+
 # -- real processes -----------------------------------------------------------------------
 
 def subprocess_env(**extra) -> dict:
