@@ -163,9 +163,10 @@ def batch_error(exc: BlobToolError) -> BlobToolError:
 
 
 def _report_pending_change() -> None:
-    """Raise the change of a watched input that was found where it could not be raised (a finalizer)."""
+    """Raise the change of an input that was found where it could not be raised (a finalizer, an import)."""
     from ..api.session import files
 
+    files.raise_deferred_stop()
     changed = files.pending_change()
     if changed is not None:
         raise FormatError(files.WRITTEN, path=changed)

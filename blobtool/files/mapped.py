@@ -36,10 +36,9 @@ except ImportError:  # not on Windows: no leases there
     fcntl = None
 
 from ..engine import work
-from ..errors import ExitCode, FormatError, Stopped
+from ..errors import ExitCode, Stopped
 
-__all__ = ["Inputs", "Guard", "INPUTS", "guarded", "guarding", "settle", "take_change", "pending_change",
-           "check_inputs", "note_written", "WRITTEN"]
+__all__ = ["Inputs", "Guard", "INPUTS", "guarded", "guarding", "note_written", "WRITTEN"]
 
 
 WRITTEN = "changed while it was read: another process wrote to it or truncated it"
@@ -87,6 +86,8 @@ class Guard:
     changes: names of watched inputs that changed (found by any thread).
     told: inputs already reported bad, whose changes are not reported again (take_change).
     raised: inputs whose change check_inputs or a read raised: SIGIO stops nothing more for them.
+    deferred: the line of a stop SIGIO found where it could not be raised (see _cannot_raise_here), or
+        None: check_inputs (before an output is committed) and the command's end raise it.
     faults_caught: the SIGBUS handler is installed (a truncation under a mapping ends the command with exit 3).
     spans: id of a mapping -> (first address, end address, the line the SIGBUS handler prints).
     handler: the C-callable SIGBUS handler, kept alive while installed; ctypes: the module, for it.
@@ -104,6 +105,7 @@ class Guard:
         self.changes: list = []
         self.told: set = set()
         self.raised: set = set()
+        self.deferred: str | None = None
         self.faults_caught = False
         self.spans: dict = {}
         self.handler = None
@@ -135,21 +137,21 @@ class Guard:
         if changed and changed in self.raised:
             return  # check_inputs raised this change already: that error is on its way (a second would break it)
         if changed:
-            if _in_finalizer(frame):
-                # An exception raised in a finalizer is printed and dropped. The change stays recorded
-                # (changes): the next read of values, the commit of an output or the command's end
-                # (pending_change) reports it. Signalling again from here would only come back here.
+            if _cannot_raise_here(frame):
+                # The change stays recorded (changes): the next read of values, the commit of an output
+                # or the command's end (pending_change) reports it. Signalling again from here would
+                # only come back here.
                 return
             self.signalled = True  # one stop, however many writes come (read_mapped and commits still check)
             raise Stopped(f"{changed}: {WRITTEN}", ExitCode.INPUT)
-        self.look_at_leases()
+        self.look_at_leases(frame)
 
     def hold_lease(self, fd: int, name: str, watched: bool) -> None:
         self.leases[fd] = (name, watched)
         if not self.signalled:
             self.look_at_leases()
 
-    def look_at_leases(self) -> None:
+    def look_at_leases(self, frame=None) -> None:
         """Give up each broken lease that a watch takes over from; raise Stopped for one that none does.
 
         A lease breaks when another process opens the file for writing or
@@ -158,7 +160,9 @@ class Guard:
         until the lease is given up (at most /proc/sys/fs/lease-break-time).
         Given up at once, the breaker goes ahead, and a real change (a write,
         a truncation) is told by the watch (IN_MODIFY, the size, the inode).
-        Without a watch, or where SIGBUS cannot be caught, the read stops.
+        Without a watch, or where SIGBUS cannot be caught, the read stops:
+        at once, or, where SIGIO came in code that cannot take an exception
+        (`frame`, see _cannot_raise_here), at the next check (deferred).
         """
         for fd, (name, watched) in list(self.leases.items()):
             try:
@@ -172,9 +176,16 @@ class Guard:
                 with contextlib.suppress(OSError):
                     fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_UNLCK)
                 continue
+            line = f"{name}: changed while it was read: another process opened it for writing or truncated it"
+            if frame is not None and _cannot_raise_here(frame):
+                for held in self.leases:  # the writer goes ahead; the stop is told at the next check
+                    with contextlib.suppress(OSError):
+                        fcntl.fcntl(held, fcntl.F_SETLEASE, fcntl.F_UNLCK)
+                self.leases.clear()
+                self.deferred = self.deferred or line
+                return
             self.leases.clear()  # one stop, however many writers come
-            raise Stopped(f"{name}: changed while it was read: another process opened it for writing "
-                          "or truncated it", ExitCode.INPUT)
+            raise Stopped(line, ExitCode.INPUT)
 
     # -- watches ------------------------------------------------------------
 
@@ -452,11 +463,20 @@ def watching(fd: int) -> bool:
     return guard is not None and fd in guard.watched
 
 
-def _in_finalizer(frame) -> bool:
-    """Whether `frame` runs inside a weakref finalizer (at exit too), where an exception would be dropped."""
+def _cannot_raise_here(frame) -> bool:
+    """Whether a signal handler called in `frame` must not raise: the exception would be lost or do harm.
+
+    Inside a weakref finalizer (at exit too) or a __del__ method, an
+    exception is printed and dropped, and the command would go on; inside
+    Python's import machinery (its module locks, and their weakref callback)
+    an exception between two of its steps leaves a lock half taken
+    ("release unlocked lock" when the import unwinds). The stop waits for
+    the next check (check_inputs, pending_change) instead.
+    """
     codes = (weakref.finalize.__call__.__code__, weakref.finalize._exitfunc.__code__)
     while frame is not None:
-        if frame.f_code in codes:
+        code = frame.f_code
+        if code in codes or code.co_name == "__del__" or code.co_filename.startswith("<frozen importlib"):
             return True
         frame = frame.f_back
     return False
@@ -466,76 +486,6 @@ def _libc():
     import ctypes  # ctypes loads only when a guard or a fault handler is set up (start-up)
 
     return ctypes.CDLL(None, use_errno=True)
-
-
-def take_change(name: str) -> bool:
-    """Whether the watched input `name` changed since it was opened; from now on its changes are not reported.
-
-    For a batch that reports a bad input and goes on: the caller tells its
-    error (as this change, when there was one), and a write that comes
-    later, before its mapping is gone, stops nothing.
-    """
-    guard = INPUTS.guard
-    if guard is None:
-        return False
-    guard.record_changes()
-    guard.told.add(name)
-    for fd, (leased, _) in list(guard.leases.items()):
-        if leased == name:
-            del guard.leases[fd]  # its lease may break now: it was read
-    if name in guard.changes:
-        guard.changes.remove(name)
-        return True
-    return False
-
-
-def pending_change() -> str | None:
-    """A watched input whose change was found but not yet reported (found inside a finalizer), or None."""
-    guard = INPUTS.guard
-    if guard is None or guard.signalled:
-        return None
-    return guard.changes[0] if guard.changes else None
-
-
-def settle() -> str | None:
-    """Stop raising Stopped for inputs' writers (the command is reporting its end); a watched input that changed, or None.
-
-    Called once an error or a stop is about to be reported: a writer that
-    comes along during that report must not add a second line, and a read
-    error found in a watched input that was changed meanwhile is better
-    told as that change (the caller decides).
-    """
-    guard = INPUTS.guard
-    if guard is None:
-        return None
-    guard.signalled = True
-    guard.leases.clear()
-    try:
-        return guard.changed_watched()
-    except OSError:
-        return None
-
-
-def check_inputs() -> None:
-    """Raise FormatError (exit 3) if a watched input changed (before an output is committed)."""
-    guard = INPUTS.guard
-    changed = guard.changed_watched() if guard is not None else None
-    if changed:
-        guard.raised.add(changed)
-        raise FormatError(WRITTEN, path=changed)
-
-
-def raising_change(error: FormatError) -> FormatError:
-    """`error`, a change found in its input by a read, about to be raised: the writer's SIGIO stops nothing more.
-
-    The SIGIO of the write may come after the read saw its effect, while
-    the error is on its way (in a worker process, while the pool formats
-    it for the parent): a Stopped raised then would replace it, and there
-    the worker would die instead of reporting it.
-    """
-    if INPUTS.guard is not None:
-        INPUTS.guard.raised.add(error.path)
-    return error
 
 
 def _on_fault(signum, info, context) -> None:

@@ -19,7 +19,8 @@ import sys
 
 from ..errors import FormatError, OutputError, UsageError
 from .inputs import STDIO, cannot
-from .mapped import CUT_UNDER_MAP, INPUTS, check_inputs
+from .mapped import CUT_UNDER_MAP, INPUTS
+from .news import check_inputs
 
 __all__ = ["atomic_output", "writes_in_place", "Staged"]
 

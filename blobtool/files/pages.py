@@ -16,7 +16,8 @@ import os
 
 from ..engine.work import current, using
 from ..errors import FormatError
-from .mapped import INPUTS, check_inputs, mapping_of, name_of, raising_change, unwritten, watching
+from .mapped import INPUTS, mapping_of, name_of, unwritten, watching
+from .news import check_inputs, raising_change
 
 __all__ = ["MappedPages", "PAGES", "releasing", "release_pages", "file_behind", "read_mapped"]
 

@@ -550,6 +550,39 @@ def test_a_lease_broken_where_no_watch_can_be_had_still_stops_the_read(tmp_path)
                                             "for writing or truncated it\n")
 
 
+# The lease breaks while the command runs code that cannot take an exception: a __del__ method (whose
+# exception Python prints and drops, so the command would go on) or the import machinery (whose module
+# locks an exception leaves half taken: "release unlocked lock"). The writer runs from there.
+BROKEN_WHERE_NOTHING_CAN_BE_RAISED = """
+import subprocess, sys
+from blobtool.files import mapped
+mapped.Guard.add_watch = lambda guard, fd, name: None
+held = mapped.Guard.hold_lease
+
+class Writer:
+    def __del__(self):
+        subprocess.run([sys.argv[1], "in.pb"], check=True)  # blocks until blobtool gives the lease up
+
+def hold_lease(guard, fd, name, watched):
+    held(guard, fd, name, watched)
+    Writer()  # its __del__ runs here, the lease held
+
+mapped.Guard.hold_lease = hold_lease
+from blobtool.cli import main
+main(sys.argv[2:])
+"""
+
+
+@needs_leases
+@needs_touch
+def test_a_lease_broken_where_nothing_can_be_raised_stops_the_command_at_its_end(tmp_path):
+    write_float_blob(tmp_path / "in.pb", 1 << 16)
+    done = subprocess.run([sys.executable, "-c", BROKEN_WHERE_NOTHING_CAN_BE_RAISED, TOUCH, "info", "--stats",
+                           "in.pb"], cwd=tmp_path, env=subprocess_env(), capture_output=True, text=True, timeout=120)
+    assert (done.returncode, done.stderr) == (3, "blobtool: in.pb: changed while it was read: another process "
+                                                 "opened it for writing or truncated it\n")
+
+
 BROKEN_BEFORE_HELD = """
 import os, subprocess, sys
 from blobtool import files as source
