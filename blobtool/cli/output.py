@@ -95,14 +95,22 @@ def _escape_unencodable(stream) -> None:
         stream.reconfigure(errors="backslashreplace")
 
 
-@functools.lru_cache(maxsize=None)
 def consoles():
-    """(stdout console, stderr console), made on first use (rich is imported then)."""
-    Console = _console_class()
+    """(stdout console, stderr console) for the current stdout and width, made on first use (rich is imported then).
+
+    Made again when stdout or $COLUMNS changes: a caller that runs several
+    commands in one process (click's CliRunner, each with its own stdout and
+    environment) gets each one's width, not the first one's.
+    """
     # Off a terminal rich would wrap at 80 columns; tables read better unwrapped in logs.
     from ..report.text import plain_width
 
-    width = None if sys.stdout.isatty() else plain_width()
+    return _consoles(id(sys.stdout), None if sys.stdout.isatty() else plain_width())
+
+
+@functools.lru_cache(maxsize=4)
+def _consoles(stdout_id: int, width):
+    Console = _console_class()
     # A stream that cannot encode a name's letters (PYTHONIOENCODING=ascii)
     # writes them as backslash escapes rather than failing halfway through a table.
     _escape_unencodable(sys.stdout)

@@ -396,6 +396,17 @@ def test_show_draws_a_blob_in_a_pipe_without_colour(tmp_path):
     assert lines[7].startswith("0 .") and lines[7].endswith("% 8")
 
 
+def test_each_command_in_one_process_gets_its_own_width(tmp_path):
+    # The library's callers (and click's CliRunner) run many commands in one process: the width of the
+    # first one's $COLUMNS is not kept for the next.
+    path = write_blob(tmp_path / "w.pb", [[0.0, 8.0], [0.0, 8.0]])
+    narrow = invoke("show", path, env={"COLUMNS": "20"})
+    wide = invoke("show", path, env={"COLUMNS": "200"})
+    assert narrow.exit_code == wide.exit_code == 0, (narrow.stderr, wide.stderr)
+    assert narrow.stdout.splitlines()[0] != f"{path}  blob 0 (2, 2)"  # wrapped at 20 columns
+    assert wide.stdout.splitlines()[0] == f"{path}  blob 0 (2, 2)"
+
+
 def test_show_width_limits_the_terminal_view(tmp_path):
     path = write_blob(tmp_path / "wide.pb", np.arange(300, dtype=np.float32).reshape(3, 100))
     result = invoke("show", "--width", 25, path)
