@@ -264,6 +264,26 @@ class HalfBlocks:
             yield Segment.line()
 
 
+class ColourKey:
+    """A picture's key: the lowest value, a cell of each colour of the map, the highest value.
+
+    Its cells are segments with Styles of their own, as HalfBlocks' are: rich
+    shares the styles it parses or combines (Text's spans) across the process,
+    each keeping the codes of the first console that drew it, so a
+    truecolor console after a 16-colour one would draw 16 colours.
+    """
+
+    def __init__(self, low: str, colours, high: str):
+        self.low, self.colours, self.high = low, colours, high
+
+    def __rich_console__(self, console, options):
+        yield Segment(f"{self.low} ")
+        for r, g, b in self.colours:
+            yield Segment("█", Style(color=Color.from_rgb(r, g, b)))
+        yield Segment(f" {self.high}")
+        yield Segment.line()
+
+
 def render_picture(console: Console, path: str, name: str, shape, picture) -> None:
     """Draw a pictures.Picture: a title, the image, and what its colours mean.
 
@@ -283,14 +303,11 @@ def render_picture(console: Console, path: str, name: str, shape, picture) -> No
     console.print(Text(picture.caption, style="dim"))
     if picture.legend is not None:
         lo, hi = picture.value_range
-        legend = Text(f"{fmt_num(lo)} ")
         if ramp:
-            legend.append("".join(SHADES[v] for v in picture.legend_shades(len(SHADES))))
+            shades = "".join(SHADES[v] for v in picture.legend_shades(len(SHADES)))
+            console.print(Text(f"{fmt_num(lo)} {shades} {fmt_num(hi)}"), crop=False)
         else:
-            for r, g, b in picture.legend:
-                legend.append("█", style=f"rgb({r},{g},{b})")
-        legend.append(f" {fmt_num(hi)}")
-        console.print(legend, crop=False)
+            console.print(ColourKey(fmt_num(lo), picture.legend, fmt_num(hi)), crop=False)
     if picture.nonfinite:
         console.print(Text(f"{picture.nonfinite:,} NaN/Inf value(s) drawn magenta", style="red"))
     for line in picture.limits:

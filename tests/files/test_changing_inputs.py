@@ -487,8 +487,13 @@ def _touch_while_running(proc, path: Path, *, write_after: int | None = None) ->
 
 # A read of 128 MiB takes about 0.5 s here (over 1 s under load): many touches.
 TOUCHED_COUNT = 32 << 20
+# The tests that need several touches within one read race a real process's start against the read:
+# on a machine busy with other tests a touch can take as long as the read. They run with the slow
+# tests, one at a time.
+several_touches = pytest.mark.slow
 
 
+@several_touches
 @needs_leases
 @needs_touch
 @pytest.mark.parametrize("command, lease", [("info --stats in.pb", True), ("compare in.pb in.pb", True),
@@ -515,6 +520,7 @@ def test_a_real_touch_while_an_input_is_read_does_not_stop_the_command(tmp_path,
     assert stdout == expected.stdout
 
 
+@several_touches
 @needs_leases
 @needs_touch
 @pytest.mark.parametrize("lease", [True, False], ids=["leased", "unleased"])

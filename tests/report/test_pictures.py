@@ -344,6 +344,16 @@ def test_terminal_rendering_of_a_known_blob_matches_the_stored_text():
     assert show_expected_text() == SHOW_EXPECTED.read_text(encoding="utf-8")
 
 
+def test_a_picture_drawn_in_16_colours_first_leaves_the_truecolor_text_as_stored():
+    # One process draws for consoles of several colour systems (a library caller, the tests' in-process runs).
+    values = np.arange(12, dtype=np.float32).reshape(3, 4)
+    console = Console(record=True, width=40, color_system="standard", force_terminal=True, file=io.StringIO(),
+                      legacy_windows=False, _environ={})
+    render_picture(console, "known.pb", "0", (3, 4), view(values, width=40, min_size=TERMINAL_MIN_SIZE))
+    assert "\x1b[38;2;" not in console.export_text(styles=True)
+    assert show_expected_text() == SHOW_EXPECTED.read_text(encoding="utf-8")
+
+
 def test_the_stored_terminal_text_holds_the_expected_cells():
     text = SHOW_EXPECTED.read_text(encoding="utf-8")
     # 3x4 values enlarged 3x (TERMINAL_MIN_SIZE 10) to 9x12 pixels: 5 lines of 12 cells,
