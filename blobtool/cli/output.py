@@ -105,15 +105,16 @@ def consoles():
     # Off a terminal rich would wrap at 80 columns; tables read better unwrapped in logs.
     from ..report.text import plain_width
 
-    return _consoles(id(sys.stdout), None if sys.stdout.isatty() else plain_width())
+    return _consoles(sys.stdout, None if sys.stdout.isatty() else plain_width())
 
 
 @functools.lru_cache(maxsize=4)
-def _consoles(stdout_id: int, width):
+def _consoles(stdout, width):
+    # Keyed by the stream itself, not its id: a new stream at a freed one's address is a new key.
     Console = _console_class()
     # A stream that cannot encode a name's letters (PYTHONIOENCODING=ascii)
     # writes them as backslash escapes rather than failing halfway through a table.
-    _escape_unencodable(sys.stdout)
+    _escape_unencodable(stdout)
     # Names come from the files: print them as they are, never as rich markup
     # ("fc[relu]") or emoji codes (":x:").
     literal = {"markup": False, "emoji": False, "highlight": False}

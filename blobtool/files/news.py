@@ -35,7 +35,7 @@ def take_change(name: str) -> bool:
 
 
 def pending_change() -> str | None:
-    """A watched input whose change was found but not yet reported (found inside a finalizer), or None."""
+    """A watched input whose change was found but not yet reported (found where it could not be raised), or None."""
     guard = INPUTS.guard
     if guard is None or guard.signalled:
         return None

@@ -864,7 +864,8 @@ def check_case(data: bytes, kind: str | None = None) -> Outcome:
     if own:
         tracemalloc.start()
     try:
-        return _check_traced(data, kind)
+        with hdf5_time_limit():
+            return _check_traced(data, kind)
     finally:
         if own:
             tracemalloc.stop()
@@ -888,11 +889,6 @@ def hdf5_time_limit():
 
 
 def _check_traced(data: bytes, kind: str | None) -> Outcome:
-    with hdf5_time_limit():
-        return _check_limited(data, kind)
-
-
-def _check_limited(data: bytes, kind: str | None) -> Outcome:
     tracemalloc.reset_peak()
     base = tracemalloc.get_traced_memory()[0]
     start = time.perf_counter()
